@@ -1,0 +1,361 @@
+"""The decoding loops: speculative sampling and its autoregressive baseline.
+
+Speculative sampling follows Leviathan et al. 2023 (Algorithm 1) and Chen et al. 2023
+(Algorithm 2): the drafter samples gamma tokens x_i ~ q_i; the target scores them all in one
+pass, giving p_1 .. p_{gamma+1}; draft i is accepted when u_i < min(1, p_i(x_i) / q_i(x_i));
+the first rejected one is replaced by a sample from norm(max(0, p_i - q_i)); when all are
+accepted a bonus token comes from p_{gamma+1}. The output is distributed exactly as the
+target's own samples (Leviathan et al. 2023, Theorem 3.5; Appendix A.1).
+
+Both loops know nothing of any UI: they yield a growing ``Trace`` after every round, and the
+``*_generate`` functions return the finished one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+
+import torch
+
+from specviz.runner import ModelRunner
+from specviz.sampling import Sampling
+from specviz.trace import Draft, Round, Trace
+
+
+class _Clock:
+    """Wall-clock milliseconds, synchronised with the device so GPU work is counted."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.start = self.now()
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() * 1000.0
+
+    def since_start(self) -> float:
+        return self.now() - self.start
+
+
+def _eos_set(eos_token_id: int | Iterable[int] | None) -> frozenset[int]:
+    if eos_token_id is None:
+        return frozenset()
+    if isinstance(eos_token_id, int):
+        return frozenset([eos_token_id])
+    return frozenset(int(t) for t in eos_token_id)
+
+
+def _context_limit(model) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+
+
+def _validate(input_ids, models, vocab_size: int, max_new_tokens: int, sampling) -> None:
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be a specviz.Sampling, got {type(sampling).__name__}")
+    if len(input_ids) == 0:
+        raise ValueError("the prompt is empty: give at least one token")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
+    bad = [t for t in input_ids if not (0 <= int(t) < vocab_size)]
+    if bad:
+        raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary of {vocab_size} tokens")
+    for model in models:
+        limit = _context_limit(model)
+        if limit is not None and len(input_ids) + max_new_tokens > limit:
+            raise ValueError(
+                f"prompt ({len(input_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                f"context of {limit} tokens of {type(model).__name__}; shorten the prompt or ask for fewer tokens"
+            )
+
+
+def _vocab_size(models, tokenizer, vocab_size: int | None) -> int:
+    rows = min(m.get_output_embeddings().weight.shape[0] for m in models)
+    if vocab_size is None:
+        vocab_size = len(tokenizer) if tokenizer is not None else min(m.config.vocab_size for m in models)
+    return min(vocab_size, rows)
+
+
+def _decoder(tokenizer):
+    """Token id -> text for the trace; empty strings without a tokenizer."""
+    if tokenizer is None:
+        return lambda ids: [""] * len(ids)
+    return lambda ids: tokenizer.batch_decode([[t] for t in ids])
+
+
+def _settings(mode: str, sampling: Sampling, seed: int, max_new_tokens: int, eos, models, gamma=None) -> dict:
+    first = models[0]
+    return {
+        "mode": mode,
+        "gamma": gamma,
+        "sampling": sampling.to_dict(),
+        "seed": seed,
+        "max_new_tokens": max_new_tokens,
+        "eos_token_id": sorted(eos),
+        "device": str(first.device),
+        "dtype": str(first.dtype).removeprefix("torch."),
+        "models": [getattr(m.config, "name_or_path", "") or type(m).__name__ for m in models],
+    }
+
+
+def speculative_stream(
+    input_ids: list[int],
+    drafter,
+    target,
+    gamma: int = 4,
+    sampling: Sampling = Sampling(),
+    max_new_tokens: int = 64,
+    eos_token_id: int | Iterable[int] | None = None,
+    seed: int = 0,
+    tokenizer=None,
+    vocab_size: int | None = None,
+    record: bool = True,
+    cached: bool = True,
+) -> Iterator[Trace]:
+    """Speculative sampling, yielding the same growing Trace after every round.
+
+    Args:
+        input_ids: the prompt's token ids (batch of one), length >= 1.
+        drafter, target: transformers causal LMs on one device, in eval mode, sharing a tokenizer.
+        gamma: drafted tokens per round, >= 1 (fewer in the last round if max_new_tokens is near).
+        sampling: temperature, top-k, top-p, applied identically to q and p.
+        max_new_tokens: at most this many tokens are generated.
+        eos_token_id: one id or several; generation stops after the first one emitted.
+        seed: seeds the torch.Generator that draws every sample and every u.
+        tokenizer: fills token texts and ``output_text``; its size cuts the logits.
+        vocab_size: logits columns kept (default: the tokenizer's size, else the smaller config vocab).
+        record: build the per-round record; False keeps only output ids and totals (for measuring
+            the cost of the trace).
+        cached: use KV caches (True) or re-feed the whole sequence each pass (the test reference).
+
+    Yields:
+        The Trace, after each round.
+
+    Raises:
+        ValueError: empty prompt, ids outside the vocabulary, gamma < 1, max_new_tokens < 1,
+            prompt + max_new_tokens beyond either model's context, NaN or all -inf logits.
+        TypeError: sampling is not a Sampling.
+    """
+    if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
+        raise ValueError(f"gamma must be a whole number >= 1, got {gamma!r}")
+    models = (drafter, target)
+    vocab = _vocab_size(models, tokenizer, vocab_size)
+    _validate(input_ids, models, vocab, max_new_tokens, sampling)
+    eos = _eos_set(eos_token_id)
+    device = target.device
+    decode = _decoder(tokenizer)
+    warpers = sampling.warpers()
+    greedy = sampling.greedy
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    trace = Trace(
+        mode="speculative",
+        prompt_ids=[int(t) for t in input_ids],
+        prompt_text=tokenizer.decode(list(input_ids)) if tokenizer is not None else "",
+        settings=_settings("speculative", sampling, seed, max_new_tokens, eos, models, gamma),
+    )
+    n_prompt = len(input_ids)
+    seq = torch.zeros(n_prompt + max_new_tokens + gamma + 1, dtype=torch.long, device=device)
+    seq[:n_prompt] = torch.as_tensor(list(input_ids), dtype=torch.long, device=device)
+    draft_runner = ModelRunner(drafter, vocab, cached)
+    target_runner = ModelRunner(target, vocab, cached)
+    clock = _Clock(device)
+
+    with torch.inference_mode():
+        # The last prompt token stays pending: the first round feeds it to both models.
+        draft_runner.prefill(seq, n_prompt - 1)
+        target_runner.prefill(seq, n_prompt - 1)
+        trace.prefill_ms = clock.since_start()
+
+        n = n_prompt  # current sequence length
+        while True:
+            remaining = n_prompt + max_new_tokens - n
+            g = min(gamma, remaining)
+            t0 = clock.now()
+
+            # Drafting: g forward passes of the drafter, each sampling one token from q_i.
+            q_rows = []
+            for i in range(g):
+                logits = draft_runner.logits(seq, n + i, 1)
+                q = sampling.probs(logits, warpers)
+                q_rows.append(q)
+                if greedy:
+                    token = q.argmax(dim=-1)
+                else:
+                    token = torch.multinomial(q, 1, generator=gen)[:, 0]
+                seq[n + i] = token[0]
+            t1 = clock.now()
+
+            # Verification: one target pass over the pending token and the g drafts.
+            p_all = sampling.probs(target_runner.logits(seq, n + g, g + 1), warpers)  # (g+1, V)
+            q_all = torch.cat(q_rows)  # (g, V)
+            drafts = seq[n : n + g]
+            cols = drafts[:, None]
+            q_d = q_all.gather(1, cols)[:, 0]
+            p_d = p_all[:g].gather(1, cols)[:, 0]
+            u = torch.rand(g, generator=gen, device=device)
+            # Strict "<": a draft with p(x) = 0 is never accepted, even when u = 0.
+            # u * q < p is u < p / q without a division (q(x) > 0 for a sampled x).
+            accept = u * q_d < p_d
+            # One candidate final token per possible stopping point: the correction at every
+            # draft position, the bonus after the last. Only one is used; drawing all at once
+            # keeps the round to a single device-to-host transfer.
+            residual = (p_all[:g] - q_all).clamp_min(0.0)
+            mass = residual.sum(dim=-1, keepdim=True)
+            # Where p == q the residual is all zeros, but then u < 1 = p/q accepts the draft and
+            # the row is never used; p stands in to keep the draw free of NaN.
+            residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_all[:g])
+            candidates = torch.cat([residual, p_all[g:]])  # (g+1, V)
+            if greedy:
+                finals = candidates.argmax(dim=-1)
+            else:
+                finals = torch.multinomial(candidates, 1, generator=gen)[:, 0]
+            final_probs = candidates.gather(1, finals[:, None])[:, 0]
+            finite = torch.isfinite(p_all).all() & torch.isfinite(q_all).all()
+            host = torch.cat(
+                [drafts.double(), q_d.double(), p_d.double(), u.double(), accept.double(),
+                 finals.double(), final_probs.double(), finite.double()[None]]
+            ).tolist()
+            t2 = clock.now()
+
+            if not host[-1]:
+                raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
+            draft_ids = [int(x) for x in host[0:g]]
+            accepts = [bool(x) for x in host[4 * g : 5 * g]]
+            n_acc = accepts.index(False) if False in accepts else g
+            final = int(host[5 * g + n_acc])
+            emitted = draft_ids[:n_acc] + [final]
+            kind = "correction" if n_acc < g else "bonus"
+            # Stop at the first EOS (kept), and never past max_new_tokens.
+            cut = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
+            cut = min(cut, remaining)
+            keeps_final = cut == len(emitted)
+            emitted = emitted[:cut]
+            seq[n + n_acc] = final  # after the accepted drafts; ignored if not kept
+            n += len(emitted)
+            # Both caches keep all but the newest token, which is fed next round.
+            target_runner.rollback(n - 1)
+            draft_runner.rollback(n - 1)
+
+            trace.output_ids.extend(emitted)
+            if record:
+                texts = decode(draft_ids + [final])
+                q_h, p_h, u_h = host[g : 2 * g], host[2 * g : 3 * g], host[3 * g : 4 * g]
+                drafts_rec = [
+                    Draft(
+                        token_id=draft_ids[i], text=texts[i], q=q_h[i], p=p_h[i],
+                        accept_prob=min(1.0, p_h[i] / q_h[i]) if q_h[i] > 0 else 0.0, u=u_h[i],
+                        verdict="accepted" if i < n_acc else ("rejected" if i == n_acc else "discarded"),
+                    )
+                    for i in range(g)
+                ]
+                trace.rounds.append(
+                    Round(
+                        drafts=drafts_rec, emitted_ids=emitted,
+                        final_token_id=final if keeps_final else None,
+                        final_text=texts[g] if keeps_final else None,
+                        final_kind=kind if keeps_final else None,
+                        final_prob=host[5 * g + g + 1 + n_acc] if keeps_final else None,
+                        draft_ms=t1 - t0, verify_ms=t2 - t1, end_ms=clock.since_start(),
+                    )
+                )
+            if emitted and emitted[-1] in eos:
+                trace.stop_reason = "eos"
+            elif n - n_prompt >= max_new_tokens:
+                trace.stop_reason = "max_new_tokens"
+            trace.total_ms = clock.since_start()
+            if trace.stop_reason:
+                trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
+                yield trace
+                return
+            yield trace
+
+
+def autoregressive_stream(
+    input_ids: list[int],
+    target,
+    sampling: Sampling = Sampling(),
+    max_new_tokens: int = 64,
+    eos_token_id: int | Iterable[int] | None = None,
+    seed: int = 0,
+    tokenizer=None,
+    vocab_size: int | None = None,
+    record: bool = True,
+    cached: bool = True,
+) -> Iterator[Trace]:
+    """The baseline: one target pass per token, sampled from the same processed p.
+
+    Arguments, yields and errors as ``speculative_stream`` (without drafter and gamma); each
+    token is one Round with no drafts and ``final_kind="target"``.
+    """
+    models = (target,)
+    vocab = _vocab_size(models, tokenizer, vocab_size)
+    _validate(input_ids, models, vocab, max_new_tokens, sampling)
+    eos = _eos_set(eos_token_id)
+    device = target.device
+    decode = _decoder(tokenizer)
+    warpers = sampling.warpers()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    trace = Trace(
+        mode="autoregressive",
+        prompt_ids=[int(t) for t in input_ids],
+        prompt_text=tokenizer.decode(list(input_ids)) if tokenizer is not None else "",
+        settings=_settings("autoregressive", sampling, seed, max_new_tokens, eos, models),
+    )
+    n_prompt = len(input_ids)
+    seq = torch.zeros(n_prompt + max_new_tokens, dtype=torch.long, device=device)
+    seq[:n_prompt] = torch.as_tensor(list(input_ids), dtype=torch.long, device=device)
+    runner = ModelRunner(target, vocab, cached)
+    clock = _Clock(device)
+    with torch.inference_mode():
+        runner.prefill(seq, n_prompt - 1)
+        trace.prefill_ms = clock.since_start()
+        for n in range(n_prompt, n_prompt + max_new_tokens):
+            t0 = clock.now()
+            p = sampling.probs(runner.logits(seq, n, 1), warpers)
+            if sampling.greedy:
+                token = p.argmax(dim=-1)
+            else:
+                token = torch.multinomial(p, 1, generator=gen)[:, 0]
+            seq[n] = token[0]
+            token_id, prob, finite = torch.cat([token.double(), p[0, token].double(), torch.isfinite(p).all().double()[None]]).tolist()
+            if not finite:
+                raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
+            token_id = int(token_id)
+            t1 = clock.now()
+            trace.output_ids.append(token_id)
+            if record:
+                trace.rounds.append(
+                    Round(
+                        drafts=[], emitted_ids=[token_id], final_token_id=token_id, final_text=decode([token_id])[0],
+                        final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=t1 - t0, end_ms=clock.since_start(),
+                    )
+                )
+            if token_id in eos:
+                trace.stop_reason = "eos"
+            elif n + 1 - n_prompt >= max_new_tokens:
+                trace.stop_reason = "max_new_tokens"
+            trace.total_ms = clock.since_start()
+            if trace.stop_reason:
+                trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
+            yield trace
+            if trace.stop_reason:
+                return
+
+
+def _last(stream: Iterator[Trace]) -> Trace:
+    trace = None
+    for trace in stream:
+        pass
+    return trace
+
+
+def speculative_generate(input_ids, drafter, target, gamma: int = 4, sampling: Sampling = Sampling(), **kwargs) -> Trace:
+    """Run ``speculative_stream`` to the end and return the finished Trace (same arguments and errors)."""
+    return _last(speculative_stream(input_ids, drafter, target, gamma=gamma, sampling=sampling, **kwargs))
+
+
+def autoregressive_generate(input_ids, target, sampling: Sampling = Sampling(), **kwargs) -> Trace:
+    """Run ``autoregressive_stream`` to the end and return the finished Trace (same arguments and errors)."""
+    return _last(autoregressive_stream(input_ids, target, sampling=sampling, **kwargs))

@@ -1,0 +1,63 @@
+"""Feeding a causal LM the tokens it has not seen yet, with a KV cache that can be rolled back.
+
+The invariant the engine keeps: the cache holds the keys and values of a prefix of the
+sequence; ``logits`` feeds only the tokens after that prefix (the prefix is never re-fed,
+positions follow from the cache length), and ``rollback`` drops what a rejection
+invalidated with ``DynamicCache.crop`` (a negative count in transformers 5).
+
+``cached=False`` gives the reference path of the tests: the whole sequence is re-fed on every
+call and nothing is kept, so a cache bug cannot hide in both paths at once.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+class ModelRunner:
+    """One model's view of a growing sequence.
+
+    Args:
+        model: a transformers causal LM, already on its device and in eval mode.
+        vocab_size: logits are cut to this many columns (the tokenizer's size), because
+            models of one family pad their embedding tables differently.
+        cached: keep a KV cache (True) or re-feed the whole sequence each call (False).
+    """
+
+    def __init__(self, model, vocab_size: int, cached: bool = True):
+        self.model = model
+        self.vocab_size = vocab_size
+        self.cached = cached
+        self.cache = DynamicCache(config=model.config) if cached else None
+        self.seen = 0  # tokens whose keys and values are in the cache
+
+    def logits(self, seq: torch.Tensor, end: int, n_last: int) -> torch.Tensor:
+        """Feed ``seq[seen:end]`` and return the logits of the last ``n_last`` positions.
+
+        Args:
+            seq: 1-D LongTensor on the model's device holding the whole sequence so far.
+            end: length of the sequence to process (positions >= end are ignored).
+            n_last: how many final positions to return logits for (1 <= n_last <= end - seen).
+
+        Returns:
+            Tensor of shape (n_last, vocab_size) in the model's dtype.
+        """
+        if not self.cached:
+            out = self.model(input_ids=seq[None, :end], use_cache=False, logits_to_keep=n_last)
+            return out.logits[0, :, : self.vocab_size]
+        new = seq[None, self.seen : end]
+        out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=n_last)
+        self.seen = end
+        return out.logits[0, :, : self.vocab_size]
+
+    def prefill(self, seq: torch.Tensor, end: int) -> None:
+        """Put ``seq[:end]`` in the cache (no-op for an empty prefix or without a cache)."""
+        if self.cached and end > self.seen:
+            self.logits(seq, end, 1)
+
+    def rollback(self, length: int) -> None:
+        """Keep only the first ``length`` positions in the cache (no-op if it holds fewer)."""
+        if self.cached and self.seen > length:
+            self.cache.crop(length - self.seen)
+            self.seen = length

@@ -1,0 +1,204 @@
+"""The record of one generation: every round's drafts, verdicts and timings.
+
+Data flows one way: the engine writes a Trace, the views read it. A Trace round-trips
+through JSON (``to_dict`` / ``Trace.from_dict``) so a run prepared on one machine can be
+replayed on another with no model.
+
+Terms (Leviathan et al. 2023; vLLM's metric names):
+- round: one draft-then-verify cycle; the autoregressive baseline has one round per token.
+- acceptance rate: accepted drafts / drafted tokens.
+- tokens per round: emitted tokens / rounds, counting the correction or bonus token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+# Verdict of one drafted token.
+#   accepted:  u < min(1, p/q), kept in the output
+#   rejected:  the first draft that failed the test; replaced by the correction token
+#   discarded: drafted after a rejection, never tested
+Verdict = Literal["accepted", "rejected", "discarded"]
+# Where the token that closes a round came from.
+#   correction: sampled from norm(max(0, p - q)) at the rejected position
+#   bonus:      sampled from p after all drafts were accepted
+#   target:     sampled from p by the autoregressive baseline
+FinalKind = Literal["correction", "bonus", "target"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Draft:
+    """One drafted token and the test that judged it.
+
+    ``q`` and ``p`` are probabilities of this token under the drafter's and the target's
+    processed distributions; ``accept_prob`` = min(1, p/q); ``u`` the uniform draw in [0, 1).
+    """
+
+    token_id: int
+    text: str
+    q: float
+    p: float
+    accept_prob: float
+    u: float
+    verdict: Verdict
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict == "accepted"
+
+
+@dataclass
+class Round:
+    """One round.
+
+    Attributes:
+        drafts: the drafted tokens in order (empty for the autoregressive baseline).
+        final_token_id / final_text / final_kind: the correction, bonus or target token that
+            closes the round; None when the round stopped before it (an accepted EOS draft,
+            or max_new_tokens reached).
+        final_prob: probability of the final token under the distribution it was sampled
+            from (the normalised residual for a correction, p otherwise).
+        emitted_ids: the tokens this round added to the output, in order.
+        draft_ms / verify_ms: wall time of drafting and of the target's pass, in ms.
+        end_ms: time since the start of generation when the round ended, in ms.
+    """
+
+    drafts: list[Draft]
+    emitted_ids: list[int]
+    final_token_id: int | None
+    final_text: str | None
+    final_kind: FinalKind | None
+    final_prob: float | None
+    draft_ms: float
+    verify_ms: float
+    end_ms: float
+
+    @property
+    def accepted_count(self) -> int:
+        return sum(d.accepted for d in self.drafts)
+
+
+@dataclass
+class Trace:
+    """A whole generation (batch of one).
+
+    Attributes:
+        mode: "speculative" or "autoregressive".
+        prompt_ids: the prompt's token ids.
+        output_ids: generated token ids, prompt excluded, stopped at the first EOS (kept) and
+            at max_new_tokens.
+        output_text: the decoded output ("" when no tokenizer was given).
+        rounds: one Round per draft-verify round (per token for the baseline).
+        stop_reason: "eos" or "max_new_tokens".
+        prefill_ms: time of the prompt pass(es), in ms; included in total_ms.
+        total_ms: wall time from the call's start to its last token, in ms.
+        settings: gamma, sampling, seed, max_new_tokens, eos_token_id, device, dtype, models.
+    """
+
+    mode: Literal["speculative", "autoregressive"]
+    prompt_ids: list[int]
+    prompt_text: str = ""
+    output_ids: list[int] = field(default_factory=list)
+    output_text: str = ""
+    rounds: list[Round] = field(default_factory=list)
+    stop_reason: str | None = None
+    prefill_ms: float = 0.0
+    total_ms: float = 0.0
+    settings: dict = field(default_factory=dict)
+
+    # Totals, derived from the rounds so they can never disagree with them.
+    @property
+    def drafted(self) -> int:
+        return sum(len(r.drafts) for r in self.rounds)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.accepted_count for r in self.rounds)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted drafts / drafted tokens; None when nothing was drafted."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_tokens_per_round(self) -> float | None:
+        """Emitted tokens / rounds, the correction or bonus token included."""
+        return len(self.output_ids) / len(self.rounds) if self.rounds else None
+
+    @property
+    def target_forward_passes(self) -> int:
+        """Target forward passes after the prompt prefill: one per round."""
+        return len(self.rounds)
+
+    @property
+    def drafter_forward_passes(self) -> int:
+        """Drafter forward passes after the prompt prefill: one per drafted token."""
+        return self.drafted
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Generated tokens / total wall time (prefill included), in tokens/s."""
+        return len(self.output_ids) / (self.total_ms / 1000) if self.total_ms > 0 else None
+
+    @property
+    def draft_ms(self) -> float:
+        return sum(r.draft_ms for r in self.rounds)
+
+    @property
+    def verify_ms(self) -> float:
+        return sum(r.verify_ms for r in self.rounds)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict: the fields above, every round, and the derived totals."""
+        d = asdict(self)
+        d["schema_version"] = SCHEMA_VERSION
+        for r_dict, r in zip(d["rounds"], self.rounds):
+            for d_dict, dr in zip(r_dict["drafts"], r.drafts):
+                d_dict["accepted"] = dr.accepted
+        d.update(
+            drafted=self.drafted,
+            accepted=self.accepted,
+            acceptance_rate=self.acceptance_rate,
+            mean_tokens_per_round=self.mean_tokens_per_round,
+            target_forward_passes=self.target_forward_passes,
+            drafter_forward_passes=self.drafter_forward_passes,
+            tokens_per_second=self.tokens_per_second,
+        )
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Trace":
+        """Rebuild a Trace from ``to_dict`` output; derived totals are recomputed, not trusted.
+
+        Raises:
+            ValueError: if a required field is missing or has the wrong type.
+        """
+        try:
+            rounds = []
+            for r in d["rounds"]:
+                drafts = [
+                    Draft(
+                        token_id=int(x["token_id"]), text=str(x["text"]), q=float(x["q"]), p=float(x["p"]),
+                        accept_prob=float(x["accept_prob"]), u=float(x["u"]), verdict=x["verdict"],
+                    )
+                    for x in r["drafts"]
+                ]
+                rounds.append(
+                    Round(
+                        drafts=drafts, emitted_ids=[int(t) for t in r["emitted_ids"]],
+                        final_token_id=r["final_token_id"], final_text=r["final_text"], final_kind=r["final_kind"],
+                        final_prob=r["final_prob"], draft_ms=float(r["draft_ms"]), verify_ms=float(r["verify_ms"]),
+                        end_ms=float(r["end_ms"]),
+                    )
+                )
+            return cls(
+                mode=d["mode"], prompt_ids=[int(t) for t in d["prompt_ids"]], prompt_text=str(d.get("prompt_text", "")),
+                output_ids=[int(t) for t in d["output_ids"]], output_text=str(d.get("output_text", "")), rounds=rounds,
+                stop_reason=d.get("stop_reason"), prefill_ms=float(d.get("prefill_ms", 0.0)),
+                total_ms=float(d.get("total_ms", 0.0)), settings=dict(d.get("settings", {})),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a specviz trace: {e!r}") from e
