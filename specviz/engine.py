@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
+from specviz import rejection
 from specviz.runner import ModelRunner
 from specviz.sampling import Sampling
 from specviz.trace import Draft, Round, Trace
@@ -148,7 +149,6 @@ def speculative_stream(
     warpers = sampling.warpers()
     greedy = sampling.greedy
     gen = torch.Generator(device=device).manual_seed(seed)
-
     trace = Trace(
         mode="speculative",
         prompt_ids=[int(t) for t in input_ids],
@@ -177,13 +177,8 @@ def speculative_stream(
             # Drafting: g forward passes of the drafter, each sampling one token from q_i.
             q_rows = []
             for i in range(g):
-                logits = draft_runner.logits(seq, n + i, 1)
-                q = sampling.probs(logits, warpers)
+                token, q = rejection.draft_token(draft_runner.logits(seq, n + i, 1), sampling, warpers, gen)
                 q_rows.append(q)
-                if greedy:
-                    token = q.argmax(dim=-1)
-                else:
-                    token = torch.multinomial(q, 1, generator=gen)[:, 0]
                 seq[n + i] = token[0]
             t1 = clock.now()
 
@@ -195,22 +190,12 @@ def speculative_stream(
             q_d = q_all.gather(1, cols)[:, 0]
             p_d = p_all[:g].gather(1, cols)[:, 0]
             u = torch.rand(g, generator=gen, device=device)
-            # Strict "<": a draft with p(x) = 0 is never accepted, even when u = 0.
-            # u * q < p is u < p / q without a division (q(x) > 0 for a sampled x).
-            accept = u * q_d < p_d
+            accept = rejection.accept(u, q_d, p_d)
             # One candidate final token per possible stopping point: the correction at every
             # draft position, the bonus after the last. Only one is used; drawing all at once
             # keeps the round to a single device-to-host transfer.
-            residual = (p_all[:g] - q_all).clamp_min(0.0)
-            mass = residual.sum(dim=-1, keepdim=True)
-            # Where p == q the residual is all zeros, but then u < 1 = p/q accepts the draft and
-            # the row is never used; p stands in to keep the draw free of NaN.
-            residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_all[:g])
-            candidates = torch.cat([residual, p_all[g:]])  # (g+1, V)
-            if greedy:
-                finals = candidates.argmax(dim=-1)
-            else:
-                finals = torch.multinomial(candidates, 1, generator=gen)[:, 0]
+            candidates = torch.cat([rejection.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
+            finals = rejection.sample_rows(candidates, greedy, gen)
             final_probs = candidates.gather(1, finals[:, None])[:, 0]
             finite = torch.isfinite(p_all).all() & torch.isfinite(q_all).all()
             host = torch.cat(
@@ -314,10 +299,7 @@ def autoregressive_stream(
         for n in range(n_prompt, n_prompt + max_new_tokens):
             t0 = clock.now()
             p = sampling.probs(runner.logits(seq, n, 1), warpers)
-            if sampling.greedy:
-                token = p.argmax(dim=-1)
-            else:
-                token = torch.multinomial(p, 1, generator=gen)[:, 0]
+            token = rejection.sample_rows(p, sampling.greedy, gen)
             seq[n] = token[0]
             token_id, prob, finite = torch.cat([token.double(), p[0, token].double(), torch.isfinite(p).all().double()[None]]).tolist()
             if not finite:

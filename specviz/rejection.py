@@ -1,0 +1,64 @@
+"""The maths of one speculative round: drafting a token, the acceptance test, the residual.
+
+Leviathan et al. 2023, Sec. 2.3 and Appendix A.1; Chen et al. 2023, Algorithm 2. With
+beta = sum_x min(q(x), p(x)), a drafted x ~ q is kept with probability min(1, p(x)/q(x)),
+and on rejection the replacement comes from norm(max(0, p - q)); the emitted token is then
+distributed as p:  q(x) min(1, p(x)/q(x)) + (1 - beta) (p(x) - min(p(x), q(x))) / (1 - beta) = p(x).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.sampling import Sampling
+
+
+def draft_token(logits: torch.Tensor, sampling: Sampling, warpers, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one draft and return it with the distribution it was sampled from.
+
+    Returning q together with the sample is the point: the acceptance ratio must use
+    exactly the processed q the token came from, never the raw softmax.
+
+    Args:
+        logits: (1, vocab) drafter logits for the next position.
+
+    Returns:
+        (token of shape (1,), q of shape (1, vocab) in float32).
+    """
+    q = sampling.probs(logits, warpers)
+    if sampling.greedy:
+        return q.argmax(dim=-1), q
+    return torch.multinomial(q, 1, generator=gen)[:, 0], q
+
+
+def accept(u: torch.Tensor, q_x: torch.Tensor, p_x: torch.Tensor) -> torch.Tensor:
+    """The acceptance test u < min(1, p(x)/q(x)), elementwise.
+
+    Written as u * q < p: no division, and q(x) > 0 for any x sampled from q. The strict
+    "<" matters: a draft the target gives p(x) = 0 is never kept, even when u = 0.
+
+    Args:
+        u: uniforms in [0, 1), shape (gamma,); q_x, p_x: the drafts' probabilities, shape (gamma,).
+
+    Returns:
+        bool tensor of shape (gamma,).
+    """
+    return u * q_x < p_x
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)) row by row; shape (rows, vocab) in, same out.
+
+    When p == q the residual is all zeros; that row is never sampled (every draft is then
+    accepted, since u < 1 = p/q), and p stands in for it so no NaN can appear.
+    """
+    r = (p - q).clamp_min(0.0)
+    mass = r.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, r / mass.clamp_min(1e-30), p)
+
+
+def sample_rows(probs: torch.Tensor, greedy: bool, gen: torch.Generator) -> torch.Tensor:
+    """One token per row of ``probs`` (rows, vocab): the argmax when greedy, else a draw."""
+    if greedy:
+        return probs.argmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=gen)[:, 0]
