@@ -25,19 +25,30 @@ from specviz.trace import Draft, Round, Trace
 
 
 class _Clock:
-    """Wall-clock milliseconds, synchronised with the device so GPU work is counted."""
+    """Wall-clock milliseconds, synchronised with the device so GPU work is counted.
+
+    Time spent suspended at a ``yield`` (the consumer drawing a page, say) is excluded, so
+    the trace's timings measure generation alone.
+    """
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
+        self.paused = 0.0
         self.start = self.now()
 
     def now(self) -> float:
         if self.cuda:
             torch.cuda.synchronize()
-        return time.perf_counter() * 1000.0
+        return time.perf_counter() * 1000.0 - self.paused
 
     def since_start(self) -> float:
         return self.now() - self.start
+
+    def suspend(self) -> float:
+        return time.perf_counter() * 1000.0
+
+    def resume(self, suspended_at: float) -> None:
+        self.paused += time.perf_counter() * 1000.0 - suspended_at
 
 
 def _eos_set(eos_token_id: int | Iterable[int] | None) -> frozenset[int]:
@@ -254,7 +265,9 @@ def speculative_stream(
                 trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
                 yield trace
                 return
+            suspended = clock.suspend()
             yield trace
+            clock.resume(suspended)
 
 
 def autoregressive_stream(
@@ -321,9 +334,11 @@ def autoregressive_stream(
             trace.total_ms = clock.since_start()
             if trace.stop_reason:
                 trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
-            yield trace
-            if trace.stop_reason:
+                yield trace
                 return
+            suspended = clock.suspend()
+            yield trace
+            clock.resume(suspended)
 
 
 def _last(stream: Iterator[Trace]) -> Trace:

@@ -7,7 +7,6 @@ how to show it.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,11 +97,38 @@ def _explain(model_id: str, err: Exception) -> PairError:
     return PairError(f"'{model_id}' could not be loaded: {text.splitlines()[0] if text else type(err).__name__}")
 
 
-def _load_tokenizer(model_id: str):
+def hub_reachable(model_id: str) -> bool:
+    """Ask the hub about ``model_id`` once, with a short timeout and no retries.
+
+    Returns True for a local folder or a model the hub answered for, False when the hub
+    cannot be reached (loading then uses the local cache only, instead of retrying for a minute).
+
+    Raises:
+        PairError: the hub answered that the model does not exist.
+    """
+    if Path(model_id).exists():
+        return True
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(model_id, timeout=5)
+        return True
+    except (RepositoryNotFoundError, GatedRepoError) as err:
+        if isinstance(err, GatedRepoError):
+            return True  # the download says whether the token grants access
+        raise _explain(model_id, err) from err
+    except HfHubHTTPError:
+        return True  # the hub answered; let the download report the details
+    except Exception:  # connection refused, DNS failure, offline mode: no hub here
+        return False
+
+
+def _load_tokenizer(model_id: str, local_only: bool):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(model_id)
+        return AutoTokenizer.from_pretrained(model_id, local_files_only=local_only)
     except Exception as err:  # transformers wraps hub errors in OSError and ValueError
         raise _explain(model_id, err.__cause__ if isinstance(err.__cause__, Exception) else err) from err
 
@@ -133,11 +159,11 @@ def check_same_tokenizer(drafter_id: str, drafter_tok, target_id: str, target_to
         )
 
 
-def _load_model(model_id: str, device: torch.device):
+def _load_model(model_id: str, device: torch.device, local_only: bool):
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=_dtype_for(device))
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=_dtype_for(device), local_files_only=local_only)
     except Exception as err:
         raise _explain(model_id, err.__cause__ if isinstance(err.__cause__, Exception) else err) from err
     try:
@@ -184,20 +210,12 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
     with _lock:
         if key in _cache:
             return _cache[key]
-        drafter_tok = _load_tokenizer(drafter_id)
-        target_tok = _load_tokenizer(target_id)
+        local = {m: not hub_reachable(m) for m in (drafter_id, target_id)}
+        drafter_tok = _load_tokenizer(drafter_id, local[drafter_id])
+        target_tok = _load_tokenizer(target_id, local[target_id])
         check_same_tokenizer(drafter_id, drafter_tok, target_id, target_tok)
-        pair = Pair(label, _load_model(drafter_id, dev), _load_model(target_id, dev), target_tok, dev)
+        pair = Pair(label, _load_model(drafter_id, dev, local[drafter_id]), _load_model(target_id, dev, local[target_id]), target_tok, dev)
         # One resident pair: a visitor switching pairs frees the previous one.
         _cache.clear()
         _cache[key] = pair
         return pair
-
-
-def embedded_available() -> bool:
-    return all(Path(p, "model.safetensors").exists() for p in PRESETS[EMBEDDED])
-
-
-def offline_by_default() -> None:
-    """Keep the embedded pair usable with no network: fail fast instead of waiting on the hub."""
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

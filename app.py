@@ -1,0 +1,16 @@
+"""specviz web demo: ``python app.py [--port 7860]`` serves on 127.0.0.1."""
+
+import argparse
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+from specviz.demo import build_demo, launch_kwargs  # noqa: E402
+
+demo = build_demo()
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT or 7860)")
+    demo.launch(**launch_kwargs(parser.parse_args().port))

@@ -1,0 +1,3 @@
+from specviz.cli import main
+
+main()

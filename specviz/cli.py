@@ -1,0 +1,96 @@
+"""Command line: ``python -m specviz generate|bench|train``.
+
+    python -m specviz generate --pair embedded --prompt "def add(a, b):" --gamma 4 --temperature 0 --json
+    python -m specviz generate --mode autoregressive --prompt "import os"
+    python -m specviz bench --pair embedded --gamma 4 --temperature 0 --max-new-tokens 128 --json
+    python -m specviz train
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default="embedded", help="a preset pair name (default: embedded)")
+    p.add_argument("--drafter", help="drafter folder or hub id (with --target, overrides --pair)")
+    p.add_argument("--target", help="target folder or hub id (with --drafter, overrides --pair)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    p.add_argument("--gamma", type=int, default=4, help="drafted tokens per round")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    p.add_argument("--top-k", type=int, default=0, help="0 keeps every token")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 keeps every token")
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding, exact and shown round by round.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="run one generation and print it, colour-coded, or its trace as JSON")
+    _add_model_args(gen)
+    _add_sampling_args(gen, 64)
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--mode", choices=["speculative", "autoregressive"], default="speculative")
+    gen.add_argument("--json", action="store_true", help="print the whole trace as JSON")
+
+    bench = sub.add_parser("bench", help="tokens/s of specviz and transformers on one pair, with speedups")
+    _add_model_args(bench)
+    _add_sampling_args(bench, 128)
+    bench.add_argument("--repeats", type=int, default=3, help="timed repeats per prompt and method")
+    bench.add_argument("--prompts", type=int, default=8, help="held-out prompts to use")
+    bench.add_argument("--json", action="store_true")
+
+    sub.add_parser("train", help="rebuild the embedded pair (see python -m specviz.train --help)", add_help=False)
+    return parser
+
+
+def _generate(args) -> int:
+    from specviz import Sampling, autoregressive_generate, speculative_generate
+    from specviz.pair import PairError, load_pair
+    from specviz.views import tokens_ansi
+
+    try:
+        sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+        pair = load_pair(args.pair, args.drafter, args.target, device=args.device)
+        ids = pair.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
+        common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=pair.eos_token_id, seed=args.seed, tokenizer=pair.tokenizer)
+        if args.mode == "speculative":
+            trace = speculative_generate(ids, pair.drafter, pair.target, gamma=args.gamma, **common)
+        else:
+            trace = autoregressive_generate(ids, pair.target, **common)
+    except (PairError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(trace.to_dict(), indent=1))
+    else:
+        print(tokens_ansi(trace))
+        rate = trace.acceptance_rate
+        print(
+            f"{len(trace.output_ids)} tokens in {len(trace.rounds)} rounds, {trace.tokens_per_second:.1f} tokens/s"
+            + (f", acceptance rate {rate:.3f}, {trace.mean_tokens_per_round:.2f} tokens per round" if rate is not None else "")
+        )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:
+        from specviz import train
+
+        train.main(argv[1:])
+        return
+    args = build_parser().parse_args(argv)
+    if args.command == "generate":
+        sys.exit(_generate(args))
+    if args.command == "bench":
+        from specviz import bench
+
+        sys.exit(bench.run(args))

@@ -1,0 +1,49 @@
+"""Leviathan et al. 2023, Sec. 3: what the acceptance rate and the cost coefficient predict.
+
+alpha: the acceptance rate, taken as the probability that one draft is accepted (Sec. 3.1
+assumes it is the same at every position). c: the cost coefficient, the time of one drafter
+forward pass over the time of one target forward pass (Sec. 3.2).
+"""
+
+from __future__ import annotations
+
+from specviz.trace import Trace
+
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """(1 - alpha^(gamma+1)) / (1 - alpha): Leviathan et al. 2023, Eq. (1); gamma + 1 when alpha = 1."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
+    """Walltime speedup (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)): Leviathan et al. 2023, Thm. 3.8."""
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
+
+
+def optimal_gamma(alpha: float, c: float, max_gamma: int = 16) -> int:
+    """The gamma in 1..max_gamma with the largest predicted speedup."""
+    return max(range(1, max_gamma + 1), key=lambda g: predicted_speedup(alpha, g, c))
+
+
+def drafter_step_ms(spec: Trace) -> float | None:
+    """Mean drafting time per drafter forward pass, in ms."""
+    return spec.draft_ms / spec.drafter_forward_passes if spec.drafter_forward_passes else None
+
+
+def target_step_ms(baseline: Trace) -> float | None:
+    """Mean time of one single-token target pass in the autoregressive baseline, in ms."""
+    return baseline.verify_ms / len(baseline.rounds) if baseline.rounds else None
+
+
+def cost_coefficient(spec: Trace, baseline: Trace) -> float | None:
+    """c = drafter step time / target step time, both measured in the same session (ms / ms)."""
+    d, t = drafter_step_ms(spec), target_step_ms(baseline)
+    return d / t if d is not None and t else None
+
+
+def measured_speedup(spec: Trace, baseline: Trace) -> float | None:
+    """Speculative tokens/s over autoregressive tokens/s."""
+    a, b = spec.tokens_per_second, baseline.tokens_per_second
+    return a / b if a and b else None

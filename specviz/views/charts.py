@@ -1,0 +1,66 @@
+"""Plotly figures of a trace: acceptance per round, and tokens against wall time."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from specviz.trace import Trace
+
+BLUE, VERMILLION, ORANGE, GREEN, GREY = "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#BBBBBB"
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
+    fig.update_layout(
+        title=dict(text=title, font=dict(size=15)),
+        xaxis_title=x,
+        yaxis_title=y,
+        template="plotly_white",
+        height=320,
+        margin=dict(l=50, r=20, t=50, b=45),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        bargap=0.15,
+    )
+    return fig
+
+
+def acceptance_figure(trace: Trace) -> go.Figure:
+    """Stacked bars per round (accepted, rejected, discarded drafts) and the running acceptance rate."""
+    rounds = list(range(1, len(trace.rounds) + 1))
+    count = lambda verdict: [sum(d.verdict == verdict for d in r.drafts) for r in trace.rounds]  # noqa: E731
+    running, acc, drafted = [], 0, 0
+    for r in trace.rounds:
+        acc += r.accepted_count
+        drafted += len(r.drafts)
+        running.append(acc / drafted if drafted else None)
+    fig = go.Figure(
+        [
+            go.Bar(x=rounds, y=count("accepted"), name="accepted", marker_color=BLUE),
+            go.Bar(x=rounds, y=count("rejected"), name="rejected", marker_color=VERMILLION),
+            go.Bar(x=rounds, y=count("discarded"), name="discarded after a rejection", marker_color=GREY),
+            go.Scatter(x=rounds, y=running, name="acceptance rate so far", yaxis="y2", mode="lines", line=dict(color="#333", width=2)),
+        ]
+    )
+    fig.update_layout(barmode="stack", yaxis2=dict(overlaying="y", side="right", range=[0, 1.05], title="acceptance rate", showgrid=False))
+    return _layout(fig, "Drafts per round", "round", "drafted tokens")
+
+
+def _steps(trace: Trace) -> tuple[list[float], list[int]]:
+    xs, ys, total = [0.0, trace.prefill_ms], [0, 0], 0
+    for r in trace.rounds:
+        total += len(r.emitted_ids)
+        xs.append(r.end_ms)
+        ys.append(total)
+    return xs, ys
+
+
+def timeline_figure(spec: Trace, baseline: Trace | None = None) -> go.Figure:
+    """Generated tokens against wall time (ms) for the speculative run and, if given, the baseline."""
+    traces = [(spec, "speculative", GREEN)] + ([(baseline, "autoregressive", ORANGE)] if baseline is not None else [])
+    fig = go.Figure(
+        [
+            go.Scatter(x=xs, y=ys, name=name, mode="lines", line=dict(shape="hv", color=color, width=2.5))
+            for t, name, color in traces
+            for xs, ys in [_steps(t)]
+        ]
+    )
+    return _layout(fig, "Generated tokens over time", "wall time (ms)", "tokens")

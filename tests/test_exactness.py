@@ -1,0 +1,187 @@
+"""Speculative sampling keeps the target's distribution: statistical tests that could fail.
+
+For tiny models (vocabulary 8) the exact probability of every two-token continuation under
+the target's processed distribution is enumerated from the target's own forward passes.
+Thousands of seeded speculative runs are then compared with it by Pearson's chi-square test
+(cells with an expected count under 5 are pooled).
+
+Significance: each case uses ALPHA = 1e-4; with the ten cases below, a correct
+implementation fails the file with probability under 1e-3 for a random choice of seeds. The
+seeds are fixed, so a run is reproducible. Controls: two faults seen in public
+implementations are planted in the engine's own code path (q from raw logits while the
+draft is sampled from processed ones; the correction drawn from p instead of the residual)
+and the same test at the same sample size must reject them.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specviz import Sampling, speculative_generate
+from specviz import rejection
+from tests.conftest import masked_lm, noisy_copy, tiny_lm
+
+pytestmark = pytest.mark.slow
+
+VOCAB = 8
+PROMPT = [1, 2, 3]
+RUNS = 4000
+ALPHA = 1e-4
+
+
+def exact_two_token_distribution(target, sampling: Sampling) -> np.ndarray:
+    """P(x1, x2 | PROMPT) = p(x1 | PROMPT) p(x2 | PROMPT, x1) under the processed p; shape (V, V)."""
+    with torch.inference_mode():
+        p1 = sampling.probs(target(torch.tensor([PROMPT])).logits[0, -1:, :VOCAB])[0]
+        batch = torch.tensor([PROMPT + [x] for x in range(VOCAB)])
+        p2 = sampling.probs(target(batch).logits[:, -1, :VOCAB])
+    return (p1[:, None] * p2).double().numpy()
+
+
+def chi_square(drafter, target, sampling: Sampling, gamma: int, max_new_tokens: int = 2, runs: int = RUNS):
+    """(statistic, p-value, acceptance rate) of RUNS speculative samples against the exact law."""
+    exact = exact_two_token_distribution(target, sampling).ravel()
+    counts = np.zeros(VOCAB * VOCAB)
+    accepted = drafted = 0
+    for seed in range(runs):
+        trace = speculative_generate(PROMPT, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed)
+        x1, x2 = trace.output_ids[:2]
+        counts[x1 * VOCAB + x2] += 1
+        accepted += trace.accepted
+        drafted += trace.drafted
+    expected = exact * runs
+    big = expected >= 5
+    observed = np.append(counts[big], counts[~big].sum())
+    wanted = np.append(expected[big], expected[~big].sum())
+    if wanted[-1] == 0:  # nothing pooled; pooled cells that cannot occur must not occur
+        assert observed[-1] == 0
+        observed, wanted = observed[:-1], wanted[:-1]
+    wanted = wanted * observed.sum() / wanted.sum()  # float rounding of the enumeration
+    stat, pvalue = chisquare(observed, wanted)
+    return stat, pvalue, accepted / drafted
+
+
+def models(kind: str):
+    target = tiny_lm(vocab=VOCAB, layers=2, seed=3, init=0.3, n_positions=32)
+    if kind == "similar":
+        return noisy_copy(target, 0.03, seed=4), target
+    if kind == "unlike":
+        return tiny_lm(vocab=VOCAB, layers=1, seed=5, init=0.5, n_positions=32), target
+    if kind == "identical":
+        return target, target
+    if kind == "drafter_zeros":  # the drafter never proposes tokens 2 and 5, where the target has mass
+        return masked_lm([2, 5], vocab=VOCAB, layers=1, seed=5, init=0.3, n_positions=32), target
+    if kind == "target_zeros":  # the target gives 0 to tokens 1 and 6, which the drafter proposes
+        target = masked_lm([1, 6], vocab=VOCAB, layers=2, seed=3, init=0.3, n_positions=32)
+        return tiny_lm(vocab=VOCAB, layers=1, seed=5, init=0.3, n_positions=32), target
+    raise KeyError(kind)
+
+
+CASES = [
+    # (id, models, sampling, gamma, max_new_tokens)
+    ("t1-gamma3", "similar", Sampling(temperature=1.0), 3, 2),
+    ("t0.7-topk-topp-gamma3", "similar", Sampling(temperature=0.7, top_k=5, top_p=0.9), 3, 2),
+    ("unlike-gamma1", "unlike", Sampling(temperature=1.0), 1, 2),
+    ("identical-gamma8", "identical", Sampling(temperature=1.0), 8, 9),
+    ("drafter-zeros-gamma3", "drafter_zeros", Sampling(temperature=1.0), 3, 2),
+    ("target-zeros-gamma8", "target_zeros", Sampling(temperature=1.0), 8, 9),
+    ("unlike-topk-gamma8", "unlike", Sampling(temperature=1.3, top_k=4), 8, 9),
+    ("similar-topp-gamma1", "similar", Sampling(temperature=1.0, top_p=0.8), 1, 3),
+]
+
+
+@pytest.mark.parametrize("kind, sampling, gamma, max_new", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_output_distribution_is_the_targets(kind, sampling, gamma, max_new):
+    drafter, target = models(kind)
+    stat, pvalue, acceptance = chi_square(drafter, target, sampling, gamma, max_new)
+    print(f"\n{kind} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} acceptance={acceptance:.3f}")
+    assert pvalue > ALPHA
+    if kind == "identical":
+        assert acceptance == 1.0
+    if kind == "unlike":
+        assert acceptance < 0.5
+
+
+def test_target_zeros_are_never_emitted():
+    drafter, target = models("target_zeros")
+    for seed in range(200):
+        trace = speculative_generate(PROMPT, drafter, target, gamma=4, sampling=Sampling(1.0), max_new_tokens=12, seed=seed)
+        assert not {1, 6} & set(trace.output_ids)
+        assert all(not d.accepted for r in trace.rounds for d in r.drafts if d.token_id in (1, 6))
+
+
+def _raw_q_fault(logits, sampling, warpers, gen):
+    """Planted fault: the draft comes from the processed q, the ratio uses softmax of raw logits."""
+    token, _ = ORIGINAL_DRAFT_TOKEN(logits, sampling, warpers, gen)
+    return token, torch.softmax(logits.float(), dim=-1)
+
+
+ORIGINAL_DRAFT_TOKEN = rejection.draft_token
+
+
+@pytest.mark.parametrize(
+    "fault",
+    ["raw_q", "residual_is_p"],
+)
+def test_planted_faults_are_caught(monkeypatch, fault):
+    """Control: the same test, the same sample size, a known bug in the engine's path: rejected."""
+    if fault == "raw_q":
+        monkeypatch.setattr(rejection, "draft_token", _raw_q_fault)
+        kind, sampling, gamma = "similar", Sampling(temperature=0.7, top_k=5, top_p=0.9), 3
+    else:
+        monkeypatch.setattr(rejection, "residual", lambda p, q: p)
+        kind, sampling, gamma = "unlike", Sampling(temperature=1.0), 1
+    drafter, target = models(kind)
+    stat, pvalue, _ = chi_square(drafter, target, sampling, gamma)
+    print(f"\nplanted {fault}: chi2={stat:.1f} p={pvalue:.3g}")
+    assert pvalue < ALPHA
+
+
+def test_enumeration_is_a_distribution():
+    _, target = models("similar")
+    exact = exact_two_token_distribution(target, Sampling(temperature=0.7, top_k=5, top_p=0.9))
+    assert exact.sum() == pytest.approx(1.0, abs=1e-6)
+    assert (exact >= 0).all()
+    # top-k = 5 on a vocabulary of 8 leaves at most 5 x 5 reachable cells
+    assert (exact > 0).sum() <= 25
+
+
+def conditional_next_token(drafter, target, sampling: Sampling, gamma: int, depth: int, runs: int = RUNS):
+    """Chi-square of the token at position depth+1 given the commonest depth-token prefix.
+
+    Under exactness the next token given any prefix is distributed as p(. | PROMPT + prefix),
+    whatever draft position produced it; with gamma > depth this checks a late draft position.
+    """
+    outputs = [
+        tuple(speculative_generate(PROMPT, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=depth + 1, seed=s).output_ids)
+        for s in range(runs)
+    ]
+    prefixes: dict[tuple, int] = {}
+    for out in outputs:
+        prefixes[out[:depth]] = prefixes.get(out[:depth], 0) + 1
+    prefix = max(prefixes, key=prefixes.get)
+    counts = np.bincount([out[depth] for out in outputs if out[:depth] == prefix], minlength=VOCAB).astype(float)
+    with torch.inference_mode():
+        p = sampling.probs(target(torch.tensor([PROMPT + list(prefix)])).logits[0, -1:, :VOCAB])[0].double().numpy()
+    expected = p * counts.sum()
+    big = expected >= 5
+    assert counts[expected == 0].sum() == 0
+    observed = np.append(counts[big], counts[~big].sum())
+    wanted = np.append(expected[big], expected[~big].sum())
+    keep = wanted > 0
+    observed, wanted = observed[keep], wanted[keep] * observed[keep].sum() / wanted[keep].sum()
+    stat, pvalue = chisquare(observed, wanted)
+    return stat, pvalue, int(counts.sum())
+
+
+@pytest.mark.parametrize("kind", ["similar", "target_zeros"])
+def test_late_draft_positions_keep_the_distribution(kind):
+    drafter, target = models(kind)
+    stat, pvalue, n = conditional_next_token(drafter, target, Sampling(temperature=1.0), gamma=8, depth=5, runs=2000)
+    print(f"\n{kind} position 6 given the commonest prefix: chi2={stat:.1f} p={pvalue:.3g} n={n}")
+    assert n >= 200
+    assert pvalue > ALPHA

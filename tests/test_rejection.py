@@ -1,0 +1,75 @@
+"""Property tests of one position's maths on random p and q (hypothesis).
+
+The probability of emitting token x at one position, in closed form:
+    P(x) = q(x) min(1, p(x)/q(x)) + (1 - beta) r(x),  beta = sum_y q(y) min(1, p(y)/q(y)),
+with r the engine's own residual. Exactness means P == p for every p and q
+(Leviathan et al. 2023, Appendix A.1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specviz import rejection
+
+
+def distribution(n: int, zeros: bool):
+    weights = st.floats(0.0 if zeros else 1e-3, 1.0, allow_nan=False, allow_infinity=False)
+    return st.lists(weights, min_size=n, max_size=n).filter(lambda w: sum(w) > 1e-3)
+
+
+@st.composite
+def p_and_q(draw):
+    n = draw(st.integers(2, 12))
+    zeros = draw(st.booleans())
+    p = np.array(draw(distribution(n, zeros)), dtype=np.float64)
+    q = np.array(draw(distribution(n, zeros)), dtype=np.float64)
+    return torch.tensor(p / p.sum()), torch.tensor(q / q.sum())
+
+
+@settings(max_examples=400, deadline=None)
+@given(p_and_q())
+def test_emission_probability_equals_p(pq):
+    p, q = pq
+    keep = torch.where(q > 0, torch.minimum(torch.ones_like(p), p / q.clamp_min(1e-300)), torch.zeros_like(p))
+    beta = (q * keep).sum()
+    emitted = q * keep + (1 - beta) * rejection.residual(p[None], q[None])[0]
+    assert torch.allclose(emitted, p, atol=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(p_and_q())
+def test_residual_is_a_distribution_without_nan(pq):
+    p, q = pq
+    r = rejection.residual(p[None], q[None])[0]
+    assert torch.isfinite(r).all()
+    assert r.sum().item() == 1.0 or abs(r.sum().item() - 1.0) < 1e-9
+    assert (r >= 0).all()
+    # r puts mass only where p exceeds q (or is p itself when p == q).
+    if (p > q).any():
+        assert (r[p <= q] == 0).all()
+
+
+# u as torch.rand draws it: float32 in [0, 1).
+UNIFORM = st.floats(0.0, 1.0, exclude_max=True, width=32)
+
+
+@given(UNIFORM, st.floats(2.0**-20, 1.0, width=32))
+def test_zero_target_probability_is_never_accepted(u, q):
+    assert not rejection.accept(torch.tensor([u]), torch.tensor([q]), torch.tensor([0.0]))[0]
+
+
+@given(UNIFORM, st.floats(2.0**-20, 1.0, width=32), st.floats(0.0, 1.0, width=32))
+def test_p_at_least_q_is_always_accepted(u, q, extra):
+    p = max(q, min(1.0, q + extra * (1 - q)))
+    assert rejection.accept(torch.tensor([u]), torch.tensor([q]), torch.tensor([p]))[0]
+
+
+def test_identical_p_and_q_give_no_nan():
+    p = torch.tensor([[0.5, 0.25, 0.25, 0.0]])
+    r = rejection.residual(p, p.clone())
+    assert torch.isfinite(r).all()
+    assert torch.equal(r, p)
