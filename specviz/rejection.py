@@ -54,7 +54,8 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """
     r = (p - q).clamp_min(0.0)
     mass = r.sum(dim=-1, keepdim=True)
-    return torch.where(mass > 0, r / mass.clamp_min(1e-30), p)
+    # Rows with mass 0 divide to NaN here, but torch.where takes p for them.
+    return torch.where(mass > 0, r / mass, p)
 
 
 def sample_rows(probs: torch.Tensor, greedy: bool, gen: torch.Generator) -> torch.Tensor:

@@ -1,0 +1,48 @@
+"""The command line on the embedded pair."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_generate_json_has_the_trace():
+    out = run("generate", "--pair", "embedded", "--prompt", "def add(a, b):\n", "--gamma", "4", "--temperature", "0",
+              "--top-k", "0", "--top-p", "1", "--max-new-tokens", "24", "--seed", "0", "--json")
+    assert out.returncode == 0, out.stderr
+    trace = json.loads(out.stdout)
+    assert len(trace["output_ids"]) <= 24 and trace["output_text"]
+    for key in ("rounds", "acceptance_rate", "tokens_per_second"):
+        assert key in trace
+    draft = trace["rounds"][0]["drafts"][0]
+    assert {"token_id", "q", "p", "accept_prob", "u", "accepted"} <= set(draft)
+
+
+def test_generate_autoregressive_and_terminal_colours():
+    out = run("generate", "--prompt", "import os\n", "--mode", "autoregressive", "--max-new-tokens", "8")
+    assert out.returncode == 0, out.stderr
+    assert "tokens/s" in out.stdout
+    out = run("generate", "--prompt", "import os\n", "--max-new-tokens", "8")
+    assert "\x1b[" in out.stdout and "acceptance rate" in out.stdout
+
+
+def test_bad_input_exits_with_a_message():
+    out = run("generate", "--prompt", "x", "--gamma", "0")
+    assert out.returncode == 2 and "gamma" in out.stderr
+    out = run("generate", "--prompt", "x", "--temperature", "-1")
+    assert out.returncode == 2 and "temperature" in out.stderr
+
+
+def test_bench_runs_and_reports_every_method():
+    out = run("bench", "--pair", "embedded", "--gamma", "2", "--max-new-tokens", "6", "--repeats", "1", "--prompts", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    for key in ("autoregressive", "speculative", "hf_generate", "hf_assisted"):
+        assert report[key]["tokens_per_second"]["median"] > 0
+    for key in ("speedup", "speedup_vs_hf_assisted", "predicted_speedup", "efficiency", "cost_coefficient", "acceptance_rate"):
+        assert key in report
