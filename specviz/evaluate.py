@@ -1,0 +1,135 @@
+"""Measure the embedded pair and write its model card.
+
+    python -m specviz.evaluate               # print the measurements
+    python -m specviz.evaluate --write-card  # and rewrite assets/models/README.md
+
+Measured: bits per byte of target, drafter and ``gzip -9`` on the held-out standard-library
+files; the greedy acceptance rate with gamma = 4 on the held-out prompts (assets/prompts.json);
+the drafter and target step times and the cost coefficient c on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+
+import torch
+
+from specviz import Sampling, autoregressive_generate, corpus, speculative_generate, theory
+from specviz.pair import ASSETS, load_pair
+from specviz.train import bits_per_byte, encode_all, gzip_bits_per_byte
+
+MODELS = ASSETS / "models"
+
+
+def measure(new_tokens: int = 64, gamma: int = 4) -> dict:
+    pair = load_pair("embedded", device="cpu")
+    _, held = corpus.split(corpus.stdlib_files())
+    held_text = "".join(f.text for f in held)
+    held_ids = encode_all(pair.tokenizer, held)
+    n_bytes = len(held_text.encode()) + len(held)
+    prompts = json.loads((ASSETS / "prompts.json").read_text())
+    specs, bases = [], []
+    for p in prompts:
+        ids = pair.tokenizer(p["prompt"], add_special_tokens=False)["input_ids"]
+        kw = dict(sampling=Sampling(0.0), max_new_tokens=new_tokens, eos_token_id=pair.eos_token_id)
+        specs.append(speculative_generate(ids, pair.drafter, pair.target, gamma=gamma, **kw))
+        bases.append(autoregressive_generate(ids, pair.target, **kw))
+    drafted = sum(t.drafted for t in specs)
+    drafter_ms = sum(t.draft_ms for t in specs) / sum(t.drafter_forward_passes for t in specs)
+    target_ms = sum(t.verify_ms for t in bases) / sum(len(t.rounds) for t in bases)
+    return {
+        "held_out_files": len(held),
+        "held_out_bytes": n_bytes,
+        "target_bits_per_byte": bits_per_byte(pair.target, held_ids, n_bytes),
+        "drafter_bits_per_byte": bits_per_byte(pair.drafter, held_ids, n_bytes),
+        "gzip9_bits_per_byte": gzip_bits_per_byte(held_text),
+        "prompts": len(prompts),
+        "gamma": gamma,
+        "new_tokens": new_tokens,
+        "greedy_acceptance_rate": sum(t.accepted for t in specs) / drafted,
+        "greedy_tokens_per_round": sum(len(t.output_ids) for t in specs) / sum(len(t.rounds) for t in specs),
+        "drafter_step_ms": drafter_ms,
+        "target_step_ms": target_ms,
+        "cost_coefficient": drafter_ms / target_ms,
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}",
+        "sample": pair.tokenizer.decode(bases[0].output_ids),
+        "sample_prompt": prompts[0]["prompt"],
+    }
+
+
+def card(m: dict) -> str:
+    logs = {name: json.loads((MODELS / name / "training_log.json").read_text()) for name in ("target", "drafter")}
+    t, d = logs["target"], logs["drafter"]
+    alpha, c = m["greedy_acceptance_rate"], m["cost_coefficient"]
+    row = lambda name, log, bpb: (  # noqa: E731
+        f"| {name} | GPT2LMHeadModel, {log['shape']['n_layer']} layers x {log['shape']['n_embd']} wide, "
+        f"{log['shape']['n_head']} heads | {log['parameters'] / 1e6:.2f} M | {log['objective']} | {log['steps']} steps of "
+        f"{log['batch']} | {log['train_seconds'] / 60:.0f} min | {log['loss_log'][-1]['loss']:.3f} | {bpb:.3f} |"
+    )
+    return f"""# The embedded model pair
+
+A drafter and a target trained for specviz, so that the demo, the tests and CI run with no model hub. Rebuild with
+`python -m specviz.train`; measure with `python -m specviz.evaluate --write-card` (which wrote this file).
+
+## Data
+- Corpus: the CPython {platform.python_version()} standard library source (`Lib/`, `.py` files), test packages
+  (`test`, `tests`, `idle_test`) and `pydoc_data` excluded. PSF licence.
+- Split: a fixed hash of each file's path holds out one file in {corpus.HELD_OUT_MODULUS}: {m['held_out_files']} files,
+  {m['held_out_bytes']:,} bytes, for validation and for the held-out prompts in `assets/prompts.json`
+  (a `def` line and the three lines before it, from held-out files only).
+- Tokenizer: byte-level BPE (`tokenizers`), {len(load_pair('embedded', device='cpu').tokenizer)} tokens with
+  `<|endoftext|>` between files; saved with each model so `AutoTokenizer.from_pretrained(dir)` loads it.
+
+## Models
+Both are transformers `GPT2LMHeadModel`, saved with `save_pretrained` (safetensors, fp32), context {t['context']} tokens.
+
+| model | architecture | parameters | objective | training | time ({t['device']}, {t['torch_threads']} threads) | last training loss (nats/token) | held-out bits/byte |
+|---|---|---|---|---|---|---|---|
+{row('target', t, m['target_bits_per_byte'])}
+{row('drafter', d, m['drafter_bits_per_byte'])}
+| `gzip -9` | | | | | | | {m['gzip9_bits_per_byte']:.3f} |
+
+AdamW (betas 0.9/0.95, weight decay 0.1), linear warm-up then cosine decay to a tenth, gradient clipping at 1,
+seed 0. The drafter is distilled from the trained target: it minimises KL(p_target || q_drafter) at every position.
+
+## Speculative decoding with this pair
+Measured on {m['machine']}, greedy, gamma = {m['gamma']}, up to {m['new_tokens']} new tokens on each of the
+{m['prompts']} held-out prompts:
+
+| quantity | value |
+|---|---|
+| acceptance rate (accepted drafts / drafted tokens) | {alpha:.3f} |
+| tokens per round | {m['greedy_tokens_per_round']:.2f} |
+| drafter step | {m['drafter_step_ms']:.2f} ms |
+| target step | {m['target_step_ms']:.2f} ms |
+| cost coefficient c | {c:.3f} |
+| predicted speedup (Leviathan et al. 2023, Thm 3.8) | {theory.predicted_speedup(alpha, m['gamma'], c):.2f}x |
+
+## A sample
+The target, greedy, on the first held-out prompt:
+
+```python
+{m['sample_prompt']}{m['sample']}
+```
+
+## Limits
+These are small models of one programming language's standard library: they write plausible Python, often
+repetitive under greedy decoding, and know nothing else. They exist to make speculative decoding visible and testable.
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m specviz.evaluate", description=__doc__.split("\n")[0])
+    parser.add_argument("--write-card", action="store_true", help="rewrite assets/models/README.md")
+    args = parser.parse_args(argv)
+    m = measure()
+    print(json.dumps(m, indent=1))
+    if args.write_card:
+        (MODELS / "README.md").write_text(card(m))
+        print(f"wrote {MODELS / 'README.md'}")
+
+
+if __name__ == "__main__":
+    main()
