@@ -74,8 +74,9 @@ def held_out_prompts(held: list[SourceFile], count: int = 24, lines: int = 4) ->
     """Prompts cut from held-out files: a ``def`` line and the lines before it.
 
     Returns ``count`` dicts ``{"source": path, "prompt": text}``, taken round-robin over the
-    files so that no single module dominates. Each prompt ends just after a ``def`` line
-    (newline included), where code continues in a predictable way.
+    files so that no single module dominates. Each prompt ends at the colon of a ``def`` line,
+    without the newline: the BPE merges a newline with the indentation after it, so a prompt
+    ending in a bare newline would end on a token boundary the models never saw in training.
     """
     candidates: list[list[dict]] = []
     for f in held:
@@ -85,18 +86,22 @@ def held_out_prompts(held: list[SourceFile], count: int = 24, lines: int = 4) ->
             stripped = line.lstrip()
             if stripped.startswith("def ") and line.rstrip().endswith(":") and i >= lines - 1:
                 start = i - (lines - 1)
-                prompt = "".join(text_lines[start : i + 1])
+                prompt = "".join(text_lines[start : i + 1]).rstrip("\n")
                 if 40 <= len(prompt) <= 400:
                     per_file.append({"source": f.path, "prompt": prompt})
         if per_file:
             candidates.append(per_file)
     prompts: list[dict] = []
+    seen: set[str] = set()
     depth = 0
     while len(prompts) < count and any(depth < len(c) for c in candidates):
         for c in candidates:
             # Spread picks over each file rather than taking its first functions.
             if depth < len(c):
-                prompts.append(c[(depth * 7) % len(c)])
+                pick = c[(depth * 7) % len(c)]
+                if pick["prompt"] not in seen:
+                    seen.add(pick["prompt"])
+                    prompts.append(pick)
                 if len(prompts) == count:
                     break
         depth += 1

@@ -28,12 +28,14 @@ PROMPT_CHARS_MAX = 2000
 # Redraw the streamed text at most this often (ms): drawing is not free for the browser.
 STREAM_INTERVAL_MS = 80
 
-DEFAULTS = dict(gamma=4, temperature=0.6, top_k=0, top_p=0.95, max_new_tokens=128, seed=0)
+DEFAULTS = dict(gamma=4, temperature=0.7, top_k=40, top_p=0.95, max_new_tokens=128, seed=0)
+# Prompts end at a colon, not a newline: the tokenizer merges a newline with the indentation
+# that follows, so the models continue best from there.
 EXAMPLES = [
-    "def is_prime(n):\n",
-    "class Stack:\n    def __init__(self):\n",
-    "import os\n\n\ndef read_lines(path):\n",
-    "    def __repr__(self):\n",
+    "def is_prime(n):",
+    "class Stack:\n    def __init__(self):",
+    "import os\n\n\ndef read_lines(path):",
+    "    def __repr__(self):",
     "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
 ]
 

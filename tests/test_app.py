@@ -15,7 +15,7 @@ from gradio_client.exceptions import AppError  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-DEFAULTS = dict(pair_name="embedded", prompt="def is_prime(n):\n", gamma=4, temperature=0.6, top_k=0, top_p=0.95, max_new_tokens=48, seed=0)
+DEFAULTS = dict(pair_name="embedded", prompt="def is_prime(n):", gamma=4, temperature=0.7, top_k=40, top_p=0.95, max_new_tokens=48, seed=0)
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ def run(*args):
 
 
 def test_generate_json_has_the_trace():
-    out = run("generate", "--pair", "embedded", "--prompt", "def add(a, b):\n", "--gamma", "4", "--temperature", "0",
+    out = run("generate", "--pair", "embedded", "--prompt", "def add(a, b):", "--gamma", "4", "--temperature", "0",
               "--top-k", "0", "--top-p", "1", "--max-new-tokens", "24", "--seed", "0", "--json")
     assert out.returncode == 0, out.stderr
     trace = json.loads(out.stdout)
