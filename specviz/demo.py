@@ -138,8 +138,8 @@ def build_demo(preload: bool = True) -> gr.Blocks:
                 status = gr.Markdown(elem_id="sv-status")
                 stats = gr.HTML(elem_id="sv-stats")
         with gr.Row():
-            acceptance_plot = gr.Plot(label="Drafts per round", elem_id="sv-acceptance")
-            timeline_plot = gr.Plot(label="Tokens over time", elem_id="sv-timeline")
+            acceptance_plot = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
+            timeline_plot = gr.Plot(label="Tokens over time", show_label=False, elem_id="sv-timeline")
         run.click(
             generate,
             inputs=[pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed],

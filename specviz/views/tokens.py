@@ -40,6 +40,11 @@ def _span(text: str, style: str, title: str, cls: str, first_of_round: bool = Fa
     return f'<span class="sv-{cls}" style="{style}{edge}border-radius:3px;" title="{escape(title, quote=True)}">{escape(shown)}</span>'
 
 
+def _visible(text: str) -> str:
+    """A rejected draft is not part of the output: show its whitespace instead of laying it out."""
+    return text.replace("\n", "\u23ce").replace("\t", "\u21e5").replace(" ", "\u00b7")
+
+
 def _draft_title(i: int, d: Draft) -> str:
     return (
         f"draft {i + 1}: {LABELS.get(d.verdict, d.verdict)}\n"
@@ -56,7 +61,8 @@ def _round_spans(index: int, r: Round) -> list[str]:
             continue
         if d.verdict == "accepted" and i >= len(r.emitted_ids):
             continue  # cut by max_new_tokens
-        spans.append(_span(d.text, STYLES[d.verdict], f"round {index + 1}, " + _draft_title(i, d), d.verdict, first))
+        text = _visible(d.text) if d.verdict == "rejected" else d.text
+        spans.append(_span(text, STYLES[d.verdict], f"round {index + 1}, " + _draft_title(i, d), d.verdict, first))
         first = False
     if r.final_token_id is not None:
         kind = r.final_kind or "target"
