@@ -26,9 +26,7 @@ def draft_token(logits: torch.Tensor, sampling: Sampling, warpers, gen: torch.Ge
         (token of shape (1,), q of shape (1, vocab) in float32).
     """
     q = sampling.probs(logits, warpers)
-    if sampling.greedy:
-        return q.argmax(dim=-1), q
-    return torch.multinomial(q, 1, generator=gen)[:, 0], q
+    return sample_rows(q, sampling.greedy, gen), q
 
 
 def accept(u: torch.Tensor, q_x: torch.Tensor, p_x: torch.Tensor) -> torch.Tensor:
@@ -59,7 +57,15 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def sample_rows(probs: torch.Tensor, greedy: bool, gen: torch.Generator) -> torch.Tensor:
-    """One token per row of ``probs`` (rows, vocab): the argmax when greedy, else a draw."""
+    """One token per row of ``probs`` (rows, vocab): the argmax when greedy, else a draw.
+
+    Raises:
+        ValueError: a row holds NaN, inf or no mass (from NaN or all -inf logits); greedy rows
+            are checked by the engine once per round instead, to spare a host synchronisation.
+    """
     if greedy:
         return probs.argmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=gen)[:, 0]
+    try:
+        return torch.multinomial(probs, 1, generator=gen)[:, 0]
+    except RuntimeError as err:  # torch refuses NaN, inf and all-zero rows
+        raise ValueError(f"a model produced NaN or infinite logits; refusing to sample an invalid token ({err})") from err

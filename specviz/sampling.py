@@ -73,24 +73,17 @@ class Sampling:
             one-hot row at the argmax (first index on ties, as ``torch.argmax`` and transformers'
             greedy search choose).
 
-        Raises:
-            ValueError: if a row has no finite logit (NaN or all -inf), which would otherwise
-                yield an out-of-vocabulary token.
+        A row of NaN or all -inf logits gives a NaN row, which the engine refuses.
         """
         logits = logits.float()
         if self.greedy:
-            out = torch.zeros_like(logits)
-            out.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
-            return out
+            top = logits.max(dim=-1, keepdim=True)  # first index on ties, like argmax
+            out = torch.zeros_like(logits).scatter_(-1, top.indices, 1.0)
+            # A row with no finite maximum (NaN or all -inf) becomes NaN, so the engine's
+            # finiteness check refuses it instead of emitting an arbitrary token.
+            return torch.where(torch.isfinite(top.values), out, torch.full_like(out, float("nan")))
         if warpers is None:
             warpers = self.warpers()
         # The warpers ignore input_ids for these three filters.
         processed = warpers(None, logits) if len(warpers) else logits
         return torch.softmax(processed, dim=-1)
-
-
-def check_logits(logits: torch.Tensor, who: str) -> None:
-    """Raise ValueError when a row of ``logits`` (rows, vocab) is NaN or has no finite value."""
-    bad = torch.isnan(logits).any(dim=-1) | ~torch.isfinite(logits).any(dim=-1)
-    if bool(bad.any()):
-        raise ValueError(f"the {who} produced NaN or all -inf logits; refusing to sample an invalid token")

@@ -218,3 +218,17 @@ def test_padded_embedding_tables_are_cut_to_the_shared_vocabulary():
         trace = speculative_generate([5, 7, 9], drafter, target, gamma=4, sampling=sampling, max_new_tokens=40, vocab_size=32, seed=2)
         assert all(t < 32 for t in trace.output_ids)
         assert all(d.token_id < 32 for r in trace.rounds for d in r.drafts)
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("broken", ["drafter", "target"])
+def test_nan_or_all_minus_inf_logits_are_a_clear_error(pair, sampling, broken):
+    from tests.conftest import masked_lm
+
+    drafter, target = pair
+    dead = masked_lm(list(range(32)), vocab=32, layers=1, seed=3)  # every logit -inf
+    models = (dead, target) if broken == "drafter" else (drafter, dead)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        speculative_generate([5, 7, 9], *models, gamma=3, sampling=sampling, max_new_tokens=10)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        autoregressive_generate([5, 7, 9], dead, sampling=sampling, max_new_tokens=10)
