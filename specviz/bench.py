@@ -153,7 +153,8 @@ def format_report(report: dict) -> str:
     for m in METHODS:
         if m in report:
             s = report[m]["tokens_per_second"]
-            lines.append(f"{m:<22}{s['median']:>18.1f}{f'{s['q1']:.1f}-{s['q3']:.1f}':>20}")
+            iqr = f"{s['q1']:.1f}-{s['q3']:.1f}"
+            lines.append(f"{m:<22}{s['median']:>18.1f}{iqr:>20}")
     for key, label in [
         ("acceptance_rate", "acceptance rate"), ("mean_tokens_per_round", "tokens per round"),
         ("cost_coefficient", "cost coefficient c"), ("speedup", "speedup over autoregressive"),

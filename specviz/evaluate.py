@@ -85,7 +85,7 @@ A drafter and a target trained for specviz, so that the demo, the tests and CI r
 ## Models
 Both are transformers `GPT2LMHeadModel`, saved with `save_pretrained` (safetensors, fp32), context {t['context']} tokens.
 
-| model | architecture | parameters | objective | training | time ({t['device']}, {t['torch_threads']} threads) | last training loss (nats/token) | held-out bits/byte |
+| model | architecture | parameters | objective | training | time ({t['device']}, {t['torch_threads']} threads) | last training loss (nats/token: the target's cross-entropy, the drafter's KL to the target) | held-out bits/byte |
 |---|---|---|---|---|---|---|---|
 {row('target', t, m['target_bits_per_byte'])}
 {row('drafter', d, m['drafter_bits_per_byte'])}
@@ -106,6 +106,14 @@ Measured on {m['machine']}, greedy, gamma = {m['gamma']}, up to {m['new_tokens']
 | target step | {m['target_step_ms']:.2f} ms |
 | cost coefficient c | {c:.3f} |
 | predicted speedup (Leviathan et al. 2023, Thm 3.8) | {theory.predicted_speedup(alpha, m['gamma'], c):.2f}x |
+
+Step times are measured inside specviz's loop (a drafter step includes choosing its token) and vary by
+about 20 % from run to run on a shared 2-core machine. On the CPU, a step of models this small costs mostly
+per-layer overhead and the 4096-row output layer, not arithmetic, so c stays near the ratio of layer counts
+plus the output layer: a one-layer drafter reached c of about 0.22 but only 0.53 acceptance, because one
+layer cannot form an induction head and so cannot copy from the context. The predicted speedup assumes
+independent acceptances; measured runs do better because acceptance clusters (repetitive stretches are
+accepted whole): see `python -m specviz bench`.
 
 ## A sample
 The target, greedy, on the first held-out prompt:

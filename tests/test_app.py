@@ -71,13 +71,16 @@ def test_greedy_in_the_app_is_the_targets_greedy(client, embedded):
     "changes, message",
     [
         (dict(prompt="   "), "prompt is empty"),
-        (dict(gamma=0), "gamma must be"),
-        (dict(gamma=17), "gamma must be"),
-        (dict(temperature=-0.5), "temperature must be"),
-        (dict(max_new_tokens=0), "max new tokens must be"),
-        (dict(top_k=-3), "top-k must be"),
+        # Gradio checks slider and dropdown bounds before the handler runs, with its own message.
+        (dict(gamma=0), "less than minimum value 1"),
+        (dict(gamma=17), "greater than maximum value 16"),
+        (dict(temperature=-0.5), "less than minimum value 0"),
+        (dict(max_new_tokens=0), "less than minimum value 1"),
+        (dict(top_k=-3), "less than minimum value 0"),
+        (dict(top_k=2.5), "top-k must be a whole number"),
+        (dict(seed=-1), "less than minimum value 0|seed must be"),
         (dict(pair_name="SmolLM2-135M -> SmolLM2-360M"), "cannot be reached|could not be"),
-        (dict(pair_name="no such pair"), "unknown pair"),
+        (dict(pair_name="no such pair"), "not in the list of choices"),
     ],
 )
 def test_bad_input_gets_a_message_and_the_app_serves_the_next_call(client, changes, message):

@@ -58,6 +58,7 @@ def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = RUNS
         drafted += trace.drafted
     expected = exact * runs
     big = expected >= 5
+    assert big.sum() >= 8, "a near-deterministic target leaves the test without power"
     observed = np.append(counts[big], counts[~big].sum())
     wanted = np.append(expected[big], expected[~big].sum())
     if wanted[-1] == 0:  # nothing pooled; pooled cells that cannot occur must not occur
@@ -68,8 +69,9 @@ def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = RUNS
     return stat, pvalue, accepted / drafted
 
 
-def models(kind: str):
-    target = tiny_lm(vocab=VOCAB, layers=2, seed=3, init=0.3, n_positions=32)
+def models(kind: str, init: float = 0.1):
+    """(drafter, target); ``init`` scales the target's weights (0.1: spread-out distributions)."""
+    target = tiny_lm(vocab=VOCAB, layers=2, seed=3, init=init, n_positions=32)
     if kind == "similar":
         return noisy_copy(target, 0.03, seed=4), target
     if kind == "unlike":
@@ -79,7 +81,7 @@ def models(kind: str):
     if kind == "drafter_zeros":  # the drafter never proposes tokens 2 and 5, where the target has mass
         return masked_lm([2, 5], vocab=VOCAB, layers=1, seed=5, init=0.3, n_positions=32), target
     if kind == "target_zeros":  # the target gives 0 to tokens 1 and 6, which the drafter proposes
-        target = masked_lm([1, 6], vocab=VOCAB, layers=2, seed=3, init=0.3, n_positions=32)
+        target = masked_lm([1, 6], vocab=VOCAB, layers=2, seed=3, init=init, n_positions=32)
         return tiny_lm(vocab=VOCAB, layers=1, seed=5, init=0.3, n_positions=32), target
     raise KeyError(kind)
 
@@ -105,7 +107,7 @@ def test_output_distribution_is_the_targets(kind, sampling, gamma):
     assert pvalue > ALPHA
     if kind == "identical":
         assert acceptance == 1.0
-    if kind == "unlike":
+    if kind == "unlike" and sampling == Sampling(temperature=1.0):
         assert acceptance < 0.5
 
 
@@ -134,7 +136,7 @@ def test_planted_faults_are_caught(monkeypatch, fault):
     """Control: the same test, the same sample size, a known bug in the engine's path: rejected."""
     if fault == "raw_q":
         monkeypatch.setattr(rejection, "draft_token", _raw_q_fault)
-        kind, sampling, gamma = "similar", Sampling(temperature=0.7, top_k=5, top_p=0.9), 3
+        kind, sampling, gamma = "unlike", Sampling(temperature=0.7, top_k=5, top_p=0.9), 3
     else:
         monkeypatch.setattr(rejection, "residual", lambda p, q: p)
         kind, sampling, gamma = "unlike", Sampling(temperature=1.0), 1
@@ -147,6 +149,7 @@ def test_planted_faults_are_caught(monkeypatch, fault):
 def test_enumeration_is_a_distribution():
     _, target = models("similar")
     exact = exact_two_token_distribution(target, Sampling(temperature=0.7, top_k=5, top_p=0.9))
+    assert np.isfinite(exact).all()
     assert exact.sum() == pytest.approx(1.0, abs=1e-6)
     assert (exact >= 0).all()
     # top-k = 5 on a vocabulary of 8 leaves at most 5 x 5 reachable cells
@@ -183,8 +186,8 @@ def conditional_next_token(drafter, target, sampling: Sampling, gamma: int, dept
 
 @pytest.mark.parametrize("kind", ["similar", "target_zeros"])
 def test_late_draft_positions_keep_the_distribution(kind):
-    drafter, target = models(kind)
-    stat, pvalue, n = conditional_next_token(drafter, target, Sampling(temperature=1.0), gamma=8, depth=5, runs=2000)
+    drafter, target = models(kind, init=0.2)  # peakier, so one 5-token prefix is common
+    stat, pvalue, n = conditional_next_token(drafter, target, Sampling(temperature=1.0), gamma=8, depth=5, runs=2500)
     print(f"\n{kind} position 6 given the commonest prefix: chi2={stat:.1f} p={pvalue:.3g} n={n}")
     assert n >= 200
     assert pvalue > ALPHA

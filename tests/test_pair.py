@@ -58,7 +58,10 @@ def test_hub_errors_become_messages():
 
     from specviz.pair import _explain
 
-    assert "gated" in str(_explain("meta-llama/Llama-3.2-1B", GatedRepoError("gated", response=None)))
-    assert "HF_TOKEN" in str(_explain("meta-llama/Llama-3.2-1B", GatedRepoError("gated", response=None)))
+    # huggingface_hub's own exception types, as its download code raises them (the HTTP response is not needed here).
+    gated = GatedRepoError.__new__(GatedRepoError)
+    Exception.__init__(gated, "401 Client Error: access to model is restricted")
+    message = str(_explain("meta-llama/Llama-3.2-1B", gated))
+    assert "gated" in message and "HF_TOKEN" in message
     assert "cannot be reached" in str(_explain("x/y", LocalEntryNotFoundError("offline")))
     assert "memory" in str(_explain("x/y", MemoryError()))
