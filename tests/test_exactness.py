@@ -75,6 +75,8 @@ def models(kind: str, init: float = 0.1):
     if kind == "similar":
         return noisy_copy(target, 0.03, seed=4), target
     if kind == "unlike":
+        return tiny_lm(vocab=VOCAB, layers=1, seed=6, init=1.0, n_positions=32), target
+    if kind == "different":  # between the two: acceptance about 0.6
         return tiny_lm(vocab=VOCAB, layers=1, seed=5, init=0.5, n_positions=32), target
     if kind == "identical":
         return target, target
@@ -136,7 +138,7 @@ def test_planted_faults_are_caught(monkeypatch, fault):
     """Control: the same test, the same sample size, a known bug in the engine's path: rejected."""
     if fault == "raw_q":
         monkeypatch.setattr(rejection, "draft_token", _raw_q_fault)
-        kind, sampling, gamma = "unlike", Sampling(temperature=0.7, top_k=5, top_p=0.9), 3
+        kind, sampling, gamma = "different", Sampling(temperature=0.7, top_k=5, top_p=0.9), 3
     else:
         monkeypatch.setattr(rejection, "residual", lambda p, q: p)
         kind, sampling, gamma = "unlike", Sampling(temperature=1.0), 1
