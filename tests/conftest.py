@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -55,3 +57,10 @@ def noisy_copy(model, scale: float, seed: int = 0):
         for p in copy.parameters():
             p.add_(torch.randn_like(p) * scale)
     return copy
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
@@ -13,15 +12,11 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
+from tests.conftest import free_port  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 DEFAULTS = dict(pair_name="embedded", prompt="def is_prime(n):", gamma=4, temperature=0.7, top_k=40, top_p=0.95, max_new_tokens=48, seed=0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
