@@ -114,8 +114,7 @@ def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamm
     if spec and base:
         drafted = sum(t.drafted for t in spec)
         alpha = sum(t.accepted for t in spec) / drafted
-        drafter_ms = sum(t.draft_ms for t in spec) / sum(t.drafter_forward_passes for t in spec)
-        target_ms = sum(t.verify_ms for t in base) / sum(len(t.rounds) for t in base)
+        drafter_ms, target_ms = theory.drafter_step_ms(*spec), theory.target_step_ms(*base)
         c = drafter_ms / target_ms
         predicted = theory.predicted_speedup(alpha, gamma, c)
         speedup = med["speculative"] / med["autoregressive"]

@@ -37,8 +37,7 @@ def measure(new_tokens: int = 64, gamma: int = 4) -> dict:
         specs.append(speculative_generate(ids, pair.drafter, pair.target, gamma=gamma, **kw))
         bases.append(autoregressive_generate(ids, pair.target, **kw))
     drafted = sum(t.drafted for t in specs)
-    drafter_ms = sum(t.draft_ms for t in specs) / sum(t.drafter_forward_passes for t in specs)
-    target_ms = sum(t.verify_ms for t in bases) / sum(len(t.rounds) for t in bases)
+    drafter_ms, target_ms = theory.drafter_step_ms(*specs), theory.target_step_ms(*bases)
     return {
         "held_out_files": len(held),
         "held_out_bytes": n_bytes,

@@ -50,15 +50,6 @@ class Pair:
     def eos_token_id(self) -> int | None:
         return self.tokenizer.eos_token_id
 
-    @property
-    def context_limit(self) -> int | None:
-        limits = [
-            getattr(m.config, "max_position_embeddings", None) or getattr(m.config, "n_positions", None)
-            for m in (self.drafter, self.target)
-        ]
-        limits = [x for x in limits if x]
-        return min(limits) if limits else None
-
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -27,14 +27,16 @@ def optimal_gamma(alpha: float, c: float, max_gamma: int = 16) -> int:
     return max(range(1, max_gamma + 1), key=lambda g: predicted_speedup(alpha, g, c))
 
 
-def drafter_step_ms(spec: Trace) -> float | None:
-    """Mean drafting time per drafter forward pass, in ms."""
-    return spec.draft_ms / spec.drafter_forward_passes if spec.drafter_forward_passes else None
+def drafter_step_ms(*specs: Trace) -> float | None:
+    """Mean drafting time per drafter forward pass over one or more speculative traces, in ms."""
+    passes = sum(t.drafter_forward_passes for t in specs)
+    return sum(t.draft_ms for t in specs) / passes if passes else None
 
 
-def target_step_ms(baseline: Trace) -> float | None:
-    """Mean time of one single-token target pass in the autoregressive baseline, in ms."""
-    return baseline.verify_ms / len(baseline.rounds) if baseline.rounds else None
+def target_step_ms(*baselines: Trace) -> float | None:
+    """Mean time of one single-token target pass over one or more autoregressive traces, in ms."""
+    steps = sum(len(t.rounds) for t in baselines)
+    return sum(t.verify_ms for t in baselines) / steps if steps else None
 
 
 def cost_coefficient(spec: Trace, baseline: Trace) -> float | None:
