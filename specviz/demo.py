@@ -109,8 +109,14 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
     yield tokens_html(spec), stats_html(spec, baseline), acceptance_figure(spec), timeline_figure(spec, baseline), done
 
 
-def build_demo(preload: bool = True) -> gr.Blocks:
-    """The Blocks app. ``preload`` loads the embedded pair now so the first Generate is quick."""
+def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
+    """The Blocks app.
+
+    Args:
+        preload: load the embedded pair now so the first Generate is quick.
+        max_queue: waiting requests beyond which new ones are refused with Gradio's
+            queue-full message (default: env ``SPECVIZ_MAX_QUEUE``, else 32).
+    """
     if preload:
         pair = load_pair(EMBEDDED)
         # One short run pays the first-call costs before any visitor does.
@@ -147,7 +153,8 @@ def build_demo(preload: bool = True) -> gr.Blocks:
             api_name="generate",
             concurrency_limit=1,
         )
-    demo.queue(max_size=32, default_concurrency_limit=1)
+    max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
+    demo.queue(max_size=max_queue, default_concurrency_limit=1)
     return demo
 
 
