@@ -21,7 +21,10 @@ import torch
 from specviz import rejection
 from specviz.runner import ModelRunner
 from specviz.sampling import Sampling
-from specviz.trace import Draft, Round, Trace
+from specviz.trace import Draft, Round, TopToken, Trace
+
+# Tokens of the correction's or bonus's distribution kept in the trace for the replay.
+TOP_TOKENS = 5
 
 
 class _Clock:
@@ -172,6 +175,7 @@ def speculative_stream(
     draft_runner = ModelRunner(drafter, vocab, cached)
     target_runner = ModelRunner(target, vocab, cached)
     clock = _Clock(device)
+    top_k = min(TOP_TOKENS, vocab)
 
     with torch.inference_mode():
         # The last prompt token stays pending: the first round feeds it to both models.
@@ -209,13 +213,19 @@ def speculative_stream(
             finals = rejection.sample_rows(candidates, greedy, gen)
             final_probs = candidates.gather(1, finals[:, None])[:, 0]
             finite = torch.isfinite(p_all).all() & torch.isfinite(q_all).all()
-            host = torch.cat(
-                [drafts.double(), q_d.double(), p_d.double(), u.double(), accept.double(),
-                 finals.double(), final_probs.double(), finite.double()[None]]
-            ).tolist()
+            parts = [drafts.double(), q_d.double(), p_d.double(), u.double(), accept.double(),
+                     finals.double(), final_probs.double(), finite.double()[None]]
+            if record:
+                # The top tokens of each candidate distribution, with p and q there, travel in
+                # the same transfer: the replay shows why the correction or bonus came out.
+                top_prob, top_ids = candidates.topk(top_k, dim=-1)  # (g+1, k)
+                q_pad = torch.cat([q_all, torch.zeros_like(p_all[:1])])  # no q after the last draft
+                parts += [top_ids.double().flatten(), top_prob.double().flatten(),
+                          p_all.gather(1, top_ids).double().flatten(), q_pad.gather(1, top_ids).double().flatten()]
+            host = torch.cat(parts).tolist()
             t2 = clock.now()
 
-            if not host[-1]:
+            if not host[7 * g + 2]:
                 raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
             draft_ids = [int(x) for x in host[0:g]]
             accepts = [bool(x) for x in host[4 * g : 5 * g]]
@@ -236,6 +246,11 @@ def speculative_stream(
 
             trace.output_ids.extend(emitted)
             if record:
+                # host after the fixed fields: ids, probs, p, q of the top tokens, (g+1) x k each.
+                block = (g + 1) * top_k
+                row = 7 * g + 3 + n_acc * top_k
+                top = [host[row + j * block : row + j * block + top_k] for j in range(4)]
+                top_texts = decode([int(t) for t in top[0]])
                 texts = decode(draft_ids + [final])
                 q_h, p_h, u_h = host[g : 2 * g], host[2 * g : 3 * g], host[3 * g : 4 * g]
                 drafts_rec = [
@@ -253,6 +268,10 @@ def speculative_stream(
                         final_text=texts[g] if keeps_final else None,
                         final_kind=kind if keeps_final else None,
                         final_prob=host[5 * g + g + 1 + n_acc] if keeps_final else None,
+                        final_top=[
+                            TopToken(token_id=int(t), text=x, prob=pr, p=pp, q=qq if kind == "correction" else None)
+                            for t, x, pr, pp, qq in zip(*top[:1], top_texts, *top[1:])
+                        ] if keeps_final else [],
                         draft_ms=t1 - t0, verify_ms=t2 - t1, end_ms=clock.since_start(),
                     )
                 )

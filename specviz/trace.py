@@ -26,7 +26,8 @@ Verdict = Literal["accepted", "rejected", "discarded"]
 #   target:     sampled from p by the autoregressive baseline
 FinalKind = Literal["correction", "bonus", "target"]
 
-SCHEMA_VERSION = 1
+# 2 added Round.final_top; version 1 files still load (with no top tokens).
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -51,6 +52,22 @@ class Draft:
 
 
 @dataclass
+class TopToken:
+    """One of the most likely tokens of the distribution a round's final token came from.
+
+    ``prob`` is its probability there (the normalised residual for a correction, p for a
+    bonus or target token); ``p`` and ``q`` are the target's and the drafter's probabilities
+    at that position (``q`` is None where no draft was made).
+    """
+
+    token_id: int
+    text: str
+    prob: float
+    p: float
+    q: float | None = None
+
+
+@dataclass
 class Round:
     """One round.
 
@@ -64,6 +81,8 @@ class Round:
         emitted_ids: the tokens this round added to the output, in order.
         draft_ms / verify_ms: wall time of drafting and of the target's pass, in ms.
         end_ms: time since the start of generation when the round ended, in ms.
+        final_top: the most likely tokens of the final token's distribution, most likely
+            first (empty when not recorded).
     """
 
     drafts: list[Draft]
@@ -75,6 +94,7 @@ class Round:
     draft_ms: float
     verify_ms: float
     end_ms: float
+    final_top: list[TopToken] = field(default_factory=list)
 
     @property
     def accepted_count(self) -> int:
@@ -171,34 +191,40 @@ class Trace:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Trace":
-        """Rebuild a Trace from ``to_dict`` output; derived totals are recomputed, not trusted.
+        """Rebuild a Trace from ``to_dict`` output, validated field by field against the
+        dataclasses above (pydantic); derived totals in ``d`` are ignored and recomputed.
 
         Raises:
-            ValueError: if a required field is missing or has the wrong type.
+            ValueError: ``d`` is not a trace: a field is missing or has the wrong type, a
+                verdict or kind is unknown, or the schema version is newer than this code.
         """
+        import pydantic
+
+        if not isinstance(d, dict):
+            raise ValueError(f"not a specviz trace: expected a JSON object, got {type(d).__name__}")
+        version = d.get("schema_version", 1)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ValueError(f"trace schema version {version!r} is not supported (this specviz reads 1 to {SCHEMA_VERSION})")
         try:
-            rounds = []
-            for r in d["rounds"]:
-                drafts = [
-                    Draft(
-                        token_id=int(x["token_id"]), text=str(x["text"]), q=float(x["q"]), p=float(x["p"]),
-                        accept_prob=float(x["accept_prob"]), u=float(x["u"]), verdict=x["verdict"],
-                    )
-                    for x in r["drafts"]
-                ]
-                rounds.append(
-                    Round(
-                        drafts=drafts, emitted_ids=[int(t) for t in r["emitted_ids"]],
-                        final_token_id=r["final_token_id"], final_text=r["final_text"], final_kind=r["final_kind"],
-                        final_prob=r["final_prob"], draft_ms=float(r["draft_ms"]), verify_ms=float(r["verify_ms"]),
-                        end_ms=float(r["end_ms"]),
-                    )
-                )
-            return cls(
-                mode=d["mode"], prompt_ids=[int(t) for t in d["prompt_ids"]], prompt_text=str(d.get("prompt_text", "")),
-                output_ids=[int(t) for t in d["output_ids"]], output_text=str(d.get("output_text", "")), rounds=rounds,
-                stop_reason=d.get("stop_reason"), prefill_ms=float(d.get("prefill_ms", 0.0)),
-                total_ms=float(d.get("total_ms", 0.0)), settings=dict(d.get("settings", {})),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"not a specviz trace: {e!r}") from e
+            return _adapter().validate_python(d)
+        except pydantic.ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise ValueError(f"not a specviz trace: {where}: {first['msg']} ({e.error_count()} problem(s) in all)") from None
+
+
+def _adapter():
+    import pydantic
+
+    global _ADAPTER
+    if _ADAPTER is None:
+        _ADAPTER = pydantic.TypeAdapter(Trace)
+    return _ADAPTER
+
+
+_ADAPTER = None
+
+
+def json_schema() -> dict:
+    """The JSON Schema of a saved trace (derived totals are extra, informative keys)."""
+    return _adapter().json_schema()
