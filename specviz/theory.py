@@ -49,3 +49,37 @@ def measured_speedup(spec: Trace, baseline: Trace) -> float | None:
     """Speculative tokens/s over autoregressive tokens/s."""
     a, b = spec.tokens_per_second, baseline.tokens_per_second
     return a / b if a and b else None
+
+
+def accepted_drafts_distribution(alpha: float, gamma: int) -> list[float]:
+    """P(k drafts accepted in a round), k = 0..gamma, if each is accepted with probability alpha
+    independently: (1 - alpha) alpha^k for k < gamma, alpha^gamma for k = gamma (the capped
+    geometric law behind Leviathan et al. 2023, Eq. (1); its mean + 1 is that equation)."""
+    return [(1.0 - alpha) * alpha**k for k in range(gamma)] + [alpha**gamma]
+
+
+def position_acceptance(alpha: float, position: int) -> float:
+    """alpha^i: the chance that the i-th draft (1-based) of a round is accepted, under the same assumption."""
+    return alpha**position
+
+
+def accepted_per_round(trace: Trace) -> list[int]:
+    """Accepted drafts in each round that drafted the full gamma (shorter last rounds are left out)."""
+    gamma = trace.settings.get("gamma")
+    return [r.accepted_count for r in trace.rounds if r.drafts and len(r.drafts) == gamma]
+
+
+def acceptance_by_position(trace: Trace) -> list[tuple[int, int]]:
+    """(rounds that drafted position i, rounds whose i-th draft was accepted) for i = 1, 2, ...
+
+    accepted / drafted at position i is vLLM's per-position acceptance rate; compare it with
+    ``position_acceptance``.
+    """
+    counts: list[list[int]] = []
+    for r in trace.rounds:
+        for i, d in enumerate(r.drafts):
+            if i == len(counts):
+                counts.append([0, 0])
+            counts[i][0] += 1
+            counts[i][1] += d.accepted
+    return [(n, a) for n, a in counts]

@@ -100,6 +100,12 @@ class Round:
     def accepted_count(self) -> int:
         return sum(d.accepted for d in self.drafts)
 
+    @property
+    def emitted_texts(self) -> list[str]:
+        """The texts of ``emitted_ids``: the kept accepted drafts, then the final token if kept."""
+        kept = len(self.emitted_ids) - (self.final_token_id is not None)
+        return [d.text for d in self.drafts[:kept]] + ([self.final_text or ""] if self.final_token_id is not None else [])
+
 
 @dataclass
 class Trace:

@@ -9,11 +9,14 @@ from specviz.trace import Trace
 BLUE, VERMILLION, ORANGE, GREEN, GREY = "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#BBBBBB"
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
+def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go.Figure:
+    """The look every specviz figure shares: title, axis titles (None leaves them), size, legend."""
+    if x is not None:
+        fig.update_layout(xaxis_title=x)
+    if y is not None:
+        fig.update_layout(yaxis_title=y)
     fig.update_layout(
         title=dict(text=title, font=dict(size=15)),
-        xaxis_title=x,
-        yaxis_title=y,
         template="plotly_white",
         height=320,
         margin=dict(l=50, r=20, t=50, b=45),
@@ -41,7 +44,7 @@ def acceptance_figure(trace: Trace) -> go.Figure:
         ]
     )
     fig.update_layout(barmode="stack", yaxis2=dict(overlaying="y", side="right", range=[0, 1.05], title="acceptance rate", showgrid=False))
-    return _layout(fig, "Drafts per round", "round", "drafted tokens")
+    return style_figure(fig, "Drafts per round", "round", "drafted tokens")
 
 
 def _steps(trace: Trace) -> tuple[list[float], list[int]]:
@@ -63,4 +66,4 @@ def timeline_figure(spec: Trace, baseline: Trace | None = None) -> go.Figure:
             for xs, ys in [_steps(t)]
         ]
     )
-    return _layout(fig, "Generated tokens over time", "wall time (ms)", "tokens")
+    return style_figure(fig, "Generated tokens over time", "wall time (ms)", "tokens")

@@ -1,0 +1,108 @@
+"""A saved run: the speculative trace, its baseline and an optional gamma sweep, as JSON.
+
+A teacher can record runs on a GPU and replay them on a laptop with no model: loading
+validates the file against the trace schema and a size cap before anything is shown.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specviz.sweep import Sweep, SweepPoint
+from specviz.trace import SCHEMA_VERSION, Trace
+
+# A 256-token run with gamma 16 is about 1 MB; anything far larger is not ours.
+MAX_BYTES = 8 * 1024 * 1024
+FORMAT = "specviz-recording"
+
+
+@dataclass
+class Recording:
+    """What the demo shows for one run.
+
+    Attributes:
+        speculative: the speculative trace.
+        baseline: the autoregressive trace on the same settings, or None.
+        sweep: a gamma sweep on the same prompt, or None.
+        title: a label for menus (e.g. the pair and settings).
+    """
+
+    speculative: Trace
+    baseline: Trace | None = None
+    sweep: Sweep | None = None
+    title: str = ""
+
+    def to_json(self) -> str:
+        """The recording as JSON text (traces as ``Trace.to_dict``)."""
+        return json.dumps(
+            {
+                "format": FORMAT,
+                "schema_version": SCHEMA_VERSION,
+                "title": self.title,
+                "speculative": self.speculative.to_dict(),
+                "baseline": self.baseline.to_dict() if self.baseline is not None else None,
+                "sweep": asdict(self.sweep) if self.sweep is not None else None,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Recording":
+        """Parse and validate a recording, or a bare speculative trace.
+
+        Raises:
+            ValueError: the text is over ``MAX_BYTES``, not JSON, or not a recording or trace
+                (the message names the first bad field).
+        """
+        if len(text) > MAX_BYTES:
+            raise ValueError(f"the file is {len(text) / 1e6:.1f} MB; a specviz recording is at most {MAX_BYTES / 1e6:.0f} MB")
+        try:
+            d = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"the file is not JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise ValueError("the file is not a specviz recording: expected a JSON object")
+        if d.get("format") != FORMAT:
+            if "rounds" in d and "mode" in d:  # a bare trace, as `generate --json` prints it
+                d = {"speculative": d}
+            else:
+                raise ValueError("the file is not a specviz recording (no 'format': 'specviz-recording')")
+        spec = Trace.from_dict(d.get("speculative"))
+        if spec.mode != "speculative":
+            raise ValueError("the recording's 'speculative' trace is an autoregressive one")
+        baseline = Trace.from_dict(d["baseline"]) if d.get("baseline") is not None else None
+        sweep = _sweep(d["sweep"]) if d.get("sweep") is not None else None
+        return cls(speculative=spec, baseline=baseline, sweep=sweep, title=str(d.get("title", "")))
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Recording":
+        """Read and validate a recording file; checks the size before reading it.
+
+        Raises:
+            ValueError: as ``from_json``; OSError if the file cannot be read.
+        """
+        path = Path(path)
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise ValueError(f"the file is {size / 1e6:.1f} MB; a specviz recording is at most {MAX_BYTES / 1e6:.0f} MB")
+        return cls.from_json(path.read_bytes())
+
+
+def _sweep(d) -> Sweep:
+    import pydantic
+
+    try:
+        return pydantic.TypeAdapter(Sweep).validate_python(d)
+    except pydantic.ValidationError as e:
+        first = e.errors()[0]
+        raise ValueError(f"not a specviz sweep: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+__all__ = ["MAX_BYTES", "Recording", "Sweep", "SweepPoint"]

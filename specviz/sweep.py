@@ -1,0 +1,104 @@
+"""A gamma sweep: the same prompt and seed decoded with gamma = 1..8, against one baseline.
+
+Each point keeps the counts and times that the theory needs (Leviathan et al. 2023, Sec. 3),
+so a sweep saved to JSON can be plotted again without the models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from specviz import theory
+from specviz.engine import autoregressive_generate, speculative_generate
+from specviz.trace import Trace
+
+
+@dataclass
+class SweepPoint:
+    """One speculative run of the sweep. Times in ms."""
+
+    gamma: int
+    tokens: int
+    rounds: int
+    drafted: int
+    accepted: int
+    total_ms: float
+    draft_ms: float
+
+    @classmethod
+    def of(cls, trace: Trace) -> "SweepPoint":
+        return cls(
+            gamma=int(trace.settings["gamma"]), tokens=len(trace.output_ids), rounds=len(trace.rounds),
+            drafted=trace.drafted, accepted=trace.accepted, total_ms=trace.total_ms, draft_ms=trace.draft_ms,
+        )
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        return self.tokens / self.rounds if self.rounds else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.tokens / (self.total_ms / 1000) if self.total_ms > 0 else None
+
+
+@dataclass
+class Sweep:
+    """Points for several gammas and the autoregressive baseline they are compared with.
+
+    Attributes:
+        baseline_tokens_per_second: the baseline's speed, in tokens/s.
+        target_step_ms: the baseline's mean time per target pass, in ms.
+    """
+
+    baseline_tokens_per_second: float
+    target_step_ms: float
+    points: list[SweepPoint] = field(default_factory=list)
+
+    def speedup(self, point: SweepPoint) -> float | None:
+        """Measured speedup of one point: its tokens/s over the baseline's."""
+        tps = point.tokens_per_second
+        return tps / self.baseline_tokens_per_second if tps and self.baseline_tokens_per_second else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Pooled over all points: accepted drafts / drafted tokens."""
+        drafted = sum(p.drafted for p in self.points)
+        return sum(p.accepted for p in self.points) / drafted if drafted else None
+
+    @property
+    def cost_coefficient(self) -> float | None:
+        """Pooled c: drafting time per drafter pass over all points / the target's step time."""
+        drafted = sum(p.drafted for p in self.points)
+        if not drafted or not self.target_step_ms:
+            return None
+        return sum(p.draft_ms for p in self.points) / drafted / self.target_step_ms
+
+
+def sweep_stream(
+    input_ids: list[int], drafter, target, gammas: Sequence[int] = range(1, 9), **common
+) -> Iterator[Sweep]:
+    """Run the baseline once, then one speculative run per gamma; yield the growing Sweep.
+
+    Args:
+        input_ids, drafter, target: as ``speculative_stream``.
+        gammas: the gammas to try, each >= 1.
+        common: sampling, max_new_tokens, eos_token_id, seed, tokenizer: shared by every run,
+            so the runs differ in gamma alone.
+
+    Yields:
+        The Sweep after the baseline and after each gamma.
+
+    Raises:
+        ValueError: as ``speculative_stream``.
+    """
+    baseline = autoregressive_generate(input_ids, target, **common)
+    sweep = Sweep(baseline_tokens_per_second=baseline.tokens_per_second or 0.0, target_step_ms=theory.target_step_ms(baseline) or 0.0)
+    yield sweep
+    for gamma in gammas:
+        sweep.points.append(SweepPoint.of(speculative_generate(input_ids, drafter, target, gamma=int(gamma), **common)))
+        yield sweep

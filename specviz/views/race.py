@@ -1,0 +1,72 @@
+"""The race: speculative and autoregressive output growing against time, replayed at the
+times the traces recorded (or slowed down by a constant factor).
+
+Pure HTML and CSS: every token fades in at its round's end time, so no script and no
+server round-trip is needed while it plays.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from specviz.trace import Trace
+from specviz.views.tokens import STYLES
+
+_MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
+
+
+def slowdown_for(spec: Trace, baseline: Trace | None, seconds: float = 10.0) -> float:
+    """The factor that makes the slower run take ``seconds`` to replay (at least 1: never faster than real)."""
+    longest = max(spec.total_ms, baseline.total_ms if baseline is not None else 0.0)
+    return max(1.0, seconds * 1000.0 / longest) if longest > 0 else 1.0
+
+
+def _lane(trace: Trace, label: str, colour: str, scale: float, longest_ms: float, anim: str) -> str:
+    spans = []
+    for r in trace.rounds:
+        delay = r.end_ms * scale
+        n_drafts = len(r.emitted_ids) - (r.final_token_id is not None)
+        kinds = ["accepted"] * n_drafts + ([r.final_kind or "target"] if r.final_token_id is not None else [])
+        for text, kind in zip(r.emitted_texts, kinds):
+            style = STYLES.get(kind, "") if trace.mode == "speculative" else ""
+            spans.append(f'<span class="sv-race-token" style="{style}animation:{anim}f 1ms linear {delay:.0f}ms both;">{escape(text)}</span>')
+    total = trace.total_ms * scale
+    width = 100.0 * trace.total_ms / longest_ms if longest_ms > 0 else 100.0
+    tps = trace.tokens_per_second
+    done = f"{len(trace.output_ids)} tokens in {trace.total_ms / 1000:.2f} s" + (f" · {tps:.0f} tokens/s" if tps else "")
+    return (
+        f'<div class="sv-race-lane" style="margin-bottom:14px;">'
+        f'<div style="display:flex;justify-content:space-between;font-size:14px;margin-bottom:4px;"><b style="color:{colour};">{escape(label)}</b>'
+        f'<span class="sv-race-done" style="color:#333;animation:{anim}f 1ms linear {total:.0f}ms both;">✓ {escape(done)}</span></div>'
+        f'<div style="height:8px;background:#eee;border-radius:4px;margin-bottom:6px;">'
+        f'<div style="width:{width:.1f}%;height:100%;"><div style="height:100%;background:{colour};border-radius:4px;animation:{anim}w {total:.0f}ms linear both;"></div></div></div>'
+        f'<div style="{_MONO}white-space:pre-wrap;font-size:13px;line-height:1.5;min-height:7em;max-height:16em;overflow:auto;'
+        f'border:1px solid #ddd;border-radius:6px;padding:8px;background:#fff;color:#111;overflow-wrap:anywhere;">{"".join(spans)}</div></div>'
+    )
+
+
+def race_html(spec: Trace, baseline: Trace | None, slowdown: float = 1.0, nonce: int = 0) -> str:
+    """Both runs replayed side by side, each token appearing ``slowdown`` x its recorded time.
+
+    Args:
+        spec, baseline: the speculative trace and the autoregressive one (None: spec alone).
+        slowdown: replay time / recorded time (1 = true timing).
+        nonce: changes the animation names, so showing the same race again restarts it.
+
+    Returns:
+        An HTML fragment with its own <style> (two keyframes).
+    """
+    anim = f"svrace{nonce}"
+    longest = max(spec.total_ms, baseline.total_ms if baseline is not None else 0.0)
+    gamma = spec.settings.get("gamma")
+    lanes = _lane(spec, f"speculative (gamma {gamma})", "#009E73", slowdown, longest, anim)
+    if baseline is not None:
+        lanes += _lane(baseline, "autoregressive (target alone)", "#E69F00", slowdown, longest, anim)
+    pace = "true timing" if slowdown <= 1.0 else f"slowed down {slowdown:.0f}× (recorded times × {slowdown:.0f})"
+    style = f"<style>@keyframes {anim}f{{from{{opacity:0}}to{{opacity:1}}}}@keyframes {anim}w{{from{{width:0}}to{{width:100%}}}}</style>"
+    return (
+        f'{style}<div class="sv-race" style="font-family:ui-sans-serif,system-ui,sans-serif;background:#fff;color:#111;border:1px solid #ddd;border-radius:8px;padding:12px;">'
+        f'<div style="color:#555;font-size:13px;margin-bottom:8px;">Replay of the recorded runs, {escape(pace)}. '
+        f'Each token appears when its round ended: speculative tokens arrive in bursts, one burst per target pass. '
+        f'With sampling the two texts differ (same distribution, different random draws); at temperature 0 they are equal.</div>{lanes}</div>'
+    )

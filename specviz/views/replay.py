@@ -1,0 +1,150 @@
+"""One round, replayed: the context, each draft's q and p, the test that judged it, and
+where the correction or bonus token came from.
+
+The acceptance test is u < min(1, p(x)/q(x)) (Leviathan et al. 2023, Algorithm 1); a
+rejected draft is replaced by a sample from norm(max(0, p - q)) at its position; when every
+draft is accepted the bonus token is sampled from p one position further.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from specviz.trace import Draft, Round, Trace
+from specviz.views.tokens import STYLES, _visible
+
+Q_COLOUR, P_COLOUR, RESIDUAL_COLOUR = "#CC79A7", "#0072B2", "#E69F00"  # Okabe-Ito purple, blue, orange
+PASS, FAIL = "#009E73", "#D55E00"
+CONTEXT_CHARS = 360  # the tail of the context shown above the round
+_BOX = "font-family:ui-sans-serif,system-ui,sans-serif;font-size:14px;color:#111;background:#fff;border:1px solid #ddd;border-radius:8px;padding:12px;"
+_MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
+
+
+def _chip(text: str, style: str = "") -> str:
+    shown = _visible(text) or "\u2400"  # an empty decode (part of a multi-byte character) stays visible
+    return f'<code style="{_MONO}background:#f3f3f3;border-radius:3px;padding:0 4px;{style}">{escape(shown)}</code>'
+
+
+def _bar(value: float | None, colour: str, marker: float | None = None, width: int = 140) -> str:
+    """A horizontal bar for a probability in [0, 1], its value beside it; ``marker`` draws a line (u)."""
+    if value is None:
+        return '<span style="color:#999;">—</span>'
+    pct = max(0.0, min(1.0, value)) * 100
+    line = ""
+    if marker is not None:
+        line = f'<div title="u = {marker:.4f}" style="position:absolute;left:{max(0.0, min(1.0, marker)) * 100:.1f}%;top:-3px;bottom:-3px;width:2px;background:#111;"></div>'
+    return (
+        f'<span style="display:inline-flex;align-items:center;gap:6px;">'
+        f'<span style="position:relative;display:inline-block;width:{width}px;height:12px;background:#eee;border-radius:2px;">'
+        f'<span style="position:absolute;left:0;top:0;bottom:0;width:{pct:.1f}%;background:{colour};border-radius:2px;"></span>{line}</span>'
+        f'<span style="{_MONO}font-size:12px;">{value:.3f}</span></span>'
+    )
+
+
+def _context(trace: Trace, index: int) -> str:
+    # The text so far: the prompt and every earlier round's emitted tokens, in order.
+    before = trace.prompt_text + "".join(t for r in trace.rounds[:index] for t in r.emitted_texts)
+    tail = ("…" + before[-CONTEXT_CHARS:]) if len(before) > CONTEXT_CHARS else before
+    return (
+        f'<div style="{_MONO}white-space:pre-wrap;font-size:13px;background:#fafafa;border:1px solid #eee;border-radius:6px;padding:8px;color:#555;overflow-wrap:anywhere;">'
+        f'{escape(tail)}<span style="background:#111;color:#fff;border-radius:2px;padding:0 3px;margin-left:1px;">▸ round {index + 1}</span></div>'
+    )
+
+
+def _verdict(d: Draft) -> str:
+    label = {"accepted": "accepted", "rejected": "rejected", "discarded": "not tested"}[d.verdict]
+    style = STYLES.get(d.verdict, "color:#888;")
+    return f'<span class="sv-verdict-{d.verdict}" style="{style}padding:1px 6px;border-radius:3px;">{label}</span>'
+
+
+def _test(d: Draft) -> str:
+    if d.verdict == "discarded":
+        return '<span style="color:#888;">after a rejection, never tested</span>'
+    colour = PASS if d.accepted else FAIL
+    sign = "<" if d.accepted else "≥"
+    return f'{_bar(d.accept_prob, colour, marker=d.u)}<span style="{_MONO}font-size:12px;margin-left:8px;">u = {d.u:.3f} {sign} {d.accept_prob:.3f}</span>'
+
+
+def _drafts_table(r: Round) -> str:
+    head = "".join(
+        f'<th style="text-align:left;padding:4px 8px;font-weight:600;color:#444;">{h}</th>'
+        for h in ("#", "draft x", f'<span style="color:{Q_COLOUR};">■</span> q(x) drafter', f'<span style="color:{P_COLOUR};">■</span> p(x) target', "min(1, p/q) and u", "verdict")
+    )
+    rows = []
+    for i, d in enumerate(r.drafts):
+        faded = "opacity:0.45;" if d.verdict == "discarded" else ""
+        rows.append(
+            f'<tr class="sv-draft-row" style="border-top:1px solid #eee;{faded}">'
+            f'<td style="padding:4px 8px;color:#666;">{i + 1}</td><td style="padding:4px 8px;">{_chip(d.text)}</td>'
+            f'<td style="padding:4px 8px;">{_bar(d.q, Q_COLOUR)}</td><td style="padding:4px 8px;">{_bar(d.p, P_COLOUR)}</td>'
+            f'<td style="padding:4px 8px;">{_test(d)}</td><td style="padding:4px 8px;">{_verdict(d)}</td></tr>'
+        )
+    return f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;margin-top:10px;"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
+def _final(r: Round) -> str:
+    if r.final_token_id is None:
+        why = "an accepted draft was the end-of-sequence token" if r.drafts and any(d.accepted for d in r.drafts) else "the token budget ran out"
+        return f'<p style="margin:10px 0 0;color:#555;">The round ended before its final token: {why}.</p>'
+    n_acc = r.accepted_count
+    if r.final_kind == "correction":
+        d = r.drafts[n_acc]
+        intro = (
+            f"Draft {n_acc + 1} {_chip(d.text)} was rejected: u = {d.u:.3f} ≥ min(1, p/q) = {d.accept_prob:.3f}. "
+            f"The <b>correction token</b> is sampled from the residual <b>norm(max(0, p − q))</b> at that position; "
+            f"drafts after it are discarded. Most likely tokens of the residual:"
+        )
+        head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', f'<span style="color:{Q_COLOUR};">■</span> q(x)', f'<span style="color:{RESIDUAL_COLOUR};">■</span> residual', "")
+    else:
+        intro = (
+            f"All {len(r.drafts)} drafts were accepted, so the target's pass gives one more token for free: the "
+            f"<b>bonus token</b>, sampled from p at position {len(r.drafts) + 1}. Most likely tokens of p:"
+        ) if r.final_kind == "bonus" else "The target samples this token from p (autoregressive baseline). Most likely tokens of p:"
+        head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', "", "", "")
+    rows = []
+    shown = [t for t in r.final_top if t.prob > 0]
+    for t in shown:
+        picked = t.token_id == r.final_token_id
+        mark = f'<span style="{STYLES.get(r.final_kind or "target", "")}padding:1px 6px;border-radius:3px;">◀ sampled</span>' if picked else ""
+        cells = [_chip(t.text), _bar(t.p, P_COLOUR)]
+        cells += [_bar(t.q, Q_COLOUR), _bar(t.prob, RESIDUAL_COLOUR)] if r.final_kind == "correction" else ["", ""]
+        weight = "font-weight:600;" if picked else ""
+        rows.append(
+            f'<tr class="sv-top-row{" sv-picked" if picked else ""}" style="border-top:1px solid #eee;{weight}">'
+            + "".join(f'<td style="padding:3px 8px;">{c}</td>' for c in cells)
+            + f'<td style="padding:3px 8px;">{mark}</td></tr>'
+        )
+    if r.final_token_id not in {t.token_id for t in shown}:
+        prob = f"{r.final_prob:.4f}" if r.final_prob is not None else "?"
+        rows.append(
+            f'<tr class="sv-top-row sv-picked" style="border-top:1px solid #eee;font-weight:600;"><td style="padding:3px 8px;">{_chip(r.final_text or "")}</td>'
+            f'<td colspan="3" style="padding:3px 8px;color:#555;">outside the top {len(shown)}: probability {prob}</td><td style="padding:3px 8px;">◀ sampled</td></tr>'
+        )
+    heads = "".join(f'<th style="text-align:left;padding:3px 8px;font-weight:600;color:#444;">{h}</th>' for h in head)
+    return f'<p style="margin:12px 0 4px;">{intro}</p><table class="sv-top" style="border-collapse:collapse;">{f"<tr>{heads}</tr>"}{"".join(rows)}</table>'
+
+
+def round_html(trace: Trace, index: int) -> str:
+    """Round ``index`` (0-based) of a speculative trace as an HTML panel.
+
+    Shows the context before the round (its last characters), each draft with bars of q(x)
+    and p(x), min(1, p/q) with the uniform u that decided it, the verdict, and the final
+    token with the top tokens of the distribution it was sampled from.
+
+    Raises:
+        IndexError: ``index`` is outside 0 .. len(trace.rounds) - 1.
+    """
+    if not trace.rounds:
+        return f'<div class="sv-replay" style="{_BOX}color:#666;">No rounds yet: press Generate, or load a recording.</div>'
+    if not 0 <= index < len(trace.rounds):
+        raise IndexError(f"round {index} of a trace with {len(trace.rounds)} rounds")
+    r = trace.rounds[index]
+    gamma = trace.settings.get("gamma")
+    emitted = len(r.emitted_ids)
+    header = (
+        f'<div style="display:flex;justify-content:space-between;flex-wrap:wrap;gap:8px;">'
+        f'<b class="sv-round-title">Round {index + 1} of {len(trace.rounds)}</b>'
+        f'<span style="color:#555;">{len(r.drafts)} drafted (gamma {gamma}) · {r.accepted_count} accepted · '
+        f'{emitted} token{"s" if emitted != 1 else ""} emitted · drafting {r.draft_ms:.1f} ms, target pass {r.verify_ms:.1f} ms</span></div>'
+    )
+    return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_drafts_table(r)}{_final(r)}</div>'
