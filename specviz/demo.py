@@ -6,8 +6,11 @@ into a ``gr.Error`` with a clear message, and the app keeps serving the next vis
 
 from __future__ import annotations
 
+import itertools
 import os
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -15,9 +18,25 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 
-from specviz import Sampling, autoregressive_generate, speculative_stream  # noqa: E402
-from specviz.pair import EMBEDDED, PRESETS, PairError, load_pair  # noqa: E402
-from specviz.views import acceptance_figure, legend_html, stats_html, timeline_figure, tokens_html  # noqa: E402
+from specviz import Sampling, Trace, autoregressive_generate, speculative_stream  # noqa: E402
+from specviz.pair import ASSETS, EMBEDDED, PRESETS, PairError, load_pair  # noqa: E402
+from specviz.recording import MAX_BYTES, Recording  # noqa: E402
+from specviz.sweep import sweep_stream  # noqa: E402
+from specviz.views import (  # noqa: E402
+    acceptance_figure,
+    accepted_histogram_figure,
+    explanation_markdown,
+    legend_html,
+    position_figure,
+    race_html,
+    round_html,
+    slowdown_for,
+    speedup_figure,
+    stats_html,
+    sweep_figure,
+    timeline_figure,
+    tokens_html,
+)
 
 # Caps shown in the UI and enforced again in the handler (a client can bypass sliders).
 GAMMA_RANGE = (1, 16)
@@ -25,6 +44,8 @@ TEMPERATURE_RANGE = (0.0, 2.0)
 MAX_NEW_TOKENS_RANGE = (1, 256)
 TOP_K_MAX = 1000
 PROMPT_CHARS_MAX = 2000
+SWEEP_GAMMAS = tuple(range(1, 9))
+PACES = ("slow motion (about 10 s)", "true timing")
 # Redraw the streamed text at most this often (ms): drawing is not free for the browser.
 STREAM_INTERVAL_MS = 80
 
@@ -72,10 +93,46 @@ def _check(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed) 
         raise gr.Error(str(err), title="Bad sampling settings") from err
 
 
+RECORDINGS = ASSETS / "recordings"
+# Each finished run is written here for the download button; only the newest few are kept.
+_DOWNLOADS = Path(tempfile.mkdtemp(prefix="specviz-"))
+_KEEP_DOWNLOADS = 64
+_race_nonce = itertools.count(1)
+
+
+def _save_for_download(rec: Recording) -> str:
+    path = _DOWNLOADS / f"specviz-run-{time.strftime('%Y%m%d-%H%M%S')}-{next(_race_nonce)}.json"
+    rec.save(path)
+    for old in sorted(_DOWNLOADS.glob("*.json"), key=lambda p: p.stat().st_mtime)[:-_KEEP_DOWNLOADS]:
+        old.unlink(missing_ok=True)
+    return str(path)
+
+
+def _replay_slider(trace: Trace | None, value: int | None = None):
+    n = max(1, len(trace.rounds)) if trace is not None else 1
+    # Gradio needs maximum > minimum; a one-round run gets a fixed slider (the handlers clamp).
+    return gr.Slider(minimum=1, maximum=max(n, 2), value=min(value or n, n), step=1, interactive=n > 1)
+
+
+def _everything(rec: Recording, status: str, download: str | None):
+    """Every output of a finished run, in OUTPUTS order."""
+    spec, base = rec.speculative, rec.baseline
+    last = len(spec.rounds) - 1
+    return (
+        tokens_html(spec), stats_html(spec, base), acceptance_figure(spec), timeline_figure(spec, base), status, rec,
+        _replay_slider(spec), round_html(spec, max(last, 0)) if spec.rounds else round_html(spec, 0),
+        speedup_figure(spec, base), accepted_histogram_figure(spec), position_figure(spec), sweep_figure(rec.sweep),
+        race_html(spec, base, slowdown_for(spec, base), next(_race_nonce)),
+        gr.DownloadButton(value=download, interactive=download is not None),
+    )
+
+
 def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed):
     """Stream a speculative run round by round, then measure the autoregressive baseline.
 
-    Yields (tokens HTML, stats HTML, acceptance figure, timeline figure, status Markdown).
+    Yields every output in OUTPUTS order (tokens HTML, stats HTML, two figures, status
+    Markdown, the Recording, the replay slider and panel, four theory figures, the race, the
+    download button); while streaming, the outputs that do not change are skipped.
     """
     sampling = _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
     gamma, max_new_tokens, seed = int(gamma), int(max_new_tokens), int(seed)
@@ -85,6 +142,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
         raise gr.Error(str(err), title="Model pair unavailable") from err
     ids = pair.tokenizer(prompt, add_special_tokens=False)["input_ids"]
     common = dict(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id, seed=seed, tokenizer=pair.tokenizer)
+    skip = gr.skip()
     try:
         last_draw = 0.0
         spec = None
@@ -93,8 +151,12 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
             if now - last_draw >= STREAM_INTERVAL_MS and not spec.stop_reason:
                 last_draw = now
                 status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens…"
-                yield tokens_html(spec), stats_html(spec), gr.skip(), gr.skip(), status
-        yield tokens_html(spec), stats_html(spec), acceptance_figure(spec), timeline_figure(spec), "Measuring the autoregressive baseline…"
+                rec = Recording(spec, title=_title(pair.name, spec))
+                yield (tokens_html(spec), stats_html(spec), skip, skip, status, rec, _replay_slider(spec), round_html(spec, len(spec.rounds) - 1),
+                       skip, skip, skip, skip, skip, skip)
+        rec = Recording(spec, title=_title(pair.name, spec))
+        yield (tokens_html(spec), stats_html(spec), acceptance_figure(spec), timeline_figure(spec), "Measuring the autoregressive baseline…", rec,
+               _replay_slider(spec), round_html(spec, len(spec.rounds) - 1), skip, accepted_histogram_figure(spec), position_figure(spec), sweep_figure(None), skip, skip)
         baseline = autoregressive_generate(ids, pair.target, **common)
     except ValueError as err:
         raise gr.Error(str(err), title="Cannot generate") from err
@@ -102,11 +164,94 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
         raise gr.Error("Out of memory: ask for fewer tokens or pick a smaller pair.", title="Out of memory") from err
     except Exception as err:  # the app must keep serving; say what failed without a traceback
         raise gr.Error(f"Generation failed ({type(err).__name__}: {err}). The app is still running: try again or change the settings.", title="Generation failed") from err
+    rec = Recording(spec, baseline, title=_title(pair.name, spec))
     done = (
         f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({spec.stop_reason.replace('_', ' ')}). "
         f"Pair: {pair.name}, on {pair.device.type}."
     )
-    yield tokens_html(spec), stats_html(spec, baseline), acceptance_figure(spec), timeline_figure(spec, baseline), done
+    yield _everything(rec, done, _save_for_download(rec))
+
+
+def _title(pair_name: str, spec: Trace) -> str:
+    s = spec.settings
+    sampling = s.get("sampling", {})
+    temp = sampling.get("temperature")
+    how = "greedy" if temp == 0 else f"T={temp}, top-k {sampling.get('top_k')}, top-p {sampling.get('top_p')}"
+    return f"{pair_name}, gamma {s.get('gamma')}, {how}, seed {s.get('seed')}"
+
+
+def replay_step(rec: Recording | None, current, delta: int):
+    """Move the replay by ``delta`` rounds; returns the slider and the round panel."""
+    if rec is None or not rec.speculative.rounds:
+        return gr.skip(), round_html(Trace(mode="speculative", prompt_ids=[]), 0)
+    n = len(rec.speculative.rounds)
+    index = min(max(int(current or 1) + delta, 1), n)
+    return _replay_slider(rec.speculative, index), round_html(rec.speculative, index - 1)
+
+
+def replay_show(rec: Recording | None, current):
+    """The round panel for the slider's value."""
+    return replay_step(rec, current, 0)[1]
+
+
+def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec: Recording | None):
+    """Decode the prompt with gamma = 1..8 (same seed and settings) and plot each against the theory.
+
+    Yields (sweep figure, sweep status Markdown, Recording with the sweep attached).
+    """
+    sampling = _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed)
+    try:
+        pair = load_pair(pair_name)
+    except PairError as err:
+        raise gr.Error(str(err), title="Model pair unavailable") from err
+    ids = pair.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    common = dict(sampling=sampling, max_new_tokens=int(max_new_tokens), eos_token_id=pair.eos_token_id, seed=int(seed), tokenizer=pair.tokenizer)
+    sweep = None
+    try:
+        for sweep in sweep_stream(ids, pair.drafter, pair.target, gammas=SWEEP_GAMMAS, **common):
+            done = len(sweep.points)
+            yield sweep_figure(sweep), f"Sweep: {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} ({done} of {len(SWEEP_GAMMAS)})…", gr.skip()
+    except ValueError as err:
+        raise gr.Error(str(err), title="Cannot run the sweep") from err
+    except (MemoryError, torch.OutOfMemoryError) as err:
+        raise gr.Error("Out of memory: ask for fewer tokens or pick a smaller pair.", title="Out of memory") from err
+    if rec is not None:
+        rec = Recording(rec.speculative, rec.baseline, sweep, rec.title)
+    best = max(sweep.points, key=lambda p: sweep.speedup(p) or 0.0)
+    yield sweep_figure(sweep), f"Sweep done: fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).", rec if rec is not None else gr.skip()
+
+
+def start_race(rec: Recording | None, pace: str):
+    """The race HTML for the current run, restarted."""
+    if rec is None:
+        raise gr.Error("Generate a run (or load a recording) first: the race replays it.", title="Nothing to race")
+    spec, base = rec.speculative, rec.baseline
+    slow = 1.0 if pace == PACES[1] else slowdown_for(spec, base)
+    return race_html(spec, base, slow, next(_race_nonce))
+
+
+def load_recording(path):
+    """Show a saved recording (uploaded file or prepared example) without any model."""
+    if not path:
+        raise gr.Error("Choose a recording first.", title="No file")
+    try:
+        rec = Recording.load(path)
+    except (ValueError, OSError) as err:
+        raise gr.Error(f"This file cannot be replayed: {err}", title="Not a specviz recording") from err
+    status = f"Replaying a recording{': ' + rec.title if rec.title else ''}. No model was run."
+    return _everything(rec, status, _save_for_download(rec))
+
+
+def load_example(name):
+    """Load one of the recordings shipped in assets/recordings."""
+    path = RECORDINGS / f"{name}.json"
+    if not name or not path.is_file():
+        raise gr.Error(f"No prepared recording named {name!r}.", title="Unknown recording")
+    return load_recording(str(path))
+
+
+def _examples() -> list[str]:
+    return sorted(p.stem for p in RECORDINGS.glob("*.json"))
 
 
 def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
@@ -121,7 +266,9 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         pair = load_pair(EMBEDDED)
         # One short run pays the first-call costs before any visitor does.
         autoregressive_generate([pair.eos_token_id or 0], pair.target, max_new_tokens=2)
-    with gr.Blocks(title="specviz: speculative decoding, round by round") as demo:
+    latex = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
+    with gr.Blocks(title="specviz: speculative decoding, round by round", delete_cache=(3600, 3600)) as demo:
+        recording = gr.State(None)
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=2, min_width=320):
@@ -143,16 +290,67 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 tokens = gr.HTML(label="Output", elem_id="sv-output")
                 status = gr.Markdown(elem_id="sv-status")
                 stats = gr.HTML(elem_id="sv-stats")
-        with gr.Row():
-            acceptance_plot = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
-            timeline_plot = gr.Plot(label="Tokens over time", show_label=False, elem_id="sv-timeline")
+        with gr.Tabs():
+            with gr.Tab("Charts", id="charts"):
+                with gr.Row():
+                    acceptance_plot = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
+                    timeline_plot = gr.Plot(label="Tokens over time", show_label=False, elem_id="sv-timeline")
+            with gr.Tab("Replay", id="replay"):
+                gr.Markdown("Step through the rounds: the drafts with q(x) and p(x), the uniform u against min(1, p/q), and where the correction or bonus token came from.")
+                with gr.Row(equal_height=True):
+                    prev_round = gr.Button("◀ Previous round", size="sm", elem_id="sv-prev", scale=1)
+                    replay_slider = gr.Slider(1, 2, value=1, interactive=False, step=1, label="round", elem_id="sv-round", scale=6)
+                    next_round = gr.Button("Next round ▶", size="sm", elem_id="sv-next", scale=1)
+                replay = gr.HTML(round_html(Trace(mode="speculative", prompt_ids=[]), 0), elem_id="sv-replay")
+            with gr.Tab("Theory", id="theory"):
+                gr.Markdown("Leviathan et al. 2023, Sec. 3: the speedup predicted from this run's acceptance rate alpha and cost coefficient c, beside what was measured.")
+                speedup_plot = gr.Plot(show_label=False, elem_id="sv-speedup")
+                with gr.Row():
+                    histogram_plot = gr.Plot(show_label=False, elem_id="sv-histogram")
+                    position_plot = gr.Plot(show_label=False, elem_id="sv-position")
+                with gr.Row(equal_height=True):
+                    sweep_button = gr.Button(f"Run gamma sweep ({SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]})", elem_id="sv-sweep-button", scale=1)
+                    sweep_status = gr.Markdown("Same prompt, seed and sampling settings; one baseline, then one run per gamma.", elem_id="sv-sweep-status")
+                sweep_plot = gr.Plot(sweep_figure(None), show_label=False, elem_id="sv-sweep")
+            with gr.Tab("Race", id="race"):
+                with gr.Row(equal_height=True):
+                    pace = gr.Radio(list(PACES), value=PACES[0], label="pace", scale=3)
+                    race_button = gr.Button("Start race", elem_id="sv-race-button", scale=1)
+                race = gr.HTML(elem_id="sv-race")
+            with gr.Tab("Save / load", id="files"):
+                gr.Markdown(
+                    "Save a run as JSON and replay it later with no model: prepare runs on a GPU, show them on a laptop offline. "
+                    f"Files are checked against the trace schema; at most {MAX_BYTES // (1024 * 1024)} MB."
+                )
+                with gr.Row():
+                    download = gr.DownloadButton("Download this run (JSON)", interactive=False, elem_id="sv-download")
+                    upload = gr.File(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
+                with gr.Row(equal_height=True):
+                    example = gr.Dropdown(_examples(), value=(_examples() or [None])[0], label="Prepared recordings (embedded pair)", scale=3)
+                    example_button = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)
+            with gr.Tab("Explanation", id="explain"):
+                gr.Markdown(explanation_markdown(), latex_delimiters=latex, elem_id="sv-explain")
+
+        outputs = [tokens, stats, acceptance_plot, timeline_plot, status, recording, replay_slider, replay,
+                   speedup_plot, histogram_plot, position_plot, sweep_plot, race, download]
         run.click(
             generate,
             inputs=[pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed],
-            outputs=[tokens, stats, acceptance_plot, timeline_plot, status],
+            outputs=outputs,
             api_name="generate",
             concurrency_limit=1,
         )
+        # Views of a recording are cheap: they do not wait behind a generation.
+        view = dict(concurrency_limit=None, show_progress="hidden")
+        prev_round.click(lambda rec, cur: replay_step(rec, cur, -1), [recording, replay_slider], [replay_slider, replay], api_visibility="private", **view)
+        next_round.click(lambda rec, cur: replay_step(rec, cur, +1), [recording, replay_slider], [replay_slider, replay], api_visibility="private", **view)
+        replay_slider.release(replay_show, [recording, replay_slider], replay, api_visibility="private", **view)
+        replay_slider.input(replay_show, [recording, replay_slider], replay, api_visibility="private", **view)
+        sweep_button.click(run_sweep, [pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, recording],
+                           [sweep_plot, sweep_status, recording], api_name="sweep", concurrency_limit=1)
+        race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)
+        upload.upload(load_recording, upload, outputs, api_name="load_recording", **view)
+        example_button.click(load_example, example, outputs, api_name="load_example", **view)
     max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
     return demo
@@ -165,4 +363,5 @@ def launch_kwargs(port: int | None = None) -> dict:
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
         show_error=False,
+        max_file_size=MAX_BYTES,  # uploads are recordings; Gradio refuses larger files itself
     )

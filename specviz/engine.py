@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import torch
 
@@ -99,6 +100,13 @@ def _decoder(tokenizer):
     return lambda ids: tokenizer.batch_decode([[t] for t in ids])
 
 
+def _model_name(model) -> str:
+    """A hub id as is; a local folder by its last two path parts (saved traces carry no machine paths)."""
+    name = getattr(model.config, "name_or_path", "") or type(model).__name__
+    parts = Path(name).parts
+    return "/".join(parts[-2:]) if Path(name).is_absolute() else name
+
+
 def _settings(mode: str, sampling: Sampling, seed: int, max_new_tokens: int, eos, models, gamma=None) -> dict:
     first = models[0]
     return {
@@ -110,7 +118,7 @@ def _settings(mode: str, sampling: Sampling, seed: int, max_new_tokens: int, eos
         "eos_token_id": sorted(eos),
         "device": str(first.device),
         "dtype": str(first.dtype).removeprefix("torch."),
-        "models": [getattr(m.config, "name_or_path", "") or type(m).__name__ for m in models],
+        "models": [_model_name(m) for m in models],
     }
 
 

@@ -1,0 +1,176 @@
+"""Views are pure functions of a trace: checked here without a browser or a model server."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import plotly.graph_objects as go
+import pytest
+
+from specviz import Sampling, autoregressive_generate, speculative_generate, theory
+from specviz.recording import MAX_BYTES, Recording
+from specviz.sweep import sweep_stream
+from specviz.trace import Trace
+from specviz.views import (
+    accepted_histogram_figure,
+    explanation_markdown,
+    position_figure,
+    race_html,
+    round_html,
+    slowdown_for,
+    speedup_figure,
+    sweep_figure,
+)
+from tests.conftest import tiny_lm
+
+
+@pytest.fixture(scope="module")
+def runs():
+    drafter, target = tiny_lm(vocab=16, layers=1, seed=1, init=0.3), tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
+    kw = dict(sampling=Sampling(1.0), max_new_tokens=40, seed=3)
+    spec = speculative_generate([1, 2, 3], drafter, target, gamma=4, **kw)
+    base = autoregressive_generate([1, 2, 3], target, **kw)
+    sweep = None
+    for sweep in sweep_stream([1, 2, 3], drafter, target, gammas=(1, 2, 3), **kw):
+        pass
+    return spec, base, sweep
+
+
+def test_round_panel_shows_every_draft_its_test_and_the_final_token(runs):
+    spec, _, _ = runs
+    for i, r in enumerate(spec.rounds):
+        html = round_html(spec, i)
+        assert f"Round {i + 1} of {len(spec.rounds)}" in html
+        assert html.count('class="sv-draft-row"') == len(r.drafts)
+        for d in r.drafts:
+            if d.verdict != "discarded":
+                assert f"u = {d.u:.3f}" in html and f"{d.accept_prob:.3f}" in html
+        if r.final_kind == "correction":
+            assert "norm(max(0, p − q))" in html and "◀ sampled" in html
+            # the sampled token is marked exactly once, and the residual's top tokens are sorted
+            assert html.count("◀ sampled") == 1
+            probs = [t.prob for t in r.final_top]
+            assert probs == sorted(probs, reverse=True)
+        elif r.final_kind == "bonus":
+            assert "bonus token" in html and "◀ sampled" in html
+    with pytest.raises(IndexError):
+        round_html(spec, len(spec.rounds))
+
+
+def test_residual_top_tokens_are_the_residual(runs):
+    """final_top of a correction holds norm(max(0, p - q)); p and q there are consistent with it."""
+    spec, _, _ = runs
+    corrections = [r for r in spec.rounds if r.final_kind == "correction"]
+    assert corrections
+    for r in corrections:
+        top = r.final_top
+        mass = sum(max(0.0, t.p - t.q) for t in top)
+        # residual(x) / (p(x) - q(x)) is one normaliser for every top token with p > q
+        ratios = {round(t.prob / (t.p - t.q), 4) for t in top if t.p - t.q > 1e-6}
+        assert len(ratios) <= 1 and mass <= 1.0 + 1e-6
+        assert r.final_token_id in {t.token_id for t in top} or r.final_prob <= top[-1].prob + 1e-6
+
+
+def test_round_panel_before_any_round():
+    assert "No rounds yet" in round_html(Trace(mode="speculative", prompt_ids=[]), 0)
+
+
+def test_theory_figures_carry_the_formulas_numbers(runs):
+    spec, base, sweep = runs
+    alpha, gamma = spec.acceptance_rate, spec.settings["gamma"]
+    c = theory.cost_coefficient(spec, base)
+    fig = speedup_figure(spec, base)
+    curve = fig.data[0]
+    assert list(curve.x) == list(range(1, 17))
+    assert curve.y[3] == pytest.approx(theory.predicted_speedup(alpha, 4, c))
+    best = fig.data[1]
+    assert best.x[0] == theory.optimal_gamma(alpha, c) and best.y[0] == max(curve.y)
+    measured = fig.data[2]
+    assert measured.x[0] == gamma and measured.y[0] == pytest.approx(theory.measured_speedup(spec, base))
+
+    hist = accepted_histogram_figure(spec)
+    assert sum(hist.data[0].y) == pytest.approx(1.0)
+    assert list(hist.data[1].y) == pytest.approx(theory.accepted_drafts_distribution(alpha, gamma))
+
+    pos = position_figure(spec)
+    counts = theory.acceptance_by_position(spec)
+    assert list(pos.data[0].y) == pytest.approx([a / n for n, a in counts])
+    assert pos.data[1].y[1] == pytest.approx(alpha**2)
+
+    sw = sweep_figure(sweep)
+    names = [t.name for t in sw.data]
+    assert "measured speedup" in names and "measured tokens per round" in names
+    assert [p.gamma for p in sweep.points] == [1, 2, 3]
+
+
+def test_figures_before_the_data_exists_say_what_is_missing(runs):
+    spec, _, _ = runs
+    assert "baseline" in speedup_figure(spec, None).layout.annotations[0].text
+    assert "sweep" in sweep_figure(None).layout.annotations[0].text
+    for fig in (speedup_figure(spec, None), sweep_figure(None)):
+        assert isinstance(fig, go.Figure)
+
+
+def test_distribution_sums_to_one_and_matches_eq1():
+    for alpha in (0.0, 0.3, 0.9, 1.0):
+        for gamma in (1, 4, 8):
+            dist = theory.accepted_drafts_distribution(alpha, gamma)
+            assert sum(dist) == pytest.approx(1.0)
+            mean = sum(k * p for k, p in enumerate(dist))
+            assert mean + 1 == pytest.approx(theory.expected_tokens_per_round(alpha, gamma))
+
+
+def test_race_shows_every_emitted_token_at_its_round_time(runs):
+    spec, base, _ = runs
+    slow = slowdown_for(spec, base)
+    html = race_html(spec, base, slow, nonce=7)
+    assert html.count('class="sv-race-token"') == len(spec.output_ids) + len(base.output_ids)
+    delays = [float(x) for x in re.findall(r'class="sv-race-token" style="[^"]*svrace7f 1ms linear ([\d.]+)ms both;"', html)]
+    assert delays == sorted(delays[: len(spec.output_ids)]) + sorted(delays[len(spec.output_ids) :])
+    assert "@keyframes svrace7f" in html and "true timing" in race_html(spec, base, 1.0)
+    assert max(spec.total_ms, base.total_ms) * slow == pytest.approx(10_000, rel=1e-6) or slow == 1.0
+
+
+def test_explanation_names_every_quantity():
+    text = explanation_markdown()
+    for term in ("drafter", "target", "gamma", "acceptance rate", "tokens per round", "round", "correction token",
+                 "bonus token", "cost coefficient", "speedup", "optimal gamma", "residual"):
+        assert term in text.lower(), term
+
+
+def test_recording_round_trips_and_refuses_bad_files(runs, tmp_path):
+    spec, base, sweep = runs
+    rec = Recording(spec, base, sweep, "t")
+    again = Recording.from_json(rec.to_json())
+    assert again.speculative.to_dict() == spec.to_dict() and again.baseline.to_dict() == base.to_dict()
+    assert again.sweep == sweep
+    # a bare trace, as `generate --json` prints it, loads too
+    assert Recording.from_json(json.dumps(spec.to_dict())).baseline is None
+
+    d = json.loads(rec.to_json())
+    d["speculative"]["rounds"][0]["drafts"][0]["q"] = "lots"
+    with pytest.raises(ValueError, match=r"rounds\.0\.drafts\.0\.q"):
+        Recording.from_json(json.dumps(d))
+    with pytest.raises(ValueError, match="not JSON"):
+        Recording.from_json("{not json")
+    with pytest.raises(ValueError, match="not a specviz recording"):
+        Recording.from_json('{"hello": 1}')
+    with pytest.raises(ValueError, match="schema version"):
+        Recording.from_json(json.dumps(spec.to_dict() | {"schema_version": 99}))
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (MAX_BYTES + 1))
+    with pytest.raises(ValueError, match="at most"):
+        Recording.load(big)
+
+
+def test_prepared_recordings_load(tmp_path):
+    from specviz.demo import RECORDINGS
+
+    files = sorted(RECORDINGS.glob("*.json"))
+    assert len(files) >= 2
+    for f in files:
+        rec = Recording.load(f)
+        assert rec.speculative.rounds and rec.baseline is not None and rec.title
+        assert rec.speculative.settings["models"]
+    assert any(Recording.load(f).sweep is not None for f in files)
