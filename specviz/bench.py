@@ -91,7 +91,7 @@ def _spread(values: list[float]) -> dict:
 def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
               repeats=3, prompts=8, methods=METHODS) -> dict:
     """Run the benchmark and return the report (the dict ``--json`` prints)."""
-    pair = load_pair(pair_name, drafter, target, device=device)
+    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
     texts = held_out_prompts(prompts)
     prompt_ids = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens) for m in methods}

@@ -15,8 +15,8 @@ import sys
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default="embedded", help="a preset pair name (default: embedded)")
-    p.add_argument("--drafter", help="drafter folder or hub id (with --target, overrides --pair)")
-    p.add_argument("--target", help="target folder or hub id (with --drafter, overrides --pair)")
+    p.add_argument("--drafter", help="drafter folder or hub id, owner/name[@revision] (with --target, overrides --pair)")
+    p.add_argument("--target", help="target folder or hub id, owner/name[@revision] (with --drafter, overrides --pair)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--mode", choices=["speculative", "autoregressive"], default="speculative")
     gen.add_argument("--json", action="store_true", help="print the whole trace as JSON")
+    gen.add_argument("--chat-template", choices=["auto", "on", "off"], default="auto",
+                     help="wrap the prompt in the tokenizer's chat template (auto: for instruct pairs)")
 
     bench = sub.add_parser("bench", help="tokens/s of specviz and transformers on one pair, with speedups")
     _add_model_args(bench)
@@ -53,14 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _generate(args) -> int:
     from specviz import Sampling, autoregressive_generate, speculative_generate
-    from specviz.pair import PairError, load_pair
+    from specviz.pair import PairError, encode_prompt, load_pair
     from specviz.views import tokens_ansi
 
     try:
         sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-        pair = load_pair(args.pair, args.drafter, args.target, device=args.device)
-        ids = pair.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
-        common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=pair.eos_token_id, seed=args.seed, tokenizer=pair.tokenizer)
+        # The person at the terminal is the operator: custom ids and local folders are theirs to use.
+        pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True)
+        ids = encode_prompt(pair, args.prompt, {"auto": None, "on": True, "off": False}[args.chat_template])
+        common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=pair.eos_token_ids, seed=args.seed, tokenizer=pair.tokenizer)
         if args.mode == "speculative":
             trace = speculative_generate(ids, pair.drafter, pair.target, gamma=args.gamma, **common)
         else:

@@ -31,8 +31,9 @@ def test_drafter_as_target_accepts_everything(embedded):
 
 
 def test_pair_shares_one_tokenizer_and_fits_the_budget(embedded):
-    from specviz.pair import PRESETS
+    from specviz.pair import EMBEDDED, PRESETS
 
-    sizes = sum(f.stat().st_size for folder in PRESETS["embedded"] for f in Path(folder).glob("*.safetensors"))
+    preset = PRESETS[EMBEDDED]
+    sizes = sum(f.stat().st_size for folder in (preset.drafter, preset.target) for f in Path(folder).glob("*.safetensors"))
     assert sizes <= 40 * 2**20
     assert embedded.drafter.config.vocab_size == embedded.target.config.vocab_size == len(embedded.tokenizer)

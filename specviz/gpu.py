@@ -1,0 +1,140 @@
+"""GPU work on Hugging Face ZeroGPU Spaces, and the same code everywhere else.
+
+On a ZeroGPU Space (the platform sets ``SPACES_ZERO_GPU`` and preinstalls the ``spaces``
+package) a function decorated with ``@gpu_task(duration=...)`` runs under
+``spaces.GPU(duration=...)``: a GPU is attached for that call only, for at most ``duration``
+seconds. Anywhere else the decorator returns the function unchanged, and ``spaces`` is never
+imported.
+
+What the ZeroGPU documentation asks of the app, and where specviz does it:
+
+- ``import spaces`` before anything initialises CUDA: the first lines of ``app.py``.
+- Models are moved to ``"cuda"`` outside decorated functions, at start-up or when a pair is
+  first asked for (CUDA is emulated there and real inside a decorated call):
+  ``specviz.pair.load_pair`` places them; ``default_device()`` answers "cuda" on ZeroGPU. A
+  decorated function only uses a pair that is already loaded (``specviz.pair.loaded_pair``).
+- ``duration`` is the most a call may hold the GPU; a shorter one gets a visitor through the
+  queue sooner, and a call that runs past it is stopped. ``generate_duration`` sizes it to the
+  requested work.
+
+This module imports neither torch nor ``spaces`` at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from collections.abc import Callable, Iterable
+
+ZEROGPU_ENV = "SPACES_ZERO_GPU"
+MAX_DURATION_ENV = "SPECVIZ_GPU_MAX_DURATION"
+DEFAULT_MAX_DURATION_S = 120  # ZeroGPU's per-call ceiling for most visitors; longer calls wait longer in its queue
+MIN_DURATION_S = 10
+
+# Time per forward pass of a model with P parameters, one sequence, eager transformers, bf16 on a
+# data-centre GPU: a fixed cost (kernel launches, about 0.5 ms per layer for the 24-48 layers of these
+# models) plus reading the weights (2 bytes per parameter at about 1 TB/s, doubled for margin).
+FORWARD_FIXED_S = 0.025
+FORWARD_PER_BILLION_S = 0.004
+# Attaching the GPU, the prompt's prefill and the first kernels' compilation.
+OVERHEAD_S = 5.0
+# A custom pair's size is unknown until it is loaded: assume a large one.
+UNKNOWN_PARAMS = (1_000_000_000, 8_000_000_000)
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def on_zerogpu() -> bool:
+    """True on a ZeroGPU Space: the platform's flag is set and the ``spaces`` package is installed."""
+    return _truthy(os.environ.get(ZEROGPU_ENV)) and importlib.util.find_spec("spaces") is not None
+
+
+def max_duration() -> int:
+    """The longest GPU call requested, in seconds (SPECVIZ_GPU_MAX_DURATION, default 120)."""
+    raw = os.environ.get(MAX_DURATION_ENV, "").strip()
+    try:
+        return max(MIN_DURATION_S, int(float(raw))) if raw else DEFAULT_MAX_DURATION_S
+    except ValueError:
+        return DEFAULT_MAX_DURATION_S
+
+
+def clamp_duration(seconds: float) -> int:
+    """Whole seconds between MIN_DURATION_S and ``max_duration()``."""
+    return int(min(max_duration(), max(MIN_DURATION_S, -(-seconds // 1))))
+
+
+def gpu_task(fn: Callable | None = None, *, duration: int | Callable[..., float] | None = None):
+    """Run ``fn`` with a GPU attached on ZeroGPU; leave it unchanged anywhere else.
+
+    Use as ``@gpu_task`` or ``@gpu_task(duration=60)`` or ``@gpu_task(duration=generate_duration)``.
+    A callable duration receives the same arguments as ``fn`` and returns seconds; it is clamped
+    to ``[MIN_DURATION_S, max_duration()]``. Generator functions (streaming handlers) work too.
+    """
+
+    def decorate(f: Callable) -> Callable:
+        if not on_zerogpu():
+            return f
+        import spaces  # preinstalled on ZeroGPU Spaces; app.py imported it before torch touched CUDA
+
+        if callable(duration):
+            size = duration
+
+            @functools.wraps(size)
+            def clamped(*args, **kwargs):
+                return clamp_duration(size(*args, **kwargs))
+
+            return spaces.GPU(duration=clamped)(f)
+        return spaces.GPU(duration=clamp_duration(duration) if duration is not None else None)(f)
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def forward_seconds(params: int) -> float:
+    """Estimated seconds for one forward pass of a model with ``params`` parameters."""
+    return FORWARD_FIXED_S + FORWARD_PER_BILLION_S * params / 1e9
+
+
+def pair_params(pair_name: str | None) -> tuple[int, int]:
+    """(drafter, target) parameter counts of a preset, or of a large pair when the name is not a preset."""
+    from specviz.pair import EMBEDDED, PRESETS
+
+    preset = PRESETS.get(pair_name or EMBEDDED)
+    return (preset.drafter_params, preset.target_params) if preset else UNKNOWN_PARAMS
+
+
+def estimate_seconds(pair_name: str | None, max_new_tokens: int, gammas: int | Iterable[int] = 4,
+                     baseline_runs: int = 1) -> float:
+    """Seconds of GPU time for speculative runs at each gamma plus autoregressive baseline runs.
+
+    Bounded for the worst case, where every draft is rejected: each round then costs gamma
+    drafter passes and one target pass and emits one token. ``gammas`` is one gamma or several
+    (a sweep); each runs once with ``max_new_tokens``.
+    """
+    d, t = pair_params(pair_name)
+    td, tt = forward_seconds(d), forward_seconds(t)
+    n = max(1, int(max_new_tokens))
+    gammas = [gammas] if isinstance(gammas, int) else list(gammas)
+    speculative = sum(n * (max(1, int(g)) * td + tt) for g in gammas)
+    return OVERHEAD_S + speculative + max(0, baseline_runs) * n * tt
+
+
+def generate_duration(pair_name=None, prompt=None, gamma=4, temperature=None, top_k=None, top_p=None,
+                      max_new_tokens=128, seed=None, *rest, **kwargs) -> int:
+    """``duration`` for a handler with the /generate endpoint's first eight inputs.
+
+    One speculative run at ``gamma`` and one autoregressive baseline of ``max_new_tokens`` tokens.
+    Missing or malformed values (the handler rejects them itself) count as the largest request.
+    """
+    try:
+        g, n = int(gamma), int(max_new_tokens)
+    except (TypeError, ValueError):
+        g, n = 16, 256
+    return clamp_duration(estimate_seconds(pair_name, n, g, baseline_runs=1))
+
+
+def sweep_duration(pair_name: str | None, gammas: Iterable[int], max_new_tokens: int, baseline_runs: int = 1) -> int:
+    """``duration`` for a sweep: one speculative run per gamma, plus the baseline runs."""
+    return clamp_duration(estimate_seconds(pair_name, max_new_tokens, gammas, baseline_runs))
