@@ -1,0 +1,127 @@
+"""The ZeroGPU decorator: a no-op off ZeroGPU, spaces.GPU with a fitting duration on it."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import inspect
+import sys
+import types
+
+import pytest
+import torch
+
+from specviz import gpu
+from specviz.pair import EMBEDDED, PRESETS, default_device
+
+QWEN_7B = "Qwen2.5-0.5B-Instruct -> Qwen2.5-7B-Instruct"
+
+
+@pytest.fixture(autouse=True)
+def no_space(monkeypatch):
+    monkeypatch.delenv(gpu.ZEROGPU_ENV, raising=False)
+    monkeypatch.delenv(gpu.MAX_DURATION_ENV, raising=False)
+
+
+@pytest.fixture
+def fake_spaces(monkeypatch):
+    """A stand-in for the ``spaces`` package that records what GPU() was asked for."""
+    module = types.ModuleType("spaces")
+    module.__spec__ = importlib.machinery.ModuleSpec("spaces", None)
+    module.requests = []
+
+    def GPU(task=None, *, duration=None):
+        def decorate(fn):
+            module.requests.append(("decorated", fn, duration))
+
+            def run(*args, **kwargs):
+                seconds = duration(*args, **kwargs) if callable(duration) else duration
+                module.requests.append(("called", args, seconds))
+                return fn(*args, **kwargs)
+
+            return run
+
+        return decorate(task) if task is not None else decorate
+
+    module.GPU = GPU
+    monkeypatch.setitem(sys.modules, "spaces", module)
+    return module
+
+
+def handler(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed):
+    return f"{pair_name}:{gamma}:{max_new_tokens}"
+
+
+def streaming(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed):
+    yield from range(3)
+
+
+ARGS = (EMBEDDED, "def f():", 4, 0.7, 40, 0.95, 128, 0)
+
+
+def test_off_zerogpu_the_decorator_returns_the_function_itself():
+    assert not gpu.on_zerogpu()
+    assert gpu.gpu_task(handler) is handler
+    assert gpu.gpu_task(duration=60)(handler) is handler
+    assert gpu.gpu_task(duration=gpu.generate_duration)(streaming) is streaming
+    assert inspect.isgeneratorfunction(gpu.gpu_task(streaming))
+
+
+def test_the_flag_without_the_package_is_not_zerogpu(monkeypatch):
+    monkeypatch.setenv(gpu.ZEROGPU_ENV, "true")
+    monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda name: None)
+    assert not gpu.on_zerogpu()
+    assert gpu.gpu_task(handler) is handler
+
+
+def test_on_zerogpu_spaces_gpu_gets_a_duration_fitted_to_the_call(monkeypatch, fake_spaces):
+    monkeypatch.setenv(gpu.ZEROGPU_ENV, "true")
+    assert gpu.on_zerogpu()
+    run = gpu.gpu_task(duration=gpu.generate_duration)(handler)
+    assert run is not handler
+    assert run(*ARGS) == "embedded:4:128"
+    (_, fn, _), (_, args, seconds) = fake_spaces.requests
+    assert fn is handler and args == ARGS
+    assert seconds == gpu.generate_duration(*ARGS) and gpu.MIN_DURATION_S <= seconds <= gpu.max_duration()
+    fake_spaces.requests.clear()
+    run = gpu.gpu_task(duration=1000)(handler)  # a fixed duration is clamped too
+    run(*ARGS)
+    assert fake_spaces.requests[-1][2] == gpu.DEFAULT_MAX_DURATION_S
+    stream = gpu.gpu_task(streaming)
+    assert list(stream(*ARGS)) == [0, 1, 2]
+
+
+def test_models_go_to_cuda_on_zerogpu_before_any_gpu_is_attached(monkeypatch, fake_spaces):
+    assert default_device() == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setenv(gpu.ZEROGPU_ENV, "1")
+    assert default_device() == torch.device("cuda")
+
+
+def test_duration_grows_with_the_work_and_stays_within_bounds(monkeypatch):
+    small = gpu.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0)
+    assert gpu.MIN_DURATION_S <= small <= 30
+    seconds = [gpu.estimate_seconds(QWEN_7B, n, g) for g, n in [(1, 16), (4, 16), (4, 64), (16, 64), (16, 256)]]
+    assert seconds == sorted(seconds) and len(set(seconds)) == len(seconds)
+    bigger_pair = [gpu.estimate_seconds(name, 128, 4) for name in (EMBEDDED, "gpt2 -> gpt2-large", "gpt2 -> gpt2-xl", QWEN_7B)]
+    assert bigger_pair == sorted(bigger_pair)
+    # The worst case (every draft rejected) is covered: gamma drafter passes and one target pass per token, plus the baseline.
+    d, t = PRESETS[QWEN_7B].drafter_params, PRESETS[QWEN_7B].target_params
+    worst = 64 * (4 * gpu.forward_seconds(d) + gpu.forward_seconds(t)) + 64 * gpu.forward_seconds(t)
+    assert gpu.estimate_seconds(QWEN_7B, 64, 4) >= worst
+    # Clamped: the longest request asks for the ceiling, which the operator can change.
+    assert gpu.generate_duration(QWEN_7B, "x", 16, 1.0, 0, 1.0, 256, 0) == gpu.DEFAULT_MAX_DURATION_S
+    monkeypatch.setenv(gpu.MAX_DURATION_ENV, "300")
+    assert gpu.DEFAULT_MAX_DURATION_S < gpu.generate_duration(QWEN_7B, "x", 16, 1.0, 0, 1.0, 256, 0) <= 300
+    monkeypatch.setenv(gpu.MAX_DURATION_ENV, "not a number")
+    assert gpu.max_duration() == gpu.DEFAULT_MAX_DURATION_S
+
+
+def test_sweep_and_odd_inputs():
+    one = gpu.sweep_duration(EMBEDDED, [4], 128)
+    sweep = gpu.sweep_duration(EMBEDDED, range(1, 9), 128)
+    assert one == gpu.generate_duration(*ARGS) and sweep > one
+    # Inputs the handler will reject count as the largest request; unknown (custom) pairs as a large one.
+    assert gpu.generate_duration(EMBEDDED, "x", None, 0.7, 40, 0.95, "lots", 0) >= gpu.generate_duration(EMBEDDED, "x", 16, 0.7, 40, 0.95, 256, 0)
+    assert gpu.pair_params("someone/drafter -> someone/target") == gpu.UNKNOWN_PARAMS
+    assert gpu.generate_duration("someone/drafter -> someone/target", "x", 4, 0.7, 40, 0.95, 128, 0) >= gpu.generate_duration(QWEN_7B, "x", 4, 0.7, 40, 0.95, 128, 0)
+    # Extra inputs after the first eight (a later version of the endpoint) are accepted.
+    assert gpu.generate_duration(*ARGS, True, "extra", request=None) == gpu.generate_duration(*ARGS)
