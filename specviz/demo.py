@@ -350,7 +350,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                            [sweep_plot, sweep_status, recording], api_name="sweep", concurrency_limit=1)
         race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)
         upload.upload(load_recording, upload, outputs, api_name="load_recording", **view)
-        example_button.click(load_example, example, outputs, api_name="load_example", **view)
+        example_button.click(load_example, example, outputs, api_name="load_prepared", **view)
     max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
     return demo

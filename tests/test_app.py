@@ -38,7 +38,7 @@ def call(client, **changes):
 
 
 def test_generate_returns_coloured_tokens_stats_and_charts(client):
-    tokens, stats, acceptance, timeline, status = call(client)
+    tokens, stats, acceptance, timeline, status, *rest = call(client)
     assert "sv-accepted" in tokens or "sv-correction" in tokens
     assert "sv-correction" in tokens or "sv-bonus" in tokens
     assert "q(x) =" in tokens and "u =" in tokens
@@ -73,7 +73,7 @@ def test_greedy_in_the_app_is_the_targets_greedy(client, embedded):
         (dict(max_new_tokens=0), "less than minimum value 1"),
         (dict(top_k=-3), "less than minimum value 0"),
         (dict(seed=-1), "less than minimum value 0|seed must be"),
-        (dict(pair_name="SmolLM2-135M -> SmolLM2-360M"), "cannot be reached|could not be"),
+        (dict(pair_name="SmolLM2-135M-Instruct -> SmolLM2-360M-Instruct"), "cannot be reached|could not be"),
         (dict(pair_name="no such pair"), "not in the list of choices"),
     ],
 )
@@ -85,3 +85,54 @@ def test_bad_input_gets_a_message_and_the_app_serves_the_next_call(client, chang
     assert re.search(message, err.value.message), err.value.message
     tokens, *_ = call(client, max_new_tokens=8)
     assert "sv-" in tokens
+
+
+def test_outputs_include_replay_theory_race_and_a_download(client):
+    import json
+
+    out = call(client, max_new_tokens=24)
+    last_round, replay, speedup, histogram, position, sweep, race, download = out[5:]
+    n = int(last_round["value"])  # a component update: the slider moves to the last round
+    assert f"Round {n} of {n}" in replay and "min(1, p/q)" in replay
+    for fig in (speedup, histogram, position):
+        assert fig["type"] == "plotly"
+    assert "predicted" in speedup["plot"] and "optimal gamma" in speedup["plot"]
+    assert "sv-race-token" in race
+    from specviz.recording import Recording
+
+    assert download["interactive"]
+    download = download["value"]  # the client fetched the file into its own folder
+    rec = Recording.load(download)
+    assert len(rec.speculative.output_ids) == 24 and rec.baseline is not None
+    assert json.loads(open(download).read())["format"] == "specviz-recording"
+
+
+def test_sweep_runs_gamma_1_to_8(client):
+    call(client, max_new_tokens=8)
+    figure, status = client.predict("embedded", "def add(a, b):", 0.7, 40, 0.95, 16, 0, api_name="/sweep")
+    assert status.startswith("Sweep done")
+    assert "measured speedup" in figure["plot"]
+
+
+def test_prepared_recording_and_bad_uploads(client, tmp_path):
+    from gradio_client import handle_file
+
+    from specviz.demo import _examples
+
+    out = client.predict(_examples()[0], api_name="/load_prepared")
+    assert "sv-accepted" in out[0] and out[4].startswith("Replaying a recording")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "specviz-recording", "speculative": {"mode": "speculative"}}')
+    with pytest.raises(AppError) as err:
+        client.predict(handle_file(str(bad)), api_name="/load_recording")
+    assert "cannot be replayed" in err.value.message and "Field required" in err.value.message
+    garbage = tmp_path / "garbage.json"
+    garbage.write_bytes(b"\x00\xff not json")
+    with pytest.raises(AppError, match=""):
+        client.predict(handle_file(str(garbage)), api_name="/load_recording")
+    good = tmp_path / "good.json"
+    from specviz.demo import RECORDINGS
+
+    good.write_bytes((RECORDINGS / f"{_examples()[0]}.json").read_bytes())
+    out = client.predict(handle_file(str(good)), api_name="/load_recording")
+    assert "sv-" in out[0]
