@@ -72,6 +72,26 @@ def shots() -> Path:
     return folder
 
 
+def tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+    page.wait_for_timeout(300)
+
+
+def drawn(page, elem_id: str) -> dict:
+    """What plotly drew in a chart: traces given and traces it accepted, and bar/point counts."""
+    page.locator(f"#{elem_id} .main-svg").first.wait_for(timeout=30_000)
+    return page.evaluate(
+        """(id) => {
+          const gd = document.querySelector('#' + id + ' .js-plotly-plot');
+          const ys = gd._fullData.map(t => Array.from(t.y || []));
+          return {data: gd.data.length, full: gd._fullData.filter(t => t.visible !== false).length,
+                  numeric: ys.every(y => y.every(v => v === null || typeof v === 'number')),
+                  marks: gd.querySelectorAll('.barlayer path, .scatterlayer .point, .scatterlayer path.js-line').length};
+        }""",
+        elem_id,
+    )
+
+
 def test_generate_with_defaults_shows_tokens_stats_and_charts(page):
     page.get_by_role("button", name="Generate").click()
     started = time.perf_counter()
@@ -82,14 +102,114 @@ def test_generate_with_defaults_shows_tokens_stats_and_charts(page):
     assert page.locator("#sv-output .sv-correction, #sv-output .sv-bonus").count() > 0
     stats = page.locator("#sv-stats").inner_text()
     assert "speedup" in stats and "×" in stats and "…" not in stats
-    # plotly draws its SVG into both chart containers
-    page.locator("#sv-acceptance .main-svg").first.wait_for(timeout=30_000)
-    page.locator("#sv-timeline .main-svg").first.wait_for(timeout=30_000)
-    assert page.locator("#sv-acceptance .main-svg .bars path, #sv-acceptance .main-svg .barlayer path").count() > 0
+    for chart in ("sv-acceptance", "sv-timeline"):
+        d = drawn(page, chart)
+        assert d["data"] == d["full"] and d["numeric"] and d["marks"] > 0, d
     title = page.locator("#sv-output .sv-accepted").first.get_attribute("title")
     assert "q(x) =" in title and "u =" in title
     page.screenshot(path=str(shots() / "demo.png"), full_page=True)
     print(f"\nfirst round on screen {first_round_s:.2f} s after the click")
+
+
+def test_plotly_major_matches_the_front_end(page):
+    """Figures are built by plotly.py for its bundled plotly.js; Gradio draws them with its own."""
+    from plotly.offline import get_plotlyjs_version
+
+    front = page.evaluate("() => window.Plotly && window.Plotly.version")
+    assert front, "Gradio's front end did not expose plotly.js"
+    print(f"\nplotly.js in the page {front}, plotly.py builds for {get_plotlyjs_version()}")
+    assert front.split(".")[0] == get_plotlyjs_version().split(".")[0]
+
+
+def test_replay_steps_through_rounds(page):
+    tab(page, "Replay")
+    panel = page.locator("#sv-replay")
+    title = panel.locator(".sv-round-title")
+    title.wait_for(timeout=30_000)
+    n = int(title.inner_text().split()[-1])
+    assert title.inner_text() == f"Round {n} of {n}"
+    page.locator("#sv-prev").click()
+    page.get_by_text(f"Round {n - 1} of {n}").wait_for(timeout=30_000)
+    page.locator("#sv-prev").click()
+    page.get_by_text(f"Round {n - 2} of {n}").wait_for(timeout=30_000)
+    page.locator("#sv-next").click()
+    page.get_by_text(f"Round {n - 1} of {n}").wait_for(timeout=30_000)
+    assert panel.locator(".sv-draft-row").count() >= 1
+    assert "min(1, p/q)" in panel.inner_text() and "u = " in panel.inner_text()
+    # step back until a round ends in a correction, to show the residual
+    for _ in range(n):
+        if "norm(max(0, p − q))" in panel.inner_text() and "sampled" in panel.inner_text():
+            break
+        page.locator("#sv-prev").click()
+        page.wait_for_timeout(250)
+    assert "◀ sampled" in panel.inner_text()
+    panel.screenshot(path=str(shots() / "replay.png"))
+
+
+def test_theory_and_gamma_sweep(page):
+    tab(page, "Theory")
+    for chart in ("sv-speedup", "sv-histogram", "sv-position"):
+        d = drawn(page, chart)
+        assert d["data"] == d["full"] and d["marks"] > 0, (chart, d)
+    assert page.locator("#sv-speedup").get_by_text("optimal γ").count() > 0
+    assert page.locator("#sv-speedup").get_by_text("measured").count() > 0
+    page.locator("#sv-sweep-button").click()
+    page.get_by_text("Sweep done").wait_for(timeout=180_000)
+    page.wait_for_timeout(500)
+    d = drawn(page, "sv-sweep")
+    assert d["full"] >= 4 and d["marks"] >= 16, d
+    page.locator("#sv-speedup").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots() / "theory.png"), full_page=True)
+
+
+def test_race_replays_both_runs(page):
+    tab(page, "Race")
+    page.get_by_label("true timing").check()
+    page.locator("#sv-race-button").click()
+    race = page.locator("#sv-race .sv-race")
+    race.wait_for(timeout=30_000)
+    assert race.locator(".sv-race-lane").count() == 2
+    assert race.locator(".sv-race-token").count() > 100
+    page.wait_for_timeout(3_000)  # at true timing both runs are long finished
+    assert race.locator(".sv-race-done").nth(1).evaluate("e => getComputedStyle(e).opacity") == "1"
+    page.get_by_label("slow motion").check()
+    page.locator("#sv-race-button").click()
+    page.wait_for_timeout(4_000)  # mid-race: the autoregressive lane is still growing
+    page.locator("#sv-race").screenshot(path=str(shots() / "race.png"))
+
+
+def test_save_and_load_recordings(page, tmp_path):
+    tab(page, "Save / load")
+    with page.expect_download() as info:
+        page.locator("#sv-download").click()
+    saved = tmp_path / "run.json"
+    info.value.save_as(saved)
+    from specviz.recording import Recording
+
+    rec = Recording.load(saved)
+    assert rec.baseline is not None and rec.speculative.rounds
+    # A malformed file gets a message, and the page still works.
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "specviz-recording", "speculative": {"mode": "speculative", "rounds": "no"}}')
+    page.locator("#sv-upload input[type=file]").set_input_files(str(bad))
+    page.get_by_text("cannot be replayed").first.wait_for(timeout=30_000)
+    # A prepared recording replays with no model.
+    page.get_by_role("button", name="Load prepared recording").click()
+    page.get_by_text("Replaying a recording").first.wait_for(timeout=30_000)
+    assert page.locator("#sv-output .sv-accepted").count() > 0
+    page.screenshot(path=str(shots() / "files.png"), full_page=True)
+    tab(page, "Replay")
+    page.get_by_text("Round 1 of").or_(page.locator("#sv-replay .sv-round-title")).first.wait_for(timeout=30_000)
+
+
+def test_explanation_renders_the_formulas(page):
+    tab(page, "Explanation")
+    panel = page.locator("#sv-explain")
+    panel.get_by_text("How one round works").wait_for(timeout=30_000)
+    assert panel.locator(".katex").count() >= 10  # LaTeX typeset, not raw dollars
+    for term in ("acceptance rate", "cost coefficient", "tokens per round", "optimal gamma"):
+        assert term in panel.inner_text()
+    panel.screenshot(path=str(shots() / "explain.png"))
 
 
 def test_bad_input_shows_a_message_and_the_page_keeps_working(page):
