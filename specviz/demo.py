@@ -18,8 +18,20 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 
-from specviz import Sampling, Trace, autoregressive_generate, speculative_stream  # noqa: E402
-from specviz.pair import ASSETS, EMBEDDED, PRESETS, PairError, load_pair  # noqa: E402
+from specviz import Sampling, Trace, autoregressive_generate, autoregressive_stream, speculative_stream  # noqa: E402
+from specviz.gpu import generate_duration, gpu_task, sweep_duration  # noqa: E402
+from specviz.pair import (  # noqa: E402
+    ASSETS,
+    EMBEDDED,
+    PRESETS,
+    Pair,
+    PairError,
+    custom_models_allowed,
+    encode_prompt,
+    free_memory,
+    load_pair,
+    loaded_pair,
+)
 from specviz.recording import MAX_BYTES, Recording  # noqa: E402
 from specviz.sweep import sweep_stream  # noqa: E402
 from specviz.views import (  # noqa: E402
@@ -45,6 +57,11 @@ MAX_NEW_TOKENS_RANGE = (1, 256)
 TOP_K_MAX = 1000
 PROMPT_CHARS_MAX = 2000
 SWEEP_GAMMAS = tuple(range(1, 9))
+# Wall-clock limits, in seconds, so one visitor cannot hold the device for long.
+RUN_SECONDS_MAX = float(os.environ.get("SPECVIZ_RUN_SECONDS", "60"))
+SWEEP_SECONDS_MAX = float(os.environ.get("SPECVIZ_SWEEP_SECONDS", "120"))
+# Runs sharing the device at once (generate and sweep share this limit): 1 per GPU.
+CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "1"))
 PACES = ("slow motion (about 10 s)", "true timing")
 # Redraw the streamed text at most this often (ms): drawing is not free for the browser.
 STREAM_INTERVAL_MS = 80
@@ -127,49 +144,112 @@ def _everything(rec: Recording, status: str, download: str | None):
     )
 
 
-def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed):
+def _pair(pair_name, custom_drafter, custom_target, progress) -> Pair:
+    """Load (or reuse) the pair outside any GPU call, reporting progress to the page."""
+    custom = bool((custom_drafter or "").strip() or (custom_target or "").strip())
+    try:
+        if custom:
+            return load_pair(drafter=(custom_drafter or "").strip(), target=(custom_target or "").strip(),
+                             progress=lambda f, m: progress(f, desc=m))
+        return load_pair(pair_name, progress=lambda f, m: progress(f, desc=m))
+    except PairError as err:
+        raise gr.Error(str(err), title="Model pair unavailable") from err
+
+
+def _resident(pair_name, custom_drafter, custom_target) -> Pair:
+    """The pair loaded by ``_pair``; inside a GPU call nothing is loaded (ZeroGPU would repeat it every call)."""
+    custom = bool((custom_drafter or "").strip() or (custom_target or "").strip())
+    pair = loaded_pair(drafter=custom_drafter.strip(), target=custom_target.strip()) if custom else loaded_pair(pair_name)
+    if pair is None:  # another visitor's pair replaced it between loading and running
+        raise gr.Error("The model pair was unloaded for another visitor's pair; press Generate again.", title="Pair switched")
+    return pair
+
+
+def _encode(pair: Pair, prompt: str, chat: bool) -> list[int]:
+    try:
+        return encode_prompt(pair, prompt, bool(chat) and pair.instruct)
+    except PairError as err:
+        raise gr.Error(str(err), title="Cannot use the chat template") from err
+
+
+def _failure(err: Exception, pair: Pair | None = None) -> gr.Error:
+    """A visitor-facing message for an error raised while generating; frees memory after an OOM."""
+    if isinstance(err, gr.Error):
+        return err
+    if isinstance(err, ValueError):
+        return gr.Error(str(err), title="Cannot generate")
+    if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
+        free_memory(pair.device if pair is not None else None)
+        return gr.Error("Out of memory: ask for fewer tokens, a shorter prompt or a smaller pair. The app is still running.", title="Out of memory")
+    # the app must keep serving; say what failed without a traceback
+    return gr.Error(f"Generation failed ({type(err).__name__}: {err}). The app is still running: try again or change the settings.", title="Generation failed")
+
+
+def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True,
+             custom_drafter="", custom_target="", progress=gr.Progress(), request: gr.Request = None):
     """Stream a speculative run round by round, then measure the autoregressive baseline.
 
     Yields every output in OUTPUTS order (tokens HTML, stats HTML, two figures, status
     Markdown, the Recording, the replay slider and panel, four theory figures, the race, the
-    download button); while streaming, the outputs that do not change are skipped.
+    download button); while streaming, the outputs that do not change are skipped. A run stops
+    at RUN_SECONDS_MAX; the Stop button cancels it between rounds.
     """
+    _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    _pair(pair_name, custom_drafter, custom_target, progress)
+    session = _session(request)
+    _following[session] = True
+    try:
+        yield from _generate_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat,
+                                       custom_drafter, custom_target, session)
+    finally:
+        _following.pop(session, None)
+
+
+@gpu_task(duration=generate_duration)
+def _generate_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat,
+                        custom_drafter, custom_target, session):
     sampling = _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
     gamma, max_new_tokens, seed = int(gamma), int(max_new_tokens), int(seed)
-    try:
-        pair = load_pair(pair_name)
-    except PairError as err:
-        raise gr.Error(str(err), title="Model pair unavailable") from err
-    ids = pair.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    common = dict(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id, seed=seed, tokenizer=pair.tokenizer)
+    pair = _resident(pair_name, custom_drafter, custom_target)
+    ids = _encode(pair, prompt, chat)
+    common = dict(sampling=sampling, eos_token_id=pair.eos_token_ids, seed=seed, tokenizer=pair.tokenizer)
     skip = gr.skip()
+    deadline = time.monotonic() + RUN_SECONDS_MAX
+    timed_out = False
     try:
         last_draw = 0.0
         spec = None
-        for spec in speculative_stream(ids, pair.drafter, pair.target, gamma=gamma, **common):
+        for spec in speculative_stream(ids, pair.drafter, pair.target, gamma=gamma, max_new_tokens=max_new_tokens, **common):
+            if time.monotonic() > deadline and not spec.stop_reason:
+                timed_out = True
+                spec.stop_reason = "time_limit"
+                break
             now = time.perf_counter() * 1000
             if now - last_draw >= STREAM_INTERVAL_MS and not spec.stop_reason:
                 last_draw = now
                 status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens…"
                 rec = Recording(spec, title=_title(pair.name, spec))
-                yield (tokens_html(spec), stats_html(spec), skip, skip, status, rec, _replay_slider(spec), round_html(spec, len(spec.rounds) - 1),
+                yield (tokens_html(spec), stats_html(spec), skip, skip, status, rec, *_replay_outputs(spec, session),
                        skip, skip, skip, skip, skip, skip)
+        if timed_out:
+            spec.output_text = pair.tokenizer.decode(spec.output_ids)
         rec = Recording(spec, title=_title(pair.name, spec))
         yield (tokens_html(spec), stats_html(spec), acceptance_figure(spec), timeline_figure(spec), "Measuring the autoregressive baseline…", rec,
-               _replay_slider(spec), round_html(spec, len(spec.rounds) - 1), skip, accepted_histogram_figure(spec), position_figure(spec), sweep_figure(None), skip, skip)
-        baseline = autoregressive_generate(ids, pair.target, **common)
-    except ValueError as err:
-        raise gr.Error(str(err), title="Cannot generate") from err
-    except (MemoryError, torch.OutOfMemoryError) as err:
-        raise gr.Error("Out of memory: ask for fewer tokens or pick a smaller pair.", title="Out of memory") from err
-    except Exception as err:  # the app must keep serving; say what failed without a traceback
-        raise gr.Error(f"Generation failed ({type(err).__name__}: {err}). The app is still running: try again or change the settings.", title="Generation failed") from err
+               *_replay_outputs(spec, session), skip, accepted_histogram_figure(spec), position_figure(spec), sweep_figure(None), skip, skip)
+        # The baseline makes as many tokens as the speculative run did, so the two are compared on equal work.
+        baseline = None
+        for baseline in autoregressive_stream(ids, pair.target, max_new_tokens=len(spec.output_ids), **common):
+            if time.monotonic() > deadline + RUN_SECONDS_MAX and not baseline.stop_reason:
+                break  # even a cut baseline measures tokens/s
+    except Exception as err:
+        raise _failure(err, pair) from err
     rec = Recording(spec, baseline, title=_title(pair.name, spec))
-    done = (
-        f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({spec.stop_reason.replace('_', ' ')}). "
-        f"Pair: {pair.name}, on {pair.device.type}."
-    )
-    yield _everything(rec, done, _save_for_download(rec))
+    how = f"stopped at the time limit of {RUN_SECONDS_MAX:.0f} s per run" if timed_out else spec.stop_reason.replace("_", " ")
+    done = f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({how}). Pair: {pair.name}, on {pair.device.type}."
+    final = _everything(rec, done, _save_for_download(rec))
+    if not _following.get(session, True):  # the visitor is reading an earlier round: leave it in view
+        final = (*final[:6], gr.Slider(maximum=max(len(spec.rounds), 2), interactive=len(spec.rounds) > 1), skip, *final[8:])
+    yield final
 
 
 def _title(pair_name: str, spec: Trace) -> str:
@@ -180,45 +260,99 @@ def _title(pair_name: str, spec: Trace) -> str:
     return f"{pair_name}, gamma {s.get('gamma')}, {how}, seed {s.get('seed')}"
 
 
-def replay_step(rec: Recording | None, current, delta: int):
+# Sessions with a run streaming -> whether their replay follows the newest round. A visitor who
+# steps back stops the following; stepping forward to the newest round resumes it.
+_following: dict[str, bool] = {}
+
+
+def _session(request: gr.Request | None) -> str | None:
+    return getattr(request, "session_hash", None)
+
+
+def replay_step(rec: Recording | None, current, delta: int, request: gr.Request | None = None):
     """Move the replay by ``delta`` rounds; returns the slider and the round panel."""
     if rec is None or not rec.speculative.rounds:
         return gr.skip(), round_html(Trace(mode="speculative", prompt_ids=[]), 0)
     n = len(rec.speculative.rounds)
     index = min(max(int(current or 1) + delta, 1), n)
+    session = _session(request)
+    if session in _following:
+        _following[session] = index == n
     return _replay_slider(rec.speculative, index), round_html(rec.speculative, index - 1)
 
 
-def replay_show(rec: Recording | None, current):
+def replay_previous(rec: Recording | None, current, request: gr.Request):
+    return replay_step(rec, current, -1, request)
+
+
+def replay_next(rec: Recording | None, current, request: gr.Request):
+    return replay_step(rec, current, +1, request)
+
+
+def replay_show(rec: Recording | None, current, request: gr.Request):
     """The round panel for the slider's value."""
-    return replay_step(rec, current, 0)[1]
+    return replay_step(rec, current, 0, request)[1]
 
 
-def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec: Recording | None):
+def _replay_outputs(spec: Trace, session: str | None):
+    """Slider and panel while streaming: the newest round, or only a longer slider if the visitor stepped back."""
+    if _following.get(session, True):
+        return _replay_slider(spec), round_html(spec, len(spec.rounds) - 1)
+    n = len(spec.rounds)
+    return gr.Slider(maximum=max(n, 2), interactive=n > 1), gr.skip()
+
+
+def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec: Recording | None, chat=True,
+              custom_drafter="", custom_target="", progress=gr.Progress()):
     """Decode the prompt with gamma = 1..8 (same seed and settings) and plot each against the theory.
 
     Yields (sweep figure, sweep status Markdown, Recording with the sweep attached).
     """
-    sampling = _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed)
+    _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed)
+    _pair(pair_name, custom_drafter, custom_target, progress)
+    yield from _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec, chat, custom_drafter, custom_target)
+
+
+def _sweep_duration(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, *rest, **kwargs) -> int:
     try:
-        pair = load_pair(pair_name)
-    except PairError as err:
-        raise gr.Error(str(err), title="Model pair unavailable") from err
-    ids = pair.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    common = dict(sampling=sampling, max_new_tokens=int(max_new_tokens), eos_token_id=pair.eos_token_id, seed=int(seed), tokenizer=pair.tokenizer)
+        n = int(max_new_tokens)
+    except (TypeError, ValueError):
+        n = MAX_NEW_TOKENS_RANGE[1]
+    return sweep_duration(pair_name, SWEEP_GAMMAS, n)
+
+
+@gpu_task(duration=_sweep_duration)
+def _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec, chat, custom_drafter, custom_target):
+    sampling = _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed)
+    pair = _resident(pair_name, custom_drafter, custom_target)
+    ids = _encode(pair, prompt, chat)
+    common = dict(sampling=sampling, max_new_tokens=int(max_new_tokens), eos_token_id=pair.eos_token_ids, seed=int(seed), tokenizer=pair.tokenizer)
+    deadline = time.monotonic() + SWEEP_SECONDS_MAX
     sweep = None
     try:
         for sweep in sweep_stream(ids, pair.drafter, pair.target, gammas=SWEEP_GAMMAS, **common):
             done = len(sweep.points)
             yield sweep_figure(sweep), f"Sweep: {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} ({done} of {len(SWEEP_GAMMAS)})…", gr.skip()
-    except ValueError as err:
-        raise gr.Error(str(err), title="Cannot run the sweep") from err
-    except (MemoryError, torch.OutOfMemoryError) as err:
-        raise gr.Error("Out of memory: ask for fewer tokens or pick a smaller pair.", title="Out of memory") from err
+            if time.monotonic() > deadline:
+                break
+    except Exception as err:
+        raise _failure(err, pair) from err
     if rec is not None:
         rec = Recording(rec.speculative, rec.baseline, sweep, rec.title)
+    if not sweep.points:
+        yield sweep_figure(sweep), f"Sweep stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s before any gamma finished.", gr.skip()
+        return
     best = max(sweep.points, key=lambda p: sweep.speedup(p) or 0.0)
-    yield sweep_figure(sweep), f"Sweep done: fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).", rec if rec is not None else gr.skip()
+    cut = "" if len(sweep.points) == len(SWEEP_GAMMAS) else f" Stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s after gamma {sweep.points[-1].gamma}."
+    yield sweep_figure(sweep), f"Sweep done: fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).{cut}", rec if rec is not None else gr.skip()
+
+
+def stopped(rec: Recording | None):
+    """Status after the Stop button: what was kept."""
+    if rec is None:
+        return "Stopped."
+    spec = rec.speculative
+    return f"Stopped by you after {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds; the replay keeps what was generated."
 
 
 def start_race(rec: Recording | None, pace: str):
@@ -254,6 +388,19 @@ def _examples() -> list[str]:
     return sorted(p.stem for p in RECORDINGS.glob("*.json"))
 
 
+def _pair_info(name: str | None) -> str:
+    preset = PRESETS.get(name or EMBEDDED)
+    return f"<small>{preset.summary}</small>" if preset else ""
+
+
+def _caps(max_queue: int) -> str:
+    return (
+        f"<small>Limits here: prompt up to {PROMPT_CHARS_MAX} characters · gamma {GAMMA_RANGE[0]}–{GAMMA_RANGE[1]} · "
+        f"up to {MAX_NEW_TOKENS_RANGE[1]} new tokens · {RUN_SECONDS_MAX:.0f} s per run (and as long again for the baseline) · "
+        f"{SWEEP_SECONDS_MAX:.0f} s per sweep · {CONCURRENCY} run at a time, up to {max_queue} waiting.</small>"
+    )
+
+
 def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
     """The Blocks app.
 
@@ -262,6 +409,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         max_queue: waiting requests beyond which new ones are refused with Gradio's
             queue-full message (default: env ``SPECVIZ_MAX_QUEUE``, else 32).
     """
+    max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
     if preload:
         pair = load_pair(EMBEDDED)
         # One short run pays the first-call costs before any visitor does.
@@ -273,7 +421,12 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         with gr.Row():
             with gr.Column(scale=2, min_width=320):
                 pair_name = gr.Dropdown(list(PRESETS), value=EMBEDDED, label="Model pair (drafter -> target)",
-                                        info="Hub pairs need access to the Hugging Face Hub.")
+                                        info="Hub pairs are downloaded on first use; one pair stays loaded at a time.", elem_id="sv-pair")
+                pair_info = gr.Markdown(_pair_info(EMBEDDED), elem_id="sv-pair-info")
+                chat = gr.Checkbox(value=True, label="Apply the chat template (instruct pairs only)")
+                with gr.Row(visible=custom_models_allowed()):
+                    custom_drafter = gr.Textbox("", label="Custom drafter (hub id[@revision])", placeholder="owner/name", max_length=200)
+                    custom_target = gr.Textbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
                 prompt = gr.Textbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX)
                 gr.Examples(EXAMPLES, inputs=prompt, label="Example prompts (Python: the embedded pair was trained on the standard library)")
                 gamma = gr.Slider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
@@ -284,7 +437,10 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 with gr.Row():
                     max_new_tokens = gr.Slider(*MAX_NEW_TOKENS_RANGE, value=DEFAULTS["max_new_tokens"], step=1, label="max new tokens")
                     seed = gr.Number(value=DEFAULTS["seed"], minimum=0, precision=0, label="seed")
-                run = gr.Button("Generate", variant="primary")
+                with gr.Row():
+                    run = gr.Button("Generate", variant="primary", scale=3)
+                    stop = gr.Button("Stop", variant="stop", scale=1, elem_id="sv-stop")
+                gr.Markdown(_caps(max_queue), elem_id="sv-caps")
             with gr.Column(scale=3, min_width=400):
                 gr.HTML(legend_html())
                 tokens = gr.HTML(label="Output", elem_id="sv-output")
@@ -331,27 +487,32 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
             with gr.Tab("Explanation", id="explain"):
                 gr.Markdown(explanation_markdown(), latex_delimiters=latex, elem_id="sv-explain")
 
-        outputs = [tokens, stats, acceptance_plot, timeline_plot, status, recording, replay_slider, replay,
-                   speedup_plot, histogram_plot, position_plot, sweep_plot, race, download]
-        run.click(
-            generate,
-            inputs=[pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed],
-            outputs=outputs,
-            api_name="generate",
-            concurrency_limit=1,
-        )
         # Views of a recording are cheap: they do not wait behind a generation.
         view = dict(concurrency_limit=None, show_progress="hidden")
-        prev_round.click(lambda rec, cur: replay_step(rec, cur, -1), [recording, replay_slider], [replay_slider, replay], api_visibility="private", **view)
-        next_round.click(lambda rec, cur: replay_step(rec, cur, +1), [recording, replay_slider], [replay_slider, replay], api_visibility="private", **view)
+        outputs = [tokens, stats, acceptance_plot, timeline_plot, status, recording, replay_slider, replay,
+                   speedup_plot, histogram_plot, position_plot, sweep_plot, race, download]
+        run_event = run.click(
+            generate,
+            inputs=[pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target],
+            outputs=outputs,
+            api_name="generate",
+            concurrency_limit=CONCURRENCY,
+            concurrency_id="device",
+        )
+        prev_round.click(replay_previous, [recording, replay_slider], [replay_slider, replay], api_visibility="private", **view)
+        next_round.click(replay_next, [recording, replay_slider], [replay_slider, replay], api_visibility="private", **view)
         replay_slider.release(replay_show, [recording, replay_slider], replay, api_visibility="private", **view)
         replay_slider.input(replay_show, [recording, replay_slider], replay, api_visibility="private", **view)
-        sweep_button.click(run_sweep, [pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, recording],
-                           [sweep_plot, sweep_status, recording], api_name="sweep", concurrency_limit=1)
+        sweep_event = sweep_button.click(
+            run_sweep, [pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, recording, chat, custom_drafter, custom_target],
+            [sweep_plot, sweep_status, recording], api_name="sweep", concurrency_limit=CONCURRENCY, concurrency_id="device",
+        )
+        # Stop cancels the run or sweep between rounds; what was generated stays on the page.
+        stop.click(stopped, recording, status, cancels=[run_event, sweep_event], api_name="stop", **view)
+        pair_name.change(_pair_info, pair_name, pair_info, api_visibility="private", **view)
         race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)
         upload.upload(load_recording, upload, outputs, api_name="load_recording", **view)
         example_button.click(load_example, example, outputs, api_name="load_prepared", **view)
-    max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
     return demo
 

@@ -128,7 +128,7 @@ def test_prepared_recording_and_bad_uploads(client, tmp_path):
     assert "cannot be replayed" in err.value.message and "Field required" in err.value.message
     garbage = tmp_path / "garbage.json"
     garbage.write_bytes(b"\x00\xff not json")
-    with pytest.raises(AppError, match=""):
+    with pytest.raises(AppError, match="cannot be replayed"):
         client.predict(handle_file(str(garbage)), api_name="/load_recording")
     good = tmp_path / "good.json"
     from specviz.demo import RECORDINGS
