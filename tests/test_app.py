@@ -136,3 +136,87 @@ def test_prepared_recording_and_bad_uploads(client, tmp_path):
     good.write_bytes((RECORDINGS / f"{_examples()[0]}.json").read_bytes())
     out = client.predict(handle_file(str(good)), api_name="/load_recording")
     assert "sv-" in out[0]
+
+
+def test_out_of_memory_mid_run_is_a_message_then_the_next_run_works(client, monkeypatch):
+    import torch
+
+    from specviz import rejection
+
+    real = rejection.draft_token
+    calls = {"n": 0}
+
+    def oom_on_third(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rejection, "draft_token", oom_on_third)
+    with pytest.raises(AppError) as err:
+        call(client, max_new_tokens=16)
+    assert "Out of memory" in err.value.message and "still running" in err.value.message
+    monkeypatch.setattr(rejection, "draft_token", real)
+    tokens, *_ = call(client, max_new_tokens=8)
+    assert "sv-" in tokens
+
+
+@pytest.mark.parametrize(
+    "error, message",
+    [
+        ("gated", "is gated"),
+        ("missing", "not found"),
+        ("offline", "cannot be reached"),
+        ("tokenizers", "different tokenizers"),
+        ("too large", "limit"),
+    ],
+)
+def test_pair_failures_reach_the_visitor_then_the_app_serves(client, monkeypatch, error, message):
+    """Each PairError the loader raises (tested one by one in test_pair.py) is shown as it is."""
+    import specviz.demo as demo
+    from specviz.pair import PairError
+
+    texts = {
+        "gated": "'meta-llama/Llama-3.2-3B-Instruct' is gated: accept its licence on the hub and set HF_TOKEN",
+        "missing": "'x/y' was not found on the model hub",
+        "offline": "'x/y' is not in the local cache and the model hub cannot be reached; use the embedded pair",
+        "tokenizers": "the drafter 'a' and the target 'b' use different tokenizers",
+        "too large": "'x/y' has 70.0 GB of weights; this server's limit is 16 GB",
+    }
+
+    def refuse(*args, **kwargs):
+        raise PairError(texts[error])
+
+    monkeypatch.setattr(demo, "load_pair", refuse)
+    with pytest.raises(AppError) as err:
+        call(client, pair_name="gpt2 -> gpt2-large")
+    assert message in err.value.message
+    monkeypatch.undo()
+    tokens, *_ = call(client, max_new_tokens=8)
+    assert "sv-" in tokens
+
+
+def test_a_run_cancelled_mid_stream_leaves_the_app_serving(client):
+    import time
+
+    job = client.submit(*(DEFAULTS | dict(max_new_tokens=256, gamma=1)).values(), api_name="/generate")
+    deadline = time.monotonic() + 60
+    while not job.outputs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    job.cancel()
+    tokens, *_, status = call(client, max_new_tokens=8)[:5]
+    assert "sv-" in tokens and status.startswith("Done")
+
+
+def test_an_oversized_upload_is_refused(client, tmp_path):
+    from gradio_client import handle_file
+
+    from specviz.recording import MAX_BYTES
+
+    big = tmp_path / "big.json"
+    big.write_bytes(b"{" + b" " * (MAX_BYTES + 10) + b"}")
+    with pytest.raises(Exception) as err:
+        client.predict(handle_file(str(big)), api_name="/load_recording")
+    assert "large" in str(err.value).lower() or "size" in str(err.value).lower() or "413" in str(err.value), err.value
+    tokens, *_ = call(client, max_new_tokens=8)
+    assert "sv-" in tokens
