@@ -508,6 +508,10 @@ def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local
         )
     except Exception as err:
         raise _explain(str(ref), _root_cause(err)) from err
+    # Inference only: with no parameter asking for gradients, no forward pass ever builds an
+    # autograd graph, whichever thread runs it and whatever its grad mode (a streaming handler
+    # may be resumed on another worker thread, outside the inference mode it entered).
+    model.requires_grad_(False)
     try:
         # On ZeroGPU this runs outside @spaces.GPU, as its docs require: the weights are placed
         # on "cuda" once, at load time, and the GPU is attached when a decorated function runs.
