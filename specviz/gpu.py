@@ -9,10 +9,16 @@ imported.
 What the ZeroGPU documentation asks of the app, and where specviz does it:
 
 - ``import spaces`` before anything initialises CUDA: the first lines of ``app.py``.
-- Models are moved to ``"cuda"`` outside decorated functions, at start-up or when a pair is
-  first asked for (CUDA is emulated there and real inside a decorated call):
-  ``specviz.pair.load_pair`` places them; ``default_device()`` answers "cuda" on ZeroGPU. A
-  decorated function only uses a pair that is already loaded (``specviz.pair.loaded_pair``).
+- Models are moved to ``"cuda"`` at start-up, outside decorated functions (CUDA is emulated
+  there and real inside a decorated call): ``specviz.pair.preload()`` before ``launch()``;
+  ``specviz.pair.default_device()`` answers "cuda" on ZeroGPU. When the app launches, ZeroGPU
+  packs every tensor on "cuda" and moves them to the real GPU in each worker it forks.
+- A decorated call runs in a forked worker process: its arguments and results (or yielded
+  values) are pickled, so pass the pair's name, not the Pair, and return strings, figures and
+  plain data. What it loads or changes stays in that worker; a pair loaded in the main process
+  after a worker was forked is missing there (``specviz.pair.loaded_pair`` returns None; loading
+  it inside works but repeats in every new worker). Raise ``gr.Error`` inside the call: other
+  exceptions reach the visitor only as "ZeroGPU worker error".
 - ``duration`` is the most a call may hold the GPU; a shorter one gets a visitor through the
   queue sooner, and a call that runs past it is stopped. ``generate_duration`` sizes it to the
   requested work.

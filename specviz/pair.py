@@ -13,6 +13,8 @@ Environment (read at each call, so an operator can change them without code):
   metadata before anything is downloaded.
 - ``SPECVIZ_RESIDENT_PAIRS`` (default 1): how many pairs stay loaded; asking for another one
   frees the least recently used.
+- ``SPECVIZ_PRELOAD`` (default ``embedded``): presets loaded at start-up by ``preload()``,
+  comma-separated display names (on ZeroGPU, the pairs the Space serves).
 - ``HF_TOKEN``: read by huggingface_hub itself; needed for gated presets (Llama 3.2).
 """
 
@@ -39,6 +41,7 @@ EMBEDDED = "embedded"
 ALLOW_CUSTOM_ENV = "SPECVIZ_ALLOW_CUSTOM_MODELS"
 MAX_MODEL_GB_ENV = "SPECVIZ_MAX_MODEL_GB"
 RESIDENT_PAIRS_ENV = "SPECVIZ_RESIDENT_PAIRS"
+PRELOAD_ENV = "SPECVIZ_PRELOAD"
 DEFAULT_MAX_MODEL_GB = 16.0
 DEFAULT_RESIDENT_PAIRS = 1
 HUB_TIMEOUT_S = 10
@@ -572,6 +575,46 @@ def unload_all() -> None:
     dropped.clear()
     for d in devices:
         free_memory(d)
+
+
+def preload_names() -> list[str]:
+    """The presets to load at start-up: SPECVIZ_PRELOAD, comma-separated display names (default: embedded).
+
+    Raises:
+        PairError: a name that is not a preset.
+    """
+    raw = os.environ.get(PRELOAD_ENV, "").strip()
+    names = [n.strip() for n in raw.split(",") if n.strip()] if raw else [EMBEDDED]
+    unknown = [n for n in names if n not in PRESETS]
+    if unknown:
+        raise PairError(f"{PRELOAD_ENV} names unknown pairs {unknown}; choose from: {', '.join(PRESETS)}")
+    return names
+
+
+def preload(names: list[str] | None = None, device: str | torch.device | None = None,
+            progress: Progress | None = None) -> dict[str, Pair | PairError]:
+    """Load pairs before the app starts serving; a pair that fails is reported, not raised.
+
+    On ZeroGPU this is where weights must be placed: ZeroGPU packs everything on "cuda" when the
+    app launches and hands it to each GPU worker; a worker forked earlier does not see a pair
+    loaded later (it would load its own copy on every new worker).
+
+    Args:
+        names: preset names (default: ``preload_names()``).
+
+    Raises:
+        PairError: more names than SPECVIZ_RESIDENT_PAIRS keeps, or an unknown name.
+    """
+    names = preload_names() if names is None else list(names)
+    if len(names) > resident_limit():
+        raise PairError(f"{len(names)} pairs to preload but {RESIDENT_PAIRS_ENV}={resident_limit()} keeps fewer; raise it to {len(names)}")
+    results: dict[str, Pair | PairError] = {}
+    for name in names:
+        try:
+            results[name] = load_pair(name, device=device, progress=progress)
+        except PairError as err:
+            results[name] = err
+    return results
 
 
 def _key(refs: tuple[ModelRef, ModelRef], device: torch.device) -> tuple:

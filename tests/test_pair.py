@@ -61,7 +61,7 @@ CHAT = "{% for m in messages %}w3 {{ m['content'] }} w4 {% endfor %}{% if add_ge
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch, tmp_path):
     """No resident pairs, no operator settings, no token and an empty hub cache, before and after each test."""
-    for name in (pairs.ALLOW_CUSTOM_ENV, pairs.MAX_MODEL_GB_ENV, pairs.RESIDENT_PAIRS_ENV, "HF_TOKEN", "SPACES_ZERO_GPU"):
+    for name in (pairs.ALLOW_CUSTOM_ENV, pairs.MAX_MODEL_GB_ENV, pairs.RESIDENT_PAIRS_ENV, pairs.PRELOAD_ENV, "HF_TOKEN", "SPACES_ZERO_GPU"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
     pairs.unload_all()
@@ -229,6 +229,10 @@ def test_local_folders_load_and_generate(tmp_path):
     t = save_tiny(tmp_path / "t", WORDS, 40, seed=2, layers=2)  # padded embedding table
     pair = load_pair(drafter=d, target=t, device="cpu", allow_custom=True)
     assert pair.vocab_size == 32
+    # Frozen for inference: no forward pass builds a graph, whichever thread or grad mode runs it.
+    assert not any(p.requires_grad for m in (pair.drafter, pair.target) for p in m.parameters())
+    with torch.enable_grad():
+        assert not pair.target(torch.tensor([[1, 2]])).logits.requires_grad
     ids = pair.tokenizer("w1 w2 w3", add_special_tokens=False)["input_ids"]
     trace = speculative_generate(ids, pair.drafter, pair.target, gamma=3, sampling=Sampling(1.0), max_new_tokens=20, tokenizer=pair.tokenizer)
     assert all(t < 32 for t in trace.output_ids)
@@ -541,3 +545,20 @@ def test_resident_pairs_are_configurable_and_least_recently_used_goes_first(hub,
     monkeypatch.setenv(pairs.RESIDENT_PAIRS_ENV, "zero")
     with pytest.raises(PairError, match="SPECVIZ_RESIDENT_PAIRS='zero' is not a number"):
         load_pair(EMBEDDED, device="cpu")
+
+
+def test_preload_at_start_up(hub, monkeypatch):
+    assert list(pairs.preload()) == [EMBEDDED]  # the default
+    monkeypatch.setenv(pairs.PRELOAD_ENV, f"{EMBEDDED}, {SMOL}")
+    with pytest.raises(PairError, match="2 pairs to preload but SPECVIZ_RESIDENT_PAIRS=1 keeps fewer"):
+        pairs.preload()
+    monkeypatch.setenv(pairs.RESIDENT_PAIRS_ENV, "3")
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    monkeypatch.setenv(pairs.PRELOAD_ENV, f"{EMBEDDED},{SMOL},{LLAMA}")
+    loaded = pairs.preload(device="cpu")
+    assert isinstance(loaded[EMBEDDED], pairs.Pair) and isinstance(loaded[SMOL], pairs.Pair)
+    assert isinstance(loaded[LLAMA], PairError) and "HF_TOKEN" in str(loaded[LLAMA])  # reported; the rest still load
+    assert pairs.resident_pairs() == [EMBEDDED, SMOL]
+    monkeypatch.setenv(pairs.PRELOAD_ENV, "no such pair")
+    with pytest.raises(PairError, match="SPECVIZ_PRELOAD names unknown pairs"):
+        pairs.preload()
