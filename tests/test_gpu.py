@@ -123,5 +123,22 @@ def test_sweep_and_odd_inputs():
     assert gpu.generate_duration(EMBEDDED, "x", None, 0.7, 40, 0.95, "lots", 0) >= gpu.generate_duration(EMBEDDED, "x", 16, 0.7, 40, 0.95, 256, 0)
     assert gpu.pair_params("someone/drafter -> someone/target") == gpu.UNKNOWN_PARAMS
     assert gpu.generate_duration("someone/drafter -> someone/target", "x", 4, 0.7, 40, 0.95, 128, 0) >= gpu.generate_duration(QWEN_7B, "x", 4, 0.7, 40, 0.95, 128, 0)
-    # Extra inputs after the first eight (a later version of the endpoint) are accepted.
-    assert gpu.generate_duration(*ARGS, True, "extra", request=None) == gpu.generate_duration(*ARGS)
+    # The endpoint's later inputs (chat, custom drafter and target) and anything after them are accepted.
+    assert gpu.generate_duration(*ARGS, True, "", "", "session", request=None) == gpu.generate_duration(*ARGS)
+
+
+def test_a_custom_pair_is_sized_by_its_loaded_models(tmp_path):
+    from specviz import pair as pairs
+    from tests.test_pair import WORDS, save_tiny
+
+    d = save_tiny(tmp_path / "d", WORDS, 32, seed=1)
+    t = save_tiny(tmp_path / "t", WORDS, 32, seed=2)
+    not_loaded = gpu.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0, True, "someone/drafter", "someone/target")
+    assert not_loaded == gpu.clamp_duration(gpu.estimate_seconds(None, 128, 4, params=gpu.UNKNOWN_PARAMS))
+    try:
+        pair = pairs.load_pair(drafter=d, target=t, allow_custom=True)
+        assert gpu.pair_params(EMBEDDED, d, t) == pair.param_counts
+        assert gpu.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0, True, d, t) < not_loaded
+        assert gpu.sweep_duration(EMBEDDED, range(1, 9), 128, custom_drafter=d, custom_target=t) < gpu.sweep_duration("x -> y", range(1, 9), 128)
+    finally:
+        pairs.unload_all()
