@@ -2,6 +2,7 @@
 
     python -m specviz generate --pair embedded --prompt "def add(a, b):" --gamma 4 --temperature 0 --json
     python -m specviz generate --mode autoregressive --prompt "import os"
+    python -m specviz record --prompt "def is_prime(n):" --sweep --out run.json
     python -m specviz bench --pair embedded --gamma 4 --temperature 0 --max-new-tokens 128 --json
     python -m specviz train
 """
@@ -40,6 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--mode", choices=["speculative", "autoregressive"], default="speculative")
     gen.add_argument("--json", action="store_true", help="print the whole trace as JSON")
     gen.add_argument("--chat-template", choices=["auto", "on", "off"], default="auto",
+                     help="wrap the prompt in the tokenizer's chat template (auto: for instruct pairs)")
+
+    rec = sub.add_parser("record", help="run speculative decoding and its baseline (and a gamma sweep) and save them for replay")
+    _add_model_args(rec)
+    _add_sampling_args(rec, 128)
+    rec.add_argument("--prompt", required=True)
+    rec.add_argument("--sweep", action="store_true", help="also run gamma = 1..8 on the same prompt and seed")
+    rec.add_argument("--title", default="", help="label shown when the recording is loaded")
+    rec.add_argument("--out", required=True, help="JSON file to write")
+    rec.add_argument("--chat-template", choices=["auto", "on", "off"], default="auto",
                      help="wrap the prompt in the tokenizer's chat template (auto: for instruct pairs)")
 
     bench = sub.add_parser("bench", help="tokens/s of specviz and transformers on one pair, with speedups")
@@ -83,6 +94,34 @@ def _generate(args) -> int:
     return 0
 
 
+def _record(args) -> int:
+    from specviz import Sampling, autoregressive_generate, speculative_generate
+    from specviz.pair import PairError, encode_prompt, load_pair
+    from specviz.recording import Recording
+    from specviz.sweep import sweep_stream
+
+    try:
+        sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+        # The person at the terminal is the operator: custom ids and local folders are theirs to use.
+        pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True)
+        ids = encode_prompt(pair, args.prompt, {"auto": None, "on": True, "off": False}[args.chat_template])
+        common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=pair.eos_token_ids, seed=args.seed, tokenizer=pair.tokenizer)
+        autoregressive_generate(ids, pair.target, **(common | {"max_new_tokens": 4}))  # warm-up: first calls are slow
+        spec = speculative_generate(ids, pair.drafter, pair.target, gamma=args.gamma, **common)
+        baseline = autoregressive_generate(ids, pair.target, **common)
+        sweep = None
+        if args.sweep:
+            for sweep in sweep_stream(ids, pair.drafter, pair.target, **common):
+                pass
+    except (PairError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    title = args.title or f"{pair.name}, gamma {args.gamma}, temperature {args.temperature}, seed {args.seed}"
+    Recording(spec, baseline, sweep, title).save(args.out)
+    print(f"wrote {args.out}: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds, acceptance rate {spec.acceptance_rate:.3f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train"]:
@@ -93,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "generate":
         sys.exit(_generate(args))
+    if args.command == "record":
+        sys.exit(_record(args))
     if args.command == "bench":
         from specviz import bench
 

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, timeout=300)
@@ -46,3 +48,16 @@ def test_bench_runs_and_reports_every_method():
         assert report[key]["tokens_per_second"]["median"] > 0
     for key in ("speedup", "speedup_vs_hf_assisted", "predicted_speedup", "efficiency", "cost_coefficient", "acceptance_rate"):
         assert key in report
+
+
+def test_record_writes_a_recording_the_demo_can_load(tmp_path, capsys):
+    from specviz.cli import main
+    from specviz.recording import Recording
+
+    out = tmp_path / "run.json"
+    with pytest.raises(SystemExit) as done:
+        main(["record", "--prompt", "def f(x):", "--gamma", "3", "--temperature", "0.7", "--max-new-tokens", "12", "--sweep", "--out", str(out)])
+    assert done.value.code == 0
+    rec = Recording.load(out)
+    assert len(rec.speculative.output_ids) == 12 and rec.baseline is not None
+    assert [p.gamma for p in rec.sweep.points] == list(range(1, 9))
