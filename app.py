@@ -3,6 +3,11 @@
 import argparse
 import os
 
+# ZeroGPU wants `spaces` imported before torch (the specviz package imports torch), so this
+# checks the platform's flag itself; specviz.gpu.on_zerogpu() reads the same flag.
+if os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "true", "yes", "on"):
+    import spaces  # noqa: F401
+
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 

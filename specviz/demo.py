@@ -32,6 +32,7 @@ from specviz.pair import (  # noqa: E402
     load_pair,
     loaded_pair,
 )
+from specviz.pair import preload as preload_pairs  # noqa: E402
 from specviz.recording import MAX_BYTES, Recording  # noqa: E402
 from specviz.sweep import sweep_stream  # noqa: E402
 from specviz.views import (  # noqa: E402
@@ -198,22 +199,43 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
     _pair(pair_name, custom_drafter, custom_target, progress)
     session = _session(request)
     _following[session] = True
+    skip = gr.skip()
     try:
-        yield from _generate_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat,
-                                       custom_drafter, custom_target, session)
+        for event in _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+            kind, spec = event[0], event[1]
+            if kind == "round":
+                status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens…"
+                yield (tokens_html(spec), stats_html(spec), skip, skip, status, Recording(spec, title=event[2]), *_replay_outputs(spec, session),
+                       skip, skip, skip, skip, skip, skip)
+            elif kind == "speculative_done":
+                yield (tokens_html(spec), stats_html(spec), acceptance_figure(spec), timeline_figure(spec), "Measuring the autoregressive baseline…",
+                       Recording(spec, title=event[2]), *_replay_outputs(spec, session), skip, accepted_histogram_figure(spec), position_figure(spec),
+                       sweep_figure(None), skip, skip)
+            else:  # "done"
+                _, spec, baseline, title, done = event
+                rec = Recording(spec, baseline, title=title)
+                final = _everything(rec, done, _save_for_download(rec))
+                if not _following.get(session, True):  # the visitor is reading an earlier round: leave it in view
+                    n = len(spec.rounds)
+                    final = (*final[:6], gr.Slider(maximum=max(n, 2), interactive=n > 1), skip, *final[8:])
+                yield final
     finally:
         _following.pop(session, None)
 
 
 @gpu_task(duration=generate_duration)
-def _generate_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat,
-                        custom_drafter, custom_target, session):
+def _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+    """The device half of ``generate``: traces in, no UI objects out.
+
+    On ZeroGPU this runs in a GPU worker process and what it yields is pickled, so it yields
+    plain data: ("round", spec, title) at most every STREAM_INTERVAL_MS, ("speculative_done",
+    spec, title), then ("done", spec, baseline, title, status). Errors leave as gr.Error.
+    """
     sampling = _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
     gamma, max_new_tokens, seed = int(gamma), int(max_new_tokens), int(seed)
     pair = _resident(pair_name, custom_drafter, custom_target)
     ids = _encode(pair, prompt, chat)
     common = dict(sampling=sampling, eos_token_id=pair.eos_token_ids, seed=seed, tokenizer=pair.tokenizer)
-    skip = gr.skip()
     deadline = time.monotonic() + RUN_SECONDS_MAX
     timed_out = False
     try:
@@ -223,19 +245,14 @@ def _generate_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max
             if time.monotonic() > deadline and not spec.stop_reason:
                 timed_out = True
                 spec.stop_reason = "time_limit"
+                spec.output_text = pair.tokenizer.decode(spec.output_ids)
                 break
             now = time.perf_counter() * 1000
             if now - last_draw >= STREAM_INTERVAL_MS and not spec.stop_reason:
                 last_draw = now
-                status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens…"
-                rec = Recording(spec, title=_title(pair.name, spec))
-                yield (tokens_html(spec), stats_html(spec), skip, skip, status, rec, *_replay_outputs(spec, session),
-                       skip, skip, skip, skip, skip, skip)
-        if timed_out:
-            spec.output_text = pair.tokenizer.decode(spec.output_ids)
-        rec = Recording(spec, title=_title(pair.name, spec))
-        yield (tokens_html(spec), stats_html(spec), acceptance_figure(spec), timeline_figure(spec), "Measuring the autoregressive baseline…", rec,
-               *_replay_outputs(spec, session), skip, accepted_histogram_figure(spec), position_figure(spec), sweep_figure(None), skip, skip)
+                yield "round", spec, _title(pair.name, spec)
+        title = _title(pair.name, spec)
+        yield "speculative_done", spec, title
         # The baseline makes as many tokens as the speculative run did, so the two are compared on equal work.
         baseline = None
         for baseline in autoregressive_stream(ids, pair.target, max_new_tokens=len(spec.output_ids), **common):
@@ -243,13 +260,9 @@ def _generate_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max
                 break  # even a cut baseline measures tokens/s
     except Exception as err:
         raise _failure(err, pair) from err
-    rec = Recording(spec, baseline, title=_title(pair.name, spec))
     how = f"stopped at the time limit of {RUN_SECONDS_MAX:.0f} s per run" if timed_out else spec.stop_reason.replace("_", " ")
     done = f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({how}). Pair: {pair.name}, on {pair.device.type}."
-    final = _everything(rec, done, _save_for_download(rec))
-    if not _following.get(session, True):  # the visitor is reading an earlier round: leave it in view
-        final = (*final[:6], gr.Slider(maximum=max(len(spec.rounds), 2), interactive=len(spec.rounds) > 1), skip, *final[8:])
-    yield final
+    yield "done", spec, baseline, title, done
 
 
 def _title(pair_name: str, spec: Trace) -> str:
@@ -310,41 +323,43 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     """
     _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed)
     _pair(pair_name, custom_drafter, custom_target, progress)
-    yield from _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec, chat, custom_drafter, custom_target)
+    sweep = None
+    for sweep in _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+        done = len(sweep.points)
+        yield sweep_figure(sweep), f"Sweep: {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} ({done} of {len(SWEEP_GAMMAS)})…", gr.skip()
+    if not sweep.points:
+        yield sweep_figure(sweep), f"Sweep stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s before any gamma finished.", gr.skip()
+        return
+    if rec is not None:
+        rec = Recording(rec.speculative, rec.baseline, sweep, rec.title)
+    best = max(sweep.points, key=lambda p: sweep.speedup(p) or 0.0)
+    cut = "" if len(sweep.points) == len(SWEEP_GAMMAS) else f" Stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s after gamma {sweep.points[-1].gamma}."
+    yield sweep_figure(sweep), f"Sweep done: fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).{cut}", rec if rec is not None else gr.skip()
 
 
-def _sweep_duration(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, *rest, **kwargs) -> int:
+def _sweep_duration(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed=None, chat=None, custom_drafter="", custom_target="", *rest, **kwargs) -> int:
     try:
         n = int(max_new_tokens)
     except (TypeError, ValueError):
         n = MAX_NEW_TOKENS_RANGE[1]
-    return sweep_duration(pair_name, SWEEP_GAMMAS, n)
+    return sweep_duration(pair_name, SWEEP_GAMMAS, n, custom_drafter=custom_drafter, custom_target=custom_target)
 
 
 @gpu_task(duration=_sweep_duration)
-def _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec, chat, custom_drafter, custom_target):
+def _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+    """The device half of ``run_sweep``: yields the growing Sweep (plain data); errors leave as gr.Error."""
     sampling = _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed)
     pair = _resident(pair_name, custom_drafter, custom_target)
     ids = _encode(pair, prompt, chat)
     common = dict(sampling=sampling, max_new_tokens=int(max_new_tokens), eos_token_id=pair.eos_token_ids, seed=int(seed), tokenizer=pair.tokenizer)
     deadline = time.monotonic() + SWEEP_SECONDS_MAX
-    sweep = None
     try:
         for sweep in sweep_stream(ids, pair.drafter, pair.target, gammas=SWEEP_GAMMAS, **common):
-            done = len(sweep.points)
-            yield sweep_figure(sweep), f"Sweep: {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} ({done} of {len(SWEEP_GAMMAS)})…", gr.skip()
+            yield sweep
             if time.monotonic() > deadline:
                 break
     except Exception as err:
         raise _failure(err, pair) from err
-    if rec is not None:
-        rec = Recording(rec.speculative, rec.baseline, sweep, rec.title)
-    if not sweep.points:
-        yield sweep_figure(sweep), f"Sweep stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s before any gamma finished.", gr.skip()
-        return
-    best = max(sweep.points, key=lambda p: sweep.speedup(p) or 0.0)
-    cut = "" if len(sweep.points) == len(SWEEP_GAMMAS) else f" Stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s after gamma {sweep.points[-1].gamma}."
-    yield sweep_figure(sweep), f"Sweep done: fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).{cut}", rec if rec is not None else gr.skip()
 
 
 def stopped(rec: Recording | None):
@@ -411,9 +426,13 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
     """
     max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
     if preload:
-        pair = load_pair(EMBEDDED)
-        # One short run pays the first-call costs before any visitor does.
-        autoregressive_generate([pair.eos_token_id or 0], pair.target, max_new_tokens=2)
+        # SPECVIZ_PRELOAD's pairs (default: embedded) load before launch; on ZeroGPU they must.
+        for name, result in preload_pairs().items():
+            if isinstance(result, PairError):
+                print(f"specviz: could not preload {name}: {result}")  # the app still serves the others
+            elif result.device.type == "cpu":
+                # One short run pays the first-call costs before any visitor does.
+                autoregressive_generate([result.eos_token_id or 0], result.target, max_new_tokens=2)
     latex = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
     with gr.Blocks(title="specviz: speculative decoding, round by round", delete_cache=(3600, 3600)) as demo:
         recording = gr.State(None)
