@@ -6,6 +6,9 @@ request must either complete with the colour-coded tokens and a "Done" status, o
 with gradio_client's queue-full error (``QueueError``, from the server's HTTP 503); anything else
 is an error. The server's resident memory (VmRSS) is sampled throughout and must stay flat after
 the warm-up; the server must still serve afterwards. ``-s`` prints the figures.
+
+Gradio runs each step of a streaming handler on whichever worker thread of its pool is free, so
+the engine's streams must survive being resumed on another thread; a fast test checks that alone.
 """
 
 from __future__ import annotations
@@ -29,8 +32,6 @@ from gradio_client import Client  # noqa: E402
 from gradio_client.utils import QueueError  # noqa: E402  (what the client raises when the server answers 503 queue full)
 
 from tests.conftest import free_port  # noqa: E402
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = 24
@@ -110,6 +111,7 @@ def check_outputs(outputs) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_concurrent_clients_complete_or_are_refused_and_memory_stays_flat(server):
     proc, url = server
     clients = [client_for(url) for _ in range(CLIENTS)]
@@ -187,3 +189,43 @@ def test_concurrent_clients_complete_or_are_refused_and_memory_stays_flat(server
     assert counts["refused"] > 0  # the queue really filled up, and the refusals were the clean kind
     assert counts["requests"] == counts["completed"] + counts["refused"]
     assert final_mb - warm_mb < RSS_GROWTH_LIMIT_MB
+
+
+def test_a_stream_resumed_on_other_threads_gives_the_same_run(embedded):
+    """Each next() on a new thread, as Gradio may do: same output as in one thread, no thread left in inference mode."""
+    import torch
+
+    from specviz import Sampling, autoregressive_stream, speculative_stream
+    from specviz.pair import encode_prompt
+
+    ids = encode_prompt(embedded, PROMPTS[0])
+    kw = dict(sampling=Sampling(0.7, top_k=40, top_p=0.95), max_new_tokens=24, seed=3, eos_token_id=embedded.eos_token_ids,
+              tokenizer=embedded.tokenizer)
+    streams = {
+        "speculative": lambda: speculative_stream(ids, embedded.drafter, embedded.target, gamma=3, **kw),
+        "autoregressive": lambda: autoregressive_stream(ids, embedded.target, **kw),
+    }
+    for name, make in streams.items():
+        reference = list(make())[-1].output_ids
+        stream, last, leaked = make(), None, []
+        while True:
+            box: list = []
+
+            def step():
+                try:
+                    box.append(next(stream))
+                except StopIteration:
+                    box.append(StopIteration)
+                except Exception as err:  # noqa: BLE001 - reported below
+                    box.append(err)
+                leaked.append(torch.is_inference_mode_enabled())
+
+            t = threading.Thread(target=step)
+            t.start()
+            t.join(60)
+            if box[0] is StopIteration:
+                break
+            assert not isinstance(box[0], Exception), f"{name}: {box[0]!r}"
+            last = box[0]
+        assert last.output_ids == reference, name
+        assert not any(leaked), f"{name}: a step left its thread in inference mode"
