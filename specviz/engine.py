@@ -191,8 +191,11 @@ def speculative_stream(
         target_runner.prefill(seq, n_prompt - 1)
         trace.prefill_ms = clock.since_start()
 
-        n = n_prompt  # current sequence length
-        while True:
+    n = n_prompt  # current sequence length
+    while True:
+        # Inference mode is thread-local: it is entered per round and left before each yield,
+        # because the consumer may resume this generator on another thread.
+        with torch.inference_mode():
             remaining = n_prompt + max_new_tokens - n
             g = min(gamma, remaining)
             t0 = clock.now()
@@ -288,13 +291,13 @@ def speculative_stream(
             elif n - n_prompt >= max_new_tokens:
                 trace.stop_reason = "max_new_tokens"
             trace.total_ms = clock.since_start()
-            if trace.stop_reason:
-                trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
-                yield trace
-                return
-            suspended = clock.suspend()
+        if trace.stop_reason:
+            trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
             yield trace
-            clock.resume(suspended)
+            return
+        suspended = clock.suspend()
+        yield trace
+        clock.resume(suspended)
 
 
 def autoregressive_stream(
@@ -336,7 +339,8 @@ def autoregressive_stream(
     with torch.inference_mode():
         runner.prefill(seq, n_prompt - 1)
         trace.prefill_ms = clock.since_start()
-        for n in range(n_prompt, n_prompt + max_new_tokens):
+    for n in range(n_prompt, n_prompt + max_new_tokens):
+        with torch.inference_mode():  # per step, not across a yield (thread-local)
             t0 = clock.now()
             p = sampling.probs(runner.logits(seq, n, 1), warpers)
             token = rejection.sample_rows(p, sampling.greedy, gen)
@@ -359,13 +363,13 @@ def autoregressive_stream(
             elif n + 1 - n_prompt >= max_new_tokens:
                 trace.stop_reason = "max_new_tokens"
             trace.total_ms = clock.since_start()
-            if trace.stop_reason:
-                trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
-                yield trace
-                return
-            suspended = clock.suspend()
+        if trace.stop_reason:
+            trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
             yield trace
-            clock.resume(suspended)
+            return
+        suspended = clock.suspend()
+        yield trace
+        clock.resume(suspended)
 
 
 def _last(stream: Iterator[Trace]) -> Trace:
