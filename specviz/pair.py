@@ -444,16 +444,36 @@ def _local_params(folder: str) -> int | None:
     return total if found else None
 
 
+def _cgroup_free_bytes(root: str = "/sys/fs/cgroup") -> int | None:
+    """Memory left under this process's cgroup limit (v2, else v1), or None without a limit.
+
+    In a container (a Space, say) the limit is the cgroup's, not the host's memory that
+    /proc/meminfo reports.
+    """
+    for limit, used in (("memory.max", "memory.current"), ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            cap, now = (Path(root) / limit).read_text().strip(), int((Path(root) / used).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if cap.isdigit() and int(cap) < 2**60:  # "max", or v1's huge number: no limit
+            return max(0, int(cap) - now)
+        return None
+    return None
+
+
 def _available_memory_bytes(device: torch.device) -> int | None:
     """Free memory where the weights will go, or None when it cannot be told (then nothing is refused)."""
     if device.type == "cpu":
+        free = []
         try:
             for line in Path("/proc/meminfo").read_text().splitlines():
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    free.append(int(line.split()[1]) * 1024)
         except (OSError, ValueError, IndexError):
-            return None
-        return None
+            pass
+        if (in_cgroup := _cgroup_free_bytes()) is not None:
+            free.append(in_cgroup)
+        return min(free) if free else None
     if device.type == "cuda" and not gpu.on_zerogpu():  # ZeroGPU attaches a GPU only inside @spaces.GPU
         try:
             return torch.cuda.mem_get_info(device)[0]

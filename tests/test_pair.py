@@ -353,6 +353,17 @@ def test_more_than_the_free_memory_is_refused_before_loading_weights(hub):
     still_serves()
 
 
+def test_free_memory_is_the_containers_when_it_has_a_limit(tmp_path):
+    from specviz.pair import _cgroup_free_bytes
+
+    assert _cgroup_free_bytes(str(tmp_path)) is None  # no cgroup files: no limit known
+    (tmp_path / "memory.max").write_text("max\n")
+    (tmp_path / "memory.current").write_text("1000\n")
+    assert _cgroup_free_bytes(str(tmp_path)) is None  # cgroup v2 without a limit
+    (tmp_path / "memory.max").write_text(f"{16 * 2**30}\n")
+    assert _cgroup_free_bytes(str(tmp_path)) == 16 * 2**30 - 1000
+
+
 def test_tokenizers_differ_before_weights(hub, monkeypatch):
     monkeypatch.setenv(pairs.ALLOW_CUSTOM_ENV, "1")
     with pytest.raises(PairError, match="the drafter 'tests/other' and the target 'tests/target' use different tokenizers"):
