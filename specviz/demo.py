@@ -158,11 +158,17 @@ def _pair(pair_name, custom_drafter, custom_target, progress) -> Pair:
 
 
 def _resident(pair_name, custom_drafter, custom_target) -> Pair:
-    """The pair loaded by ``_pair``; inside a GPU call nothing is loaded (ZeroGPU would repeat it every call)."""
+    """The pair ``_pair`` loaded. It may be missing here: on ZeroGPU this runs in a worker process
+    forked before a later-loaded pair existed, and elsewhere another visitor's pair may have
+    replaced it; then it is loaded here (on ZeroGPU, once per worker)."""
     custom = bool((custom_drafter or "").strip() or (custom_target or "").strip())
-    pair = loaded_pair(drafter=custom_drafter.strip(), target=custom_target.strip()) if custom else loaded_pair(pair_name)
-    if pair is None:  # another visitor's pair replaced it between loading and running
-        raise gr.Error("The model pair was unloaded for another visitor's pair; press Generate again.", title="Pair switched")
+    ids = dict(drafter=custom_drafter.strip(), target=custom_target.strip()) if custom else dict(name=pair_name)
+    pair = loaded_pair(**ids)
+    if pair is None:
+        try:
+            pair = load_pair(**ids)
+        except PairError as err:
+            raise gr.Error(str(err), title="Model pair unavailable") from err
     return pair
 
 
