@@ -19,7 +19,7 @@ import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 
 from specviz import Sampling, Trace, autoregressive_generate, autoregressive_stream, speculative_stream  # noqa: E402
-from specviz.gpu import generate_duration, gpu_task, sweep_duration  # noqa: E402
+from specviz.gpu import generate_duration, gpu_task, on_zerogpu, sweep_duration  # noqa: E402
 from specviz.pair import (  # noqa: E402
     ASSETS,
     EMBEDDED,
@@ -227,6 +227,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 yield final
     finally:
         _following.pop(session, None)
+        free_memory(None if not on_zerogpu() else "cpu")  # a long-lived server gives each run's memory back
 
 
 @gpu_task(duration=generate_duration)

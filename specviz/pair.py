@@ -20,6 +20,7 @@ Environment (read at each call, so an operator can change them without code):
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
@@ -545,11 +546,23 @@ def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local
 
 
 def free_memory(device: torch.device | str | None = None) -> None:
-    """Collect garbage and give cached CUDA blocks back (after an out-of-memory error, or an eviction)."""
+    """Collect garbage and give cached memory back: CUDA's cached blocks, and on Linux the C
+    heap's free pages (after an out-of-memory error, an eviction, or a finished run)."""
     gc.collect()
     dev = torch.device(device) if device is not None else None
     if (dev is None or dev.type == "cuda") and torch.cuda.is_available() and not gpu.on_zerogpu():
         torch.cuda.empty_cache()
+    if dev is None or dev.type == "cpu":
+        _trim_c_heap()
+
+
+def _trim_c_heap() -> None:
+    # glibc keeps freed tensor memory for reuse, so a server's RSS creeps up run after run
+    # (measured: +17 MB over 30 runs of the embedded pair, flat with a trim after each).
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        pass
 
 
 class _Loading:
