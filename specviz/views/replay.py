@@ -82,9 +82,9 @@ def _drafts_table(r: Round) -> str:
     return f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;margin-top:10px;"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
-def _final(r: Round) -> str:
+def _final(r: Round, stop_reason: str | None) -> str:
     if r.final_token_id is None:
-        why = "an accepted draft was the end-of-sequence token" if r.drafts and any(d.accepted for d in r.drafts) else "the token budget ran out"
+        why = "an accepted draft was the end-of-sequence token" if stop_reason == "eos" else "the run reached its token budget"
         return f'<p style="margin:10px 0 0;color:#555;">The round ended before its final token: {why}.</p>'
     n_acc = r.accepted_count
     if r.final_kind == "correction":
@@ -147,4 +147,4 @@ def round_html(trace: Trace, index: int) -> str:
         f'<span style="color:#555;">{len(r.drafts)} drafted (gamma {gamma}) · {r.accepted_count} accepted · '
         f'{emitted} token{"s" if emitted != 1 else ""} emitted · drafting {r.draft_ms:.1f} ms, target pass {r.verify_ms:.1f} ms</span></div>'
     )
-    return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_drafts_table(r)}{_final(r)}</div>'
+    return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_drafts_table(r)}{_final(r, trace.stop_reason if index == len(trace.rounds) - 1 else None)}</div>'
