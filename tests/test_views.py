@@ -129,6 +129,8 @@ def test_race_shows_every_emitted_token_at_its_round_time(runs):
     delays = [float(x) for x in re.findall(r'class="sv-race-token" style="[^"]*svrace7f 1ms linear ([\d.]+)ms both;"', html)]
     assert delays == sorted(delays[: len(spec.output_ids)]) + sorted(delays[len(spec.output_ids) :])
     assert "@keyframes svrace7f" in html and "true timing" in race_html(spec, base, 1.0)
+    # one tokens-so-far bar per run, ending at its share of the longer run's tokens
+    assert "@keyframes svrace7p0" in html and "@keyframes svrace7p1" in html and "100%{width:100.00%}" in html
     assert max(spec.total_ms, base.total_ms) * slow == pytest.approx(10_000, rel=1e-6) or slow == 1.0
 
 

@@ -21,7 +21,18 @@ def slowdown_for(spec: Trace, baseline: Trace | None, seconds: float = 10.0) -> 
     return max(1.0, seconds * 1000.0 / longest) if longest > 0 else 1.0
 
 
-def _lane(trace: Trace, label: str, colour: str, scale: float, longest_ms: float, anim: str) -> str:
+def _progress_keyframes(name: str, trace: Trace, longest_ms: float, most_tokens: int) -> str:
+    """Bar width = tokens so far / the longer run's tokens, keyed on the common clock (0..longest_ms)."""
+    stops, total = ["0%{width:0%}"], 0
+    for r in trace.rounds:
+        total += len(r.emitted_ids)
+        at = 100.0 * r.end_ms / longest_ms if longest_ms > 0 else 100.0
+        stops.append(f"{at:.2f}%{{width:{100.0 * total / max(most_tokens, 1):.2f}%}}")
+    stops.append(f"100%{{width:{100.0 * total / max(most_tokens, 1):.2f}%}}")
+    return f"@keyframes {name}{{{''.join(stops)}}}"
+
+
+def _lane(trace: Trace, label: str, colour: str, scale: float, longest_ms: float, anim: str, bar: str) -> str:
     spans = []
     for r in trace.rounds:
         delay = r.end_ms * scale
@@ -31,15 +42,14 @@ def _lane(trace: Trace, label: str, colour: str, scale: float, longest_ms: float
             style = STYLES.get(kind, "") if trace.mode == "speculative" else ""
             spans.append(f'<span class="sv-race-token" style="{style}animation:{anim}f 1ms linear {delay:.0f}ms both;">{escape(text)}</span>')
     total = trace.total_ms * scale
-    width = 100.0 * trace.total_ms / longest_ms if longest_ms > 0 else 100.0
     tps = trace.tokens_per_second
     done = f"{len(trace.output_ids)} tokens in {trace.total_ms / 1000:.2f} s" + (f" · {tps:.0f} tokens/s" if tps else "")
     return (
         f'<div class="sv-race-lane" style="margin-bottom:14px;">'
         f'<div style="display:flex;justify-content:space-between;font-size:14px;margin-bottom:4px;"><b style="color:{colour};">{escape(label)}</b>'
         f'<span class="sv-race-done" style="color:#333;animation:{anim}f 1ms linear {total:.0f}ms both;">✓ {escape(done)}</span></div>'
-        f'<div style="height:8px;background:#eee;border-radius:4px;margin-bottom:6px;">'
-        f'<div style="width:{width:.1f}%;height:100%;"><div style="height:100%;background:{colour};border-radius:4px;animation:{anim}w {total:.0f}ms linear both;"></div></div></div>'
+        f'<div title="tokens so far" style="height:8px;background:#eee;border-radius:4px;margin-bottom:6px;">'
+        f'<div style="height:100%;background:{colour};border-radius:4px;animation:{bar} {longest_ms * scale:.0f}ms linear both;"></div></div>'
         f'<div style="{_MONO}white-space:pre-wrap;font-size:13px;line-height:1.5;min-height:7em;max-height:16em;overflow:auto;'
         f'border:1px solid #ddd;border-radius:6px;padding:8px;background:#fff;color:#111;overflow-wrap:anywhere;">{"".join(spans)}</div></div>'
     )
@@ -54,16 +64,19 @@ def race_html(spec: Trace, baseline: Trace | None, slowdown: float = 1.0, nonce:
         nonce: changes the animation names, so showing the same race again restarts it.
 
     Returns:
-        An HTML fragment with its own <style> (two keyframes).
+        An HTML fragment with its own <style>: a fade-in, and per run a bar of tokens so far.
     """
     anim = f"svrace{nonce}"
-    longest = max(spec.total_ms, baseline.total_ms if baseline is not None else 0.0)
+    runs = [spec] + ([baseline] if baseline is not None else [])
+    longest = max(t.total_ms for t in runs)
+    most = max(len(t.output_ids) for t in runs)
+    bars = "".join(_progress_keyframes(f"{anim}p{i}", t, longest, most) for i, t in enumerate(runs))
     gamma = spec.settings.get("gamma")
-    lanes = _lane(spec, f"speculative (gamma {gamma})", "#009E73", slowdown, longest, anim)
+    lanes = _lane(spec, f"speculative (gamma {gamma})", "#009E73", slowdown, longest, anim, f"{anim}p0")
     if baseline is not None:
-        lanes += _lane(baseline, "autoregressive (target alone)", "#E69F00", slowdown, longest, anim)
+        lanes += _lane(baseline, "autoregressive (target alone)", "#E69F00", slowdown, longest, anim, f"{anim}p1")
     pace = "true timing" if slowdown <= 1.0 else f"slowed down {slowdown:.0f}× (recorded times × {slowdown:.0f})"
-    style = f"<style>@keyframes {anim}f{{from{{opacity:0}}to{{opacity:1}}}}@keyframes {anim}w{{from{{width:0}}to{{width:100%}}}}</style>"
+    style = f"<style>@keyframes {anim}f{{from{{opacity:0}}to{{opacity:1}}}}{bars}</style>"
     return (
         f'{style}<div class="sv-race" style="font-family:ui-sans-serif,system-ui,sans-serif;background:#fff;color:#111;border:1px solid #ddd;border-radius:8px;padding:12px;">'
         f'<div style="color:#555;font-size:13px;margin-bottom:8px;">Replay of the recorded runs, {escape(pace)}. '
