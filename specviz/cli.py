@@ -64,17 +64,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _setup(args):
+    """(pair, prompt ids, keyword arguments shared by every run) from generate's and record's options.
+
+    Raises:
+        PairError, ValueError: as load_pair, encode_prompt and Sampling.
+    """
+    from specviz import Sampling
+    from specviz.pair import encode_prompt, load_pair
+
+    sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    # The person at the terminal is the operator: custom ids and local folders are theirs to use.
+    pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True)
+    ids = encode_prompt(pair, args.prompt, {"auto": None, "on": True, "off": False}[args.chat_template])
+    common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=pair.eos_token_ids, seed=args.seed, tokenizer=pair.tokenizer)
+    return pair, ids, common
+
+
 def _generate(args) -> int:
-    from specviz import Sampling, autoregressive_generate, speculative_generate
-    from specviz.pair import PairError, encode_prompt, load_pair
+    from specviz import autoregressive_generate, speculative_generate
+    from specviz.pair import PairError
     from specviz.views import tokens_ansi
 
     try:
-        sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-        # The person at the terminal is the operator: custom ids and local folders are theirs to use.
-        pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True)
-        ids = encode_prompt(pair, args.prompt, {"auto": None, "on": True, "off": False}[args.chat_template])
-        common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=pair.eos_token_ids, seed=args.seed, tokenizer=pair.tokenizer)
+        pair, ids, common = _setup(args)
         if args.mode == "speculative":
             trace = speculative_generate(ids, pair.drafter, pair.target, gamma=args.gamma, **common)
         else:
@@ -95,17 +108,13 @@ def _generate(args) -> int:
 
 
 def _record(args) -> int:
-    from specviz import Sampling, autoregressive_generate, speculative_generate
-    from specviz.pair import PairError, encode_prompt, load_pair
+    from specviz import autoregressive_generate, speculative_generate
+    from specviz.pair import PairError
     from specviz.recording import Recording
     from specviz.sweep import sweep_stream
 
     try:
-        sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-        # The person at the terminal is the operator: custom ids and local folders are theirs to use.
-        pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True)
-        ids = encode_prompt(pair, args.prompt, {"auto": None, "on": True, "off": False}[args.chat_template])
-        common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=pair.eos_token_ids, seed=args.seed, tokenizer=pair.tokenizer)
+        pair, ids, common = _setup(args)
         autoregressive_generate(ids, pair.target, **(common | {"max_new_tokens": 4}))  # warm-up: first calls are slow
         spec = speculative_generate(ids, pair.drafter, pair.target, gamma=args.gamma, **common)
         baseline = autoregressive_generate(ids, pair.target, **common)
