@@ -133,26 +133,28 @@ def _replay_slider(trace: Trace | None, value: int | None = None):
 
 
 def _everything(rec: Recording, status: str, download: str | None):
-    """Every output of a finished run, in OUTPUTS order."""
+    """Every output of a finished run, in the order of build_demo's ``outputs``."""
     spec, base = rec.speculative, rec.baseline
     last = len(spec.rounds) - 1
     return (
         tokens_html(spec), stats_html(spec, base), acceptance_figure(spec), timeline_figure(spec, base), status, rec,
-        _replay_slider(spec), round_html(spec, max(last, 0)) if spec.rounds else round_html(spec, 0),
+        _replay_slider(spec), round_html(spec, max(last, 0)),
         speedup_figure(spec, base), accepted_histogram_figure(spec), position_figure(spec), sweep_figure(rec.sweep),
         race_html(spec, base, slowdown_for(spec, base), next(_race_nonce)),
         gr.DownloadButton(value=download, interactive=download is not None),
     )
 
 
+def _pair_ids(pair_name, custom_drafter, custom_target) -> dict:
+    """load_pair's arguments: the custom ids when the visitor gave any, else the preset name."""
+    drafter, target = (custom_drafter or "").strip(), (custom_target or "").strip()
+    return dict(drafter=drafter, target=target) if drafter or target else dict(name=pair_name)
+
+
 def _pair(pair_name, custom_drafter, custom_target, progress) -> Pair:
     """Load (or reuse) the pair outside any GPU call, reporting progress to the page."""
-    custom = bool((custom_drafter or "").strip() or (custom_target or "").strip())
     try:
-        if custom:
-            return load_pair(drafter=(custom_drafter or "").strip(), target=(custom_target or "").strip(),
-                             progress=lambda f, m: progress(f, desc=m))
-        return load_pair(pair_name, progress=lambda f, m: progress(f, desc=m))
+        return load_pair(**_pair_ids(pair_name, custom_drafter, custom_target), progress=lambda f, m: progress(f, desc=m))
     except PairError as err:
         raise gr.Error(str(err), title="Model pair unavailable") from err
 
@@ -161,8 +163,7 @@ def _resident(pair_name, custom_drafter, custom_target) -> Pair:
     """The pair ``_pair`` loaded. It may be missing here: on ZeroGPU this runs in a worker process
     forked before a later-loaded pair existed, and elsewhere another visitor's pair may have
     replaced it; then it is loaded here (on ZeroGPU, once per worker)."""
-    custom = bool((custom_drafter or "").strip() or (custom_target or "").strip())
-    ids = dict(drafter=custom_drafter.strip(), target=custom_target.strip()) if custom else dict(name=pair_name)
+    ids = _pair_ids(pair_name, custom_drafter, custom_target)
     pair = loaded_pair(**ids)
     if pair is None:
         try:
@@ -196,7 +197,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
              custom_drafter="", custom_target="", progress=gr.Progress(), request: gr.Request = None):
     """Stream a speculative run round by round, then measure the autoregressive baseline.
 
-    Yields every output in OUTPUTS order (tokens HTML, stats HTML, two figures, status
+    Yields every output in the order of build_demo's ``outputs`` (tokens HTML, stats HTML, two figures, status
     Markdown, the Recording, the replay slider and panel, four theory figures, the race, the
     download button); while streaming, the outputs that do not change are skipped. A run stops
     at RUN_SECONDS_MAX; the Stop button cancels it between rounds.
