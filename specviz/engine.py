@@ -223,9 +223,12 @@ def speculative_stream(
             candidates = torch.cat([rejection.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
             finals = rejection.sample_rows(candidates, greedy, gen)
             final_probs = candidates.gather(1, finals[:, None])[:, 0]
+            # beta_i = sum_x min(p_i(x), q_i(x)) at every drafted position, discarded ones too
+            # (Leviathan et al. 2023, Def. 3.1): computed here, where p and q already are.
+            beta = torch.minimum(p_all[:g], q_all).sum(dim=-1)  # (g,)
             finite = torch.isfinite(p_all).all() & torch.isfinite(q_all).all()
             parts = [drafts.double(), q_d.double(), p_d.double(), u.double(), accept.double(),
-                     finals.double(), final_probs.double(), finite.double()[None]]
+                     finals.double(), final_probs.double(), beta.double(), finite.double()[None]]
             if record:
                 # The top tokens of each candidate distribution, with p and q there, travel in
                 # the same transfer: the replay shows why the correction or bonus came out.
@@ -236,7 +239,7 @@ def speculative_stream(
             host = torch.cat(parts).tolist()
             t2 = clock.now()
 
-            if not host[7 * g + 2]:
+            if not host[8 * g + 2]:
                 raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
             draft_ids = [int(x) for x in host[0:g]]
             accepts = [bool(x) for x in host[4 * g : 5 * g]]
@@ -259,16 +262,18 @@ def speculative_stream(
             if record:
                 # host after the fixed fields: ids, probs, p, q of the top tokens, (g+1) x k each.
                 block = (g + 1) * top_k
-                row = 7 * g + 3 + n_acc * top_k
+                row = 8 * g + 3 + n_acc * top_k
                 top = [host[row + j * block : row + j * block + top_k] for j in range(4)]
                 top_texts = decode([int(t) for t in top[0]])
                 texts = decode(draft_ids + [final])
                 q_h, p_h, u_h = host[g : 2 * g], host[2 * g : 3 * g], host[3 * g : 4 * g]
+                beta_h = host[7 * g + 2 : 8 * g + 2]
                 drafts_rec = [
                     Draft(
                         token_id=draft_ids[i], text=texts[i], q=q_h[i], p=p_h[i],
                         accept_prob=min(1.0, p_h[i] / q_h[i]) if q_h[i] > 0 else 0.0, u=u_h[i],
                         verdict="accepted" if i < n_acc else ("rejected" if i == n_acc else "discarded"),
+                        beta=min(1.0, beta_h[i]),
                     )
                     for i in range(g)
                 ]
@@ -283,7 +288,7 @@ def speculative_stream(
                             TopToken(token_id=int(t), text=x, prob=pr, p=pp, q=qq if kind == "correction" else None)
                             for t, x, pr, pp, qq in zip(*top[:1], top_texts, *top[1:])
                         ] if keeps_final else [],
-                        draft_ms=t1 - t0, verify_ms=t2 - t1, end_ms=clock.since_start(),
+                        draft_ms=t1 - t0, verify_ms=t2 - t1, end_ms=clock.since_start(), gamma=g,
                     )
                 )
             if emitted and emitted[-1] in eos:

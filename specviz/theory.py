@@ -63,9 +63,15 @@ def position_acceptance(alpha: float, position: int) -> float:
     return alpha**position
 
 
-def accepted_per_round(trace: Trace) -> list[int]:
-    """Accepted drafts in each round that drafted the full gamma (shorter last rounds are left out)."""
-    gamma = trace.settings.get("gamma")
+def round_gamma(trace: Trace, r) -> int | None:
+    """The gamma a round was allowed: its own (schema 3), else the run's setting (older traces)."""
+    return r.gamma if r.gamma is not None else trace.settings.get("gamma")
+
+
+def accepted_per_round(trace: Trace, gamma: int | None = None) -> list[int]:
+    """Accepted drafts in each round that drafted the full gamma of the run's setting (or of
+    ``gamma`` when given); rounds cut short near max_new_tokens are left out."""
+    gamma = gamma if gamma is not None else trace.settings.get("gamma")
     return [r.accepted_count for r in trace.rounds if r.drafts and len(r.drafts) == gamma]
 
 

@@ -6,7 +6,12 @@ replayed on another with no model.
 
 Terms (Leviathan et al. 2023; vLLM's metric names):
 - round: one draft-then-verify cycle; the autoregressive baseline has one round per token.
-- acceptance rate: accepted drafts / drafted tokens.
+- draft acceptance rate: accepted drafts / drafted tokens (vLLM's name). Its denominator
+  counts the drafts discarded after a rejection, which were never tested.
+- alpha: accepted drafts / (accepted + rejected drafts), Leviathan et al.'s probability that
+  one tested draft is accepted (Sec. 3.1, alpha = E[beta]).
+- beta: sum over the vocabulary of min(p(x), q(x)) = 1 - TV(p, q) at one drafted position, the
+  probability that a draft there is accepted (Leviathan et al. 2023, Def. 3.1 and Cor. 3.6).
 - tokens per round: emitted tokens / rounds, counting the correction or bonus token.
 """
 
@@ -27,8 +32,9 @@ Verdict = Literal["accepted", "rejected", "discarded"]
 #   target:     sampled from p by the autoregressive baseline
 FinalKind = Literal["correction", "bonus", "target"]
 
-# 2 added Round.final_top; version 1 files still load (with no top tokens).
-SCHEMA_VERSION = 2
+# 2 added Round.final_top; 3 added Draft.beta and Round.gamma. Older files still load (with
+# no top tokens, no beta, and gamma read from the settings).
+SCHEMA_VERSION = 3
 
 
 @dataclass
@@ -37,6 +43,9 @@ class Draft:
 
     ``q`` and ``p`` are probabilities of this token under the drafter's and the target's
     processed distributions; ``accept_prob`` = min(1, p/q); ``u`` the uniform draw in [0, 1).
+    ``beta`` = sum_x min(p(x), q(x)) at this position, the probability that a draft here is
+    accepted before it is drawn (Leviathan et al. 2023, Def. 3.1); None in traces saved
+    before schema version 3.
     """
 
     token_id: int
@@ -46,6 +55,7 @@ class Draft:
     accept_prob: float
     u: float
     verdict: Verdict
+    beta: float | None = None
 
     @property
     def accepted(self) -> bool:
@@ -84,6 +94,8 @@ class Round:
         end_ms: time since the start of generation when the round ended, in ms.
         final_top: the most likely tokens of the final token's distribution, most likely
             first (empty when not recorded).
+        gamma: the drafts this round was allowed (its schedule's gamma, cut near
+            max_new_tokens); None for the baseline and in traces saved before schema version 3.
     """
 
     drafts: list[Draft]
@@ -96,6 +108,7 @@ class Round:
     verify_ms: float
     end_ms: float
     final_top: list[TopToken] = field(default_factory=list)
+    gamma: int | None = None
 
     @property
     def accepted_count(self) -> int:
@@ -146,9 +159,29 @@ class Trace:
         return sum(r.accepted_count for r in self.rounds)
 
     @property
+    def rejected(self) -> int:
+        """Drafts that were tested and failed: at most one per round."""
+        return sum(d.verdict == "rejected" for r in self.rounds for d in r.drafts)
+
+    @property
     def acceptance_rate(self) -> float | None:
-        """Accepted drafts / drafted tokens; None when nothing was drafted."""
+        """Draft acceptance rate: accepted drafts / drafted tokens (discarded drafts counted);
+        None when nothing was drafted."""
         return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def alpha(self) -> float | None:
+        """Leviathan et al.'s alpha estimated from the verdicts: accepted / (accepted + rejected),
+        the share of tested drafts that were accepted (Sec. 3.1); None when nothing was tested."""
+        tested = self.accepted + self.rejected
+        return self.accepted / tested if tested else None
+
+    @property
+    def mean_beta(self) -> float | None:
+        """Mean of beta over every drafted position, discarded ones included: an estimate of
+        alpha = E[beta] with less variance than the verdicts give; None without beta."""
+        betas = [d.beta for r in self.rounds for d in r.drafts if d.beta is not None]
+        return sum(betas) / len(betas) if betas else None
 
     @property
     def mean_tokens_per_round(self) -> float | None:
@@ -188,7 +221,10 @@ class Trace:
         d.update(
             drafted=self.drafted,
             accepted=self.accepted,
+            rejected=self.rejected,
             acceptance_rate=self.acceptance_rate,
+            alpha=self.alpha,
+            mean_beta=self.mean_beta,
             mean_tokens_per_round=self.mean_tokens_per_round,
             target_forward_passes=self.target_forward_passes,
             drafter_forward_passes=self.drafter_forward_passes,
