@@ -209,7 +209,7 @@ def speculative_stream(
             t1 = clock.now()
 
             # Verification: one target pass over the pending token and the g drafts.
-            p_all = sampling.probs(target_runner.logits(seq, n + g, g + 1), warpers)  # (g+1, V)
+            p_all = rejection.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers)  # (g+1, V)
             q_all = torch.cat(q_rows)  # (g, V)
             drafts = seq[n : n + g]
             cols = drafts[:, None]

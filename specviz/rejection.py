@@ -29,6 +29,15 @@ def draft_token(logits: torch.Tensor, sampling: Sampling, warpers, gen: torch.Ge
     return sample_rows(q, sampling.greedy, gen), q
 
 
+def target_probs(logits: torch.Tensor, sampling: Sampling, warpers) -> torch.Tensor:
+    """The target's processed p for a verify pass: (rows, vocab) logits in, float32 (rows, vocab) out.
+
+    The same ``sampling.probs`` the drafter's q goes through, so both sides are processed
+    identically (vLLM #9834 applied the filters to one side only).
+    """
+    return sampling.probs(logits, warpers)
+
+
 def accept(u: torch.Tensor, q_x: torch.Tensor, p_x: torch.Tensor) -> torch.Tensor:
     """The acceptance test u < min(1, p(x)/q(x)), elementwise.
 
