@@ -19,6 +19,7 @@ import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 
 from specviz import Sampling, Trace, autoregressive_generate, autoregressive_stream, speculative_stream  # noqa: E402
+from specviz.trace import MAX_GAMMA  # noqa: E402
 from specviz.gpu import generate_duration, gpu_task, on_zerogpu, sweep_duration  # noqa: E402
 from specviz.pair import (  # noqa: E402
     ASSETS,
@@ -52,7 +53,7 @@ from specviz.views import (  # noqa: E402
 )
 
 # Caps shown in the UI and enforced again in the handler (a client can bypass sliders).
-GAMMA_RANGE = (1, 16)
+GAMMA_RANGE = (1, MAX_GAMMA)
 TEMPERATURE_RANGE = (0.0, 2.0)
 MAX_NEW_TOKENS_RANGE = (1, 256)
 TOP_K_MAX = 1000

@@ -36,6 +36,10 @@ FinalKind = Literal["correction", "bonus", "target"]
 # no top tokens, no beta, and gamma read from the settings).
 SCHEMA_VERSION = 3
 
+# The largest gamma specviz drafts with (the demo's range is 1..MAX_GAMMA; every gamma schedule
+# is capped at it), so a round holds at most this many drafts.
+MAX_GAMMA = 16
+
 
 @dataclass
 class Draft:
