@@ -11,9 +11,12 @@ ignored so every run generates exactly max_new_tokens):
 
 Each repeat runs every method once per prompt, in an order that rotates, after one warm-up
 pass. Reported per method: median tokens/s and the interquartile range over all timed runs.
-Derived: speedup (speculative / autoregressive), speedup over hf_assisted, the measured cost
-coefficient c, the speedup Leviathan et al. (2023, Thm 3.8) predict from alpha and c, and
-efficiency = measured / predicted.
+Derived: speedup (speculative / autoregressive), speedup over hf_assisted, alpha (accepted /
+(accepted + rejected), Leviathan et al.'s per-draft acceptance probability) beside the draft
+acceptance rate (accepted / drafted) and mean beta, the measured cost coefficient c, the verify
+cost v (target pass over gamma + 1 tokens / one target step), the speedup Leviathan et al.
+(2023, Thm 3.8) predict from alpha, gamma and c, the same with the measured v
+(E[tokens per round] / (gamma c + v)), and efficiency = measured / each prediction.
 """
 
 from __future__ import annotations
@@ -112,25 +115,36 @@ def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamm
     med = {m: report[m]["tokens_per_second"]["median"] for m in methods}
     spec, base = traces.get("speculative"), traces.get("autoregressive")
     if spec and base:
-        drafted = sum(t.drafted for t in spec)
-        alpha = sum(t.accepted for t in spec) / drafted
+        accepted, drafted = sum(t.accepted for t in spec), sum(t.drafted for t in spec)
+        tested = accepted + sum(t.rejected for t in spec)
+        alpha = accepted / tested
+        betas = [d.beta for t in spec for r in t.rounds for d in r.drafts if d.beta is not None]
         drafter_ms, target_ms = theory.drafter_step_ms(*spec), theory.target_step_ms(*base)
-        c = drafter_ms / target_ms
+        verify_ms = theory.verify_ms_per_round(*spec)
+        c, v = drafter_ms / target_ms, verify_ms / target_ms
         predicted = theory.predicted_speedup(alpha, gamma, c)
+        predicted_v = theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v)
         speedup = med["speculative"] / med["autoregressive"]
         report.update(
-            acceptance_rate=alpha,
+            alpha=alpha,
+            draft_acceptance_rate=accepted / drafted,
+            acceptance_rate=accepted / drafted,  # the same, under Trace.acceptance_rate's name
+            mean_beta=sum(betas) / len(betas) if betas else None,
             mean_tokens_per_round=sum(len(t.output_ids) for t in spec) / sum(len(t.rounds) for t in spec),
+            predicted_tokens_per_round=theory.expected_tokens_per_round(alpha, gamma),
             drafter_step_ms=drafter_ms,
             target_step_ms=target_ms,
-            verify_ms_per_round=sum(t.verify_ms for t in spec) / sum(len(t.rounds) for t in spec),
+            verify_ms_per_round=verify_ms,
             cost_coefficient=c,
+            verify_cost=v,
             predicted_speedup=predicted,
+            predicted_speedup_verify=predicted_v,
             speedup=speedup,
             efficiency=speedup / predicted,
+            efficiency_verify=speedup / predicted_v,
         )
-        report["speculative"]["acceptance_rate"] = alpha
-        report["speculative"]["mean_tokens_per_round"] = report["mean_tokens_per_round"]
+        report["speculative"].update(alpha=alpha, draft_acceptance_rate=accepted / drafted,
+                                     mean_tokens_per_round=report["mean_tokens_per_round"])
     if "hf_assisted" in med and "speculative" in med:
         report["speedup_vs_hf_assisted"] = med["speculative"] / med["hf_assisted"]
     if "hf_generate" in med and "autoregressive" in med:
@@ -155,13 +169,17 @@ def format_report(report: dict) -> str:
             iqr = f"{s['q1']:.1f}-{s['q3']:.1f}"
             lines.append(f"{m:<22}{s['median']:>18.1f}{iqr:>20}")
     for key, label in [
-        ("acceptance_rate", "acceptance rate"), ("mean_tokens_per_round", "tokens per round"),
-        ("cost_coefficient", "cost coefficient c"), ("speedup", "speedup over autoregressive"),
+        ("alpha", "alpha (accepted / tested)"), ("draft_acceptance_rate", "draft acceptance rate (accepted / drafted)"),
+        ("mean_beta", "mean beta"), ("mean_tokens_per_round", "tokens per round"),
+        ("predicted_tokens_per_round", "tokens per round, Eq. (1)"),
+        ("cost_coefficient", "cost coefficient c"), ("verify_cost", "verify cost v"), ("speedup", "speedup over autoregressive"),
         ("speedup_vs_hf_assisted", "speedup over hf_assisted"), ("autoregressive_vs_hf_generate", "autoregressive / hf_generate"),
-        ("predicted_speedup", "predicted speedup"), ("efficiency", "efficiency (measured / predicted)"), ("trace_overhead", "trace overhead"),
+        ("predicted_speedup", "predicted speedup, Thm 3.8"), ("predicted_speedup_verify", "predicted with measured v"),
+        ("efficiency", "efficiency (measured / Thm 3.8)"), ("efficiency_verify", "efficiency (measured / with v)"),
+        ("trace_overhead", "trace overhead"),
     ]:
-        if key in report:
-            lines.append(f"{label:<40}{report[key]:.3f}")
+        if report.get(key) is not None:
+            lines.append(f"{label:<46}{report[key]:.3f}")
     lines.append(f"settings: {json.dumps(report['settings'])}")
     return "\n".join(lines)
 

@@ -2,6 +2,7 @@
 
     python -m specviz.evaluate               # print the measurements
     python -m specviz.evaluate --write-card  # and rewrite assets/models/README.md
+    python -m specviz.evaluate --theory      # Leviathan et al.'s predictions against the held-out runs
 
 Measured: bits per byte of target, drafter and ``gzip -9`` on the held-out standard-library
 files; the greedy acceptance rate with gamma = 4 on the held-out prompts (assets/prompts.json);
@@ -17,6 +18,7 @@ import platform
 import torch
 
 from specviz import Sampling, autoregressive_generate, corpus, speculative_generate, theory
+from specviz.trace import Trace
 from specviz.pair import ASSETS, load_pair
 from specviz.train import bits_per_byte, encode_all, gzip_bits_per_byte
 
@@ -37,6 +39,9 @@ def measure(new_tokens: int = 64, gamma: int = 4) -> dict:
         specs.append(speculative_generate(ids, pair.drafter, pair.target, gamma=gamma, **kw))
         bases.append(autoregressive_generate(ids, pair.target, **kw))
     drafted = sum(t.drafted for t in specs)
+    accepted = sum(t.accepted for t in specs)
+    tested = accepted + sum(t.rejected for t in specs)
+    betas = [d.beta for t in specs for r in t.rounds for d in r.drafts]
     drafter_ms, target_ms = theory.drafter_step_ms(*specs), theory.target_step_ms(*bases)
     return {
         "held_out_files": len(held),
@@ -47,7 +52,10 @@ def measure(new_tokens: int = 64, gamma: int = 4) -> dict:
         "prompts": len(prompts),
         "gamma": gamma,
         "new_tokens": new_tokens,
-        "greedy_acceptance_rate": sum(t.accepted for t in specs) / drafted,
+        "greedy_acceptance_rate": accepted / drafted,
+        "greedy_alpha": accepted / tested,
+        "greedy_mean_beta": sum(betas) / len(betas),
+        "verify_cost": theory.verify_ms_per_round(*specs) / target_ms,
         "greedy_tokens_per_round": sum(len(t.output_ids) for t in specs) / sum(len(t.rounds) for t in specs),
         "drafter_step_ms": drafter_ms,
         "target_step_ms": target_ms,
@@ -56,6 +64,59 @@ def measure(new_tokens: int = 64, gamma: int = 4) -> dict:
         "sample": pair.tokenizer.decode(bases[0].output_ids),
         "sample_prompt": prompts[0]["prompt"],
     }
+
+
+def theory_check(gammas=range(1, 9), temperatures=(0.0, 1.0), new_tokens: int = 128, prompts: int | None = None) -> list[dict]:
+    """Leviathan et al. 2023's predictions against speculative runs on the held-out prompts.
+
+    For each gamma and temperature (top-k and top-p off, EOS ignored so every run generates
+    ``new_tokens``), pooled over the prompts: measured tokens per round (emitted / rounds, rounds
+    that drafted the full gamma); Eq. (1) from alpha = accepted / (accepted + rejected) and from
+    the draft acceptance rate accepted / drafted; mean beta; the chi-square p-value of the
+    accepted-drafts histogram against the capped geometric law at alpha (cells under 5 pooled,
+    ddof 1); and acceptance by position against alpha^i. No timings: see ``bench`` for speed.
+    """
+    from scipy.stats import chisquare
+
+    pair = load_pair("embedded", device="cpu")
+    texts = [p["prompt"] for p in json.loads((ASSETS / "prompts.json").read_text())][:prompts]
+    ids = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    rows = []
+    for temperature in temperatures:
+        for gamma in gammas:
+            specs = [speculative_generate(x, pair.drafter, pair.target, gamma=gamma, sampling=Sampling(temperature), max_new_tokens=new_tokens,
+                                          eos_token_id=None, seed=i, vocab_size=pair.vocab_size) for i, x in enumerate(ids)]
+            full = [r for t in specs for r in t.rounds if len(r.drafts) == gamma]
+            accepted, drafted = sum(t.accepted for t in specs), sum(t.drafted for t in specs)
+            alpha = accepted / (accepted + sum(t.rejected for t in specs))
+            betas = [d.beta for t in specs for r in t.rounds for d in r.drafts]
+            counts = [r.accepted_count for r in full]
+            observed = [counts.count(k) for k in range(gamma + 1)]
+            expected = [e * len(counts) for e in theory.accepted_drafts_distribution(alpha, gamma)]
+            obs, exp = [], []
+            for o, e in zip(observed, expected):  # pool small cells into the next one
+                if obs and exp[-1] < 5:
+                    obs[-1] += o
+                    exp[-1] += e
+                else:
+                    obs.append(o)
+                    exp.append(e)
+            if len(exp) > 1 and exp[-1] < 5:
+                obs[-2] += obs.pop()
+                exp[-2] += exp.pop()
+            pvalue = float(chisquare(obs, [e * sum(obs) / sum(exp) for e in exp], ddof=1).pvalue) if len(obs) > 2 else None
+            positions = theory.acceptance_by_position(Trace(mode="speculative", prompt_ids=[], rounds=full))
+            rows.append({
+                "gamma": gamma, "temperature": temperature, "rounds": len(full),
+                "tokens_per_round": sum(c + 1 for c in counts) / len(counts),
+                "eq1_alpha": theory.expected_tokens_per_round(alpha, gamma),
+                "eq1_draft_acceptance_rate": theory.expected_tokens_per_round(accepted / drafted, gamma),
+                "alpha": alpha, "draft_acceptance_rate": accepted / drafted, "mean_beta": sum(betas) / len(betas),
+                "histogram_chi2_pvalue": pvalue,
+                "acceptance_by_position": [a / n for n, a in positions],
+                "alpha_power_i": [alpha ** (i + 1) for i in range(len(positions))],
+            })
+    return rows
 
 
 def card(m: dict) -> str:
@@ -130,7 +191,11 @@ repetitive under greedy decoding, and know nothing else. They exist to make spec
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specviz.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("--write-card", action="store_true", help="rewrite assets/models/README.md")
+    parser.add_argument("--theory", action="store_true", help="only Leviathan et al.'s predictions against held-out runs, gamma 1..8, greedy and T=1")
     args = parser.parse_args(argv)
+    if args.theory:
+        print(json.dumps(theory_check(), indent=1))
+        return
     m = measure()
     print(json.dumps(m, indent=1))
     if args.write_card:

@@ -16,7 +16,10 @@ from specviz.trace import Trace
 
 @dataclass
 class SweepPoint:
-    """One speculative run of the sweep. Times in ms."""
+    """One speculative run of the sweep. Times in ms.
+
+    ``rejected`` and ``verify_ms`` are None in sweeps saved before trace schema 3.
+    """
 
     gamma: int
     tokens: int
@@ -25,17 +28,28 @@ class SweepPoint:
     accepted: int
     total_ms: float
     draft_ms: float
+    rejected: int | None = None
+    verify_ms: float | None = None
 
     @classmethod
     def of(cls, trace: Trace) -> "SweepPoint":
         return cls(
             gamma=int(trace.settings["gamma"]), tokens=len(trace.output_ids), rounds=len(trace.rounds),
             drafted=trace.drafted, accepted=trace.accepted, total_ms=trace.total_ms, draft_ms=trace.draft_ms,
+            rejected=trace.rejected, verify_ms=trace.verify_ms,
         )
 
     @property
     def acceptance_rate(self) -> float | None:
+        """Draft acceptance rate: accepted / drafted."""
         return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def alpha(self) -> float | None:
+        """accepted / (accepted + rejected); None when unknown or nothing was tested."""
+        if self.rejected is None or not self.accepted + self.rejected:
+            return None
+        return self.accepted / (self.accepted + self.rejected)
 
     @property
     def tokens_per_round(self) -> float | None:
@@ -66,9 +80,24 @@ class Sweep:
 
     @property
     def acceptance_rate(self) -> float | None:
-        """Pooled over all points: accepted drafts / drafted tokens."""
+        """Pooled over all points: accepted drafts / drafted tokens (the draft acceptance rate)."""
         drafted = sum(p.drafted for p in self.points)
         return sum(p.accepted for p in self.points) / drafted if drafted else None
+
+    @property
+    def alpha(self) -> float | None:
+        """Pooled over all points: accepted / (accepted + rejected); None for sweeps saved before
+        trace schema 3 (they did not count rejections), since accepted / drafted is not alpha."""
+        if any(p.rejected is None for p in self.points):
+            return None
+        tested = sum(p.accepted + p.rejected for p in self.points)
+        return sum(p.accepted for p in self.points) / tested if tested else None
+
+    def verify_cost(self, point: SweepPoint) -> float | None:
+        """v of one point: its verify time per round / the baseline's target step time (ms / ms)."""
+        if point.verify_ms is None or not point.rounds or not self.target_step_ms:
+            return None
+        return point.verify_ms / point.rounds / self.target_step_ms
 
     @property
     def cost_coefficient(self) -> float | None:

@@ -1,8 +1,15 @@
-"""Leviathan et al. 2023, Sec. 3: what the acceptance rate and the cost coefficient predict.
+"""Leviathan et al. 2023, Sec. 3: what alpha, the cost coefficient c and the verify cost v predict.
 
-alpha: the acceptance rate, taken as the probability that one draft is accepted (Sec. 3.1
-assumes it is the same at every position). c: the cost coefficient, the time of one drafter
-forward pass over the time of one target forward pass (Sec. 3.2).
+alpha: the probability that one tested draft is accepted, alpha = E[beta] (Sec. 3.1, Def. 3.1),
+where beta = sum_x min(p(x), q(x)) at a drafted position. From a run's verdicts it is estimated
+as accepted / (accepted + rejected) (``Trace.alpha``), never as accepted / drafted: drafted
+tokens include those discarded after a rejection, which were never tested.
+c: the cost coefficient, the time of one drafter forward pass over the time of one target
+forward pass (Sec. 3.2).
+v: the verify cost, the time of the target's one pass over gamma + 1 tokens over the time of one
+autoregressive target step. Leviathan et al. take v = 1 (a pass costs the same whatever the
+number of tokens, true while the target is memory-bound); small models on a CPU and
+compute-bound GPUs have v > 1.
 """
 
 from __future__ import annotations
@@ -22,9 +29,28 @@ def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
 
 
-def optimal_gamma(alpha: float, c: float, max_gamma: int = 16) -> int:
-    """The gamma in 1..max_gamma with the largest predicted speedup."""
-    return max(range(1, max_gamma + 1), key=lambda g: predicted_speedup(alpha, g, c))
+def predicted_speedup_with_verify_cost(alpha: float, gamma: int, c: float, v: float) -> float:
+    """E[tokens per round] / (gamma c + v): Thm 3.8 with a verify pass that costs v target steps
+    instead of one (v = 1 gives Thm 3.8). A round costs gamma drafter steps and one verify
+    pass, and yields Eq. (1) tokens; the baseline yields one token per target step."""
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + v)
+
+
+def verify_cost_at(gamma: int, v: float, gamma_measured: float) -> float:
+    """The verify cost at ``gamma`` from one measured at ``gamma_measured`` (in target steps):
+    1 + (v - 1) gamma / gamma_measured. Assumes a pass costs a fixed part plus a part linear
+    in the tokens it scores, anchored at one token = one target step; exact at gamma_measured."""
+    return 1.0 + (v - 1.0) * gamma / gamma_measured if gamma_measured else v
+
+
+def optimal_gamma(alpha: float, c: float, max_gamma: int = 16, v: float | None = None, gamma_measured: float | None = None) -> int:
+    """The gamma in 1..max_gamma with the largest predicted speedup: Thm 3.8, or, given the verify
+    cost v measured at ``gamma_measured``, ``predicted_speedup_with_verify_cost`` with
+    ``verify_cost_at``."""
+    if v is None or not gamma_measured:
+        return max(range(1, max_gamma + 1), key=lambda g: predicted_speedup(alpha, g, c))
+    return max(range(1, max_gamma + 1),
+               key=lambda g: predicted_speedup_with_verify_cost(alpha, g, c, verify_cost_at(g, v, gamma_measured)))
 
 
 def drafter_step_ms(*specs: Trace) -> float | None:
@@ -45,6 +71,38 @@ def cost_coefficient(spec: Trace, baseline: Trace) -> float | None:
     return d / t if d is not None and t else None
 
 
+def verify_ms_per_round(*specs: Trace) -> float | None:
+    """Mean time of the target's verify pass (and the round's one host transfer) per round, in ms."""
+    rounds = sum(len(t.rounds) for t in specs)
+    return sum(t.verify_ms for t in specs) / rounds if rounds else None
+
+
+def verify_cost(spec: Trace, baseline: Trace) -> float | None:
+    """v = verify pass time per round / autoregressive target step time, both measured (ms / ms).
+
+    Both include sampling and the one host transfer of their step, so the ratio isolates the
+    cost of scoring gamma + 1 tokens instead of one."""
+    v, t = verify_ms_per_round(spec), target_step_ms(baseline)
+    return v / t if v is not None and t else None
+
+
+def mean_gamma(*specs: Trace) -> float | None:
+    """Drafts per round averaged over the rounds."""
+    rounds = sum(len(t.rounds) for t in specs)
+    return sum(t.drafted for t in specs) / rounds if rounds else None
+
+
+def typical_gamma(trace: Trace) -> int | None:
+    """The gamma most drafting rounds were allowed: the run's gamma for a constant schedule (its
+    last round may be cut short near max_new_tokens); None before any round drafted."""
+    counts: dict[int, int] = {}
+    for r in trace.rounds:
+        g = round_gamma(trace, r)
+        if r.drafts and isinstance(g, int):
+            counts[g] = counts.get(g, 0) + 1
+    return max(counts, key=counts.get) if counts else None
+
+
 def measured_speedup(spec: Trace, baseline: Trace) -> float | None:
     """Speculative tokens/s over autoregressive tokens/s."""
     a, b = spec.tokens_per_second, baseline.tokens_per_second
@@ -52,8 +110,8 @@ def measured_speedup(spec: Trace, baseline: Trace) -> float | None:
 
 
 def accepted_drafts_distribution(alpha: float, gamma: int) -> list[float]:
-    """P(k drafts accepted in a round), k = 0..gamma, if each is accepted with probability alpha
-    independently: (1 - alpha) alpha^k for k < gamma, alpha^gamma for k = gamma (the capped
+    """P(k drafts accepted in a round), k = 0..gamma, if each tested draft is accepted with
+    probability alpha independently: (1 - alpha) alpha^k for k < gamma, alpha^gamma for k = gamma (the capped
     geometric law behind Leviathan et al. 2023, Eq. (1); its mean + 1 is that equation)."""
     return [(1.0 - alpha) * alpha**k for k in range(gamma)] + [alpha**gamma]
 

@@ -64,3 +64,60 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class ConstantLM(GPT2LMHeadModel):
+    """A GPT-2 whose logits are the same vector at every position, whatever the context.
+
+    Its cache and positions work as a real model's; only the output is fixed, so a drafter and
+    a target of this kind give the same beta = sum_x min(p(x), q(x)) at every position and
+    every draft is accepted independently with that probability.
+    """
+
+    fixed: torch.Tensor = torch.zeros(1)
+
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        out.logits = self.fixed.to(out.logits.dtype).expand_as(out.logits).clone()
+        return out
+
+
+def constant_lm(logits: list[float], seed: int = 0):
+    """A ConstantLM over a vocabulary of len(logits) tokens emitting ``logits`` at every position."""
+    base = tiny_lm(vocab=len(logits), seed=seed, n_positions=1024)
+    model = ConstantLM(base.config).eval()
+    model.load_state_dict(base.state_dict())
+    model.fixed = torch.tensor(logits, dtype=torch.float32)
+    return model
+
+
+# fp32 logits of one position differ in the last bits with the pass's shape (one token, a
+# verify pass over several, a whole re-fed sequence), by CPU and thread count: a few 1e-6
+# relative. Two candidates closer than this are a near-tie, where greedy may pick either.
+NEAR_TIE = 1e-4
+
+
+def assert_same_greedy(target, prompt: list[int], got: list[int], want: list[int], vocab: int | None = None) -> None:
+    """``got`` equals the greedy decoding ``want``, or the first divergence is an fp32 near-tie.
+
+    At the first position where they differ, the target's own cache-free logits (cut to
+    ``vocab`` columns) must rank the two chosen tokens first and second, less than NEAR_TIE
+    apart (relative to the larger logit, at least 1): a tie broken differently by another pass
+    shape, not a bug. Anything else fails, with the logits in the message.
+    """
+    if got == want:
+        return
+    i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    assert i < min(len(got), len(want)), f"one output is a prefix of the other: {got} vs {want}"
+    with torch.inference_mode():
+        logits = target(torch.tensor([list(prompt) + list(want[:i])])).logits[0, -1].float()
+    if vocab is not None:
+        logits = logits[:vocab]
+    top = logits.topk(2)
+    gap = float(top.values[0] - top.values[1])
+    scale = max(1.0, abs(float(top.values[0])))
+    assert {got[i], want[i]} == set(top.indices.tolist()) and gap < NEAR_TIE * scale, (
+        f"greedy outputs diverge at token {i}: {got[i]} vs {want[i]}, top-2 {top.indices.tolist()} "
+        f"with logits {top.values.tolist()} (gap {gap:.3g}): not a near-tie"
+    )
+    print(f"greedy outputs diverge at token {i} on an fp32 near-tie (logit gap {gap:.2g}); equal before it")

@@ -19,10 +19,11 @@ def test_generate_json_has_the_trace():
     assert out.returncode == 0, out.stderr
     trace = json.loads(out.stdout)
     assert len(trace["output_ids"]) <= 24 and trace["output_text"]
-    for key in ("rounds", "acceptance_rate", "tokens_per_second"):
+    for key in ("rounds", "acceptance_rate", "alpha", "tokens_per_second"):
         assert key in trace
     draft = trace["rounds"][0]["drafts"][0]
-    assert {"token_id", "q", "p", "accept_prob", "u", "accepted"} <= set(draft)
+    assert {"token_id", "q", "p", "accept_prob", "u", "accepted", "beta"} <= set(draft)
+    assert 0 <= draft["beta"] <= 1
 
 
 def test_generate_autoregressive_and_terminal_colours():
@@ -46,8 +47,10 @@ def test_bench_runs_and_reports_every_method():
     report = json.loads(out.stdout)
     for key in ("autoregressive", "speculative", "hf_generate", "hf_assisted"):
         assert report[key]["tokens_per_second"]["median"] > 0
-    for key in ("speedup", "speedup_vs_hf_assisted", "predicted_speedup", "efficiency", "cost_coefficient", "acceptance_rate"):
+    for key in ("speedup", "speedup_vs_hf_assisted", "predicted_speedup", "efficiency", "cost_coefficient", "acceptance_rate",
+                "alpha", "draft_acceptance_rate", "mean_beta", "verify_cost", "predicted_speedup_verify"):
         assert key in report
+    assert 0 <= report["draft_acceptance_rate"] <= report["alpha"] <= 1  # discarded drafts only enlarge the denominator
 
 
 def test_record_writes_a_recording_the_demo_can_load(tmp_path, capsys):

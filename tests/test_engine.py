@@ -9,7 +9,7 @@ import torch
 
 from specviz import Sampling, autoregressive_generate, speculative_generate, speculative_stream
 from specviz.trace import Trace
-from tests.conftest import noisy_copy, tiny_lm
+from tests.conftest import assert_same_greedy, noisy_copy, tiny_lm
 
 PROMPTS = [[3], [5, 7, 9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]]
 GREEDY = Sampling(temperature=0.0)
@@ -46,8 +46,9 @@ def without_timings(d: dict) -> dict:
 def test_greedy_equals_target_greedy(pair, prompt, gamma):
     drafter, target = pair
     trace = speculative_generate(prompt, drafter, target, gamma=gamma, sampling=GREEDY, max_new_tokens=30)
-    assert trace.output_ids == hf_greedy(target, prompt, 30)
-    assert autoregressive_generate(prompt, target, sampling=GREEDY, max_new_tokens=30).output_ids == trace.output_ids
+    want = hf_greedy(target, prompt, 30)
+    assert_same_greedy(target, prompt, trace.output_ids, want)
+    assert_same_greedy(target, prompt, autoregressive_generate(prompt, target, sampling=GREEDY, max_new_tokens=30).output_ids, want)
 
 
 def test_every_verdict_kind_occurs(pair):
@@ -62,7 +63,13 @@ def test_every_verdict_kind_occurs(pair):
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("gamma", [1, 3, 6])
 def test_cache_rollback_matches_cache_free_reference(pair, sampling, gamma):
-    """With the KV cache and without it (whole sequence re-fed every pass): the same trace."""
+    """With the KV cache and without it (whole sequence re-fed every pass): the same trace.
+
+    The passes differ in shape, so q and p agree to fp32 rounding (compared with a tolerance);
+    the verdicts and sampled tokens agree exactly unless a uniform lands within that rounding of
+    a decision boundary, about 1e-6 per draw, which these fixed seeds do not meet on any CPU
+    seen so far. A divergence would show as a differing u-versus-min(1, p/q) margin below 1e-5.
+    """
     drafter, target = pair
     kw = dict(gamma=gamma, sampling=sampling, max_new_tokens=40, seed=7)
     cached = without_timings(speculative_generate([5, 7, 9], drafter, target, **kw).to_dict())
@@ -90,9 +97,14 @@ def test_drafter_equal_to_target_accepts_everything(pair):
     _, target = pair
     for sampling in (GREEDY, SAMPLED, Sampling(temperature=1.0)):
         trace = speculative_generate([5, 7, 9], target, target, gamma=4, sampling=sampling, max_new_tokens=40, seed=1)
+        # q comes from a one-token pass and p from a (gamma + 1)-token pass of the same model: in
+        # fp32 they differ in the last bits, by an amount that depends on the CPU's kernels (a
+        # min(1, p/q) of 0.99999988 was seen). A draft is then rejected only if u lands within
+        # that much of 1: about 1e-7 per draft, so every draft of these few dozen is accepted.
         assert trace.acceptance_rate == 1.0
         assert all(r.final_kind in ("bonus", None) for r in trace.rounds)
-        assert all(d.accept_prob == pytest.approx(1.0) for r in trace.rounds for d in r.drafts)
+        assert all(abs(d.accept_prob - 1.0) < 1e-5 for r in trace.rounds for d in r.drafts)
+        assert all(abs(d.beta - 1.0) < 1e-5 for r in trace.rounds for d in r.drafts)
         assert all(0 <= t < 32 for t in trace.output_ids)
 
 

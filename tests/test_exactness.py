@@ -108,7 +108,10 @@ def test_output_distribution_is_the_targets(kind, sampling, gamma):
     print(f"\n{kind} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} acceptance={acceptance:.3f}")
     assert pvalue > ALPHA
     if kind == "identical":
-        assert acceptance == 1.0
+        # p and q of the same model from passes of different shapes differ in fp32's last bits
+        # (by CPU), so a draft is rejected with probability about 1e-7: of these 24,000 drafts,
+        # all or all but a few are accepted.
+        assert acceptance > 0.999
     if kind == "unlike" and sampling == Sampling(temperature=1.0):
         assert acceptance < 0.5
 

@@ -78,15 +78,19 @@ def test_round_panel_before_any_round():
 
 def test_theory_figures_carry_the_formulas_numbers(runs):
     spec, base, sweep = runs
-    alpha, gamma = spec.acceptance_rate, spec.settings["gamma"]
-    c = theory.cost_coefficient(spec, base)
+    alpha, gamma = spec.alpha, spec.settings["gamma"]
+    assert alpha == spec.accepted / (spec.accepted + spec.rejected)
+    c, v = theory.cost_coefficient(spec, base), theory.verify_cost(spec, base)
     fig = speedup_figure(spec, base)
     curve = fig.data[0]
     assert list(curve.x) == list(range(1, 17))
     assert curve.y[3] == pytest.approx(theory.predicted_speedup(alpha, 4, c))
     best = fig.data[1]
     assert best.x[0] == theory.optimal_gamma(alpha, c) and best.y[0] == max(curve.y)
-    measured = fig.data[2]
+    with_v = fig.data[2]
+    assert with_v.y[gamma - 1] == pytest.approx(theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v))
+    assert fig.data[3].y[0] == max(with_v.y)
+    measured = fig.data[4]
     assert measured.x[0] == gamma and measured.y[0] == pytest.approx(theory.measured_speedup(spec, base))
 
     hist = accepted_histogram_figure(spec)

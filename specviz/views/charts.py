@@ -27,23 +27,31 @@ def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go
 
 
 def acceptance_figure(trace: Trace) -> go.Figure:
-    """Stacked bars per round (accepted, rejected, discarded drafts) and the running acceptance rate."""
+    """Stacked bars per round (accepted, rejected, discarded drafts), alpha so far (accepted /
+    (accepted + rejected) over the rounds up to each), and each round's mean beta
+    (sum_x min(p, q) averaged over its drafted positions; Leviathan et al. 2023, Def. 3.1)."""
     rounds = list(range(1, len(trace.rounds) + 1))
     count = lambda verdict: [sum(d.verdict == verdict for d in r.drafts) for r in trace.rounds]  # noqa: E731
-    running, acc, drafted = [], 0, 0
+    running, acc, tested = [], 0, 0
     for r in trace.rounds:
         acc += r.accepted_count
-        drafted += len(r.drafts)
-        running.append(acc / drafted if drafted else None)
+        tested += sum(d.verdict != "discarded" for d in r.drafts)
+        running.append(acc / tested if tested else None)
+    betas = [[d.beta for d in r.drafts if d.beta is not None] for r in trace.rounds]
+    mean_beta = [sum(b) / len(b) if b else None for b in betas]
+    lines = [go.Scatter(x=rounds, y=running, name="alpha so far (accepted / tested)", yaxis="y2", mode="lines", line=dict(color="#333", width=2))]
+    if any(b is not None for b in mean_beta):
+        lines.append(go.Scatter(x=rounds, y=mean_beta, name="mean beta of the round", yaxis="y2", mode="lines+markers",
+                                line=dict(color=ORANGE, width=1.5, dash="dot"), marker=dict(size=4)))
     fig = go.Figure(
         [
             go.Bar(x=rounds, y=count("accepted"), name="accepted", marker_color=BLUE),
             go.Bar(x=rounds, y=count("rejected"), name="rejected", marker_color=VERMILLION),
             go.Bar(x=rounds, y=count("discarded"), name="discarded after a rejection", marker_color=GREY),
-            go.Scatter(x=rounds, y=running, name="acceptance rate so far", yaxis="y2", mode="lines", line=dict(color="#333", width=2)),
+            *lines,
         ]
     )
-    fig.update_layout(barmode="stack", yaxis2=dict(overlaying="y", side="right", range=[0, 1.05], title="acceptance rate", showgrid=False))
+    fig.update_layout(barmode="stack", yaxis2=dict(overlaying="y", side="right", range=[0, 1.05], title="alpha, beta", showgrid=False))
     return style_figure(fig, "Drafts per round", "round", "drafted tokens")
 
 

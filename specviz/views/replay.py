@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from html import escape
 
+from specviz.theory import round_gamma
 from specviz.trace import Draft, Round, Trace
 from specviz.views.tokens import STYLES, _visible
 
 Q_COLOUR, P_COLOUR, RESIDUAL_COLOUR = "#CC79A7", "#0072B2", "#E69F00"  # Okabe-Ito purple, blue, orange
 PASS, FAIL = "#009E73", "#D55E00"
+BETA_COLOUR = "#999999"
 CONTEXT_CHARS = 360  # the tail of the context shown above the round
 _BOX = "font-family:ui-sans-serif,system-ui,sans-serif;font-size:14px;color:#111;background:#fff;border:1px solid #ddd;border-radius:8px;padding:12px;"
 _MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
@@ -68,7 +70,8 @@ def _test(d: Draft) -> str:
 def _drafts_table(r: Round) -> str:
     head = "".join(
         f'<th style="text-align:left;padding:4px 8px;font-weight:600;color:#444;">{h}</th>'
-        for h in ("#", "draft x", f'<span style="color:{Q_COLOUR};">■</span> q(x) drafter', f'<span style="color:{P_COLOUR};">■</span> p(x) target', "min(1, p/q) and u", "verdict")
+        for h in ("#", "draft x", f'<span style="color:{Q_COLOUR};">■</span> q(x) drafter', f'<span style="color:{P_COLOUR};">■</span> p(x) target',
+                  "min(1, p/q) and u", '<span title="beta = Σ min(p, q) at this position: the chance a draft here is accepted">β = Σ min(p, q)</span>', "verdict")
     )
     rows = []
     for i, d in enumerate(r.drafts):
@@ -77,7 +80,8 @@ def _drafts_table(r: Round) -> str:
             f'<tr class="sv-draft-row" style="border-top:1px solid #eee;{faded}">'
             f'<td style="padding:4px 8px;color:#666;">{i + 1}</td><td style="padding:4px 8px;">{_chip(d.text)}</td>'
             f'<td style="padding:4px 8px;">{_bar(d.q, Q_COLOUR)}</td><td style="padding:4px 8px;">{_bar(d.p, P_COLOUR)}</td>'
-            f'<td style="padding:4px 8px;">{_test(d)}</td><td style="padding:4px 8px;">{_verdict(d)}</td></tr>'
+            f'<td style="padding:4px 8px;">{_test(d)}</td><td style="padding:4px 8px;">{_bar(d.beta, BETA_COLOUR, width=70)}</td>'
+            f'<td style="padding:4px 8px;">{_verdict(d)}</td></tr>'
         )
     return f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;margin-top:10px;"><tr>{head}</tr>{"".join(rows)}</table>'
 
@@ -139,12 +143,12 @@ def round_html(trace: Trace, index: int) -> str:
     if not 0 <= index < len(trace.rounds):
         raise IndexError(f"round {index} of a trace with {len(trace.rounds)} rounds")
     r = trace.rounds[index]
-    gamma = trace.settings.get("gamma")
+    gamma = round_gamma(trace, r)
     emitted = len(r.emitted_ids)
     header = (
         f'<div style="display:flex;justify-content:space-between;flex-wrap:wrap;gap:8px;">'
         f'<b class="sv-round-title">Round {index + 1} of {len(trace.rounds)}</b>'
-        f'<span style="color:#555;">{len(r.drafts)} drafted (gamma {gamma}) · {r.accepted_count} accepted · '
+        f'<span style="color:#555;">{len(r.drafts)} drafted (gamma {escape(str(gamma))}) · {r.accepted_count} accepted · '
         f'{emitted} token{"s" if emitted != 1 else ""} emitted · drafting {r.draft_ms:.1f} ms, target pass {r.verify_ms:.1f} ms</span></div>'
     )
     return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_drafts_table(r)}{_final(r, trace.stop_reason if index == len(trace.rounds) - 1 else None)}</div>'

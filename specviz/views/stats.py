@@ -9,23 +9,39 @@ from specviz.trace import Trace
 
 
 def summary(spec: Trace, baseline: Trace | None = None) -> dict:
-    """Acceptance rate, tokens per round, tokens/s, speedup, c and the predicted speedup.
+    """The run's headline numbers, each with its denominator in its name or docstring.
 
+    Keys: rounds, generated_tokens, draft_acceptance_rate (accepted / drafted), alpha (accepted /
+    (accepted + rejected)), mean_beta (mean of sum_x min(p, q) over drafted positions),
+    mean_tokens_per_round, gamma (the gamma most rounds were allowed), speculative_tokens_per_second and
+    autoregressive_tokens_per_second (tokens/s), speedup, cost_coefficient c, verify_cost v,
+    predicted_speedup (Leviathan et al. 2023, Thm 3.8, from alpha, gamma, c) and
+    predicted_speedup_verify (the same with the measured verify cost: E[tokens] / (gamma c + v)).
     Keys whose inputs are missing (no baseline yet) are None.
     """
-    gamma = spec.settings.get("gamma")
-    alpha = spec.acceptance_rate
+    alpha = spec.alpha
+    gamma = theory.typical_gamma(spec)
     c = theory.cost_coefficient(spec, baseline) if baseline is not None else None
+    v = theory.verify_cost(spec, baseline) if baseline is not None else None
+    known = alpha is not None and gamma is not None and c is not None
     return {
         "rounds": len(spec.rounds),
         "generated_tokens": len(spec.output_ids),
-        "acceptance_rate": alpha,
+        "drafted": spec.drafted,
+        "accepted": spec.accepted,
+        "rejected": spec.rejected,
+        "draft_acceptance_rate": spec.acceptance_rate,
+        "alpha": alpha,
+        "mean_beta": spec.mean_beta,
         "mean_tokens_per_round": spec.mean_tokens_per_round,
+        "gamma": gamma,
         "speculative_tokens_per_second": spec.tokens_per_second,
         "autoregressive_tokens_per_second": baseline.tokens_per_second if baseline is not None else None,
         "speedup": theory.measured_speedup(spec, baseline) if baseline is not None else None,
         "cost_coefficient": c,
-        "predicted_speedup": theory.predicted_speedup(alpha, gamma, c) if None not in (alpha, gamma, c) else None,
+        "verify_cost": v,
+        "predicted_speedup": theory.predicted_speedup(alpha, gamma, c) if known else None,
+        "predicted_speedup_verify": theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v) if known and v is not None else None,
     }
 
 
@@ -39,13 +55,17 @@ def stats_html(spec: Trace, baseline: Trace | None = None) -> str:
     """A compact table of ``summary``; '…' marks numbers still to come."""
     s = summary(spec, baseline)
     rows = [
-        ("acceptance rate", _fmt(s["acceptance_rate"]), "accepted drafts / drafted tokens"),
-        ("tokens per round", _fmt(s["mean_tokens_per_round"]), "emitted tokens / rounds"),
-        ("speculative", _fmt(s["speculative_tokens_per_second"], " tok/s", 1), f"{s['generated_tokens']} tokens in {s['rounds']} rounds"),
+        ("draft acceptance rate", _fmt(s["draft_acceptance_rate"]), f"accepted / drafted = {s['accepted']} / {s['drafted']}"),
+        ("alpha", _fmt(s["alpha"]), f"accepted / tested = {s['accepted']} / {s['accepted'] + s['rejected']} (discarded drafts were never tested)"),
+        ("mean beta", _fmt(s["mean_beta"]), "mean over drafted positions of Σ min(p, q): alpha with less noise"),
+        ("tokens per round", _fmt(s["mean_tokens_per_round"]), f"emitted tokens / rounds = {s['generated_tokens']} / {s['rounds']}"),
+        ("speculative", _fmt(s["speculative_tokens_per_second"], " tok/s", 1), "generated tokens / wall time, prefill included"),
         ("autoregressive", _fmt(s["autoregressive_tokens_per_second"], " tok/s", 1), "same target, same settings"),
-        ("speedup", _fmt(s["speedup"], "×"), "measured"),
+        ("speedup", _fmt(s["speedup"], "×"), "speculative tok/s / autoregressive tok/s"),
         ("cost coefficient c", _fmt(s["cost_coefficient"], "", 3), "drafter step / target step"),
-        ("predicted speedup", _fmt(s["predicted_speedup"], "×"), "Leviathan et al. 2023, Thm 3.8"),
+        ("verify cost v", _fmt(s["verify_cost"]), "target pass over gamma + 1 tokens / target step"),
+        ("predicted speedup", _fmt(s["predicted_speedup"], "×"), "Thm 3.8 from alpha, gamma, c (assumes v = 1)"),
+        ("predicted, measured v", _fmt(s["predicted_speedup_verify"], "×"), "Eq. (1) tokens / (gamma c + v)"),
     ]
     cells = "".join(
         f'<tr><td style="padding:3px 10px 3px 0;color:#444;">{escape(k)}</td>'

@@ -1,11 +1,14 @@
 """Leviathan et al. 2023, Sec. 3, beside the measurement: figures of a trace and a sweep.
 
-alpha is the measured acceptance rate, c the measured cost coefficient (drafter step time /
-target step time). The predictions assume each draft is accepted independently with
-probability alpha; real drafts are not independent, which the figures make visible.
+alpha is estimated as accepted / (accepted + rejected) (``Trace.alpha``: the share of tested
+drafts accepted), c is the measured cost coefficient (drafter step time / target step time) and
+v the measured verify cost (target pass over gamma + 1 tokens / target step). The predictions
+assume each tested draft is accepted independently with probability alpha.
 """
 
 from __future__ import annotations
+
+from html import escape
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -15,7 +18,7 @@ from specviz.sweep import Sweep
 from specviz.trace import Trace
 from specviz.views.charts import BLUE, GREEN, ORANGE, VERMILLION, style_figure
 
-THEORY, MEASURED = "#555555", VERMILLION
+THEORY, MEASURED, VERIFY = "#555555", VERMILLION, "#0072B2"
 MAX_GAMMA = 16
 
 
@@ -28,46 +31,66 @@ def _empty(title: str, why: str) -> go.Figure:
 
 
 def _curve(fig: go.Figure, alpha: float, c: float, row=None, col=None, up_to: int = MAX_GAMMA) -> int:
-    """Add the predicted speedup over gamma = 1..up_to and the best gamma in 1..16; return that gamma."""
+    """Add Thm 3.8's predicted speedup over gamma = 1..up_to and its best gamma in 1..16; return that gamma."""
     best = theory.optimal_gamma(alpha, c, MAX_GAMMA)
     gammas = list(range(1, max(up_to, best) + 1))
     kw = dict(row=row, col=col) if row else {}
     fig.add_trace(go.Scatter(x=gammas, y=[theory.predicted_speedup(alpha, g, c) for g in gammas], mode="lines+markers",
-                             name=f"predicted (alpha {alpha:.2f}, c {c:.2f})", line=dict(color=THEORY, width=2), marker=dict(size=5)), **kw)
-    fig.add_trace(go.Scatter(x=[best], y=[theory.predicted_speedup(alpha, best, c)], mode="markers+text", name=f"optimal gamma = {best}",
-                             text=[f"optimal γ = {best}"], textposition="top center",
+                             name=f"Thm 3.8, v = 1 (alpha {alpha:.2f}, c {c:.2f})", line=dict(color=THEORY, width=2), marker=dict(size=5)), **kw)
+    fig.add_trace(go.Scatter(x=[best], y=[theory.predicted_speedup(alpha, best, c)], mode="markers+text", name=f"optimal gamma, Thm 3.8 = {best}",
+                             text=[f"γ = {best}"], textposition="top center",
                              marker=dict(symbol="star", size=16, color=ORANGE, line=dict(color="#333", width=1))), **kw)
     return best
 
 
+def _verify_curve(fig: go.Figure, alpha: float, c: float, v: float, gamma_measured: float) -> int:
+    """Add the prediction with the measured verify cost, v(gamma) = 1 + (v - 1) gamma / gamma_measured,
+    and its best gamma; return that gamma."""
+    gammas = list(range(1, MAX_GAMMA + 1))
+    ys = [theory.predicted_speedup_with_verify_cost(alpha, g, c, theory.verify_cost_at(g, v, gamma_measured)) for g in gammas]
+    best = theory.optimal_gamma(alpha, c, MAX_GAMMA, v=v, gamma_measured=gamma_measured)
+    fig.add_trace(go.Scatter(x=gammas, y=ys, mode="lines+markers", name=f"with measured verify cost v = {v:.2f} at γ {gamma_measured:g}",
+                             line=dict(color=VERIFY, width=2, dash="dash"), marker=dict(size=5)))
+    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers+text", name=f"optimal gamma, measured v = {best}",
+                             text=[f"γ = {best}"], textposition="top center",
+                             marker=dict(symbol="star", size=14, color=VERIFY, line=dict(color="#333", width=1))))
+    return best
+
+
 def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
-    """Predicted walltime speedup over gamma (Leviathan et al. 2023, Thm 3.8) from this run's
-    alpha and c, the optimal gamma marked, and the measured speedup at the run's gamma."""
+    """Predicted walltime speedup over gamma from this run's alpha and c (Leviathan et al. 2023,
+    Thm 3.8, which takes a verify pass to cost one target step), the same with the verify cost
+    v measured in this run (E[tokens per round] / (gamma c + v), v scaled linearly in gamma),
+    the optimal gamma of each, and the measured speedup at the run's gamma."""
     title = "Speedup: theory vs this run"
-    alpha = spec.acceptance_rate
+    alpha = spec.alpha
     c = theory.cost_coefficient(spec, baseline) if baseline is not None else None
     if alpha is None or c is None:
         return _empty(title, "waiting for the autoregressive baseline, which measures c")
     fig = go.Figure()
     _curve(fig, alpha, c)
-    gamma = spec.settings.get("gamma")
+    gamma = theory.typical_gamma(spec)
+    v = theory.verify_cost(spec, baseline)
+    tops = [theory.predicted_speedup(alpha, g, c) for g in range(1, MAX_GAMMA + 1)]
+    if v is not None and gamma:
+        _verify_curve(fig, alpha, c, v, gamma)
     measured = theory.measured_speedup(spec, baseline)
     if measured is not None and gamma:
         fig.add_trace(go.Scatter(x=[gamma], y=[measured], mode="markers+text", name=f"measured, gamma {gamma}", text=[f"measured {measured:.2f}×"],
                                  textposition="bottom center", marker=dict(symbol="diamond", size=13, color=MEASURED)))
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), annotation_text="no speedup", annotation_position="bottom right")
-    top = max([theory.predicted_speedup(alpha, g, c) for g in range(1, MAX_GAMMA + 1)] + [measured or 0.0, 1.0])
+    top = max(tops + [measured or 0.0, 1.0])
     fig.update_yaxes(range=[0, top * 1.25])
     return style_figure(fig, title, "gamma (drafted tokens per round)", "speedup over autoregressive")
 
 
 def accepted_histogram_figure(trace: Trace) -> go.Figure:
-    """Share of rounds with k = 0..gamma accepted drafts, against the capped geometric law
-    the acceptance rate predicts (rounds cut short at the end are left out)."""
+    """Share of rounds with k = 0..gamma accepted drafts, against the capped geometric law at
+    alpha = accepted / (accepted + rejected) (rounds that drafted fewer than gamma are left out)."""
     title = "Accepted drafts per round"
-    gamma = trace.settings.get("gamma")
-    counts = theory.accepted_per_round(trace)
-    alpha = trace.acceptance_rate
+    gamma = theory.typical_gamma(trace)
+    counts = theory.accepted_per_round(trace, gamma)
+    alpha = trace.alpha
     if not counts or alpha is None or not gamma:
         return _empty(title, "no full rounds yet")
     ks = list(range(gamma + 1))
@@ -83,10 +106,10 @@ def accepted_histogram_figure(trace: Trace) -> go.Figure:
 
 def position_figure(trace: Trace) -> go.Figure:
     """Acceptance rate by draft position (vLLM's per-position metric): the share of rounds
-    whose i-th draft was accepted, against alpha^i."""
+    whose i-th draft was accepted, against alpha^i with alpha = accepted / (accepted + rejected)."""
     title = "Acceptance by draft position"
     by_pos = theory.acceptance_by_position(trace)
-    alpha = trace.acceptance_rate
+    alpha = trace.alpha
     if not by_pos or alpha is None:
         return _empty(title, "no drafts yet")
     xs = list(range(1, len(by_pos) + 1))
@@ -103,11 +126,12 @@ def position_figure(trace: Trace) -> go.Figure:
 
 def sweep_figure(sweep: Sweep | None) -> go.Figure:
     """Measured tokens per round and speedup for each gamma of a sweep, against Eq. (1) and
-    Thm 3.8 with the sweep's pooled alpha and c."""
+    Thm 3.8 with the sweep's pooled alpha and c, and each point's prediction with its own
+    measured verify cost v."""
     title = "Gamma sweep: measurement vs theory"
     if sweep is None or not sweep.points:
         return _empty(title, "press “Run gamma sweep” to measure gamma = 1..8")
-    alpha, c = sweep.acceptance_rate, sweep.cost_coefficient
+    alpha, c = sweep.alpha, sweep.cost_coefficient
     fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens per round", "speedup over autoregressive"), horizontal_spacing=0.1)
     gs = [p.gamma for p in sweep.points]
     if alpha is not None:
@@ -118,9 +142,43 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
                              marker=dict(size=10, color=GREEN, symbol="circle")), row=1, col=1)
     if alpha is not None and c is not None:
         _curve(fig, alpha, c, row=1, col=2, up_to=max(gs))
+        with_v = [(p.gamma, theory.predicted_speedup_with_verify_cost(alpha, p.gamma, c, v))
+                  for p in sweep.points for v in [sweep.verify_cost(p)] if v is not None]
+        if with_v:
+            fig.add_trace(go.Scatter(x=[g for g, _ in with_v], y=[y for _, y in with_v], mode="lines+markers",
+                                     name="with each gamma's measured verify cost", line=dict(color=VERIFY, dash="dash"),
+                                     marker=dict(size=7)), row=1, col=2)
     fig.add_trace(go.Scatter(x=gs, y=[sweep.speedup(p) for p in sweep.points], mode="markers", name="measured speedup",
                              marker=dict(size=11, color=MEASURED, symbol="diamond")), row=1, col=2)
     fig.update_xaxes(title_text="gamma", dtick=1)
     fig = style_figure(fig, title, None, None)
-    fig.update_layout(height=420, legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="center", x=0.5), margin=dict(t=70, b=90))
+    fig.update_layout(height=440, legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="center", x=0.5), margin=dict(t=70, b=110))
     return fig
+
+
+def alpha_html(trace: Trace) -> str:
+    """Two estimates of Leviathan's alpha side by side, with their denominators, and why they agree.
+
+    accepted / (accepted + rejected) counts verdicts; mean beta averages beta = sum_x min(p, q)
+    over every drafted position. Both estimate alpha = E[beta] (Leviathan et al. 2023, Def. 3.1,
+    Cor. 3.6): a tested draft at a position is accepted with probability beta there.
+    """
+    tested = trace.accepted + trace.rejected
+    rows = [
+        ("alpha from verdicts", trace.alpha, f"accepted / tested = {trace.accepted} / {tested}"),
+        ("mean beta", trace.mean_beta, f"mean of Σ min(p, q) over {trace.drafted} drafted positions, discarded ones included"),
+        ("draft acceptance rate", trace.acceptance_rate, f"accepted / drafted = {trace.accepted} / {trace.drafted}: not alpha, "
+         "its denominator counts drafts discarded after a rejection, never tested"),
+    ]
+    cells = "".join(
+        f'<tr><td style="padding:3px 10px 3px 0;color:#444;">{escape(name)}</td>'
+        f'<td style="padding:3px 10px;font-weight:600;font-variant-numeric:tabular-nums;">{"…" if value is None else f"{value:.3f}"}</td>'
+        f'<td style="padding:3px 0;color:#666;font-size:12px;">{escape(note)}</td></tr>'
+        for name, value, note in rows
+    )
+    why = ("Both first rows estimate Leviathan's alpha = E[beta]: a draft at a position is accepted with probability "
+           "beta = Σ min(p, q) there, so verdicts count what beta predicts. Mean beta varies less (it needs no coin flip, "
+           "and discarded positions count too); the two differ by sampling noise, or where discarded positions are "
+           "easier or harder than tested ones.")
+    return (f'<div class="sv-alpha" style="font-size:14px;"><table style="border-collapse:collapse;">{cells}</table>'
+            f'<p style="color:#555;font-size:13px;margin:6px 0 0;">{escape(why)}</p></div>')
