@@ -39,6 +39,7 @@ from specviz.sweep import sweep_stream  # noqa: E402
 from specviz.views import (  # noqa: E402
     acceptance_figure,
     accepted_histogram_figure,
+    THEORY_NOTE,
     explanation_markdown,
     legend_html,
     position_figure,
@@ -489,7 +490,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     next_round = gr.Button("Next round ▶", size="sm", elem_id="sv-next", scale=1)
                 replay = gr.HTML(round_html(Trace(mode="speculative", prompt_ids=[]), 0), elem_id="sv-replay")
             with gr.Tab("Theory", id="theory"):
-                gr.Markdown("Leviathan et al. 2023, Sec. 3: the speedup predicted from this run's acceptance rate alpha and cost coefficient c, beside what was measured.")
+                gr.Markdown(THEORY_NOTE, latex_delimiters=[{"left": "$", "right": "$", "display": False}])
                 speedup_plot = gr.Plot(show_label=False, elem_id="sv-speedup")
                 with gr.Row():
                     histogram_plot = gr.Plot(show_label=False, elem_id="sv-histogram")

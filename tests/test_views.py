@@ -180,3 +180,56 @@ def test_prepared_recordings_load(tmp_path):
         assert rec.speculative.rounds and rec.baseline is not None and rec.title
         assert rec.speculative.settings["models"]
     assert any(Recording.load(f).sweep is not None for f in files)
+
+
+def test_stats_name_both_rates_with_their_denominators(runs):
+    from specviz.views.stats import stats_html, summary
+
+    spec, base, _ = runs
+    s = summary(spec, base)
+    assert s["alpha"] == spec.accepted / (spec.accepted + spec.rejected)
+    assert s["draft_acceptance_rate"] == spec.accepted / spec.drafted
+    assert s["verify_cost"] == pytest.approx(theory.verify_ms_per_round(spec) / theory.target_step_ms(base))
+    assert s["predicted_speedup_verify"] == pytest.approx(
+        theory.expected_tokens_per_round(s["alpha"], 4) / (4 * s["cost_coefficient"] + s["verify_cost"]))
+    html = stats_html(spec, base)
+    assert f"accepted / drafted = {spec.accepted} / {spec.drafted}" in html
+    assert f"accepted / tested = {spec.accepted} / {spec.accepted + spec.rejected}" in html
+    assert "verify cost v" in html and "mean beta" in html
+
+
+def test_alpha_panel_and_beta_in_replay_and_charts(runs):
+    from specviz.views.charts import acceptance_figure
+    from specviz.views.theory import alpha_html
+
+    spec, _, sweep = runs
+    assert f"{spec.alpha:.3f}" in alpha_html(spec) and f"{spec.mean_beta:.3f}" in alpha_html(spec)
+    assert "β = Σ min(p, q)" in round_html(spec, 0)
+    names = [t.name for t in acceptance_figure(spec).data]
+    assert "mean beta of the round" in names and "alpha so far (accepted / tested)" in names
+    assert all(0.0 <= d.beta <= 1.0 for r in spec.rounds for d in r.drafts)
+    # the sweep's pooled alpha counts tested drafts, and each point carries its verify cost
+    tested = sum(p.accepted + p.rejected for p in sweep.points)
+    assert sweep.alpha == sum(p.accepted for p in sweep.points) / tested
+    assert all(sweep.verify_cost(p) > 0 for p in sweep.points)
+    assert "with each gamma's measured verify cost" in [t.name for t in sweep_figure(sweep).data]
+
+
+def test_traces_and_sweeps_saved_before_schema_3_still_load_without_alpha_guesses(runs):
+    spec, base, sweep = runs
+    d = spec.to_dict()
+    d["schema_version"] = 2
+    for r in d["rounds"]:
+        r.pop("gamma")
+        for dr in r["drafts"]:
+            dr.pop("beta")
+    old = Trace.from_dict(d)
+    assert old.mean_beta is None and old.alpha == spec.alpha  # alpha needs only verdicts
+    assert theory.typical_gamma(old) == 4  # read from the settings
+    rec = json.loads(Recording(spec, base, sweep).to_json())
+    for p in rec["sweep"]["points"]:
+        p.pop("rejected")
+        p.pop("verify_ms")
+    loaded = Recording.from_json(json.dumps(rec))
+    assert loaded.sweep.alpha is None  # not guessed from accepted / drafted
+    assert isinstance(sweep_figure(loaded.sweep), go.Figure)

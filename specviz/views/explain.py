@@ -23,22 +23,46 @@ distributions are one-hot, and the output is exactly the target's greedy text.
 | quantity | meaning |
 |---|---|
 | **round** | one draft-then-verify cycle: one target forward pass |
-| **acceptance rate** $\alpha$ | accepted drafts / drafted tokens |
+| **draft acceptance rate** | accepted drafts / drafted tokens (vLLM's name); its denominator counts the drafts discarded after a rejection, which were never tested |
+| **alpha** $\alpha$ | accepted drafts / (accepted + rejected drafts): the share of *tested* drafts accepted, Leviathan et al.'s per-draft acceptance probability |
+| **beta** $\beta$ | $\sum_x \min(p(x), q(x)) = 1 - \mathrm{TV}(p, q)$ at one drafted position: the chance a draft there is accepted (Def. 3.1); $\alpha = E[\beta]$ |
+| **verify cost** $v$ | time of the target's one pass over $\gamma + 1$ tokens / time of one autoregressive target step, both measured in this run |
 | **tokens per round** | emitted tokens / rounds, counting the correction or bonus token |
 | **cost coefficient** $c$ | time of one drafter forward pass / time of one target forward pass, both measured in this run |
 | **speedup** | speculative tokens/s / autoregressive tokens/s, same target, prompt, settings and seed |
 | **acceptance by position** | share of rounds whose $i$-th draft was accepted (vLLM's per-position metric) |
 
 ### What theory predicts (Leviathan et al. 2023, Sec. 3)
-If each draft were accepted independently with probability $\alpha$, a round would emit on average
+If each tested draft is accepted independently with probability $\alpha$, a round emits on average
 $$E[\text{tokens per round}] = \frac{1 - \alpha^{\gamma+1}}{1 - \alpha} \qquad \text{(Eq. 1)}$$
-and, since a round costs $\gamma$ drafter passes and one target pass, the walltime speedup would be
+and, since a round costs $\gamma$ drafter passes and one target pass, the walltime speedup is
 $$\text{speedup} = \frac{1 - \alpha^{\gamma+1}}{(1 - \alpha)(\gamma c + 1)} \qquad \text{(Thm 3.8)}.$$
 The **optimal gamma** maximises it: a cheaper drafter (small $c$) or a better one (large $\alpha$) pays for longer drafts.
 The number of accepted drafts per round then follows a capped geometric law,
 $P(k) = (1-\alpha)\alpha^k$ for $k < \gamma$ and $P(\gamma) = \alpha^\gamma$, and the $i$-th draft is accepted with
-probability $\alpha^i$. Real drafts are not independent — easy stretches (closing brackets, repeated names) are
-accepted in runs — so the measured histogram is often wider than predicted and the speedup can beat the formula.
+probability $\alpha^i$.
+
+**Which alpha.** $\alpha$ is the chance that a *tested* draft is accepted. A round tests its drafts up to the first
+rejection; the drafts after it are discarded untested. So $\alpha$ is estimated as accepted / (accepted + rejected),
+or as the mean of $\beta$ over drafted positions, never as accepted / drafted: that draft acceptance rate is lower,
+and fed into Eq. (1) it predicts far fewer tokens per round than are measured, which looks like "clustered"
+acceptances but is only the wrong denominator.
+
+**The cost of verifying.** Thm 3.8 takes a target pass over $\gamma + 1$ tokens to cost one target step ($v = 1$),
+true while the target is memory-bound (a large model on a GPU reads its weights once per pass, whatever the number
+of tokens). Where the pass costs more — small models on a CPU, compute-bound GPUs, large batches — the speedup is
+$$\text{speedup} = \frac{E[\text{tokens per round}]}{\gamma c + v},$$
+and since $v$ grows with $\gamma$, the best gamma is shorter than Thm 3.8's. The Theory tab draws both predictions.
+"""
+
+
+THEORY_NOTE = r"""
+Leviathan et al. 2023, Sec. 3, beside this run. **alpha** = accepted / (accepted + rejected) drafts: the share of
+*tested* drafts accepted (drafts discarded after a rejection were never tested, so the draft acceptance rate
+accepted / drafted is not alpha). **Mean beta**, the average over drafted positions of $\sum_x \min(p, q)$, estimates
+the same alpha = E[beta] with less noise (Def. 3.1, Cor. 3.6); both are in the stats table. **c** = drafter step /
+target step; **v** = the target's verify pass over gamma + 1 tokens / one target step. Thm 3.8 assumes v = 1; the
+dashed curve uses the measured v (scaled linearly with gamma), and where v > 1 its best gamma is shorter.
 """
 
 
