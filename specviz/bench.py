@@ -118,7 +118,7 @@ def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamm
         accepted, drafted = sum(t.accepted for t in spec), sum(t.drafted for t in spec)
         tested = accepted + sum(t.rejected for t in spec)
         alpha = accepted / tested
-        betas = [d.beta for t in spec for r in t.rounds for d in r.drafts if d.beta is not None]
+        betas = [d.beta for t in spec for r in t.rounds for d in r.drafts if d.verdict != "discarded" and d.beta is not None]
         drafter_ms, target_ms = theory.drafter_step_ms(*spec), theory.target_step_ms(*base)
         verify_ms = theory.verify_ms_per_round(*spec)
         c, v = drafter_ms / target_ms, verify_ms / target_ms

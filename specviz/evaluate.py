@@ -41,7 +41,7 @@ def measure(new_tokens: int = 64, gamma: int = 4) -> dict:
     drafted = sum(t.drafted for t in specs)
     accepted = sum(t.accepted for t in specs)
     tested = accepted + sum(t.rejected for t in specs)
-    betas = [d.beta for t in specs for r in t.rounds for d in r.drafts]
+    betas = [d.beta for t in specs for r in t.rounds for d in r.drafts if d.verdict != "discarded"]
     drafter_ms, target_ms = theory.drafter_step_ms(*specs), theory.target_step_ms(*bases)
     return {
         "held_out_files": len(held),
@@ -72,7 +72,8 @@ def theory_check(gammas=range(1, 9), temperatures=(0.0, 1.0), new_tokens: int = 
     For each gamma and temperature (top-k and top-p off, EOS ignored so every run generates
     ``new_tokens``), pooled over the prompts: measured tokens per round (emitted / rounds, rounds
     that drafted the full gamma); Eq. (1) from alpha = accepted / (accepted + rejected) and from
-    the draft acceptance rate accepted / drafted; mean beta; the chi-square p-value of the
+    the draft acceptance rate accepted / drafted; mean beta over the tested drafts and over
+    every drafted position; the chi-square p-value of the
     accepted-drafts histogram against the capped geometric law at alpha (cells under 5 pooled,
     ddof 1); and acceptance by position against alpha^i. No timings: see ``bench`` for speed.
     """
@@ -89,7 +90,8 @@ def theory_check(gammas=range(1, 9), temperatures=(0.0, 1.0), new_tokens: int = 
             full = [r for t in specs for r in t.rounds if len(r.drafts) == gamma]
             accepted, drafted = sum(t.accepted for t in specs), sum(t.drafted for t in specs)
             alpha = accepted / (accepted + sum(t.rejected for t in specs))
-            betas = [d.beta for t in specs for r in t.rounds for d in r.drafts]
+            betas = [d.beta for t in specs for r in t.rounds for d in r.drafts if d.verdict != "discarded"]
+            all_betas = [d.beta for t in specs for r in t.rounds for d in r.drafts]
             counts = [r.accepted_count for r in full]
             observed = [counts.count(k) for k in range(gamma + 1)]
             expected = [e * len(counts) for e in theory.accepted_drafts_distribution(alpha, gamma)]
@@ -112,6 +114,7 @@ def theory_check(gammas=range(1, 9), temperatures=(0.0, 1.0), new_tokens: int = 
                 "eq1_alpha": theory.expected_tokens_per_round(alpha, gamma),
                 "eq1_draft_acceptance_rate": theory.expected_tokens_per_round(accepted / drafted, gamma),
                 "alpha": alpha, "draft_acceptance_rate": accepted / drafted, "mean_beta": sum(betas) / len(betas),
+                "mean_beta_all_drafted": sum(all_betas) / len(all_betas),
                 "histogram_chi2_pvalue": pvalue,
                 "acceptance_by_position": [a / n for n, a in positions],
                 "alpha_power_i": [alpha ** (i + 1) for i in range(len(positions))],
@@ -161,7 +164,7 @@ Measured on {m['machine']}, greedy, gamma = {m['gamma']}, up to {m['new_tokens']
 | quantity | value |
 |---|---|
 | alpha (accepted drafts / tested drafts: accepted + rejected) | {alpha:.3f} |
-| mean beta (sum of min(p, q) over drafted positions) | {m['greedy_mean_beta']:.3f} |
+| mean beta (sum of min(p, q) over the tested drafts) | {m['greedy_mean_beta']:.3f} |
 | draft acceptance rate (accepted drafts / drafted tokens, discarded ones included) | {m['greedy_acceptance_rate']:.3f} |
 | tokens per round | {m['greedy_tokens_per_round']:.2f} |
 | tokens per round predicted by Eq. (1) from alpha | {theory.expected_tokens_per_round(alpha, m['gamma']):.2f} |

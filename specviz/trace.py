@@ -182,9 +182,14 @@ class Trace:
 
     @property
     def mean_beta(self) -> float | None:
-        """Mean of beta over every drafted position, discarded ones included: an estimate of
-        alpha = E[beta] with less variance than the verdicts give; None without beta."""
-        betas = [d.beta for r in self.rounds for d in r.drafts if d.beta is not None]
+        """Mean of beta over the tested drafts (accepted + rejected; the denominator of alpha).
+
+        A tested draft is accepted with probability beta at its position, so this estimates the
+        same alpha as accepted / (accepted + rejected), with less variance (no coin flips).
+        Discarded drafts are left out: their context follows a rejected draft, off the output's
+        path, and the target agrees less there. None without beta (traces before schema 3).
+        """
+        betas = [d.beta for r in self.rounds for d in r.drafts if d.verdict != "discarded" and d.beta is not None]
         return sum(betas) / len(betas) if betas else None
 
     @property

@@ -29,7 +29,7 @@ def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go
 def acceptance_figure(trace: Trace) -> go.Figure:
     """Stacked bars per round (accepted, rejected, discarded drafts), alpha so far (accepted /
     (accepted + rejected) over the rounds up to each), and each round's mean beta
-    (sum_x min(p, q) averaged over its drafted positions; Leviathan et al. 2023, Def. 3.1)."""
+    (sum_x min(p, q) averaged over its tested drafts; Leviathan et al. 2023, Def. 3.1)."""
     rounds = list(range(1, len(trace.rounds) + 1))
     count = lambda verdict: [sum(d.verdict == verdict for d in r.drafts) for r in trace.rounds]  # noqa: E731
     running, acc, tested = [], 0, 0
@@ -37,7 +37,7 @@ def acceptance_figure(trace: Trace) -> go.Figure:
         acc += r.accepted_count
         tested += sum(d.verdict != "discarded" for d in r.drafts)
         running.append(acc / tested if tested else None)
-    betas = [[d.beta for d in r.drafts if d.beta is not None] for r in trace.rounds]
+    betas = [[d.beta for d in r.drafts if d.verdict != "discarded" and d.beta is not None] for r in trace.rounds]
     mean_beta = [sum(b) / len(b) if b else None for b in betas]
     lines = [go.Scatter(x=rounds, y=running, name="alpha so far (accepted / tested)", yaxis="y2", mode="lines", line=dict(color="#333", width=2))]
     if any(b is not None for b in mean_beta):

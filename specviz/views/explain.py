@@ -44,7 +44,7 @@ probability $\alpha^i$.
 
 **Which alpha.** $\alpha$ is the chance that a *tested* draft is accepted. A round tests its drafts up to the first
 rejection; the drafts after it are discarded untested. So $\alpha$ is estimated as accepted / (accepted + rejected),
-or as the mean of $\beta$ over drafted positions, never as accepted / drafted: that draft acceptance rate is lower,
+or as the mean of $\beta$ over the tested drafts, never as accepted / drafted: that draft acceptance rate is lower,
 and fed into Eq. (1) it predicts far fewer tokens per round than are measured, which looks like "clustered"
 acceptances but is only the wrong denominator.
 
@@ -59,7 +59,7 @@ and since $v$ grows with $\gamma$, the best gamma is shorter than Thm 3.8's. The
 THEORY_NOTE = r"""
 Leviathan et al. 2023, Sec. 3, beside this run. **alpha** = accepted / (accepted + rejected) drafts: the share of
 *tested* drafts accepted (drafts discarded after a rejection were never tested, so the draft acceptance rate
-accepted / drafted is not alpha). **Mean beta**, the average over drafted positions of $\sum_x \min(p, q)$, estimates
+accepted / drafted is not alpha). **Mean beta**, the average over the tested drafts of $\sum_x \min(p, q)$, estimates
 the same alpha = E[beta] with less noise (Def. 3.1, Cor. 3.6); both are in the stats table. **c** = drafter step /
 target step; **v** = the target's verify pass over gamma + 1 tokens / one target step. Thm 3.8 assumes v = 1; the
 dashed curve uses the measured v (scaled linearly with gamma), and where v > 1 its best gamma is shorter.

@@ -12,7 +12,7 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     """The run's headline numbers, each with its denominator in its name or docstring.
 
     Keys: rounds, generated_tokens, draft_acceptance_rate (accepted / drafted), alpha (accepted /
-    (accepted + rejected)), mean_beta (mean of sum_x min(p, q) over drafted positions),
+    (accepted + rejected)), mean_beta (mean of sum_x min(p, q) over the tested drafts),
     mean_tokens_per_round, gamma (the gamma most rounds were allowed), speculative_tokens_per_second and
     autoregressive_tokens_per_second (tokens/s), speedup, cost_coefficient c, verify_cost v,
     predicted_speedup (Leviathan et al. 2023, Thm 3.8, from alpha, gamma, c) and
@@ -57,7 +57,7 @@ def stats_html(spec: Trace, baseline: Trace | None = None) -> str:
     rows = [
         ("draft acceptance rate", _fmt(s["draft_acceptance_rate"]), f"accepted / drafted = {s['accepted']} / {s['drafted']}"),
         ("alpha", _fmt(s["alpha"]), f"accepted / tested = {s['accepted']} / {s['accepted'] + s['rejected']} (discarded drafts were never tested)"),
-        ("mean beta", _fmt(s["mean_beta"]), "mean over drafted positions of Σ min(p, q): alpha with less noise"),
+        ("mean beta", _fmt(s["mean_beta"]), f"mean of Σ min(p, q) over the {s['accepted'] + s['rejected']} tested drafts: alpha with less noise"),
         ("tokens per round", _fmt(s["mean_tokens_per_round"]), f"emitted tokens / rounds = {s['generated_tokens']} / {s['rounds']}"),
         ("speculative", _fmt(s["speculative_tokens_per_second"], " tok/s", 1), "generated tokens / wall time, prefill included"),
         ("autoregressive", _fmt(s["autoregressive_tokens_per_second"], " tok/s", 1), "same target, same settings"),

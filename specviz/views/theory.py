@@ -160,13 +160,13 @@ def alpha_html(trace: Trace) -> str:
     """Two estimates of Leviathan's alpha side by side, with their denominators, and why they agree.
 
     accepted / (accepted + rejected) counts verdicts; mean beta averages beta = sum_x min(p, q)
-    over every drafted position. Both estimate alpha = E[beta] (Leviathan et al. 2023, Def. 3.1,
+    over the same tested drafts. Both estimate alpha = E[beta] (Leviathan et al. 2023, Def. 3.1,
     Cor. 3.6): a tested draft at a position is accepted with probability beta there.
     """
     tested = trace.accepted + trace.rejected
     rows = [
         ("alpha from verdicts", trace.alpha, f"accepted / tested = {trace.accepted} / {tested}"),
-        ("mean beta", trace.mean_beta, f"mean of Σ min(p, q) over {trace.drafted} drafted positions, discarded ones included"),
+        ("mean beta", trace.mean_beta, f"mean of Σ min(p, q) over the same {tested} tested drafts"),
         ("draft acceptance rate", trace.acceptance_rate, f"accepted / drafted = {trace.accepted} / {trace.drafted}: not alpha, "
          "its denominator counts drafts discarded after a rejection, never tested"),
     ]
@@ -176,9 +176,8 @@ def alpha_html(trace: Trace) -> str:
         f'<td style="padding:3px 0;color:#666;font-size:12px;">{escape(note)}</td></tr>'
         for name, value, note in rows
     )
-    why = ("Both first rows estimate Leviathan's alpha = E[beta]: a draft at a position is accepted with probability "
-           "beta = Σ min(p, q) there, so verdicts count what beta predicts. Mean beta varies less (it needs no coin flip, "
-           "and discarded positions count too); the two differ by sampling noise, or where discarded positions are "
-           "easier or harder than tested ones.")
+    why = ("Both first rows estimate Leviathan's alpha = E[beta]: a tested draft is accepted with probability "
+           "beta = Σ min(p, q) at its position, so the verdicts count, coin flip by coin flip, what beta gives directly. "
+           "Mean beta varies less, since it needs no coin flip; the two differ by sampling noise alone.")
     return (f'<div class="sv-alpha" style="font-size:14px;"><table style="border-collapse:collapse;">{cells}</table>'
             f'<p style="color:#555;font-size:13px;margin:6px 0 0;">{escape(why)}</p></div>')
