@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 
 from specviz import gpu
+from specviz.assets import ASSETS  # re-exported as specviz.pair.ASSETS
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED = "embedded"
 
 ALLOW_CUSTOM_ENV = "SPECVIZ_ALLOW_CUSTOM_MODELS"

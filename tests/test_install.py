@@ -1,0 +1,62 @@
+"""The package installs from a clone and runs README's Python snippet from any directory.
+
+The install goes into a fresh virtual environment whose dependencies come from the test's own
+environment (a .pth file), so nothing is downloaded: ``pip install --no-deps --no-build-isolation``
+checks what this repository's pyproject builds, not what PyPI serves.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_snippet() -> str:
+    """README's Python API block, run as written but with 16 new tokens."""
+    block = re.search(r"## Python API\n\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    lines = [line for line in block.splitlines() if not line.startswith(("trace.", "baseline ="))]
+    return "\n".join(lines).replace("max_new_tokens=64", "max_new_tokens=16") + "\nprint('OUTPUT', trace.output_ids, trace.alpha)\n"
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    site = next((root / "lib").glob("python3*/site-packages"))
+    (site / "parent.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = root / "bin" / "python"
+    out = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(ROOT)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return root
+
+
+def test_installed_package_runs_the_readme_snippet_outside_the_repository(venv, tmp_path):
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", readme_snippet()], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "OUTPUT [" in out.stdout
+    # the package and the embedded pair come from the installation, not from this clone
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import specviz, specviz.assets; print(specviz.__file__); print(specviz.assets.ASSETS)"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout.splitlines()
+    assert all(str(venv) in line for line in where), where
+
+
+def test_console_command_and_declared_dependencies(venv, tmp_path):
+    out = subprocess.run([str(venv / "bin" / "specviz"), "generate", "--prompt", "import os", "--max-new-tokens", "4", "--json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert '"output_ids"' in out.stdout
+    metadata = next((venv / "lib").glob("python3*/site-packages/specviz-*.dist-info/METADATA")).read_text()
+    required = {m.group(1).lower() for m in re.finditer(r"^Requires-Dist: ([A-Za-z0-9_.-]+)", metadata, re.M)}
+    pinned = {line.split("==")[0].strip().lower() for line in (ROOT / "requirements.txt").read_text().splitlines()
+              if "==" in line and not line.startswith("#")}
+    assert pinned <= required, pinned - required
