@@ -161,6 +161,7 @@ SMOLLM = Family(
 # Qwen2.5 Instruct: Qwen/Qwen2.5-0.5B-Instruct (drafter: 14 heads over 2, tied, 151,936 rows) and
 # Qwen/Qwen2.5-7B-Instruct (target: 28 heads over 4, untied, 152,064 rows); both tokenizers 151,665
 # tokens, so the tables carry 271 and 399 rows beyond it (the stand-in: 16 and 48).
+# Least certain of these: sliding_window and max_window_layers, which are inert while use_sliding_window is false.
 QWEN = Family(
     name="qwen2.5",
     preset="Qwen2.5-0.5B-Instruct -> Qwen2.5-7B-Instruct",
