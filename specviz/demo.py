@@ -20,7 +20,8 @@ import torch  # noqa: E402
 
 from specviz import Sampling, Trace, autoregressive_generate, autoregressive_stream, speculative_stream  # noqa: E402
 from specviz.trace import MAX_GAMMA  # noqa: E402
-from specviz.gpu import generate_duration, gpu_task, on_zerogpu, sweep_duration  # noqa: E402
+from specviz.gpu import gpu_task, on_zerogpu  # noqa: E402
+from specviz.gpu_duration import generate_duration, sweep_duration  # noqa: E402
 from specviz.pair import (  # noqa: E402
     ASSETS,
     EMBEDDED,

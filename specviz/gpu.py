@@ -20,46 +20,27 @@ What the ZeroGPU documentation asks of the app, and where specviz does it:
   it inside works but repeats in every new worker). Raise ``gr.Error`` inside the call: other
   exceptions reach the visitor only as "ZeroGPU worker error".
 - ``duration`` is the most a call may hold the GPU; a shorter one gets a visitor through the
-  queue sooner, and a call that runs past it is stopped. ``generate_duration`` sizes it to the
-  requested work.
+  queue sooner, and a call that runs past it is stopped. ``specviz.gpu_duration`` sizes it to
+  the requested work.
 
-This module imports neither torch nor ``spaces`` at import time.
+Whether this is a ZeroGPU Space is read in ``specviz.zerogpu`` (re-exported here). This module
+imports neither torch, ``spaces`` (at import time) nor ``specviz.pair``.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-ZEROGPU_ENV = "SPACES_ZERO_GPU"
+from specviz.zerogpu import ZEROGPU_ENV, on_zerogpu
+
+__all__ = ["ZEROGPU_ENV", "on_zerogpu", "MAX_DURATION_ENV", "DEFAULT_MAX_DURATION_S", "MIN_DURATION_S", "max_duration",
+           "clamp_duration", "gpu_task"]
+
 MAX_DURATION_ENV = "SPECVIZ_GPU_MAX_DURATION"
 DEFAULT_MAX_DURATION_S = 120  # ZeroGPU's per-call ceiling for most visitors; longer calls wait longer in its queue
 MIN_DURATION_S = 10
-
-# Time per forward pass of a model with P parameters, one sequence, eager transformers, bf16 on a
-# data-centre GPU, as a rough upper estimate: a per-pass cost of the engine's own steps, a launch cost
-# that grows with depth (the 24-48 layers of models from 100M parameters up take about 0.5 ms each;
-# smaller models have fewer layers, so it shrinks with the square root of the size below 100M), and
-# reading the weights (2 bytes per parameter at about 1 TB/s, doubled for margin).
-FORWARD_STEP_S = 0.002
-FORWARD_LAUNCH_S = 0.023
-FORWARD_PER_BILLION_S = 0.004
-# Attaching the GPU, the prompt's prefill and the first kernels' compilation.
-OVERHEAD_S = 5.0
-# A custom pair's size is unknown until it is loaded: assume a large one.
-UNKNOWN_PARAMS = (1_000_000_000, 8_000_000_000)
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def on_zerogpu() -> bool:
-    """True on a ZeroGPU Space: the platform's flag is set and the ``spaces`` package is installed."""
-    return _truthy(os.environ.get(ZEROGPU_ENV)) and importlib.util.find_spec("spaces") is not None
-
 
 def max_duration() -> int:
     """The longest GPU call requested, in seconds (SPECVIZ_GPU_MAX_DURATION, default 120)."""
@@ -99,72 +80,3 @@ def gpu_task(fn: Callable | None = None, *, duration: int | Callable[..., float]
         return spaces.GPU(duration=clamp_duration(duration) if duration is not None else None)(f)
 
     return decorate(fn) if fn is not None else decorate
-
-
-def forward_seconds(params: int) -> float:
-    """Estimated seconds for one forward pass of a model with ``params`` parameters."""
-    return FORWARD_STEP_S + FORWARD_LAUNCH_S * min(1.0, (params / 1e8) ** 0.5) + FORWARD_PER_BILLION_S * params / 1e9
-
-
-def pair_params(pair_name: str | None, custom_drafter: str | None = "", custom_target: str | None = "") -> tuple[int, int]:
-    """(drafter, target) parameter counts for sizing a GPU call.
-
-    A preset's from the catalogue; a custom pair's from the loaded models when it is resident
-    (the duration is computed in the main process, where the pair was loaded), else a large pair's.
-    """
-    from specviz.pair import EMBEDDED, PRESETS, PairError, loaded_pair
-
-    drafter, target = (custom_drafter or "").strip(), (custom_target or "").strip()
-    if drafter or target:
-        try:
-            pair = loaded_pair(drafter=drafter, target=target) if drafter and target else None
-        except PairError:
-            pair = None
-        return pair.param_counts if pair is not None else UNKNOWN_PARAMS
-    preset = PRESETS.get(pair_name or EMBEDDED)
-    return (preset.drafter_params, preset.target_params) if preset else UNKNOWN_PARAMS
-
-
-def estimate_seconds(pair_name: str | None, max_new_tokens: int, gammas: int | Iterable[int] = 4,
-                     baseline_runs: int = 1, params: tuple[int, int] | None = None) -> float:
-    """Seconds of GPU time for speculative runs at each gamma plus autoregressive baseline runs.
-
-    Bounded for the worst case, where every draft is rejected: each round then costs gamma
-    drafter passes and one target pass and emits one token. ``gammas`` is one gamma or several
-    (a sweep); each runs once with ``max_new_tokens``. ``params`` overrides the pair's sizes.
-    """
-    d, t = params if params is not None else pair_params(pair_name)
-    td, tt = forward_seconds(d), forward_seconds(t)
-    n = max(1, int(max_new_tokens))
-    gammas = [gammas] if isinstance(gammas, int) else list(gammas)
-    speculative = sum(n * (max(1, int(g)) * td + tt) for g in gammas)
-    return OVERHEAD_S + speculative + max(0, baseline_runs) * n * tt
-
-
-def generate_duration(pair_name=None, prompt=None, gamma=4, temperature=None, top_k=None, top_p=None,
-                      max_new_tokens=128, seed=None, chat=None, custom_drafter="", custom_target="", *rest, **kwargs) -> int:
-    """``duration`` for a handler taking the /generate endpoint's inputs, in its order.
-
-    pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, then optionally
-    chat, custom_drafter, custom_target (a custom pair is sized by its loaded models); further
-    arguments are ignored. One speculative run at ``gamma`` and one autoregressive baseline of
-    ``max_new_tokens`` tokens. Malformed values (the handler rejects them itself) count as the
-    largest request.
-    """
-    try:
-        g, n = int(gamma), int(max_new_tokens)
-    except (TypeError, ValueError):
-        g, n = 16, 256
-    params = pair_params(pair_name, _text(custom_drafter), _text(custom_target))
-    return clamp_duration(estimate_seconds(pair_name, n, g, baseline_runs=1, params=params))
-
-
-def _text(value) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def sweep_duration(pair_name: str | None, gammas: Iterable[int], max_new_tokens: int, baseline_runs: int = 1,
-                   custom_drafter: str | None = "", custom_target: str | None = "") -> int:
-    """``duration`` for a sweep: one speculative run per gamma, plus the baseline runs."""
-    params = pair_params(pair_name, custom_drafter, custom_target)
-    return clamp_duration(estimate_seconds(pair_name, max_new_tokens, gammas, baseline_runs, params=params))

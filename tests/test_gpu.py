@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from specviz import gpu
+from specviz import gpu, gpu_duration as duration, zerogpu
 from specviz.pair import EMBEDDED, PRESETS, default_device
 
 QWEN_7B = "Qwen2.5-0.5B-Instruct -> Qwen2.5-7B-Instruct"
@@ -62,13 +62,13 @@ def test_off_zerogpu_the_decorator_returns_the_function_itself():
     assert not gpu.on_zerogpu()
     assert gpu.gpu_task(handler) is handler
     assert gpu.gpu_task(duration=60)(handler) is handler
-    assert gpu.gpu_task(duration=gpu.generate_duration)(streaming) is streaming
+    assert gpu.gpu_task(duration=duration.generate_duration)(streaming) is streaming
     assert inspect.isgeneratorfunction(gpu.gpu_task(streaming))
 
 
 def test_the_flag_without_the_package_is_not_zerogpu(monkeypatch):
     monkeypatch.setenv(gpu.ZEROGPU_ENV, "true")
-    monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(zerogpu.importlib.util, "find_spec", lambda name: None)
     assert not gpu.on_zerogpu()
     assert gpu.gpu_task(handler) is handler
 
@@ -76,12 +76,12 @@ def test_the_flag_without_the_package_is_not_zerogpu(monkeypatch):
 def test_on_zerogpu_spaces_gpu_gets_a_duration_fitted_to_the_call(monkeypatch, fake_spaces):
     monkeypatch.setenv(gpu.ZEROGPU_ENV, "true")
     assert gpu.on_zerogpu()
-    run = gpu.gpu_task(duration=gpu.generate_duration)(handler)
+    run = gpu.gpu_task(duration=duration.generate_duration)(handler)
     assert run is not handler
     assert run(*ARGS) == "embedded:4:128"
     (_, fn, _), (_, args, seconds) = fake_spaces.requests
     assert fn is handler and args == ARGS
-    assert seconds == gpu.generate_duration(*ARGS) and gpu.MIN_DURATION_S <= seconds <= gpu.max_duration()
+    assert seconds == duration.generate_duration(*ARGS) and gpu.MIN_DURATION_S <= seconds <= gpu.max_duration()
     fake_spaces.requests.clear()
     run = gpu.gpu_task(duration=1000)(handler)  # a fixed duration is clamped too
     run(*ARGS)
@@ -97,34 +97,34 @@ def test_models_go_to_cuda_on_zerogpu_before_any_gpu_is_attached(monkeypatch, fa
 
 
 def test_duration_grows_with_the_work_and_stays_within_bounds(monkeypatch):
-    small = gpu.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0)
+    small = duration.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0)
     assert gpu.MIN_DURATION_S <= small <= 30
-    seconds = [gpu.estimate_seconds(QWEN_7B, n, g) for g, n in [(1, 16), (4, 16), (4, 64), (16, 64), (16, 256)]]
+    seconds = [duration.estimate_seconds(QWEN_7B, n, g) for g, n in [(1, 16), (4, 16), (4, 64), (16, 64), (16, 256)]]
     assert seconds == sorted(seconds) and len(set(seconds)) == len(seconds)
-    bigger_pair = [gpu.estimate_seconds(name, 128, 4) for name in (EMBEDDED, "gpt2 -> gpt2-large", "gpt2 -> gpt2-xl", QWEN_7B)]
+    bigger_pair = [duration.estimate_seconds(name, 128, 4) for name in (EMBEDDED, "gpt2 -> gpt2-large", "gpt2 -> gpt2-xl", QWEN_7B)]
     assert bigger_pair == sorted(bigger_pair)
     # The worst case (every draft rejected) is covered: gamma drafter passes and one target pass per token, plus the baseline.
     d, t = PRESETS[QWEN_7B].drafter_params, PRESETS[QWEN_7B].target_params
-    worst = 64 * (4 * gpu.forward_seconds(d) + gpu.forward_seconds(t)) + 64 * gpu.forward_seconds(t)
-    assert gpu.estimate_seconds(QWEN_7B, 64, 4) >= worst
+    worst = 64 * (4 * duration.forward_seconds(d) + duration.forward_seconds(t)) + 64 * duration.forward_seconds(t)
+    assert duration.estimate_seconds(QWEN_7B, 64, 4) >= worst
     # Clamped: the longest request asks for the ceiling, which the operator can change.
-    assert gpu.generate_duration(QWEN_7B, "x", 16, 1.0, 0, 1.0, 256, 0) == gpu.DEFAULT_MAX_DURATION_S
+    assert duration.generate_duration(QWEN_7B, "x", 16, 1.0, 0, 1.0, 256, 0) == gpu.DEFAULT_MAX_DURATION_S
     monkeypatch.setenv(gpu.MAX_DURATION_ENV, "300")
-    assert gpu.DEFAULT_MAX_DURATION_S < gpu.generate_duration(QWEN_7B, "x", 16, 1.0, 0, 1.0, 256, 0) <= 300
+    assert gpu.DEFAULT_MAX_DURATION_S < duration.generate_duration(QWEN_7B, "x", 16, 1.0, 0, 1.0, 256, 0) <= 300
     monkeypatch.setenv(gpu.MAX_DURATION_ENV, "not a number")
     assert gpu.max_duration() == gpu.DEFAULT_MAX_DURATION_S
 
 
 def test_sweep_and_odd_inputs():
-    one = gpu.sweep_duration(EMBEDDED, [4], 128)
-    sweep = gpu.sweep_duration(EMBEDDED, range(1, 9), 128)
-    assert one == gpu.generate_duration(*ARGS) and sweep > one
+    one = duration.sweep_duration(EMBEDDED, [4], 128)
+    sweep = duration.sweep_duration(EMBEDDED, range(1, 9), 128)
+    assert one == duration.generate_duration(*ARGS) and sweep > one
     # Inputs the handler will reject count as the largest request; unknown (custom) pairs as a large one.
-    assert gpu.generate_duration(EMBEDDED, "x", None, 0.7, 40, 0.95, "lots", 0) >= gpu.generate_duration(EMBEDDED, "x", 16, 0.7, 40, 0.95, 256, 0)
-    assert gpu.pair_params("someone/drafter -> someone/target") == gpu.UNKNOWN_PARAMS
-    assert gpu.generate_duration("someone/drafter -> someone/target", "x", 4, 0.7, 40, 0.95, 128, 0) >= gpu.generate_duration(QWEN_7B, "x", 4, 0.7, 40, 0.95, 128, 0)
+    assert duration.generate_duration(EMBEDDED, "x", None, 0.7, 40, 0.95, "lots", 0) >= duration.generate_duration(EMBEDDED, "x", 16, 0.7, 40, 0.95, 256, 0)
+    assert duration.pair_params("someone/drafter -> someone/target") == duration.UNKNOWN_PARAMS
+    assert duration.generate_duration("someone/drafter -> someone/target", "x", 4, 0.7, 40, 0.95, 128, 0) >= duration.generate_duration(QWEN_7B, "x", 4, 0.7, 40, 0.95, 128, 0)
     # The endpoint's later inputs (chat, custom drafter and target) and anything after them are accepted.
-    assert gpu.generate_duration(*ARGS, True, "", "", "session", request=None) == gpu.generate_duration(*ARGS)
+    assert duration.generate_duration(*ARGS, True, "", "", "session", request=None) == duration.generate_duration(*ARGS)
 
 
 def test_a_custom_pair_is_sized_by_its_loaded_models(tmp_path):
@@ -133,12 +133,37 @@ def test_a_custom_pair_is_sized_by_its_loaded_models(tmp_path):
 
     d = save_tiny(tmp_path / "d", WORDS, 32, seed=1)
     t = save_tiny(tmp_path / "t", WORDS, 32, seed=2)
-    not_loaded = gpu.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0, True, "someone/drafter", "someone/target")
-    assert not_loaded == gpu.clamp_duration(gpu.estimate_seconds(None, 128, 4, params=gpu.UNKNOWN_PARAMS))
+    not_loaded = duration.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0, True, "someone/drafter", "someone/target")
+    assert not_loaded == gpu.clamp_duration(duration.estimate_seconds(None, 128, 4, params=duration.UNKNOWN_PARAMS))
     try:
         pair = pairs.load_pair(drafter=d, target=t, allow_custom=True)
-        assert gpu.pair_params(EMBEDDED, d, t) == pair.param_counts
-        assert gpu.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0, True, d, t) < not_loaded
-        assert gpu.sweep_duration(EMBEDDED, range(1, 9), 128, custom_drafter=d, custom_target=t) < gpu.sweep_duration("x -> y", range(1, 9), 128)
+        assert duration.pair_params(EMBEDDED, d, t) == pair.param_counts
+        assert duration.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0, True, d, t) < not_loaded
+        assert duration.sweep_duration(EMBEDDED, range(1, 9), 128, custom_drafter=d, custom_target=t) < duration.sweep_duration("x -> y", range(1, 9), 128)
     finally:
         pairs.unload_all()
+
+
+def test_gpu_and_the_pair_package_import_each_other_in_neither_direction():
+    """Both ask specviz.zerogpu for the platform's flag; neither imports the other, at module or function level."""
+    import ast
+    from pathlib import Path
+
+    root = Path(gpu.__file__).parent
+
+    def imported(path: Path) -> set[str]:
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names |= {f"{node.module}.{a.name}" for a in node.names}
+        return names
+
+    gpu_side = imported(root / "gpu.py") | imported(root / "zerogpu.py")
+    assert not {n for n in gpu_side if n == "specviz.pair" or n.startswith("specviz.pair.")}
+    pair_files = sorted((root / "pair").glob("*.py"))
+    assert len(pair_files) >= 5
+    for f in pair_files:
+        assert not {n for n in imported(f) if n in ("specviz.gpu", "specviz.gpu_duration") or n.startswith("specviz.gpu.")}, f.name

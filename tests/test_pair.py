@@ -354,7 +354,7 @@ def test_more_than_the_free_memory_is_refused_before_loading_weights(hub):
 
 
 def test_free_memory_is_the_containers_when_it_has_a_limit(tmp_path):
-    from specviz.pair import _cgroup_free_bytes
+    from specviz.pair.memory import cgroup_free_bytes as _cgroup_free_bytes
 
     assert _cgroup_free_bytes(str(tmp_path)) is None  # no cgroup files: no limit known
     (tmp_path / "memory.max").write_text("max\n")
@@ -432,7 +432,7 @@ def test_out_of_memory_while_generating_reaches_the_caller_and_the_pair_still_wo
 
 
 def test_hub_errors_become_messages():
-    from specviz.pair import _explain
+    from specviz.pair.errors import explain as _explain
 
     url = "https://huggingface.co/meta-llama/Llama-3.2-1B/resolve/main/config.json"
     gated = GatedRepoError("401 Client Error: access to model is restricted", response=http_response(401, url))

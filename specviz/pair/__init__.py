@@ -1,0 +1,44 @@
+"""Model pairs: the embedded pair, curated hub presets, custom ids, and loading a drafter and a target together.
+
+Each module holds one concern; this package re-exports the public names, so callers write
+``from specviz.pair import load_pair``:
+
+- ``catalogue``: the presets (``PRESETS``, ``Preset``) and how models and pairs are named
+  (``ModelRef``, ``parse_model_ref``, ``resolve``).
+- ``hub``: what the model hub says about a model before anything is downloaded.
+- ``memory``: the device and dtype a pair gets, free memory there, giving memory back.
+- ``loading``: the loading stages and the loaded ``Pair``.
+- ``cache``: the resident pairs, shared across callers and threads (``load_pair``, ``preload``).
+- ``prompt``: a prompt as token ids, with or without the chat template.
+- ``settings``: the operator's environment variables; ``errors``: ``PairError`` and its messages.
+
+Every failure a visitor can cause becomes a ``PairError`` with a message meant for them; the
+caller decides how to show it. Whether this is a ZeroGPU Space is asked of ``specviz.zerogpu``.
+"""
+
+from specviz.pair.cache import loaded_pair, load_pair, preload, preload_names, resident_pairs, unload_all
+from specviz.pair.catalogue import ASSETS, EMBEDDED, PRESETS, ModelRef, Preset, parse_model_ref, resolve
+from specviz.pair.errors import OOM_ERRORS, PairError
+from specviz.pair.hub import HUB_TIMEOUT_S
+from specviz.pair.loading import Pair, Progress, check_same_tokenizer
+from specviz.pair.memory import default_device, free_memory
+from specviz.pair.prompt import encode_prompt
+from specviz.pair.settings import (
+    ALLOW_CUSTOM_ENV,
+    DEFAULT_MAX_MODEL_GB,
+    DEFAULT_RESIDENT_PAIRS,
+    MAX_MODEL_GB_ENV,
+    PRELOAD_ENV,
+    RESIDENT_PAIRS_ENV,
+    custom_models_allowed,
+    max_model_gb,
+    resident_limit,
+)
+
+__all__ = [
+    "ALLOW_CUSTOM_ENV", "ASSETS", "DEFAULT_MAX_MODEL_GB", "DEFAULT_RESIDENT_PAIRS", "EMBEDDED", "HUB_TIMEOUT_S",
+    "MAX_MODEL_GB_ENV", "OOM_ERRORS", "PRELOAD_ENV", "PRESETS", "RESIDENT_PAIRS_ENV", "ModelRef", "Pair", "PairError",
+    "Preset", "Progress", "check_same_tokenizer", "custom_models_allowed", "default_device", "encode_prompt",
+    "free_memory", "load_pair", "loaded_pair", "max_model_gb", "parse_model_ref", "preload", "preload_names",
+    "resident_limit", "resident_pairs", "resolve", "unload_all",
+]

@@ -1,0 +1,191 @@
+"""The resident pairs: loaded once, shared across callers and threads, the least recently used freed first."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+import torch
+
+from specviz.pair.catalogue import EMBEDDED, PRESETS, ModelRef
+from specviz.pair.errors import PairError
+from specviz.pair.loading import Pair, Progress, load, plan
+from specviz.pair.memory import default_device, free_memory
+from specviz.pair.settings import PRELOAD_ENV, RESIDENT_PAIRS_ENV, resident_limit
+
+
+class _Loading:
+    """A load in progress: later callers for the same pair wait on it instead of loading twice."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.pair: Pair | None = None
+        self.error: BaseException | None = None
+
+
+_resident: OrderedDict[tuple, Pair] = OrderedDict()  # least recently used first
+_loading: dict[tuple, _Loading] = {}
+_state_lock = threading.Lock()  # guards _resident and _loading; held only for bookkeeping, never while loading
+_load_lock = threading.Lock()  # one load at a time, so two loads never hold twice the memory
+
+
+def resident_pairs() -> list[str]:
+    """Labels of the pairs loaded now, least recently used first."""
+    with _state_lock:
+        return [p.name for p in _resident.values()]
+
+
+def loaded_pair(name: str | None = None, drafter: str | None = None, target: str | None = None,
+                device: str | torch.device | None = None) -> Pair | None:
+    """The pair if it is resident now, else None; never loads anything.
+
+    For code that must not load, such as a function running under ``@spaces.GPU`` on ZeroGPU
+    (loading there would repeat on every call).
+    """
+    _, refs, _ = plan(name, drafter, target, allow_custom=True)
+    key = _key(refs, torch.device(device) if device is not None else default_device())
+    with _state_lock:
+        return _resident.get(key)
+
+
+def unload_all() -> None:
+    """Forget every resident pair (tests; an operator freeing memory)."""
+    with _state_lock:
+        dropped = list(_resident.values())
+        _resident.clear()
+    devices = {p.device for p in dropped}
+    dropped.clear()
+    for d in devices:
+        free_memory(d)
+
+
+def preload_names() -> list[str]:
+    """The presets to load at start-up: SPECVIZ_PRELOAD, comma-separated display names (default: embedded).
+
+    Raises:
+        PairError: a name that is not a preset.
+    """
+    raw = os.environ.get(PRELOAD_ENV, "").strip()
+    names = [n.strip() for n in raw.split(",") if n.strip()] if raw else [EMBEDDED]
+    unknown = [n for n in names if n not in PRESETS]
+    if unknown:
+        raise PairError(f"{PRELOAD_ENV} names unknown pairs {unknown}; choose from: {', '.join(PRESETS)}")
+    return names
+
+
+def preload(names: list[str] | None = None, device: str | torch.device | None = None,
+            progress: Progress | None = None) -> dict[str, Pair | PairError]:
+    """Load pairs before the app starts serving; a pair that fails is reported, not raised.
+
+    On ZeroGPU this is where weights must be placed: ZeroGPU packs everything on "cuda" when the
+    app launches and hands it to each GPU worker; a worker forked earlier does not see a pair
+    loaded later (it would load its own copy on every new worker).
+
+    Args:
+        names: preset names (default: ``preload_names()``).
+
+    Raises:
+        PairError: more names than SPECVIZ_RESIDENT_PAIRS keeps, or an unknown name.
+    """
+    names = preload_names() if names is None else list(names)
+    if len(names) > resident_limit():
+        raise PairError(f"{len(names)} pairs to preload but {RESIDENT_PAIRS_ENV}={resident_limit()} keeps fewer; raise it to {len(names)}")
+    results: dict[str, Pair | PairError] = {}
+    for name in names:
+        try:
+            results[name] = load_pair(name, device=device, progress=progress)
+        except PairError as err:
+            results[name] = err
+    return results
+
+
+def _key(refs: tuple[ModelRef, ModelRef], device: torch.device) -> tuple:
+    return (str(refs[0]), str(refs[1]), str(device))
+
+
+def _evict_for_one_more() -> None:
+    """Drop least recently used pairs until one more fits within the resident limit.
+
+    A visitor still generating with a dropped pair keeps it alive until they finish; its
+    memory comes back then.
+    """
+    with _state_lock:
+        dropped = []
+        while _resident and len(_resident) >= resident_limit():
+            dropped.append(_resident.popitem(last=False)[1])
+    devices = {p.device for p in dropped}
+    dropped.clear()
+    for d in devices:
+        free_memory(d)
+
+
+def load_pair(name: str | None = None, drafter: str | None = None, target: str | None = None,
+              device: str | torch.device | None = None, *, progress: Progress | None = None,
+              allow_custom: bool | None = None) -> Pair:
+    """Load a pair once and share it across callers and threads.
+
+    Up to ``SPECVIZ_RESIDENT_PAIRS`` pairs (default 1) stay loaded; loading another frees the least
+    recently used. Threads asking for the same pair share one load; threads asking for
+    different pairs load one after the other, so two loads never need memory at once.
+
+    Args:
+        name: a key of ``PRESETS`` (default: the embedded pair).
+        drafter, target: model folders or hub ids (``owner/name[@revision]``), instead of ``name``.
+        device: "cpu", "cuda", or None for CUDA when available (and on ZeroGPU).
+        progress: called as ``progress(fraction, message)`` at each loading stage (fraction 0..1).
+        allow_custom: whether ids outside the presets are accepted. None: hub ids only, and only
+            when the operator set SPECVIZ_ALLOW_CUSTOM_MODELS=1 (the web demo). True: hub ids and
+            local folders (the command line and the Python API, where the caller is the operator).
+            False: presets only.
+
+    Raises:
+        PairError: unknown preset, custom ids turned off, malformed id, model or revision not found,
+            hub unreachable (with no cached copy), gated model without a token, no safetensors
+            weights, custom pair over the size limit, tokenizers that differ, not enough memory.
+    """
+    say = progress or (lambda fraction, message: None)
+    label, refs, preset = plan(name, drafter, target, allow_custom)
+    dev = torch.device(device) if device is not None else default_device()
+    key = _key(refs, dev)
+
+    with _state_lock:
+        if key in _resident:
+            _resident.move_to_end(key)
+            pair = _resident[key]
+            say(1.0, f"{label} is loaded")
+            return pair
+        job = _loading.get(key)
+        owner = job is None
+        if owner:
+            job = _loading[key] = _Loading()
+    if not owner:
+        say(0.0, f"Waiting: {label} is being loaded for another visitor")
+        job.done.wait()
+        if isinstance(job.error, PairError):
+            raise PairError(str(job.error))
+        if job.error is not None:
+            raise PairError(f"'{label}' could not be loaded ({type(job.error).__name__}); try again")
+        say(1.0, f"{label} is loaded")
+        return job.pair
+
+    try:
+        if not _load_lock.acquire(blocking=False):
+            say(0.0, "Waiting for another pair to finish loading")
+            _load_lock.acquire()
+        try:
+            job.pair = load(label, refs, dev, preset, say, make_room=_evict_for_one_more)
+            with _state_lock:  # still under the load lock: no other load evicts in between
+                _resident[key] = job.pair
+        finally:
+            _load_lock.release()
+        say(1.0, f"{label} is ready on {dev.type}")
+        return job.pair
+    except BaseException as err:
+        job.error = err
+        free_memory(dev)
+        raise
+    finally:
+        with _state_lock:
+            _loading.pop(key, None)
+        job.done.set()

@@ -1,0 +1,171 @@
+"""The pairs on offer: the embedded pair and the curated hub presets, and how a model or a pair is named."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specviz.assets import ASSETS  # re-exported: specviz.pair.ASSETS
+from specviz.pair.errors import PairError
+from specviz.pair.memory import dtype_for
+
+EMBEDDED = "embedded"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A curated drafter/target pair whose tokenizers are known to match.
+
+    Attributes:
+        drafter, target: hub ids (or local folders, for the embedded pair).
+        licence: the models' licence (SPDX-style id, or the licence's hub name).
+        drafter_params, target_params: parameter counts (approximate, from the model cards).
+        bytes_per_param: how the weights are stored on the hub (2 for bf16, 4 for fp32): the download size.
+        instruct: chat-tuned models; their prompts get the chat template (a toggle in the UI).
+        gated: the hub asks each user to accept the licence; needs HF_TOKEN with access.
+        drafter_revision, target_revision: a pinned commit or tag, or None for the default branch.
+        note: one line for the menu.
+    """
+
+    drafter: str
+    target: str
+    licence: str
+    drafter_params: int
+    target_params: int
+    bytes_per_param: int = 2
+    instruct: bool = False
+    gated: bool = False
+    drafter_revision: str | None = None
+    target_revision: str | None = None
+    note: str = ""
+
+    @property
+    def bundled(self) -> bool:
+        """The models are folders inside specviz (the embedded pair): no hub, no download."""
+        return Path(self.drafter).is_absolute()
+
+    @property
+    def download_gb(self) -> float:
+        """Both models' weights as stored on the hub, in GB (10^9 bytes)."""
+        return (self.drafter_params + self.target_params) * self.bytes_per_param / 1e9
+
+    def memory_gb(self, device: torch.device | str) -> float:
+        """Both models' weights as loaded on ``device`` (bf16 on CUDA, fp32 on the CPU), in GB."""
+        return (self.drafter_params + self.target_params) * dtype_for(torch.device(device)).itemsize / 1e9
+
+    @property
+    def summary(self) -> str:
+        """One line for a menu: licence, sizes, and what the pair needs."""
+        parts = [self.licence, f"{human_count(self.drafter_params)} -> {human_count(self.target_params)} parameters",
+                 "ships with specviz" if self.bundled else f"{self.download_gb:.1f} GB download"]
+        if self.instruct:
+            parts.append("instruct (chat template)")
+        if self.gated:
+            parts.append("gated: needs HF_TOKEN")
+        if self.note:
+            parts.append(self.note)
+        return " · ".join(parts)
+
+
+def human_count(n: int) -> str:
+    return f"{n / 1e9:.2g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
+
+
+# Display name -> preset. Each hub pair shares one tokenizer (checked again at load time).
+PRESETS: dict[str, Preset] = {
+    EMBEDDED: Preset(
+        str(ASSETS / "models" / "drafter"), str(ASSETS / "models" / "target"), "PSF-2.0 (training data)",
+        990_000, 5_330_000, bytes_per_param=4, note="trained on the Python standard library; no hub needed",
+    ),
+    "SmolLM2-135M-Instruct -> SmolLM2-360M-Instruct": Preset(
+        "HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct", "apache-2.0",
+        135_000_000, 362_000_000, instruct=True,
+    ),
+    "SmolLM2-135M-Instruct -> SmolLM2-1.7B-Instruct": Preset(
+        "HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "apache-2.0",
+        135_000_000, 1_711_000_000, instruct=True,
+    ),
+    "Qwen2.5-0.5B-Instruct -> Qwen2.5-1.5B-Instruct": Preset(
+        "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "apache-2.0",
+        494_000_000, 1_544_000_000, instruct=True,
+    ),
+    "Qwen2.5-0.5B-Instruct -> Qwen2.5-7B-Instruct": Preset(
+        "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "apache-2.0",
+        494_000_000, 7_616_000_000, instruct=True,
+        note="embedding tables padded differently (151,936 vs 152,064 rows), same tokenizer",
+    ),
+    "gpt2 -> gpt2-large": Preset(
+        "openai-community/gpt2", "openai-community/gpt2-large", "mit", 124_000_000, 774_000_000, bytes_per_param=4,
+    ),
+    "gpt2 -> gpt2-xl": Preset(
+        "openai-community/gpt2", "openai-community/gpt2-xl", "mit", 124_000_000, 1_558_000_000, bytes_per_param=4,
+    ),
+    "Llama-3.2-1B-Instruct -> Llama-3.2-3B-Instruct": Preset(
+        "meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", "llama3.2",
+        1_236_000_000, 3_213_000_000, instruct=True, gated=True,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """One model: a local folder, or a hub id with an optional revision."""
+
+    id: str
+    revision: str | None = None
+    local: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.id}@{self.revision}" if self.revision else self.id
+
+    @property
+    def shown(self) -> str:
+        """How progress messages name it: a folder by its last part, a hub id in full."""
+        return Path(self.id).name if self.local else str(self)
+
+
+def parse_model_ref(text: str, allow_local: bool = True) -> ModelRef:
+    """A local folder (when ``allow_local``), ``owner/name`` or ``owner/name@revision`` (a branch, tag or commit).
+
+    Raises:
+        PairError: an empty or malformed id.
+    """
+    text = (text or "").strip()
+    if not text:
+        raise PairError("give a model id (owner/name, optionally @revision)")
+    if allow_local and Path(text).exists():
+        return ModelRef(text, None, local=True)
+    repo, at, rev = text.partition("@")
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+    except HFValidationError:
+        raise PairError(f"'{text}' is not a model id: expected owner/name, optionally followed by @revision") from None
+    if at and not _REVISION.fullmatch(rev):
+        raise PairError(f"'{text}': the part after @ must be a branch, tag or commit hash")
+    return ModelRef(repo, rev or None)
+
+
+_REVISION = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
+
+
+def resolve(name: str | None = None, drafter: str | None = None, target: str | None = None) -> tuple[str, str, str]:
+    """(label, drafter, target) from a preset name or explicit ids; ids may carry ``@revision``.
+
+    Raises:
+        PairError: for an unknown preset name, or only one of drafter and target.
+    """
+    if drafter or target:
+        if not (drafter and target):
+            raise PairError("give both a drafter and a target")
+        return f"{drafter.strip()} -> {target.strip()}", drafter.strip(), target.strip()
+    name = name or EMBEDDED
+    if name not in PRESETS:
+        raise PairError(f"unknown pair '{name}'; choose one of: {', '.join(PRESETS)}")
+    p = PRESETS[name]
+    return name, str(ModelRef(p.drafter, p.drafter_revision)), str(ModelRef(p.target, p.target_revision))

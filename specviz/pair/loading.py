@@ -1,0 +1,206 @@
+"""Loading a drafter and a target together: the stages that refuse a bad pair before any weights are read.
+
+Local folders and hub ids go through the same ``from_pretrained`` calls, always with
+``trust_remote_code=False`` and safetensors only. ``HF_TOKEN`` is read by huggingface_hub itself;
+gated presets (Llama 3.2) need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from specviz.pair.catalogue import PRESETS, ModelRef, Preset, human_count, parse_model_ref, resolve
+from specviz.pair.errors import OOM_ERRORS, PairError, explain, root_cause
+from specviz.pair.hub import Checked, check_hub_model, local_params
+from specviz.pair.memory import available_memory_bytes, dtype_for
+from specviz.pair.settings import ALLOW_CUSTOM_ENV, MAX_MODEL_GB_ENV, custom_models_allowed, max_model_gb
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass
+class Pair:
+    """A loaded drafter and target with their shared tokenizer.
+
+    ``vocab_size`` is the tokenizer's size: both models' logits are cut to it before softmax.
+    ``instruct`` says whether prompts should get the chat template by default.
+    """
+
+    name: str
+    drafter: object
+    target: object
+    tokenizer: object
+    device: torch.device
+    instruct: bool = False
+    preset: Preset | None = None
+    drafter_id: str = ""
+    target_id: str = ""
+    revisions: tuple[str | None, str | None] = (None, None)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokenizer)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """Every id that ends a reply: the tokenizer's EOS and the target's generation config's.
+
+        Instruct models end a turn with a token of their own (``<|im_end|>``, ``<|eot_id|>``),
+        listed in their generation config; pass this list as ``eos_token_id`` to the engine.
+        """
+        ids: list[int] = []
+        config = getattr(self.target, "generation_config", None)
+        for value in (self.tokenizer.eos_token_id, getattr(config, "eos_token_id", None)):
+            for t in [value] if isinstance(value, int) else (value or []):
+                if t is not None and int(t) not in ids and 0 <= int(t) < self.vocab_size:
+                    ids.append(int(t))
+        return ids
+
+    @property
+    def param_counts(self) -> tuple[int, int]:
+        """(drafter, target) parameter counts."""
+        return tuple(sum(p.numel() for p in m.parameters()) for m in (self.drafter, self.target))  # type: ignore[return-value]
+
+
+def plan(name, drafter, target, allow_custom: bool | None) -> tuple[str, tuple[ModelRef, ModelRef], Preset | None]:
+    """(label, (drafter, target), preset or None), refusing custom ids the server does not accept."""
+    label, drafter_s, target_s = resolve(name, drafter, target)
+    if not (drafter or target):
+        return label, (parse_model_ref(drafter_s), parse_model_ref(target_s)), PRESETS[label]
+    if allow_custom is False:
+        raise PairError("custom model ids are not accepted here; pick one of the preset pairs")
+    if allow_custom is None and not custom_models_allowed():
+        raise PairError(
+            "custom model ids are turned off on this server; pick one of the preset pairs "
+            f"(the operator can allow them with {ALLOW_CUSTOM_ENV}=1)"
+        )
+    # The web demo (allow_custom None) takes hub ids only: a visitor never names a server folder.
+    local = allow_custom is True
+    return label, (parse_model_ref(drafter_s, local), parse_model_ref(target_s, local)), None
+
+
+def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset: Preset | None, say: Progress,
+         make_room: Callable[[], None] = lambda: None) -> Pair:
+    """The loading stages, in the order that refuses a bad pair before downloading weights.
+
+    ``make_room`` is called once the pair has passed every check and before the free memory is
+    measured (the resident cache frees its least recently used pairs there).
+
+    Raises:
+        PairError: as ``load_pair`` lists.
+    """
+    dref, tref = refs
+    say(0.02, f"Checking {label}")
+    if preset is not None and preset.gated:
+        from huggingface_hub import get_token
+
+        if not get_token():
+            raise PairError(f"'{label}' is gated: accept the licence on each model's hub page and set HF_TOKEN to a token with access")
+
+    checked = []
+    for i, ref in enumerate(refs):
+        if ref.local:
+            checked.append(Checked(ref, local_params(ref.id), True, None))
+        else:
+            say(0.05 + 0.05 * i, f"Checking {ref} on the model hub")
+            checked.append(check_hub_model(ref, custom=preset is None))
+    dc, tc = checked
+
+    dtype = dtype_for(dev)
+    params = [c.params for c in checked]
+    if preset is not None:  # offline: the catalogue's counts
+        params = [p if p is not None else q for p, q in zip(params, (preset.drafter_params, preset.target_params))]
+    need_gb = sum(p or 0 for p in params) * dtype.itemsize / 1e9
+    if preset is None and not (dref.local or tref.local) and need_gb > max_model_gb():
+        raise PairError(
+            f"'{dref}' and '{tref}' have {human_count(sum(params))} parameters together: {need_gb:.1f} GB in "
+            f"{str(dtype).removeprefix('torch.')} on {dev.type}, over this server's limit of {max_model_gb():g} GB "
+            f"({MAX_MODEL_GB_ENV}); pick smaller models"
+        )
+
+    say(0.15, "Loading the tokenizers")
+    d_tok = _load_tokenizer(dref, dc.revision, dc.offline)
+    t_tok = _load_tokenizer(tref, tc.revision, tc.offline)
+    say(0.2, "Comparing the tokenizers")
+    check_same_tokenizer(str(dref), d_tok, str(tref), t_tok)
+
+    say(0.25, "Making room")
+    make_room()
+    free = available_memory_bytes(dev)
+    if free is not None and need_gb * 1e9 > free:
+        raise PairError(
+            f"'{label}' needs about {need_gb:.1f} GB of memory on {dev.type} and {free / 1e9:.1f} GB is free; pick a smaller pair"
+        )
+
+    say(0.3, f"Loading the drafter {dref.shown}" + ("" if dc.offline else " (downloading it if it is not cached)"))
+    d_model = _load_model(dref, dc.revision, dev, dc.offline)
+    say(0.6, f"Loading the target {tref.shown}" + ("" if tc.offline else " (downloading it if it is not cached)"))
+    t_model = _load_model(tref, tc.revision, dev, tc.offline)
+    instruct = preset.instruct if preset is not None else bool(getattr(t_tok, "chat_template", None))
+    return Pair(label, d_model, t_model, t_tok, dev, instruct=instruct, preset=preset, drafter_id=str(dref),
+                target_id=str(tref), revisions=(dc.revision, tc.revision))
+
+
+def _load_tokenizer(ref: ModelRef, revision: str | None, local_only: bool):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(ref.id, revision=revision, local_files_only=local_only, trust_remote_code=False)
+    except Exception as err:  # transformers wraps hub errors in OSError and ValueError
+        raise explain(str(ref), root_cause(err)) from err
+
+
+def check_same_tokenizer(drafter_id: str, drafter_tok, target_id: str, target_tok) -> None:
+    """Refuse a pair whose tokenizers map text to different ids.
+
+    The vocabularies are compared token by token (``get_vocab``), not by ``vocab_size``:
+    models of one family pad their embedding tables differently while sharing a tokenizer.
+
+    Raises:
+        PairError: naming both models and the first difference found.
+    """
+    dv, tv = drafter_tok.get_vocab(), target_tok.get_vocab()
+    if dv != tv:
+        only_d = sorted(set(dv) - set(tv))[:3]
+        only_t = sorted(set(tv) - set(dv))[:3]
+        differ = [t for t in dv if t in tv and dv[t] != tv[t]][:3]
+        detail = (
+            f"{len(dv)} vs {len(tv)} tokens"
+            + (f"; only in the drafter: {only_d}" if only_d else "")
+            + (f"; only in the target: {only_t}" if only_t else "")
+            + (f"; different ids for {differ}" if differ else "")
+        )
+        raise PairError(
+            f"the drafter '{drafter_id}' and the target '{target_id}' use different tokenizers ({detail}); "
+            "speculative decoding needs one shared vocabulary"
+        )
+
+
+def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local_only: bool):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            ref.id, revision=revision, dtype=dtype_for(device), local_files_only=local_only,
+            trust_remote_code=False, use_safetensors=True,
+        )
+    except Exception as err:
+        raise explain(str(ref), root_cause(err)) from err
+    # Inference only: with no parameter asking for gradients, no forward pass ever builds an
+    # autograd graph, whichever thread runs it and whatever its grad mode (a streaming handler
+    # may be resumed on another worker thread, outside the inference mode it entered).
+    model.requires_grad_(False)
+    try:
+        # On ZeroGPU this runs outside @spaces.GPU, as its docs require: the weights are placed
+        # on "cuda" once, at load time, and the GPU is attached when a decorated function runs.
+        return model.to(device).eval()
+    except OOM_ERRORS as err:
+        del model
+        raise explain(str(ref), err) from err

@@ -1,0 +1,79 @@
+"""Devices and memory: where a pair goes, in which dtype, how much memory is free there, and giving it back."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+from pathlib import Path
+
+import torch
+
+from specviz.zerogpu import on_zerogpu
+
+
+def default_device() -> torch.device:
+    """CUDA when there is a GPU or on a ZeroGPU Space (its GPU appears only inside @spaces.GPU), else the CPU."""
+    return torch.device("cuda" if on_zerogpu() or torch.cuda.is_available() else "cpu")
+
+
+def dtype_for(device: torch.device) -> torch.dtype:
+    # bf16 halves memory traffic on the GPU; the CPU keeps fp32, where greedy equality is exact in practice.
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def cgroup_free_bytes(root: str = "/sys/fs/cgroup") -> int | None:
+    """Memory left under this process's cgroup limit (v2, else v1), or None without a limit.
+
+    In a container (a Space, say) the limit is the cgroup's, not the host's memory that
+    /proc/meminfo reports.
+    """
+    for limit, used in (("memory.max", "memory.current"), ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            cap, now = (Path(root) / limit).read_text().strip(), int((Path(root) / used).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if cap.isdigit() and int(cap) < 2**60:  # "max", or v1's huge number: no limit
+            return max(0, int(cap) - now)
+        return None
+    return None
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Free memory where the weights will go, or None when it cannot be told (then nothing is refused)."""
+    if device.type == "cpu":
+        free = []
+        try:
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemAvailable:"):
+                    free.append(int(line.split()[1]) * 1024)
+        except (OSError, ValueError, IndexError):
+            pass
+        if (in_cgroup := cgroup_free_bytes()) is not None:
+            free.append(in_cgroup)
+        return min(free) if free else None
+    if device.type == "cuda" and not on_zerogpu():  # ZeroGPU attaches a GPU only inside @spaces.GPU
+        try:
+            return torch.cuda.mem_get_info(device)[0]
+        except Exception:
+            return None
+    return None
+
+
+def free_memory(device: torch.device | str | None = None) -> None:
+    """Collect garbage and give cached memory back: CUDA's cached blocks, and on Linux the C
+    heap's free pages (after an out-of-memory error, an eviction, or a finished run)."""
+    gc.collect()
+    dev = torch.device(device) if device is not None else None
+    if (dev is None or dev.type == "cuda") and torch.cuda.is_available() and not on_zerogpu():
+        torch.cuda.empty_cache()
+    if dev is None or dev.type == "cpu":
+        _trim_c_heap()
+
+
+def _trim_c_heap() -> None:
+    # glibc keeps freed tensor memory for reuse, so a server's RSS creeps up run after run
+    # (measured: +17 MB over 30 runs of the embedded pair, flat with a trim after each).
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        pass
