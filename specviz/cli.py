@@ -14,27 +14,37 @@ import json
 import sys
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help shows every option's default and keeps the description's line breaks."""
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pair", default="embedded", help="a preset pair name (default: embedded)")
+    p.add_argument("--pair", default="embedded", help="a preset pair name")
     p.add_argument("--drafter", help="drafter folder or hub id, owner/name[@revision] (with --target, overrides --pair)")
     p.add_argument("--target", help="target folder or hub id, owner/name[@revision] (with --drafter, overrides --pair)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--device", default=None, help="cpu or cuda (None: cuda when available)")
+    p.add_argument("--verbose", action="store_true", help="show loading progress bars and library warnings")
 
 
-def _add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
+def _add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int, sampling=None) -> None:
+    from specviz.sampling import DEFAULT_SAMPLING
+
+    sampling = sampling or DEFAULT_SAMPLING
     p.add_argument("--gamma", type=int, default=4, help="drafted tokens per round")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
-    p.add_argument("--top-k", type=int, default=0, help="0 keeps every token")
-    p.add_argument("--top-p", type=float, default=1.0, help="1 keeps every token")
-    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=sampling.temperature, help="0 is greedy")
+    p.add_argument("--top-k", type=int, default=sampling.top_k, help="0 keeps every token")
+    p.add_argument("--top-p", type=float, default=sampling.top_p, help="1 keeps every token")
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="tokens to generate at most")
+    p.add_argument("--seed", type=int, default=0, help="seeds every draw, so a run repeats exactly")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding, exact and shown round by round.")
+    parser = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding, exact and shown round by round.",
+                                     formatter_class=_Help)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    gen = sub.add_parser("generate", help="run one generation and print it, colour-coded, or its trace as JSON")
+    gen = sub.add_parser("generate", help="run one generation and print it, colour-coded, or its trace as JSON", formatter_class=_Help,
+                         description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.95); --temperature 0 is greedy.")
     _add_model_args(gen)
     _add_sampling_args(gen, 64)
     gen.add_argument("--prompt", required=True)
@@ -43,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--chat-template", choices=["auto", "on", "off"], default="auto",
                      help="wrap the prompt in the tokenizer's chat template (auto: for instruct pairs)")
 
-    rec = sub.add_parser("record", help="run speculative decoding and its baseline (and a gamma sweep) and save them for replay")
+    rec = sub.add_parser("record", help="run speculative decoding and its baseline (and a gamma sweep) and save them for replay",
+                         formatter_class=_Help, description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.95).")
     _add_model_args(rec)
     _add_sampling_args(rec, 128)
     rec.add_argument("--prompt", required=True)
@@ -53,9 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--chat-template", choices=["auto", "on", "off"], default="auto",
                      help="wrap the prompt in the tokenizer's chat template (auto: for instruct pairs)")
 
-    bench = sub.add_parser("bench", help="tokens/s of specviz and transformers on one pair, with speedups")
+    bench = sub.add_parser("bench", help="tokens/s of specviz and transformers on one pair, with speedups", formatter_class=_Help,
+                           description="Unlike generate and the web page, bench defaults to greedy decoding, the setting its tables compare.")
     _add_model_args(bench)
-    _add_sampling_args(bench, 128)
+    from specviz.sampling import Sampling
+
+    _add_sampling_args(bench, 128, Sampling(temperature=0.0))
     bench.add_argument("--repeats", type=int, default=3, help="timed repeats per prompt and method")
     bench.add_argument("--prompts", type=int, default=8, help="held-out prompts to use")
     bench.add_argument("--json", action="store_true")
@@ -99,11 +113,12 @@ def _generate(args) -> int:
         print(json.dumps(trace.to_dict(), indent=1))
     else:
         print(tokens_ansi(trace))
-        rate = trace.acceptance_rate
-        print(
-            f"{len(trace.output_ids)} tokens in {len(trace.rounds)} rounds, {trace.tokens_per_second:.1f} tokens/s"
-            + (f", acceptance rate {rate:.3f}, {trace.mean_tokens_per_round:.2f} tokens per round" if rate is not None else "")
-        )
+        line = f"{len(trace.output_ids)} tokens, {trace.tokens_per_second:.1f} tokens/s"
+        if trace.mode == "speculative":
+            line += (f", {len(trace.rounds)} rounds, {trace.mean_tokens_per_round:.2f} tokens per round"
+                     + (f", alpha {trace.alpha:.3f} (accepted / tested), draft acceptance rate {trace.acceptance_rate:.3f}"
+                        f" (accepted / drafted)" if trace.alpha is not None else ""))
+        print(line)
     return 0
 
 
@@ -127,8 +142,22 @@ def _record(args) -> int:
         return 2
     title = args.title or f"{pair.name}, gamma {args.gamma}, temperature {args.temperature}, seed {args.seed}"
     Recording(spec, baseline, sweep, title).save(args.out)
-    print(f"wrote {args.out}: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds, acceptance rate {spec.acceptance_rate:.3f}")
+    print(f"wrote {args.out}: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds, alpha {spec.alpha:.3f} (accepted / tested)")
     return 0
+
+
+def quiet() -> None:
+    """No progress bars or library warnings on the terminal: transformers' and huggingface_hub's
+    bars and log messages below errors, and Python warnings, are turned off (``--verbose`` keeps them)."""
+    import warnings
+
+    import huggingface_hub.utils
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    huggingface_hub.utils.disable_progress_bars()
+    warnings.filterwarnings("ignore")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
         train.main(argv[1:])
         return
     args = build_parser().parse_args(argv)
+    if not args.verbose:
+        quiet()
     if args.command == "generate":
         sys.exit(_generate(args))
     if args.command == "record":

@@ -19,6 +19,7 @@ import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 
 from specviz import Sampling, Trace, autoregressive_generate, autoregressive_stream, speculative_stream  # noqa: E402
+from specviz.sampling import DEFAULT_SAMPLING  # noqa: E402
 from specviz.trace import MAX_GAMMA  # noqa: E402
 from specviz.gpu import gpu_task, on_zerogpu  # noqa: E402
 from specviz.gpu_duration import generate_duration, sweep_duration  # noqa: E402
@@ -70,7 +71,8 @@ PACES = ("slow motion (about 10 s)", "true timing")
 # Redraw the streamed text at most this often (ms): drawing is not free for the browser.
 STREAM_INTERVAL_MS = 80
 
-DEFAULTS = dict(gamma=4, temperature=0.7, top_k=40, top_p=0.95, max_new_tokens=128, seed=0)
+DEFAULTS = dict(gamma=4, temperature=DEFAULT_SAMPLING.temperature, top_k=DEFAULT_SAMPLING.top_k, top_p=DEFAULT_SAMPLING.top_p,
+                max_new_tokens=128, seed=0)
 # Prompts end at a colon, not a newline: the tokenizer merges a newline with the indentation
 # that follows, so the models continue best from there.
 EXAMPLES = [

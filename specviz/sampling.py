@@ -87,3 +87,9 @@ class Sampling:
         # The warpers ignore input_ids for these three filters.
         processed = warpers(None, logits) if len(warpers) else logits
         return torch.softmax(processed, dim=-1)
+
+
+# The settings the web page opens with and ``python -m specviz generate`` and ``record`` default to:
+# natural-looking text from small models (greedy decoding of the embedded pair falls into loops).
+# ``bench`` defaults to greedy instead, the setting its tables compare.
+DEFAULT_SAMPLING = Sampling(temperature=0.7, top_k=40, top_p=0.95)

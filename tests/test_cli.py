@@ -30,8 +30,22 @@ def test_generate_autoregressive_and_terminal_colours():
     out = run("generate", "--prompt", "import os\n", "--mode", "autoregressive", "--max-new-tokens", "8")
     assert out.returncode == 0, out.stderr
     assert "tokens/s" in out.stdout
+    assert "bonus" not in out.stdout and "alpha" not in out.stdout  # the baseline has no drafts to colour or count
     out = run("generate", "--prompt", "import os\n", "--max-new-tokens", "8")
-    assert "\x1b[" in out.stdout and "acceptance rate" in out.stdout
+    assert "\x1b[" in out.stdout and "alpha" in out.stdout and "draft acceptance rate" in out.stdout
+    # quiet by default: no loading bars or library warnings on the terminal
+    assert "Loading weights" not in out.stderr and "warn" not in out.stderr.lower(), out.stderr
+
+
+def test_help_shows_defaults_and_they_match_the_page():
+    from specviz.cli import build_parser
+    from specviz.sampling import DEFAULT_SAMPLING
+
+    gen = build_parser().parse_args(["generate", "--prompt", "x"])
+    assert (gen.temperature, gen.top_k, gen.top_p) == (DEFAULT_SAMPLING.temperature, DEFAULT_SAMPLING.top_k, DEFAULT_SAMPLING.top_p)
+    assert build_parser().parse_args(["bench"]).temperature == 0.0  # bench compares greedy runs, and says so
+    out = run("generate", "--help")
+    assert "(default: 0.7)" in out.stdout and "(default: 40)" in out.stdout
 
 
 def test_bad_input_exits_with_a_message():

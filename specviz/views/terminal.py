@@ -16,7 +16,8 @@ _RESET = "\x1b[0m"
 
 
 def tokens_ansi(trace: Trace) -> str:
-    """Prompt dimmed, then each token coloured by verdict, then a legend line."""
+    """Prompt dimmed, then each token coloured by verdict, then a legend line (speculative runs only:
+    the baseline's tokens are plain)."""
     out = [_CODES["prompt"] + trace.prompt_text + _RESET]
     for r in trace.rounds:
         for i, d in enumerate(r.drafts):
@@ -25,5 +26,7 @@ def tokens_ansi(trace: Trace) -> str:
             out.append(_CODES[d.verdict] + d.text + _RESET)
         if r.final_token_id is not None:
             out.append(_CODES[r.final_kind or "target"] + (r.final_text or "") + _RESET)
+    if trace.mode != "speculative":
+        return "".join(out) + "\n"
     legend = " ".join(_CODES[k] + k + _RESET for k in ("accepted", "rejected", "correction", "bonus"))
     return "".join(out) + "\n\n" + legend + "\n"
