@@ -1,9 +1,13 @@
 """Sampling settings and the processed distribution both models are sampled from.
 
-The drafter's q and the target's p go through the very same function, so temperature,
-top-k and top-p are applied identically to both (a fault seen in public implementations is
-q from raw logits while the draft was sampled from filtered ones). The filters are
-transformers' own logits warpers, applied in the order ``generate`` applies them.
+The drafter's q and the target's p go through the very same function, so the repetition
+penalty, temperature, top-k and top-p are applied identically to both (a fault seen in public
+implementations is q from raw logits while the draft was sampled from filtered ones). The
+filters are transformers' own logits processors, applied in the order ``generate`` applies
+them: the repetition penalty first, then temperature, top-k, top-p.
+
+The repetition penalty depends on the context, so each position is processed with its own:
+the prompt, the tokens emitted so far and the drafts before it in the round.
 """
 
 from __future__ import annotations
@@ -12,7 +16,13 @@ import math
 from dataclasses import dataclass, asdict
 
 import torch
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers import (
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 
 @dataclass(frozen=True)
@@ -25,15 +35,19 @@ class Sampling:
         top_k: keep the k most likely tokens; 0 keeps all.
         top_p: keep the smallest set of most likely tokens whose mass reaches top_p (nucleus);
             1.0 keeps all. Range (0, 1].
+        repetition_penalty: transformers' ``repetition_penalty`` (Keskar et al. 2019): the
+            logit of every token already in the context is divided by it (multiplied when
+            negative); 1.0 is off, above 1 discourages repeats. Range (0, inf).
 
     Raises:
         ValueError: on construction, for a negative or non-finite temperature, a negative
-            top_k, or top_p outside (0, 1].
+            top_k, top_p outside (0, 1], or a repetition penalty that is not a finite number > 0.
     """
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
@@ -42,6 +56,14 @@ class Sampling:
             raise ValueError(f"top_k must be a whole number >= 0 (0 keeps every token), got {self.top_k!r}")
         if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p!r}")
+        rp = self.repetition_penalty
+        if not isinstance(rp, (int, float)) or isinstance(rp, bool) or not math.isfinite(rp) or rp <= 0:
+            raise ValueError(f"repetition_penalty must be a finite number > 0 (1 is off), got {rp!r}")
+
+    @property
+    def needs_context(self) -> bool:
+        """Whether ``probs`` needs each row's context (a repetition penalty is set)."""
+        return self.repetition_penalty != 1.0
 
     @property
     def greedy(self) -> bool:
@@ -61,12 +83,14 @@ class Sampling:
             warpers.append(TopPLogitsWarper(float(self.top_p)))
         return warpers
 
-    def probs(self, logits: torch.Tensor, warpers: LogitsProcessorList | None = None) -> torch.Tensor:
+    def probs(self, logits: torch.Tensor, warpers: LogitsProcessorList | None = None, context: torch.Tensor | None = None) -> torch.Tensor:
         """The processed distribution over the vocabulary.
 
         Args:
             logits: shape (rows, vocab), any float dtype; each row is one position.
             warpers: ``self.warpers()`` built once by the caller to keep it out of a hot loop.
+            context: (rows, length) token ids, each row the context of its position, padded
+                with ids >= vocab (see ``contexts``); needed when ``needs_context``.
 
         Returns:
             float32 probabilities of shape (rows, vocab), each row summing to 1. Greedy gives a
@@ -74,8 +98,16 @@ class Sampling:
             greedy search choose).
 
         A row of NaN or all -inf logits gives a NaN row, which the engine refuses.
+
+        Raises:
+            ValueError: a repetition penalty is set and no context was given.
         """
         logits = logits.float()
+        if self.needs_context:
+            if context is None:
+                raise ValueError("the repetition penalty needs each position's context")
+            # transformers' processor maps ids >= vocab to a slot it drops: padding is ignored.
+            logits = RepetitionPenaltyLogitsProcessor(float(self.repetition_penalty))(context, logits)
         if self.greedy:
             top = logits.max(dim=-1, keepdim=True)  # first index on ties, like argmax
             out = torch.zeros_like(logits).scatter_(-1, top.indices, 1.0)
@@ -87,6 +119,23 @@ class Sampling:
         # The warpers ignore input_ids for these three filters.
         processed = warpers(None, logits) if len(warpers) else logits
         return torch.softmax(processed, dim=-1)
+
+
+def contexts(seq: torch.Tensor, ends: list[int] | range, pad: int) -> torch.Tensor:
+    """Each position's context for ``Sampling.probs``: row j is ``seq[:ends[j]]``, right-padded with ``pad``.
+
+    Args:
+        seq: 1-D LongTensor, the whole sequence so far (prompt, output, this round's drafts).
+        ends: the context length of each row (a position's context ends just before it).
+        pad: an id outside the vocabulary (the logits' width), which the penalty ignores.
+
+    Returns:
+        LongTensor of shape (len(ends), max(ends)) on seq's device.
+    """
+    ends_t = torch.as_tensor(list(ends), device=seq.device)
+    width = int(ends_t.max())
+    cols = torch.arange(width, device=seq.device)
+    return torch.where(cols[None, :] < ends_t[:, None], seq[None, :width], torch.full_like(cols, pad)[None, :])
 
 
 # The settings the web page opens with and ``python -m specviz generate`` and ``record`` default to:
