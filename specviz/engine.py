@@ -21,7 +21,7 @@ import torch
 
 from specviz import rejection
 from specviz.runner import ModelRunner
-from specviz.sampling import Sampling
+from specviz.sampling import Sampling, contexts
 from specviz.trace import Draft, Round, TopToken, Trace
 
 # Tokens of the correction's or bonus's distribution kept in the trace for the replay.
@@ -203,13 +203,16 @@ def speculative_stream(
             # Drafting: g forward passes of the drafter, each sampling one token from q_i.
             q_rows = []
             for i in range(g):
-                token, q = rejection.draft_token(draft_runner.logits(seq, n + i, 1), sampling, warpers, gen)
+                ctx = contexts(seq, [n + i], vocab) if sampling.needs_context else None
+                token, q = rejection.draft_token(draft_runner.logits(seq, n + i, 1), sampling, warpers, gen, ctx)
                 q_rows.append(q)
                 seq[n + i] = token[0]
             t1 = clock.now()
 
             # Verification: one target pass over the pending token and the g drafts.
-            p_all = rejection.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers)  # (g+1, V)
+            # Row i scores the position after n + i tokens: its context holds the drafts before it.
+            ctx = contexts(seq, range(n, n + g + 1), vocab) if sampling.needs_context else None
+            p_all = rejection.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers, ctx)  # (g+1, V)
             q_all = torch.cat(q_rows)  # (g, V)
             drafts = seq[n : n + g]
             cols = drafts[:, None]
@@ -347,7 +350,7 @@ def autoregressive_stream(
     for n in range(n_prompt, n_prompt + max_new_tokens):
         with torch.inference_mode():  # per step, not across a yield (thread-local)
             t0 = clock.now()
-            p = sampling.probs(runner.logits(seq, n, 1), warpers)
+            p = sampling.probs(runner.logits(seq, n, 1), warpers, contexts(seq, [n], vocab) if sampling.needs_context else None)
             token = rejection.sample_rows(p, sampling.greedy, gen)
             seq[n] = token[0]
             token_id, prob, finite = torch.cat([token.double(), p[0, token].double(), torch.isfinite(p).all().double()[None]]).tolist()

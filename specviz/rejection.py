@@ -13,7 +13,7 @@ import torch
 from specviz.sampling import Sampling
 
 
-def draft_token(logits: torch.Tensor, sampling: Sampling, warpers, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def draft_token(logits: torch.Tensor, sampling: Sampling, warpers, gen: torch.Generator, context: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one draft and return it with the distribution it was sampled from.
 
     Returning q together with the sample is the point: the acceptance ratio must use
@@ -21,21 +21,23 @@ def draft_token(logits: torch.Tensor, sampling: Sampling, warpers, gen: torch.Ge
 
     Args:
         logits: (1, vocab) drafter logits for the next position.
+        context: (1, length) the position's context, for a repetition penalty (else None).
 
     Returns:
         (token of shape (1,), q of shape (1, vocab) in float32).
     """
-    q = sampling.probs(logits, warpers)
+    q = sampling.probs(logits, warpers, context)
     return sample_rows(q, sampling.greedy, gen), q
 
 
-def target_probs(logits: torch.Tensor, sampling: Sampling, warpers) -> torch.Tensor:
+def target_probs(logits: torch.Tensor, sampling: Sampling, warpers, context: torch.Tensor | None = None) -> torch.Tensor:
     """The target's processed p for a verify pass: (rows, vocab) logits in, float32 (rows, vocab) out.
 
     The same ``sampling.probs`` the drafter's q goes through, so both sides are processed
-    identically (vLLM #9834 applied the filters to one side only).
+    identically (vLLM #9834 applied the filters to one side only); ``context`` (rows, length)
+    gives each row its own context for a repetition penalty, the drafts before it included.
     """
-    return sampling.probs(logits, warpers)
+    return sampling.probs(logits, warpers, context)
 
 
 def accept(u: torch.Tensor, q_x: torch.Tensor, p_x: torch.Tensor) -> torch.Tensor:
