@@ -53,6 +53,12 @@ true while the target is memory-bound (a large model on a GPU reads its weights 
 of tokens). Where the pass costs more — small models on a CPU, compute-bound GPUs, large batches — the speedup is
 $$\text{speedup} = \frac{E[\text{tokens per round}]}{\gamma c + v},$$
 and since $v$ grows with $\gamma$, the best gamma is shorter than Thm 3.8's. The Theory tab draws both predictions.
+
+**What the embedded pair shows** (24 held-out prompts, gamma 1 to 8): with alpha from the tested drafts, Eq. (1)
+predicts the measured tokens per round within 1 % at temperature 1 and within 4 % greedy, and the accepted-drafts
+histogram follows the capped geometric law at temperature 1. Greedy rounds show a mild dependence at gamma 6 and
+above (the first draft is a little harder than the later ones). On a CPU the verify pass costs more than one target
+step, and the prediction with the measured $v$ is the one the measured speedup follows.
 """
 
 
