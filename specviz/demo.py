@@ -6,7 +6,10 @@ into a ``gr.Error`` with a clear message, and the app keeps serving the next vis
 
 from __future__ import annotations
 
+import atexit
 import itertools
+import math
+import shutil
 import os
 import tempfile
 import time
@@ -38,6 +41,7 @@ from specviz.pair import (  # noqa: E402
 from specviz.pair import preload as preload_pairs  # noqa: E402
 from specviz.recording import MAX_BYTES, Recording  # noqa: E402
 from specviz.sweep import sweep_stream  # noqa: E402
+from specviz.views.text import markdown_literal  # noqa: E402
 from specviz.views import (  # noqa: E402
     acceptance_figure,
     accepted_histogram_figure,
@@ -60,6 +64,9 @@ GAMMA_RANGE = (1, MAX_GAMMA)
 TEMPERATURE_RANGE = (0.0, 2.0)
 MAX_NEW_TOKENS_RANGE = (1, 256)
 TOP_K_MAX = 1000
+LOAD_CONCURRENCY = 2  # recordings loaded at once (each is bounded work: see specviz.validation)
+SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed; the signed range is safe everywhere
+TEMPERATURE_MIN = 0.01  # below it, logits / temperature overflows float32: use 0 for greedy
 PROMPT_CHARS_MAX = 2000
 SWEEP_GAMMAS = tuple(range(1, 9))
 # Wall-clock limits, in seconds, so one visitor cannot hold the device for long.
@@ -98,28 +105,73 @@ def _check(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed) 
         raise gr.Error("The prompt is empty: type some text (or pick an example) to continue.", title="Empty prompt")
     if len(prompt) > PROMPT_CHARS_MAX:
         raise gr.Error(f"The prompt has {len(prompt)} characters; the limit is {PROMPT_CHARS_MAX}.", title="Prompt too long")
+    if not isinstance(prompt, str):
+        raise gr.Error("The prompt must be text.", title="Bad prompt")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        raise gr.Error("The prompt holds characters that are not valid text (a lone surrogate): retype or paste it again.", title="Bad prompt") from None
     checks = [
         (gamma, *GAMMA_RANGE, "gamma"),
         (max_new_tokens, *MAX_NEW_TOKENS_RANGE, "max new tokens"),
         (top_k, 0, TOP_K_MAX, "top-k"),
+        (seed, 0, SEED_MAX, "seed"),
     ]
     for value, lo, hi, name in checks:
-        if value is None or int(value) != value or not lo <= value <= hi:
-            raise gr.Error(f"{name} must be a whole number from {lo} to {hi}, got {value}.", title=f"{name} out of range")
-    if temperature is None or not TEMPERATURE_RANGE[0] <= temperature <= TEMPERATURE_RANGE[1]:
-        raise gr.Error(f"temperature must be from {TEMPERATURE_RANGE[0]} to {TEMPERATURE_RANGE[1]} (0 is greedy), got {temperature}.", title="Temperature out of range")
-    if seed is None or int(seed) != seed or seed < 0:
-        raise gr.Error(f"seed must be a whole number >= 0, got {seed}.", title="Bad seed")
+        if not _number(value) or value != int(value) or not lo <= value <= hi:
+            raise gr.Error(f"{name} must be a whole number from {lo} to {hi}, got {_shown(value)}.", title=f"{name.capitalize()} out of range")
+    if not _number(temperature) or not (temperature == 0 or TEMPERATURE_MIN <= temperature <= TEMPERATURE_RANGE[1]):
+        raise gr.Error(f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN} to {TEMPERATURE_RANGE[1]}, got {_shown(temperature)}.",
+                       title="Temperature out of range")
+    if not _number(top_p) or not 0 < top_p <= 1:
+        raise gr.Error(f"top-p must be above 0 and at most 1 (1 keeps every token), got {_shown(top_p)}.", title="Top-p out of range")
     try:
         return Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
     except ValueError as err:
         raise gr.Error(str(err), title="Bad sampling settings") from err
 
 
+def _number(value) -> bool:
+    """A finite int or float (not a bool, not NaN or infinity): checked before any int() conversion."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(value) -> str:
+    """A control's value for a message, short whatever a client sent."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Numeric:
+    """A number control that checks what a client sent before Gradio converts it: a value that is
+    not a finite number gets a message naming the control (Gradio's own conversion would fail
+    with a bare error on text or a list)."""
+
+    def preprocess(self, payload):
+        if not _number(payload):
+            raise gr.Error(f"{self.label} must be a finite number, got {_shown(payload)}.", title=f"Bad {self.label}")
+        return super().preprocess(payload)
+
+
+class CheckedSlider(_Numeric, gr.Slider):
+    def get_block_name(self) -> str:
+        return "slider"
+
+
+class CheckedNumber(_Numeric, gr.Number):
+    def get_block_name(self) -> str:
+        return "number"
+
+
 RECORDINGS = ASSETS / "recordings"
 # Each finished run is written here for the download button; only the newest few are kept.
 _DOWNLOADS = Path(tempfile.mkdtemp(prefix="specviz-"))
-_KEEP_DOWNLOADS = 64
+atexit.register(shutil.rmtree, _DOWNLOADS, ignore_errors=True)  # the folder does not outlive the app
+_KEEP_DOWNLOADS = 16
+# A visitor's state (one compact Recording) and Gradio's cached copies of downloads and uploads
+# are dropped this long after last use, so memory and disk stay flat however many come.
+SESSION_TTL_S = 1800
+CACHE_TTL_S = 900
 _race_nonce = itertools.count(1)
 
 
@@ -402,7 +454,7 @@ def load_recording(path):
         rec = Recording.load(path)
     except (ValueError, OSError) as err:
         raise gr.Error(f"This file cannot be replayed: {err}", title="Not a specviz recording") from err
-    status = f"Replaying a recording{': ' + rec.title if rec.title else ''}. No model was run."
+    status = f"Replaying a recording{': ' + markdown_literal(rec.title) if rec.title else ''}. No model was run."
     return _everything(rec, status, _save_for_download(rec))
 
 
@@ -449,8 +501,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 # One short run pays the first-call costs before any visitor does.
                 autoregressive_generate([result.eos_token_id or 0], result.target, max_new_tokens=2)
     latex = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
-    with gr.Blocks(title="specviz: speculative decoding, round by round", delete_cache=(3600, 3600)) as demo:
-        recording = gr.State(None)
+    with gr.Blocks(title="specviz: speculative decoding, round by round", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:
+        recording = gr.State(None, time_to_live=SESSION_TTL_S)
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=2, min_width=320):
@@ -463,14 +515,14 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     custom_target = gr.Textbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
                 prompt = gr.Textbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX)
                 gr.Examples(EXAMPLES, inputs=prompt, label="Example prompts (Python: the embedded pair was trained on the standard library)")
-                gamma = gr.Slider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
-                temperature = gr.Slider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)")
+                gamma = CheckedSlider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
+                temperature = CheckedSlider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)")
                 with gr.Row():
-                    top_k = gr.Number(value=DEFAULTS["top_k"], minimum=0, maximum=TOP_K_MAX, precision=0, label="top-k (0 = off)")
-                    top_p = gr.Slider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="top-p (1 = off)")
+                    top_k = CheckedNumber(value=DEFAULTS["top_k"], minimum=0, maximum=TOP_K_MAX, precision=0, label="top-k (0 = off)")
+                    top_p = CheckedSlider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="top-p (1 = off)")
                 with gr.Row():
-                    max_new_tokens = gr.Slider(*MAX_NEW_TOKENS_RANGE, value=DEFAULTS["max_new_tokens"], step=1, label="max new tokens")
-                    seed = gr.Number(value=DEFAULTS["seed"], minimum=0, precision=0, label="seed")
+                    max_new_tokens = CheckedSlider(*MAX_NEW_TOKENS_RANGE, value=DEFAULTS["max_new_tokens"], step=1, label="max new tokens")
+                    seed = CheckedNumber(value=DEFAULTS["seed"], minimum=0, maximum=SEED_MAX, precision=0, label="seed")
                 with gr.Row():
                     run = gr.Button("Generate", variant="primary", scale=3)
                     stop = gr.Button("Stop", variant="stop", scale=1, elem_id="sv-stop")
@@ -545,8 +597,10 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         stop.click(stopped, recording, status, cancels=[run_event, sweep_event], api_name="stop", **view)
         pair_name.change(_pair_info, pair_name, pair_info, api_visibility="private", **view)
         race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)
-        upload.upload(load_recording, upload, outputs, api_name="load_recording", **view)
-        example_button.click(load_example, example, outputs, api_name="load_prepared", **view)
+        # Loading runs in the queue with its own limit, so uploads cannot starve generation.
+        loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")
+        upload.upload(load_recording, upload, outputs, api_name="load_recording", **loads)
+        example_button.click(load_example, example, outputs, api_name="load_prepared", **loads)
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
     return demo
 

@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from specviz import validation
 from specviz.sweep import Sweep, SweepPoint
 from specviz.trace import SCHEMA_VERSION, Trace, validate
 
@@ -62,8 +63,11 @@ class Recording:
             d = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"the file is not JSON ({e})") from None
+        except RecursionError:
+            raise ValueError(f"the file is nested too deeply; a recording nests at most {validation.MAX_DEPTH} levels") from None
         if not isinstance(d, dict):
             raise ValueError("the file is not a specviz recording: expected a JSON object")
+        validation.check_depth(d)
         if d.get("format") != FORMAT:
             if "rounds" in d and "mode" in d:  # a bare trace, as `generate --json` prints it
                 d = {"speculative": d}
@@ -73,8 +77,18 @@ class Recording:
         if spec.mode != "speculative":
             raise ValueError("the recording's 'speculative' trace is an autoregressive one")
         baseline = Trace.from_dict(d["baseline"]) if d.get("baseline") is not None else None
-        sweep = validate(Sweep, d["sweep"], "sweep") if d.get("sweep") is not None else None
-        return cls(speculative=spec, baseline=baseline, sweep=sweep, title=str(d.get("title", "")))
+        if baseline is not None and baseline.mode != "autoregressive":
+            raise ValueError("not a specviz recording: baseline: must be an autoregressive trace")
+        sweep = None
+        if d.get("sweep") is not None:
+            points = d["sweep"].get("points") if isinstance(d["sweep"], dict) else None
+            if isinstance(points, list) and len(points) > validation.MAX_SWEEP_POINTS:
+                raise ValueError(f"not a specviz recording: sweep.points: {len(points)} points; at most {validation.MAX_SWEEP_POINTS}")
+            sweep = validation.check_sweep(validate(Sweep, d["sweep"], "sweep"))
+        title = d.get("title", "")
+        if not isinstance(title, str) or len(title) > validation.MAX_TITLE:
+            raise ValueError(f"not a specviz recording: title: must be text of at most {validation.MAX_TITLE} characters")
+        return cls(speculative=spec, baseline=baseline, sweep=sweep, title=title)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

@@ -25,6 +25,10 @@ from transformers import (
 )
 
 
+# Below this, logits / temperature overflows float32 for ordinary logits: use 0 for greedy.
+MIN_TEMPERATURE = 1e-3
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How tokens are chosen from a model's logits.
@@ -52,6 +56,9 @@ class Sampling:
     def __post_init__(self) -> None:
         if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature!r}")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            # logits / temperature would overflow float32 and every distribution become NaN
+            raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
             raise ValueError(f"top_k must be a whole number >= 0 (0 keeps every token), got {self.top_k!r}")
         if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):

@@ -246,16 +246,24 @@ class Trace:
         """Rebuild a Trace from ``to_dict`` output, validated field by field against the
         dataclasses above (pydantic); derived totals in ``d`` are ignored and recomputed.
 
+        Then every field is checked to its meaning and the counts are bounded
+        (``specviz.validation``): a trace from a file is data from outside.
+
         Raises:
             ValueError: ``d`` is not a trace: a field is missing or has the wrong type, a
-                verdict or kind is unknown, or the schema version is newer than this code.
+                verdict or kind is unknown, the schema version is newer than this code, or a
+                value is out of range or inconsistent (the message names the field).
         """
+        from specviz import validation
+
         if not isinstance(d, dict):
             raise ValueError(f"not a specviz trace: expected a JSON object, got {type(d).__name__}")
         version = d.get("schema_version", 1)
-        if not isinstance(version, int) or version > SCHEMA_VERSION:
+        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
             raise ValueError(f"trace schema version {version!r} is not supported (this specviz reads 1 to {SCHEMA_VERSION})")
-        return validate(Trace, d, "trace")
+        validation.check_depth(d)
+        validation.check_structure(d)
+        return validation.check_trace(validate(Trace, d, "trace"))
 
 
 @functools.cache

@@ -220,3 +220,45 @@ def test_an_oversized_upload_is_refused(client, tmp_path):
     assert "large" in str(err.value).lower() or "size" in str(err.value).lower() or "413" in str(err.value), err.value
     tokens, *_ = call(client, max_new_tokens=8)
     assert "sv-" in tokens
+
+
+FUZZ = ["NaN", "Infinity", "-Infinity", "1e300", str(2**70), str(-(2**70)), '"seven"', "null", "[4]", "true"]
+
+
+def raw_call(client, args: dict) -> str:
+    """Call /generate over HTTP with a hand-written JSON body (NaN and Infinity are sent as the
+    literals a client can send, which gradio_client refuses to encode); return the event stream text."""
+    import httpx
+
+    body = '{"data": [' + ", ".join(v if isinstance(v, str) and k.startswith("raw:") else __import__("json").dumps(v)
+                                   for k, v in args.items()) + "]}"
+    base = client.src.rstrip("/") + "/gradio_api/call/generate"
+    event = httpx.post(base, content=body, headers={"content-type": "application/json"}, timeout=60).json()["event_id"]
+    return httpx.get(f"{base}/{event}", timeout=120).text
+
+
+@pytest.mark.parametrize("control", ["gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed"])
+def test_api_fuzz_every_control_gets_a_message_and_the_app_keeps_serving(client, control):
+    """NaN, infinities, huge, wrong-typed and missing values for each control, sent as raw JSON:
+    each is answered with an error event carrying a message that names the control or the
+    bound it broke (Gradio's own check or the handler's), and the next good request is served."""
+    import re
+
+    for value in FUZZ:
+        if control in ("temperature", "top_p") and value == "true":
+            continue  # JSON true is the number 1 to Gradio's slider: in range for these two
+        args = DEFAULTS | {"max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": ""}
+        args = {("raw:" + k if k == control else k): (value if k == control else v) for k, v in args.items()}
+        text = raw_call(client, args)
+        assert "event: error" in text, (control, value, text[-300:])
+        message = text.split("event: error", 1)[1]
+        name = control.replace("_", "[-_ ]")
+        assert re.search(rf"(?i){name}|minimum|maximum|number|value|float|int", message), (control, value, message[:300])
+    tokens, *_ = call(client, max_new_tokens=4)
+    assert "sv-" in tokens
+
+
+def test_a_prompt_with_a_lone_surrogate_gets_a_message(client):
+    args = {("raw:prompt" if k == "prompt" else k): v for k, v in DEFAULTS.items()}
+    text = raw_call(client, args | {"raw:prompt": '"def f():\\ud800"', "max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": ""})
+    assert "event: error" in text and "prompt" in text.split("event: error", 1)[1].lower(), text[-300:]

@@ -1,0 +1,627 @@
+"""The Gradio page: controls in, engine, trace, views out.
+
+Only this module and ``app.py`` know Gradio. Every failure a visitor can cause is turned
+into a ``gr.Error`` with a clear message, and the app keeps serving the next visitor.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import math
+import shutil
+import os
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import gradio as gr  # noqa: E402
+import torch  # noqa: E402
+
+from specviz import Sampling, Trace, autoregressive_generate, autoregressive_stream, speculative_stream  # noqa: E402
+from specviz.sampling import DEFAULT_SAMPLING  # noqa: E402
+from specviz.trace import MAX_GAMMA  # noqa: E402
+from specviz.gpu import gpu_task, on_zerogpu  # noqa: E402
+from specviz.gpu_duration import generate_duration, sweep_duration  # noqa: E402
+from specviz.pair import (  # noqa: E402
+    ASSETS,
+    EMBEDDED,
+    PRESETS,
+    Pair,
+    PairError,
+    custom_models_allowed,
+    encode_prompt,
+    free_memory,
+    load_pair,
+    loaded_pair,
+)
+from specviz.pair import preload as preload_pairs  # noqa: E402
+from specviz.recording import MAX_BYTES, Recording  # noqa: E402
+from specviz.sweep import sweep_stream  # noqa: E402
+from specviz.views.text import markdown_literal  # noqa: E402
+from specviz.views import (  # noqa: E402
+    acceptance_figure,
+    accepted_histogram_figure,
+    THEORY_NOTE,
+    explanation_markdown,
+    legend_html,
+    position_figure,
+    race_html,
+    round_html,
+    slowdown_for,
+    speedup_figure,
+    stats_html,
+    sweep_figure,
+    timeline_figure,
+    tokens_html,
+)
+
+# Caps shown in the UI and enforced again in the handler (a client can bypass sliders).
+GAMMA_RANGE = (1, MAX_GAMMA)
+TEMPERATURE_RANGE = (0.0, 2.0)
+MAX_NEW_TOKENS_RANGE = (1, 256)
+TOP_K_MAX = 1000
+LOAD_CONCURRENCY = 2  # recordings loaded at once (each is bounded work: see specviz.validation)
+SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed; the signed range is safe everywhere
+TEMPERATURE_MIN = 0.01  # below it, logits / temperature overflows float32: use 0 for greedy
+PROMPT_CHARS_MAX = 2000
+SWEEP_GAMMAS = tuple(range(1, 9))
+# Wall-clock limits, in seconds, so one visitor cannot hold the device for long.
+RUN_SECONDS_MAX = float(os.environ.get("SPECVIZ_RUN_SECONDS", "60"))
+SWEEP_SECONDS_MAX = float(os.environ.get("SPECVIZ_SWEEP_SECONDS", "120"))
+# Runs sharing the device at once (generate and sweep share this limit): 1 per GPU.
+CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "1"))
+PACES = ("slow motion (about 10 s)", "true timing")
+# Redraw the streamed text at most this often (ms): drawing is not free for the browser.
+STREAM_INTERVAL_MS = 80
+
+DEFAULTS = dict(gamma=4, temperature=DEFAULT_SAMPLING.temperature, top_k=DEFAULT_SAMPLING.top_k, top_p=DEFAULT_SAMPLING.top_p,
+                max_new_tokens=128, seed=0)
+# Prompts end at a colon, not a newline: the tokenizer merges a newline with the indentation
+# that follows, so the models continue best from there.
+EXAMPLES = [
+    "def is_prime(n):",
+    "class Stack:\n    def __init__(self):",
+    "import os\n\n\ndef read_lines(path):",
+    "    def __repr__(self):",
+    "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
+]
+
+INTRO = """\
+# specviz — speculative decoding, round by round
+A small **drafter** proposes `gamma` tokens; the large **target** scores them all in one forward pass. Each draft x is
+accepted when u < min(1, p(x)/q(x)); the first rejected one is replaced by a **correction** sampled from
+norm(max(0, p − q)); when every draft is accepted a **bonus** token comes from p. The output is distributed exactly as
+the target's own (Leviathan et al. 2023; Chen et al. 2023). Temperature 0 is greedy: the output is the target's greedy text.
+"""
+
+
+def _check(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed) -> Sampling:
+    """Validate the controls; raise gr.Error with what to change."""
+    if not prompt or not prompt.strip():
+        raise gr.Error("The prompt is empty: type some text (or pick an example) to continue.", title="Empty prompt")
+    if len(prompt) > PROMPT_CHARS_MAX:
+        raise gr.Error(f"The prompt has {len(prompt)} characters; the limit is {PROMPT_CHARS_MAX}.", title="Prompt too long")
+    if not isinstance(prompt, str):
+        raise gr.Error("The prompt must be text.", title="Bad prompt")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        raise gr.Error("The prompt holds characters that are not valid text (a lone surrogate): retype or paste it again.", title="Bad prompt") from None
+    checks = [
+        (gamma, *GAMMA_RANGE, "gamma"),
+        (max_new_tokens, *MAX_NEW_TOKENS_RANGE, "max new tokens"),
+        (top_k, 0, TOP_K_MAX, "top-k"),
+        (seed, 0, SEED_MAX, "seed"),
+    ]
+    for value, lo, hi, name in checks:
+        if not _number(value) or value != int(value) or not lo <= value <= hi:
+            raise gr.Error(f"{name} must be a whole number from {lo} to {hi}, got {_shown(value)}.", title=f"{name.capitalize()} out of range")
+    if not _number(temperature) or not (temperature == 0 or TEMPERATURE_MIN <= temperature <= TEMPERATURE_RANGE[1]):
+        raise gr.Error(f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN} to {TEMPERATURE_RANGE[1]}, got {_shown(temperature)}.",
+                       title="Temperature out of range")
+    if not _number(top_p) or not 0 < top_p <= 1:
+        raise gr.Error(f"top-p must be above 0 and at most 1 (1 keeps every token), got {_shown(top_p)}.", title="Top-p out of range")
+    try:
+        return Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
+    except ValueError as err:
+        raise gr.Error(str(err), title="Bad sampling settings") from err
+
+
+def _number(value) -> bool:
+    """A finite int or float (not a bool, not NaN or infinity): checked before any int() conversion."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(value) -> str:
+    """A control's value for a message, short whatever a client sent."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Numeric:
+    """A number control that checks what a client sent before Gradio converts it: a value that is
+    not a finite number gets a message naming the control (Gradio's own conversion would fail
+    with a bare error on text or a list)."""
+
+    def preprocess(self, payload):
+        if payload is not None and not _number(payload):
+            raise gr.Error(f"{self.label} must be a finite number, got {_shown(payload)}.", title=f"Bad {self.label}")
+        return super().preprocess(payload)
+
+from gradio.events import Dependency
+
+class CheckedSlider(_Numeric, gr.Slider):
+    def get_block_name(self) -> str:
+        return "slider"
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+
+class CheckedNumber(_Numeric, gr.Number):
+    def get_block_name(self) -> str:
+        return "number"
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+
+RECORDINGS = ASSETS / "recordings"
+# Each finished run is written here for the download button; only the newest few are kept.
+_DOWNLOADS = Path(tempfile.mkdtemp(prefix="specviz-"))
+atexit.register(shutil.rmtree, _DOWNLOADS, ignore_errors=True)  # the folder does not outlive the app
+_KEEP_DOWNLOADS = 16
+# A visitor's state (one compact Recording) and Gradio's cached copies of downloads and uploads
+# are dropped this long after last use, so memory and disk stay flat however many come.
+SESSION_TTL_S = 1800
+CACHE_TTL_S = 900
+_race_nonce = itertools.count(1)
+
+
+def _save_for_download(rec: Recording) -> str:
+    path = _DOWNLOADS / f"specviz-run-{time.strftime('%Y%m%d-%H%M%S')}-{next(_race_nonce)}.json"
+    rec.save(path)
+    for old in sorted(_DOWNLOADS.glob("*.json"), key=lambda p: p.stat().st_mtime)[:-_KEEP_DOWNLOADS]:
+        old.unlink(missing_ok=True)
+    return str(path)
+
+
+def _replay_slider(trace: Trace | None, value: int | None = None):
+    n = max(1, len(trace.rounds)) if trace is not None else 1
+    # Gradio needs maximum > minimum; a one-round run gets a fixed slider (the handlers clamp).
+    return gr.Slider(minimum=1, maximum=max(n, 2), value=min(value or n, n), step=1, interactive=n > 1)
+
+
+def _everything(rec: Recording, status: str, download: str | None):
+    """Every output of a finished run, in the order of build_demo's ``outputs``."""
+    spec, base = rec.speculative, rec.baseline
+    last = len(spec.rounds) - 1
+    return (
+        tokens_html(spec), stats_html(spec, base), acceptance_figure(spec), timeline_figure(spec, base), status, rec,
+        _replay_slider(spec), round_html(spec, max(last, 0)),
+        speedup_figure(spec, base), accepted_histogram_figure(spec), position_figure(spec), sweep_figure(rec.sweep),
+        race_html(spec, base, slowdown_for(spec, base), next(_race_nonce)),
+        gr.DownloadButton(value=download, interactive=download is not None),
+    )
+
+
+def _pair_ids(pair_name, custom_drafter, custom_target) -> dict:
+    """load_pair's arguments: the custom ids when the visitor gave any, else the preset name."""
+    drafter, target = (custom_drafter or "").strip(), (custom_target or "").strip()
+    return dict(drafter=drafter, target=target) if drafter or target else dict(name=pair_name)
+
+
+def _pair(pair_name, custom_drafter, custom_target, progress) -> Pair:
+    """Load (or reuse) the pair outside any GPU call, reporting progress to the page."""
+    try:
+        return load_pair(**_pair_ids(pair_name, custom_drafter, custom_target), progress=lambda f, m: progress(f, desc=m))
+    except PairError as err:
+        raise gr.Error(str(err), title="Model pair unavailable") from err
+
+
+def _resident(pair_name, custom_drafter, custom_target) -> Pair:
+    """The pair ``_pair`` loaded. It may be missing here: on ZeroGPU this runs in a worker process
+    forked before a later-loaded pair existed, and elsewhere another visitor's pair may have
+    replaced it; then it is loaded here (on ZeroGPU, once per worker)."""
+    ids = _pair_ids(pair_name, custom_drafter, custom_target)
+    pair = loaded_pair(**ids)
+    if pair is None:
+        try:
+            pair = load_pair(**ids)
+        except PairError as err:
+            raise gr.Error(str(err), title="Model pair unavailable") from err
+    return pair
+
+
+def _encode(pair: Pair, prompt: str, chat: bool) -> list[int]:
+    try:
+        return encode_prompt(pair, prompt, bool(chat) and pair.instruct)
+    except PairError as err:
+        raise gr.Error(str(err), title="Cannot use the chat template") from err
+
+
+def _failure(err: Exception, pair: Pair | None = None) -> gr.Error:
+    """A visitor-facing message for an error raised while generating; frees memory after an OOM."""
+    if isinstance(err, gr.Error):
+        return err
+    if isinstance(err, ValueError):
+        return gr.Error(str(err), title="Cannot generate")
+    if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
+        free_memory(pair.device if pair is not None else None)
+        return gr.Error("Out of memory: ask for fewer tokens, a shorter prompt or a smaller pair. The app is still running.", title="Out of memory")
+    # the app must keep serving; say what failed without a traceback
+    return gr.Error(f"Generation failed ({type(err).__name__}: {err}). The app is still running: try again or change the settings.", title="Generation failed")
+
+
+def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True,
+             custom_drafter="", custom_target="", progress=gr.Progress(), request: gr.Request = None):
+    """Stream a speculative run round by round, then measure the autoregressive baseline.
+
+    Yields every output in the order of build_demo's ``outputs`` (tokens HTML, stats HTML, two figures, status
+    Markdown, the Recording, the replay slider and panel, four theory figures, the race, the
+    download button); while streaming, the outputs that do not change are skipped. A run stops
+    at RUN_SECONDS_MAX; the Stop button cancels it between rounds.
+    """
+    _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    _pair(pair_name, custom_drafter, custom_target, progress)
+    session = _session(request)
+    _following[session] = True
+    skip = gr.skip()
+    try:
+        for event in _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+            kind, spec = event[0], event[1]
+            if kind == "round":
+                status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens…"
+                yield (tokens_html(spec), stats_html(spec), skip, skip, status, Recording(spec, title=event[2]), *_replay_outputs(spec, session),
+                       skip, skip, skip, skip, skip, skip)
+            elif kind == "speculative_done":
+                yield (tokens_html(spec), stats_html(spec), acceptance_figure(spec), timeline_figure(spec), "Measuring the autoregressive baseline…",
+                       Recording(spec, title=event[2]), *_replay_outputs(spec, session), skip, accepted_histogram_figure(spec), position_figure(spec),
+                       sweep_figure(None), skip, skip)
+            else:  # "done"
+                _, spec, baseline, title, done = event
+                rec = Recording(spec, baseline, title=title)
+                final = _everything(rec, done, _save_for_download(rec))
+                if not _following.get(session, True):  # the visitor is reading an earlier round: leave it in view
+                    n = len(spec.rounds)
+                    final = (*final[:6], gr.Slider(maximum=max(n, 2), interactive=n > 1), skip, *final[8:])
+                yield final
+    finally:
+        _following.pop(session, None)
+        # A long-lived server gives each run's memory back: collect, then trim (measured: a trim
+        # without the collection leaves RSS creeping up, 526 -> 542 MB over 30 runs).
+        free_memory(None if not on_zerogpu() else "cpu")
+
+
+@gpu_task(duration=generate_duration)
+def _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+    """The device half of ``generate``: traces in, no UI objects out.
+
+    On ZeroGPU this runs in a GPU worker process and what it yields is pickled, so it yields
+    plain data: ("round", spec, title) at most every STREAM_INTERVAL_MS, ("speculative_done",
+    spec, title), then ("done", spec, baseline, title, status). Errors leave as gr.Error.
+    """
+    sampling = _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    gamma, max_new_tokens, seed = int(gamma), int(max_new_tokens), int(seed)
+    pair = _resident(pair_name, custom_drafter, custom_target)
+    ids = _encode(pair, prompt, chat)
+    common = dict(sampling=sampling, eos_token_id=pair.eos_token_ids, seed=seed, tokenizer=pair.tokenizer)
+    deadline = time.monotonic() + RUN_SECONDS_MAX
+    timed_out = False
+    try:
+        last_draw = 0.0
+        spec = None
+        for spec in speculative_stream(ids, pair.drafter, pair.target, gamma=gamma, max_new_tokens=max_new_tokens, **common):
+            if time.monotonic() > deadline and not spec.stop_reason:
+                timed_out = True
+                spec.stop_reason = "time_limit"
+                spec.output_text = pair.tokenizer.decode(spec.output_ids)
+                break
+            now = time.perf_counter() * 1000
+            if now - last_draw >= STREAM_INTERVAL_MS and not spec.stop_reason:
+                last_draw = now
+                yield "round", spec, _title(pair.name, spec)
+        title = _title(pair.name, spec)
+        yield "speculative_done", spec, title
+        # The baseline makes as many tokens as the speculative run did, so the two are compared on equal work.
+        baseline = None
+        for baseline in autoregressive_stream(ids, pair.target, max_new_tokens=len(spec.output_ids), **common):
+            if time.monotonic() > deadline + RUN_SECONDS_MAX and not baseline.stop_reason:
+                break  # even a cut baseline measures tokens/s
+    except Exception as err:
+        raise _failure(err, pair) from err
+    how = f"stopped at the time limit of {RUN_SECONDS_MAX:.0f} s per run" if timed_out else spec.stop_reason.replace("_", " ")
+    done = f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({how}). Pair: {pair.name}, on {pair.device.type}."
+    yield "done", spec, baseline, title, done
+
+
+def _title(pair_name: str, spec: Trace) -> str:
+    s = spec.settings
+    sampling = s.get("sampling", {})
+    temp = sampling.get("temperature")
+    how = "greedy" if temp == 0 else f"T={temp}, top-k {sampling.get('top_k')}, top-p {sampling.get('top_p')}"
+    return f"{pair_name}, gamma {s.get('gamma')}, {how}, seed {s.get('seed')}"
+
+
+# Sessions with a run streaming -> whether their replay follows the newest round. A visitor who
+# steps back stops the following; stepping forward to the newest round resumes it.
+_following: dict[str, bool] = {}
+
+
+def _session(request: gr.Request | None) -> str | None:
+    return getattr(request, "session_hash", None)
+
+
+def replay_step(rec: Recording | None, current, delta: int, request: gr.Request | None = None):
+    """Move the replay by ``delta`` rounds; returns the slider and the round panel."""
+    if rec is None or not rec.speculative.rounds:
+        return gr.skip(), round_html(Trace(mode="speculative", prompt_ids=[]), 0)
+    n = len(rec.speculative.rounds)
+    index = min(max(int(current or 1) + delta, 1), n)
+    session = _session(request)
+    if session in _following:
+        _following[session] = index == n
+    return _replay_slider(rec.speculative, index), round_html(rec.speculative, index - 1)
+
+
+def replay_previous(rec: Recording | None, current, request: gr.Request):
+    return replay_step(rec, current, -1, request)
+
+
+def replay_next(rec: Recording | None, current, request: gr.Request):
+    return replay_step(rec, current, +1, request)
+
+
+def replay_show(rec: Recording | None, current, request: gr.Request):
+    """The round panel for the slider's value."""
+    return replay_step(rec, current, 0, request)[1]
+
+
+def _replay_outputs(spec: Trace, session: str | None):
+    """Slider and panel while streaming: the newest round, or only a longer slider if the visitor stepped back."""
+    if _following.get(session, True):
+        return _replay_slider(spec), round_html(spec, len(spec.rounds) - 1)
+    n = len(spec.rounds)
+    return gr.Slider(maximum=max(n, 2), interactive=n > 1), gr.skip()
+
+
+def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec: Recording | None, chat=True,
+              custom_drafter="", custom_target="", progress=gr.Progress()):
+    """Decode the prompt with gamma = 1..8 (same seed and settings) and plot each against the theory.
+
+    Yields (sweep figure, sweep status Markdown, Recording with the sweep attached).
+    """
+    _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed)
+    _pair(pair_name, custom_drafter, custom_target, progress)
+    sweep = None
+    for sweep in _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+        done = len(sweep.points)
+        yield sweep_figure(sweep), f"Sweep: {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} ({done} of {len(SWEEP_GAMMAS)})…", gr.skip()
+    if not sweep.points:
+        yield sweep_figure(sweep), f"Sweep stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s before any gamma finished.", gr.skip()
+        return
+    if rec is not None:
+        rec = Recording(rec.speculative, rec.baseline, sweep, rec.title)
+    best = max(sweep.points, key=lambda p: sweep.speedup(p) or 0.0)
+    cut = "" if len(sweep.points) == len(SWEEP_GAMMAS) else f" Stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s after gamma {sweep.points[-1].gamma}."
+    yield sweep_figure(sweep), f"Sweep done: fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).{cut}", rec if rec is not None else gr.skip()
+
+
+def _sweep_duration(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed=None, chat=None, custom_drafter="", custom_target="", *rest, **kwargs) -> int:
+    try:
+        n = int(max_new_tokens)
+    except (TypeError, ValueError):
+        n = MAX_NEW_TOKENS_RANGE[1]
+    return sweep_duration(pair_name, SWEEP_GAMMAS, n, custom_drafter=custom_drafter, custom_target=custom_target)
+
+
+@gpu_task(duration=_sweep_duration)
+def _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+    """The device half of ``run_sweep``: yields the growing Sweep (plain data); errors leave as gr.Error."""
+    sampling = _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed)
+    pair = _resident(pair_name, custom_drafter, custom_target)
+    ids = _encode(pair, prompt, chat)
+    common = dict(sampling=sampling, max_new_tokens=int(max_new_tokens), eos_token_id=pair.eos_token_ids, seed=int(seed), tokenizer=pair.tokenizer)
+    deadline = time.monotonic() + SWEEP_SECONDS_MAX
+    try:
+        for sweep in sweep_stream(ids, pair.drafter, pair.target, gammas=SWEEP_GAMMAS, **common):
+            yield sweep
+            if time.monotonic() > deadline:
+                break
+    except Exception as err:
+        raise _failure(err, pair) from err
+
+
+def stopped(rec: Recording | None):
+    """Status after the Stop button: what was kept."""
+    if rec is None:
+        return "Stopped."
+    spec = rec.speculative
+    return f"Stopped by you after {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds; the replay keeps what was generated."
+
+
+def start_race(rec: Recording | None, pace: str):
+    """The race HTML for the current run, restarted."""
+    if rec is None:
+        raise gr.Error("Generate a run (or load a recording) first: the race replays it.", title="Nothing to race")
+    spec, base = rec.speculative, rec.baseline
+    slow = 1.0 if pace == PACES[1] else slowdown_for(spec, base)
+    return race_html(spec, base, slow, next(_race_nonce))
+
+
+def load_recording(path):
+    """Show a saved recording (uploaded file or prepared example) without any model."""
+    if not path:
+        raise gr.Error("Choose a recording first.", title="No file")
+    try:
+        rec = Recording.load(path)
+    except (ValueError, OSError) as err:
+        raise gr.Error(f"This file cannot be replayed: {err}", title="Not a specviz recording") from err
+    status = f"Replaying a recording{': ' + markdown_literal(rec.title) if rec.title else ''}. No model was run."
+    return _everything(rec, status, _save_for_download(rec))
+
+
+def load_example(name):
+    """Load one of the recordings shipped in assets/recordings."""
+    path = RECORDINGS / f"{name}.json"
+    if not name or not path.is_file():
+        raise gr.Error(f"No prepared recording named {name!r}.", title="Unknown recording")
+    return load_recording(str(path))
+
+
+def _examples() -> list[str]:
+    return sorted(p.stem for p in RECORDINGS.glob("*.json"))
+
+
+def _pair_info(name: str | None) -> str:
+    preset = PRESETS.get(name or EMBEDDED)
+    return f"<small>{preset.summary}</small>" if preset else ""
+
+
+def _caps(max_queue: int) -> str:
+    return (
+        f"<small>Limits here: prompt up to {PROMPT_CHARS_MAX} characters · gamma {GAMMA_RANGE[0]}–{GAMMA_RANGE[1]} · "
+        f"up to {MAX_NEW_TOKENS_RANGE[1]} new tokens · {RUN_SECONDS_MAX:.0f} s per run (and as long again for the baseline) · "
+        f"{SWEEP_SECONDS_MAX:.0f} s per sweep · {CONCURRENCY} run at a time, up to {max_queue} waiting.</small>"
+    )
+
+
+def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
+    """The Blocks app.
+
+    Args:
+        preload: load the embedded pair now so the first Generate is quick.
+        max_queue: waiting requests beyond which new ones are refused with Gradio's
+            queue-full message (default: env ``SPECVIZ_MAX_QUEUE``, else 32).
+    """
+    max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
+    if preload:
+        # SPECVIZ_PRELOAD's pairs (default: embedded) load before launch; on ZeroGPU they must.
+        for name, result in preload_pairs().items():
+            if isinstance(result, PairError):
+                print(f"specviz: could not preload {name}: {result}")  # the app still serves the others
+            elif result.device.type == "cpu":
+                # One short run pays the first-call costs before any visitor does.
+                autoregressive_generate([result.eos_token_id or 0], result.target, max_new_tokens=2)
+    latex = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
+    with gr.Blocks(title="specviz: speculative decoding, round by round", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:
+        recording = gr.State(None, time_to_live=SESSION_TTL_S)
+        gr.Markdown(INTRO)
+        with gr.Row():
+            with gr.Column(scale=2, min_width=320):
+                pair_name = gr.Dropdown(list(PRESETS), value=EMBEDDED, label="Model pair (drafter -> target)",
+                                        info="Hub pairs are downloaded on first use; one pair stays loaded at a time.", elem_id="sv-pair")
+                pair_info = gr.Markdown(_pair_info(EMBEDDED), elem_id="sv-pair-info")
+                chat = gr.Checkbox(value=True, label="Apply the chat template (instruct pairs only)")
+                with gr.Row(visible=custom_models_allowed()):
+                    custom_drafter = gr.Textbox("", label="Custom drafter (hub id[@revision])", placeholder="owner/name", max_length=200)
+                    custom_target = gr.Textbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
+                prompt = gr.Textbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX)
+                gr.Examples(EXAMPLES, inputs=prompt, label="Example prompts (Python: the embedded pair was trained on the standard library)")
+                gamma = CheckedSlider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
+                temperature = CheckedSlider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)")
+                with gr.Row():
+                    top_k = CheckedNumber(value=DEFAULTS["top_k"], minimum=0, maximum=TOP_K_MAX, precision=0, label="top-k (0 = off)")
+                    top_p = CheckedSlider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="top-p (1 = off)")
+                with gr.Row():
+                    max_new_tokens = CheckedSlider(*MAX_NEW_TOKENS_RANGE, value=DEFAULTS["max_new_tokens"], step=1, label="max new tokens")
+                    seed = CheckedNumber(value=DEFAULTS["seed"], minimum=0, maximum=SEED_MAX, precision=0, label="seed")
+                with gr.Row():
+                    run = gr.Button("Generate", variant="primary", scale=3)
+                    stop = gr.Button("Stop", variant="stop", scale=1, elem_id="sv-stop")
+                gr.Markdown(_caps(max_queue), elem_id="sv-caps")
+            with gr.Column(scale=3, min_width=400):
+                gr.HTML(legend_html())
+                tokens = gr.HTML(label="Output", elem_id="sv-output")
+                status = gr.Markdown(elem_id="sv-status")
+                stats = gr.HTML(elem_id="sv-stats")
+        with gr.Tabs():
+            with gr.Tab("Charts", id="charts"):
+                with gr.Row():
+                    acceptance_plot = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
+                    timeline_plot = gr.Plot(label="Tokens over time", show_label=False, elem_id="sv-timeline")
+            with gr.Tab("Replay", id="replay"):
+                gr.Markdown("Step through the rounds: the drafts with q(x) and p(x), the uniform u against min(1, p/q), and where the correction or bonus token came from.")
+                with gr.Row(equal_height=True):
+                    prev_round = gr.Button("◀ Previous round", size="sm", elem_id="sv-prev", scale=1)
+                    replay_slider = gr.Slider(1, 2, value=1, interactive=False, step=1, label="round", elem_id="sv-round", scale=6)
+                    next_round = gr.Button("Next round ▶", size="sm", elem_id="sv-next", scale=1)
+                replay = gr.HTML(round_html(Trace(mode="speculative", prompt_ids=[]), 0), elem_id="sv-replay")
+            with gr.Tab("Theory", id="theory"):
+                gr.Markdown(THEORY_NOTE, latex_delimiters=[{"left": "$", "right": "$", "display": False}])
+                speedup_plot = gr.Plot(show_label=False, elem_id="sv-speedup")
+                with gr.Row():
+                    histogram_plot = gr.Plot(show_label=False, elem_id="sv-histogram")
+                    position_plot = gr.Plot(show_label=False, elem_id="sv-position")
+                with gr.Row(equal_height=True):
+                    sweep_button = gr.Button(f"Run gamma sweep ({SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]})", elem_id="sv-sweep-button", scale=1)
+                    sweep_status = gr.Markdown("Same prompt, seed and sampling settings; one baseline, then one run per gamma.", elem_id="sv-sweep-status")
+                sweep_plot = gr.Plot(sweep_figure(None), show_label=False, elem_id="sv-sweep")
+            with gr.Tab("Race", id="race"):
+                with gr.Row(equal_height=True):
+                    pace = gr.Radio(list(PACES), value=PACES[0], label="pace", scale=3)
+                    race_button = gr.Button("Start race", elem_id="sv-race-button", scale=1)
+                race = gr.HTML(elem_id="sv-race")
+            with gr.Tab("Save / load", id="files"):
+                gr.Markdown(
+                    "Save a run as JSON and replay it later with no model: prepare runs on a GPU, show them on a laptop offline. "
+                    f"Files are checked against the trace schema; at most {MAX_BYTES // (1024 * 1024)} MB."
+                )
+                with gr.Row():
+                    download = gr.DownloadButton("Download this run (JSON)", interactive=False, elem_id="sv-download")
+                    upload = gr.File(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
+                with gr.Row(equal_height=True):
+                    example = gr.Dropdown(_examples(), value=(_examples() or [None])[0], label="Prepared recordings (embedded pair)", scale=3)
+                    example_button = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)
+            with gr.Tab("Explanation", id="explain"):
+                gr.Markdown(explanation_markdown(), latex_delimiters=latex, elem_id="sv-explain")
+
+        # Views of a recording are cheap: they do not wait behind a generation.
+        view = dict(concurrency_limit=None, show_progress="hidden")
+        outputs = [tokens, stats, acceptance_plot, timeline_plot, status, recording, replay_slider, replay,
+                   speedup_plot, histogram_plot, position_plot, sweep_plot, race, download]
+        run_event = run.click(
+            generate,
+            inputs=[pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target],
+            outputs=outputs,
+            api_name="generate",
+            concurrency_limit=CONCURRENCY,
+            concurrency_id="device",
+        )
+        prev_round.click(replay_previous, [recording, replay_slider], [replay_slider, replay], api_visibility="private", **view)
+        next_round.click(replay_next, [recording, replay_slider], [replay_slider, replay], api_visibility="private", **view)
+        replay_slider.release(replay_show, [recording, replay_slider], replay, api_visibility="private", **view)
+        replay_slider.input(replay_show, [recording, replay_slider], replay, api_visibility="private", **view)
+        sweep_event = sweep_button.click(
+            run_sweep, [pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, recording, chat, custom_drafter, custom_target],
+            [sweep_plot, sweep_status, recording], api_name="sweep", concurrency_limit=CONCURRENCY, concurrency_id="device",
+        )
+        # Stop cancels the run or sweep between rounds; what was generated stays on the page.
+        stop.click(stopped, recording, status, cancels=[run_event, sweep_event], api_name="stop", **view)
+        pair_name.change(_pair_info, pair_name, pair_info, api_visibility="private", **view)
+        race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)
+        # Loading runs in the queue with its own limit, so uploads cannot starve generation.
+        loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")
+        upload.upload(load_recording, upload, outputs, api_name="load_recording", **loads)
+        example_button.click(load_example, example, outputs, api_name="load_prepared", **loads)
+    demo.queue(max_size=max_queue, default_concurrency_limit=1)
+    return demo
+
+
+def launch_kwargs(port: int | None = None) -> dict:
+    """Arguments for ``demo.launch``: local only, no share link, the app's theme."""
+    return dict(
+        server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+        theme=gr.themes.Soft(),
+        show_error=False,
+        max_file_size=MAX_BYTES,  # uploads are recordings; Gradio refuses larger files itself
+    )

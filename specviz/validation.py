@@ -1,0 +1,217 @@
+"""A recording or trace from outside is data: checked to its meaning, with the work of loading bounded by design.
+
+``Recording.from_json`` and ``Trace.from_dict`` call these checks. Three layers, cheapest first:
+
+1. ``check_structure`` on the parsed JSON, before any model object is built: nesting depth,
+   the number of rounds, drafts per round, top tokens per round, ids and sweep points, and the
+   length of every string. Each bound follows from what specviz itself can record (at most
+   MAX_NEW_TOKENS tokens, MAX_GAMMA drafts a round, TOP_TOKENS top tokens), so loading the
+   largest valid file costs a fixed, small amount of work whatever its bytes hold.
+2. pydantic, field by field against the dataclasses (``specviz.trace.validate``).
+3. ``check_trace`` on the built Trace: every probability finite and in [0, 1], u in [0, 1),
+   times finite and >= 0, gamma a whole number in 1..MAX_GAMMA, verdicts in the engine's order
+   (accepted, then at most one rejected, then discarded) and consistent with u and
+   min(1, p/q), each round's emitted ids equal to its kept drafts and final token, and the
+   output equal to the rounds' emitted ids in order.
+
+Every failure is a ValueError naming the field (as a path like ``rounds.3.drafts.0.q``) and
+what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specviz.trace import MAX_GAMMA, Trace
+
+# Bounds of what specviz records; a file beyond them was not written by specviz.
+MAX_NEW_TOKENS = 4096  # the demo offers up to 256; the command line and API take more
+MAX_PROMPT_TOKENS = 32768
+MAX_TOP_TOKENS = 5  # specviz.engine.TOP_TOKENS
+MAX_TOKEN_ID = 1 << 20  # above every hub vocabulary (Gemma's 262,144 is the largest in use)
+MAX_TEXT = 200_000  # characters of a prompt or output text
+MAX_TOKEN_TEXT = 256  # characters of one token's text
+MAX_TITLE = 300
+MAX_DEPTH = 12  # a recording nests 7 levels: recording, trace, rounds, round, drafts, draft, value
+MAX_SWEEP_POINTS = MAX_GAMMA
+# The engine decides u * q < p in float32 and the trace keeps u, p, q and min(1, p/q) in
+# float64 after that test, so a verdict within this much of the boundary may read either way.
+VERDICT_TOLERANCE = 1e-5
+
+
+def _fail(where: str, what: str) -> ValueError:
+    return ValueError(f"not a specviz recording: {where}: {what}")
+
+
+def check_depth(obj, limit: int = MAX_DEPTH) -> None:
+    """Refuse JSON nested deeper than ``limit`` (iteratively: deep input cannot exhaust the stack)."""
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            raise _fail("structure", f"nested more than {limit} levels deep; a recording nests about 7")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+
+
+def _count(value, bound: int, where: str, what: str) -> None:
+    if isinstance(value, (list, str)) and len(value) > bound:
+        raise _fail(where, f"{len(value)} {what}; at most {bound} are allowed")
+
+
+def check_structure(d, where: str = "trace") -> None:
+    """Bound the counts and string lengths of a parsed trace dict before anything is built from it."""
+    if not isinstance(d, dict):
+        return  # pydantic names the type error
+    _count(d.get("prompt_ids"), MAX_PROMPT_TOKENS, f"{where}.prompt_ids", "prompt tokens")
+    _count(d.get("output_ids"), MAX_NEW_TOKENS, f"{where}.output_ids", "output tokens")
+    _count(d.get("rounds"), MAX_NEW_TOKENS, f"{where}.rounds", "rounds")
+    for key, bound in (("prompt_text", MAX_TEXT), ("output_text", MAX_TEXT)):
+        _count(d.get(key), bound, f"{where}.{key}", "characters")
+    for i, r in enumerate(d.get("rounds") or []):
+        if not isinstance(r, dict):
+            continue
+        _count(r.get("drafts"), MAX_GAMMA, f"{where}.rounds.{i}.drafts", "drafts")
+        _count(r.get("final_top"), MAX_TOP_TOKENS, f"{where}.rounds.{i}.final_top", "top tokens")
+        _count(r.get("emitted_ids"), MAX_GAMMA + 1, f"{where}.rounds.{i}.emitted_ids", "emitted tokens")
+        _count(r.get("final_text"), MAX_TOKEN_TEXT, f"{where}.rounds.{i}.final_text", "characters")
+        for j, x in enumerate((r.get("drafts") or []) + (r.get("final_top") or [])):
+            if isinstance(x, dict):
+                _count(x.get("text"), MAX_TOKEN_TEXT, f"{where}.rounds.{i}.text", "characters")
+    settings = d.get("settings")
+    if isinstance(settings, dict):
+        check_depth(settings, 3)
+        _count(settings.get("models"), 2, f"{where}.settings.models", "models")
+        _count(settings.get("eos_token_id"), 16, f"{where}.settings.eos_token_id", "end-of-sequence ids")
+
+
+def _probability(x, where: str, upper_open: bool = False) -> None:
+    if x is None:
+        return
+    if not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 or x > 1 or (upper_open and x >= 1):
+        raise _fail(where, f"must be a finite number in [0, {'1)' if upper_open else '1]'}, got {x!r}")
+
+
+def _time(x, where: str) -> None:
+    if not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+        raise _fail(where, f"must be a finite time in ms >= 0, got {x!r}")
+
+
+def _token(x, where: str) -> None:
+    if not isinstance(x, int) or not 0 <= x < MAX_TOKEN_ID:
+        raise _fail(where, f"must be a token id from 0 to {MAX_TOKEN_ID - 1}, got {x!r}")
+
+
+def _whole(x, lo: int, hi: int, where: str) -> None:
+    if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
+        raise _fail(where, f"must be a whole number from {lo} to {hi}, got {x!r}")
+
+
+def check_settings(trace: Trace, where: str) -> None:
+    s = trace.settings
+    gamma = s.get("gamma")
+    if trace.mode == "speculative" or gamma is not None:
+        _whole(gamma, 1, MAX_GAMMA, f"{where}.settings.gamma")
+    sampling = s.get("sampling", {})
+    if not isinstance(sampling, dict):
+        raise _fail(f"{where}.settings.sampling", "must be an object of temperature, top_k, top_p")
+    for key, value in sampling.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise _fail(f"{where}.settings.sampling.{key}", f"must be a finite number, got {value!r}")
+    for key in ("seed", "max_new_tokens"):
+        if key in s and not (isinstance(s[key], int) and not isinstance(s[key], bool)):
+            raise _fail(f"{where}.settings.{key}", f"must be a whole number, got {s[key]!r}")
+    for key in ("mode", "device", "dtype"):
+        if key in s and not isinstance(s[key], str):
+            raise _fail(f"{where}.settings.{key}", "must be text")
+    if not all(isinstance(m, str) for m in s.get("models", [])):
+        raise _fail(f"{where}.settings.models", "must be a list of model names")
+
+
+def check_trace(trace: Trace, where: str = "trace") -> Trace:
+    """The meaning checks of the module docstring on a built Trace; returns it.
+
+    Raises:
+        ValueError: naming the first field that is out of range or inconsistent.
+    """
+    check_settings(trace, where)
+    for i, t in enumerate(trace.prompt_ids):
+        _token(t, f"{where}.prompt_ids.{i}")
+    for key in ("prefill_ms", "total_ms"):
+        _time(getattr(trace, key), f"{where}.{key}")
+    emitted: list[int] = []
+    for i, r in enumerate(trace.rounds):
+        at = f"{where}.rounds.{i}"
+        for key in ("draft_ms", "verify_ms", "end_ms"):
+            _time(getattr(r, key), f"{at}.{key}")
+        if r.gamma is not None:
+            _whole(r.gamma, 1, MAX_GAMMA, f"{at}.gamma")
+            if len(r.drafts) > r.gamma:
+                raise _fail(f"{at}.drafts", f"{len(r.drafts)} drafts in a round allowed gamma {r.gamma}")
+        if trace.mode == "autoregressive" and r.drafts:
+            raise _fail(f"{at}.drafts", "the autoregressive baseline drafts nothing")
+        verdicts = [d.verdict for d in r.drafts]
+        n_acc = verdicts.count("accepted")
+        if verdicts[:n_acc] != ["accepted"] * n_acc or verdicts.count("rejected") > 1 or (
+            "rejected" in verdicts and verdicts[n_acc] != "rejected") or any(v != "discarded" for v in verdicts[n_acc + ("rejected" in verdicts):]):
+            raise _fail(f"{at}.drafts", f"verdicts {verdicts} are not accepted drafts, then at most one rejected, then discarded ones")
+        if "discarded" in verdicts and "rejected" not in verdicts:
+            raise _fail(f"{at}.drafts", "drafts are discarded only after a rejected one")
+        for j, d in enumerate(r.drafts):
+            dw = f"{at}.drafts.{j}"
+            _token(d.token_id, f"{dw}.token_id")
+            for key in ("q", "p", "accept_prob", "beta"):
+                _probability(getattr(d, key), f"{dw}.{key}")
+            _probability(d.u, f"{dw}.u", upper_open=True)
+            if d.verdict != "discarded":
+                if d.q > 0 and abs(d.accept_prob - min(1.0, d.p / d.q)) > VERDICT_TOLERANCE:
+                    raise _fail(f"{dw}.accept_prob", f"{d.accept_prob!r} is not min(1, p/q) = {min(1.0, d.p / d.q)!r}")
+                if d.verdict == "accepted" and not d.u < d.accept_prob + VERDICT_TOLERANCE:
+                    raise _fail(dw, f"accepted although u = {d.u!r} is not below min(1, p/q) = {d.accept_prob!r}")
+                if d.verdict == "rejected" and not d.u > d.accept_prob - VERDICT_TOLERANCE:
+                    raise _fail(dw, f"rejected although u = {d.u!r} is below min(1, p/q) = {d.accept_prob!r}")
+        if r.final_token_id is not None:
+            _token(r.final_token_id, f"{at}.final_token_id")
+            _probability(r.final_prob, f"{at}.final_prob")
+            wanted_kind = "target" if trace.mode == "autoregressive" else ("correction" if "rejected" in verdicts else "bonus")
+            if r.final_kind != wanted_kind:
+                raise _fail(f"{at}.final_kind", f"{r.final_kind!r} after verdicts {verdicts}; it must be {wanted_kind!r}")
+            expected = [d.token_id for d in r.drafts[:n_acc]] + [r.final_token_id]
+        else:
+            if r.final_kind is not None:
+                raise _fail(f"{at}.final_kind", "a round without a final token has no final kind")
+            expected = [d.token_id for d in r.drafts[:n_acc]][: len(r.emitted_ids)]
+        if r.emitted_ids != expected:
+            raise _fail(f"{at}.emitted_ids", f"{r.emitted_ids} are not the round's kept drafts and final token {expected}")
+        for j, t in enumerate(r.final_top):
+            tw = f"{at}.final_top.{j}"
+            _token(t.token_id, f"{tw}.token_id")
+            for key in ("prob", "p", "q"):
+                _probability(getattr(t, key), f"{tw}.{key}")
+        emitted += r.emitted_ids
+    if trace.rounds and emitted != trace.output_ids:
+        raise _fail(f"{where}.output_ids", "are not the rounds' emitted tokens in order")
+    for i, t in enumerate(trace.output_ids):
+        _token(t, f"{where}.output_ids.{i}")
+    return trace
+
+
+def check_sweep(sweep):
+    """A sweep's numbers to their meaning: gammas in 1..MAX_GAMMA, counts whole and consistent, times finite >= 0."""
+    for key in ("baseline_tokens_per_second", "target_step_ms"):
+        _time(getattr(sweep, key), f"sweep.{key}")
+    for i, p in enumerate(sweep.points):
+        at = f"sweep.points.{i}"
+        _whole(p.gamma, 1, MAX_GAMMA, f"{at}.gamma")
+        for key in ("tokens", "rounds", "drafted", "accepted"):
+            _whole(getattr(p, key), 0, MAX_NEW_TOKENS * (MAX_GAMMA + 1), f"{at}.{key}")
+        for key in ("total_ms", "draft_ms"):
+            _time(getattr(p, key), f"{at}.{key}")
+        if p.verify_ms is not None:
+            _time(p.verify_ms, f"{at}.verify_ms")
+        rejected = p.rejected or 0
+        if p.accepted + rejected > p.drafted or rejected > p.rounds or p.drafted > p.rounds * p.gamma:
+            raise _fail(at, "accepted, rejected and drafted counts are inconsistent with the rounds and gamma")
+    return sweep
