@@ -96,7 +96,7 @@ def test_outputs_include_replay_theory_race_and_a_download(client):
     assert f"Round {n} of {n}" in replay and "min(1, p/q)" in replay
     for fig in (speedup, histogram, position):
         assert fig["type"] == "plotly"
-    assert "predicted" in speedup["plot"] and "optimal gamma" in speedup["plot"]
+    assert "Thm 3.8" in speedup["plot"] and "optimal gamma" in speedup["plot"] and "measured verify cost" in speedup["plot"]
     assert "sv-race-token" in race
     from specviz.recording import Recording
 

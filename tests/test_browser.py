@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import free_port
 
+# The tests share one page, in order: pyproject's --dist loadfile keeps them on one worker.
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -38,7 +38,7 @@ def _curve(fig: go.Figure, alpha: float, c: float, row=None, col=None, up_to: in
     fig.add_trace(go.Scatter(x=gammas, y=[theory.predicted_speedup(alpha, g, c) for g in gammas], mode="lines+markers",
                              name=f"Thm 3.8, v = 1 (alpha {alpha:.2f}, c {c:.2f})", line=dict(color=THEORY, width=2), marker=dict(size=5)), **kw)
     fig.add_trace(go.Scatter(x=[best], y=[theory.predicted_speedup(alpha, best, c)], mode="markers+text", name=f"optimal gamma, Thm 3.8 = {best}",
-                             text=[f"γ = {best}"], textposition="top center",
+                             text=[f"optimal γ = {best}"], textposition="top center",
                              marker=dict(symbol="star", size=16, color=ORANGE, line=dict(color="#333", width=1))), **kw)
     return best
 
@@ -52,7 +52,7 @@ def _verify_curve(fig: go.Figure, alpha: float, c: float, v: float, gamma_measur
     fig.add_trace(go.Scatter(x=gammas, y=ys, mode="lines+markers", name=f"with measured verify cost v = {v:.2f} at γ {gamma_measured:g}",
                              line=dict(color=VERIFY, width=2, dash="dash"), marker=dict(size=5)))
     fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers+text", name=f"optimal gamma, measured v = {best}",
-                             text=[f"γ = {best}"], textposition="top center",
+                             text=[f"with v: γ = {best}"], textposition="bottom center",
                              marker=dict(symbol="star", size=14, color=VERIFY, line=dict(color="#333", width=1))))
     return best
 
