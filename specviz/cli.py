@@ -141,7 +141,8 @@ def _record(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     title = args.title or f"{pair.name}, gamma {args.gamma}, temperature {args.temperature}, seed {args.seed}"
-    Recording(spec, baseline, sweep, title).save(args.out)
+    chat = {"auto": pair.instruct, "on": True, "off": False}[args.chat_template]
+    Recording(spec, baseline, sweep, title, prompt=args.prompt, chat=chat).save(args.out)
     print(f"wrote {args.out}: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds, alpha {spec.alpha:.3f} (accepted / tested)")
     return 0
 

@@ -40,6 +40,7 @@ from specviz.pair import (  # noqa: E402
 )
 from specviz.pair import preload as preload_pairs  # noqa: E402
 from specviz.recording import MAX_BYTES, Recording  # noqa: E402
+from specviz.speedup import estimate, interleave  # noqa: E402
 from specviz.sweep import sweep_stream  # noqa: E402
 from specviz.views.text import markdown_literal  # noqa: E402
 from specviz.views import (  # noqa: E402
@@ -54,6 +55,7 @@ from specviz.views import (  # noqa: E402
     slowdown_for,
     speedup_figure,
     stats_html,
+    summary,
     sweep_figure,
     timeline_figure,
     tokens_html,
@@ -192,10 +194,9 @@ def _replay_slider(trace: Trace | None, value: int | None = None):
 def _everything(rec: Recording, status: str, download: str | None):
     """Every output of a finished run, in the order of build_demo's ``outputs``."""
     spec, base = rec.speculative, rec.baseline
-    last = len(spec.rounds) - 1
     return (
         tokens_html(spec), stats_html(spec, base), acceptance_figure(spec), timeline_figure(spec, base), status, rec,
-        _replay_slider(spec), round_html(spec, max(last, 0)),
+        _replay_slider(spec, 1), round_html(spec, 0),  # a finished run or a loaded one replays from round 1
         speedup_figure(spec, base), accepted_histogram_figure(spec), position_figure(spec), sweep_figure(rec.sweep),
         race_html(spec, base, slowdown_for(spec, base), next(_race_nonce)),
         gr.DownloadButton(value=download, interactive=download is not None),
@@ -268,16 +269,16 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
         for event in _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
             kind, spec = event[0], event[1]
             if kind == "round":
-                status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens…"
+                status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
                 yield (tokens_html(spec), stats_html(spec), skip, skip, status, Recording(spec, title=event[2]), *_replay_outputs(spec, session),
                        skip, skip, skip, skip, skip, skip)
             elif kind == "speculative_done":
-                yield (tokens_html(spec), stats_html(spec), acceptance_figure(spec), timeline_figure(spec), "Measuring the autoregressive baseline…",
+                yield (tokens_html(spec), stats_html(spec), acceptance_figure(spec), timeline_figure(spec), "Finishing…",
                        Recording(spec, title=event[2]), *_replay_outputs(spec, session), skip, accepted_histogram_figure(spec), position_figure(spec),
                        sweep_figure(None), skip, skip)
             else:  # "done"
                 _, spec, baseline, title, done = event
-                rec = Recording(spec, baseline, title=title)
+                rec = Recording(spec, baseline, title=title, prompt=prompt, chat=bool(chat))
                 final = _everything(rec, done, _save_for_download(rec))
                 if not _following.get(session, True):  # the visitor is reading an earlier round: leave it in view
                     n = len(spec.rounds)
@@ -294,6 +295,10 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
 def _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
     """The device half of ``generate``: traces in, no UI objects out.
 
+    The speculative run and its autoregressive baseline run in turns (``specviz.speedup.interleave``),
+    so whatever else the machine does slows both alike and the speedup compares like with like;
+    the baseline stops at the speculative run's token count (equal work).
+
     On ZeroGPU this runs in a GPU worker process and what it yields is pickled, so it yields
     plain data: ("round", spec, title) at most every STREAM_INTERVAL_MS, ("speculative_done",
     spec, title), then ("done", spec, baseline, title, status). Errors leave as gr.Error.
@@ -303,28 +308,28 @@ def _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_
     pair = _resident(pair_name, custom_drafter, custom_target)
     ids = _encode(pair, prompt, chat)
     common = dict(sampling=sampling, eos_token_id=pair.eos_token_ids, seed=seed, tokenizer=pair.tokenizer)
-    deadline = time.monotonic() + RUN_SECONDS_MAX
+    # The two runs share the time of both: RUN_SECONDS_MAX each, taken in turns.
+    deadline = time.monotonic() + 2 * RUN_SECONDS_MAX
     timed_out = False
     try:
         last_draw = 0.0
-        spec = None
-        for spec in speculative_stream(ids, pair.drafter, pair.target, gamma=gamma, max_new_tokens=max_new_tokens, **common):
-            if time.monotonic() > deadline and not spec.stop_reason:
+        spec = baseline = None
+        runs = interleave(speculative_stream(ids, pair.drafter, pair.target, gamma=gamma, max_new_tokens=max_new_tokens, **common),
+                          autoregressive_stream(ids, pair.target, max_new_tokens=max_new_tokens, **common))
+        for spec, baseline in runs:
+            if time.monotonic() > deadline and spec is not None and not spec.stop_reason:
                 timed_out = True
-                spec.stop_reason = "time_limit"
-                spec.output_text = pair.tokenizer.decode(spec.output_ids)
+                for t in (spec, baseline):
+                    if t is not None and not t.stop_reason:
+                        t.stop_reason = "time_limit"
+                        t.output_text = pair.tokenizer.decode(t.output_ids)
                 break
             now = time.perf_counter() * 1000
-            if now - last_draw >= STREAM_INTERVAL_MS and not spec.stop_reason:
+            if spec is not None and now - last_draw >= STREAM_INTERVAL_MS and not spec.stop_reason:
                 last_draw = now
                 yield "round", spec, _title(pair.name, spec)
         title = _title(pair.name, spec)
         yield "speculative_done", spec, title
-        # The baseline makes as many tokens as the speculative run did, so the two are compared on equal work.
-        baseline = None
-        for baseline in autoregressive_stream(ids, pair.target, max_new_tokens=len(spec.output_ids), **common):
-            if time.monotonic() > deadline + RUN_SECONDS_MAX and not baseline.stop_reason:
-                break  # even a cut baseline measures tokens/s
     except Exception as err:
         raise _failure(err, pair) from err
     how = f"stopped at the time limit of {RUN_SECONDS_MAX:.0f} s per run" if timed_out else spec.stop_reason.replace("_", " ")
@@ -398,7 +403,7 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
         yield sweep_figure(sweep), f"Sweep stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s before any gamma finished.", gr.skip()
         return
     if rec is not None:
-        rec = Recording(rec.speculative, rec.baseline, sweep, rec.title)
+        rec = Recording(rec.speculative, rec.baseline, sweep, rec.title, rec.prompt, rec.chat)
     best = max(sweep.points, key=lambda p: sweep.speedup(p) or 0.0)
     cut = "" if len(sweep.points) == len(SWEEP_GAMMAS) else f" Stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s after gamma {sweep.points[-1].gamma}."
     yield sweep_figure(sweep), f"Sweep done: fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).{cut}", rec if rec is not None else gr.skip()
@@ -429,12 +434,41 @@ def _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_token
         raise _failure(err, pair) from err
 
 
+def run(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: int = 4, temperature: float = 0.7, top_k: int = 40,
+        top_p: float = 0.95, max_new_tokens: int = 128, seed: int = 0, chat: bool = True) -> dict:
+    """Run speculative decoding and its autoregressive baseline (interleaved) and return the results as JSON.
+
+    Arguments are the page's controls: a preset pair name, the prompt, gamma (1-16), temperature
+    (0 greedy, or 0.01-2), top-k (0 off), top-p (0-1], max new tokens (1-256), seed (0 to 2^63 - 1),
+    and whether instruct pairs get their chat template.
+
+    Returns a dict: "summary" (the numbers the page shows, each named with its denominator:
+    draft_acceptance_rate, alpha, mean_beta, mean_tokens_per_round, tokens/s of both runs,
+    speedup with speedup_low and speedup_high (the middle half of the run's stretches),
+    cost_coefficient, verify_cost, predicted speedups), "status", and "trace" and "baseline"
+    (every round, as ``specviz.Trace.to_dict``; ``Trace.from_dict`` reads them back).
+    Errors come back as messages naming the control and its allowed range.
+    """
+    _pair(pair_name, "", "", lambda *args, **kwargs: None)
+    final = None
+    for final in _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, "", ""):
+        pass
+    _, spec, baseline, _title_text, done = final
+    numbers = summary(spec, baseline)
+    est = estimate(spec, baseline)
+    numbers.update(speedup_low=est.low if est else None, speedup_high=est.high if est else None)
+    return {"summary": numbers, "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}
+
+
 def stopped(rec: Recording | None):
-    """Status after the Stop button: what was kept."""
-    if rec is None:
-        return "Stopped."
+    """After the Stop button: every output shows the rounds done (stats, charts, replay from round 1);
+    the speedup needs the baseline, which a stopped run does not finish."""
+    if rec is None or not rec.speculative.rounds:
+        return (gr.skip(),) * 4 + ("Stopped before the first round.",) + (gr.skip(),) * 9
     spec = rec.speculative
-    return f"Stopped by you after {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds; the replay keeps what was generated."
+    status = (f"Stopped by you after {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds: the stats, charts and replay "
+              "show those rounds; the speedup needs a finished baseline, so it is left out.")
+    return _everything(Recording(spec, None, rec.sweep, rec.title, rec.prompt, rec.chat), status, None)
 
 
 def start_race(rec: Recording | None, pace: str):
@@ -456,6 +490,50 @@ def load_recording(path):
         raise gr.Error(f"This file cannot be replayed: {err}", title="Not a specviz recording") from err
     status = f"Replaying a recording{': ' + markdown_literal(rec.title) if rec.title else ''}. No model was run."
     return _everything(rec, status, _save_for_download(rec))
+
+
+def _preset_of(rec: Recording) -> str | None:
+    """The preset whose drafter and target the recording names, if this app offers it."""
+    models = list(rec.speculative.settings.get("models") or [])
+    for name, preset in PRESETS.items():
+        names = []
+        for ref in (preset.drafter, preset.target):
+            parts = Path(ref).parts
+            names.append("/".join(parts[-2:]) if Path(ref).is_absolute() else ref)
+        if names == models:
+            return name
+    return None
+
+
+def restore_controls(rec: Recording | None):
+    """Set every control to what the recording ran with, so Generate reproduces it (same tokens
+    for the same seed); says which pair it came from when this app does not offer that pair.
+
+    Returns updates for: pair, prompt, chat toggle, gamma, temperature, top-k, top-p, max new
+    tokens, seed, and the status line.
+    """
+    if rec is None:
+        return (gr.skip(),) * 10
+    s = rec.speculative.settings
+    sampling = s.get("sampling") or {}
+    preset = _preset_of(rec)
+    prompt = rec.prompt or rec.speculative.prompt_text
+    models = " -> ".join(markdown_literal(str(m)) for m in s.get("models") or []) or "unknown models"
+    where = "" if preset else f" It was recorded with {models}, which this app does not offer: the pair menu is unchanged."
+    status = f"Replaying a recording{': ' + markdown_literal(rec.title) if rec.title else ''}. No model was run. The controls are set to its settings.{where}"
+    value = lambda key, default: s.get(key) if s.get(key) is not None else default  # noqa: E731
+    return (
+        gr.update(value=preset) if preset else gr.skip(),
+        gr.update(value=prompt[:PROMPT_CHARS_MAX]),
+        gr.update(value=bool(rec.chat)) if rec.chat is not None else gr.skip(),
+        gr.update(value=value("gamma", DEFAULTS["gamma"])),
+        gr.update(value=sampling.get("temperature", DEFAULTS["temperature"])),
+        gr.update(value=sampling.get("top_k", DEFAULTS["top_k"])),
+        gr.update(value=sampling.get("top_p", DEFAULTS["top_p"])),
+        gr.update(value=value("max_new_tokens", DEFAULTS["max_new_tokens"])),
+        gr.update(value=value("seed", DEFAULTS["seed"])),
+        status,
+    )
 
 
 def load_example(name):
@@ -594,13 +672,16 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
             [sweep_plot, sweep_status, recording], api_name="sweep", concurrency_limit=CONCURRENCY, concurrency_id="device",
         )
         # Stop cancels the run or sweep between rounds; what was generated stays on the page.
-        stop.click(stopped, recording, status, cancels=[run_event, sweep_event], api_name="stop", **view)
+        stop.click(stopped, recording, outputs, cancels=[run_event, sweep_event], api_name="stop", **view)
+        gr.api(run, api_name="run", concurrency_limit=CONCURRENCY, concurrency_id="device")
         pair_name.change(_pair_info, pair_name, pair_info, api_visibility="private", **view)
         race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)
         # Loading runs in the queue with its own limit, so uploads cannot starve generation.
         loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")
-        upload.upload(load_recording, upload, outputs, api_name="load_recording", **loads)
-        example_button.click(load_example, example, outputs, api_name="load_prepared", **loads)
+        restore = dict(fn=restore_controls, inputs=recording, api_visibility="private", show_progress="hidden",
+                       outputs=[pair_name, prompt, chat, gamma, temperature, top_k, top_p, max_new_tokens, seed, status])
+        upload.upload(load_recording, upload, outputs, api_name="load_recording", **loads).success(**restore)
+        example_button.click(load_example, example, outputs, api_name="load_prepared", **loads).success(**restore)
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
     return demo
 

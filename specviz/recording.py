@@ -28,12 +28,17 @@ class Recording:
         baseline: the autoregressive trace on the same settings, or None.
         sweep: a gamma sweep on the same prompt, or None.
         title: a label for menus (e.g. the pair and settings).
+        prompt: the prompt as the visitor typed it, before any chat template ("" when unknown:
+            then the trace's prompt_text stands in).
+        chat: whether the chat template was applied (None when unknown).
     """
 
     speculative: Trace
     baseline: Trace | None = None
     sweep: Sweep | None = None
     title: str = ""
+    prompt: str = ""
+    chat: bool | None = None
 
     def to_json(self) -> str:
         """The recording as JSON text (traces as ``Trace.to_dict``)."""
@@ -42,6 +47,8 @@ class Recording:
                 "format": FORMAT,
                 "schema_version": SCHEMA_VERSION,
                 "title": self.title,
+                "prompt": self.prompt,
+                "chat": self.chat,
                 "speculative": self.speculative.to_dict(),
                 "baseline": self.baseline.to_dict() if self.baseline is not None else None,
                 "sweep": asdict(self.sweep) if self.sweep is not None else None,
@@ -88,7 +95,12 @@ class Recording:
         title = d.get("title", "")
         if not isinstance(title, str) or len(title) > validation.MAX_TITLE:
             raise ValueError(f"not a specviz recording: title: must be text of at most {validation.MAX_TITLE} characters")
-        return cls(speculative=spec, baseline=baseline, sweep=sweep, title=title)
+        prompt, chat = d.get("prompt", ""), d.get("chat")
+        if not isinstance(prompt, str) or len(prompt) > validation.MAX_TEXT:
+            raise ValueError(f"not a specviz recording: prompt: must be text of at most {validation.MAX_TEXT} characters")
+        if chat is not None and not isinstance(chat, bool):
+            raise ValueError("not a specviz recording: chat: must be true, false or null")
+        return cls(speculative=spec, baseline=baseline, sweep=sweep, title=title, prompt=prompt, chat=chat)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

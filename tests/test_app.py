@@ -91,9 +91,9 @@ def test_outputs_include_replay_theory_race_and_a_download(client):
     import json
 
     out = call(client, max_new_tokens=24)
-    last_round, replay, speedup, histogram, position, sweep, race, download = out[5:]
-    n = int(last_round["value"])  # a component update: the slider moves to the last round
-    assert f"Round {n} of {n}" in replay and "min(1, p/q)" in replay
+    first_round, replay, speedup, histogram, position, sweep, race, download = out[5:]
+    assert int(first_round["value"]) == 1  # a finished run replays from round 1
+    assert "Round 1 of " in replay and "min(1, p/q)" in replay
     for fig in (speedup, histogram, position):
         assert fig["type"] == "plotly"
     assert "Thm 3.8" in speedup["plot"] and "optimal gamma" in speedup["plot"] and "measured verify cost" in speedup["plot"]
@@ -262,3 +262,28 @@ def test_a_prompt_with_a_lone_surrogate_gets_a_message(client):
     args = {("raw:prompt" if k == "prompt" else k): v for k, v in DEFAULTS.items()}
     text = raw_call(client, args | {"raw:prompt": '"def f():\\ud800"', "max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": ""})
     assert "event: error" in text and "prompt" in text.split("event: error", 1)[1].lower(), text[-300:]
+
+
+def test_run_endpoint_returns_the_trace_baseline_and_numbers(client):
+    from specviz.trace import Trace
+
+    out = client.predict("embedded", "def add(a, b):", 4, 0.0, 0, 1.0, 16, 0, True, api_name="/run")
+    s = out["summary"]
+    assert s["alpha"] == s["accepted"] / (s["accepted"] + s["rejected"])
+    assert s["speedup"] > 0 and s["verify_cost"] > 0 and "speedup_low" in s
+    spec, base = Trace.from_dict(out["trace"]), Trace.from_dict(out["baseline"])
+    assert spec.output_ids == base.output_ids  # greedy: the target's own tokens, equal work
+    assert out["status"].startswith("Done")
+
+
+def test_stop_shows_the_rounds_done(client):
+    job = client.submit(*(DEFAULTS | {"max_new_tokens": 256}).values(), api_name="/generate")
+    import time
+
+    for _ in range(200):
+        if len(job.outputs()) >= 2:
+            break
+        time.sleep(0.05)
+    out = client.predict(api_name="/stop")
+    job.cancel()
+    assert "Stopped" in out[4]

@@ -128,20 +128,20 @@ def test_replay_steps_through_rounds(page):
     title = panel.locator(".sv-round-title")
     title.wait_for(timeout=30_000)
     n = int(title.inner_text().split()[-1])
-    assert title.inner_text() == f"Round {n} of {n}"
-    page.locator("#sv-prev").click()
-    page.get_by_text(f"Round {n - 1} of {n}").wait_for(timeout=30_000)
-    page.locator("#sv-prev").click()
-    page.get_by_text(f"Round {n - 2} of {n}").wait_for(timeout=30_000)
+    assert title.inner_text() == f"Round 1 of {n}"  # a finished run replays from round 1
     page.locator("#sv-next").click()
-    page.get_by_text(f"Round {n - 1} of {n}").wait_for(timeout=30_000)
+    page.get_by_text(f"Round 2 of {n}").wait_for(timeout=30_000)
+    page.locator("#sv-next").click()
+    page.get_by_text(f"Round 3 of {n}").wait_for(timeout=30_000)
+    page.locator("#sv-prev").click()
+    page.get_by_text(f"Round 2 of {n}").wait_for(timeout=30_000)
     assert panel.locator(".sv-draft-row").count() >= 1
     assert "min(1, p/q)" in panel.inner_text() and "u = " in panel.inner_text()
-    # step back until a round ends in a correction, to show the residual
+    # step on until a round ends in a correction, to show the residual
     for _ in range(n):
         if "norm(max(0, p − q))" in panel.inner_text() and "sampled" in panel.inner_text():
             break
-        page.locator("#sv-prev").click()
+        page.locator("#sv-next").click()
         page.wait_for_timeout(250)
     assert "◀ sampled" in panel.inner_text()
     panel.screenshot(path=str(shots() / "replay.png"))
@@ -194,10 +194,36 @@ def test_save_and_load_recordings(page, tmp_path):
     bad.write_text('{"format": "specviz-recording", "speculative": {"mode": "speculative", "rounds": "no"}}')
     page.locator("#sv-upload input[type=file]").set_input_files(str(bad))
     page.get_by_text("cannot be replayed").first.wait_for(timeout=30_000)
-    # A prepared recording replays with no model.
-    page.get_by_role("button", name="Load prepared recording").click()
+    # A hostile recording (markup in gamma and the title) is refused; no script runs.
+    import json
+
+    from specviz.demo import RECORDINGS
+
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    hostile = json.loads((RECORDINGS / "sampled-gamma8.json").read_text())
+    hostile["baseline"] = None
+    hostile["speculative"]["settings"]["gamma"] = '<img src=x onerror="alert(3)">'
+    (tmp_path / "hostile.json").write_text(json.dumps(hostile))
+    page.locator("#sv-upload input[type=file]").set_input_files(str(tmp_path / "hostile.json"))
+    page.get_by_text("settings.gamma").first.wait_for(timeout=30_000)
+    hostile = json.loads((RECORDINGS / "sampled-gamma8.json").read_text())
+    hostile["title"] = '<img src=x onerror="alert(5)"> ![t](http://example.invalid/t.png)'
+    (tmp_path / "title.json").write_text(json.dumps(hostile))
+    page.locator("#sv-upload input[type=file]").set_input_files(str(tmp_path / "title.json"))
     page.get_by_text("Replaying a recording").first.wait_for(timeout=30_000)
+    page.wait_for_timeout(1000)
+    assert not dialogs and page.locator("#sv-status img").count() == 0
+    # A prepared recording replays with no model and sets every control to its settings.
+    page.get_by_label("Prompt").fill("something else")
+    page.get_by_role("button", name="Load prepared recording").click()
+    page.get_by_text("The controls are set to its settings").first.wait_for(timeout=30_000)
     assert page.locator("#sv-output .sv-accepted").count() > 0
+    from specviz.demo import _examples
+    from specviz.recording import Recording
+
+    prepared = Recording.load(RECORDINGS / f"{_examples()[0]}.json")
+    assert page.get_by_label("Prompt").input_value() == (prepared.prompt or prepared.speculative.prompt_text)
     page.screenshot(path=str(shots() / "files.png"), full_page=True)
     tab(page, "Replay")
     page.get_by_text("Round 1 of").or_(page.locator("#sv-replay .sv-round-title")).first.wait_for(timeout=30_000)

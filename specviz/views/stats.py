@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from specviz import theory
+from specviz.speedup import estimate
 from specviz.trace import Trace
 
 
@@ -45,6 +46,16 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     }
 
 
+def _spread_note(spec: Trace, baseline: Trace | None) -> str:
+    """The speedup's denominator and its spread over windows of the run (specviz.speedup.estimate)."""
+    base = "speculative tok/s / autoregressive tok/s"
+    est = estimate(spec, baseline) if baseline is not None else None
+    if est is None or len(est.windows) < 2:
+        return base
+    note = f"{base}; middle half of {len(est.windows)} stretches of the run: {est.low:.2f}–{est.high:.2f}×"
+    return note if est.readable else note + ": too spread to read, run again on a quieter machine"
+
+
 def _fmt(value, unit: str = "", digits: int = 2) -> str:
     if value is None:
         return "…"
@@ -61,7 +72,7 @@ def stats_html(spec: Trace, baseline: Trace | None = None) -> str:
         ("tokens per round", _fmt(s["mean_tokens_per_round"]), f"emitted tokens / rounds = {s['generated_tokens']} / {s['rounds']}"),
         ("speculative", _fmt(s["speculative_tokens_per_second"], " tok/s", 1), "generated tokens / wall time, prefill included"),
         ("autoregressive", _fmt(s["autoregressive_tokens_per_second"], " tok/s", 1), "same target, same settings"),
-        ("speedup", _fmt(s["speedup"], "×"), "speculative tok/s / autoregressive tok/s"),
+        ("speedup", _fmt(s["speedup"], "×"), _spread_note(spec, baseline)),
         ("cost coefficient c", _fmt(s["cost_coefficient"], "", 3), "drafter step / target step"),
         ("verify cost v", _fmt(s["verify_cost"]), "target pass over gamma + 1 tokens / target step"),
         ("predicted speedup", _fmt(s["predicted_speedup"], "×"), "Thm 3.8 from alpha, gamma, c (assumes v = 1)"),
