@@ -434,7 +434,7 @@ def _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_token
         raise _failure(err, pair) from err
 
 
-def run(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: int = 4, temperature: float = 0.7, top_k: int = 40,
+def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: int = 4, temperature: float = 0.7, top_k: int = 40,
         top_p: float = 0.95, max_new_tokens: int = 128, seed: int = 0, chat: bool = True) -> dict:
     """Run speculative decoding and its autoregressive baseline (interleaved) and return the results as JSON.
 
@@ -673,7 +673,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         )
         # Stop cancels the run or sweep between rounds; what was generated stays on the page.
         stop.click(stopped, recording, outputs, cancels=[run_event, sweep_event], api_name="stop", **view)
-        gr.api(run, api_name="run", concurrency_limit=CONCURRENCY, concurrency_id="device")
+        gr.api(run_api, api_name="run", concurrency_limit=CONCURRENCY, concurrency_id="device")
         pair_name.change(_pair_info, pair_name, pair_info, api_visibility="private", **view)
         race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)
         # Loading runs in the queue with its own limit, so uploads cannot starve generation.
@@ -686,9 +686,40 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
     return demo
 
 
+# Content-Security-Policy on every response: the page may load and connect only to its own
+# origin (and data: or blob: URLs), so markup that slipped into a page could not fetch an outside
+# image, script or font, nor send data anywhere. Gradio's front end needs inline scripts and
+# styles and plotly.js needs eval, so those stay allowed; frames may embed the app (a Space does).
+CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
+       "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self' ws: wss:; media-src 'self' blob: data:; "
+       "object-src 'none'; base-uri 'self'; form-action 'self'")
+
+
+class _ContentSecurityPolicy:
+    """ASGI middleware adding the CSP header to every HTTP response."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def with_csp(message):
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + [(b"content-security-policy", CSP.encode())]
+            await send(message)
+
+        return await self.app(scope, receive, with_csp)
+
+
 def launch_kwargs(port: int | None = None) -> dict:
-    """Arguments for ``demo.launch``: local only, no share link, the app's theme."""
+    """Arguments for ``demo.launch``: local only, no share link, the app's theme, a Content-Security-Policy."""
+    from starlette.middleware import Middleware
+
     return dict(
+        app_kwargs={"middleware": [Middleware(_ContentSecurityPolicy)]},
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
