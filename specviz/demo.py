@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import math
 import shutil
 import os
@@ -104,15 +105,15 @@ the target's own (Leviathan et al. 2023; Chen et al. 2023). Temperature 0 is gre
 def _check(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed) -> Sampling:
     """Validate the controls; raise gr.Error with what to change."""
     if not prompt or not prompt.strip():
-        raise gr.Error("The prompt is empty: type some text (or pick an example) to continue.", title="Empty prompt")
+        raise _mistake("The prompt is empty: type some text (or pick an example) to continue.", title="Empty prompt")
     if len(prompt) > PROMPT_CHARS_MAX:
-        raise gr.Error(f"The prompt has {len(prompt)} characters; the limit is {PROMPT_CHARS_MAX}.", title="Prompt too long")
+        raise _mistake(f"The prompt has {len(prompt)} characters; the limit is {PROMPT_CHARS_MAX}.", title="Prompt too long")
     if not isinstance(prompt, str):
-        raise gr.Error("The prompt must be text.", title="Bad prompt")
+        raise _mistake("The prompt must be text.", title="Bad prompt")
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError:
-        raise gr.Error("The prompt holds characters that are not valid text (a lone surrogate): retype or paste it again.", title="Bad prompt") from None
+        raise _mistake("The prompt holds characters that are not valid text (a lone surrogate): retype or paste it again.", title="Bad prompt") from None
     checks = [
         (gamma, *GAMMA_RANGE, "gamma"),
         (max_new_tokens, *MAX_NEW_TOKENS_RANGE, "max new tokens"),
@@ -121,16 +122,26 @@ def _check(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed) 
     ]
     for value, lo, hi, name in checks:
         if not _number(value) or value != int(value) or not lo <= value <= hi:
-            raise gr.Error(f"{name} must be a whole number from {lo} to {hi}, got {_shown(value)}.", title=f"{name.capitalize()} out of range")
+            raise _mistake(f"{name} must be a whole number from {lo} to {hi}, got {_shown(value)}.", title=f"{name.capitalize()} out of range")
     if not _number(temperature) or not (temperature == 0 or TEMPERATURE_MIN <= temperature <= TEMPERATURE_RANGE[1]):
-        raise gr.Error(f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN} to {TEMPERATURE_RANGE[1]}, got {_shown(temperature)}.",
+        raise _mistake(f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN} to {TEMPERATURE_RANGE[1]}, got {_shown(temperature)}.",
                        title="Temperature out of range")
     if not _number(top_p) or not 0 < top_p <= 1:
-        raise gr.Error(f"top-p must be above 0 and at most 1 (1 keeps every token), got {_shown(top_p)}.", title="Top-p out of range")
+        raise _mistake(f"top-p must be above 0 and at most 1 (1 keeps every token), got {_shown(top_p)}.", title="Top-p out of range")
     try:
         return Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
     except ValueError as err:
-        raise gr.Error(str(err), title="Bad sampling settings") from err
+        raise _mistake(str(err), title="Bad sampling settings") from err
+
+
+log = logging.getLogger("specviz")
+
+
+def _mistake(message: str, title: str) -> gr.Error:
+    """A visitor's mistake (a bad setting, a file that is not a recording): the visitor gets the
+    message with its title, the server log one line, no traceback (an unexpected failure keeps it)."""
+    log.info("%s: %s", title, message[:200])
+    return gr.Error(message, title=title, print_exception=False)
 
 
 def _number(value) -> bool:
@@ -151,7 +162,7 @@ class _Numeric:
 
     def preprocess(self, payload):
         if not _number(payload):
-            raise gr.Error(f"{self.label} must be a finite number, got {_shown(payload)}.", title=f"Bad {self.label}")
+            raise _mistake(f"{self.label} must be a finite number, got {_shown(payload)}.", title=f"Bad {self.label}")
         return super().preprocess(payload)
 
 
@@ -214,7 +225,7 @@ def _pair(pair_name, custom_drafter, custom_target, progress) -> Pair:
     try:
         return load_pair(**_pair_ids(pair_name, custom_drafter, custom_target), progress=lambda f, m: progress(f, desc=m))
     except PairError as err:
-        raise gr.Error(str(err), title="Model pair unavailable") from err
+        raise _mistake(str(err), title="Model pair unavailable") from err
 
 
 def _resident(pair_name, custom_drafter, custom_target) -> Pair:
@@ -227,7 +238,7 @@ def _resident(pair_name, custom_drafter, custom_target) -> Pair:
         try:
             pair = load_pair(**ids)
         except PairError as err:
-            raise gr.Error(str(err), title="Model pair unavailable") from err
+            raise _mistake(str(err), title="Model pair unavailable") from err
     return pair
 
 
@@ -235,7 +246,7 @@ def _encode(pair: Pair, prompt: str, chat: bool) -> list[int]:
     try:
         return encode_prompt(pair, prompt, bool(chat) and pair.instruct)
     except PairError as err:
-        raise gr.Error(str(err), title="Cannot use the chat template") from err
+        raise _mistake(str(err), title="Cannot use the chat template") from err
 
 
 def _failure(err: Exception, pair: Pair | None = None) -> gr.Error:
@@ -243,11 +254,13 @@ def _failure(err: Exception, pair: Pair | None = None) -> gr.Error:
     if isinstance(err, gr.Error):
         return err
     if isinstance(err, ValueError):
-        return gr.Error(str(err), title="Cannot generate")
+        return _mistake(str(err), title="Cannot generate")
     if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
         free_memory(pair.device if pair is not None else None)
-        return gr.Error("Out of memory: ask for fewer tokens, a shorter prompt or a smaller pair. The app is still running.", title="Out of memory")
-    # the app must keep serving; say what failed without a traceback
+        log.warning("out of memory while generating; memory freed")
+        return _mistake("Out of memory: ask for fewer tokens, a shorter prompt or a smaller pair. The app is still running.", title="Out of memory")
+    # the app must keep serving; the visitor gets what failed, the log gets the traceback
+    log.exception("generation failed")
     return gr.Error(f"Generation failed ({type(err).__name__}: {err}). The app is still running: try again or change the settings.", title="Generation failed")
 
 
@@ -474,7 +487,7 @@ def stopped(rec: Recording | None):
 def start_race(rec: Recording | None, pace: str):
     """The race HTML for the current run, restarted."""
     if rec is None:
-        raise gr.Error("Generate a run (or load a recording) first: the race replays it.", title="Nothing to race")
+        raise _mistake("Generate a run (or load a recording) first: the race replays it.", title="Nothing to race")
     spec, base = rec.speculative, rec.baseline
     slow = 1.0 if pace == PACES[1] else slowdown_for(spec, base)
     return race_html(spec, base, slow, next(_race_nonce))
@@ -483,11 +496,11 @@ def start_race(rec: Recording | None, pace: str):
 def load_recording(path):
     """Show a saved recording (uploaded file or prepared example) without any model."""
     if not path:
-        raise gr.Error("Choose a recording first.", title="No file")
+        raise _mistake("Choose a recording first.", title="No file")
     try:
         rec = Recording.load(path)
     except (ValueError, OSError) as err:
-        raise gr.Error(f"This file cannot be replayed: {err}", title="Not a specviz recording") from err
+        raise _mistake(f"This file cannot be replayed: {err}", title="Not a specviz recording") from err
     status = f"Replaying a recording{': ' + markdown_literal(rec.title) if rec.title else ''}. No model was run."
     return _everything(rec, status, _save_for_download(rec))
 
@@ -540,7 +553,7 @@ def load_example(name):
     """Load one of the recordings shipped in assets/recordings."""
     path = RECORDINGS / f"{name}.json"
     if not name or not path.is_file():
-        raise gr.Error(f"No prepared recording named {name!r}.", title="Unknown recording")
+        raise _mistake(f"No prepared recording named {name!r}.", title="Unknown recording")
     return load_recording(str(path))
 
 
@@ -610,7 +623,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 tokens = gr.HTML(label="Output", elem_id="sv-output")
                 status = gr.Markdown(elem_id="sv-status")
                 stats = gr.HTML(elem_id="sv-stats")
-        with gr.Tabs():
+        with gr.Tabs(overflow_behavior="wrap"):  # on a phone every tab stays in view, on two rows
             with gr.Tab("Charts", id="charts"):
                 with gr.Row():
                     acceptance_plot = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
@@ -695,6 +708,17 @@ CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; sty
        "object-src 'none'; base-uri 'self'; form-action 'self'")
 
 
+# Touch screens have no hover: a tapped token (focusable) shows its details below it.
+CSS = """
+.sv-tokens [data-tip] { position: relative; cursor: pointer; }
+.sv-tokens [data-tip]:focus { outline: 2px solid #333; }
+.sv-tokens [data-tip]:focus::after {
+  content: attr(data-tip); position: absolute; left: 0; top: 1.7em; z-index: 20; white-space: pre;
+  background: #111; color: #fff; font-size: 12px; line-height: 1.4; padding: 6px 8px; border-radius: 4px;
+}
+"""
+
+
 class _ContentSecurityPolicy:
     """ASGI middleware adding the CSP header to every HTTP response."""
 
@@ -723,6 +747,7 @@ def launch_kwargs(port: int | None = None) -> dict:
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
+        css=CSS,
         show_error=False,
         max_file_size=MAX_BYTES,  # uploads are recordings; Gradio refuses larger files itself
     )

@@ -18,9 +18,10 @@ def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go
     fig.update_layout(
         title=dict(text=title, font=dict(size=15)),
         template="plotly_white",
-        height=320,
-        margin=dict(l=50, r=20, t=50, b=45),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        height=380,
+        margin=dict(l=50, r=20, t=50, b=95),
+        # below the axis title, so on a narrow screen the legend never covers the figure's title
+        legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0.0),
         bargap=0.15,
     )
     return fig

@@ -83,7 +83,9 @@ def _drafts_table(r: Round) -> str:
             f'<td style="padding:4px 8px;">{_test(d)}</td><td style="padding:4px 8px;">{_bar(d.beta, BETA_COLOUR, width=70)}</td>'
             f'<td style="padding:4px 8px;">{_verdict(d)}</td></tr>'
         )
-    return f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;margin-top:10px;"><tr>{head}</tr>{"".join(rows)}</table>'
+    # On a narrow screen the table scrolls inside its box instead of being clipped.
+    return (f'<div class="sv-scroll" style="overflow-x:auto;-webkit-overflow-scrolling:touch;">'
+            f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;min-width:640px;margin-top:10px;"><tr>{head}</tr>{"".join(rows)}</table></div>')
 
 
 def _final(r: Round, stop_reason: str | None) -> str:
@@ -125,7 +127,8 @@ def _final(r: Round, stop_reason: str | None) -> str:
             f'<td colspan="3" style="padding:3px 8px;color:#555;">outside the top {len(shown)}: probability {prob}</td><td style="padding:3px 8px;">◀ sampled</td></tr>'
         )
     heads = "".join(f'<th style="text-align:left;padding:3px 8px;font-weight:600;color:#444;">{h}</th>' for h in head)
-    return f'<p style="margin:12px 0 4px;">{intro}</p><table class="sv-top" style="border-collapse:collapse;">{f"<tr>{heads}</tr>"}{"".join(rows)}</table>'
+    return (f'<p style="margin:12px 0 4px;">{intro}</p><div class="sv-scroll" style="overflow-x:auto;">'
+            f'<table class="sv-top" style="border-collapse:collapse;">{f"<tr>{heads}</tr>"}{"".join(rows)}</table></div>')
 
 
 def round_html(trace: Trace, index: int) -> str:

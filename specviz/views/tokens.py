@@ -37,7 +37,8 @@ def _span(text: str, style: str, title: str, cls: str, first_of_round: bool = Fa
     # A thin rule before each round shows where the target's passes fall.
     edge = "border-left:2px solid #999;margin-left:1px;" if first_of_round else ""
     shown = text if text else "\u2400"  # an empty decode (part of a multi-byte char) stays hoverable
-    return f'<span class="sv-{cls}" style="{style}{edge}border-radius:3px;" title="{escape(title, quote=True)}">{escape(shown)}</span>'
+    tip = escape(title, quote=True)  # hover shows title; a tap focuses the token and the page's CSS shows data-tip
+    return f'<span class="sv-{cls}" style="{style}{edge}border-radius:3px;" title="{tip}" data-tip="{tip}" tabindex="0">{escape(shown)}</span>'
 
 
 def _visible(text: str) -> str:
