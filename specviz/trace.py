@@ -220,6 +220,14 @@ class Trace:
     def verify_ms(self) -> float:
         return sum(r.verify_ms for r in self.rounds)
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the coloured tokens and the stats table (``specviz.views``)."""
+        from specviz.views import legend_html, stats_html, tokens_html
+
+        if self.mode != "speculative":
+            return tokens_html(self)
+        return legend_html() + tokens_html(self) + stats_html(self)
+
     def to_dict(self) -> dict:
         """A JSON-ready dict: the fields above, every round, and the derived totals."""
         d = asdict(self)

@@ -233,3 +233,13 @@ def test_traces_and_sweeps_saved_before_schema_3_still_load_without_alpha_guesse
     loaded = Recording.from_json(json.dumps(rec))
     assert loaded.sweep.alpha is None  # not guessed from accepted / drafted
     assert isinstance(sweep_figure(loaded.sweep), go.Figure)
+
+
+def test_notebook_view_of_a_trace_and_a_recording(runs):
+    spec, base, sweep = runs
+    html = spec._repr_html_()
+    assert "sv-tokens" in html and "alpha" in html and "draft acceptance rate" in html
+    rec = Recording(spec, base, sweep, title="<b>x</b>")
+    html = rec._repr_html_()
+    assert "&lt;b&gt;x&lt;/b&gt;" in html and "speedup" in html
+    assert "sv-tokens" in base._repr_html_()
