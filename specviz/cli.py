@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", type=int, default=8, help="held-out prompts to use")
     bench.add_argument("--json", action="store_true")
 
+    exp = sub.add_parser("export", help="write a recording as one self-contained HTML file (opens from disk, no server, no network)",
+                         formatter_class=_Help)
+    exp.add_argument("recording", help="a recording JSON file (from record, or the page's download)")
+    exp.add_argument("--out", required=True, help="HTML file to write")
+    exp.add_argument("--verbose", action="store_true", help="show library warnings")
+
     sub.add_parser("train", help="rebuild the embedded pair (see python -m specviz.train --help)", add_help=False)
     return parser
 
@@ -147,6 +153,22 @@ def _record(args) -> int:
     return 0
 
 
+def _export(args) -> int:
+    from pathlib import Path
+
+    from specviz.recording import Recording
+    from specviz.views.export import export_html
+
+    try:
+        rec = Recording.load(args.recording)
+    except (ValueError, OSError) as err:
+        print(f"error: {args.recording}: {err}", file=sys.stderr)
+        return 2
+    Path(args.out).write_text(export_html(rec), encoding="utf-8")
+    print(f"wrote {args.out}: {len(rec.speculative.rounds)} rounds; open it in any browser, no server needed")
+    return 0
+
+
 def quiet() -> None:
     """No progress bars or library warnings on the terminal: transformers' and huggingface_hub's
     bars and log messages below errors, and Python warnings, are turned off (``--verbose`` keeps them)."""
@@ -175,6 +197,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(_generate(args))
     if args.command == "record":
         sys.exit(_record(args))
+    if args.command == "export":
+        sys.exit(_export(args))
     if args.command == "bench":
         from specviz import bench
 

@@ -43,6 +43,7 @@ from specviz.pair import preload as preload_pairs  # noqa: E402
 from specviz.recording import MAX_BYTES, Recording  # noqa: E402
 from specviz.speedup import estimate, interleave  # noqa: E402
 from specviz.sweep import sweep_stream  # noqa: E402
+from specviz.views.export import export_html  # noqa: E402
 from specviz.views.text import markdown_literal  # noqa: E402
 from specviz.views import (  # noqa: E402
     acceptance_figure,
@@ -549,6 +550,15 @@ def restore_controls(rec: Recording | None):
     )
 
 
+def export_recording(rec: Recording | None) -> str:
+    """Write the shown run as one self-contained HTML file (specviz.views.export) and return its path."""
+    if rec is None or not rec.speculative.rounds:
+        raise _mistake("Run or load something first: there is nothing to export yet.", title="Nothing to export")
+    path = _DOWNLOADS / f"specviz-run-{time.strftime('%Y%m%d-%H%M%S')}-{next(_race_nonce)}.html"
+    path.write_text(export_html(rec), encoding="utf-8")
+    return str(path)
+
+
 def load_example(name):
     """Load one of the recordings shipped in assets/recordings."""
     path = RECORDINGS / f"{name}.json"
@@ -661,6 +671,10 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 with gr.Row(equal_height=True):
                     example = gr.Dropdown(_examples(), value=(_examples() or [None])[0], label="Prepared recordings (embedded pair)", scale=3)
                     example_button = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)
+                with gr.Row(equal_height=True):
+                    export_button = gr.Button("Export this run as one HTML file", elem_id="sv-export-button", scale=1)
+                    export_file = gr.File(label="A page that replays the run from disk: no server, no network (about 5 MB)",
+                                          interactive=False, elem_id="sv-export", scale=3)
             with gr.Tab("Explanation", id="explain"):
                 gr.Markdown(explanation_markdown(), latex_delimiters=latex, elem_id="sv-explain")
 
@@ -695,6 +709,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                        outputs=[pair_name, prompt, chat, gamma, temperature, top_k, top_p, max_new_tokens, seed, status])
         upload.upload(load_recording, upload, outputs, api_name="load_recording", **loads).success(**restore)
         example_button.click(load_example, example, outputs, api_name="load_prepared", **loads).success(**restore)
+        export_button.click(export_recording, recording, export_file, api_visibility="private", **loads)
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
     return demo
 

@@ -1,0 +1,93 @@
+"""One self-contained HTML file of a recording: it opens from disk in any modern browser, with no
+server and no network (plotly.js is inlined, fonts are the system's).
+
+It holds the coloured tokens (hover or tap for q, p, min(1, p/q) and u), the stats, the
+round-by-round replay (buttons, and the arrow keys), the charts, the theory figures and the
+sweep when the recording has one. Every part is one of specviz's views, so the file shows what the
+page shows; every string from the recording is escaped by those views.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from specviz.recording import Recording
+from specviz.views.charts import acceptance_figure, timeline_figure
+from specviz.views.replay import round_html
+from specviz.views.stats import stats_html
+from specviz.views.theory import accepted_histogram_figure, alpha_html, position_figure, speedup_figure, sweep_figure
+from specviz.views.tokens import legend_html, tokens_html
+
+_STYLE = """
+body { font-family: ui-sans-serif, system-ui, sans-serif; max-width: 1200px; margin: 24px auto; padding: 0 16px; color: #111; }
+h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
+.sv-figs { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 12px; }
+.sv-round { display: none; } .sv-round.sv-shown { display: block; }
+.sv-controls { display: flex; gap: 8px; align-items: center; margin: 8px 0; }
+.sv-controls button { font-size: 14px; padding: 4px 12px; }
+.sv-tokens [data-tip] { position: relative; cursor: pointer; }
+.sv-tokens [data-tip]:focus::after { content: attr(data-tip); position: absolute; left: 0; top: 1.7em; z-index: 20;
+  white-space: pre; background: #111; color: #fff; font-size: 12px; padding: 6px 8px; border-radius: 4px; }
+"""
+
+_SCRIPT = """
+(function () {
+  const rounds = document.querySelectorAll('.sv-round');
+  const label = document.getElementById('sv-round-label');
+  let i = 0;
+  function show(k) {
+    i = Math.max(0, Math.min(rounds.length - 1, k));
+    rounds.forEach((r, j) => r.classList.toggle('sv-shown', j === i));
+    label.textContent = 'round ' + (i + 1) + ' of ' + rounds.length;
+  }
+  document.getElementById('sv-prev').onclick = () => show(i - 1);
+  document.getElementById('sv-next').onclick = () => show(i + 1);
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'ArrowLeft') show(i - 1);
+    if (e.key === 'ArrowRight') show(i + 1);
+  });
+  show(0);
+})();
+"""
+
+
+def _figure(fig: go.Figure, elem_id: str) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=elem_id, config={"displaylogo": False, "responsive": True})
+
+
+def export_html(rec: Recording) -> str:
+    """The recording as one HTML document (str), plotly.js inlined: about 5 MB.
+
+    Raises nothing for a valid Recording; a recording without a baseline leaves out the figures
+    that need one (they say so).
+    """
+    spec, base = rec.speculative, rec.baseline
+    title = escape(rec.title or "specviz recording")
+    rounds = "".join(f'<div class="sv-round" data-round="{i + 1}">{round_html(spec, i)}</div>' for i in range(len(spec.rounds)))
+    figures = [
+        _figure(acceptance_figure(spec), "sv-acceptance"), _figure(timeline_figure(spec, base), "sv-timeline"),
+        _figure(speedup_figure(spec, base), "sv-speedup"), _figure(accepted_histogram_figure(spec), "sv-histogram"),
+        _figure(position_figure(spec), "sv-position"),
+    ]
+    sweep = f"<h2>Gamma sweep</h2>{_figure(sweep_figure(rec.sweep), 'sv-sweep')}" if rec.sweep is not None else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title><style>{_STYLE}</style><script>{get_plotlyjs()}</script></head>
+<body>
+<h1>{title}</h1>
+<p>Speculative decoding, recorded by specviz: each draft accepted when u &lt; min(1, p/q), the first rejected one replaced by
+a correction sampled from norm(max(0, p − q)), a bonus token from p when every draft is accepted.</p>
+{legend_html()}{tokens_html(spec)}
+<h2>Numbers</h2>{stats_html(spec, base)}{alpha_html(spec)}
+<h2>Round by round</h2>
+<div class="sv-controls"><button id="sv-prev">◀ previous</button><span id="sv-round-label"></span><button id="sv-next">next ▶</button>
+<span style="color:#666;font-size:13px;">(or the arrow keys)</span></div>
+{rounds}
+<h2>Charts and theory</h2><div class="sv-figs">{"".join(figures)}</div>
+{sweep}
+<script>{_SCRIPT}</script>
+</body></html>
+"""

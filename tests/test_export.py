@@ -1,0 +1,57 @@
+"""A recording exported as one HTML file opens from disk with the network blocked: the replay steps
+with buttons and arrow keys, and every chart is drawn by the inlined plotly.js."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from specviz.demo import RECORDINGS
+from specviz.recording import Recording
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("export")
+    files = {}
+    for path in sorted(RECORDINGS.glob("*.json")):
+        html = out / f"{path.stem}.html"
+        done = subprocess.run([sys.executable, "-m", "specviz", "export", str(path), "--out", str(html)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        files[path.stem] = (html, Recording.load(path))
+    return files
+
+
+def test_every_prepared_recording_opens_offline_and_replays(exported):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            for name, (html, rec) in exported.items():
+                page = browser.new_page(viewport={"width": 1300, "height": 900})
+                asked = []
+                page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://") else (asked.append(route.request.url), route.abort()))
+                page.goto(html.as_uri())
+                n = len(rec.speculative.rounds)
+                assert page.locator(".sv-round.sv-shown .sv-round-title").inner_text() == f"Round 1 of {n}"
+                page.locator("#sv-next").click()
+                page.keyboard.press("ArrowRight")
+                assert page.locator(".sv-round.sv-shown .sv-round-title").inner_text() == f"Round 3 of {n}"
+                page.keyboard.press("ArrowLeft")
+                assert page.locator(".sv-round.sv-shown .sv-round-title").inner_text() == f"Round 2 of {n}"
+                charts = ["sv-acceptance", "sv-timeline", "sv-speedup", "sv-histogram", "sv-position"] + (["sv-sweep"] if rec.sweep else [])
+                for chart in charts:
+                    page.locator(f"#{chart} .main-svg").first.wait_for(timeout=30_000)
+                assert page.locator(".sv-tokens [data-tip]").count() > 0
+                assert not asked, asked  # nothing outside the file was requested
+                page.close()
+        finally:
+            browser.close()
