@@ -22,70 +22,14 @@ import torch
 from scipy.stats import chisquare
 
 from specviz import Sampling, speculative_generate
-from specviz import rejection
-from tests.conftest import masked_lm, noisy_copy, tiny_lm
+from specviz.lab import ALPHA, PROMPT, VOCAB, chi_square, exact_two_token_distribution, models
+from specviz.lab.faults import planted
 
 pytestmark = pytest.mark.slow
 
-VOCAB = 8
-PROMPT = [1, 2, 3]
 RUNS = 3000
-ALPHA = 1e-4
-
-
-def exact_two_token_distribution(target, sampling: Sampling) -> np.ndarray:
-    """P(x1, x2 | PROMPT) = p(x1 | PROMPT) p(x2 | PROMPT, x1) under the processed p; shape (V, V)."""
-    with torch.inference_mode():
-        p1 = sampling.probs(target(torch.tensor([PROMPT])).logits[0, -1:, :VOCAB])[0]
-        batch = torch.tensor([PROMPT + [x] for x in range(VOCAB)])
-        p2 = sampling.probs(target(batch).logits[:, -1, :VOCAB])
-    return (p1[:, None] * p2).double().numpy()
-
-
-def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = RUNS):
-    """(statistic, p-value, acceptance rate) of the first two tokens of RUNS speculative runs against the exact law.
-
-    Each run generates gamma + 1 tokens, so its first round drafts a full gamma.
-    """
-    exact = exact_two_token_distribution(target, sampling).ravel()
-    counts = np.zeros(VOCAB * VOCAB)
-    accepted = drafted = 0
-    for seed in range(runs):
-        trace = speculative_generate(PROMPT, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1, seed=seed)
-        x1, x2 = trace.output_ids[:2]
-        counts[x1 * VOCAB + x2] += 1
-        accepted += trace.accepted
-        drafted += trace.drafted
-    expected = exact * runs
-    big = expected >= 5
-    assert big.sum() >= 8, "a near-deterministic target leaves the test without power"
-    observed = np.append(counts[big], counts[~big].sum())
-    wanted = np.append(expected[big], expected[~big].sum())
-    if wanted[-1] == 0:  # nothing pooled; pooled cells that cannot occur must not occur
-        assert observed[-1] == 0
-        observed, wanted = observed[:-1], wanted[:-1]
-    wanted = wanted * observed.sum() / wanted.sum()  # float rounding of the enumeration
-    stat, pvalue = chisquare(observed, wanted)
-    return stat, pvalue, accepted / drafted
-
-
-def models(kind: str, init: float = 0.1):
-    """(drafter, target); ``init`` scales the target's weights (0.1: spread-out distributions)."""
-    target = tiny_lm(vocab=VOCAB, layers=2, seed=3, init=init, n_positions=32)
-    if kind == "similar":
-        return noisy_copy(target, 0.03, seed=4), target
-    if kind == "unlike":
-        return tiny_lm(vocab=VOCAB, layers=1, seed=6, init=1.0, n_positions=32), target
-    if kind == "different":  # between the two: acceptance about 0.6
-        return tiny_lm(vocab=VOCAB, layers=1, seed=5, init=0.5, n_positions=32), target
-    if kind == "identical":
-        return target, target
-    if kind == "drafter_zeros":  # the drafter never proposes tokens 2 and 5, where the target has mass
-        return masked_lm([2, 5], vocab=VOCAB, layers=1, seed=5, init=0.3, n_positions=32), target
-    if kind == "target_zeros":  # the target gives 0 to tokens 1 and 6, which the drafter proposes
-        target = masked_lm([1, 6], vocab=VOCAB, layers=2, seed=3, init=init, n_positions=32)
-        return tiny_lm(vocab=VOCAB, layers=1, seed=5, init=0.3, n_positions=32), target
-    raise KeyError(kind)
+# The harness is the exactness lab's (specviz.lab), shared with the page; these names stay importable here.
+__all__ = ["ALPHA", "PROMPT", "RUNS", "VOCAB", "chi_square", "exact_two_token_distribution", "models"]
 
 
 CASES = [
@@ -124,29 +68,19 @@ def test_target_zeros_are_never_emitted():
         assert all(not d.accepted for r in trace.rounds for d in r.drafts if d.token_id in (1, 6))
 
 
-def _raw_q_fault(logits, sampling, warpers, gen):
-    """Planted fault: the draft comes from the processed q, the ratio uses softmax of raw logits."""
-    token, _ = ORIGINAL_DRAFT_TOKEN(logits, sampling, warpers, gen)
-    return token, torch.softmax(logits.float(), dim=-1)
-
-
-ORIGINAL_DRAFT_TOKEN = rejection.draft_token
-
-
 @pytest.mark.parametrize(
-    "fault",
-    ["raw_q", "residual_is_p"],
+    "fault, kind, sampling, gamma",
+    [
+        ("raw_q", "different", Sampling(temperature=0.7, top_k=5, top_p=0.9), 3),
+        ("residual_is_p", "unlike", Sampling(temperature=1.0), 1),
+        ("drafter_only_filters", "different", Sampling(temperature=1.0, top_k=4), 3),
+    ],
 )
-def test_planted_faults_are_caught(monkeypatch, fault):
-    """Control: the same test, the same sample size, a known bug in the engine's path: rejected."""
-    if fault == "raw_q":
-        monkeypatch.setattr(rejection, "draft_token", _raw_q_fault)
-        kind, sampling, gamma = "different", Sampling(temperature=0.7, top_k=5, top_p=0.9), 3
-    else:
-        monkeypatch.setattr(rejection, "residual", lambda p, q: p)
-        kind, sampling, gamma = "unlike", Sampling(temperature=1.0), 1
+def test_planted_faults_are_caught(fault, kind, sampling, gamma):
+    """Control: the same test, the same sample size, a known bug planted in the engine's path: rejected."""
     drafter, target = models(kind)
-    stat, pvalue, _ = chi_square(drafter, target, sampling, gamma)
+    with planted(fault):
+        stat, pvalue, _ = chi_square(drafter, target, sampling, gamma)
     print(f"\nplanted {fault}: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 

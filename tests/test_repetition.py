@@ -12,39 +12,20 @@ prompt, the output so far and the drafts before it in the round. Tests:
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from specviz import Sampling, autoregressive_generate, rejection, speculative_generate
+from specviz.lab import ALPHA, VOCAB, chi_square
 from tests.conftest import assert_same_greedy, noisy_copy, tiny_lm
 
-VOCAB, PROMPT, RUNS, ALPHA = 8, [1, 2, 3], 2000, 1e-4
-
-
-def exact_law(target, sampling: Sampling) -> np.ndarray:
-    """P(x1, x2 | PROMPT) with the penalty applied to each position with its own context; shape (V, V)."""
-    with torch.inference_mode():
-        p1 = sampling.probs(target(torch.tensor([PROMPT])).logits[0, -1:, :VOCAB], sampling.warpers(), torch.tensor([PROMPT]))[0]
-        batch = torch.tensor([PROMPT + [x] for x in range(VOCAB)])
-        p2 = sampling.probs(target(batch).logits[:, -1, :VOCAB], sampling.warpers(), batch)
-    return (p1[:, None] * p2).double().numpy()
+RUNS = 2000
 
 
 def pvalue(drafter, target, sampling: Sampling, gamma: int) -> float:
-    exact = exact_law(target, sampling).ravel()
-    counts = np.zeros(VOCAB * VOCAB)
-    for seed in range(RUNS):
-        x1, x2 = speculative_generate(PROMPT, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1, seed=seed).output_ids[:2]
-        counts[x1 * VOCAB + x2] += 1
-    expected = exact * RUNS
-    big = expected >= 5
-    observed = np.append(counts[big], counts[~big].sum())
-    wanted = np.append(expected[big], expected[~big].sum())
-    keep = wanted > 0
-    assert counts[expected == 0].sum() == 0
-    return chisquare(observed[keep], wanted[keep] * observed[keep].sum() / wanted[keep].sum()).pvalue
+    """The exactness lab's chi-square (specviz.lab): its exact law processes each position with its own context."""
+    _, p, _ = chi_square(drafter, target, sampling, gamma, runs=RUNS)
+    return p
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,114 @@
+"""The first two tokens of seeded speculative runs against the target's exact law: Pearson's chi-square.
+
+For a vocabulary of 8 the exact probability of every two-token continuation of PROMPT under the
+target's processed distribution is enumerated from the target's own forward passes. Seeded
+speculative runs are counted per cell; cells with an expected count under 5 are pooled into one
+(Cochran's rule), and the counts are compared with the law by a chi-square test. Under exactness
+the p-value is uniform on [0, 1]: a correct engine fails at significance ALPHA = 1e-4 once in
+10,000 experiments; a fault that shifts the law fails once the sample is large enough.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.stats import chisquare
+
+from specviz.engine import speculative_generate
+from specviz.sampling import Sampling
+
+VOCAB = 8
+PROMPT = [1, 2, 3]
+ALPHA = 1e-4
+
+
+def exact_two_token_distribution(target, sampling: Sampling, prompt: list[int] = PROMPT, vocab: int = VOCAB) -> np.ndarray:
+    """P(x1, x2 | prompt) = p(x1 | prompt) p(x2 | prompt, x1) under the processed p; shape (vocab, vocab), float64."""
+    with torch.inference_mode():
+        ctx1 = torch.tensor([prompt])
+        p1 = sampling.probs(target(ctx1).logits[0, -1:, :vocab], sampling.warpers(), ctx1)[0]
+        batch = torch.tensor([list(prompt) + [x] for x in range(vocab)])
+        p2 = sampling.probs(target(batch).logits[:, -1, :vocab], sampling.warpers(), batch)
+    return (p1[:, None] * p2).double().numpy()
+
+
+@dataclass
+class Result:
+    """The state of an experiment after some runs.
+
+    Attributes:
+        counts: (vocab * vocab,) how often each two-token continuation came out.
+        exact: (vocab * vocab,) its exact probability under the target.
+        runs: speculative runs so far.
+        accepted, drafted: draft verdicts over the runs.
+    """
+
+    counts: np.ndarray
+    exact: np.ndarray
+    runs: int
+    accepted: int = 0
+    drafted: int = 0
+
+    def test(self, counts: np.ndarray | None = None) -> tuple[float, float]:
+        """(chi-square statistic, p-value) of ``counts`` (default: this experiment's) against the exact law.
+
+        Cells expected under 5 are pooled into one; a pooled cell the law says is impossible must
+        stay empty (else the p-value is 0).
+        """
+        counts = self.counts if counts is None else counts
+        n = counts.sum()
+        expected = self.exact * n
+        big = expected >= 5
+        observed = np.append(counts[big], counts[~big].sum())
+        wanted = np.append(expected[big], expected[~big].sum())
+        if wanted[-1] == 0:
+            if observed[-1] > 0:
+                return float("inf"), 0.0
+            observed, wanted = observed[:-1], wanted[:-1]
+        if len(wanted) < 2:
+            return 0.0, 1.0
+        stat, pvalue = chisquare(observed, wanted * observed.sum() / wanted.sum())
+        return float(stat), float(pvalue)
+
+    @property
+    def total_variation(self) -> float:
+        """TV distance between the empirical frequencies and the exact law: half the L1 distance."""
+        return 0.5 * float(np.abs(self.counts / max(1, self.runs) - self.exact).sum())
+
+    def reference(self, seed: int = 0) -> np.ndarray:
+        """Counts of as many independent draws from the exact law (what the target alone would give):
+        the sampling noise a correct engine shows at this sample size."""
+        return np.random.default_rng(seed).multinomial(self.runs, self.exact / self.exact.sum()).astype(float)
+
+
+def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: int = 250, first_seed: int = 0) -> Iterator[Result]:
+    """Run ``runs`` seeded speculative generations of gamma + 1 tokens (so the first round drafts
+    all gamma) and yield the growing Result every ``every`` runs and at the end."""
+    exact = exact_two_token_distribution(target, sampling).ravel()
+    result = Result(counts=np.zeros(VOCAB * VOCAB), exact=exact, runs=0)
+    for seed in range(first_seed, first_seed + runs):
+        trace = speculative_generate(PROMPT, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1, seed=seed)
+        x1, x2 = trace.output_ids[:2]
+        result.counts[x1 * VOCAB + x2] += 1
+        result.runs += 1
+        result.accepted += trace.accepted
+        result.drafted += trace.drafted
+        if result.runs % every == 0 or result.runs == runs:
+            yield result
+
+
+def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000):
+    """(statistic, p-value, draft acceptance rate) of ``runs`` speculative runs against the exact law.
+
+    Raises:
+        AssertionError: the law leaves fewer than 8 testable cells (the test would lack power).
+    """
+    result = None
+    for result in stream(drafter, target, sampling, gamma, runs, every=runs):
+        pass
+    assert (result.exact * runs >= 5).sum() >= 8, "a near-deterministic target leaves the test without power"
+    stat, pvalue = result.test()
+    return stat, pvalue, result.accepted / result.drafted
