@@ -43,7 +43,12 @@ from specviz.pair import preload as preload_pairs  # noqa: E402
 from specviz.recording import MAX_BYTES, Recording  # noqa: E402
 from specviz.speedup import estimate, interleave  # noqa: E402
 from specviz.sweep import sweep_stream  # noqa: E402
+from specviz.lab.experiment import stream as lab_stream  # noqa: E402
+from specviz.lab.faults import FAULTS, planted  # noqa: E402
+from specviz.lab.models import KINDS as LAB_KINDS  # noqa: E402
+from specviz.lab.models import models as lab_models  # noqa: E402
 from specviz.views.export import export_html  # noqa: E402
+from specviz.views.lab import lab_figure, lab_html  # noqa: E402
 from specviz.views.text import markdown_literal  # noqa: E402
 from specviz.views import (  # noqa: E402
     acceptance_figure,
@@ -550,6 +555,32 @@ def restore_controls(rec: Recording | None):
     )
 
 
+LAB_RUNS_MAX = 5000
+
+
+def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs):
+    """The exactness lab: stream seeded speculative samples of tiny models against the exact law,
+    with one teaching fault planted (or none); yields (figure, verdict HTML) every 250 samples."""
+    if kind not in LAB_KINDS or fault not in FAULTS:
+        raise _mistake("Pick a drafter and a fault from the menus.", title="Unknown lab setting")
+    for value, lo, hi, name in ((gamma, 1, 8, "gamma"), (top_k, 0, 8, "top-k"), (runs, 100, LAB_RUNS_MAX, "samples")):
+        if not _number(value) or value != int(value) or not lo <= value <= hi:
+            raise _mistake(f"{name} must be a whole number from {lo} to {hi}, got {_shown(value)}.", title=f"Bad {name}")
+    try:
+        sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
+    except (TypeError, ValueError) as err:
+        raise _mistake(str(err), title="Bad sampling settings") from err
+    drafter, target = lab_models(kind)
+    results = lab_stream(drafter, target, sampling, int(gamma), int(runs))
+    while True:
+        # The fault is planted for one chunk at a time, on this thread only (see lab.faults.planted).
+        with planted(fault) as planted_fault:
+            result = next(results, None)
+        if result is None:
+            return
+        yield lab_figure(result), lab_html(result, planted_fault)
+
+
 def export_recording(rec: Recording | None) -> str:
     """Write the shown run as one self-contained HTML file (specviz.views.export) and return its path."""
     if rec is None or not rec.speculative.rounds:
@@ -675,6 +706,22 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     export_button = gr.Button("Export this run as one HTML file", elem_id="sv-export-button", scale=1)
                     export_file = gr.File(label="A page that replays the run from disk: no server, no network (about 5 MB)",
                                           interactive=False, elem_id="sv-export", scale=3)
+            with gr.Tab("Exactness lab", id="lab"):
+                gr.Markdown("Why is the output exactly the target's? Watch it: tiny models with a vocabulary of 8, the exact "
+                            "law of the first two tokens enumerated from the target, and thousands of seeded speculative samples "
+                            "counted as they come, with a chi-square test. Plant a fault seen in public code and watch it fail.")
+                with gr.Row():
+                    lab_kind = gr.Dropdown(list(LAB_KINDS), value="different", label="drafter")
+                    lab_fault = gr.Dropdown([(f.name, k) for k, f in FAULTS.items()], value="none", label="planted fault")
+                with gr.Row():
+                    lab_temperature = CheckedSlider(0.1, 2.0, value=1.0, step=0.1, label="temperature")
+                    lab_top_k = CheckedSlider(0, 8, value=5, step=1, label="top-k (0 = off)")
+                    lab_top_p = CheckedSlider(0.1, 1.0, value=1.0, step=0.05, label="top-p")
+                    lab_gamma = CheckedSlider(1, 8, value=3, step=1, label="gamma")
+                    lab_runs = CheckedSlider(500, LAB_RUNS_MAX, value=2000, step=500, label="samples")
+                lab_button = gr.Button("Run the experiment", variant="primary", elem_id="sv-lab-run")
+                lab_verdict = gr.HTML(elem_id="sv-lab-verdict")
+                lab_plot = gr.Plot(lab_figure(None), show_label=False, elem_id="sv-lab-plot")
             with gr.Tab("Explanation", id="explain"):
                 gr.Markdown(explanation_markdown(), latex_delimiters=latex, elem_id="sv-explain")
 
@@ -700,6 +747,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         )
         # Stop cancels the run or sweep between rounds; what was generated stays on the page.
         stop.click(stopped, recording, outputs, cancels=[run_event, sweep_event], api_name="stop", **view)
+        lab_button.click(run_lab, [lab_kind, lab_fault, lab_temperature, lab_top_k, lab_top_p, lab_gamma, lab_runs], [lab_plot, lab_verdict],
+                         api_name="lab", concurrency_limit=1, concurrency_id="lab", show_progress="hidden")
         gr.api(run_api, api_name="run", concurrency_limit=CONCURRENCY, concurrency_id="device")
         pair_name.change(_pair_info, pair_name, pair_info, api_visibility="private", **view)
         race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)

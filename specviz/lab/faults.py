@@ -14,6 +14,7 @@ something false.
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +53,10 @@ FAULTS = {
 def planted(name: str):
     """Replace one step of ``specviz.rejection`` with the named fault inside the ``with`` block.
 
+    Only the thread that entered the block gets the fault: a call from any other thread (another
+    visitor's run on the same server) goes to the real step. So the block must not span a yield
+    that could resume on another thread; the lab enters it once per chunk of samples.
+
     Raises:
         KeyError: an unknown fault.
     """
@@ -75,9 +80,16 @@ def planted(name: str):
         "drafter_only_filters": {"target_probs": drafter_only_filters},
         "accept_leq": {"accept": lambda u, q_x, p_x: u * q_x <= p_x},
     }[name]
+    owner = threading.get_ident()
+
+    def only_here(fault_fn, real_fn):
+        def step(*args, **kwargs):
+            return (fault_fn if threading.get_ident() == owner else real_fn)(*args, **kwargs)
+        return step
+
     try:
         for key, fn in patches.items():
-            setattr(rejection, key, fn)
+            setattr(rejection, key, only_here(fn, saved[key]))
         yield FAULTS[name]
     finally:
         for key, fn in saved.items():

@@ -1,0 +1,57 @@
+"""The exactness lab's figure and verdict: pure functions of a ``specviz.lab.Result``."""
+
+from __future__ import annotations
+
+from html import escape
+
+import numpy as np
+import plotly.graph_objects as go
+
+from specviz.lab.experiment import ALPHA, VOCAB, Result
+from specviz.lab.faults import Fault
+from specviz.views.charts import BLUE, GREY, VERMILLION, style_figure
+
+CELLS_SHOWN = 24
+
+
+def lab_figure(result: Result | None) -> go.Figure:
+    """The most likely two-token continuations: exact probability under the target against the
+    frequency among the speculative samples so far."""
+    if result is None or result.runs == 0:
+        fig = go.Figure()
+        fig.add_annotation(text="press Run: thousands of seeded speculative samples, counted as they come", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+        return style_figure(fig, "Exactness lab", "", "")
+    order = np.argsort(-result.exact)[:CELLS_SHOWN]
+    labels = [f"{i // VOCAB},{i % VOCAB}" for i in order]
+    freq = result.counts[order] / result.runs
+    fig = go.Figure([
+        go.Bar(x=labels, y=result.exact[order], name="exact target probability", marker_color=GREY),
+        go.Bar(x=labels, y=freq, name=f"speculative samples ({result.runs})", marker_color=BLUE),
+    ])
+    fig.update_layout(barmode="group")
+    return style_figure(fig, f"First two tokens: target law vs {result.runs} speculative samples", "tokens (x1, x2)", "probability")
+
+
+def lab_html(result: Result | None, fault: Fault) -> str:
+    """The verdict: chi-square and p-value, total variation, the same for as many draws from the
+    exact law (the sampling noise of a correct engine), and what the planted fault should do."""
+    if result is None or result.runs == 0:
+        return ""
+    stat, p = result.test()
+    reference = result.reference()
+    ref_stat, ref_p = result.test(reference)
+    ref_tv = 0.5 * float(np.abs(reference / result.runs - result.exact).sum())
+    verdict = ("rejected: the output is not the target's law" if p < ALPHA else "no evidence against exactness")
+    colour = VERMILLION if p < ALPHA else "#009E73"
+    rate = f"{result.accepted / result.drafted:.2f}" if result.drafted else "…"
+    rows = [
+        ("speculative samples", f"χ² = {stat:.1f}, p = {p:.3g}", f"total variation {result.total_variation:.4f}; draft acceptance rate {rate}"),
+        ("as many exact draws", f"χ² = {ref_stat:.1f}, p = {ref_p:.3g}", f"total variation {ref_tv:.4f}: the noise of a correct sampler"),
+    ]
+    cells = "".join(f"<tr><td style='padding:2px 10px 2px 0;'>{escape(a)}</td><td style='padding:2px 10px;font-weight:600;'>{escape(b)}</td>"
+                    f"<td style='color:#555;'>{escape(c)}</td></tr>" for a, b, c in rows)
+    seen = f" Seen in: {escape(fault.seen)}." if fault.seen else ""
+    return (f"<div class='sv-lab' style='font-size:14px;'><p style='font-size:16px;color:{colour};font-weight:600;'>"
+            f"{escape(verdict)} (significance {ALPHA:g})</p><table>{cells}</table>"
+            f"<p style='color:#444;'>Planted: {escape(fault.name)}.{seen} Expected: {escape(fault.expect)}.</p></div>")
