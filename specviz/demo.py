@@ -756,7 +756,12 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")
         restore = dict(fn=restore_controls, inputs=recording, api_visibility="private", show_progress="hidden",
                        outputs=[pair_name, prompt, chat, gamma, temperature, top_k, top_p, max_new_tokens, seed, status])
-        upload.upload(load_recording, upload, outputs, api_name="load_recording", **loads).success(**restore)
+        loaded = upload.upload(load_recording, upload, outputs, api_name="load_recording", **loads)
+        loaded.success(**restore)
+        # The drop area is emptied after every load, good or refused, so the next file can go in.
+        clear = dict(fn=lambda: None, inputs=None, outputs=upload, api_visibility="private", show_progress="hidden")
+        loaded.success(**clear)
+        loaded.failure(**clear)
         example_button.click(load_example, example, outputs, api_name="load_prepared", **loads).success(**restore)
         export_button.click(export_recording, recording, export_file, api_visibility="private", **loads)
     demo.queue(max_size=max_queue, default_concurrency_limit=1)

@@ -287,3 +287,11 @@ def test_stop_shows_the_rounds_done(client):
     out = client.predict(api_name="/stop")
     job.cancel()
     assert "Stopped" in out[4]
+
+
+@pytest.mark.parametrize("fault, verdict", [("none", "no evidence against exactness"), ("residual_is_p", "rejected")])
+def test_exactness_lab_verdicts(client, fault, verdict):
+    """The lab through the page's endpoint: the correct engine passes, a planted fault is rejected."""
+    plot, html = client.predict("unlike", fault, 1.0, 0, 1.0, 1, 2000, api_name="/lab")
+    assert verdict in html, html
+    assert plot["type"] == "plotly"

@@ -229,6 +229,15 @@ def test_save_and_load_recordings(page, tmp_path):
     page.get_by_text("Round 1 of").or_(page.locator("#sv-replay .sv-round-title")).first.wait_for(timeout=30_000)
 
 
+def test_exactness_lab_runs_and_gives_a_verdict(page):
+    tab(page, "Exactness lab")
+    page.locator("#sv-lab-run").click()
+    page.get_by_text("no evidence against exactness").first.wait_for(timeout=120_000)
+    d = drawn(page, "sv-lab-plot")
+    assert d["marks"] > 0
+    page.screenshot(path=str(shots() / "lab.png"), full_page=False)
+
+
 def test_explanation_renders_the_formulas(page):
     tab(page, "Explanation")
     panel = page.locator("#sv-explain")
