@@ -6,8 +6,13 @@ ignored so every run generates exactly max_new_tokens):
   speculative           specviz's speculative loop with the full trace
   speculative_untraced  the same loop with recording off (the trace's cost)
   hf_generate           transformers ``target.generate``
-  hf_assisted           transformers assisted generation with the same drafter,
-                        ``num_assistant_tokens=gamma``, a constant schedule, no confidence threshold
+  hf_assisted           transformers' counterpart of the drafter kind and schedule (``hf_method``):
+                        assisted generation with the same drafter model (``num_assistant_tokens=gamma``,
+                        the same schedule where transformers has it), ``prompt_lookup_num_tokens``
+                        for prompt lookup, and for early exit assisted generation with the same
+                        early-exit view of the target as assistant (transformers' own
+                        ``assistant_early_exit`` sets ``config.num_hidden_layers``, which GPT-2's
+                        forward ignores: it would draft with every layer)
 
 Each repeat runs every method once per prompt, in an order that rotates, after one warm-up
 pass. Reported per method: median tokens/s and the interquartile range over all timed runs.
@@ -29,14 +34,26 @@ import time
 import torch
 
 from specviz import Sampling, autoregressive_generate, speculative_generate, theory
+from specviz.drafters import early_exit_model, make_drafter
 from specviz.pair import ASSETS, load_pair
+from specviz.schedules import make_schedule
+
+PROMPT_SETS = {"held-out": "prompts.json", "grounded": "prompts_grounded.json"}
 
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
 
 
-def held_out_prompts(count: int) -> list[str]:
-    """The first ``count`` prompts of assets/prompts.json (held out from training)."""
-    prompts = json.loads((ASSETS / "prompts.json").read_text())
+def held_out_prompts(count: int, prompt_set: str = "held-out") -> list[str]:
+    """The first ``count`` prompts of a set: "held-out" (assets/prompts.json, held out from
+    training) or "grounded" (assets/prompts_grounded.json: code whose continuation repeats names
+    and lines of the prompt, where prompt lookup has something to copy).
+
+    Raises:
+        ValueError: an unknown set.
+    """
+    if prompt_set not in PROMPT_SETS:
+        raise ValueError(f"prompt set must be one of {', '.join(PROMPT_SETS)}, got {prompt_set!r}")
+    prompts = json.loads((ASSETS / PROMPT_SETS[prompt_set]).read_text())
     return [p["prompt"] for p in prompts[:count]]
 
 
@@ -49,18 +66,41 @@ def _hf_kwargs(pair, sampling: Sampling, n: int) -> dict:
     return kw
 
 
-def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int):
+def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 3, exit_layer: int | None = None,
+                   confidence: float = 0.4) -> tuple[str, dict]:
+    """(name, extra ``generate`` arguments) of transformers' counterpart of a drafter kind and schedule."""
+    if kind == "ngram":
+        return (f"prompt_lookup_num_tokens={gamma}, max_matching_ngram_size={ngram_max} (constant: transformers has no "
+                "other schedule for it)", dict(prompt_lookup_num_tokens=gamma, max_matching_ngram_size=ngram_max))
+    hf_schedule = {"constant": "constant", "confidence": "constant", "heuristic": "heuristic", "optimal": "heuristic"}[schedule]
+    threshold = confidence if schedule == "confidence" else 0.0
+    if kind == "early-exit":
+        assistant = early_exit_model(pair.target, exit_layer or make_drafter("early-exit", target=pair.target).exit_layer)
+        name = f"assisted generation, assistant = the target's first {assistant.config.num_hidden_layers} layers"
+    else:
+        assistant, name = pair.drafter, "assisted generation with the same drafter"
+    assistant.generation_config.assistant_confidence_threshold = threshold
+    name += f", num_assistant_tokens={gamma}, schedule {hf_schedule}" + (f", confidence threshold {threshold}" if threshold else "")
+    if schedule == "optimal":
+        name += " (transformers has no theory-guided schedule: its heuristic is the nearest)"
+    return name, dict(assistant_model=assistant, num_assistant_tokens=gamma, num_assistant_tokens_schedule=hf_schedule,
+                      assistant_confidence_threshold=threshold)
+
+
+def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str = "model", schedule: str = "constant",
+            ngram_max: int = 3, exit_layer: int | None = None, confidence: float = 0.4):
     """A callable(prompt_ids, seed) -> (tokens generated, trace or None) for one method."""
     common = dict(sampling=sampling, max_new_tokens=n, eos_token_id=None)
     if method == "autoregressive":
         return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, **common)
     if method in ("speculative", "speculative_untraced"):
         record = method == "speculative"
-        return lambda ids, seed: speculative_generate(ids, pair.drafter, pair.target, gamma=gamma, seed=seed, vocab_size=pair.vocab_size, record=record, **common)
+        drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
+        return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=gamma, seed=seed, vocab_size=pair.vocab_size,
+                                                      record=record, schedule=make_schedule(schedule, gamma, confidence), **common)
     hf = _hf_kwargs(pair, sampling, n)
     if method == "hf_assisted":
-        pair.drafter.generation_config.assistant_confidence_threshold = 0.0
-        hf.update(assistant_model=pair.drafter, num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+        hf.update(hf_counterpart(kind, schedule, pair, gamma, ngram_max, exit_layer, confidence)[1])
 
     def run(ids, seed):
         torch.manual_seed(seed)
@@ -92,12 +132,22 @@ def _spread(values: list[float]) -> dict:
 
 
 def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
-              repeats=3, prompts=8, methods=METHODS) -> dict:
-    """Run the benchmark and return the report (the dict ``--json`` prints)."""
+              repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
+              confidence=0.4, prompt_set="held-out") -> dict:
+    """Run the benchmark and return the report (the dict ``--json`` prints).
+
+    ``kind`` and ``schedule`` choose the drafter and gamma schedule (``specviz.drafters``,
+    ``specviz.schedules``); ``prompt_set`` one of PROMPT_SETS. Tokens/s are per run (prefill
+    included); speedups are ratios of medians within this one run.
+
+    Raises:
+        PairError, ValueError: as load_pair, make_drafter, make_schedule, held_out_prompts.
+    """
     pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
-    texts = held_out_prompts(prompts)
+    texts = held_out_prompts(prompts, prompt_set)
     prompt_ids = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens) for m in methods}
+    options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence)
+    runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens, **options) for m in methods}
     tps: dict[str, list[float]] = {m: [] for m in methods}
     traces: dict[str, list] = {m: [] for m in methods}
     with torch.inference_mode():
@@ -117,21 +167,25 @@ def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamm
     if spec and base:
         accepted, drafted = sum(t.accepted for t in spec), sum(t.drafted for t in spec)
         tested = accepted + sum(t.rejected for t in spec)
-        alpha = accepted / tested
+        alpha = accepted / tested if tested else None
         betas = [d.beta for t in spec for r in t.rounds for d in r.drafts if d.verdict != "discarded" and d.beta is not None]
         drafter_ms, target_ms = theory.drafter_step_ms(*spec), theory.target_step_ms(*base)
         verify_ms = theory.verify_ms_per_round(*spec)
-        c, v = drafter_ms / target_ms, verify_ms / target_ms
-        predicted = theory.predicted_speedup(alpha, gamma, c)
-        predicted_v = theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v)
+        c = drafter_ms / target_ms if drafter_ms is not None and target_ms else None
+        v = verify_ms / target_ms if verify_ms is not None and target_ms else None
+        # The theory's predictions assume every round drafts gamma: a constant schedule with a drafter model.
+        predictable = schedule == "constant" and kind != "ngram" and alpha is not None and c is not None
+        predicted = theory.predicted_speedup(alpha, gamma, c) if predictable else None
+        predicted_v = theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v) if predictable else None
         speedup = med["speculative"] / med["autoregressive"]
         report.update(
             alpha=alpha,
-            draft_acceptance_rate=accepted / drafted,
-            acceptance_rate=accepted / drafted,  # the same, under Trace.acceptance_rate's name
+            draft_acceptance_rate=accepted / drafted if drafted else None,
+            acceptance_rate=accepted / drafted if drafted else None,  # the same, under Trace.acceptance_rate's name
             mean_beta=sum(betas) / len(betas) if betas else None,
             mean_tokens_per_round=sum(len(t.output_ids) for t in spec) / sum(len(t.rounds) for t in spec),
-            predicted_tokens_per_round=theory.expected_tokens_per_round(alpha, gamma),
+            mean_gamma=theory.mean_gamma(*spec),
+            predicted_tokens_per_round=theory.expected_tokens_per_round(alpha, gamma) if predictable else None,
             drafter_step_ms=drafter_ms,
             target_step_ms=target_ms,
             verify_ms_per_round=verify_ms,
@@ -140,19 +194,21 @@ def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamm
             predicted_speedup=predicted,
             predicted_speedup_verify=predicted_v,
             speedup=speedup,
-            efficiency=speedup / predicted,
-            efficiency_verify=speedup / predicted_v,
+            efficiency=speedup / predicted if predicted else None,
+            efficiency_verify=speedup / predicted_v if predicted_v else None,
         )
-        report["speculative"].update(alpha=alpha, draft_acceptance_rate=accepted / drafted,
+        report["speculative"].update(alpha=alpha, draft_acceptance_rate=report["draft_acceptance_rate"],
                                      mean_tokens_per_round=report["mean_tokens_per_round"])
     if "hf_assisted" in med and "speculative" in med:
-        report["speedup_vs_hf_assisted"] = med["speculative"] / med["hf_assisted"]
+        report["hf_method"] = hf_counterpart(kind, schedule, pair, gamma, ngram_max, exit_layer, confidence)[0]
+        report["speedup_vs_hf"] = report["speedup_vs_hf_assisted"] = med["speculative"] / med["hf_assisted"]
     if "hf_generate" in med and "autoregressive" in med:
         report["autoregressive_vs_hf_generate"] = med["autoregressive"] / med["hf_generate"]
     if "speculative_untraced" in med and "speculative" in med:
         report["trace_overhead"] = med["speculative_untraced"] / med["speculative"] - 1.0
     report["settings"] = {
-        "pair": pair.name, "gamma": gamma, "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens,
+        "pair": pair.name, "gamma": gamma, "drafter_kind": kind, "gamma_schedule": schedule, "prompt_set": prompt_set,
+        "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens,
         "repeats": repeats, "prompts": len(prompt_ids), "device": str(pair.device),
         "dtype": str(pair.target.dtype).removeprefix("torch."), "torch_threads": torch.get_num_threads(),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
@@ -173,13 +229,15 @@ def format_report(report: dict) -> str:
         ("mean_beta", "mean beta"), ("mean_tokens_per_round", "tokens per round"),
         ("predicted_tokens_per_round", "tokens per round, Eq. (1)"),
         ("cost_coefficient", "cost coefficient c"), ("verify_cost", "verify cost v"), ("speedup", "speedup over autoregressive"),
-        ("speedup_vs_hf_assisted", "speedup over hf_assisted"), ("autoregressive_vs_hf_generate", "autoregressive / hf_generate"),
+        ("speedup_vs_hf", "speedup over transformers' counterpart"), ("mean_gamma", "drafts per round"), ("autoregressive_vs_hf_generate", "autoregressive / hf_generate"),
         ("predicted_speedup", "predicted speedup, Thm 3.8"), ("predicted_speedup_verify", "predicted with measured v"),
         ("efficiency", "efficiency (measured / Thm 3.8)"), ("efficiency_verify", "efficiency (measured / with v)"),
         ("trace_overhead", "trace overhead"),
     ]:
         if report.get(key) is not None:
             lines.append(f"{label:<46}{report[key]:.3f}")
+    if report.get("hf_method"):
+        lines.append(f"transformers' counterpart: {report['hf_method']}")
     lines.append(f"settings: {json.dumps(report['settings'])}")
     return "\n".join(lines)
 
@@ -190,7 +248,9 @@ def run(args) -> int:
 
     try:
         sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-        report = benchmark(args.pair, args.drafter, args.target, args.device, args.gamma, sampling, args.max_new_tokens, args.repeats, args.prompts)
+        report = benchmark(args.pair, args.drafter, args.target, args.device, args.gamma, sampling, args.max_new_tokens, args.repeats,
+                           args.prompts, kind=args.drafter_kind, schedule=args.gamma_schedule, ngram_max=args.ngram_max,
+                           exit_layer=args.exit_layer, confidence=args.confidence, prompt_set=args.prompt_set)
     except (PairError, ValueError) as err:
         print(f"error: {err}", file=__import__("sys").stderr)
         return 2

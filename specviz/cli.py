@@ -38,6 +38,34 @@ def _add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int, sampling
     p.add_argument("--seed", type=int, default=0, help="seeds every draw, so a run repeats exactly")
 
 
+def _add_drafter_args(p: argparse.ArgumentParser) -> None:
+    from specviz.drafters import KINDS
+    from specviz.schedules import SCHEDULES
+
+    p.add_argument("--drafter-kind", choices=KINDS, default="model",
+                   help="where drafts come from: the pair's drafter model, prompt lookup (n-gram), or the target's early exit")
+    p.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram searched for")
+    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target layers the drafter keeps (None: half of them)")
+    p.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
+                   help="drafts per round: constant gamma, transformers' heuristic (+2 / -1), a confidence threshold, "
+                        "or the theory's best gamma from the run's alpha and c so far")
+    p.add_argument("--confidence", type=float, default=0.4, help="confidence schedule: stop drafting when the drafter's largest q is below this")
+
+
+def drafter_for(args, pair):
+    """The Drafter the options ask for, on ``pair`` (ValueError when out of range)."""
+    from specviz.drafters import make_drafter
+
+    return make_drafter(args.drafter_kind, drafter_model=pair.drafter, target=pair.target, ngram_max=args.ngram_max, exit_layer=args.exit_layer)
+
+
+def schedule_for(args):
+    """A fresh GammaSchedule for one run (schedules keep state across rounds)."""
+    from specviz.schedules import make_schedule
+
+    return make_schedule(args.gamma_schedule, args.gamma, args.confidence)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding, exact and shown round by round.",
                                      formatter_class=_Help)
@@ -47,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.95); --temperature 0 is greedy.")
     _add_model_args(gen)
     _add_sampling_args(gen, 64)
+    _add_drafter_args(gen)
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--mode", choices=["speculative", "autoregressive"], default="speculative")
     gen.add_argument("--json", action="store_true", help="print the whole trace as JSON")
@@ -57,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=_Help, description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.95).")
     _add_model_args(rec)
     _add_sampling_args(rec, 128)
+    _add_drafter_args(rec)
     rec.add_argument("--prompt", required=True)
     rec.add_argument("--sweep", action="store_true", help="also run gamma = 1..8 on the same prompt and seed")
     rec.add_argument("--title", default="", help="label shown when the recording is loaded")
@@ -70,9 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     from specviz.sampling import Sampling
 
     _add_sampling_args(bench, 128, Sampling(temperature=0.0))
+    _add_drafter_args(bench)
     bench.add_argument("--repeats", type=int, default=3, help="timed repeats per prompt and method")
     bench.add_argument("--prompts", type=int, default=8, help="held-out prompts to use")
     bench.add_argument("--json", action="store_true")
+    bench.add_argument("--prompt-set", choices=["held-out", "grounded"], default="held-out",
+                       help="held-out: the prompts kept out of training; grounded: code whose continuation repeats the prompt")
 
     exp = sub.add_parser("export", help="write a recording as one self-contained HTML file (opens from disk, no server, no network)",
                          formatter_class=_Help)
@@ -109,7 +142,7 @@ def _generate(args) -> int:
     try:
         pair, ids, common = _setup(args)
         if args.mode == "speculative":
-            trace = speculative_generate(ids, pair.drafter, pair.target, gamma=args.gamma, **common)
+            trace = speculative_generate(ids, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=schedule_for(args), **common)
         else:
             trace = autoregressive_generate(ids, pair.target, **common)
     except (PairError, ValueError) as err:
@@ -137,16 +170,19 @@ def _record(args) -> int:
     try:
         pair, ids, common = _setup(args)
         autoregressive_generate(ids, pair.target, **(common | {"max_new_tokens": 4}))  # warm-up: first calls are slow
-        spec = speculative_generate(ids, pair.drafter, pair.target, gamma=args.gamma, **common)
+        drafter = drafter_for(args, pair)
+        spec = speculative_generate(ids, drafter, pair.target, gamma=args.gamma, schedule=schedule_for(args), **common)
         baseline = autoregressive_generate(ids, pair.target, **common)
         sweep = None
         if args.sweep:
-            for sweep in sweep_stream(ids, pair.drafter, pair.target, **common):
+            for sweep in sweep_stream(ids, drafter, pair.target, **common):
                 pass
     except (PairError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    title = args.title or f"{pair.name}, gamma {args.gamma}, temperature {args.temperature}, seed {args.seed}"
+    from specviz.views.text import run_label
+
+    title = args.title or f"{pair.name}, {run_label(spec)}, temperature {args.temperature}, seed {args.seed}"
     chat = {"auto": pair.instruct, "on": True, "off": False}[args.chat_template]
     Recording(spec, baseline, sweep, title, prompt=args.prompt, chat=chat).save(args.out)
     print(f"wrote {args.out}: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds, alpha {spec.alpha:.3f} (accepted / tested)")

@@ -20,9 +20,11 @@ from pathlib import Path
 import torch
 
 from specviz import rejection
+from specviz.drafters import DraftRequest, as_drafter
 from specviz.runner import ModelRunner
 from specviz.sampling import Sampling, contexts
-from specviz.trace import Draft, Round, TopToken, Trace
+from specviz.schedules import GammaSchedule, make_schedule
+from specviz.trace import MAX_GAMMA, Draft, Round, TopToken, Trace
 
 # Tokens of the correction's or bonus's distribution kept in the trace for the replay.
 TOP_TOKENS = 5
@@ -122,6 +124,33 @@ def _settings(mode: str, sampling: Sampling, seed: int, max_new_tokens: int, eos
     }
 
 
+class _Transfer:
+    """Named device tensors sent to the host in one transfer and read back by name.
+
+    A round's values would each cost a device synchronisation if read one by one; packed into
+    one float64 tensor they cost one, and no offset arithmetic leaks into the loop.
+    """
+
+    def __init__(self):
+        self._parts: list[torch.Tensor] = []
+        self._spans: dict[str, tuple[int, int]] = {}
+        self._size = 0
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        flat = tensor.reshape(-1).double()
+        self._spans[name] = (self._size, self._size + flat.numel())
+        self._size += flat.numel()
+        self._parts.append(flat)
+
+    def fetch(self) -> dict[str, list[float]]:
+        host = torch.cat(self._parts).tolist()
+        return {name: host[a:b] for name, (a, b) in self._spans.items()}
+
+
+def _verdicts(n_drafts: int, n_acc: int) -> list[str]:
+    return ["accepted" if i < n_acc else ("rejected" if i == n_acc else "discarded") for i in range(n_drafts)]
+
+
 def speculative_stream(
     input_ids: list[int],
     drafter,
@@ -135,14 +164,19 @@ def speculative_stream(
     vocab_size: int | None = None,
     record: bool = True,
     cached: bool = True,
+    schedule: str | GammaSchedule = "constant",
 ) -> Iterator[Trace]:
     """Speculative sampling, yielding the same growing Trace after every round.
 
     Args:
         input_ids: the prompt's token ids (batch of one), length >= 1.
-        drafter, target: transformers causal LMs on one device, in eval mode, sharing a tokenizer.
-        gamma: drafted tokens per round, >= 1 (fewer in the last round if max_new_tokens is near).
-        sampling: temperature, top-k, top-p, applied identically to q and p.
+        drafter: a ``specviz.drafters.Drafter`` (drafter model, prompt lookup, early exit), or a
+            transformers causal LM sharing the target's tokenizer (taken as a drafter model).
+        target: a transformers causal LM on the run's device, in eval mode.
+        gamma: drafts per round, 1..MAX_GAMMA: the constant schedule's, the first round's for the
+            adaptive ones, the most per round for ``confidence``; fewer in the last round if
+            max_new_tokens is near, and fewer when prompt lookup finds less to copy.
+        sampling: temperature, top-k, top-p, repetition penalty, applied identically to q and p.
         max_new_tokens: at most this many tokens are generated.
         eos_token_id: one id or several; generation stops after the first one emitted.
         seed: seeds the torch.Generator that draws every sample and every u.
@@ -151,149 +185,131 @@ def speculative_stream(
         record: build the per-round record; False keeps only output ids and totals (for measuring
             the cost of the trace).
         cached: use KV caches (True) or re-feed the whole sequence each pass (the test reference).
+        schedule: a ``specviz.schedules`` name ("constant", "heuristic", "confidence", "optimal")
+            or a GammaSchedule. "optimal" reads the run's timings, so its tokens for one seed can
+            differ between runs (each run is still distributed as the target's).
 
     Yields:
         The Trace, after each round.
 
     Raises:
-        ValueError: empty prompt, ids outside the vocabulary, gamma < 1, max_new_tokens < 1,
-            prompt + max_new_tokens beyond either model's context, NaN or all -inf logits.
-        TypeError: sampling is not a Sampling.
+        ValueError: empty prompt, ids outside the vocabulary, gamma out of range, max_new_tokens < 1,
+            prompt + max_new_tokens beyond a model's context, NaN or all -inf logits, an unknown schedule.
+        TypeError: sampling is not a Sampling, drafter is neither a Drafter nor a causal LM.
     """
-    if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
-        raise ValueError(f"gamma must be a whole number >= 1, got {gamma!r}")
-    models = (drafter, target)
+    drafter = as_drafter(drafter)
+    schedule = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)
+    models = (*drafter.models, target)
     vocab = _vocab_size(models, tokenizer, vocab_size)
     _validate(input_ids, models, vocab, max_new_tokens, sampling)
     eos = _eos_set(eos_token_id)
     device = target.device
     decode = _decoder(tokenizer)
     warpers = sampling.warpers()
-    greedy = sampling.greedy
     gen = torch.Generator(device=device).manual_seed(seed)
+    settings = _settings("speculative", sampling, seed, max_new_tokens, eos, models, gamma)
+    settings.update(drafter=drafter.describe(), gamma_schedule=schedule.describe())
     trace = Trace(
         mode="speculative",
         prompt_ids=[int(t) for t in input_ids],
         prompt_text=tokenizer.decode(list(input_ids)) if tokenizer is not None else "",
-        settings=_settings("speculative", sampling, seed, max_new_tokens, eos, models, gamma),
+        settings=settings,
     )
     n_prompt = len(input_ids)
-    seq = torch.zeros(n_prompt + max_new_tokens + gamma + 1, dtype=torch.long, device=device)
-    seq[:n_prompt] = torch.as_tensor(list(input_ids), dtype=torch.long, device=device)
-    draft_runner = ModelRunner(drafter, vocab, cached)
+    history = [int(t) for t in input_ids]  # the settled sequence on the host (prompt lookup reads it)
+    seq = torch.zeros(n_prompt + max_new_tokens + MAX_GAMMA + 1, dtype=torch.long, device=device)
+    seq[:n_prompt] = torch.as_tensor(history, dtype=torch.long, device=device)
     target_runner = ModelRunner(target, vocab, cached)
     clock = _Clock(device)
     top_k = min(TOP_TOKENS, vocab)
 
     with torch.inference_mode():
-        # The last prompt token stays pending: the first round feeds it to both models.
-        draft_runner.prefill(seq, n_prompt - 1)
+        # The last prompt token stays pending: the first round feeds it to the target.
+        drafter.start(seq, n_prompt - 1, vocab, cached)
         target_runner.prefill(seq, n_prompt - 1)
         trace.prefill_ms = clock.since_start()
 
-    n = n_prompt  # current sequence length
+    n = n_prompt  # settled sequence length
     while True:
         # Inference mode is thread-local: it is entered per round and left before each yield,
         # because the consumer may resume this generator on another thread.
         with torch.inference_mode():
             remaining = n_prompt + max_new_tokens - n
-            g = min(gamma, remaining)
+            allowed = min(schedule.next_gamma(), remaining)
             t0 = clock.now()
 
-            # Drafting: g forward passes of the drafter, each sampling one token from q_i.
-            q_rows = []
-            for i in range(g):
-                ctx = contexts(seq, [n + i], vocab) if sampling.needs_context else None
-                token, q = rejection.draft_token(draft_runner.logits(seq, n + i, 1), sampling, warpers, gen, ctx)
-                q_rows.append(q)
-                seq[n + i] = token[0]
+            # 1. Draft: up to `allowed` tokens into seq[n:], each with the q it was drawn from.
+            proposal = drafter.propose(DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting))
+            g, q_all = proposal.count, proposal.q  # q_all: (g, V)
             t1 = clock.now()
 
-            # Verification: one target pass over the pending token and the g drafts.
-            # Row i scores the position after n + i tokens: its context holds the drafts before it.
+            # 2. Verify: one target pass over the pending token and the g drafts; row i scores the
+            # position after n + i tokens, so its context holds the drafts before it.
             ctx = contexts(seq, range(n, n + g + 1), vocab) if sampling.needs_context else None
             p_all = rejection.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers, ctx)  # (g+1, V)
-            q_all = torch.cat(q_rows)  # (g, V)
             drafts = seq[n : n + g]
-            cols = drafts[:, None]
-            q_d = q_all.gather(1, cols)[:, 0]
-            p_d = p_all[:g].gather(1, cols)[:, 0]
+            q_d = q_all.gather(1, drafts[:, None])[:, 0]
+            p_d = p_all[:g].gather(1, drafts[:, None])[:, 0]
+
+            # 3. Accept: draft i stands when u_i < min(1, p_i / q_i).
             u = torch.rand(g, generator=gen, device=device)
             accept = rejection.accept(u, q_d, p_d)
-            # One candidate final token per possible stopping point: the correction at every
-            # draft position, the bonus after the last. Only one is used; drawing all at once
-            # keeps the round to a single device-to-host transfer.
+
+            # 4. The final token: a correction from the residual at every draft position, the bonus
+            # from p after the last. Only one is used; drawing all at once keeps the round to a
+            # single device-to-host transfer.
             candidates = torch.cat([rejection.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
-            finals = rejection.sample_rows(candidates, greedy, gen)
-            final_probs = candidates.gather(1, finals[:, None])[:, 0]
+            finals = rejection.sample_rows(candidates, sampling.greedy, gen)
+            transfer = _Transfer()
+            transfer.add("drafts", drafts)
+            transfer.add("q", q_d)
+            transfer.add("p", p_d)
+            transfer.add("u", u)
+            transfer.add("accept", accept)
+            transfer.add("finals", finals)
+            transfer.add("final_probs", candidates.gather(1, finals[:, None])[:, 0])
             # beta_i = sum_x min(p_i(x), q_i(x)) at every drafted position, discarded ones too
             # (Leviathan et al. 2023, Def. 3.1): computed here, where p and q already are.
-            beta = torch.minimum(p_all[:g], q_all).sum(dim=-1)  # (g,)
-            finite = torch.isfinite(p_all).all() & torch.isfinite(q_all).all()
-            parts = [drafts.double(), q_d.double(), p_d.double(), u.double(), accept.double(),
-                     finals.double(), final_probs.double(), beta.double(), finite.double()[None]]
+            transfer.add("beta", torch.minimum(p_all[:g], q_all).sum(dim=-1))
+            transfer.add("finite", (torch.isfinite(p_all).all() & torch.isfinite(q_all).all()))
             if record:
-                # The top tokens of each candidate distribution, with p and q there, travel in
-                # the same transfer: the replay shows why the correction or bonus came out.
+                # The top tokens of each candidate distribution, with p and q there: the replay
+                # shows why the correction or bonus came out.
                 top_prob, top_ids = candidates.topk(top_k, dim=-1)  # (g+1, k)
                 q_pad = torch.cat([q_all, torch.zeros_like(p_all[:1])])  # no q after the last draft
-                parts += [top_ids.double().flatten(), top_prob.double().flatten(),
-                          p_all.gather(1, top_ids).double().flatten(), q_pad.gather(1, top_ids).double().flatten()]
-            host = torch.cat(parts).tolist()
+                transfer.add("top_ids", top_ids)
+                transfer.add("top_prob", top_prob)
+                transfer.add("top_p", p_all.gather(1, top_ids))
+                transfer.add("top_q", q_pad.gather(1, top_ids))
+            host = transfer.fetch()
             t2 = clock.now()
 
-            if not host[8 * g + 2]:
+            if not host["finite"][0]:
                 raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
-            draft_ids = [int(x) for x in host[0:g]]
-            accepts = [bool(x) for x in host[4 * g : 5 * g]]
-            n_acc = accepts.index(False) if False in accepts else g
-            final = int(host[5 * g + n_acc])
+            draft_ids = [int(x) for x in host["drafts"]]
+            n_acc = next((i for i, a in enumerate(host["accept"]) if not a), g)
+            final = int(host["finals"][n_acc])
+            kind = "correction" if n_acc < g else ("bonus" if g else "target")
             emitted = draft_ids[:n_acc] + [final]
-            kind = "correction" if n_acc < g else "bonus"
             # Stop at the first EOS (kept), and never past max_new_tokens.
             cut = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
-            cut = min(cut, remaining)
-            keeps_final = cut == len(emitted)
-            emitted = emitted[:cut]
+            emitted = emitted[: min(cut, remaining)]
+            keeps_final = len(emitted) == n_acc + 1
+
+            # 5. Roll back: the sequence stands after the emitted tokens; both sides keep all but
+            # the newest token, which is fed next round.
             seq[n + n_acc] = final  # after the accepted drafts; ignored if not kept
             n += len(emitted)
-            # Both caches keep all but the newest token, which is fed next round.
+            history.extend(emitted)
             target_runner.rollback(n - 1)
-            draft_runner.rollback(n - 1)
+            drafter.rollback(n - 1)
+            schedule.observe(g, n_acc, min(g, n_acc + 1), t1 - t0, t2 - t1)
 
+            # 6. Record.
             trace.output_ids.extend(emitted)
             if record:
-                # host after the fixed fields: ids, probs, p, q of the top tokens, (g+1) x k each.
-                block = (g + 1) * top_k
-                row = 8 * g + 3 + n_acc * top_k
-                top = [host[row + j * block : row + j * block + top_k] for j in range(4)]
-                top_texts = decode([int(t) for t in top[0]])
-                texts = decode(draft_ids + [final])
-                q_h, p_h, u_h = host[g : 2 * g], host[2 * g : 3 * g], host[3 * g : 4 * g]
-                beta_h = host[7 * g + 2 : 8 * g + 2]
-                drafts_rec = [
-                    Draft(
-                        token_id=draft_ids[i], text=texts[i], q=q_h[i], p=p_h[i],
-                        accept_prob=min(1.0, p_h[i] / q_h[i]) if q_h[i] > 0 else 0.0, u=u_h[i],
-                        verdict="accepted" if i < n_acc else ("rejected" if i == n_acc else "discarded"),
-                        beta=min(1.0, beta_h[i]),
-                    )
-                    for i in range(g)
-                ]
-                trace.rounds.append(
-                    Round(
-                        drafts=drafts_rec, emitted_ids=emitted,
-                        final_token_id=final if keeps_final else None,
-                        final_text=texts[g] if keeps_final else None,
-                        final_kind=kind if keeps_final else None,
-                        final_prob=host[5 * g + g + 1 + n_acc] if keeps_final else None,
-                        final_top=[
-                            TopToken(token_id=int(t), text=x, prob=pr, p=pp, q=qq if kind == "correction" else None)
-                            for t, x, pr, pp, qq in zip(*top[:1], top_texts, *top[1:])
-                        ] if keeps_final else [],
-                        draft_ms=t1 - t0, verify_ms=t2 - t1, end_ms=clock.since_start(), gamma=g,
-                    )
-                )
+                trace.rounds.append(_round(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
+                                           decode, top_k, allowed, t1 - t0, t2 - t1, clock.since_start()))
             if emitted and emitted[-1] in eos:
                 trace.stop_reason = "eos"
             elif n - n_prompt >= max_new_tokens:
@@ -306,6 +322,36 @@ def speculative_stream(
         suspended = clock.suspend()
         yield trace
         clock.resume(suspended)
+
+
+def _round(host: dict, draft_ids: list[int], n_acc: int, final: int, kind: str, keeps_final: bool, emitted: list[int],
+           sources: list[int] | None, decode, top_k: int, allowed: int, draft_ms: float, verify_ms: float, end_ms: float) -> Round:
+    """The Round record from one round's transferred values (``host``, by name)."""
+    g = len(draft_ids)
+    texts = decode(draft_ids + [final])
+    top = {key: host[key][n_acc * top_k : (n_acc + 1) * top_k] for key in ("top_ids", "top_prob", "top_p", "top_q")}
+    top_ids = [int(t) for t in top["top_ids"]]
+    verdicts = _verdicts(g, n_acc)
+    drafts = [
+        Draft(
+            token_id=draft_ids[i], text=texts[i], q=host["q"][i], p=host["p"][i],
+            accept_prob=min(1.0, host["p"][i] / host["q"][i]) if host["q"][i] > 0 else 0.0, u=host["u"][i],
+            verdict=verdicts[i], beta=min(1.0, host["beta"][i]), source=sources[i] if sources else None,
+        )
+        for i in range(g)
+    ]
+    return Round(
+        drafts=drafts, emitted_ids=emitted,
+        final_token_id=final if keeps_final else None,
+        final_text=texts[g] if keeps_final else None,
+        final_kind=kind if keeps_final else None,
+        final_prob=host["final_probs"][n_acc] if keeps_final else None,
+        final_top=[
+            TopToken(token_id=t, text=x, prob=pr, p=pp, q=qq if kind == "correction" else None)
+            for t, x, pr, pp, qq in zip(top_ids, decode(top_ids), top["top_prob"], top["top_p"], top["top_q"])
+        ] if keeps_final else [],
+        draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=allowed,
+    )
 
 
 def autoregressive_stream(

@@ -127,10 +127,11 @@ def round_gamma(trace: Trace, r) -> int | None:
 
 
 def accepted_per_round(trace: Trace, gamma: int | None = None) -> list[int]:
-    """Accepted drafts in each round that drafted the full gamma of the run's setting (or of
-    ``gamma`` when given); rounds cut short near max_new_tokens are left out."""
-    gamma = gamma if gamma is not None else trace.settings.get("gamma")
-    return [r.accepted_count for r in trace.rounds if r.drafts and len(r.drafts) == gamma]
+    """Accepted drafts in each round that drafted the full gamma it was allowed, that gamma being
+    ``gamma`` (default: ``typical_gamma``, the run's own for a constant schedule); rounds cut
+    short (near max_new_tokens, by a confidence stop, by a short prompt-lookup match) are left out."""
+    gamma = gamma if gamma is not None else typical_gamma(trace)
+    return [r.accepted_count for r in trace.rounds if r.drafts and len(r.drafts) == gamma == round_gamma(trace, r)]
 
 
 def acceptance_by_position(trace: Trace) -> list[tuple[int, int]]:

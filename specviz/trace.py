@@ -32,9 +32,10 @@ Verdict = Literal["accepted", "rejected", "discarded"]
 #   target:     sampled from p by the autoregressive baseline
 FinalKind = Literal["correction", "bonus", "target"]
 
-# 2 added Round.final_top; 3 added Draft.beta and Round.gamma. Older files still load (with
-# no top tokens, no beta, and gamma read from the settings).
-SCHEMA_VERSION = 3
+# 2 added Round.final_top; 3 added Draft.beta and Round.gamma; 4 added Draft.source and the
+# drafter and gamma_schedule settings. Older files still load (with no top tokens, no beta,
+# gamma read from the settings, and a drafter model with a constant gamma).
+SCHEMA_VERSION = 4
 
 # The largest gamma specviz drafts with (the demo's range is 1..MAX_GAMMA; every gamma schedule
 # is capped at it), so a round holds at most this many drafts.
@@ -49,7 +50,8 @@ class Draft:
     processed distributions; ``accept_prob`` = min(1, p/q); ``u`` the uniform draw in [0, 1).
     ``beta`` = sum_x min(p(x), q(x)) at this position, the probability that a draft here is
     accepted before it is drawn (Leviathan et al. 2023, Def. 3.1); None in traces saved
-    before schema version 3.
+    before schema version 3. ``source``: for a draft copied by prompt lookup, the position in
+    the sequence (prompt and output, 0-based) it was copied from; None for other drafters.
     """
 
     token_id: int
@@ -60,6 +62,7 @@ class Draft:
     u: float
     verdict: Verdict
     beta: float | None = None
+    source: int | None = None
 
     @property
     def accepted(self) -> bool:

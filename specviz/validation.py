@@ -128,6 +128,14 @@ def check_settings(trace: Trace, where: str) -> None:
             raise _fail(f"{where}.settings.{key}", "must be text")
     if not all(isinstance(m, str) for m in s.get("models", [])):
         raise _fail(f"{where}.settings.models", "must be a list of model names")
+    for key in ("drafter", "gamma_schedule"):
+        value = s.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(
+                isinstance(v, (str, int, float)) and not isinstance(v, bool) and (not isinstance(v, float) or math.isfinite(v))
+                for v in value.values()):
+            raise _fail(f"{where}.settings.{key}", "must be an object of names and finite numbers")
 
 
 def check_trace(trace: Trace, where: str = "trace") -> Trace:
@@ -165,6 +173,9 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
             for key in ("q", "p", "accept_prob", "beta"):
                 _probability(getattr(d, key), f"{dw}.{key}")
             _probability(d.u, f"{dw}.u", upper_open=True)
+            if d.source is not None:
+                # A prompt-lookup draft is copied from the sequence settled before its round.
+                _whole(d.source, 0, max(0, len(trace.prompt_ids) + len(emitted) - 1), f"{dw}.source")
             if d.verdict != "discarded":
                 if d.q > 0 and abs(d.accept_prob - min(1.0, d.p / d.q)) > VERDICT_TOLERANCE:
                     raise _fail(f"{dw}.accept_prob", f"{d.accept_prob!r} is not min(1, p/q) = {min(1.0, d.p / d.q)!r}")
@@ -175,7 +186,8 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
         if r.final_token_id is not None:
             _token(r.final_token_id, f"{at}.final_token_id")
             _probability(r.final_prob, f"{at}.final_prob")
-            wanted_kind = "target" if trace.mode == "autoregressive" else ("correction" if "rejected" in verdicts else "bonus")
+            wanted_kind = ("target" if trace.mode == "autoregressive" or not r.drafts
+                           else "correction" if "rejected" in verdicts else "bonus")
             if r.final_kind != wanted_kind:
                 raise _fail(f"{at}.final_kind", f"{r.final_kind!r} after verdicts {verdicts}; it must be {wanted_kind!r}")
             expected = [d.token_id for d in r.drafts[:n_acc]] + [r.final_token_id]

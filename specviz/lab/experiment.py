@@ -84,13 +84,20 @@ class Result:
         return np.random.default_rng(seed).multinomial(self.runs, self.exact / self.exact.sum()).astype(float)
 
 
-def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: int = 250, first_seed: int = 0) -> Iterator[Result]:
+def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: int = 250, first_seed: int = 0,
+           prompt: list[int] = PROMPT, schedule="constant") -> Iterator[Result]:
     """Run ``runs`` seeded speculative generations of gamma + 1 tokens (so the first round drafts
-    all gamma) and yield the growing Result every ``every`` runs and at the end."""
-    exact = exact_two_token_distribution(target, sampling).ravel()
+    all gamma) and yield the growing Result every ``every`` runs and at the end.
+
+    ``drafter`` is a causal LM or a ``specviz.drafters.Drafter``; ``schedule`` a schedule name or a
+    function returning a fresh GammaSchedule (each run starts its own); ``prompt`` the context
+    whose two-token continuations are counted (prompt lookup needs one that repeats itself).
+    """
+    exact = exact_two_token_distribution(target, sampling, prompt).ravel()
     result = Result(counts=np.zeros(VOCAB * VOCAB), exact=exact, runs=0)
     for seed in range(first_seed, first_seed + runs):
-        trace = speculative_generate(PROMPT, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1, seed=seed)
+        trace = speculative_generate(prompt, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1, seed=seed,
+                                     schedule=schedule if isinstance(schedule, str) else schedule())
         x1, x2 = trace.output_ids[:2]
         result.counts[x1 * VOCAB + x2] += 1
         result.runs += 1
@@ -100,15 +107,16 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
             yield result
 
 
-def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000):
-    """(statistic, p-value, draft acceptance rate) of ``runs`` speculative runs against the exact law.
+def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000, prompt: list[int] = PROMPT, schedule="constant"):
+    """(statistic, p-value, draft acceptance rate) of ``runs`` speculative runs against the exact law
+    (``prompt`` and ``schedule`` as in ``stream``).
 
     Raises:
         AssertionError: the law leaves fewer than 8 testable cells (the test would lack power).
     """
     result = None
-    for result in stream(drafter, target, sampling, gamma, runs, every=runs):
+    for result in stream(drafter, target, sampling, gamma, runs, every=runs, prompt=prompt, schedule=schedule):
         pass
     assert (result.exact * runs >= 5).sum() >= 8, "a near-deterministic target leaves the test without power"
     stat, pvalue = result.test()
-    return stat, pvalue, result.accepted / result.drafted
+    return stat, pvalue, (result.accepted / result.drafted if result.drafted else None)

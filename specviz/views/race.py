@@ -11,6 +11,7 @@ from html import escape
 
 from specviz.trace import Trace
 from specviz.views.tokens import STYLES
+from specviz.views.text import run_label
 
 _MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
 
@@ -71,8 +72,7 @@ def race_html(spec: Trace, baseline: Trace | None, slowdown: float = 1.0, nonce:
     longest = max(t.total_ms for t in runs)
     most = max(len(t.output_ids) for t in runs)
     bars = "".join(_progress_keyframes(f"{anim}p{i}", t, longest, most) for i, t in enumerate(runs))
-    gamma = spec.settings.get("gamma")
-    lanes = _lane(spec, f"speculative (gamma {gamma})", "#009E73", slowdown, longest, anim, f"{anim}p0")
+    lanes = _lane(spec, f"speculative ({run_label(spec)})", "#009E73", slowdown, longest, anim, f"{anim}p0")
     if baseline is not None:
         lanes += _lane(baseline, "autoregressive (target alone)", "#E69F00", slowdown, longest, anim, f"{anim}p1")
     pace = "true timing" if slowdown <= 1.0 else f"slowed down {slowdown:.0f}× (recorded times × {slowdown:.0f})"

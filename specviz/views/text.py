@@ -12,3 +12,25 @@ def markdown_literal(text: str) -> str:
     """``text`` for a Markdown component, shown as typed: HTML escaped and Markdown's punctuation
     backslash-escaped, so a recording's title cannot add a tag, a link or an image."""
     return _MARKDOWN.sub(r"\\\1", escape(text, quote=True)).replace("\n", " ")
+
+
+def run_label(trace) -> str:
+    """The run's drafter and gamma schedule in words, plain text (escape before HTML):
+    "drafter model, gamma 4", "prompt lookup (n-gram <= 3), heuristic gamma from 4", ...
+    Traces saved before schema 4 name no drafter: a drafter model with a constant gamma."""
+    s = trace.settings
+    drafter = s.get("drafter") or {"kind": "model"}
+    schedule = s.get("gamma_schedule") or {"name": "constant"}
+    kind = drafter.get("kind")
+    label = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit"}.get(kind, str(kind))
+    if kind == "ngram" and "max_ngram" in drafter:
+        label += f" (n-gram <= {drafter['max_ngram']})"
+    if kind == "early-exit" and "exit_layer" in drafter:
+        label += f" (layer {drafter['exit_layer']} of {drafter.get('layers', '?')})"
+    gamma = s.get("gamma")
+    name = schedule.get("name")
+    if name in (None, "constant"):
+        return f"{label}, gamma {gamma}"
+    if name == "confidence":
+        return f"{label}, gamma up to {gamma} while max q >= {schedule.get('threshold')}"
+    return f"{label}, {name} gamma from {gamma}"

@@ -1,0 +1,60 @@
+"""Drafters: where the drafts of speculative decoding come from.
+
+- ``ModelDrafter``: a smaller model (Leviathan et al. 2023; Chen et al. 2023).
+- ``PromptLookupDrafter``: drafts copied from earlier in the prompt and output (prompt lookup).
+- ``EarlyExitDrafter``: the target's own first layers (LayerSkip, Elhoushi et al. 2024).
+
+``make_drafter`` builds one from a kind name, as the command line and the demo do.
+"""
+
+from __future__ import annotations
+
+from specviz.drafters.base import Drafter, DraftRequest, Proposal
+from specviz.drafters.early_exit import EarlyExitDrafter, early_exit_model, layer_count
+from specviz.drafters.model import ModelDrafter
+from specviz.drafters.prompt_lookup import PromptLookupDrafter, find_continuation
+
+KINDS = ("model", "ngram", "early-exit")
+LABELS = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit"}
+
+
+def as_drafter(drafter) -> Drafter:
+    """A Drafter as is; a transformers causal LM as a ``ModelDrafter``.
+
+    Raises:
+        TypeError: neither.
+    """
+    if isinstance(drafter, Drafter):
+        return drafter
+    if hasattr(drafter, "config") and callable(drafter):
+        return ModelDrafter(drafter)
+    raise TypeError(f"drafter must be a specviz Drafter or a transformers causal LM, got {type(drafter).__name__}")
+
+
+def default_exit_layer(target) -> int:
+    """Half the target's layers (at least 1): LayerSkip's drafts come from early to middle layers."""
+    return max(1, layer_count(target) // 2)
+
+
+def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None) -> Drafter:
+    """The drafter of ``kind``: "model" (needs ``drafter_model``), "ngram" (``ngram_max``) or
+    "early-exit" (needs ``target``; ``exit_layer`` defaults to ``default_exit_layer``).
+
+    Raises:
+        ValueError: an unknown kind, or a parameter out of range.
+    """
+    if kind == "model":
+        if drafter_model is None:
+            raise ValueError("the drafter model kind needs a drafter model")
+        return ModelDrafter(drafter_model)
+    if kind == "ngram":
+        return PromptLookupDrafter(max_ngram=ngram_max)
+    if kind == "early-exit":
+        if target is None:
+            raise ValueError("early exit needs the target")
+        return EarlyExitDrafter(target, exit_layer if exit_layer is not None else default_exit_layer(target))
+    raise ValueError(f"drafter kind must be one of {', '.join(KINDS)}, got {kind!r}")
+
+
+__all__ = ["KINDS", "LABELS", "Drafter", "DraftRequest", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
+           "as_drafter", "default_exit_layer", "early_exit_model", "find_continuation", "layer_count", "make_drafter"]

@@ -1,0 +1,100 @@
+"""The drafter interface: what the speculative loop asks of any drafter.
+
+In the spirit of transformers' ``CandidateGenerator``: a drafter proposes up to gamma tokens with
+the distribution q each was drawn from, and is told, after verification, how much of the sequence
+stands (``rollback``). The loop in ``specviz.engine`` knows only this interface, so a drafter
+model, prompt lookup and early exit go through the same verification, the same trace and the
+same exactness tests.
+
+Exactness needs one thing of a drafter: each draft x_i is a draw from the q_i it reports, given
+the sequence before it (a deterministic drafter reports a one-hot q). Then u < min(1, p/q) and the
+residual norm(max(0, p - q)) give the target's law (Leviathan et al. 2023, Appendix A.1), whatever
+the drafter and however many drafts it proposes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from specviz.sampling import Sampling
+
+
+@dataclass
+class DraftRequest:
+    """What a drafter is given each round.
+
+    Attributes:
+        seq: 1-D LongTensor on the device holding the sequence; positions < n are settled, the
+            drafter writes its drafts at n, n + 1, ...
+        n: the settled length (the prompt and the output so far).
+        gamma: the most drafts this round may propose (>= 1).
+        history: the same n settled token ids on the host (prompt lookup searches them).
+        sampling, warpers: the run's sampling settings and their processors.
+        gen: the run's torch.Generator (every random draw of the run comes from it).
+        vocab: logits columns in use.
+        keep_drafting: the gamma schedule's test after each draft's q (shape (1, vocab)):
+            False ends the round's drafting (a confidence threshold); a model drafter asks it.
+    """
+
+    seq: torch.Tensor
+    n: int
+    gamma: int
+    history: list[int]
+    sampling: Sampling
+    warpers: object
+    gen: torch.Generator
+    vocab: int
+    keep_drafting: Callable[[torch.Tensor], bool]
+
+
+@dataclass
+class Proposal:
+    """A round's drafts, written into ``seq[n : n + count]``.
+
+    Attributes:
+        q: (count, vocab) float32 on the device: the distribution each draft was drawn from.
+        sources: per draft, the position in the sequence it was copied from (prompt lookup),
+            else None.
+    """
+
+    q: torch.Tensor
+    sources: list[int] | None = None
+
+    @property
+    def count(self) -> int:
+        return int(self.q.shape[0])
+
+
+class Drafter(ABC):
+    """A source of drafts for speculative decoding.
+
+    Subclasses set ``kind`` ("model", "ngram" or "early-exit") and ``models`` (the models whose
+    context and device the run must respect; empty for prompt lookup).
+    """
+
+    kind: str = ""
+    models: tuple = ()
+
+    @abstractmethod
+    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+        """Prepare for a run whose first ``n`` tokens of ``seq`` are settled (the prompt but its last token)."""
+
+    @abstractmethod
+    def propose(self, request: DraftRequest) -> Proposal:
+        """Propose between 0 and ``request.gamma`` drafts (0: the round verifies no drafts)."""
+
+    def rollback(self, length: int) -> None:
+        """The sequence stands to ``length`` tokens; forget anything after it (a KV cache, say)."""
+
+    def describe(self) -> dict:
+        """What the trace records of this drafter (its kind and parameters), JSON-ready."""
+        return {"kind": self.kind}
+
+    @staticmethod
+    def empty(request: DraftRequest) -> torch.Tensor:
+        """A (0, vocab) q: no drafts this round."""
+        return torch.zeros(0, request.vocab, dtype=torch.float32, device=request.seq.device)

@@ -1,0 +1,138 @@
+"""Gamma schedules: how many drafts each round may propose.
+
+- ``constant``: the same gamma every round (Leviathan et al. 2023).
+- ``heuristic``: transformers' assisted-generation schedule: gamma + 2 after a round that accepted
+  every draft, otherwise gamma - 1, never below 1 (capped here at MAX_GAMMA).
+- ``confidence``: draft until the drafter's largest q falls below a threshold (the draft that fell
+  below it is the round's last), at most gamma drafts; transformers'
+  ``assistant_confidence_threshold`` tests the drafted token's probability instead.
+- ``optimal``: each round, the gamma in 1..MAX_GAMMA that maximises Leviathan et al.'s predicted
+  speedup (Thm. 3.8) from the alpha and cost measured so far in the run (see ``Optimal``).
+
+Any schedule keeps the output exact: a round's gamma depends only on earlier rounds, and the
+confidence stop only on the drafter's own draws, never on the target's verdicts of this round
+(the drafts are tested one by one with the same rule, however many there are).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.theory import predicted_speedup
+from specviz.trace import MAX_GAMMA
+
+SCHEDULES = ("constant", "heuristic", "confidence", "optimal")
+LABELS = {"constant": "constant", "heuristic": "heuristic (+2 / -1)", "confidence": "confidence threshold",
+          "optimal": "theory-guided (best predicted gamma)"}
+
+
+class GammaSchedule:
+    """A constant gamma; the base of the others.
+
+    Args:
+        gamma: drafts per round (1..MAX_GAMMA); the first round's for adaptive schedules.
+
+    Raises:
+        ValueError: gamma out of range.
+    """
+
+    name = "constant"
+
+    def __init__(self, gamma: int):
+        if not isinstance(gamma, int) or isinstance(gamma, bool) or not 1 <= gamma <= MAX_GAMMA:
+            raise ValueError(f"gamma must be a whole number in 1..{MAX_GAMMA}, got {gamma!r}")
+        self.gamma = gamma
+
+    def next_gamma(self) -> int:
+        """The most drafts the next round may propose."""
+        return self.gamma
+
+    def keep_drafting(self, q: torch.Tensor) -> bool:
+        """After a draft drawn from q (1, vocab): may the round draft another?"""
+        return True
+
+    def observe(self, drafted: int, accepted: int, tested: int, draft_ms: float, verify_ms: float) -> None:
+        """Told each round's outcome: drafts proposed, accepted, tested (accepted + rejected), times in ms."""
+
+    def describe(self) -> dict:
+        return {"name": self.name, "gamma": self.gamma}
+
+
+class Heuristic(GammaSchedule):
+    """transformers' heuristic: +2 after a round that accepted every draft, -1 otherwise (floor 1)."""
+
+    name = "heuristic"
+
+    def observe(self, drafted, accepted, tested, draft_ms, verify_ms):
+        if drafted == 0:
+            return
+        self.gamma = min(MAX_GAMMA, self.gamma + 2) if accepted == drafted else max(1, self.gamma - 1)
+
+
+class Confidence(GammaSchedule):
+    """Stop drafting once the drafter's largest q is below ``threshold`` (in (0, 1)); at most gamma drafts.
+
+    Each test reads one number from the device, a synchronisation per draft.
+
+    Raises:
+        ValueError: threshold outside (0, 1).
+    """
+
+    name = "confidence"
+
+    def __init__(self, gamma: int, threshold: float = 0.4):
+        super().__init__(gamma)
+        if not 0.0 < float(threshold) < 1.0:
+            raise ValueError(f"the confidence threshold must be in (0, 1), got {threshold!r}")
+        self.threshold = float(threshold)
+
+    def keep_drafting(self, q):
+        return float(q.max()) >= self.threshold
+
+    def describe(self):
+        return {"name": self.name, "gamma": self.gamma, "threshold": self.threshold}
+
+
+class Optimal(GammaSchedule):
+    """Each round, argmax over g of Thm 3.8's speedup (1 - a^(g+1)) / ((1 - a)(g c + 1)).
+
+    a is alpha from the run so far with one accepted and one rejected draft added as a prior,
+    (accepted + 1) / (tested + 2), so a few lucky rounds cannot send gamma to its cap. c is the
+    drafting time per draft over the verify pass's time per round, both measured so far in this
+    run (the speculative run has no autoregressive step to divide by; the verify pass is its
+    nearest stand-in). The first round uses ``gamma``.
+    """
+
+    name = "optimal"
+
+    def __init__(self, gamma: int):
+        super().__init__(gamma)
+        self.accepted = self.tested = self.drafted = 0
+        self.draft_ms = self.verify_ms = 0.0
+        self.rounds = 0
+
+    def observe(self, drafted, accepted, tested, draft_ms, verify_ms):
+        self.accepted += accepted
+        self.tested += tested
+        self.drafted += drafted
+        self.draft_ms += draft_ms
+        self.verify_ms += verify_ms
+        self.rounds += 1
+        if self.drafted and self.verify_ms > 0:
+            alpha = (self.accepted + 1) / (self.tested + 2)
+            c = (self.draft_ms / self.drafted) / (self.verify_ms / self.rounds)
+            self.gamma = max(range(1, MAX_GAMMA + 1), key=lambda g: predicted_speedup(alpha, g, c))
+
+
+def make_schedule(name: str, gamma: int, threshold: float = 0.4) -> GammaSchedule:
+    """The schedule called ``name`` (one of SCHEDULES), starting at ``gamma``.
+
+    Raises:
+        ValueError: an unknown name, gamma or threshold out of range.
+    """
+    kinds = {"constant": GammaSchedule, "heuristic": Heuristic, "optimal": Optimal}
+    if name == "confidence":
+        return Confidence(gamma, threshold)
+    if name not in kinds:
+        raise ValueError(f"gamma schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
+    return kinds[name](gamma)

@@ -1,0 +1,195 @@
+"""Every drafter kind and gamma schedule is exact: chi-square against the target's enumerated law
+with planted-fault controls, and greedy output equal to the target's own greedy decoding.
+
+Significance as in test_exactness: each case at ALPHA = 1e-4 with fixed seeds. Prompt lookup needs
+a context that repeats itself to have anything to copy: the statistical cases use the prompt
+1 2 3 1 2, whose last bigram recurs, so the first round drafts "3 1 ..." (one-hot q); the
+schedules start at gamma 1, so the second token often comes from a second round whose gamma the
+schedule chose from the first.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz import Sampling, speculative_generate
+from specviz.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter, early_exit_model, find_continuation, make_drafter
+from specviz.lab import ALPHA, chi_square, models
+from specviz.lab.faults import planted
+from specviz.schedules import SCHEDULES, Confidence, Heuristic, Optimal, make_schedule
+from tests.conftest import assert_same_greedy
+
+REPEATING = [1, 2, 3, 1, 2]
+
+
+# ---- prompt lookup: the search --------------------------------------------------------------
+
+def test_lookup_takes_the_most_recent_match_of_the_longest_ngram():
+    #            0  1  2  3  4  5  6  7  8
+    history = [5, 6, 7, 1, 5, 6, 9, 2, 5, 6]
+    # "5 6" occurs at 0, 4 and 8 (the tail); the latest earlier one is at 4, followed by 9 2 5.
+    assert find_continuation(history, 2, 1, 3) == (6, [9, 2, 5])
+    # A trigram "2 5 6" has no earlier occurrence; the bigram is used.
+    assert find_continuation(history, 3, 1, 3) == (6, [9, 2, 5])
+    assert find_continuation([1, 2, 3, 4], 3, 1, 2) is None
+    # The continuation may be shorter than gamma near the end.
+    assert find_continuation([4, 4], 1, 1, 5) == (1, [4])
+
+
+def test_lookup_drafts_are_copies_with_one_hot_q():
+    drafter, target = models("similar")
+    trace = speculative_generate(REPEATING * 2, PromptLookupDrafter(max_ngram=2), target, gamma=4, sampling=Sampling(1.0),
+                                 max_new_tokens=16, seed=0)
+    context = REPEATING * 2 + trace.output_ids
+    copied = [d for r in trace.rounds for d in r.drafts]
+    assert copied, "a repeating prompt gives prompt lookup something to copy"
+    for d in copied:
+        assert context[d.source] == d.token_id and d.q == 1.0
+        assert d.accept_prob == pytest.approx(min(1.0, d.p))
+    assert trace.settings["drafter"] == {"kind": "ngram", "max_ngram": 2, "min_ngram": 1}
+
+
+def test_lookup_without_a_match_verifies_no_drafts():
+    _, target = models("similar")
+    trace = speculative_generate([1, 2, 3], PromptLookupDrafter(), target, gamma=4, sampling=Sampling(1.0), max_new_tokens=1, seed=0)
+    (r,) = trace.rounds
+    assert r.drafts == [] and r.final_kind == "target" and len(r.emitted_ids) == 1 and r.gamma == 1
+
+
+# ---- early exit: a view of the target --------------------------------------------------------
+
+def test_early_exit_shares_the_targets_weights_and_computes_its_first_layers():
+    target = models("similar")[1]
+    short = early_exit_model(target, 1)
+    assert short.transformer.h[0].attn.c_attn.weight.data_ptr() == target.transformer.h[0].attn.c_attn.weight.data_ptr()
+    assert len(short.transformer.h) == 1 and len(target.transformer.h) == 2  # the target is left whole
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        hidden = target(ids, output_hidden_states=True).hidden_states[1]
+        want = target.lm_head(target.transformer.ln_f(hidden))
+        got = short(ids).logits
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # the same fp32 operations in one order
+    with pytest.raises(ValueError, match="exit_layer"):
+        early_exit_model(target, 2)
+
+
+def test_make_drafter_kinds():
+    drafter, target = models("similar")
+    assert isinstance(make_drafter("model", drafter_model=drafter), ModelDrafter)
+    assert isinstance(make_drafter("ngram", ngram_max=2), PromptLookupDrafter)
+    assert make_drafter("early-exit", target=target).describe() == {"kind": "early-exit", "exit_layer": 1, "layers": 2}
+    with pytest.raises(ValueError, match="drafter kind"):
+        make_drafter("eagle")
+    with pytest.raises(ValueError, match="gamma schedule"):
+        make_schedule("fastest", 4)
+
+
+# ---- schedules ---------------------------------------------------------------------------------
+
+def test_heuristic_schedule_follows_transformers_rule():
+    s = Heuristic(4)
+    s.observe(4, 4, 4, 1.0, 1.0)
+    assert s.next_gamma() == 6
+    s.observe(6, 2, 3, 1.0, 1.0)
+    assert s.next_gamma() == 5
+    for _ in range(10):
+        s.observe(s.gamma, 0, 1, 1.0, 1.0)
+    assert s.next_gamma() == 1
+
+
+def test_optimal_schedule_picks_the_predicted_best_gamma():
+    s = Optimal(4)
+    for _ in range(50):  # alpha about 0.9, a drafter at 5 % of a verify pass
+        s.observe(4, 4, 4, 0.2, 1.0)
+        s.observe(4, 2, 3, 0.2, 1.0)
+    from specviz.theory import optimal_gamma
+
+    assert s.next_gamma() == optimal_gamma((300 + 1) / (350 + 2), 0.05)
+
+
+def test_confidence_schedule_stops_after_an_unsure_draft():
+    drafter, target = models("unlike")
+    trace = speculative_generate([1, 2, 3], drafter, target, gamma=8, sampling=Sampling(1.0), max_new_tokens=24, seed=0,
+                                 schedule=Confidence(8, 0.99))
+    # The unlike drafter is never 99 % sure: each round drafts one token, then stops.
+    assert all(len(r.drafts) == 1 for r in trace.rounds)
+    assert trace.settings["gamma_schedule"] == {"name": "confidence", "gamma": 8, "threshold": 0.99}
+
+
+# ---- exactness: every kind and schedule --------------------------------------------------------
+
+def _drafter(kind: str, drafter, target):
+    return {"model": drafter, "ngram": PromptLookupDrafter(max_ngram=2), "early-exit": EarlyExitDrafter(target, 1)}[kind]
+
+
+CASES = [
+    # (kind, schedule, sampling, gamma)
+    ("ngram", "constant", Sampling(temperature=1.0), 2),
+    ("ngram", "heuristic", Sampling(temperature=0.8, top_k=5, top_p=0.9), 1),
+    ("early-exit", "constant", Sampling(temperature=1.0, top_k=5), 3),
+    ("early-exit", "confidence", Sampling(temperature=1.0), 3),
+    ("model", "heuristic", Sampling(temperature=1.0), 1),
+    ("model", "optimal", Sampling(temperature=0.7, top_p=0.9), 1),
+    ("model", "confidence", Sampling(temperature=1.0, top_k=6), 3),
+]
+
+
+def _schedule(name: str):
+    return (lambda: Confidence(3, 0.3)) if name == "confidence" else name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, schedule, sampling, gamma", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_every_drafter_and_schedule_keeps_the_targets_law(kind, schedule, sampling, gamma):
+    drafter, target = models("different")
+    stat, pvalue, acceptance = chi_square(_drafter(kind, drafter, target), target, sampling, gamma, runs=2000,
+                                          prompt=REPEATING, schedule=_schedule(schedule))
+    print(f"\n{kind} {schedule} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} draft acceptance rate={acceptance}")
+    assert acceptance is not None and 0.0 < acceptance < 1.0  # drafts were made, and some were rejected
+    assert pvalue > ALPHA
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, schedule, fault", [("ngram", "constant", "residual_is_p"), ("early-exit", "heuristic", "residual_is_p"),
+                                                    ("ngram", "heuristic", "drafter_only_filters")])
+def test_planted_faults_are_caught_for_every_kind(kind, schedule, fault):
+    """Control: the same harness with a known fault planted must reject."""
+    drafter, target = models("different")
+    sampling = Sampling(temperature=1.0, top_k=3) if fault == "drafter_only_filters" else Sampling(temperature=1.0)
+    with planted(fault):
+        stat, pvalue, _ = chi_square(_drafter(kind, drafter, target), target, sampling, 2, runs=2000, prompt=REPEATING, schedule=schedule)
+    print(f"\nplanted {fault} with {kind}/{schedule}: chi2={stat:.1f} p={pvalue:.3g}")
+    assert pvalue < ALPHA
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("kind", ["model", "ngram", "early-exit"])
+def test_greedy_equals_the_targets_greedy_for_every_kind_and_schedule(embedded, kind, schedule):
+    prompt = ("class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+              "    def scale(self, k):\n        return Point(self.x * k, self.y * k)\n\n    def shift(self, dx, dy):\n")
+    ids = embedded.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    drafter = make_drafter(kind, drafter_model=embedded.drafter, target=embedded.target)
+    sched = Confidence(6, 0.5) if schedule == "confidence" else make_schedule(schedule, 4)
+    trace = speculative_generate(ids, drafter, embedded.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=40,
+                                 eos_token_id=embedded.eos_token_id, tokenizer=embedded.tokenizer, schedule=sched)
+    ref = embedded.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
+                                   max_new_tokens=40, eos_token_id=embedded.eos_token_id, pad_token_id=embedded.eos_token_id)
+    assert_same_greedy(embedded.target, ids, trace.output_ids, ref[0, len(ids):].tolist(), vocab=embedded.vocab_size)
+    assert trace.drafted > 0
+    assert all(r.gamma is not None and len(r.drafts) <= r.gamma for r in trace.rounds)
+
+
+def test_a_trace_with_every_new_field_round_trips(embedded):
+    from specviz.trace import Trace
+
+    ids = embedded.tokenizer("x = 1\ny = 2\nx = 1\ny =", add_special_tokens=False)["input_ids"]
+    trace = speculative_generate(ids, PromptLookupDrafter(), embedded.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=16,
+                                 tokenizer=embedded.tokenizer, schedule="heuristic")
+    back = Trace.from_dict(trace.to_dict())
+    assert back == trace
+    bad = trace.to_dict()
+    r = next(r for r in bad["rounds"] if r["drafts"])
+    r["drafts"][0]["source"] = 10_000
+    with pytest.raises(ValueError, match="source"):
+        Trace.from_dict(bad)
