@@ -49,7 +49,11 @@ from specviz.lab.models import KINDS as LAB_KINDS  # noqa: E402
 from specviz.lab.models import models as lab_models  # noqa: E402
 from specviz.views.export import export_html  # noqa: E402
 from specviz.views.lab import lab_figure, lab_html  # noqa: E402
-from specviz.views.text import markdown_literal  # noqa: E402
+from specviz.views.text import markdown_literal, run_label  # noqa: E402
+from specviz.views.compare import compare_figure, compare_html  # noqa: E402
+from specviz.comparison import compare_stream  # noqa: E402
+from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS, make_drafter  # noqa: E402
+from specviz.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES, make_schedule  # noqa: E402
 from specviz.views import (  # noqa: E402
     acceptance_figure,
     accepted_histogram_figure,
@@ -88,7 +92,9 @@ PACES = ("slow motion (about 10 s)", "true timing")
 STREAM_INTERVAL_MS = 80
 
 DEFAULTS = dict(gamma=4, temperature=DEFAULT_SAMPLING.temperature, top_k=DEFAULT_SAMPLING.top_k, top_p=DEFAULT_SAMPLING.top_p,
-                max_new_tokens=128, seed=0)
+                max_new_tokens=128, seed=0, drafter_kind="model", gamma_schedule="constant")
+DRAFTER_CHOICES = [(DRAFTER_LABELS[k], k) for k in DRAFTER_KINDS]
+SCHEDULE_CHOICES = [(SCHEDULE_LABELS[k], k) for k in SCHEDULES]
 # Prompts end at a colon, not a newline: the tokenizer merges a newline with the indentation
 # that follows, so the models continue best from there.
 EXAMPLES = [
@@ -271,7 +277,8 @@ def _failure(err: Exception, pair: Pair | None = None) -> gr.Error:
 
 
 def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True,
-             custom_drafter="", custom_target="", progress=gr.Progress(), request: gr.Request = None):
+             custom_drafter="", custom_target="", drafter_kind="model", gamma_schedule="constant",
+             progress=gr.Progress(), request: gr.Request = None):
     """Stream a speculative run round by round, then measure the autoregressive baseline.
 
     Yields every output in the order of build_demo's ``outputs`` (tokens HTML, stats HTML, two figures, status
@@ -280,12 +287,14 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
     at RUN_SECONDS_MAX; the Stop button cancels it between rounds.
     """
     _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    _drafting(drafter_kind, gamma_schedule)
     _pair(pair_name, custom_drafter, custom_target, progress)
     session = _session(request)
     _following[session] = True
     skip = gr.skip()
     try:
-        for event in _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+        for event in _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target,
+                                    drafter_kind, gamma_schedule):
             kind, spec = event[0], event[1]
             if kind == "round":
                 status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
@@ -311,7 +320,8 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
 
 
 @gpu_task(duration=generate_duration)
-def _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+def _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target,
+                   drafter_kind="model", gamma_schedule="constant"):
     """The device half of ``generate``: traces in, no UI objects out.
 
     The speculative run and its autoregressive baseline run in turns (``specviz.speedup.interleave``),
@@ -323,17 +333,20 @@ def _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_
     spec, title), then ("done", spec, baseline, title, status). Errors leave as gr.Error.
     """
     sampling = _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    drafter_kind, gamma_schedule = _drafting(drafter_kind, gamma_schedule)
     gamma, max_new_tokens, seed = int(gamma), int(max_new_tokens), int(seed)
     pair = _resident(pair_name, custom_drafter, custom_target)
     ids = _encode(pair, prompt, chat)
     common = dict(sampling=sampling, eos_token_id=pair.eos_token_ids, seed=seed, tokenizer=pair.tokenizer)
+    drafter = make_drafter(drafter_kind, drafter_model=pair.drafter, target=pair.target)
     # The two runs share the time of both: RUN_SECONDS_MAX each, taken in turns.
     deadline = time.monotonic() + 2 * RUN_SECONDS_MAX
     timed_out = False
     try:
         last_draw = 0.0
         spec = baseline = None
-        runs = interleave(speculative_stream(ids, pair.drafter, pair.target, gamma=gamma, max_new_tokens=max_new_tokens, **common),
+        runs = interleave(speculative_stream(ids, drafter, pair.target, gamma=gamma, max_new_tokens=max_new_tokens,
+                                             schedule=make_schedule(gamma_schedule, gamma), **common),
                           autoregressive_stream(ids, pair.target, max_new_tokens=max_new_tokens, **common))
         for spec, baseline in runs:
             if time.monotonic() > deadline and spec is not None and not spec.stop_reason:
@@ -361,7 +374,16 @@ def _title(pair_name: str, spec: Trace) -> str:
     sampling = s.get("sampling", {})
     temp = sampling.get("temperature")
     how = "greedy" if temp == 0 else f"T={temp}, top-k {sampling.get('top_k')}, top-p {sampling.get('top_p')}"
-    return f"{pair_name}, gamma {s.get('gamma')}, {how}, seed {s.get('seed')}"
+    return f"{pair_name}, {run_label(spec)}, {how}, seed {s.get('seed')}"
+
+
+def _drafting(drafter_kind, gamma_schedule) -> tuple[str, str]:
+    """The drafter kind and schedule name, checked against the menus (an API call can send anything)."""
+    if drafter_kind not in DRAFTER_KINDS:
+        raise _mistake(f"drafter must be one of {', '.join(DRAFTER_KINDS)}; got {_shown(drafter_kind)}.", title="Invalid drafter")
+    if gamma_schedule not in SCHEDULES:
+        raise _mistake(f"gamma schedule must be one of {', '.join(SCHEDULES)}; got {_shown(gamma_schedule)}.", title="Invalid gamma schedule")
+    return drafter_kind, gamma_schedule
 
 
 # Sessions with a run streaming -> whether their replay follows the newest round. A visitor who
@@ -454,12 +476,14 @@ def _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_token
 
 
 def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: int = 4, temperature: float = 0.7, top_k: int = 40,
-        top_p: float = 0.95, max_new_tokens: int = 128, seed: int = 0, chat: bool = True) -> dict:
+        top_p: float = 0.95, max_new_tokens: int = 128, seed: int = 0, chat: bool = True, drafter_kind: str = "model",
+        gamma_schedule: str = "constant") -> dict:
     """Run speculative decoding and its autoregressive baseline (interleaved) and return the results as JSON.
 
     Arguments are the page's controls: a preset pair name, the prompt, gamma (1-16), temperature
     (0 greedy, or 0.01-2), top-k (0 off), top-p (0-1], max new tokens (1-256), seed (0 to 2^63 - 1),
-    and whether instruct pairs get their chat template.
+    whether instruct pairs get their chat template, the drafter kind ("model", "ngram" for prompt
+    lookup, "early-exit") and the gamma schedule ("constant", "heuristic", "confidence", "optimal").
 
     Returns a dict: "summary" (the numbers the page shows, each named with its denominator:
     draft_acceptance_rate, alpha, mean_beta, mean_tokens_per_round, tokens/s of both runs,
@@ -470,13 +494,49 @@ def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: 
     """
     _pair(pair_name, "", "", lambda *args, **kwargs: None)
     final = None
-    for final in _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, "", ""):
+    for final in _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, "", "",
+                                drafter_kind, gamma_schedule):
         pass
     _, spec, baseline, _title_text, done = final
     numbers = summary(spec, baseline)
     est = estimate(spec, baseline)
     numbers.update(speedup_low=est.low if est else None, speedup_high=est.high if est else None)
     return {"summary": numbers, "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}
+
+
+def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True, custom_drafter="", custom_target="",
+                gamma_schedule="constant", progress=gr.Progress()):
+    """Decode the prompt with each drafter kind (same seed and settings); stream the columns as each finishes.
+
+    Yields (compare HTML, acceptance-by-position figure).
+    """
+    _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    _drafting("model", gamma_schedule)
+    _pair(pair_name, custom_drafter, custom_target, progress)
+    try:
+        for comparison in _compare_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat,
+                                             custom_drafter, custom_target, gamma_schedule):
+            yield compare_html(comparison), compare_figure(comparison)
+    finally:
+        free_memory(None if not on_zerogpu() else "cpu")
+
+
+def _compare_duration(*args, **kwargs) -> int:
+    return len(DRAFTER_KINDS) * generate_duration(*args, **kwargs)
+
+
+@gpu_task(duration=_compare_duration)
+def _compare_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target,
+                       gamma_schedule):
+    """The device half of ``run_compare``: yields the growing Comparison (plain data)."""
+    sampling = _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    pair = _resident(pair_name, custom_drafter, custom_target)
+    ids = _encode(pair, prompt, chat)
+    common = dict(sampling=sampling, eos_token_id=pair.eos_token_ids, seed=int(seed), tokenizer=pair.tokenizer, max_new_tokens=int(max_new_tokens))
+    try:
+        yield from compare_stream(ids, pair.drafter, pair.target, gamma=int(gamma), schedule=gamma_schedule, **common)
+    except Exception as err:
+        raise _failure(err, pair) from err
 
 
 def stopped(rec: Recording | None):
@@ -514,12 +574,14 @@ def load_recording(path):
 def _preset_of(rec: Recording) -> str | None:
     """The preset whose drafter and target the recording names, if this app offers it."""
     models = list(rec.speculative.settings.get("models") or [])
+    own_drafter = (rec.speculative.settings.get("drafter") or {"kind": "model"}).get("kind") == "model"
     for name, preset in PRESETS.items():
         names = []
         for ref in (preset.drafter, preset.target):
             parts = Path(ref).parts
             names.append("/".join(parts[-2:]) if Path(ref).is_absolute() else ref)
-        if names == models:
+        # Prompt lookup and early exit run on the pair's target alone: only the target must match.
+        if (names == models) if own_drafter else (models[-1:] == names[-1:]):
             return name
     return None
 
@@ -529,12 +591,14 @@ def restore_controls(rec: Recording | None):
     for the same seed); says which pair it came from when this app does not offer that pair.
 
     Returns updates for: pair, prompt, chat toggle, gamma, temperature, top-k, top-p, max new
-    tokens, seed, and the status line.
+    tokens, seed, the status line, the drafter kind and the gamma schedule.
     """
     if rec is None:
-        return (gr.skip(),) * 10
+        return (gr.skip(),) * 12
     s = rec.speculative.settings
     sampling = s.get("sampling") or {}
+    drafter = s.get("drafter") or {"kind": "model"}
+    schedule = s.get("gamma_schedule") or {"name": "constant"}
     preset = _preset_of(rec)
     prompt = rec.prompt or rec.speculative.prompt_text
     models = " -> ".join(markdown_literal(str(m)) for m in s.get("models") or []) or "unknown models"
@@ -552,6 +616,8 @@ def restore_controls(rec: Recording | None):
         gr.update(value=value("max_new_tokens", DEFAULTS["max_new_tokens"])),
         gr.update(value=value("seed", DEFAULTS["seed"])),
         status,
+        gr.update(value=drafter.get("kind")) if drafter.get("kind") in DRAFTER_KINDS else gr.skip(),
+        gr.update(value=schedule.get("name")) if schedule.get("name") in SCHEDULES else gr.skip(),
     )
 
 
@@ -647,7 +713,12 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     custom_target = gr.Textbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
                 prompt = gr.Textbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX)
                 gr.Examples(EXAMPLES, inputs=prompt, label="Example prompts (Python: the embedded pair was trained on the standard library)")
+                drafter_kind = gr.Radio(DRAFTER_CHOICES, value=DEFAULTS["drafter_kind"], label="drafter", elem_id="sv-drafter-kind",
+                                        info="the pair's drafter model; prompt lookup (copies from earlier text); the target's own early layers")
                 gamma = CheckedSlider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
+                gamma_schedule = gr.Dropdown(SCHEDULE_CHOICES, value=DEFAULTS["gamma_schedule"], label="gamma schedule",
+                                             info="constant, or gamma set each round (the first round uses the slider's gamma)",
+                                             elem_id="sv-schedule")
                 temperature = CheckedSlider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)")
                 with gr.Row():
                     top_k = CheckedNumber(value=DEFAULTS["top_k"], minimum=0, maximum=TOP_K_MAX, precision=0, label="top-k (0 = off)")
@@ -706,6 +777,13 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     export_button = gr.Button("Export this run as one HTML file", elem_id="sv-export-button", scale=1)
                     export_file = gr.File(label="A page that replays the run from disk: no server, no network (about 5 MB)",
                                           interactive=False, elem_id="sv-export", scale=3)
+            with gr.Tab("Compare drafters", id="compare"):
+                gr.Markdown("One prompt, seed and sampling (the controls on the left), decoded with each drafter kind: which tokens "
+                            "each one gets right, its tokens per round, alpha, cost and speedup. Each runs in turns with its own "
+                            "baseline; the output text is the same for all three when sampling is greedy.")
+                compare_button = gr.Button("Compare drafters", variant="primary", elem_id="sv-compare-button")
+                compare_view = gr.HTML(compare_html(None), elem_id="sv-compare")
+                compare_plot = gr.Plot(compare_figure(None), show_label=False, elem_id="sv-compare-plot")
             with gr.Tab("Exactness lab", id="lab"):
                 gr.Markdown("Why is the output exactly the target's? Watch it: tiny models with a vocabulary of 8, the exact "
                             "law of the first two tokens enumerated from the target, and thousands of seeded speculative samples "
@@ -731,7 +809,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                    speedup_plot, histogram_plot, position_plot, sweep_plot, race, download]
         run_event = run.click(
             generate,
-            inputs=[pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target],
+            inputs=[pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target,
+                    drafter_kind, gamma_schedule],
             outputs=outputs,
             api_name="generate",
             concurrency_limit=CONCURRENCY,
@@ -750,12 +829,16 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         lab_button.click(run_lab, [lab_kind, lab_fault, lab_temperature, lab_top_k, lab_top_p, lab_gamma, lab_runs], [lab_plot, lab_verdict],
                          api_name="lab", concurrency_limit=1, concurrency_id="lab", show_progress="hidden")
         gr.api(run_api, api_name="run", concurrency_limit=CONCURRENCY, concurrency_id="device")
+        compare_button.click(run_compare, [pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
+                                           custom_target, gamma_schedule], [compare_view, compare_plot],
+                             api_name="compare", concurrency_limit=CONCURRENCY, concurrency_id="device")
         pair_name.change(_pair_info, pair_name, pair_info, api_visibility="private", **view)
         race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)
         # Loading runs in the queue with its own limit, so uploads cannot starve generation.
         loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")
         restore = dict(fn=restore_controls, inputs=recording, api_visibility="private", show_progress="hidden",
-                       outputs=[pair_name, prompt, chat, gamma, temperature, top_k, top_p, max_new_tokens, seed, status])
+                       outputs=[pair_name, prompt, chat, gamma, temperature, top_k, top_p, max_new_tokens, seed, status,
+                                drafter_kind, gamma_schedule])
         loaded = upload.upload(load_recording, upload, outputs, api_name="load_recording", **loads)
         loaded.success(**restore)
         # The drop area is emptied after every load, good or refused, so the next file can go in.

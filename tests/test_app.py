@@ -295,3 +295,38 @@ def test_exactness_lab_verdicts(client, fault, verdict):
     plot, html = client.predict("unlike", fault, 1.0, 0, 1.0, 1, 2000, api_name="/lab")
     assert verdict in html, html
     assert plot["type"] == "plotly"
+
+
+@pytest.mark.parametrize("kind, schedule", [("ngram", "heuristic"), ("early-exit", "confidence"), ("model", "optimal")])
+def test_each_drafter_kind_and_schedule_in_the_page_is_the_targets_greedy(client, embedded, kind, schedule):
+    from specviz import Sampling, autoregressive_generate
+
+    tokens, stats, acceptance, *_ = call(client, temperature=0, max_new_tokens=24, chat=True, custom_drafter="", custom_target="",
+                                         drafter_kind=kind, gamma_schedule=schedule)
+    ids = embedded.tokenizer(DEFAULTS["prompt"], add_special_tokens=False)["input_ids"]
+    want = autoregressive_generate(ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=24, eos_token_id=embedded.eos_token_id,
+                                   tokenizer=embedded.tokenizer).output_text
+    import html
+    import re
+
+    shown = html.unescape(re.sub(r'<span class="sv-(rejected|discarded)[^"]*"[^>]*>.*?</span>', "", tokens))
+    assert "alpha" in stats and acceptance["type"] == "plotly"
+    assert want.strip().split()[0] in shown  # the greedy text is on screen (exact equality: tests/test_drafters.py)
+
+
+def test_unknown_drafter_kind_gets_a_message(client):
+    # The page's menus refuse values outside their choices (gradio names the allowed ones); /run checks them itself.
+    with pytest.raises(AppError, match="not in the list of choices.*early-exit"):
+        call(client, chat=True, custom_drafter="", custom_target="", drafter_kind="<b>eagle</b>", gamma_schedule="constant")
+    with pytest.raises(AppError, match="not in the list of choices"):
+        call(client, chat=True, custom_drafter="", custom_target="", drafter_kind="ngram", gamma_schedule="fastest")
+    with pytest.raises(AppError, match="gamma schedule must be one of"):
+        client.predict("embedded", "def add(a, b):", 4, 0.0, 0, 1.0, 8, 0, True, "ngram", "fastest", api_name="/run")
+
+
+def test_compare_drafters_shows_every_kind(client):
+    html, plot = client.predict("embedded", "x = 1\ny = 2\nx = 1\ny =", 4, 0.0, 0, 1.0, 24, 0, True, "", "", "constant", api_name="/compare")
+    for label in ("drafter model", "prompt lookup", "early exit"):
+        assert label in html
+    assert html.count("sv-compare-col") == 3 and "running" not in html
+    assert "accepted / tested" in html and plot["type"] == "plotly"

@@ -44,6 +44,11 @@ def acceptance_figure(trace: Trace) -> go.Figure:
     if any(b is not None for b in mean_beta):
         lines.append(go.Scatter(x=rounds, y=mean_beta, name="mean beta of the round", yaxis="y2", mode="lines+markers",
                                 line=dict(color=ORANGE, width=1.5, dash="dot"), marker=dict(size=4)))
+    gammas = [r.gamma for r in trace.rounds]
+    if len({g for g in gammas if g is not None}) > 1:
+        # A gamma schedule at work: each round's allowed drafts, as a step line over the bars.
+        lines.append(go.Scatter(x=rounds, y=gammas, name="gamma of the round (allowed drafts)", mode="lines",
+                                line=dict(color=BLUE, width=1.5, shape="hvh", dash="dash")))
     fig = go.Figure(
         [
             go.Bar(x=rounds, y=count("accepted"), name="accepted", marker_color=BLUE),

@@ -67,12 +67,24 @@ def _test(d: Draft) -> str:
     return f'{_bar(d.accept_prob, colour, marker=d.u)}<span style="{_MONO}font-size:12px;margin-left:8px;">u = {d.u:.3f} {sign} {d.accept_prob:.3f}</span>'
 
 
-def _drafts_table(r: Round) -> str:
-    head = "".join(
-        f'<th style="text-align:left;padding:4px 8px;font-weight:600;color:#444;">{h}</th>'
-        for h in ("#", "draft x", f'<span style="color:{Q_COLOUR};">■</span> q(x) drafter', f'<span style="color:{P_COLOUR};">■</span> p(x) target',
-                  "min(1, p/q) and u", '<span title="beta = Σ min(p, q) at this position: the chance a draft here is accepted">β = Σ min(p, q)</span>', "verdict")
-    )
+def _source(d: Draft, n_prompt: int) -> str:
+    """Where prompt lookup copied a draft from: a position of the prompt or of the output."""
+    if d.source is None:
+        return ""
+    where = f"prompt token {d.source + 1}" if d.source < n_prompt else f"output token {d.source - n_prompt + 1}"
+    return f'<td style="padding:4px 8px;color:#555;font-size:12px;">{escape(where)}</td>'
+
+
+def _drafts_table(r: Round, n_prompt: int = 0) -> str:
+    if not r.drafts:
+        return ('<div style="margin-top:10px;color:#555;">No drafts this round: prompt lookup found no earlier occurrence of '
+                "the last tokens, so the target's one pass gives one token from p.</div>")
+    copied = any(d.source is not None for d in r.drafts)
+    heads = ["#", "draft x", f'<span style="color:{Q_COLOUR};">■</span> q(x) drafter', f'<span style="color:{P_COLOUR};">■</span> p(x) target',
+             "min(1, p/q) and u", '<span title="beta = Σ min(p, q) at this position: the chance a draft here is accepted">β = Σ min(p, q)</span>', "verdict"]
+    if copied:
+        heads.append('<span title="prompt lookup copies the tokens that followed an earlier occurrence of the last n tokens; q is 1 at the copy">copied from</span>')
+    head = "".join(f'<th style="text-align:left;padding:4px 8px;font-weight:600;color:#444;">{h}</th>' for h in heads)
     rows = []
     for i, d in enumerate(r.drafts):
         faded = "opacity:0.45;" if d.verdict == "discarded" else ""
@@ -81,7 +93,7 @@ def _drafts_table(r: Round) -> str:
             f'<td style="padding:4px 8px;color:#666;">{i + 1}</td><td style="padding:4px 8px;">{_chip(d.text)}</td>'
             f'<td style="padding:4px 8px;">{_bar(d.q, Q_COLOUR)}</td><td style="padding:4px 8px;">{_bar(d.p, P_COLOUR)}</td>'
             f'<td style="padding:4px 8px;">{_test(d)}</td><td style="padding:4px 8px;">{_bar(d.beta, BETA_COLOUR, width=70)}</td>'
-            f'<td style="padding:4px 8px;">{_verdict(d)}</td></tr>'
+            f'<td style="padding:4px 8px;">{_verdict(d)}</td>{_source(d, n_prompt)}</tr>'
         )
     # On a narrow screen the table scrolls inside its box instead of being clipped.
     return (f'<div class="sv-scroll" style="overflow-x:auto;-webkit-overflow-scrolling:touch;">'
@@ -154,4 +166,4 @@ def round_html(trace: Trace, index: int) -> str:
         f'<span style="color:#555;">{len(r.drafts)} drafted (gamma {escape(str(gamma))}) · {r.accepted_count} accepted · '
         f'{emitted} token{"s" if emitted != 1 else ""} emitted · drafting {r.draft_ms:.1f} ms, target pass {r.verify_ms:.1f} ms</span></div>'
     )
-    return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_drafts_table(r)}{_final(r, trace.stop_reason if index == len(trace.rounds) - 1 else None)}</div>'
+    return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_drafts_table(r, len(trace.prompt_ids))}{_final(r, trace.stop_reason if index == len(trace.rounds) - 1 else None)}</div>'

@@ -1,0 +1,48 @@
+"""Compare drafters: one prompt, seed and sampling, decoded with each drafter kind.
+
+Each kind's speculative run is interleaved with its own autoregressive baseline
+(``specviz.speedup.interleave``), so each speedup compares runs that met the same machine noise;
+the baselines repeat the same tokens (same seed), only their timings differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from specviz.drafters import KINDS, make_drafter
+from specviz.engine import autoregressive_stream, speculative_stream
+from specviz.schedules import make_schedule
+from specviz.speedup import interleave
+from specviz.trace import Trace
+
+
+@dataclass
+class Comparison:
+    """Finished runs so far: ``runs[kind] = (speculative trace, its baseline)``, in ``KINDS`` order."""
+
+    runs: dict[str, tuple[Trace, Trace]] = field(default_factory=dict)
+
+
+def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[str] = KINDS, gamma: int = 4,
+                   schedule: str = "constant", ngram_max: int = 3, exit_layer: int | None = None, **common) -> Iterator[Comparison]:
+    """Run each drafter kind on the same prompt; yield the growing Comparison after each.
+
+    Args:
+        input_ids, target: as ``speculative_stream``; drafter_model: the pair's drafter (kind "model").
+        kinds: drafter kinds to run, of ``specviz.drafters.KINDS``.
+        gamma, schedule: every kind's gamma and schedule name (a fresh schedule per run).
+        common: sampling, max_new_tokens, eos_token_id, seed, tokenizer, shared by every run.
+
+    Raises:
+        ValueError: as ``speculative_stream`` and ``make_drafter``.
+    """
+    comparison = Comparison()
+    for kind in kinds:
+        drafter = make_drafter(kind, drafter_model=drafter_model, target=target, ngram_max=ngram_max, exit_layer=exit_layer)
+        spec = baseline = None
+        for spec, baseline in interleave(speculative_stream(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma), **common),
+                                         autoregressive_stream(input_ids, target, **common)):
+            pass
+        comparison.runs[kind] = (spec, baseline)
+        yield comparison

@@ -1,0 +1,75 @@
+"""The Compare drafters view: each drafter kind's coloured output and numbers side by side."""
+
+from __future__ import annotations
+
+from html import escape
+
+import plotly.graph_objects as go
+
+from specviz import theory
+from specviz.speedup import estimate
+from specviz.views.charts import style_figure
+from specviz.views.text import run_label
+from specviz.views.tokens import tokens_html
+
+COLOURS = {"model": "#0072B2", "ngram": "#009E73", "early-exit": "#CC79A7"}
+LABELS = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit"}
+
+
+def _num(value, digits: int = 2, suffix: str = "") -> str:
+    return "–" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
+    c = theory.cost_coefficient(spec, baseline)
+    est = estimate(spec, baseline)
+    speed = "–"
+    if est is not None:
+        speed = f"{est.speedup:.2f}×"
+        if len(est.windows) >= 2:
+            speed += f" (middle half {est.low:.2f}–{est.high:.2f}×)"
+    return [
+        ("tokens per round", _num(spec.mean_tokens_per_round), f"{len(spec.output_ids)} tokens / {len(spec.rounds)} rounds"),
+        ("alpha", _num(spec.alpha, 3), f"accepted / tested = {spec.accepted} / {spec.accepted + spec.rejected}"),
+        ("draft acceptance rate", _num(spec.acceptance_rate, 3), f"accepted / drafted = {spec.accepted} / {spec.drafted}"),
+        ("cost coefficient c", _num(c, 3), "drafting ms per draft / target step ms"),
+        ("speedup", speed, "speculative tok/s / autoregressive tok/s, in turns on this machine"),
+    ]
+
+
+def compare_html(comparison, kinds=("model", "ngram", "early-exit")) -> str:
+    """Columns, one per finished kind: its label, the numbers with their denominators, the coloured output."""
+    if comparison is None or not comparison.runs:
+        return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings on the left run with each '
+                "drafter kind (drafter model, prompt lookup, early exit), each beside its own baseline.</div>")
+    cols = []
+    for kind in kinds:
+        if kind not in comparison.runs:
+            cols.append(f'<div class="sv-compare-col" style="flex:1 1 300px;min-width:0;color:#888;">{LABELS[kind]}: running…</div>')
+            continue
+        spec, baseline = comparison.runs[kind]
+        rows = "".join(
+            f'<tr><td style="padding:2px 6px;">{escape(name)}</td><td style="padding:2px 6px;font-weight:600;">{escape(value)}</td>'
+            f'<td style="padding:2px 6px;color:#666;font-size:12px;">{escape(note)}</td></tr>'
+            for name, value, note in _numbers(spec, baseline)
+        )
+        cols.append(
+            f'<div class="sv-compare-col" style="flex:1 1 300px;min-width:0;border-top:4px solid {COLOURS[kind]};padding-top:6px;">'
+            f'<b>{escape(LABELS[kind])}</b><div style="color:#555;font-size:12px;">{escape(run_label(spec))}</div>'
+            f'<table style="border-collapse:collapse;margin:6px 0;font-size:13px;">{rows}</table>'
+            f'<div style="max-height:360px;overflow:auto;">{tokens_html(spec, show_prompt=False)}</div></div>'
+        )
+    return f'<div class="sv-compare" style="display:flex;flex-wrap:wrap;gap:16px;">{"".join(cols)}</div>'
+
+
+def compare_figure(comparison) -> go.Figure:
+    """Acceptance by draft position (rounds whose i-th draft was accepted / rounds that drafted an
+    i-th draft), one line per drafter kind."""
+    fig = go.Figure()
+    for kind, (spec, _) in (comparison.runs.items() if comparison is not None else []):
+        counts = theory.acceptance_by_position(spec)
+        fig.add_trace(go.Scatter(x=list(range(1, len(counts) + 1)), y=[a / n if n else None for n, a in counts], name=LABELS.get(kind, kind),
+                                 mode="lines+markers", line=dict(color=COLOURS.get(kind)),
+                                 customdata=[[a, n] for n, a in counts], hovertemplate="position %{x}: %{customdata[0]} / %{customdata[1]}<extra></extra>"))
+    fig.update_layout(yaxis=dict(range=[0, 1.05]))
+    return style_figure(fig, "Acceptance by draft position (accepted / drafted at that position)", "draft position in the round", "acceptance")
