@@ -83,6 +83,8 @@ class Recording:
             raise ValueError(f"the file is nested too deeply; a recording nests at most {validation.MAX_DEPTH} levels") from None
         if not isinstance(d, dict):
             raise ValueError("the file is not a specviz recording: expected a JSON object")
+        for key in ("speculative", "baseline"):  # counts first: an oversized list is refused before any walk over it
+            validation.check_structure(d.get(key), key)
         validation.check_depth(d)
         if d.get("format") != FORMAT:
             if "rounds" in d and "mode" in d:  # a bare trace, as `generate --json` prints it

@@ -272,8 +272,8 @@ class Trace:
         version = d.get("schema_version", 1)
         if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
             raise ValueError(f"trace schema version {version!r} is not supported (this specviz reads 1 to {SCHEMA_VERSION})")
-        validation.check_depth(d)
         validation.check_structure(d)
+        validation.check_depth(d)
         return validation.check_trace(validate(Trace, d, "trace"))
 
 

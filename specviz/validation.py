@@ -44,16 +44,20 @@ def _fail(where: str, what: str) -> ValueError:
 
 
 def check_depth(obj, limit: int = MAX_DEPTH) -> None:
-    """Refuse JSON nested deeper than ``limit`` (iteratively: deep input cannot exhaust the stack)."""
-    stack = [(obj, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
+    """Refuse JSON nested deeper than ``limit`` levels, a scalar value counting as a level.
+
+    Level by level over the containers only (iterative: deep input cannot exhaust the stack;
+    scalars, most of a file, are never pushed).
+    """
+    level, depth = [obj], 1
+    while level:
+        if depth >= limit and any(level):
             raise _fail("structure", f"nested more than {limit} levels deep; a recording nests about 7")
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
+        following = []
+        for node in level:
+            children = node.values() if isinstance(node, dict) else node
+            following.extend(v for v in children if isinstance(v, (dict, list)))
+        level, depth = following, depth + 1
 
 
 def _count(value, bound: int, where: str, what: str) -> None:

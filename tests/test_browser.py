@@ -235,6 +235,19 @@ def test_save_and_load_recordings(page, tmp_path):
     page.get_by_text("Round 1 of").or_(page.locator("#sv-replay .sv-round-title")).first.wait_for(timeout=30_000)
 
 
+def test_compare_drafters_shows_each_kind(page):
+    page.get_by_label("Prompt").fill("class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+                                     "    def scale(self, k):\n        return Point(self.x * k, self.y * k)\n\n    def shift(self, dx, dy):")
+    tab(page, "Compare drafters")
+    page.locator("#sv-compare-button").click()
+    expect(page.locator("#sv-compare .sv-compare-col")).to_have_count(3, timeout=30_000)
+    page.get_by_text("early exit (layer").first.wait_for(timeout=180_000)
+    assert page.locator("#sv-compare .sv-accepted").count() > 0
+    d = drawn(page, "sv-compare-plot")
+    assert d["marks"] > 0
+    page.locator("#sv-compare").screenshot(path=str(shots() / "compare.png"))
+
+
 def test_exactness_lab_runs_and_gives_a_verdict(page):
     tab(page, "Exactness lab")
     page.locator("#sv-lab-run").click()
