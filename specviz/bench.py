@@ -63,6 +63,8 @@ def _hf_kwargs(pair, sampling: Sampling, n: int) -> dict:
         kw.update(do_sample=False)
     else:
         kw.update(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    if sampling.repetition_penalty != 1.0:
+        kw.update(repetition_penalty=sampling.repetition_penalty)
     return kw
 
 
@@ -247,7 +249,7 @@ def run(args) -> int:
     from specviz.pair import PairError
 
     try:
-        sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+        sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
         report = benchmark(args.pair, args.drafter, args.target, args.device, args.gamma, sampling, args.max_new_tokens, args.repeats,
                            args.prompts, kind=args.drafter_kind, schedule=args.gamma_schedule, ngram_max=args.ngram_max,
                            exit_layer=args.exit_layer, confidence=args.confidence, prompt_set=args.prompt_set)

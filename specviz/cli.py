@@ -34,6 +34,8 @@ def _add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int, sampling
     p.add_argument("--temperature", type=float, default=sampling.temperature, help="0 is greedy")
     p.add_argument("--top-k", type=int, default=sampling.top_k, help="0 keeps every token")
     p.add_argument("--top-p", type=float, default=sampling.top_p, help="1 keeps every token")
+    p.add_argument("--repetition-penalty", type=float, default=sampling.repetition_penalty,
+                   help="transformers' repetition penalty, applied to q and p alike (1 is off)")
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="tokens to generate at most")
     p.add_argument("--seed", type=int, default=0, help="seeds every draw, so a run repeats exactly")
 
@@ -126,7 +128,7 @@ def _setup(args):
     from specviz import Sampling
     from specviz.pair import encode_prompt, load_pair
 
-    sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
     # The person at the terminal is the operator: custom ids and local folders are theirs to use.
     pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True)
     ids = encode_prompt(pair, args.prompt, {"auto": None, "on": True, "off": False}[args.chat_template])

@@ -4,7 +4,8 @@
 - ``heuristic``: transformers' assisted-generation schedule: gamma + 2 after a round that accepted
   every draft, otherwise gamma - 1, never below 1 (capped here at MAX_GAMMA).
 - ``confidence``: draft until the drafter's largest q falls below a threshold (the draft that fell
-  below it is the round's last), at most gamma drafts; transformers'
+  below it is the round's last), at most gamma drafts; under greedy decoding, where q is one-hot,
+  the drafter's softmax at temperature 1 stands in for q; transformers'
   ``assistant_confidence_threshold`` tests the drafted token's probability instead.
 - ``optimal``: each round, the gamma in 1..MAX_GAMMA that maximises Leviathan et al.'s predicted
   speedup (Thm. 3.8) from the alpha and cost measured so far in the run (see ``Optimal``).

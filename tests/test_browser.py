@@ -276,3 +276,27 @@ def test_bad_input_shows_a_message_and_the_page_keeps_working(page):
     box.fill("def add(a, b):\n")
     page.get_by_role("button", name="Generate").click()
     page.get_by_text("Done:").first.wait_for(timeout=120_000)
+
+
+def test_phone_viewport_reaches_every_tab(page, app_url):
+    """At 390 x 844 every tab is in view and opens; a prepared recording replays; the replay's table scrolls in its box."""
+    phone = page.context.browser.new_page(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
+    try:
+        phone.goto(app_url)
+        names = ["Charts", "Replay", "Theory", "Race", "Save / load", "Compare drafters", "Exactness lab", "Explanation"]
+        for name in names:
+            t = phone.get_by_role("tab", name=name)
+            expect(t).to_be_visible(timeout=30_000)
+        phone.get_by_role("tab", name="Save / load").click()
+        phone.get_by_role("button", name="Load prepared recording").click()
+        phone.get_by_text("The controls are set to its settings").first.wait_for(timeout=60_000)
+        phone.get_by_role("tab", name="Replay").click()
+        phone.locator("#sv-replay .sv-round-title").first.wait_for(timeout=30_000)
+        box = phone.locator("#sv-replay .sv-scroll").first.evaluate("e => [e.clientWidth, e.scrollWidth]")
+        assert box[0] <= 390 and box[1] >= box[0]  # the table scrolls inside its box, the page does not widen
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 400
+        phone.screenshot(path=str(shots() / "phone-replay.png"), full_page=False)
+        phone.get_by_role("tab", name="Compare drafters").click()
+        phone.screenshot(path=str(shots() / "phone-compare.png"), full_page=False)
+    finally:
+        phone.close()

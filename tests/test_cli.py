@@ -78,3 +78,15 @@ def test_record_writes_a_recording_the_demo_can_load(tmp_path, capsys):
     rec = Recording.load(out)
     assert len(rec.speculative.output_ids) == 12 and rec.baseline is not None
     assert [p.gamma for p in rec.sweep.points] == list(range(1, 9))
+
+
+@pytest.mark.parametrize("kind, schedule", [("ngram", "heuristic"), ("early-exit", "confidence")])
+def test_generate_with_each_drafter_kind_and_schedule(kind, schedule):
+    out = run("generate", "--prompt", "x = 1\ny = 2\nx = 1\ny =", "--drafter-kind", kind, "--gamma-schedule", schedule, "--temperature", "0",
+              "--max-new-tokens", "16", "--repetition-penalty", "1.2", "--json")
+    assert out.returncode == 0, out.stderr
+    trace = json.loads(out.stdout)
+    assert trace["settings"]["drafter"]["kind"] == kind and trace["settings"]["gamma_schedule"]["name"] == schedule
+    assert trace["settings"]["sampling"]["repetition_penalty"] == 1.2
+    out = run("generate", "--prompt", "x", "--drafter-kind", "early-exit", "--exit-layer", "99", "--max-new-tokens", "4")
+    assert out.returncode == 2 and "exit_layer" in out.stderr

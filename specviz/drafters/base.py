@@ -36,8 +36,10 @@ class DraftRequest:
         sampling, warpers: the run's sampling settings and their processors.
         gen: the run's torch.Generator (every random draw of the run comes from it).
         vocab: logits columns in use.
-        keep_drafting: the gamma schedule's test after each draft's q (shape (1, vocab)):
-            False ends the round's drafting (a confidence threshold); a model drafter asks it.
+        keep_drafting: the gamma schedule's test after each draft, given the drafter's
+            distribution there (shape (1, vocab): q, or under greedy decoding, where q is one-hot,
+            the softmax of the drafter's logits): False ends the round's drafting (a confidence
+            threshold); a model drafter asks it.
     """
 
     seq: torch.Tensor

@@ -36,10 +36,13 @@ class ModelDrafter(Drafter):
         q_rows = []
         for i in range(r.gamma):
             ctx = contexts(seq, [n + i], r.vocab) if r.sampling.needs_context else None
-            token, q = rejection.draft_token(self.runner.logits(seq, n + i, 1), r.sampling, r.warpers, r.gen, ctx)
+            logits = self.runner.logits(seq, n + i, 1)
+            token, q = rejection.draft_token(logits, r.sampling, r.warpers, r.gen, ctx)
             q_rows.append(q)
             seq[n + i] = token[0]
-            if i + 1 < r.gamma and not r.keep_drafting(q):
+            # Greedy q is one-hot, which says nothing of confidence: the schedule then reads the
+            # drafter's softmax at temperature 1 instead.
+            if i + 1 < r.gamma and not r.keep_drafting(torch.softmax(logits.float(), dim=-1) if r.sampling.greedy else q):
                 break
         return Proposal(q=torch.cat(q_rows) if q_rows else self.empty(r))
 
