@@ -247,7 +247,8 @@ def test_api_fuzz_every_control_gets_a_message_and_the_app_keeps_serving(client,
     for value in FUZZ:
         if control in ("temperature", "top_p") and value == "true":
             continue  # JSON true is the number 1 to Gradio's slider: in range for these two
-        args = DEFAULTS | {"max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": ""}
+        args = DEFAULTS | {"max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": "",
+                       "drafter_kind": "model", "gamma_schedule": "constant"}
         args = {("raw:" + k if k == control else k): (value if k == control else v) for k, v in args.items()}
         text = raw_call(client, args)
         assert "event: error" in text, (control, value, text[-300:])
@@ -260,7 +261,8 @@ def test_api_fuzz_every_control_gets_a_message_and_the_app_keeps_serving(client,
 
 def test_a_prompt_with_a_lone_surrogate_gets_a_message(client):
     args = {("raw:prompt" if k == "prompt" else k): v for k, v in DEFAULTS.items()}
-    text = raw_call(client, args | {"raw:prompt": '"def f():\\ud800"', "max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": ""})
+    text = raw_call(client, args | {"raw:prompt": '"def f():\\ud800"', "max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": "",
+                       "drafter_kind": "model", "gamma_schedule": "constant"})
     assert "event: error" in text and "prompt" in text.split("event: error", 1)[1].lower(), text[-300:]
 
 

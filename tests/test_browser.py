@@ -221,14 +221,14 @@ def test_save_and_load_recordings(page, tmp_path):
     page.wait_for_timeout(1000)
     assert not dialogs and page.locator("#sv-status img").count() == 0
     # A prepared recording replays with no model and sets every control to its settings.
-    page.get_by_label("Prompt").fill("something else")
+    page.get_by_label("Prompt", exact=True).fill("something else")
     page.get_by_role("button", name="Load prepared recording").click()
     from specviz.demo import _examples
     from specviz.recording import Recording
 
     prepared = Recording.load(RECORDINGS / f"{_examples()[0]}.json")
     # The status line already says "controls are set" from the previous load: wait for the prompt itself.
-    expect(page.get_by_label("Prompt")).to_have_value(prepared.prompt or prepared.speculative.prompt_text, timeout=60_000)
+    expect(page.get_by_label("Prompt", exact=True)).to_have_value(prepared.prompt or prepared.speculative.prompt_text, timeout=60_000)
     assert page.locator("#sv-output .sv-accepted").count() > 0
     page.screenshot(path=str(shots() / "files.png"), full_page=True)
     tab(page, "Replay")
@@ -236,7 +236,7 @@ def test_save_and_load_recordings(page, tmp_path):
 
 
 def test_compare_drafters_shows_each_kind(page):
-    page.get_by_label("Prompt").fill("class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+    page.get_by_label("Prompt", exact=True).fill("class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
                                      "    def scale(self, k):\n        return Point(self.x * k, self.y * k)\n\n    def shift(self, dx, dy):")
     tab(page, "Compare drafters")
     page.locator("#sv-compare-button").click()
@@ -268,7 +268,7 @@ def test_explanation_renders_the_formulas(page):
 
 
 def test_bad_input_shows_a_message_and_the_page_keeps_working(page):
-    box = page.get_by_label("Prompt")
+    box = page.get_by_label("Prompt", exact=True)
     box.fill("")
     page.get_by_role("button", name="Generate").click()
     page.get_by_text("The prompt is empty").first.wait_for(timeout=30_000)
