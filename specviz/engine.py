@@ -151,6 +151,70 @@ def _verdicts(n_drafts: int, n_acc: int) -> list[str]:
     return ["accepted" if i < n_acc else ("rejected" if i == n_acc else "discarded") for i in range(n_drafts)]
 
 
+
+def _judge(transfer: _Transfer, prefix: str, drafts: torch.Tensor, q_all: torch.Tensor, p_all: torch.Tensor,
+           sampling: Sampling, gen: torch.Generator, top_k: int) -> None:
+    """Steps 3 and 4 of a round for one sequence, added to ``transfer`` under ``prefix``.
+
+    Accept: draft i stands when u_i < min(1, p_i / q_i). The final token: a correction from the
+    residual at every draft position, the bonus from p after the last; only one is used, but
+    drawing all at once keeps the round to a single device-to-host transfer.
+
+    Args:
+        drafts: (g,) the drafts; q_all: (g, V) their q; p_all: (g + 1, V) the target's p.
+        gen: the sequence's generator: u first, then the final tokens (this order is the
+            run's random stream, shared by the single-sequence and the batched loop).
+        top_k: tokens of each candidate distribution to keep for the replay (0: none).
+    """
+    g = drafts.shape[0]
+    q_d = q_all.gather(1, drafts[:, None])[:, 0]
+    p_d = p_all[:g].gather(1, drafts[:, None])[:, 0]
+    u = torch.rand(g, generator=gen, device=p_all.device)
+    accept = rejection.accept(u, q_d, p_d)
+    candidates = torch.cat([rejection.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
+    finals = rejection.sample_rows(candidates, sampling.greedy, gen)
+    values = {
+        "drafts": drafts, "q": q_d, "p": p_d, "u": u, "accept": accept, "finals": finals,
+        "final_probs": candidates.gather(1, finals[:, None])[:, 0],
+        # beta_i = sum_x min(p_i(x), q_i(x)) at every drafted position, discarded ones too
+        # (Leviathan et al. 2023, Def. 3.1): computed here, where p and q already are.
+        "beta": torch.minimum(p_all[:g], q_all).sum(dim=-1),
+        "finite": torch.isfinite(p_all).all() & torch.isfinite(q_all).all(),
+    }
+    if top_k:
+        # The top tokens of each candidate distribution, with p and q there: the replay shows
+        # why the correction or bonus came out.
+        top_prob, top_ids = candidates.topk(top_k, dim=-1)  # (g+1, k)
+        q_pad = torch.cat([q_all, torch.zeros_like(p_all[:1])])  # no q after the last draft
+        values.update(top_ids=top_ids, top_prob=top_prob, top_p=p_all.gather(1, top_ids), top_q=q_pad.gather(1, top_ids))
+    for name, tensor in values.items():
+        transfer.add(prefix + name, tensor)
+
+
+def _settle(host: dict, eos: frozenset[int], remaining: int) -> tuple[list[int], int, int, str, list[int], bool]:
+    """A round's outcome from its transferred values (``host``, names without prefix).
+
+    Returns:
+        (draft ids, accepted drafts, final token, its kind "correction" / "bonus" / "target",
+        the emitted tokens cut at the first EOS and at ``remaining``, whether the final token is kept).
+
+    Raises:
+        ValueError: a model produced NaN or infinite probabilities.
+    """
+    if not host["finite"][0]:
+        raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
+    draft_ids = [int(x) for x in host["drafts"]]
+    g = len(draft_ids)
+    n_acc = next((i for i, a in enumerate(host["accept"]) if not a), g)
+    final = int(host["finals"][n_acc])
+    kind = "correction" if n_acc < g else ("bonus" if g else "target")
+    emitted = draft_ids[:n_acc] + [final]
+    # Stop at the first EOS (kept), and never past max_new_tokens.
+    cut = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
+    emitted = emitted[: min(cut, remaining)]
+    return draft_ids, n_acc, final, kind, emitted, len(emitted) == n_acc + 1
+
+
 def speculative_stream(
     input_ids: list[int],
     drafter,
@@ -248,53 +312,14 @@ def speculative_stream(
             ctx = contexts(seq, range(n, n + g + 1), vocab) if sampling.needs_context else None
             p_all = rejection.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers, ctx)  # (g+1, V)
             drafts = seq[n : n + g]
-            q_d = q_all.gather(1, drafts[:, None])[:, 0]
-            p_d = p_all[:g].gather(1, drafts[:, None])[:, 0]
 
-            # 3. Accept: draft i stands when u_i < min(1, p_i / q_i).
-            u = torch.rand(g, generator=gen, device=device)
-            accept = rejection.accept(u, q_d, p_d)
-
-            # 4. The final token: a correction from the residual at every draft position, the bonus
-            # from p after the last. Only one is used; drawing all at once keeps the round to a
-            # single device-to-host transfer.
-            candidates = torch.cat([rejection.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
-            finals = rejection.sample_rows(candidates, sampling.greedy, gen)
+            # 3-4. Accept, and the final token (correction or bonus).
             transfer = _Transfer()
-            transfer.add("drafts", drafts)
-            transfer.add("q", q_d)
-            transfer.add("p", p_d)
-            transfer.add("u", u)
-            transfer.add("accept", accept)
-            transfer.add("finals", finals)
-            transfer.add("final_probs", candidates.gather(1, finals[:, None])[:, 0])
-            # beta_i = sum_x min(p_i(x), q_i(x)) at every drafted position, discarded ones too
-            # (Leviathan et al. 2023, Def. 3.1): computed here, where p and q already are.
-            transfer.add("beta", torch.minimum(p_all[:g], q_all).sum(dim=-1))
-            transfer.add("finite", (torch.isfinite(p_all).all() & torch.isfinite(q_all).all()))
-            if record:
-                # The top tokens of each candidate distribution, with p and q there: the replay
-                # shows why the correction or bonus came out.
-                top_prob, top_ids = candidates.topk(top_k, dim=-1)  # (g+1, k)
-                q_pad = torch.cat([q_all, torch.zeros_like(p_all[:1])])  # no q after the last draft
-                transfer.add("top_ids", top_ids)
-                transfer.add("top_prob", top_prob)
-                transfer.add("top_p", p_all.gather(1, top_ids))
-                transfer.add("top_q", q_pad.gather(1, top_ids))
+            _judge(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0)
             host = transfer.fetch()
             t2 = clock.now()
 
-            if not host["finite"][0]:
-                raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
-            draft_ids = [int(x) for x in host["drafts"]]
-            n_acc = next((i for i, a in enumerate(host["accept"]) if not a), g)
-            final = int(host["finals"][n_acc])
-            kind = "correction" if n_acc < g else ("bonus" if g else "target")
-            emitted = draft_ids[:n_acc] + [final]
-            # Stop at the first EOS (kept), and never past max_new_tokens.
-            cut = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
-            emitted = emitted[: min(cut, remaining)]
-            keeps_final = len(emitted) == n_acc + 1
+            draft_ids, n_acc, final, kind, emitted, keeps_final = _settle(host, eos, remaining)
 
             # 5. Roll back: the sequence stands after the emitted tokens; both sides keep all but
             # the newest token, which is fed next round.

@@ -25,14 +25,30 @@ PROMPT = [1, 2, 3]
 ALPHA = 1e-4
 
 
-def exact_two_token_distribution(target, sampling: Sampling, prompt: list[int] = PROMPT, vocab: int = VOCAB) -> np.ndarray:
-    """P(x1, x2 | prompt) = p(x1 | prompt) p(x2 | prompt, x1) under the processed p; shape (vocab, vocab), float64."""
+def exact_two_token_distribution(target, sampling: Sampling, prompt: list[int] = PROMPT, vocab: int = VOCAB,
+                                  eos: int | None = None) -> np.ndarray:
+    """P(x1, x2 | prompt) = p(x1 | prompt) p(x2 | prompt, x1) under the processed p; shape (vocab, vocab), float64.
+
+    With ``eos``, a run whose first token is EOS stops there: its outcome is the cell (eos, eos),
+    which holds P(x1 = eos), and the rest of that row is 0 (see ``outcome``).
+    """
     with torch.inference_mode():
         ctx1 = torch.tensor([prompt])
         p1 = sampling.probs(target(ctx1).logits[0, -1:, :vocab], sampling.warpers(), ctx1)[0]
         batch = torch.tensor([list(prompt) + [x] for x in range(vocab)])
         p2 = sampling.probs(target(batch).logits[:, -1, :vocab], sampling.warpers(), batch)
-    return (p1[:, None] * p2).double().numpy()
+    law = (p1[:, None] * p2).double().numpy()
+    if eos is not None:
+        law[eos, :] = 0.0
+        law[eos, eos] = float(p1[eos])
+    return law
+
+
+def outcome(output_ids: list[int], eos: int | None = None, vocab: int = VOCAB) -> int:
+    """The cell of a run's first two tokens (a run stopped by EOS at its first token: (eos, eos))."""
+    x1 = output_ids[0]
+    x2 = eos if eos is not None and x1 == eos else output_ids[1]
+    return x1 * vocab + x2
 
 
 @dataclass
@@ -98,8 +114,7 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
     for seed in range(first_seed, first_seed + runs):
         trace = speculative_generate(prompt, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1, seed=seed,
                                      schedule=schedule if isinstance(schedule, str) else schedule())
-        x1, x2 = trace.output_ids[:2]
-        result.counts[x1 * VOCAB + x2] += 1
+        result.counts[outcome(trace.output_ids)] += 1
         result.runs += 1
         result.accepted += trace.accepted
         result.drafted += trace.drafted
@@ -120,3 +135,27 @@ def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000
     assert (result.exact * runs >= 5).sum() >= 8, "a near-deterministic target leaves the test without power"
     stat, pvalue = result.test()
     return stat, pvalue, (result.accepted / result.drafted if result.drafted else None)
+
+
+def batch_results(drafter, target, sampling: Sampling, gamma: int, runs: int, prompts: list[list[int]], eos: int | None = None,
+                  schedule: str = "constant") -> list[Result]:
+    """One Result per prompt from ``runs`` batches of all ``prompts`` decoded together by
+    ``specviz.batch.speculative_generate_batch`` (gamma + 1 tokens each, batch s seeded
+    s * len(prompts), so no two rows anywhere share a seed).
+
+    Each row is counted against the exact law of its own prompt; with ``eos``, rows whose first
+    token is EOS stop and leave the batch while the others go on (``outcome``).
+    """
+    from specviz.batch import speculative_generate_batch
+
+    results = [Result(counts=np.zeros(VOCAB * VOCAB), exact=exact_two_token_distribution(target, sampling, p, eos=eos).ravel(), runs=0)
+               for p in prompts]
+    for s in range(runs):
+        batch = speculative_generate_batch(prompts, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1,
+                                           eos_token_id=eos, seed=s * len(prompts), schedule=schedule)
+        for result, trace in zip(results, batch.traces):
+            result.counts[outcome(trace.output_ids, eos)] += 1
+            result.runs += 1
+            result.accepted += trace.accepted
+            result.drafted += trace.drafted
+    return results
