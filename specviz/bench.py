@@ -250,6 +250,8 @@ def run(args) -> int:
 
     try:
         sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
+        if args.batch_sizes:
+            return _run_batch(args, sampling)
         report = benchmark(args.pair, args.drafter, args.target, args.device, args.gamma, sampling, args.max_new_tokens, args.repeats,
                            args.prompts, kind=args.drafter_kind, schedule=args.gamma_schedule, ngram_max=args.ngram_max,
                            exit_layer=args.exit_layer, confidence=args.confidence, prompt_set=args.prompt_set)
@@ -257,4 +259,18 @@ def run(args) -> int:
         print(f"error: {err}", file=__import__("sys").stderr)
         return 2
     print(json.dumps(report, indent=1) if args.json else format_report(report))
+    return 0
+
+
+def _run_batch(args, sampling: Sampling) -> int:
+    from specviz.bench_batch import batch_benchmark, format_batch_report
+
+    try:
+        sizes = [int(x) for x in args.batch_sizes.split(",")]
+    except ValueError:
+        raise ValueError(f"--batch-sizes must be comma-separated whole numbers, got {args.batch_sizes!r}") from None
+    report = batch_benchmark(args.pair, args.drafter, args.target, args.device, args.gamma, sampling, args.max_new_tokens, args.repeats,
+                             sizes, kind=args.drafter_kind, schedule=args.gamma_schedule, ngram_max=args.ngram_max,
+                             exit_layer=args.exit_layer, prompt_set=args.prompt_set)
+    print(json.dumps(report, indent=1) if args.json else format_batch_report(report))
     return 0

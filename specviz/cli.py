@@ -2,6 +2,7 @@
 
     python -m specviz generate --pair embedded --prompt "def add(a, b):" --gamma 4 --temperature 0 --json
     python -m specviz generate --mode autoregressive --prompt "import os"
+    python -m specviz generate --prompts-file prompts.txt --temperature 0
     python -m specviz record --prompt "def is_prime(n):" --sweep --out run.json
     python -m specviz bench --pair embedded --gamma 4 --temperature 0 --max-new-tokens 128 --json
     python -m specviz train
@@ -78,7 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(gen)
     _add_sampling_args(gen, 64)
     _add_drafter_args(gen)
-    gen.add_argument("--prompt", required=True)
+    source = gen.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt")
+    source.add_argument("--prompts-file", help="decode a batch: a text file of one prompt per line (\\n inside a line is a newline) "
+                                              "or a JSON list of prompt strings")
     gen.add_argument("--mode", choices=["speculative", "autoregressive"], default="speculative")
     gen.add_argument("--json", action="store_true", help="print the whole trace as JSON")
     gen.add_argument("--chat-template", choices=["auto", "on", "off"], default="auto",
@@ -108,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--prompt-set", choices=["held-out", "grounded"], default="held-out",
                        help="held-out: the prompts kept out of training; grounded: code whose continuation repeats the prompt")
+    bench.add_argument("--batch-sizes", default=None,
+                       help="comma-separated batch sizes, e.g. 1,2,4,8: measure batched speculative and autoregressive decoding "
+                            "against transformers' batched generate instead")
 
     exp = sub.add_parser("export", help="write a recording as one self-contained HTML file (opens from disk, no server, no network)",
                          formatter_class=_Help)
@@ -119,8 +126,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def read_prompts(path: str) -> list[str]:
+    """Prompts from a file: a JSON list of strings, else one prompt per non-empty line (``\\n`` in
+    a line stands for a newline).
+
+    Raises:
+        ValueError: unreadable, empty, more than ``specviz.batch.MAX_BATCH`` prompts, or a JSON value
+            that is not a list of strings.
+    """
+    from specviz.batch import MAX_BATCH
+
+    try:
+        text = open(path, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"--prompts-file {path}: cannot be read as UTF-8 text ({err})") from None
+    if text.lstrip().startswith("["):
+        try:
+            prompts = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--prompts-file {path}: not valid JSON ({err})") from None
+        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+            raise ValueError(f"--prompts-file {path}: a JSON file must hold a list of prompt strings")
+    else:
+        prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
+    if not prompts or len(prompts) > MAX_BATCH:
+        raise ValueError(f"--prompts-file {path}: holds {len(prompts)} prompts; give 1 to {MAX_BATCH}")
+    return prompts
+
+
 def _setup(args):
-    """(pair, prompt ids, keyword arguments shared by every run) from generate's and record's options.
+    """(pair, prompt ids, keyword arguments shared by every run) from generate's and record's options
+    (with --prompts-file: a list of prompt ids, one per prompt).
 
     Raises:
         PairError, ValueError: as load_pair, encode_prompt and Sampling.
@@ -131,7 +167,10 @@ def _setup(args):
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
     # The person at the terminal is the operator: custom ids and local folders are theirs to use.
     pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True)
-    ids = encode_prompt(pair, args.prompt, {"auto": None, "on": True, "off": False}[args.chat_template])
+    chat = {"auto": None, "on": True, "off": False}[args.chat_template]
+    prompts = read_prompts(args.prompts_file) if getattr(args, "prompts_file", None) else [args.prompt]
+    encoded = [encode_prompt(pair, p, chat) for p in prompts]
+    ids = encoded if getattr(args, "prompts_file", None) else encoded[0]
     common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=pair.eos_token_ids, seed=args.seed, tokenizer=pair.tokenizer)
     return pair, ids, common
 
@@ -143,6 +182,8 @@ def _generate(args) -> int:
 
     try:
         pair, ids, common = _setup(args)
+        if args.prompts_file:
+            return _generate_batch(args, pair, ids, common)
         if args.mode == "speculative":
             trace = speculative_generate(ids, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=schedule_for(args), **common)
         else:
@@ -160,6 +201,32 @@ def _generate(args) -> int:
                      + (f", alpha {trace.alpha:.3f} (accepted / tested), draft acceptance rate {trace.acceptance_rate:.3f}"
                         f" (accepted / drafted)" if trace.alpha is not None else ""))
         print(line)
+    return 0
+
+
+def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
+    """generate --prompts-file: one batch, every row printed (or a JSON object of the batch's
+    totals and each row's trace)."""
+    from specviz.batch import autoregressive_generate_batch, speculative_generate_batch
+    from specviz.views import tokens_ansi
+
+    if args.mode == "speculative":
+        batch = speculative_generate_batch(prompts, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=args.gamma_schedule,
+                                           **common)
+    else:
+        batch = autoregressive_generate_batch(prompts, pair.target, **common)
+    if args.json:
+        print(json.dumps({"batch": batch.summary(), "traces": [t.to_dict() for t in batch.traces]}, indent=1))
+        return 0
+    for b, trace in enumerate(batch.traces):
+        line = f"row {b}: {len(trace.output_ids)} tokens ({trace.stop_reason})"
+        if trace.mode == "speculative" and trace.alpha is not None:
+            line += f", {len(trace.rounds)} rounds, {trace.mean_tokens_per_round:.2f} tokens per round, alpha {trace.alpha:.3f} (accepted / tested)"
+        print(f"--- {line}")
+        print(tokens_ansi(trace))
+    s = batch.summary()
+    print(f"batch of {s['rows']}: {s['tokens']} tokens in {s['total_ms']:.0f} ms, {s['tokens_per_s']:.1f} tokens/s over the batch; "
+          f"{s['target_passes']} target passes, {s['padded_positions']} of {s['positions']} positions were padding")
     return 0
 
 
