@@ -360,6 +360,13 @@ def speculative_generate_batch(
     return result
 
 
+def _contexts(ends: list[tuple[torch.Tensor, int]], vocab: int) -> torch.Tensor:
+    """Each row's context for a repetition penalty: (seq, end) pairs -> (rows, longest) padded with
+    ``vocab`` (an id the penalty ignores), as ``specviz.sampling.contexts`` gives one row."""
+    parts = [contexts(seq, [end], vocab)[0] for seq, end in ends]
+    return torch.nn.utils.rnn.pad_sequence(parts, batch_first=True, padding_value=vocab)
+
+
 def _widen(tokens: torch.Tensor, valid: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad (rows, k) to (rows, width) with masked zeros."""
     extra = width - tokens.shape[1]
@@ -397,15 +404,17 @@ def _draft(active: list[_Row], runner: _BatchRunner, sampling: Sampling, warpers
         r.drafting = r.gamma > 0
     step = 0
     while True:
-        for i, r in enumerate(active):
-            if not r.drafting:
-                continue
-            ctx = contexts(r.seq, [r.n + step], vocab) if sampling.needs_context else None
-            token, q = rejection.draft_token(logits[i:i + 1], sampling, warpers, r.gen, ctx)
-            r.q_rows.append(q)
-            r.seq[r.n + step] = token[0]
-            if step + 1 >= r.gamma or not r.schedule.keep_drafting(
-                    torch.softmax(logits[i:i + 1].float(), dim=-1) if sampling.greedy else q):
+        drafting = [i for i, r in enumerate(active) if r.drafting]
+        rows = [active[i] for i in drafting]
+        sub = logits[drafting]
+        ctx = _contexts([(r.seq, r.n + step) for r in rows], vocab) if sampling.needs_context else None
+        tokens, q = rejection.draft_token(sub, sampling, warpers, [r.gen for r in rows], ctx)
+        # Greedy q is one-hot, which says nothing of confidence: the schedule reads the softmax then.
+        sure = torch.softmax(sub.float(), dim=-1) if sampling.greedy else q
+        for j, r in enumerate(rows):
+            r.q_rows.append(q[j:j + 1])
+            r.seq[r.n + step] = tokens[j]
+            if step + 1 >= r.gamma or not r.schedule.keep_drafting(sure[j:j + 1]):
                 r.gamma = step + 1
                 r.drafting = False
         if not any(r.drafting for r in active):
@@ -461,20 +470,17 @@ def autoregressive_generate_batch(
             positions = torch.tensor([[r.n - 1] for r in active], device=device)
             logits = runner.feed(pending, torch.ones_like(pending, dtype=torch.bool), positions, 1)[:, -1]
             result.positions += len(active)
-            tokens, probs = [], []
+            ctx = _contexts([(r.seq, r.n) for r in active], vocab) if sampling.needs_context else None
+            p = sampling.probs(logits, warpers, ctx)
+            token = rejection.sample_rows(p, sampling.greedy, [r.gen for r in active])
             for i, r in enumerate(active):
-                ctx = contexts(r.seq, [r.n], vocab) if sampling.needs_context else None
-                p = sampling.probs(logits[i:i + 1], warpers, ctx)
-                token = rejection.sample_rows(p, sampling.greedy, r.gen)
-                r.seq[r.n] = token[0]
-                tokens.append(token[0].double())
-                probs.append(p[0, token[0]].double())
-                probs.append(torch.isfinite(p).all().double())
-            host = torch.stack(tokens + probs).tolist()
+                r.seq[r.n] = token[i]
+            host = torch.cat([token.double(), p.gather(1, token[:, None])[:, 0].double(),
+                              torch.isfinite(p).all(dim=-1).double()]).tolist()
             t1 = clock.now()
             staying = []
             for i, r in enumerate(active):
-                token_id, prob, finite = int(host[i]), host[len(active) + 2 * i], host[len(active) + 2 * i + 1]
+                token_id, prob, finite = int(host[i]), host[len(active) + i], host[2 * len(active) + i]
                 if not finite:
                     raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
                 r.n += 1

@@ -148,7 +148,9 @@ def read_prompts(path: str) -> list[str]:
         if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
             raise ValueError(f"--prompts-file {path}: a JSON file must hold a list of prompt strings")
     else:
-        prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
+        from specviz.pair.prompt import split_prompts
+
+        prompts = split_prompts(text)
     if not prompts or len(prompts) > MAX_BATCH:
         raise ValueError(f"--prompts-file {path}: holds {len(prompts)} prompts; give 1 to {MAX_BATCH}")
     return prompts

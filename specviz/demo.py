@@ -52,11 +52,15 @@ from specviz.views.lab import lab_figure, lab_html  # noqa: E402
 from specviz.views.text import markdown_literal, run_label  # noqa: E402
 from specviz.views.compare import compare_figure, compare_html  # noqa: E402
 from specviz.comparison import compare_stream  # noqa: E402
+from specviz.bench_batch import batch_sizes_up_to, throughput_stream  # noqa: E402
+from specviz.pair.prompt import join_prompts, split_prompts  # noqa: E402
+from specviz.views.batch import batch_figure, batch_lanes_html  # noqa: E402
 from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS, make_drafter  # noqa: E402
 from specviz.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES, make_schedule  # noqa: E402
 from specviz.views import (  # noqa: E402
     acceptance_figure,
     accepted_histogram_figure,
+    BATCH_NOTE,
     THEORY_NOTE,
     explanation_markdown,
     legend_html,
@@ -82,6 +86,7 @@ SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed; the sig
 TEMPERATURE_MIN = 0.01  # below it, logits / temperature overflows float32: use 0 for greedy
 PROMPT_CHARS_MAX = 2000
 SWEEP_GAMMAS = tuple(range(1, 9))
+BATCH_MAX = 8  # rows the Batch tab decodes together at most
 # Wall-clock limits, in seconds, so one visitor cannot hold the device for long.
 RUN_SECONDS_MAX = float(os.environ.get("SPECVIZ_RUN_SECONDS", "60"))
 SWEEP_SECONDS_MAX = float(os.environ.get("SPECVIZ_SWEEP_SECONDS", "120"))
@@ -539,6 +544,69 @@ def _compare_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_
         raise _failure(err, pair) from err
 
 
+def _batch_prompts(text, batch_size) -> list[str]:
+    """The Batch tab's prompts, validated; raise gr.Error naming the field."""
+    if not isinstance(text, str) or not text.strip():
+        raise _mistake("The batch prompts are empty: write one prompt per line.", title="Empty batch")
+    if len(text) > BATCH_MAX * PROMPT_CHARS_MAX:
+        raise _mistake(f"The batch prompts have {len(text)} characters; the limit is {BATCH_MAX * PROMPT_CHARS_MAX}.", title="Batch too long")
+    prompts = split_prompts(text)
+    if len(prompts) > BATCH_MAX:
+        raise _mistake(f"The batch prompts hold {len(prompts)} lines; give at most {BATCH_MAX}, one prompt per line.", title="Too many prompts")
+    if not _number(batch_size) or batch_size != int(batch_size) or not 1 <= batch_size <= BATCH_MAX:
+        raise _mistake(f"batch size must be a whole number from 1 to {BATCH_MAX}, got {_shown(batch_size)}.", title="Batch size out of range")
+    return prompts
+
+
+def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True,
+              custom_drafter="", custom_target="", drafter_kind="model", gamma_schedule="constant", progress=gr.Progress()):
+    """Decode up to 8 prompts together (one per line; rows beyond the prompts repeat them), then
+    measure throughput at the smaller batch sizes.
+
+    Yields (lanes HTML, throughput-against-batch-size figure, status Markdown) as measurements come.
+    """
+    for p in _batch_prompts(prompts_text, batch_size):
+        _check(p, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    _drafting(drafter_kind, gamma_schedule)
+    _pair(pair_name, custom_drafter, custom_target, progress)
+    sizes = batch_sizes_up_to(int(batch_size))
+    try:
+        for main, points in _batch_on_device(pair_name, prompts_text, batch_size, gamma, temperature, top_k, top_p, max_new_tokens, seed,
+                                             chat, custom_drafter, custom_target, drafter_kind, gamma_schedule):
+            done = sum(len(p.speculative) for p in points)
+            status = (f"Measured {done} of {2 * len(sizes)} batches (batch sizes {', '.join(map(str, sizes))}, two runs each, "
+                      "speculative and autoregressive in turns)…")
+            main_point = next((p for p in points if p.batch_size == int(batch_size)), None)
+            yield batch_lanes_html(main, main_point), batch_figure(points), status
+        yield gr.skip(), gr.skip(), f"Done: batch sizes {', '.join(map(str, sizes))}, each measured twice."
+    finally:
+        free_memory(None if not on_zerogpu() else "cpu")
+
+
+def _batch_duration(pair_name, prompts_text, batch_size, *args, **kwargs) -> int:
+    size = int(batch_size) if _number(batch_size) else BATCH_MAX
+    return 4 * sum(batch_sizes_up_to(max(1, min(size, BATCH_MAX)))) * generate_duration(pair_name, *args[1:], **kwargs) // max(1, size)
+
+
+@gpu_task(duration=_batch_duration)
+def _batch_on_device(pair_name, prompts_text, batch_size, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat,
+                     custom_drafter, custom_target, drafter_kind, gamma_schedule):
+    """The device half of ``run_batch``: yields (BatchResult or None, [BatchPoint]) (plain data)."""
+    prompts = _batch_prompts(prompts_text, batch_size)
+    sampling = _check(prompts[0], gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    drafter_kind, gamma_schedule = _drafting(drafter_kind, gamma_schedule)
+    pair = _resident(pair_name, custom_drafter, custom_target)
+    ids = [_encode(pair, p, chat) for p in prompts]
+    drafter = make_drafter(drafter_kind, drafter_model=pair.drafter, target=pair.target)
+    common = dict(sampling=sampling, eos_token_id=pair.eos_token_ids, seed=int(seed), tokenizer=pair.tokenizer,
+                  max_new_tokens=int(max_new_tokens))
+    try:
+        yield from throughput_stream(ids, drafter, pair.target, int(batch_size), gamma=int(gamma), schedule=gamma_schedule,
+                                     deadline=time.monotonic() + 2 * RUN_SECONDS_MAX, **common)
+    except Exception as err:
+        raise _failure(err, pair) from err
+
+
 def stopped(rec: Recording | None):
     """After the Stop button: every output shows the rounds done (stats, charts, replay from round 1);
     the speedup needs the baseline, which a stopped run does not finish."""
@@ -784,6 +852,17 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 compare_button = gr.Button("Compare drafters", variant="primary", elem_id="sv-compare-button")
                 compare_view = gr.HTML(compare_html(None), elem_id="sv-compare")
                 compare_plot = gr.Plot(compare_figure(None), show_label=False, elem_id="sv-compare-plot")
+            with gr.Tab("Batch", id="batch"):
+                gr.Markdown(BATCH_NOTE)
+                batch_prompts = gr.Textbox(join_prompts(EXAMPLES), label="Batch prompts (one per line; \\n inside a line is a newline)",
+                                           lines=6, max_length=BATCH_MAX * PROMPT_CHARS_MAX, elem_id="sv-batch-prompts")
+                with gr.Row(equal_height=True):
+                    batch_size = CheckedSlider(1, BATCH_MAX, value=4, step=1, label="batch size (rows; beyond the prompts they repeat)",
+                                               scale=3)
+                    batch_button = gr.Button("Run batch", variant="primary", elem_id="sv-batch-button", scale=1)
+                batch_status = gr.Markdown(elem_id="sv-batch-status")
+                batch_view = gr.HTML(batch_lanes_html(None), elem_id="sv-batch")
+                batch_plot = gr.Plot(batch_figure(None), show_label=False, elem_id="sv-batch-plot")
             with gr.Tab("Exactness lab", id="lab"):
                 gr.Markdown("Why is the output exactly the target's? Watch it: tiny models with a vocabulary of 8, the exact "
                             "law of the first two tokens enumerated from the target, and thousands of seeded speculative samples "
@@ -832,6 +911,9 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         compare_button.click(run_compare, [pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
                                            custom_target, gamma_schedule], [compare_view, compare_plot],
                              api_name="compare", concurrency_limit=CONCURRENCY, concurrency_id="device")
+        batch_button.click(run_batch, [pair_name, batch_prompts, batch_size, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat,
+                                       custom_drafter, custom_target, drafter_kind, gamma_schedule], [batch_view, batch_plot, batch_status],
+                           api_name="batch", concurrency_limit=CONCURRENCY, concurrency_id="device")
         pair_name.change(_pair_info, pair_name, pair_info, api_visibility="private", **view)
         race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)
         # Loading runs in the queue with its own limit, so uploads cannot starve generation.

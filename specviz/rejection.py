@@ -13,18 +13,20 @@ import torch
 from specviz.sampling import Sampling
 
 
-def draft_token(logits: torch.Tensor, sampling: Sampling, warpers, gen: torch.Generator, context: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def draft_token(logits: torch.Tensor, sampling: Sampling, warpers, gen, context: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one draft and return it with the distribution it was sampled from.
 
     Returning q together with the sample is the point: the acceptance ratio must use
     exactly the processed q the token came from, never the raw softmax.
 
     Args:
-        logits: (1, vocab) drafter logits for the next position.
-        context: (1, length) the position's context, for a repetition penalty (else None).
+        logits: (rows, vocab) drafter logits for the next position: one row, or one per sequence
+            of a batch.
+        gen: a torch.Generator, or a list of one per row (see ``sample_rows``).
+        context: (rows, length) each position's context, for a repetition penalty (else None).
 
     Returns:
-        (token of shape (1,), q of shape (1, vocab) in float32).
+        (tokens of shape (rows,), q of shape (rows, vocab) in float32).
     """
     q = sampling.probs(logits, warpers, context)
     return sample_rows(q, sampling.greedy, gen), q
@@ -67,8 +69,11 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, r / mass, p)
 
 
-def sample_rows(probs: torch.Tensor, greedy: bool, gen: torch.Generator) -> torch.Tensor:
+def sample_rows(probs: torch.Tensor, greedy: bool, gen: torch.Generator | list[torch.Generator] | None) -> torch.Tensor:
     """One token per row of ``probs`` (rows, vocab): the argmax when greedy, else a draw.
+
+    ``gen`` is one generator for every row, or a list of one per row (a batch of sequences, each
+    with its own random stream: row i then draws exactly what a one-row call with ``gen[i]`` would).
 
     Raises:
         ValueError: a row holds NaN, inf or no mass (from NaN or all -inf logits); greedy rows
@@ -77,6 +82,8 @@ def sample_rows(probs: torch.Tensor, greedy: bool, gen: torch.Generator) -> torc
     if greedy:
         return probs.argmax(dim=-1)
     try:
+        if isinstance(gen, list):
+            return torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g)[:, 0] for i, g in enumerate(gen)])
         return torch.multinomial(probs, 1, generator=gen)[:, 0]
     except RuntimeError as err:  # torch refuses NaN, inf and all-zero rows
         raise ValueError(f"a model produced NaN or infinite logits; refusing to sample an invalid token ({err})") from err

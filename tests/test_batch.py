@@ -175,3 +175,16 @@ def test_planted_faults_are_caught_in_batches(fault, sampling):
     pvalues = [r.test()[1] for r in results]
     print(f"\nplanted {fault}, batched: p = {', '.join(f'{p:.3g}' for p in pvalues)}")
     assert min(pvalues) < ALPHA
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_repetition_penalty_gives_each_row_its_own_context(temperature):
+    drafter, target = models("different")
+    sampling = Sampling(temperature, repetition_penalty=1.8)
+    batch = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=2, eos_token_id=EOS)
+    base = autoregressive_generate_batch(PROMPTS, target, sampling=sampling, max_new_tokens=12, seed=2, eos_token_id=EOS)
+    for b, prompt in enumerate(PROMPTS):
+        _same_run(speculative_generate(prompt, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=2 + b, eos_token_id=EOS),
+                  batch.traces[b])
+        assert base.traces[b].output_ids == autoregressive_generate(prompt, target, sampling=sampling, max_new_tokens=12, seed=2 + b,
+                                                                    eos_token_id=EOS).output_ids

@@ -27,3 +27,14 @@ def encode_prompt(pair: Pair, prompt: str, chat: bool | None = None) -> list[int
     text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
     # The template writes the special tokens (BOS included) itself.
     return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def split_prompts(text: str) -> list[str]:
+    """Prompts written one per non-empty line, ``\\n`` in a line standing for a newline (the
+    Batch tab's box and ``generate --prompts-file``)."""
+    return [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
+
+
+def join_prompts(prompts: list[str]) -> str:
+    """The inverse of ``split_prompts``: one prompt per line, newlines written as ``\\n``."""
+    return "\n".join(p.replace("\n", "\\n") for p in prompts)

@@ -1,7 +1,7 @@
 """Views: pure functions from traces to HTML, text and plotly figures. No model, no UI state."""
 
 from specviz.views.charts import acceptance_figure, timeline_figure
-from specviz.views.explain import THEORY_NOTE, explanation_markdown
+from specviz.views.explain import BATCH_NOTE, THEORY_NOTE, explanation_markdown
 from specviz.views.race import race_html, slowdown_for
 from specviz.views.replay import round_html
 from specviz.views.stats import stats_html, summary
@@ -12,6 +12,7 @@ from specviz.views.tokens import legend_html, tokens_html
 __all__ = [
     "acceptance_figure",
     "accepted_histogram_figure",
+    "BATCH_NOTE",
     "THEORY_NOTE",
     "explanation_markdown",
     "legend_html",

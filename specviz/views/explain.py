@@ -75,3 +75,26 @@ dashed curve uses the measured v (scaled linearly with gamma), and where v > 1 i
 def explanation_markdown() -> str:
     """The panel's Markdown; formulas use $...$ (inline) and $$...$$ (display) LaTeX delimiters."""
     return EXPLANATION
+
+
+BATCH_NOTE = """\
+**Batched speculative decoding**, as servers run it: the prompts below are decoded together. Each round, one
+drafter pass per draft step and **one target pass verify every row's drafts at once**; each row accepts its own
+number of drafts and gets its own correction or bonus token, so the rows drift apart (the caches stay
+rectangular: a per-row attention mask hides each row's rejected drafts and padding, and position ids count each
+row's own tokens). A row that reaches end-of-text or its token budget leaves the batch. Each row's output is
+exactly the target's for its prompt (row *b* is the single-prompt run with seed + *b*).
+
+The lanes show one row each, one column per round of the batch: the row's tested drafts, its correction or bonus
+token, and grey boxes for the draft slots it left as padding. The chart measures tokens/s over the whole batch at
+each batch size up to yours, speculative and autoregressive in turns, twice each.
+
+**Why the speedup changes with batch size.** Speculative decoding pays off when a target pass costs about the
+same for gamma + 1 tokens as for one: at batch 1 a pass is dominated by reading the weights, not by arithmetic.
+A batch gives the autoregressive baseline that same bargain: B tokens per weight read. The verify pass over
+B × (gamma + 1) positions then does (gamma + 1) times the arithmetic of a baseline step, so its cost *v* (in
+baseline steps) grows with B, and a batch runs until its slowest row is done, carrying the others' padding.
+The speedup is about E[tokens per round] / (gamma c + v) (Leviathan et al. 2023, Thm 3.8 with the verify pass
+costing *v* steps instead of 1): as *v* grows with the batch, the speedup falls. `python -m specviz bench
+--batch-sizes 1,2,4,8` measures *c*, *v* and the rounds for each batch size.
+"""

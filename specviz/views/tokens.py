@@ -54,7 +54,8 @@ def _draft_title(i: int, d: Draft) -> str:
     )
 
 
-def _round_spans(index: int, r: Round) -> list[str]:
+def round_spans(index: int, r: Round) -> list[str]:
+    """One round's tokens as coloured spans: its tested drafts, then its correction or bonus token."""
     spans = []
     first = True
     for i, d in enumerate(r.drafts):
@@ -86,7 +87,7 @@ def tokens_html(trace: Trace, show_prompt: bool = True) -> str:
     if show_prompt and trace.prompt_text:
         parts.append(f'<span class="sv-prompt" style="{STYLES["prompt"]}">{escape(trace.prompt_text)}</span>')
     for i, r in enumerate(trace.rounds):
-        parts.extend(_round_spans(i, r))
+        parts.extend(round_spans(i, r))
     return f'<div class="sv-tokens" style="{_BOX}">{"".join(parts)}</div>'
 
 

@@ -1,0 +1,89 @@
+"""The Batch view: a batch's rows as lanes, round by round, and throughput against batch size.
+
+Each lane is one row (one prompt); each column one round of the batch, in which every row still
+in the batch drafted and was verified in the same target pass. A cell shows what that row got:
+its tested drafts (accepted, or the rejected one struck through) and its correction or bonus
+token, coloured as in the main output, then grey boxes for the draft slots it left as padding
+(it drafted fewer than the widest row). A row that is done leaves the batch: its lane ends.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+import plotly.graph_objects as go
+
+from specviz.bench_batch import BatchPoint
+from specviz.views.charts import BLUE, GREY, ORANGE, style_figure
+from specviz.views.tokens import round_spans
+
+_PAD = ('<span title="padding: a draft slot this row did not use (the batch is as wide as its widest row)" '
+        'style="display:inline-block;width:0.8em;height:1em;margin:0 1px;vertical-align:middle;'
+        'background:repeating-linear-gradient(45deg,#ddd,#ddd 2px,#f6f6f6 2px,#f6f6f6 4px);border-radius:2px;"></span>')
+
+
+def batch_lanes_html(result, speedup: BatchPoint | None = None) -> str:
+    """Lanes of a ``specviz.batch.BatchResult`` (None: a prompt to press Run)."""
+    if result is None:
+        return ('<div class="sv-batch" style="color:#666;">Press Run batch: the prompts above are decoded together, one '
+                "target pass per round for the whole batch, and each row appears as a lane.</div>")
+    traces = result.traces
+    nth = [0] * len(traces)
+    columns = []  # per batch round: {row: cell html}
+    for active in result.rounds:
+        rounds = {b: traces[b].rounds[nth[b]] for b in active}
+        widest = max(len(r.drafts) for r in rounds.values())
+        cells = {}
+        for b, r in rounds.items():
+            pad = _PAD * (widest - len(r.drafts))
+            cells[b] = "".join(round_spans(nth[b], r)) + pad
+            nth[b] += 1
+        columns.append(cells)
+    head = "".join(f'<th style="padding:2px 6px;color:#666;font-weight:400;">{k + 1}</th>' for k in range(len(columns)))
+    body = []
+    for b, trace in enumerate(traces):
+        label = (f"row {b + 1}<br><span style='color:#666;font-size:11px;'>{len(trace.output_ids)} tokens, {len(trace.rounds)} rounds, "
+                 f"{escape(trace.stop_reason or '')}</span>")
+        cells = "".join(
+            f'<td style="padding:3px 4px;border-left:1px solid #eee;white-space:pre;vertical-align:top;">{col[b]}</td>' if b in col
+            else '<td style="background:#fafafa;border-left:1px solid #eee;"></td>'
+            for col in columns
+        )
+        prompt = escape(trace.prompt_text[-60:])
+        body.append(f'<tr><th style="text-align:left;padding:3px 8px;white-space:nowrap;vertical-align:top;" title="{prompt}">{label}</th>'
+                    f"{cells}</tr>")
+    s = result.summary()
+    numbers = (f"{s['rows']} rows, {s['tokens']} tokens in {len(result.rounds)} batch rounds ({s['target_passes']} target passes, "
+               f"prefill included); padding: {s['padded_positions']} of {s['positions']} target positions "
+               f"({100 * s['padding_share']:.0f} %); {s['tokens_per_s']:.1f} tokens/s over the batch")
+    if speedup is not None and speedup.speedups:
+        spread = speedup.speedups
+        numbers += (f"; speedup over batched autoregressive decoding {sorted(spread)[len(spread) // 2]:.2f}× "
+                    f"(runs: {', '.join(f'{x:.2f}×' for x in spread)})")
+    return (f'<div class="sv-batch"><div style="font-size:13px;margin-bottom:6px;">{escape(numbers)}</div>'
+            '<div class="sv-tokens" style="overflow-x:auto;max-height:520px;border:1px solid #ddd;border-radius:8px;'
+            'font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:13px;background:#fff;color:#111;">'
+            f'<table style="border-collapse:collapse;"><thead><tr><th style="padding:2px 8px;text-align:left;">round</th>{head}</tr>'
+            f'</thead><tbody>{"".join(body)}</tbody></table></div></div>')
+
+
+def batch_figure(points: list[BatchPoint] | None) -> go.Figure:
+    """Tokens/s over the batch against batch size, speculative and autoregressive (a marker per
+    run), with the speedup (median of the runs' ratios) on a second axis."""
+    fig = go.Figure()
+    points = sorted(points or [], key=lambda p: p.batch_size)
+    sizes = [p.batch_size for p in points]
+    for name, attr, colour in (("speculative", "speculative", BLUE), ("autoregressive", "autoregressive", GREY)):
+        xs = [p.batch_size for p in points for _ in getattr(p, attr)]
+        ys = [v for p in points for v in getattr(p, attr)]
+        medians = [sorted(getattr(p, attr))[len(getattr(p, attr)) // 2] if getattr(p, attr) else None for p in points]
+        fig.add_trace(go.Scatter(x=sizes, y=medians, mode="lines", line=dict(color=colour), name=f"{name} (median)"))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker=dict(color=colour, size=7), name=f"{name} (each run)",
+                                 hovertemplate="batch %{x}: %{y:.1f} tokens/s<extra></extra>"))
+    speed = [sorted(p.speedups)[len(p.speedups) // 2] if p.speedups else None for p in points]
+    fig.add_trace(go.Scatter(x=sizes, y=speed, mode="lines+markers", yaxis="y2", line=dict(color=ORANGE, dash="dot"),
+                             name="speedup (right axis)", hovertemplate="batch %{x}: %{y:.2f}×<extra></extra>"))
+    fig.update_layout(xaxis=dict(type="log", tickvals=sizes or [1, 2, 4, 8], ticktext=[str(s) for s in (sizes or [1, 2, 4, 8])]),
+                      yaxis2=dict(overlaying="y", side="right", title="speedup (×)", rangemode="tozero", showgrid=False),
+                      yaxis=dict(rangemode="tozero"))
+    return style_figure(fig, "Throughput against batch size", "batch size (rows decoded together)", "tokens/s over the batch")
