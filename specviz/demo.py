@@ -577,8 +577,9 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
             status = (f"Measured {done} of {2 * len(sizes)} batches (batch sizes {', '.join(map(str, sizes))}, two runs each, "
                       "speculative and autoregressive in turns)…")
             main_point = next((p for p in points if p.batch_size == int(batch_size)), None)
-            yield batch_lanes_html(main, main_point), batch_figure(points), status
-        yield gr.skip(), gr.skip(), f"Done: batch sizes {', '.join(map(str, sizes))}, each measured twice."
+            shown = batch_lanes_html(main, main_point), batch_figure(points)
+            yield *shown, status
+        yield *shown, f"Done: batch sizes {', '.join(map(str, sizes))}, each measured twice."
     finally:
         free_memory(None if not on_zerogpu() else "cpu")
 

@@ -332,3 +332,24 @@ def test_compare_drafters_shows_every_kind(client):
         assert label in html
     assert html.count("sv-compare-col") == 3 and "running" not in html
     assert "accepted / tested" in html and plot["type"] == "plotly"
+
+
+def test_batch_endpoint_decodes_rows_and_measures_batch_sizes(client):
+    lanes, plot, status = client.predict("embedded", "def is_prime(n):\nclass Stack:\\n    def __init__(self):", 2, 4, 0.0, 0, 1.0, 12, 0,
+                                         True, "", "", "ngram", "constant", api_name="/batch")
+    assert lanes.count("<tr>") == 3  # the header and two rows
+    assert "batch sizes 1, 2" in status and plot["type"] == "plotly"
+
+
+@pytest.mark.parametrize("field, args, message", [
+    ("prompts", {"prompts_text": "\n".join(["a"] * 9)}, "at most 8"),
+    ("prompts", {"prompts_text": "  "}, "empty"),
+    ("batch size", {"batch_size": 9}, "maximum value 8"),
+])
+def test_batch_endpoint_refuses_bad_input_with_a_message(client, field, args, message):
+    values = dict(pair_name="embedded", prompts_text="def f():", batch_size=2, gamma=4, temperature=0.0, top_k=0, top_p=1.0,
+                  max_new_tokens=4, seed=0, chat=True, custom_drafter="", custom_target="", drafter_kind="model",
+                  gamma_schedule="constant") | args
+    with pytest.raises(AppError) as err:
+        client.predict(*values.values(), api_name="/batch")
+    assert message in err.value.message.lower() or message in str(err.value).lower(), (field, err.value)

@@ -248,6 +248,22 @@ def test_compare_drafters_shows_each_kind(page):
     page.locator("#sv-compare").screenshot(path=str(shots() / "compare.png"))
 
 
+def test_batch_tab_shows_lanes_and_throughput(page):
+    """Four rows decoded together: a lane per row, rounds as columns, padding shown, and the
+    throughput chart drawn for batch sizes 1, 2 and 4."""
+    tab(page, "Batch")
+    page.locator("#sv-batch-button").click()
+    page.get_by_text("Done: batch sizes 1, 2, 4").first.wait_for(timeout=180_000)
+    lanes = page.locator("#sv-batch tbody tr")
+    expect(lanes).to_have_count(4)
+    assert page.locator("#sv-batch .sv-accepted").count() > 0
+    expect(page.locator("#sv-batch").get_by_text("speedup over batched autoregressive decoding")).to_be_visible()
+    d = drawn(page, "sv-batch-plot")
+    assert d["marks"] > 0
+    page.locator("#sv-batch").screenshot(path=str(shots() / "batch.png"))
+    page.locator("#sv-batch-plot").screenshot(path=str(shots() / "batch-chart.png"))
+
+
 def test_exactness_lab_runs_and_gives_a_verdict(page):
     tab(page, "Exactness lab")
     page.locator("#sv-lab-run").click()
@@ -283,7 +299,7 @@ def test_phone_viewport_reaches_every_tab(page, app_url):
     phone = page.context.browser.new_page(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
     try:
         phone.goto(app_url)
-        names = ["Charts", "Replay", "Theory", "Race", "Save / load", "Compare drafters", "Exactness lab", "Explanation"]
+        names = ["Charts", "Replay", "Theory", "Race", "Save / load", "Compare drafters", "Batch", "Exactness lab", "Explanation"]
         for name in names:
             t = phone.get_by_role("tab", name=name)
             expect(t).to_be_visible(timeout=30_000)

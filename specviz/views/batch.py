@@ -9,6 +9,7 @@ token, coloured as in the main output, then grey boxes for the draft slots it le
 
 from __future__ import annotations
 
+import statistics
 from html import escape
 
 import plotly.graph_objects as go
@@ -36,14 +37,17 @@ def batch_lanes_html(result, speedup: BatchPoint | None = None) -> str:
         cells = {}
         for b, r in rounds.items():
             pad = _PAD * (widest - len(r.drafts))
-            cells[b] = "".join(round_spans(nth[b], r)) + pad
+            cells[b] = "".join(round_spans(nth[b], r, one_line=True)) + pad
             nth[b] += 1
         columns.append(cells)
     head = "".join(f'<th style="padding:2px 6px;color:#666;font-weight:400;">{k + 1}</th>' for k in range(len(columns)))
     body = []
     for b, trace in enumerate(traces):
-        label = (f"row {b + 1}<br><span style='color:#666;font-size:11px;'>{len(trace.output_ids)} tokens, {len(trace.rounds)} rounds, "
-                 f"{escape(trace.stop_reason or '')}</span>")
+        start = trace.prompt_text.strip().replace("\n", "\u23ce")
+        start = start if len(start) <= 28 else start[:27] + "\u2026"
+        label = (f"row {b + 1} <span style='color:#444;font-weight:400;'>{escape(start)}</span><br>"
+                 f"<span style='color:#666;font-size:11px;font-weight:400;'>{len(trace.output_ids)} tokens, {len(trace.rounds)} rounds, "
+                 f"{escape((trace.stop_reason or '').replace('_', ' '))}</span>")
         cells = "".join(
             f'<td style="padding:3px 4px;border-left:1px solid #eee;white-space:pre;vertical-align:top;">{col[b]}</td>' if b in col
             else '<td style="background:#fafafa;border-left:1px solid #eee;"></td>'
@@ -58,7 +62,7 @@ def batch_lanes_html(result, speedup: BatchPoint | None = None) -> str:
                f"({100 * s['padding_share']:.0f} %); {s['tokens_per_s']:.1f} tokens/s over the batch")
     if speedup is not None and speedup.speedups:
         spread = speedup.speedups
-        numbers += (f"; speedup over batched autoregressive decoding {sorted(spread)[len(spread) // 2]:.2f}× "
+        numbers += (f"; speedup over batched autoregressive decoding {statistics.median(spread):.2f}× (median) "
                     f"(runs: {', '.join(f'{x:.2f}×' for x in spread)})")
     return (f'<div class="sv-batch"><div style="font-size:13px;margin-bottom:6px;">{escape(numbers)}</div>'
             '<div class="sv-tokens" style="overflow-x:auto;max-height:520px;border:1px solid #ddd;border-radius:8px;'
@@ -76,11 +80,11 @@ def batch_figure(points: list[BatchPoint] | None) -> go.Figure:
     for name, attr, colour in (("speculative", "speculative", BLUE), ("autoregressive", "autoregressive", GREY)):
         xs = [p.batch_size for p in points for _ in getattr(p, attr)]
         ys = [v for p in points for v in getattr(p, attr)]
-        medians = [sorted(getattr(p, attr))[len(getattr(p, attr)) // 2] if getattr(p, attr) else None for p in points]
+        medians = [statistics.median(getattr(p, attr)) if getattr(p, attr) else None for p in points]
         fig.add_trace(go.Scatter(x=sizes, y=medians, mode="lines", line=dict(color=colour), name=f"{name} (median)"))
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker=dict(color=colour, size=7), name=f"{name} (each run)",
                                  hovertemplate="batch %{x}: %{y:.1f} tokens/s<extra></extra>"))
-    speed = [sorted(p.speedups)[len(p.speedups) // 2] if p.speedups else None for p in points]
+    speed = [statistics.median(p.speedups) if p.speedups else None for p in points]
     fig.add_trace(go.Scatter(x=sizes, y=speed, mode="lines+markers", yaxis="y2", line=dict(color=ORANGE, dash="dot"),
                              name="speedup (right axis)", hovertemplate="batch %{x}: %{y:.2f}×<extra></extra>"))
     fig.update_layout(xaxis=dict(type="log", tickvals=sizes or [1, 2, 4, 8], ticktext=[str(s) for s in (sizes or [1, 2, 4, 8])]),

@@ -54,16 +54,20 @@ def _draft_title(i: int, d: Draft) -> str:
     )
 
 
-def round_spans(index: int, r: Round) -> list[str]:
-    """One round's tokens as coloured spans: its tested drafts, then its correction or bonus token."""
+def round_spans(index: int, r: Round, one_line: bool = False) -> list[str]:
+    """One round's tokens as coloured spans: its tested drafts, then its correction or bonus token.
+
+    ``one_line`` shows line breaks as a visible mark instead of breaking the line (a table cell).
+    """
     spans = []
     first = True
+    flat = (lambda t: t.replace("\n", "\u23ce")) if one_line else (lambda t: t)
     for i, d in enumerate(r.drafts):
         if d.verdict == "discarded":
             continue
         if d.verdict == "accepted" and i >= len(r.emitted_ids):
             continue  # cut by max_new_tokens
-        text = _visible(d.text) if d.verdict == "rejected" else d.text
+        text = _visible(d.text) if d.verdict == "rejected" else flat(d.text)
         spans.append(_span(text, STYLES[d.verdict], f"round {index + 1}, " + _draft_title(i, d), d.verdict, first))
         first = False
     if r.final_token_id is not None:
@@ -74,7 +78,7 @@ def round_spans(index: int, r: Round) -> list[str]:
             "target": "sampled from p (autoregressive)",
         }[kind]
         title = f"round {index + 1}, {LABELS.get(kind, 'target token')}: {source}\nprobability {r.final_prob:.4f}"
-        spans.append(_span(r.final_text or "", STYLES[kind], title, kind, first and kind != "target"))
+        spans.append(_span(flat(r.final_text or ""), STYLES[kind], title, kind, first and kind != "target"))
     return spans
 
 
