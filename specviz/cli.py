@@ -233,17 +233,20 @@ def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
 
 
 def _record(args) -> int:
-    from specviz import autoregressive_generate, speculative_generate
+    from specviz import autoregressive_generate, autoregressive_stream, speculative_stream
     from specviz.pair import PairError
     from specviz.recording import Recording
+    from specviz.speedup import interleave
     from specviz.sweep import sweep_stream
 
     try:
         pair, ids, common = _setup(args)
         autoregressive_generate(ids, pair.target, **(common | {"max_new_tokens": 4}))  # warm-up: first calls are slow
         drafter = drafter_for(args, pair)
-        spec = speculative_generate(ids, drafter, pair.target, gamma=args.gamma, schedule=schedule_for(args), **common)
-        baseline = autoregressive_generate(ids, pair.target, **common)
+        # In turns, as the page measures: machine noise falls on both runs alike.
+        for spec, baseline in interleave(speculative_stream(ids, drafter, pair.target, gamma=args.gamma, schedule=schedule_for(args), **common),
+                                         autoregressive_stream(ids, pair.target, **common)):
+            pass
         sweep = None
         if args.sweep:
             for sweep in sweep_stream(ids, drafter, pair.target, **common):

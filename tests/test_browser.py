@@ -268,6 +268,7 @@ def test_exactness_lab_runs_and_gives_a_verdict(page):
     tab(page, "Exactness lab")
     page.locator("#sv-lab-run").click()
     page.get_by_text("no evidence against exactness").first.wait_for(timeout=120_000)
+    page.locator("#sv-lab-plot").get_by_text("2000 speculative samples").wait_for(timeout=120_000)  # the run's end
     d = drawn(page, "sv-lab-plot")
     assert d["marks"] > 0
     page.screenshot(path=str(shots() / "lab.png"), full_page=False)
