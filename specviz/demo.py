@@ -81,6 +81,7 @@ GAMMA_RANGE = (1, MAX_GAMMA)
 TEMPERATURE_RANGE = (0.0, 2.0)
 MAX_NEW_TOKENS_RANGE = (1, 256)
 TOP_K_MAX = 1000
+PENALTY_RANGE = (1.0, 2.0)  # transformers' repetition penalty; 1 is off
 LOAD_CONCURRENCY = 2  # recordings loaded at once (each is bounded work: see specviz.validation)
 SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed; the signed range is safe everywhere
 TEMPERATURE_MIN = 0.01  # below it, logits / temperature overflows float32: use 0 for greedy
@@ -97,7 +98,8 @@ PACES = ("slow motion (about 10 s)", "true timing")
 STREAM_INTERVAL_MS = 80
 
 DEFAULTS = dict(gamma=4, temperature=DEFAULT_SAMPLING.temperature, top_k=DEFAULT_SAMPLING.top_k, top_p=DEFAULT_SAMPLING.top_p,
-                max_new_tokens=128, seed=0, drafter_kind="model", gamma_schedule="constant")
+                max_new_tokens=128, seed=0, drafter_kind="model", gamma_schedule="constant",
+                repetition_penalty=DEFAULT_SAMPLING.repetition_penalty)
 DRAFTER_CHOICES = [(DRAFTER_LABELS[k], k) for k in DRAFTER_KINDS]
 SCHEDULE_CHOICES = [(SCHEDULE_LABELS[k], k) for k in SCHEDULES]
 # Prompts end at a colon, not a newline: the tokenizer merges a newline with the indentation
@@ -119,7 +121,7 @@ the target's own (Leviathan et al. 2023; Chen et al. 2023). Temperature 0 is gre
 """
 
 
-def _check(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed) -> Sampling:
+def _check(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty=1.0) -> Sampling:
     """Validate the controls; raise gr.Error with what to change."""
     if not prompt or not prompt.strip():
         raise _mistake("The prompt is empty: type some text (or pick an example) to continue.", title="Empty prompt")
@@ -145,8 +147,11 @@ def _check(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed) 
                        title="Temperature out of range")
     if not _number(top_p) or not 0 < top_p <= 1:
         raise _mistake(f"top-p must be above 0 and at most 1 (1 keeps every token), got {_shown(top_p)}.", title="Top-p out of range")
+    if not _number(repetition_penalty) or not PENALTY_RANGE[0] <= repetition_penalty <= PENALTY_RANGE[1]:
+        raise _mistake(f"repetition penalty must be from {PENALTY_RANGE[0]} (off) to {PENALTY_RANGE[1]}, got {_shown(repetition_penalty)}.",
+                       title="Repetition penalty out of range")
     try:
-        return Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
+        return Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), repetition_penalty=float(repetition_penalty))
     except ValueError as err:
         raise _mistake(str(err), title="Bad sampling settings") from err
 
@@ -174,12 +179,15 @@ def _shown(value) -> str:
 
 class _Numeric:
     """A number control that checks what a client sent before Gradio converts it: a value that is
-    not a finite number gets a message naming the control (Gradio's own conversion would fail
-    with a bare error on text or a list)."""
+    not a finite number, or is outside the control's range, gets a message naming the control
+    and the range (Gradio's own checks fail with a bare "Error" and a logged traceback)."""
 
     def preprocess(self, payload):
         if not _number(payload):
             raise _mistake(f"{self.label} must be a finite number, got {_shown(payload)}.", title=f"Bad {self.label}")
+        lo, hi = self.minimum, self.maximum
+        if (lo is not None and payload < lo) or (hi is not None and payload > hi):
+            raise _mistake(f"{self.label} must be from {lo} to {hi}, got {_shown(payload)}.", title=f"{self.label} out of range")
         return super().preprocess(payload)
 
 
@@ -282,7 +290,7 @@ def _failure(err: Exception, pair: Pair | None = None) -> gr.Error:
 
 
 def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True,
-             custom_drafter="", custom_target="", drafter_kind="model", gamma_schedule="constant",
+             custom_drafter="", custom_target="", drafter_kind="model", gamma_schedule="constant", repetition_penalty=1.0,
              progress=gr.Progress(), request: gr.Request = None):
     """Stream a speculative run round by round, then measure the autoregressive baseline.
 
@@ -291,7 +299,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
     download button); while streaming, the outputs that do not change are skipped. A run stops
     at RUN_SECONDS_MAX; the Stop button cancels it between rounds.
     """
-    _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
     _drafting(drafter_kind, gamma_schedule)
     _pair(pair_name, custom_drafter, custom_target, progress)
     session = _session(request)
@@ -299,7 +307,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
     skip = gr.skip()
     try:
         for event in _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target,
-                                    drafter_kind, gamma_schedule):
+                                    drafter_kind, gamma_schedule, repetition_penalty):
             kind, spec = event[0], event[1]
             if kind == "round":
                 status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
@@ -326,7 +334,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
 
 @gpu_task(duration=generate_duration)
 def _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target,
-                   drafter_kind="model", gamma_schedule="constant"):
+                   drafter_kind="model", gamma_schedule="constant", repetition_penalty=1.0):
     """The device half of ``generate``: traces in, no UI objects out.
 
     The speculative run and its autoregressive baseline run in turns (``specviz.speedup.interleave``),
@@ -337,7 +345,7 @@ def _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_
     plain data: ("round", spec, title) at most every STREAM_INTERVAL_MS, ("speculative_done",
     spec, title), then ("done", spec, baseline, title, status). Errors leave as gr.Error.
     """
-    sampling = _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    sampling = _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
     drafter_kind, gamma_schedule = _drafting(drafter_kind, gamma_schedule)
     gamma, max_new_tokens, seed = int(gamma), int(max_new_tokens), int(seed)
     pair = _resident(pair_name, custom_drafter, custom_target)
@@ -434,15 +442,16 @@ def _replay_outputs(spec: Trace, session: str | None):
 
 
 def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec: Recording | None, chat=True,
-              custom_drafter="", custom_target="", progress=gr.Progress()):
+              custom_drafter="", custom_target="", repetition_penalty=1.0, progress=gr.Progress()):
     """Decode the prompt with gamma = 1..8 (same seed and settings) and plot each against the theory.
 
     Yields (sweep figure, sweep status Markdown, Recording with the sweep attached).
     """
-    _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed)
+    _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
     _pair(pair_name, custom_drafter, custom_target, progress)
     sweep = None
-    for sweep in _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+    for sweep in _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target,
+                                  repetition_penalty):
         done = len(sweep.points)
         yield sweep_figure(sweep), f"Sweep: {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} ({done} of {len(SWEEP_GAMMAS)})…", gr.skip()
     if not sweep.points:
@@ -464,9 +473,10 @@ def _sweep_duration(pair_name, prompt, temperature, top_k, top_p, max_new_tokens
 
 
 @gpu_task(duration=_sweep_duration)
-def _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target):
+def _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target,
+                     repetition_penalty=1.0):
     """The device half of ``run_sweep``: yields the growing Sweep (plain data); errors leave as gr.Error."""
-    sampling = _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed)
+    sampling = _check(prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
     pair = _resident(pair_name, custom_drafter, custom_target)
     ids = _encode(pair, prompt, chat)
     common = dict(sampling=sampling, max_new_tokens=int(max_new_tokens), eos_token_id=pair.eos_token_ids, seed=int(seed), tokenizer=pair.tokenizer)
@@ -482,13 +492,14 @@ def _sweep_on_device(pair_name, prompt, temperature, top_k, top_p, max_new_token
 
 def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: int = 4, temperature: float = 0.7, top_k: int = 40,
         top_p: float = 0.95, max_new_tokens: int = 128, seed: int = 0, chat: bool = True, drafter_kind: str = "model",
-        gamma_schedule: str = "constant") -> dict:
+        gamma_schedule: str = "constant", repetition_penalty: float = 1.0) -> dict:
     """Run speculative decoding and its autoregressive baseline (interleaved) and return the results as JSON.
 
     Arguments are the page's controls: a preset pair name, the prompt, gamma (1-16), temperature
     (0 greedy, or 0.01-2), top-k (0 off), top-p (0-1], max new tokens (1-256), seed (0 to 2^63 - 1),
     whether instruct pairs get their chat template, the drafter kind ("model", "ngram" for prompt
-    lookup, "early-exit") and the gamma schedule ("constant", "heuristic", "confidence", "optimal").
+    lookup, "early-exit"), the gamma schedule ("constant", "heuristic", "confidence", "optimal") and the
+    repetition penalty (1 off, up to 2; applied to q and p alike).
 
     Returns a dict: "summary" (the numbers the page shows, each named with its denominator:
     draft_acceptance_rate, alpha, mean_beta, mean_tokens_per_round, tokens/s of both runs,
@@ -500,7 +511,7 @@ def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: 
     _pair(pair_name, "", "", lambda *args, **kwargs: None)
     final = None
     for final in _run_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, "", "",
-                                drafter_kind, gamma_schedule):
+                                drafter_kind, gamma_schedule, repetition_penalty):
         pass
     _, spec, baseline, _title_text, done = final
     numbers = summary(spec, baseline)
@@ -510,17 +521,17 @@ def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: 
 
 
 def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True, custom_drafter="", custom_target="",
-                gamma_schedule="constant", progress=gr.Progress()):
+                gamma_schedule="constant", repetition_penalty=1.0, progress=gr.Progress()):
     """Decode the prompt with each drafter kind (same seed and settings); stream the columns as each finishes.
 
     Yields (compare HTML, acceptance-by-position figure).
     """
-    _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
     _drafting("model", gamma_schedule)
     _pair(pair_name, custom_drafter, custom_target, progress)
     try:
         for comparison in _compare_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat,
-                                             custom_drafter, custom_target, gamma_schedule):
+                                             custom_drafter, custom_target, gamma_schedule, repetition_penalty):
             yield compare_html(comparison), compare_figure(comparison)
     finally:
         free_memory(None if not on_zerogpu() else "cpu")
@@ -532,9 +543,9 @@ def _compare_duration(*args, **kwargs) -> int:
 
 @gpu_task(duration=_compare_duration)
 def _compare_on_device(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target,
-                       gamma_schedule):
+                       gamma_schedule, repetition_penalty=1.0):
     """The device half of ``run_compare``: yields the growing Comparison (plain data)."""
-    sampling = _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    sampling = _check(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
     pair = _resident(pair_name, custom_drafter, custom_target)
     ids = _encode(pair, prompt, chat)
     common = dict(sampling=sampling, eos_token_id=pair.eos_token_ids, seed=int(seed), tokenizer=pair.tokenizer, max_new_tokens=int(max_new_tokens))
@@ -559,20 +570,21 @@ def _batch_prompts(text, batch_size) -> list[str]:
 
 
 def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True,
-              custom_drafter="", custom_target="", drafter_kind="model", gamma_schedule="constant", progress=gr.Progress()):
+              custom_drafter="", custom_target="", drafter_kind="model", gamma_schedule="constant", repetition_penalty=1.0,
+              progress=gr.Progress()):
     """Decode up to 8 prompts together (one per line; rows beyond the prompts repeat them), then
     measure throughput at the smaller batch sizes.
 
     Yields (lanes HTML, throughput-against-batch-size figure, status Markdown) as measurements come.
     """
     for p in _batch_prompts(prompts_text, batch_size):
-        _check(p, gamma, temperature, top_k, top_p, max_new_tokens, seed)
+        _check(p, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
     _drafting(drafter_kind, gamma_schedule)
     _pair(pair_name, custom_drafter, custom_target, progress)
     sizes = batch_sizes_up_to(int(batch_size))
     try:
         for main, points in _batch_on_device(pair_name, prompts_text, batch_size, gamma, temperature, top_k, top_p, max_new_tokens, seed,
-                                             chat, custom_drafter, custom_target, drafter_kind, gamma_schedule):
+                                             chat, custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty):
             done = sum(len(p.speculative) for p in points)
             status = (f"Measured {done} of {2 * len(sizes)} batches (batch sizes {', '.join(map(str, sizes))}, two runs each, "
                       "speculative and autoregressive in turns)…")
@@ -591,10 +603,10 @@ def _batch_duration(pair_name, prompts_text, batch_size, *args, **kwargs) -> int
 
 @gpu_task(duration=_batch_duration)
 def _batch_on_device(pair_name, prompts_text, batch_size, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat,
-                     custom_drafter, custom_target, drafter_kind, gamma_schedule):
+                     custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty=1.0):
     """The device half of ``run_batch``: yields (BatchResult or None, [BatchPoint]) (plain data)."""
     prompts = _batch_prompts(prompts_text, batch_size)
-    sampling = _check(prompts[0], gamma, temperature, top_k, top_p, max_new_tokens, seed)
+    sampling = _check(prompts[0], gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
     drafter_kind, gamma_schedule = _drafting(drafter_kind, gamma_schedule)
     pair = _resident(pair_name, custom_drafter, custom_target)
     ids = [_encode(pair, p, chat) for p in prompts]
@@ -660,10 +672,10 @@ def restore_controls(rec: Recording | None):
     for the same seed); says which pair it came from when this app does not offer that pair.
 
     Returns updates for: pair, prompt, chat toggle, gamma, temperature, top-k, top-p, max new
-    tokens, seed, the status line, the drafter kind and the gamma schedule.
+    tokens, seed, the status line, the drafter kind, the gamma schedule and the repetition penalty.
     """
     if rec is None:
-        return (gr.skip(),) * 12
+        return (gr.skip(),) * 13
     s = rec.speculative.settings
     sampling = s.get("sampling") or {}
     drafter = s.get("drafter") or {"kind": "model"}
@@ -687,6 +699,7 @@ def restore_controls(rec: Recording | None):
         status,
         gr.update(value=drafter.get("kind")) if drafter.get("kind") in DRAFTER_KINDS else gr.skip(),
         gr.update(value=schedule.get("name")) if schedule.get("name") in SCHEDULES else gr.skip(),
+        gr.update(value=sampling.get("repetition_penalty", 1.0)),
     )
 
 
@@ -792,6 +805,9 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 with gr.Row():
                     top_k = CheckedNumber(value=DEFAULTS["top_k"], minimum=0, maximum=TOP_K_MAX, precision=0, label="top-k (0 = off)")
                     top_p = CheckedSlider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="top-p (1 = off)")
+                repetition_penalty = CheckedSlider(*PENALTY_RANGE, value=DEFAULTS["repetition_penalty"], step=0.05,
+                                                   label="repetition penalty (1 = off)", elem_id="sv-penalty",
+                                                   info="transformers' repetition penalty, applied to q and p alike at every position")
                 with gr.Row():
                     max_new_tokens = CheckedSlider(*MAX_NEW_TOKENS_RANGE, value=DEFAULTS["max_new_tokens"], step=1, label="max new tokens")
                     seed = CheckedNumber(value=DEFAULTS["seed"], minimum=0, maximum=SEED_MAX, precision=0, label="seed")
@@ -890,7 +906,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         run_event = run.click(
             generate,
             inputs=[pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target,
-                    drafter_kind, gamma_schedule],
+                    drafter_kind, gamma_schedule, repetition_penalty],
             outputs=outputs,
             api_name="generate",
             concurrency_limit=CONCURRENCY,
@@ -901,7 +917,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         replay_slider.release(replay_show, [recording, replay_slider], replay, api_visibility="private", **view)
         replay_slider.input(replay_show, [recording, replay_slider], replay, api_visibility="private", **view)
         sweep_event = sweep_button.click(
-            run_sweep, [pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, recording, chat, custom_drafter, custom_target],
+            run_sweep, [pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, recording, chat, custom_drafter, custom_target,
+                        repetition_penalty],
             [sweep_plot, sweep_status, recording], api_name="sweep", concurrency_limit=CONCURRENCY, concurrency_id="device",
         )
         # Stop cancels the run or sweep between rounds; what was generated stays on the page.
@@ -910,10 +927,11 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                          api_name="lab", concurrency_limit=1, concurrency_id="lab", show_progress="hidden")
         gr.api(run_api, api_name="run", concurrency_limit=CONCURRENCY, concurrency_id="device")
         compare_button.click(run_compare, [pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
-                                           custom_target, gamma_schedule], [compare_view, compare_plot],
+                                           custom_target, gamma_schedule, repetition_penalty], [compare_view, compare_plot],
                              api_name="compare", concurrency_limit=CONCURRENCY, concurrency_id="device")
         batch_button.click(run_batch, [pair_name, batch_prompts, batch_size, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat,
-                                       custom_drafter, custom_target, drafter_kind, gamma_schedule], [batch_view, batch_plot, batch_status],
+                                       custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty],
+                           [batch_view, batch_plot, batch_status],
                            api_name="batch", concurrency_limit=CONCURRENCY, concurrency_id="device")
         pair_name.change(_pair_info, pair_name, pair_info, api_visibility="private", **view)
         race_button.click(start_race, [recording, pace], race, api_visibility="private", **view)
@@ -921,7 +939,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")
         restore = dict(fn=restore_controls, inputs=recording, api_visibility="private", show_progress="hidden",
                        outputs=[pair_name, prompt, chat, gamma, temperature, top_k, top_p, max_new_tokens, seed, status,
-                                drafter_kind, gamma_schedule])
+                                drafter_kind, gamma_schedule, repetition_penalty])
         loaded = upload.upload(load_recording, upload, outputs, api_name="load_recording", **loads)
         loaded.success(**restore)
         # The drop area is emptied after every load, good or refused, so the next file can go in.

@@ -66,13 +66,14 @@ def test_greedy_in_the_app_is_the_targets_greedy(client, embedded):
     "changes, message",
     [
         (dict(prompt="   "), "prompt is empty"),
-        # Gradio checks slider and dropdown bounds before the handler runs, with its own message.
-        (dict(gamma=0), "less than minimum value 1"),
-        (dict(gamma=17), "greater than maximum value 16"),
-        (dict(temperature=-0.5), "less than minimum value 0"),
-        (dict(max_new_tokens=0), "less than minimum value 1"),
-        (dict(top_k=-3), "less than minimum value 0"),
-        (dict(seed=-1), "less than minimum value 0|seed must be"),
+        # Number controls check their bounds before the handler runs, naming the control and its range.
+        (dict(gamma=0), "gamma.*must be from 1 to 16, got 0"),
+        (dict(gamma=17), "gamma.*must be from 1 to 16, got 17"),
+        (dict(temperature=-0.5), "temperature.*must be from 0.0 to 2.0"),
+        (dict(max_new_tokens=0), "max new tokens must be from 1 to 256"),
+        (dict(top_k=-3), "top-k.*must be from 0 to 1000"),
+        (dict(seed=-1), "seed must be from 0 to 9223372036854775807"),
+        (dict(seed=2**70), "seed must be from 0 to 9223372036854775807"),
         (dict(pair_name="SmolLM2-135M-Instruct -> SmolLM2-360M-Instruct"), "cannot be reached|could not be"),
         (dict(pair_name="no such pair"), "not in the list of choices"),
     ],
@@ -237,7 +238,7 @@ def raw_call(client, args: dict) -> str:
     return httpx.get(f"{base}/{event}", timeout=120).text
 
 
-@pytest.mark.parametrize("control", ["gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed"])
+@pytest.mark.parametrize("control", ["gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "repetition_penalty"])
 def test_api_fuzz_every_control_gets_a_message_and_the_app_keeps_serving(client, control):
     """NaN, infinities, huge, wrong-typed and missing values for each control, sent as raw JSON:
     each is answered with an error event carrying a message that names the control or the
@@ -245,10 +246,11 @@ def test_api_fuzz_every_control_gets_a_message_and_the_app_keeps_serving(client,
     import re
 
     for value in FUZZ:
-        if control in ("temperature", "top_p") and value == "true":
+        if control in ("temperature", "top_p", "repetition_penalty") and value == "true":
             continue  # JSON true is the number 1 to Gradio's slider: in range for these two
         args = DEFAULTS | {"max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": "",
-                       "drafter_kind": "model", "gamma_schedule": "constant"}
+                       "drafter_kind": "model", "gamma_schedule": "constant",
+                       "repetition_penalty": 1.0}
         args = {("raw:" + k if k == control else k): (value if k == control else v) for k, v in args.items()}
         text = raw_call(client, args)
         assert "event: error" in text, (control, value, text[-300:])
@@ -262,7 +264,8 @@ def test_api_fuzz_every_control_gets_a_message_and_the_app_keeps_serving(client,
 def test_a_prompt_with_a_lone_surrogate_gets_a_message(client):
     args = {("raw:prompt" if k == "prompt" else k): v for k, v in DEFAULTS.items()}
     text = raw_call(client, args | {"raw:prompt": '"def f():\\ud800"', "max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": "",
-                       "drafter_kind": "model", "gamma_schedule": "constant"})
+                       "drafter_kind": "model", "gamma_schedule": "constant",
+                       "repetition_penalty": 1.0})
     assert "event: error" in text and "prompt" in text.split("event: error", 1)[1].lower(), text[-300:]
 
 
@@ -344,7 +347,7 @@ def test_batch_endpoint_decodes_rows_and_measures_batch_sizes(client):
 @pytest.mark.parametrize("field, args, message", [
     ("prompts", {"prompts_text": "\n".join(["a"] * 9)}, "at most 8"),
     ("prompts", {"prompts_text": "  "}, "empty"),
-    ("batch size", {"batch_size": 9}, "maximum value 8"),
+    ("batch size", {"batch_size": 9}, "must be from 1 to 8"),
 ])
 def test_batch_endpoint_refuses_bad_input_with_a_message(client, field, args, message):
     values = dict(pair_name="embedded", prompts_text="def f():", batch_size=2, gamma=4, temperature=0.0, top_k=0, top_p=1.0,
@@ -353,3 +356,16 @@ def test_batch_endpoint_refuses_bad_input_with_a_message(client, field, args, me
     with pytest.raises(AppError) as err:
         client.predict(*values.values(), api_name="/batch")
     assert message in err.value.message.lower() or message in str(err.value).lower(), (field, err.value)
+
+
+def test_the_repetition_penalty_control_gives_transformers_greedy_output(client, embedded):
+    """Greedy with a penalty through the page's API equals target.generate(repetition_penalty=...)."""
+    import torch
+
+    out = client.predict("embedded", "def is_prime(n):", 4, 0.0, 0, 1.0, 32, 0, True, "model", "constant", 1.3, api_name="/run")
+    ids = embedded.tokenizer("def is_prime(n):", add_special_tokens=False)["input_ids"]
+    ref = embedded.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
+                                   max_new_tokens=32, repetition_penalty=1.3, eos_token_id=embedded.eos_token_id,
+                                   pad_token_id=embedded.eos_token_id)
+    assert out["trace"]["output_ids"] == ref[0, len(ids):].tolist()
+    assert out["trace"]["settings"]["sampling"]["repetition_penalty"] == 1.3
