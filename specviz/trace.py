@@ -42,7 +42,7 @@ SCHEMA_VERSION = 4
 MAX_GAMMA = 16
 
 
-@dataclass
+@dataclass(slots=True)
 class Draft:
     """One drafted token and the test that judged it.
 
@@ -69,7 +69,7 @@ class Draft:
         return self.verdict == "accepted"
 
 
-@dataclass
+@dataclass(slots=True)
 class TopToken:
     """One of the most likely tokens of the distribution a round's final token came from.
 
@@ -85,7 +85,7 @@ class TopToken:
     q: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Round:
     """One round.
 
