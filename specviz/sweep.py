@@ -10,7 +10,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from specviz import theory
-from specviz.engine import autoregressive_generate, speculative_generate
+from specviz.engine import autoregressive_generate, autoregressive_stream, speculative_stream
+from specviz.speedup import interleave
 from specviz.trace import Trace
 
 
@@ -30,13 +31,16 @@ class SweepPoint:
     draft_ms: float
     rejected: int | None = None
     verify_ms: float | None = None
+    baseline_tokens_per_second: float | None = None
 
     @classmethod
-    def of(cls, trace: Trace) -> "SweepPoint":
+    def of(cls, trace: Trace, baseline: Trace | None = None) -> "SweepPoint":
+        """The point of a speculative run, and of the baseline run in turns with it (if any)."""
         return cls(
             gamma=int(trace.settings["gamma"]), tokens=len(trace.output_ids), rounds=len(trace.rounds),
             drafted=trace.drafted, accepted=trace.accepted, total_ms=trace.total_ms, draft_ms=trace.draft_ms,
             rejected=trace.rejected, verify_ms=trace.verify_ms,
+            baseline_tokens_per_second=baseline.tokens_per_second if baseline is not None else None,
         )
 
     @property
@@ -74,9 +78,11 @@ class Sweep:
     points: list[SweepPoint] = field(default_factory=list)
 
     def speedup(self, point: SweepPoint) -> float | None:
-        """Measured speedup of one point: its tokens/s over the baseline's."""
+        """Measured speedup of one point: its tokens/s over those of the baseline run in turns with
+        it (sweeps saved before that: over the sweep's one baseline)."""
         tps = point.tokens_per_second
-        return tps / self.baseline_tokens_per_second if tps and self.baseline_tokens_per_second else None
+        base = point.baseline_tokens_per_second or self.baseline_tokens_per_second
+        return tps / base if tps and base else None
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -111,7 +117,9 @@ class Sweep:
 def sweep_stream(
     input_ids: list[int], drafter, target, gammas: Sequence[int] = range(1, 9), **common
 ) -> Iterator[Sweep]:
-    """Run the baseline once, then one speculative run per gamma; yield the growing Sweep.
+    """Run the baseline once (its target step time), then one speculative run per gamma, each in
+    turns with a baseline run of its own (``specviz.speedup.interleave``), so machine noise falls on
+    both sides of each point's speedup; yield the growing Sweep.
 
     Args:
         input_ids, drafter, target: as ``speculative_stream``.
@@ -129,5 +137,9 @@ def sweep_stream(
     sweep = Sweep(baseline_tokens_per_second=baseline.tokens_per_second or 0.0, target_step_ms=theory.target_step_ms(baseline) or 0.0)
     yield sweep
     for gamma in gammas:
-        sweep.points.append(SweepPoint.of(speculative_generate(input_ids, drafter, target, gamma=int(gamma), **common)))
+        spec = base = None
+        for spec, base in interleave(speculative_stream(input_ids, drafter, target, gamma=int(gamma), **common),
+                                     autoregressive_stream(input_ids, target, **common)):
+            pass
+        sweep.points.append(SweepPoint.of(spec, base))
         yield sweep

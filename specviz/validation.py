@@ -225,8 +225,9 @@ def check_sweep(sweep):
             _whole(getattr(p, key), 0, MAX_NEW_TOKENS * (MAX_GAMMA + 1), f"{at}.{key}")
         for key in ("total_ms", "draft_ms"):
             _time(getattr(p, key), f"{at}.{key}")
-        if p.verify_ms is not None:
-            _time(p.verify_ms, f"{at}.verify_ms")
+        for key in ("verify_ms", "baseline_tokens_per_second"):
+            if getattr(p, key) is not None:
+                _time(getattr(p, key), f"{at}.{key}")
         rejected = p.rejected or 0
         if p.accepted + rejected > p.drafted or rejected > p.rounds or p.drafted > p.rounds * p.gamma:
             raise _fail(at, "accepted, rejected and drafted counts are inconsistent with the rounds and gamma")
