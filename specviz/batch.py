@@ -36,7 +36,7 @@ from transformers import DynamicCache
 from specviz import rejection
 from specviz.drafters import Drafter, EarlyExitDrafter, ModelDrafter, PromptLookupDrafter, as_drafter
 from specviz.drafters.prompt_lookup import find_continuation
-from specviz.engine import TOP_TOKENS, _Clock, _decoder, _eos_set, _judge, _round, _settings, _settle, _Transfer, _validate, _vocab_size
+from specviz.engine import TOP_TOKENS, _Clock, _decoder, _eos_set, _extend, _judge, _round, _settings, _settle, _Transfer, _validate, _vocab_size
 from specviz.sampling import Sampling, contexts
 from specviz.schedules import GammaSchedule, make_schedule
 from specviz.trace import MAX_GAMMA, Round, Trace
@@ -58,6 +58,7 @@ class BatchResult:
         padded_positions: of those, the padding (left padding of prompts, draft slots of rows that
             drafted fewer than the widest row).
         total_ms: wall time of the whole batch, in ms.
+        rounds: per round of the batch, the indices of the rows in it (rows leave as they finish).
     """
 
     traces: list[Trace]
@@ -127,16 +128,15 @@ class _BatchRunner:
         self.mask = self.mask[index]
 
 
-def _ragged(rows: list[list[int]], device, left: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(tokens, valid) of shape (len(rows), width) padded with 0 on the left or right, and the width."""
+def _left_padded(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(tokens, valid) of shape (len(rows), width), each row left-padded with 0, and the width."""
     width = max((len(r) for r in rows), default=0)
     tokens = torch.zeros(len(rows), width, dtype=torch.long)
     valid = torch.zeros(len(rows), width, dtype=torch.bool)
     for i, r in enumerate(rows):
         if r:
-            sl = slice(width - len(r), width) if left else slice(0, len(r))
-            tokens[i, sl] = torch.tensor(r)
-            valid[i, sl] = True
+            tokens[i, width - len(r):] = torch.tensor(r)
+            valid[i, width - len(r):] = True
     return tokens.to(device), valid.to(device), width
 
 
@@ -213,21 +213,9 @@ def _start_rows(prompts, mode, sampling, seed, max_new_tokens, eos, models, toke
 
 def _prefill(runner: _BatchRunner, rows: list[_Row]) -> None:
     """All but each prompt's last token, left-padded (the last is fed by the first pass)."""
-    tokens, valid, width = _ragged([r.history[:-1] for r in rows], runner.mask.device, left=True)
+    tokens, valid, width = _left_padded([r.history[:-1] for r in rows], runner.mask.device)
     if width:
         runner.feed(tokens, valid, _positions([0] * len(rows), valid, left=True), 1)
-
-
-def _finish(row: _Row, emitted: list[int], eos, max_new_tokens: int, clock: _Clock, tokenizer) -> bool:
-    row.trace.output_ids.extend(emitted)
-    if emitted and emitted[-1] in eos:
-        row.trace.stop_reason = "eos"
-    elif row.n - row.n_prompt >= max_new_tokens:
-        row.trace.stop_reason = "max_new_tokens"
-    row.trace.total_ms = clock.since_start()
-    if row.trace.stop_reason:
-        row.trace.output_text = tokenizer.decode(row.trace.output_ids) if tokenizer is not None else ""
-    return bool(row.trace.stop_reason)
 
 
 def speculative_generate_batch(
@@ -269,16 +257,16 @@ def speculative_generate_batch(
     models = (*drafter.models, target)
     vocab = _vocab_size(models, tokenizer, vocab_size)
     _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
-    make_schedule(schedule, gamma)  # refuses an unknown name or gamma before any work
+    schedules = [make_schedule(schedule, gamma) for _ in prompts]  # one per row; refuses an unknown name or gamma
     eos = _eos_set(eos_token_id)
     device = target.device
     decode = _decoder(tokenizer)
     warpers = sampling.warpers()
     top_k = min(TOP_TOKENS, vocab)
-    extra = {"drafter": drafter.describe(), "gamma_schedule": make_schedule(schedule, gamma).describe()}
+    extra = {"drafter": drafter.describe(), "gamma_schedule": schedules[0].describe()}
     rows = _start_rows(prompts, "speculative", sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma, extra)
-    for row in rows:
-        row.schedule = make_schedule(schedule, gamma)
+    for row, row_schedule in zip(rows, schedules):
+        row.schedule = row_schedule
     result = BatchResult(traces=[r.trace for r in rows])
     clock = _Clock(device)
     target_runner = _BatchRunner(target, vocab, len(rows))
@@ -307,10 +295,12 @@ def speculative_generate_batch(
             t1 = clock.now()
 
             # 2. Verify: one target pass over every row's pending token and drafts (right-padded).
+            # The drafts are copied on the device: no host round trip per row.
             width = max(r.gamma for r in active) + 1
-            chunks = [r.history[-1:] + r.seq[r.n : r.n + r.gamma].tolist() for r in active]
-            tokens, valid, _ = _ragged(chunks, device, left=False)
-            tokens, valid = _widen(tokens, valid, width)
+            tokens = torch.zeros(len(active), width, dtype=torch.long, device=device)
+            for i, r in enumerate(active):
+                tokens[i, : r.gamma + 1] = r.seq[r.n - 1 : r.n + r.gamma]
+            valid = torch.arange(width, device=device)[None, :] <= torch.tensor([r.gamma for r in active], device=device)[:, None]
             base = target_runner.columns
             logits = target_runner.feed(tokens, valid, _positions([r.n - 1 for r in active], valid, left=False), width)
             result.positions += width * len(active)
@@ -345,7 +335,7 @@ def speculative_generate_batch(
                 r.schedule.observe(r.gamma, n_acc, min(r.gamma, n_acc + 1), t1 - t0, t2 - t1)
                 r.trace.rounds.append(_round(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, r.sources,
                                              decode, top_k, r.allowed, t1 - t0, t2 - t1, clock.since_start()))
-                if not _finish(r, emitted, eos, max_new_tokens, clock, tokenizer):
+                if not _extend(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             result.rounds.append([r.index for r in active])
             if len(staying) < len(active):
@@ -365,14 +355,6 @@ def _contexts(ends: list[tuple[torch.Tensor, int]], vocab: int) -> torch.Tensor:
     ``vocab`` (an id the penalty ignores), as ``specviz.sampling.contexts`` gives one row."""
     parts = [contexts(seq, [end], vocab)[0] for seq, end in ends]
     return torch.nn.utils.rnn.pad_sequence(parts, batch_first=True, padding_value=vocab)
-
-
-def _widen(tokens: torch.Tensor, valid: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad (rows, k) to (rows, width) with masked zeros."""
-    extra = width - tokens.shape[1]
-    if extra <= 0:
-        return tokens, valid
-    return (torch.nn.functional.pad(tokens, (0, extra)), torch.nn.functional.pad(valid, (0, extra)))
 
 
 def _lookup(active: list[_Row], drafter: PromptLookupDrafter, vocab: int) -> None:
@@ -398,7 +380,7 @@ def _draft(active: list[_Row], runner: _BatchRunner, sampling: Sampling, warpers
     """
     device = runner.mask.device
     missing = [r.history[r.drafter_fed:] for r in active]
-    tokens, valid, _ = _ragged(missing, device, left=True)
+    tokens, valid, _ = _left_padded(missing, device)
     logits = runner.feed(tokens, valid, _positions([r.drafter_fed for r in active], valid, left=True), 1)[:, -1]
     for r in active:
         r.drafting = r.gamma > 0
@@ -488,7 +470,7 @@ def autoregressive_generate_batch(
                 r.trace.rounds.append(Round(drafts=[], emitted_ids=[token_id], final_token_id=token_id,
                                             final_text=decode([token_id])[0], final_kind="target", final_prob=prob,
                                             draft_ms=0.0, verify_ms=t1 - t0, end_ms=clock.since_start()))
-                if not _finish(r, [token_id], eos, max_new_tokens, clock, tokenizer):
+                if not _extend(r.trace, [token_id], eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             result.rounds.append([r.index for r in active])
             if len(staying) < len(active):

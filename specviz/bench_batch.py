@@ -28,7 +28,7 @@ import torch
 
 from specviz import Sampling, theory
 from specviz.batch import autoregressive_generate_batch, speculative_generate_batch
-from specviz.bench import _spread, held_out_prompts
+from specviz.bench import _hf_kwargs, _spread, _timed, held_out_prompts
 from specviz.drafters import make_drafter
 from specviz.pair import load_pair
 
@@ -50,7 +50,9 @@ class BatchPoint:
 
 
 def _hf_batch(pair, sampling: Sampling, n: int):
-    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else pair.eos_token_id
+    """transformers' batched ``generate``, left-padded, with the settings ``bench`` gives it."""
+    kw = _hf_kwargs(pair, sampling, n)
+    pad = kw["pad_token_id"]
 
     def run(prompts: list[list[int]], seed: int):
         torch.manual_seed(seed)
@@ -60,11 +62,6 @@ def _hf_batch(pair, sampling: Sampling, n: int):
         for i, p in enumerate(prompts):  # left padding, as transformers wants for decoder-only batches
             ids[i, width - len(p):] = torch.tensor(p)
             mask[i, width - len(p):] = 1
-        kw = dict(max_new_tokens=n, min_new_tokens=n, pad_token_id=pad)
-        if sampling.greedy:
-            kw.update(do_sample=False)
-        else:
-            kw.update(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
         out = pair.target.generate(ids.to(pair.device), attention_mask=mask.to(pair.device), **kw)
         return (out.shape[1] - width) * len(prompts), None
 
@@ -89,10 +86,17 @@ def batch_benchmark(pair_name="embedded", drafter=None, target=None, device=None
     batches = {b: [ids[i % len(ids)] for i in range(b)] for b in batch_sizes}
     the_drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
     common = dict(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=None, vocab_size=pair.vocab_size)
+    def counted(run):
+        """(tokens, BatchResult) from a batch run: the form ``bench._timed`` reads."""
+        def run_counted(prompts, seed):
+            res = run(prompts, seed)
+            return res.tokens, res
+        return run_counted
+
     runners = {
-        "autoregressive": lambda prompts, seed: autoregressive_generate_batch(prompts, pair.target, seed=seed, **common),
-        "speculative": lambda prompts, seed: speculative_generate_batch(prompts, the_drafter, pair.target, gamma=gamma, seed=seed,
-                                                                        schedule=schedule, **common),
+        "autoregressive": counted(lambda prompts, seed: autoregressive_generate_batch(prompts, pair.target, seed=seed, **common)),
+        "speculative": counted(lambda prompts, seed: speculative_generate_batch(prompts, the_drafter, pair.target, gamma=gamma,
+                                                                                seed=seed, schedule=schedule, **common)),
         "hf_generate": _hf_batch(pair, sampling, max_new_tokens),
     }
     tps = {(m, b): [] for m in METHODS for b in batch_sizes}
@@ -104,14 +108,7 @@ def batch_benchmark(pair_name="embedded", drafter=None, target=None, device=None
             for j, b in enumerate(batch_sizes):
                 k = (r + j) % len(METHODS)
                 for m in METHODS[k:] + METHODS[:k]:
-                    if pair.device.type == "cuda":
-                        torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    out = runners[m](batches[b], 1000 * r + j)
-                    if pair.device.type == "cuda":
-                        torch.cuda.synchronize()
-                    seconds = time.perf_counter() - t0
-                    tokens = out[0] if isinstance(out, tuple) else out.tokens
+                    seconds, out, tokens = _timed(runners[m], batches[b], 1000 * r + j, pair.device)
                     tps[(m, b)].append(tokens / seconds)
                     if (m, b) in results:
                         results[(m, b)].append(out)

@@ -597,9 +597,13 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
         free_memory(None if not on_zerogpu() else "cpu")
 
 
-def _batch_duration(pair_name, prompts_text, batch_size, *args, **kwargs) -> int:
-    size = int(batch_size) if _number(batch_size) else BATCH_MAX
-    return 4 * sum(batch_sizes_up_to(max(1, min(size, BATCH_MAX)))) * generate_duration(pair_name, *args[1:], **kwargs) // max(1, size)
+def _batch_duration(pair_name, prompts_text=None, batch_size=BATCH_MAX, gamma=4, temperature=None, top_k=None, top_p=None,
+                    max_new_tokens=MAX_NEW_TOKENS_RANGE[1], seed=None, chat=None, custom_drafter="", custom_target="", *rest, **kwargs) -> int:
+    """GPU seconds for ``run_batch``: two runs at each measured batch size, each a speculative batch and
+    its batched baseline; on a GPU a batch of up to BATCH_MAX rows takes about one sequence's passes."""
+    size = int(batch_size) if _number(batch_size) and 1 <= batch_size <= BATCH_MAX else BATCH_MAX
+    one = generate_duration(pair_name, None, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target)
+    return 2 * len(batch_sizes_up_to(size)) * one
 
 
 @gpu_task(duration=_batch_duration)

@@ -215,6 +215,20 @@ def _settle(host: dict, eos: frozenset[int], remaining: int) -> tuple[list[int],
     return draft_ids, n_acc, final, kind, emitted, len(emitted) == n_acc + 1
 
 
+def _extend(trace: Trace, emitted: list[int], eos: frozenset[int], max_new_tokens: int, clock: _Clock, tokenizer) -> bool:
+    """Append a round's emitted tokens to ``trace``; stop it at an EOS (kept, always the last
+    emitted token) or at ``max_new_tokens``, decoding its text then. Returns whether it stopped."""
+    trace.output_ids.extend(emitted)
+    if emitted and emitted[-1] in eos:
+        trace.stop_reason = "eos"
+    elif len(trace.output_ids) >= max_new_tokens:
+        trace.stop_reason = "max_new_tokens"
+    trace.total_ms = clock.since_start()
+    if trace.stop_reason:
+        trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
+    return trace.stop_reason is not None
+
+
 def speculative_stream(
     input_ids: list[int],
     drafter,
@@ -331,17 +345,11 @@ def speculative_stream(
             schedule.observe(g, n_acc, min(g, n_acc + 1), t1 - t0, t2 - t1)
 
             # 6. Record.
-            trace.output_ids.extend(emitted)
             if record:
                 trace.rounds.append(_round(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
                                            decode, top_k, allowed, t1 - t0, t2 - t1, clock.since_start()))
-            if emitted and emitted[-1] in eos:
-                trace.stop_reason = "eos"
-            elif n - n_prompt >= max_new_tokens:
-                trace.stop_reason = "max_new_tokens"
-            trace.total_ms = clock.since_start()
+            _extend(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
-            trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
             yield trace
             return
         suspended = clock.suspend()
@@ -429,7 +437,6 @@ def autoregressive_stream(
                 raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
             token_id = int(token_id)
             t1 = clock.now()
-            trace.output_ids.append(token_id)
             if record:
                 trace.rounds.append(
                     Round(
@@ -437,13 +444,8 @@ def autoregressive_stream(
                         final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=t1 - t0, end_ms=clock.since_start(),
                     )
                 )
-            if token_id in eos:
-                trace.stop_reason = "eos"
-            elif n + 1 - n_prompt >= max_new_tokens:
-                trace.stop_reason = "max_new_tokens"
-            trace.total_ms = clock.since_start()
+            _extend(trace, [token_id], eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
-            trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
             yield trace
             return
         suspended = clock.suspend()

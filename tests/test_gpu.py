@@ -127,6 +127,18 @@ def test_sweep_and_odd_inputs():
     assert duration.generate_duration(*ARGS, True, "", "", "session", request=None) == duration.generate_duration(*ARGS)
 
 
+def test_the_batch_tab_is_sized_from_its_own_arguments():
+    """run_batch's inputs put the prompts and the batch size before gamma: each reaches its slot."""
+    from specviz.demo import _batch_duration
+
+    args = ("gpt2 -> gpt2-large", "def f():", 4, 4, 0.7, 40, 0.95)
+    one = duration.generate_duration("gpt2 -> gpt2-large", "x", 4, 0.7, 40, 0.95, 64, 0)
+    # Batch 4 measures sizes 1, 2 and 4, twice each: six speculative batches with their baselines.
+    assert _batch_duration(*args, 64, 0, True, "", "", "model", "constant", 1.0) == 6 * one
+    assert _batch_duration(*args, 16, 0) < _batch_duration(*args, 256, 0)  # max new tokens is read where it stands
+    assert _batch_duration("gpt2 -> gpt2-large", "def f():", "eight", 4, 0.7, 40, 0.95, 64, 0) == 8 * one  # a bad size: the largest
+
+
 def test_a_custom_pair_is_sized_by_its_loaded_models(tmp_path):
     from specviz import pair as pairs
     from tests.test_pair import WORDS, save_tiny
