@@ -90,3 +90,31 @@ def test_generate_with_each_drafter_kind_and_schedule(kind, schedule):
     assert trace["settings"]["sampling"]["repetition_penalty"] == 1.2
     out = run("generate", "--prompt", "x", "--drafter-kind", "early-exit", "--exit-layer", "99", "--max-new-tokens", "4")
     assert out.returncode == 2 and "exit_layer" in out.stderr
+
+
+def test_generate_a_batch_from_a_prompts_file(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("def is_prime(n):\nclass Stack:\\n    def __init__(self):\n\n", encoding="utf-8")
+    out = run("generate", "--prompts-file", str(prompts), "--temperature", "0", "--max-new-tokens", "12", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["batch"]["rows"] == 2 and len(report["traces"]) == 2
+    assert report["traces"][1]["prompt_text"] == "class Stack:\n    def __init__(self):"  # \n in a line is a newline
+    assert all(t["settings"]["batch"]["row"] == b for b, t in enumerate(report["traces"]))
+    out = run("generate", "--prompts-file", str(prompts), "--mode", "autoregressive", "--max-new-tokens", "4")
+    assert out.returncode == 0 and "row 1:" in out.stdout and "tokens/s over the batch" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("content, message", [
+    ('["a", 3]', "must hold a list of prompt strings"),
+    ('[1, 2]', "must hold a list of prompt strings"),
+    ('["a", ', "not valid JSON"),
+    ("\n".join(["x = 1"] * 65), "give 1 to 64"),
+    ("   \n\n", "give 1 to 64"),
+    (b"\xff\xfe\x00", "cannot be read as UTF-8"),
+])
+def test_a_bad_prompts_file_gets_a_message(tmp_path, content, message):
+    path = tmp_path / "prompts.txt"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = run("generate", "--prompts-file", str(path), "--max-new-tokens", "4")
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
