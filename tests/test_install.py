@@ -60,3 +60,40 @@ def test_console_command_and_declared_dependencies(venv, tmp_path):
     pinned = {line.split("==")[0].strip().lower() for line in (ROOT / "requirements.txt").read_text().splitlines()
               if "==" in line and not line.startswith("#")}
     assert pinned <= required, pinned - required
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_module_the_package_imports_comes_with_requirements_txt():
+    """README's demo command installs requirements.txt only: every third-party module that specviz
+    imports at module level must be pinned there or be a (non-optional) dependency of a pinned one.
+    (The exactness lab's scipy once sat in requirements-test.txt only, and `python app.py` failed.)"""
+    import ast
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    imported = set()
+    for path in (ROOT / "specviz").rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            imported |= {n.split(".")[0] for n in names}
+    imported -= set(sys.stdlib_module_names) | {"specviz"}
+    dists = metadata.packages_distributions()
+    wanted = {_norm(dists[m][0]) for m in imported}
+    installed = {_norm(line.split("==")[0]) for line in (ROOT / "requirements.txt").read_text().splitlines()
+                 if "==" in line and not line.startswith("#")}
+    todo = list(installed)
+    while todo:
+        for text in metadata.requires(todo.pop()) or []:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue  # optional, or for another platform
+            name = _norm(req.name)
+            if name not in installed:
+                installed.add(name)
+                todo.append(name)
+    assert wanted <= installed, f"imported by specviz but not installed by requirements.txt: {sorted(wanted - installed)}"
