@@ -2,6 +2,7 @@
 
     python -m specviz.train                      # tokenizer, target, drafter, into assets/models
     python -m specviz.train --target-steps 50 --drafter-steps 20 --out /tmp/pair   # a quick smoke run
+    python -m specviz.train --english            # the English pair's drafter (see specviz.distill)
 
 Steps, in order, all seeded:
 1. a byte-level BPE tokenizer (``tokenizers``) trained on the training split;
@@ -193,6 +194,13 @@ def run_training(
 
 
 def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if "--english" in argv:  # the English pair's drafter: specviz.distill
+        from specviz import distill
+
+        return distill.main([a for a in argv if a != "--english"])
     parser = argparse.ArgumentParser(prog="python -m specviz.train", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("assets/models"), help="folder for tokenizer, target, drafter")
     parser.add_argument("--target-steps", type=int, default=1500)
