@@ -48,6 +48,11 @@ class GammaSchedule:
         """The most drafts the next round may propose."""
         return self.gamma
 
+    @property
+    def most(self) -> int:
+        """The most drafts any round of the run may propose: gamma, or MAX_GAMMA for a schedule that raises it."""
+        return self.gamma
+
     def keep_drafting(self, q: torch.Tensor) -> bool:
         """After a draft drawn from q (1, vocab): may the round draft another?"""
         return True
@@ -63,6 +68,7 @@ class Heuristic(GammaSchedule):
     """transformers' heuristic: +2 after a round that accepted every draft, -1 otherwise (floor 1)."""
 
     name = "heuristic"
+    most = MAX_GAMMA
 
     def observe(self, drafted, accepted, tested, draft_ms, verify_ms):
         if drafted == 0:
@@ -105,6 +111,7 @@ class Optimal(GammaSchedule):
     """
 
     name = "optimal"
+    most = MAX_GAMMA
 
     def __init__(self, gamma: int):
         super().__init__(gamma)
