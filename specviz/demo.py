@@ -52,7 +52,9 @@ from specviz.views.lab import lab_figure, lab_html  # noqa: E402
 from specviz.views.text import markdown_literal, run_label  # noqa: E402
 from specviz.views.compare import compare_figure, compare_html  # noqa: E402
 from specviz.comparison import compare_stream  # noqa: E402
-from specviz.bench_batch import batch_sizes_up_to, throughput_stream  # noqa: E402
+from specviz.sampling import MIN_TEMPERATURE  # noqa: E402
+from specviz.seeds import SEED_MAX  # noqa: E402
+from specviz.throughput import batch_sizes_up_to, throughput_stream  # noqa: E402
 from specviz.pair.prompt import join_prompts, split_prompts  # noqa: E402
 from specviz.views.batch import batch_figure, batch_lanes_html  # noqa: E402
 from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS, make_drafter  # noqa: E402
@@ -83,8 +85,7 @@ MAX_NEW_TOKENS_RANGE = (1, 256)
 TOP_K_MAX = 1000
 PENALTY_RANGE = (1.0, 2.0)  # transformers' repetition penalty; 1 is off
 LOAD_CONCURRENCY = 2  # recordings loaded at once (each is bounded work: see specviz.validation)
-SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed; the signed range is safe everywhere
-TEMPERATURE_MIN = 0.01  # below it, logits / temperature overflows float32: use 0 for greedy
+TEMPERATURE_MIN = MIN_TEMPERATURE  # one constant with the engine's (specviz.sampling)
 PROMPT_CHARS_MAX = 2000
 SWEEP_GAMMAS = tuple(range(1, 9))
 BATCH_MAX = 8  # rows the Batch tab decodes together at most
