@@ -218,3 +218,19 @@ def test_a_repetition_penalty_gives_each_row_its_own_context(temperature):
                   batch.traces[b])
         assert base.traces[b].output_ids == autoregressive_generate(prompt, target, sampling=sampling, max_new_tokens=12, seed=2 + b,
                                                                     eos_token_id=EOS).output_ids
+
+
+def test_a_batch_checks_every_rows_seed_and_takes_a_schedule_with_its_threshold():
+    from specviz.schedules import make_schedule
+    from specviz.seeds import SEED_MAX
+
+    drafter, target = models("different")
+    with pytest.raises(ValueError, match="seed must be a whole number"):
+        speculative_generate_batch([[1], [2]], drafter, target, max_new_tokens=2, seed=SEED_MAX)
+    schedule = make_schedule("confidence", 3, 0.99)
+    batch = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=8, seed=1, schedule=schedule)
+    for b, prompt in enumerate(PROMPTS):
+        assert batch.traces[b].settings["gamma_schedule"] == {"name": "confidence", "gamma": 3, "threshold": 0.99}
+        one = speculative_generate(prompt, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=8, seed=1 + b,
+                                   schedule=make_schedule("confidence", 3, 0.99))
+        _same_run(one, batch.traces[b])
