@@ -156,9 +156,12 @@ def _start_rows(prompts, mode, sampling, seed, max_new_tokens, eos, models, toke
     return rows
 
 
-def _prefill(runner: BatchRunner, rows: list[_Row]) -> None:
-    """All but each prompt's last token, left-padded (the last is fed by the first pass)."""
+def _prefill(runner: BatchRunner, rows: list[_Row], result: BatchResult) -> None:
+    """All but each prompt's last token, left-padded (the last is fed by the first pass); the
+    positions and padding it fed are counted in ``result``."""
     runner.prefill([r.seq for r in rows], [r.n - 1 for r in rows])
+    result.positions += runner.columns * len(rows)
+    result.padded_positions += int((runner.mask == 0).sum())
 
 
 def speculative_generate_batch(
@@ -218,9 +221,7 @@ def speculative_generate_batch(
     target_runner = BatchRunner(target, vocab, len(rows))
 
     with torch.inference_mode():
-        _prefill(target_runner, rows)
-        result.positions += target_runner.columns * len(rows)
-        result.padded_positions += int((target_runner.mask == 0).sum())
+        _prefill(target_runner, rows, result)
         drafter.start_batch([r.seq for r in rows], [r.n - 1 for r in rows], vocab)
         result.drafter_prefill_passes = drafter.passes
         for r in rows:
@@ -319,9 +320,7 @@ def autoregressive_generate_batch(
     clock = _Clock(device)
     runner = BatchRunner(target, vocab, len(rows))
     with torch.inference_mode():
-        _prefill(runner, rows)
-        result.positions += runner.columns * len(rows)
-        result.padded_positions += int((runner.mask == 0).sum())
+        _prefill(runner, rows, result)
         for r in rows:
             r.trace.prefill_ms = clock.since_start()
         active = list(rows)

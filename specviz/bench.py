@@ -99,26 +99,6 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
     return run
 
 
-def _timed(fn, ids, seed, device) -> tuple[float, object, int]:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    result = fn(ids, seed)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - t0
-    if isinstance(result, tuple):
-        tokens, trace = result
-    else:
-        tokens, trace = len(result.output_ids), result
-    return seconds, trace, tokens
-
-
-def _spread(values: list[float]) -> dict:
-    qs = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
-    return {"median": statistics.median(values), "q1": qs[0], "q3": qs[2], "min": min(values), "max": max(values), "runs": len(values)}
-
-
 def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
               repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
               confidence=0.4, prompt_set="held-out") -> dict:

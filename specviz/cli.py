@@ -178,9 +178,18 @@ def _setup(args):
     return pair, ids, common
 
 
+def _failed(err: Exception) -> int:
+    """Print why a run did not happen and return the exit code: 1 for a failure inside torch or
+    transformers (a RuntimeError), 2 for input the run refused (a ValueError or PairError)."""
+    if isinstance(err, RuntimeError):
+        print(f"error: the run failed: {err}", file=sys.stderr)
+        return 1
+    print(f"error: {err}", file=sys.stderr)
+    return 2
+
+
 def _generate(args) -> int:
     from specviz import autoregressive_generate, speculative_generate
-    from specviz.pair import PairError
     from specviz.views import tokens_ansi
 
     try:
@@ -191,12 +200,8 @@ def _generate(args) -> int:
             trace = speculative_generate(ids, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=schedule_for(args), **common)
         else:
             trace = autoregressive_generate(ids, pair.target, **common)
-    except (PairError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except RuntimeError as err:  # a model failed inside torch or transformers
-        print(f"error: the run failed: {err}", file=sys.stderr)
-        return 1
+    except (ValueError, RuntimeError) as err:  # a PairError is a ValueError
+        return _failed(err)
     if args.json:
         print(json.dumps(trace.to_dict(), indent=1))
     else:
@@ -244,7 +249,6 @@ def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
 def _record(args) -> int:
     from specviz import autoregressive_generate
     from specviz.baseline import with_baseline
-    from specviz.pair import PairError
     from specviz.recording import Recording
     from specviz.sweep import sweep_stream
 
@@ -258,12 +262,8 @@ def _record(args) -> int:
         if args.sweep:
             for sweep in sweep_stream(ids, drafter, pair.target, **common):
                 pass
-    except (PairError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except RuntimeError as err:  # a model failed inside torch or transformers
-        print(f"error: the run failed: {err}", file=sys.stderr)
-        return 1
+    except (ValueError, RuntimeError) as err:  # a PairError is a ValueError
+        return _failed(err)
     from specviz.views.text import run_label
 
     title = args.title or f"{pair.name}, {run_label(spec)}, temperature {args.temperature}, seed {args.seed}"

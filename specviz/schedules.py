@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from specviz import metrics
 from specviz.theory import predicted_speedup
 from specviz.trace import MAX_GAMMA
 
@@ -127,8 +128,8 @@ class Optimal(GammaSchedule):
         self.verify_ms += verify_ms
         self.rounds += 1
         if self.drafted and self.verify_ms > 0:
-            alpha = (self.accepted + 1) / (self.tested + 2)
-            c = (self.draft_ms / self.drafted) / (self.verify_ms / self.rounds)
+            alpha = metrics.alpha(self.accepted + 1, self.tested - self.accepted + 1)  # one of each as a prior
+            c = metrics.cost_coefficient(metrics.step_ms(self.draft_ms, self.drafted), metrics.step_ms(self.verify_ms, self.rounds))
             self.gamma = max(range(1, MAX_GAMMA + 1), key=lambda g: predicted_speedup(alpha, g, c))
 
 
