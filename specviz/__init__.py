@@ -10,6 +10,7 @@ Public API::
 from specviz.engine import autoregressive_generate, autoregressive_stream, speculative_generate, speculative_stream
 from specviz.sampling import Sampling
 from specviz.trace import Draft, Round, Trace
+from specviz.views import notebook as _notebook  # noqa: F401  (a Trace or Recording shows itself in a notebook)
 
 __all__ = [
     "Draft",

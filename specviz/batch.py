@@ -4,18 +4,22 @@ One drafter pass per draft step and one target pass per round serve every row of
 each row accepts its own number of drafts, gets its own correction or bonus token, stops at its
 own EOS or token budget, and leaves the batch when it is done.
 
-**Raggedness, handled with attention masks and position ids.** After a round, the rows stand at
-different lengths. The two caches stay rectangular: every pass appends the same number of
-columns to every row, and a per-row 2-D attention mask says which columns hold the row's
-settled tokens. Prompts are left-padded; the columns of drafts a row rejected (and of padding
-when a row drafted fewer than the widest) are masked out instead of cropped, because
+**Drafting goes through the Drafter interface** (``specviz.drafters``): ``start_batch``,
+``propose_batch``, ``rollback_batch`` and ``keep_rows``. A drafter model drafts for every row in
+one pass per draft step; prompt lookup, and any other Drafter, drafts row by row.
+
+**Raggedness, handled with attention masks and position ids** (``specviz.batch_runner``). After
+a round, the rows stand at different lengths. The caches stay rectangular: every pass appends the
+same number of columns to every row, and a per-row 2-D attention mask says which columns hold the
+row's settled tokens. Prompts are left-padded; the columns of drafts a row rejected (and of
+padding when a row drafted fewer than the widest) are masked out instead of cropped, because
 ``DynamicCache.crop`` cuts every row at once. Each token's position id is its index in its own
 row's sequence, so a masked column shifts nothing. The price is cache columns that are never
 read again (at most gamma + 1 per round); a serving engine would use per-sequence paged blocks
-instead (vLLM), which a teaching engine can do without. Finished rows leave the batch through
-``DynamicCache.batch_select_indices``.
+instead (vLLM), which a teaching engine can do without. Finished rows leave the batch. Models
+with a sliding attention window are refused where masked columns could count against it.
 
-**Randomness.** Row b draws from its own ``torch.Generator`` seeded ``seed + b``, in the same
+**Randomness.** Row b draws from its own ``torch.Generator`` seeded ``seed + b`` (``specviz.seeds``), in the same
 order as ``speculative_generate`` draws (drafts, then u, then the final tokens), so a row's
 run is the single-sequence run of its prompt with that seed: the same tokens, up to float
 rounding that padding and batch shapes change in the last bits.
@@ -30,15 +34,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import copy
+
 import torch
-from transformers import DynamicCache
 
 from specviz import rejection
-from specviz.drafters import Drafter, EarlyExitDrafter, ModelDrafter, PromptLookupDrafter, as_drafter
-from specviz.drafters.prompt_lookup import find_continuation
+from specviz.batch_runner import BatchRunner, check_window, positions
+from specviz.drafters import DraftRequest, as_drafter
 from specviz.engine import TOP_TOKENS, _Clock, _decoder, _eos_set, _extend, _judge, _round, _settings, _settle, _Transfer, _validate, _vocab_size
-from specviz.sampling import Sampling, contexts
+from specviz.sampling import Sampling, contexts, row_contexts
 from specviz.schedules import GammaSchedule, make_schedule
+from specviz.seeds import check_seed, generator
 from specviz.trace import MAX_GAMMA, Round, Trace
 
 # The most rows one batch may hold (the page offers up to 8).
@@ -53,7 +59,10 @@ class BatchResult:
         traces: one Trace per prompt, in the prompts' order; each records its rows' rounds with
             the batch's draft and verify times (shared by every row of a round).
         target_passes: forward passes of the target (prefill included).
-        drafter_passes: forward passes of a drafter model (0 for prompt lookup).
+        drafter_passes: forward passes of the drafter's models (prefill included; 0 for prompt lookup).
+        drafter_prefill_passes: of those, the prompts' prefill.
+        draft_ms, verify_ms: drafting and verifying time summed over the batch's rounds, in ms
+            (each round counted once, however many rows it served).
         positions: token positions the target processed, padding included.
         padded_positions: of those, the padding (left padding of prompts, draft slots of rows that
             drafted fewer than the widest row).
@@ -64,6 +73,9 @@ class BatchResult:
     traces: list[Trace]
     target_passes: int = 0
     drafter_passes: int = 0
+    drafter_prefill_passes: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
     positions: int = 0
     padded_positions: int = 0
     total_ms: float = 0.0
@@ -80,6 +92,11 @@ class BatchResult:
         return 1000.0 * self.tokens / self.total_ms if self.total_ms > 0 else 0.0
 
     @property
+    def drafter_step_passes(self) -> int:
+        """Drafter forward passes made while drafting in rounds (prefill excluded)."""
+        return self.drafter_passes - self.drafter_prefill_passes
+
+    @property
     def padding_share(self) -> float:
         """Padded positions / positions the target processed."""
         return self.padded_positions / self.positions if self.positions else 0.0
@@ -91,63 +108,6 @@ class BatchResult:
             "target_passes": self.target_passes, "drafter_passes": self.drafter_passes,
             "positions": self.positions, "padded_positions": self.padded_positions, "padding_share": self.padding_share,
         }
-
-
-class _BatchRunner:
-    """One model's rectangular KV cache over the batch's rows, with a 2-D mask of the valid columns."""
-
-    def __init__(self, model, vocab: int, rows: int):
-        self.model = model
-        self.vocab = vocab
-        self.cache = DynamicCache(config=model.config)
-        self.mask = torch.zeros(rows, 0, dtype=torch.long, device=model.device)
-        self.passes = 0
-
-    @property
-    def columns(self) -> int:
-        return self.mask.shape[1]
-
-    def feed(self, tokens: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor, n_last: int) -> torch.Tensor:
-        """Append (rows, k) tokens; return the logits of the last ``n_last`` columns, (rows, n_last, vocab)."""
-        self.mask = torch.cat([self.mask, valid.long()], dim=1)
-        out = self.model(input_ids=tokens, attention_mask=self.mask, position_ids=positions, past_key_values=self.cache,
-                         use_cache=True, logits_to_keep=n_last)
-        self.passes += 1
-        return out.logits[:, :, : self.vocab]
-
-    def forget(self, row: int, columns: Sequence[int]) -> None:
-        """Mask out columns of one row (rejected drafts): never attended to again."""
-        if columns:
-            self.mask[row, list(columns)] = 0
-
-    def keep(self, rows: list[int]) -> None:
-        """Keep only these rows (finished rows leave the batch)."""
-        index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
-        if self.cache.get_seq_length() > 0:
-            self.cache.batch_select_indices(index)
-        self.mask = self.mask[index]
-
-
-def _left_padded(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(tokens, valid) of shape (len(rows), width), each row left-padded with 0, and the width."""
-    width = max((len(r) for r in rows), default=0)
-    tokens = torch.zeros(len(rows), width, dtype=torch.long)
-    valid = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        if r:
-            tokens[i, width - len(r):] = torch.tensor(r)
-            valid[i, width - len(r):] = True
-    return tokens.to(device), valid.to(device), width
-
-
-def _positions(starts: list[int], valid: torch.Tensor, left: bool) -> torch.Tensor:
-    """Each column's position id: the token's index in its row's sequence (padding: clamped to 0)."""
-    width = valid.shape[1]
-    offsets = torch.arange(width, device=valid.device)[None, :]
-    counts = valid.long().sum(dim=1, keepdim=True)
-    start = torch.tensor(starts, device=valid.device)[:, None]
-    pos = start + offsets - (width - counts if left else 0)
-    return torch.where(valid, pos, 0)  # padding at 0: never past a model's position table
 
 
 @dataclass
@@ -162,22 +122,7 @@ class _Row:
     n_prompt: int
     gen: torch.Generator
     schedule: GammaSchedule | None = None
-    drafter_fed: int = 0  # tokens of the sequence whose keys and values the drafter's cache holds
-    # This round's drafting:
-    allowed: int = 0  # the schedule's gamma for this round, within the token budget
-    gamma: int = 0  # drafts actually proposed this round
-    drafting: bool = False
-    q_rows: list = field(default_factory=list)
-    sources: list[int] | None = None
-    draft_columns: list[int] = field(default_factory=list)
-
-
-def _model_of(drafter: Drafter):
-    if isinstance(drafter, (ModelDrafter, EarlyExitDrafter)):
-        return drafter.model
-    if isinstance(drafter, PromptLookupDrafter):
-        return None
-    raise TypeError(f"batched speculative decoding takes a drafter model, early exit or prompt lookup, got {type(drafter).__name__}")
+    allowed: int = 0  # this round's gamma from the schedule, within the token budget
 
 
 def _check_prompts(prompts) -> list[list[int]]:
@@ -197,6 +142,7 @@ def _validate_rows(prompts, models, vocab: int, max_new_tokens: int, sampling: S
 
 
 def _start_rows(prompts, mode, sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma=None, extra=None) -> list[_Row]:
+    check_seed(seed, len(prompts))
     rows = []
     for b, prompt in enumerate(prompts):
         settings = _settings(mode, sampling, seed + b, max_new_tokens, eos, models, gamma)
@@ -206,16 +152,16 @@ def _start_rows(prompts, mode, sampling, seed, max_new_tokens, eos, models, toke
                       settings=settings)
         seq = torch.zeros(len(prompt) + max_new_tokens + MAX_GAMMA + 1, dtype=torch.long, device=device)
         seq[: len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=device)
-        rows.append(_Row(b, trace, seq, list(prompt), len(prompt), len(prompt),
-                         torch.Generator(device=device).manual_seed(seed + b), drafter_fed=len(prompt) - 1))
+        rows.append(_Row(b, trace, seq, list(prompt), len(prompt), len(prompt), generator(seed + b, device)))
     return rows
 
 
-def _prefill(runner: _BatchRunner, rows: list[_Row]) -> None:
-    """All but each prompt's last token, left-padded (the last is fed by the first pass)."""
-    tokens, valid, width = _left_padded([r.history[:-1] for r in rows], runner.mask.device)
-    if width:
-        runner.feed(tokens, valid, _positions([0] * len(rows), valid, left=True), 1)
+def _prefill(runner: BatchRunner, rows: list[_Row], result: BatchResult) -> None:
+    """All but each prompt's last token, left-padded (the last is fed by the first pass); the
+    positions and padding it fed are counted in ``result``."""
+    runner.prefill([r.seq for r in rows], [r.n - 1 for r in rows])
+    result.positions += runner.columns * len(rows)
+    result.padded_positions += int((runner.mask == 0).sum())
 
 
 def speculative_generate_batch(
@@ -229,187 +175,121 @@ def speculative_generate_batch(
     seed: int = 0,
     tokenizer=None,
     vocab_size: int | None = None,
-    schedule: str = "constant",
+    schedule: str | GammaSchedule = "constant",
 ) -> BatchResult:
     """Speculative sampling over a batch of prompts of different lengths.
 
     Args:
         prompts: 1..MAX_BATCH lists of token ids, each of length >= 1.
-        drafter: a drafter model (causal LM or ``ModelDrafter``), an ``EarlyExitDrafter`` or a
-            ``PromptLookupDrafter``.
+        drafter: any ``specviz.drafters.Drafter`` (drafting through its batch verbs), or a
+            transformers causal LM (taken as a drafter model).
         target, gamma, sampling, max_new_tokens, eos_token_id, tokenizer, vocab_size: as in
             ``specviz.engine.speculative_stream``, applied to every row.
         seed: row b draws from a generator seeded ``seed + b``.
-        schedule: a gamma schedule name; each row runs its own (see the module docstring).
+        schedule: a gamma schedule name, or a fresh GammaSchedule (a confidence threshold, say)
+            that each row copies; each row runs its own (see the module docstring).
 
     Returns:
         A BatchResult: one Trace per prompt (row b is the run ``speculative_generate`` gives its
         prompt with seed ``seed + b``) and the batch's totals.
 
     Raises:
-        ValueError: no prompts or more than MAX_BATCH, and whatever ``speculative_stream`` raises
-            for a row's prompt or the settings.
-        TypeError: a drafter kind the batch cannot run.
+        ValueError: no prompts or more than MAX_BATCH, a model whose sliding attention window the
+            batch's cache could outgrow, and whatever ``speculative_stream`` raises for a row's
+            prompt or the settings.
+        TypeError: a drafter that is neither a Drafter nor a causal LM.
     """
     prompts = _check_prompts(prompts)
     drafter = as_drafter(drafter)
-    draft_model = _model_of(drafter)
     models = (*drafter.models, target)
     vocab = _vocab_size(models, tokenizer, vocab_size)
     _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
-    schedules = [make_schedule(schedule, gamma) for _ in prompts]  # one per row; refuses an unknown name or gamma
+    template = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)  # refuses a bad name or gamma
+    # Each round adds at most (the most drafts a round may propose) + 1 columns to the caches.
+    check_window(models, max(len(p) for p in prompts) + max_new_tokens * (template.most + 1))
     eos = _eos_set(eos_token_id)
     device = target.device
     decode = _decoder(tokenizer)
     warpers = sampling.warpers()
     top_k = min(TOP_TOKENS, vocab)
-    extra = {"drafter": drafter.describe(), "gamma_schedule": schedules[0].describe()}
+    extra = {"drafter": drafter.describe(), "gamma_schedule": template.describe()}
     rows = _start_rows(prompts, "speculative", sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma, extra)
-    for row, row_schedule in zip(rows, schedules):
-        row.schedule = row_schedule
+    for row in rows:
+        row.schedule = copy.deepcopy(template)
     result = BatchResult(traces=[r.trace for r in rows])
     clock = _Clock(device)
-    target_runner = _BatchRunner(target, vocab, len(rows))
-    draft_runner = _BatchRunner(draft_model, vocab, len(rows)) if draft_model is not None else None
+    target_runner = BatchRunner(target, vocab, len(rows))
 
     with torch.inference_mode():
-        _prefill(target_runner, rows)
-        result.positions += target_runner.columns * len(rows)
-        result.padded_positions += int((target_runner.mask == 0).sum())
-        if draft_runner is not None:
-            _prefill(draft_runner, rows)
+        _prefill(target_runner, rows, result)
+        drafter.start_batch([r.seq for r in rows], [r.n - 1 for r in rows], vocab)
+        result.drafter_prefill_passes = drafter.passes
         for r in rows:
             r.trace.prefill_ms = clock.since_start()
 
         active = list(rows)
         while active:
             t0 = clock.now()
-            # 1. Draft, for every row at once.
+            # 1. Draft, for every row at once: up to each row's allowed gamma into its seq.
             for r in active:
-                r.allowed = r.gamma = min(r.schedule.next_gamma(), r.n_prompt + max_new_tokens - r.n)
-                r.q_rows, r.sources, r.draft_columns = [], None, []
-            if draft_runner is None:
-                _lookup(active, drafter, vocab)
-            else:
-                _draft(active, draft_runner, sampling, warpers, vocab)
+                r.allowed = min(r.schedule.next_gamma(), r.n_prompt + max_new_tokens - r.n)
+            proposals = drafter.propose_batch([
+                DraftRequest(r.seq, r.n, r.allowed, r.history, sampling, warpers, r.gen, vocab, r.schedule.keep_drafting)
+                for r in active])
             t1 = clock.now()
 
             # 2. Verify: one target pass over every row's pending token and drafts (right-padded).
             # The drafts are copied on the device: no host round trip per row.
-            width = max(r.gamma for r in active) + 1
+            counts = [p.count for p in proposals]
+            width = max(counts) + 1
             tokens = torch.zeros(len(active), width, dtype=torch.long, device=device)
             for i, r in enumerate(active):
-                tokens[i, : r.gamma + 1] = r.seq[r.n - 1 : r.n + r.gamma]
-            valid = torch.arange(width, device=device)[None, :] <= torch.tensor([r.gamma for r in active], device=device)[:, None]
+                tokens[i, : counts[i] + 1] = r.seq[r.n - 1 : r.n + counts[i]]
+            valid = torch.arange(width, device=device)[None, :] <= torch.tensor(counts, device=device)[:, None]
             base = target_runner.columns
-            logits = target_runner.feed(tokens, valid, _positions([r.n - 1 for r in active], valid, left=False), width)
+            logits = target_runner.feed(tokens, valid, positions([r.n - 1 for r in active], valid, left=False), width)
             result.positions += width * len(active)
             result.padded_positions += int((~valid).sum())
 
             # 3-4. Accept and the final token, row by row, from each row's own generator.
             transfer = _Transfer()
-            for i, r in enumerate(active):
-                g = r.gamma
+            for i, (r, g) in enumerate(zip(active, counts)):
                 ctx = contexts(r.seq, range(r.n, r.n + g + 1), vocab) if sampling.needs_context else None
                 p_all = rejection.target_probs(logits[i, :g + 1], sampling, warpers, ctx)
-                q_all = torch.cat(r.q_rows) if r.q_rows else torch.zeros(0, vocab, device=device)
-                _judge(transfer, f"{i}.", r.seq[r.n : r.n + g], q_all, p_all, sampling, r.gen, top_k)
+                _judge(transfer, f"{i}.", r.seq[r.n : r.n + g], proposals[i].q, p_all, sampling, r.gen, top_k)
             host = transfer.fetch()
             t2 = clock.now()
+            result.draft_ms += t1 - t0
+            result.verify_ms += t2 - t1
 
             # 5. Each row settles, rolls back by masking, and records; finished rows leave.
             staying = []
-            for i, r in enumerate(active):
+            for i, (r, g) in enumerate(zip(active, counts)):
                 mine = {k.split(".", 1)[1]: v for k, v in host.items() if k.startswith(f"{i}.")}
                 remaining = r.n_prompt + max_new_tokens - r.n
                 draft_ids, n_acc, final, kind, emitted, keeps_final = _settle(mine, eos, remaining)
                 # Target columns: the pending token, then drafts 1..g; those after the accepted ones go.
-                target_runner.forget(i, [base + 1 + j for j in range(n_acc, r.gamma)])
-                if draft_runner is not None:
-                    # The drafter fed the pending token and drafts 1..g-1; keep the accepted ones.
-                    draft_runner.forget(i, r.draft_columns[n_acc:])
-                    r.drafter_fed = r.n + min(n_acc, len(r.draft_columns))
+                target_runner.forget(i, [base + 1 + j for j in range(n_acc, g)])
                 r.seq[r.n + n_acc] = final
                 r.n += len(emitted)
                 r.history.extend(emitted)
-                r.schedule.observe(r.gamma, n_acc, min(r.gamma, n_acc + 1), t1 - t0, t2 - t1)
-                r.trace.rounds.append(_round(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, r.sources,
+                r.schedule.observe(g, n_acc, min(g, n_acc + 1), t1 - t0, t2 - t1)
+                r.trace.rounds.append(_round(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, proposals[i].sources,
                                              decode, top_k, r.allowed, t1 - t0, t2 - t1, clock.since_start()))
                 if not _extend(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
+            # Both sides keep all but each row's newest token, which is fed next round.
+            drafter.rollback_batch([r.n - 1 for r in active])
             result.rounds.append([r.index for r in active])
             if len(staying) < len(active):
                 target_runner.keep(staying)
-                if draft_runner is not None:
-                    draft_runner.keep(staying)
+                drafter.keep_rows(staying)
                 active = [active[i] for i in staying]
 
     result.target_passes = target_runner.passes
-    result.drafter_passes = draft_runner.passes if draft_runner is not None else 0
+    result.drafter_passes = drafter.passes
     result.total_ms = clock.since_start()
     return result
-
-
-def _contexts(ends: list[tuple[torch.Tensor, int]], vocab: int) -> torch.Tensor:
-    """Each row's context for a repetition penalty: (seq, end) pairs -> (rows, longest) padded with
-    ``vocab`` (an id the penalty ignores), as ``specviz.sampling.contexts`` gives one row."""
-    parts = [contexts(seq, [end], vocab)[0] for seq, end in ends]
-    return torch.nn.utils.rnn.pad_sequence(parts, batch_first=True, padding_value=vocab)
-
-
-def _lookup(active: list[_Row], drafter: PromptLookupDrafter, vocab: int) -> None:
-    """Prompt lookup for each row: no model, so nothing is batched but the verify pass."""
-    for r in active:
-        found = find_continuation(r.history, drafter.max_ngram, drafter.min_ngram, r.gamma)
-        copied = found[1] if found else []
-        r.gamma = len(copied)
-        r.sources = list(range(found[0], found[0] + len(copied))) if copied else []
-        if copied:
-            drafts = torch.tensor(copied, dtype=torch.long, device=r.seq.device)
-            r.seq[r.n : r.n + len(copied)] = drafts
-            r.q_rows = [torch.nn.functional.one_hot(drafts, vocab).float()]
-
-
-def _draft(active: list[_Row], runner: _BatchRunner, sampling: Sampling, warpers, vocab: int) -> None:
-    """Draft with a model, one pass per draft step over every row still drafting.
-
-    The first pass feeds each row what its drafter cache lacks (the pending token, and the
-    last draft of a round whose drafts were all accepted), left-padded; each later pass feeds
-    every row's newest draft. A row whose gamma is reached, or whose confidence schedule says
-    stop, rides along masked.
-    """
-    device = runner.mask.device
-    missing = [r.history[r.drafter_fed:] for r in active]
-    tokens, valid, _ = _left_padded(missing, device)
-    logits = runner.feed(tokens, valid, _positions([r.drafter_fed for r in active], valid, left=True), 1)[:, -1]
-    for r in active:
-        r.drafting = r.gamma > 0
-    step = 0
-    while True:
-        drafting = [i for i, r in enumerate(active) if r.drafting]
-        rows = [active[i] for i in drafting]
-        sub = logits[drafting]
-        ctx = _contexts([(r.seq, r.n + step) for r in rows], vocab) if sampling.needs_context else None
-        tokens, q = rejection.draft_token(sub, sampling, warpers, [r.gen for r in rows], ctx)
-        # Greedy q is one-hot, which says nothing of confidence: the schedule reads the softmax then.
-        sure = torch.softmax(sub.float(), dim=-1) if sampling.greedy else q
-        for j, r in enumerate(rows):
-            r.q_rows.append(q[j:j + 1])
-            r.seq[r.n + step] = tokens[j]
-            if step + 1 >= r.gamma or not r.schedule.keep_drafting(sure[j:j + 1]):
-                r.gamma = step + 1
-                r.drafting = False
-        if not any(r.drafting for r in active):
-            return
-        feeding = torch.tensor([[r.drafting] for r in active], device=device)
-        last = torch.stack([r.seq[r.n + step] for r in active])[:, None]
-        column = runner.columns
-        for r in active:
-            if r.drafting:
-                r.draft_columns.append(column)
-        positions = torch.tensor([[r.n + step if r.drafting else 0] for r in active], device=device)
-        logits = runner.feed(last * feeding, feeding, positions, 1)[:, -1]
-        step += 1
 
 
 def autoregressive_generate_batch(
@@ -438,11 +318,9 @@ def autoregressive_generate_batch(
     rows = _start_rows(prompts, "autoregressive", sampling, seed, max_new_tokens, eos, models, tokenizer, device)
     result = BatchResult(traces=[r.trace for r in rows])
     clock = _Clock(device)
-    runner = _BatchRunner(target, vocab, len(rows))
+    runner = BatchRunner(target, vocab, len(rows))
     with torch.inference_mode():
-        _prefill(runner, rows)
-        result.positions += runner.columns * len(rows)
-        result.padded_positions += int((runner.mask == 0).sum())
+        _prefill(runner, rows, result)
         for r in rows:
             r.trace.prefill_ms = clock.since_start()
         active = list(rows)
@@ -452,7 +330,7 @@ def autoregressive_generate_batch(
             positions = torch.tensor([[r.n - 1] for r in active], device=device)
             logits = runner.feed(pending, torch.ones_like(pending, dtype=torch.bool), positions, 1)[:, -1]
             result.positions += len(active)
-            ctx = _contexts([(r.seq, r.n) for r in active], vocab) if sampling.needs_context else None
+            ctx = row_contexts([(r.seq, r.n) for r in active], vocab) if sampling.needs_context else None
             p = sampling.probs(logits, warpers, ctx)
             token = rejection.sample_rows(p, sampling.greedy, [r.gen for r in active])
             for i, r in enumerate(active):
@@ -460,6 +338,7 @@ def autoregressive_generate_batch(
             host = torch.cat([token.double(), p.gather(1, token[:, None])[:, 0].double(),
                               torch.isfinite(p).all(dim=-1).double()]).tolist()
             t1 = clock.now()
+            result.verify_ms += t1 - t0
             staying = []
             for i, r in enumerate(active):
                 token_id, prob, finite = int(host[i]), host[len(active) + i], host[2 * len(active) + i]

@@ -26,61 +26,47 @@ cost v (target pass over gamma + 1 tokens / one target step), the speedup Leviat
 
 from __future__ import annotations
 
+import copy
 import json
 import platform
-import statistics
-import time
 
 import torch
 
-from specviz import Sampling, autoregressive_generate, speculative_generate, theory
-from specviz.drafters import early_exit_model, make_drafter
-from specviz.pair import ASSETS, load_pair
+from specviz import Sampling, autoregressive_generate, metrics, speculative_generate, theory
+from specviz.bench_common import benchmark_prompts, hf_kwargs, pooled_acceptance, predictions, run_command, spread, timed
+from specviz.drafters import default_exit_layer, early_exit_model, make_drafter
+from specviz.pair import load_pair
 from specviz.schedules import make_schedule
-
-PROMPT_SETS = {"held-out": "prompts.json", "grounded": "prompts_grounded.json"}
 
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
 
 
-def held_out_prompts(count: int, prompt_set: str = "held-out") -> list[str]:
-    """The first ``count`` prompts of a set: "held-out" (assets/prompts.json, held out from
-    training) or "grounded" (assets/prompts_grounded.json: code whose continuation repeats names
-    and lines of the prompt, where prompt lookup has something to copy).
-
-    Raises:
-        ValueError: an unknown set.
-    """
-    if prompt_set not in PROMPT_SETS:
-        raise ValueError(f"prompt set must be one of {', '.join(PROMPT_SETS)}, got {prompt_set!r}")
-    prompts = json.loads((ASSETS / PROMPT_SETS[prompt_set]).read_text())
-    return [p["prompt"] for p in prompts[:count]]
-
-
-def _hf_kwargs(pair, sampling: Sampling, n: int) -> dict:
-    kw = dict(max_new_tokens=n, min_new_tokens=n, pad_token_id=pair.eos_token_id)
-    if sampling.greedy:
-        kw.update(do_sample=False)
-    else:
-        kw.update(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
-    if sampling.repetition_penalty != 1.0:
-        kw.update(repetition_penalty=sampling.repetition_penalty)
-    return kw
+def _assistant(model):
+    """``model`` with a generation config of its own: transformers writes its assistant settings
+    (confidence threshold, heuristic gamma) into the assistant's config, and the pair's drafter
+    is shared with every other run."""
+    twin = copy.copy(model)  # shares the modules and weights
+    twin.generation_config = copy.deepcopy(model.generation_config)
+    return twin
 
 
 def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 3, exit_layer: int | None = None,
                    confidence: float = 0.4) -> tuple[str, dict]:
-    """(name, extra ``generate`` arguments) of transformers' counterpart of a drafter kind and schedule."""
+    """(name, extra ``generate`` arguments) of transformers' counterpart of a drafter kind and schedule.
+
+    The assistant is a view of the pair's drafter (or an early-exit view of its target) with a
+    generation config of its own, so neither this call nor ``generate`` changes the pair's models.
+    """
     if kind == "ngram":
         return (f"prompt_lookup_num_tokens={gamma}, max_matching_ngram_size={ngram_max} (constant: transformers has no "
                 "other schedule for it)", dict(prompt_lookup_num_tokens=gamma, max_matching_ngram_size=ngram_max))
     hf_schedule = {"constant": "constant", "confidence": "constant", "heuristic": "heuristic", "optimal": "heuristic"}[schedule]
     threshold = confidence if schedule == "confidence" else 0.0
     if kind == "early-exit":
-        assistant = early_exit_model(pair.target, exit_layer or make_drafter("early-exit", target=pair.target).exit_layer)
+        assistant = early_exit_model(pair.target, exit_layer or default_exit_layer(pair.target))
         name = f"assisted generation, assistant = the target's first {assistant.config.num_hidden_layers} layers"
     else:
-        assistant, name = pair.drafter, "assisted generation with the same drafter"
+        assistant, name = _assistant(pair.drafter), "assisted generation with the same drafter"
     assistant.generation_config.assistant_confidence_threshold = threshold
     name += f", num_assistant_tokens={gamma}, schedule {hf_schedule}" + (f", confidence threshold {threshold}" if threshold else "")
     if schedule == "optimal":
@@ -100,7 +86,7 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
         drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=gamma, seed=seed, vocab_size=pair.vocab_size,
                                                       record=record, schedule=make_schedule(schedule, gamma, confidence), **common)
-    hf = _hf_kwargs(pair, sampling, n)
+    hf = hf_kwargs(pair, sampling, n)
     if method == "hf_assisted":
         hf.update(hf_counterpart(kind, schedule, pair, gamma, ngram_max, exit_layer, confidence)[1])
 
@@ -113,26 +99,6 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
     return run
 
 
-def _timed(fn, ids, seed, device) -> tuple[float, object, int]:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    result = fn(ids, seed)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - t0
-    if isinstance(result, tuple):
-        tokens, trace = result
-    else:
-        tokens, trace = len(result.output_ids), result
-    return seconds, trace, tokens
-
-
-def _spread(values: list[float]) -> dict:
-    qs = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
-    return {"median": statistics.median(values), "q1": qs[0], "q3": qs[2], "min": min(values), "max": max(values), "runs": len(values)}
-
-
 def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
               repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
               confidence=0.4, prompt_set="held-out") -> dict:
@@ -143,10 +109,10 @@ def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamm
     included); speedups are ratios of medians within this one run.
 
     Raises:
-        PairError, ValueError: as load_pair, make_drafter, make_schedule, held_out_prompts.
+        PairError, ValueError: as load_pair, make_drafter, make_schedule, benchmark_prompts.
     """
     pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
-    texts = held_out_prompts(prompts, prompt_set)
+    texts = benchmark_prompts(prompts, prompt_set)
     prompt_ids = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence)
     runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens, **options) for m in methods}
@@ -154,50 +120,39 @@ def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamm
     traces: dict[str, list] = {m: [] for m in methods}
     with torch.inference_mode():
         for m in methods:  # warm-up: first-call allocations and kernel selection
-            _timed(runners[m], prompt_ids[0], 0, pair.device)
+            timed(runners[m], prompt_ids[0], 0, pair.device)
         for r in range(repeats):
             for i, ids in enumerate(prompt_ids):
                 k = (r * len(prompt_ids) + i) % len(methods)
                 for m in methods[k:] + methods[:k]:  # rotate the order
-                    seconds, trace, tokens = _timed(runners[m], ids, 1000 * r + i, pair.device)
+                    seconds, trace, tokens = timed(runners[m], ids, 1000 * r + i, pair.device)
                     tps[m].append(tokens / seconds)
                     if trace is not None:
                         traces[m].append(trace)
-    report: dict = {m: {"tokens_per_second": _spread(tps[m])} for m in methods}
+    report: dict = {m: {"tokens_per_second": spread(tps[m])} for m in methods}
     med = {m: report[m]["tokens_per_second"]["median"] for m in methods}
     spec, base = traces.get("speculative"), traces.get("autoregressive")
     if spec and base:
-        accepted, drafted = sum(t.accepted for t in spec), sum(t.drafted for t in spec)
-        tested = accepted + sum(t.rejected for t in spec)
-        alpha = accepted / tested if tested else None
-        betas = [d.beta for t in spec for r in t.rounds for d in r.drafts if d.verdict != "discarded" and d.beta is not None]
+        acceptance = pooled_acceptance(spec)
+        alpha = acceptance["alpha"]
         drafter_ms, target_ms = theory.drafter_step_ms(*spec), theory.target_step_ms(*base)
         verify_ms = theory.verify_ms_per_round(*spec)
-        c = drafter_ms / target_ms if drafter_ms is not None and target_ms else None
-        v = verify_ms / target_ms if verify_ms is not None and target_ms else None
-        # The theory's predictions assume every round drafts gamma: a constant schedule with a drafter model.
-        predictable = schedule == "constant" and kind != "ngram" and alpha is not None and c is not None
-        predicted = theory.predicted_speedup(alpha, gamma, c) if predictable else None
-        predicted_v = theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v) if predictable else None
+        c, v = metrics.cost_coefficient(drafter_ms, target_ms), metrics.verify_cost(verify_ms, target_ms)
+        predicted = predictions(alpha, gamma, c, v, schedule, kind)
         speedup = med["speculative"] / med["autoregressive"]
         report.update(
-            alpha=alpha,
-            draft_acceptance_rate=accepted / drafted if drafted else None,
-            acceptance_rate=accepted / drafted if drafted else None,  # the same, under Trace.acceptance_rate's name
-            mean_beta=sum(betas) / len(betas) if betas else None,
-            mean_tokens_per_round=sum(len(t.output_ids) for t in spec) / sum(len(t.rounds) for t in spec),
+            **acceptance,
+            acceptance_rate=acceptance["draft_acceptance_rate"],  # the same, under Trace.acceptance_rate's name
             mean_gamma=theory.mean_gamma(*spec),
-            predicted_tokens_per_round=theory.expected_tokens_per_round(alpha, gamma) if predictable else None,
             drafter_step_ms=drafter_ms,
             target_step_ms=target_ms,
             verify_ms_per_round=verify_ms,
             cost_coefficient=c,
             verify_cost=v,
-            predicted_speedup=predicted,
-            predicted_speedup_verify=predicted_v,
+            **predicted,
             speedup=speedup,
-            efficiency=speedup / predicted if predicted else None,
-            efficiency_verify=speedup / predicted_v if predicted_v else None,
+            efficiency=metrics.ratio(speedup, predicted["predicted_speedup"]),
+            efficiency_verify=metrics.ratio(speedup, predicted["predicted_speedup_verify"]),
         )
         report["speculative"].update(alpha=alpha, draft_acceptance_rate=report["draft_acceptance_rate"],
                                      mean_tokens_per_round=report["mean_tokens_per_round"])
@@ -245,32 +200,8 @@ def format_report(report: dict) -> str:
 
 
 def run(args) -> int:
-    """The ``bench`` subcommand."""
-    from specviz.pair import PairError
-
-    try:
-        sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
-        if args.batch_sizes:
-            return _run_batch(args, sampling)
-        report = benchmark(args.pair, args.drafter, args.target, args.device, args.gamma, sampling, args.max_new_tokens, args.repeats,
-                           args.prompts, kind=args.drafter_kind, schedule=args.gamma_schedule, ngram_max=args.ngram_max,
-                           exit_layer=args.exit_layer, confidence=args.confidence, prompt_set=args.prompt_set)
-    except (PairError, ValueError) as err:
-        print(f"error: {err}", file=__import__("sys").stderr)
-        return 2
-    print(json.dumps(report, indent=1) if args.json else format_report(report))
-    return 0
-
-
-def _run_batch(args, sampling: Sampling) -> int:
-    from specviz.bench_batch import batch_benchmark, format_batch_report
-
-    try:
-        sizes = [int(x) for x in args.batch_sizes.split(",")]
-    except ValueError:
-        raise ValueError(f"--batch-sizes must be comma-separated whole numbers, got {args.batch_sizes!r}") from None
-    report = batch_benchmark(args.pair, args.drafter, args.target, args.device, args.gamma, sampling, args.max_new_tokens, args.repeats,
-                             sizes, kind=args.drafter_kind, schedule=args.gamma_schedule, ngram_max=args.ngram_max,
-                             exit_layer=args.exit_layer, prompt_set=args.prompt_set)
-    print(json.dumps(report, indent=1) if args.json else format_batch_report(report))
-    return 0
+    """The ``bench`` subcommand (one sequence at a time; ``--batch-sizes`` is ``specviz.bench_batch``)."""
+    return run_command(args, lambda a, sampling: benchmark(
+        a.pair, a.drafter, a.target, a.device, a.gamma, sampling, a.max_new_tokens, a.repeats, a.prompts, kind=a.drafter_kind,
+        schedule=a.gamma_schedule, ngram_max=a.ngram_max, exit_layer=a.exit_layer, confidence=a.confidence, prompt_set=a.prompt_set),
+        format_report)

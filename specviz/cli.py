@@ -108,10 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(bench, 128, Sampling(temperature=0.0))
     _add_drafter_args(bench)
     bench.add_argument("--repeats", type=int, default=3, help="timed repeats per prompt and method")
-    bench.add_argument("--prompts", type=int, default=8, help="held-out prompts to use")
+    bench.add_argument("--prompts", type=int, default=8, help="prompts of the --prompt-set to use (the first ones)")
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--prompt-set", choices=["held-out", "grounded"], default="held-out",
-                       help="held-out: the prompts kept out of training; grounded: code whose continuation repeats the prompt")
+                       help="held-out: the prompts kept out of training; grounded: code written so its continuation repeats the prompt "
+                            "(not held out)")
     bench.add_argument("--batch-sizes", default=None,
                        help="comma-separated batch sizes, e.g. 1,2,4,8: measure batched speculative and autoregressive decoding "
                             "against transformers' batched generate instead")
@@ -177,9 +178,18 @@ def _setup(args):
     return pair, ids, common
 
 
+def _failed(err: Exception) -> int:
+    """Print why a run did not happen and return the exit code: 1 for a failure inside torch or
+    transformers (a RuntimeError), 2 for input the run refused (a ValueError or PairError)."""
+    if isinstance(err, RuntimeError):
+        print(f"error: the run failed: {err}", file=sys.stderr)
+        return 1
+    print(f"error: {err}", file=sys.stderr)
+    return 2
+
+
 def _generate(args) -> int:
     from specviz import autoregressive_generate, speculative_generate
-    from specviz.pair import PairError
     from specviz.views import tokens_ansi
 
     try:
@@ -190,20 +200,27 @@ def _generate(args) -> int:
             trace = speculative_generate(ids, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=schedule_for(args), **common)
         else:
             trace = autoregressive_generate(ids, pair.target, **common)
-    except (PairError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (ValueError, RuntimeError) as err:  # a PairError is a ValueError
+        return _failed(err)
     if args.json:
         print(json.dumps(trace.to_dict(), indent=1))
     else:
         print(tokens_ansi(trace))
-        line = f"{len(trace.output_ids)} tokens, {trace.tokens_per_second:.1f} tokens/s"
-        if trace.mode == "speculative":
-            line += (f", {len(trace.rounds)} rounds, {trace.mean_tokens_per_round:.2f} tokens per round"
-                     + (f", alpha {trace.alpha:.3f} (accepted / tested), draft acceptance rate {trace.acceptance_rate:.3f}"
-                        f" (accepted / drafted)" if trace.alpha is not None else ""))
-        print(line)
+        print(f"{len(trace.output_ids)} tokens, {trace.tokens_per_second:.1f} tokens/s" + _acceptance(trace))
     return 0
+
+
+def _acceptance(trace) -> str:
+    """", R rounds, T tokens per round, alpha A (accepted / tested), draft acceptance rate D
+    (accepted / drafted)" for a speculative trace, each figure only where it is defined."""
+    if trace.mode != "speculative" or not trace.rounds:
+        return ""
+    line = f", {len(trace.rounds)} rounds, {trace.mean_tokens_per_round:.2f} tokens per round"
+    if trace.alpha is not None:
+        line += f", alpha {trace.alpha:.3f} (accepted / tested)"
+    if trace.acceptance_rate is not None:
+        line += f", draft acceptance rate {trace.acceptance_rate:.3f} (accepted / drafted)"
+    return line
 
 
 def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
@@ -213,7 +230,7 @@ def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
     from specviz.views import tokens_ansi
 
     if args.mode == "speculative":
-        batch = speculative_generate_batch(prompts, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=args.gamma_schedule,
+        batch = speculative_generate_batch(prompts, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=schedule_for(args),
                                            **common)
     else:
         batch = autoregressive_generate_batch(prompts, pair.target, **common)
@@ -221,10 +238,7 @@ def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
         print(json.dumps({"batch": batch.summary(), "traces": [t.to_dict() for t in batch.traces]}, indent=1))
         return 0
     for b, trace in enumerate(batch.traces):
-        line = f"row {b}: {len(trace.output_ids)} tokens ({trace.stop_reason})"
-        if trace.mode == "speculative" and trace.alpha is not None:
-            line += f", {len(trace.rounds)} rounds, {trace.mean_tokens_per_round:.2f} tokens per round, alpha {trace.alpha:.3f} (accepted / tested)"
-        print(f"--- {line}")
+        print(f"--- row {b}: {len(trace.output_ids)} tokens ({trace.stop_reason})" + _acceptance(trace))
         print(tokens_ansi(trace))
     s = batch.summary()
     print(f"batch of {s['rows']}: {s['tokens']} tokens in {s['total_ms']:.0f} ms, {s['tokens_per_s']:.1f} tokens/s over the batch; "
@@ -233,10 +247,9 @@ def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
 
 
 def _record(args) -> int:
-    from specviz import autoregressive_generate, autoregressive_stream, speculative_stream
-    from specviz.pair import PairError
+    from specviz import autoregressive_generate
+    from specviz.baseline import with_baseline
     from specviz.recording import Recording
-    from specviz.speedup import interleave
     from specviz.sweep import sweep_stream
 
     try:
@@ -244,22 +257,19 @@ def _record(args) -> int:
         autoregressive_generate(ids, pair.target, **(common | {"max_new_tokens": 4}))  # warm-up: first calls are slow
         drafter = drafter_for(args, pair)
         # In turns, as the page measures: machine noise falls on both runs alike.
-        for spec, baseline in interleave(speculative_stream(ids, drafter, pair.target, gamma=args.gamma, schedule=schedule_for(args), **common),
-                                         autoregressive_stream(ids, pair.target, **common)):
-            pass
+        spec, baseline = with_baseline(ids, drafter, pair.target, gamma=args.gamma, schedule=schedule_for(args), **common)
         sweep = None
         if args.sweep:
             for sweep in sweep_stream(ids, drafter, pair.target, **common):
                 pass
-    except (PairError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (ValueError, RuntimeError) as err:  # a PairError is a ValueError
+        return _failed(err)
     from specviz.views.text import run_label
 
     title = args.title or f"{pair.name}, {run_label(spec)}, temperature {args.temperature}, seed {args.seed}"
     chat = {"auto": pair.instruct, "on": True, "off": False}[args.chat_template]
     Recording(spec, baseline, sweep, title, prompt=args.prompt, chat=chat).save(args.out)
-    print(f"wrote {args.out}: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds, alpha {spec.alpha:.3f} (accepted / tested)")
+    print(f"wrote {args.out}: {len(spec.output_ids)} tokens" + _acceptance(spec))
     return 0
 
 
@@ -310,6 +320,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "export":
         sys.exit(_export(args))
     if args.command == "bench":
+        if args.batch_sizes:
+            from specviz import bench_batch
+
+            sys.exit(bench_batch.run(args))
         from specviz import bench
 
         sys.exit(bench.run(args))

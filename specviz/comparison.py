@@ -1,7 +1,7 @@
 """Compare drafters: one prompt, seed and sampling, decoded with each drafter kind.
 
 Each kind's speculative run is interleaved with its own autoregressive baseline
-(``specviz.speedup.interleave``), so each speedup compares runs that met the same machine noise;
+(``specviz.baseline.with_baseline``), so each speedup compares runs that met the same machine noise;
 the baselines repeat the same tokens (same seed), only their timings differ.
 """
 
@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from specviz.baseline import with_baseline
 from specviz.drafters import KINDS, make_drafter
-from specviz.engine import autoregressive_stream, speculative_stream
 from specviz.schedules import make_schedule
-from specviz.speedup import interleave
 from specviz.trace import Trace
 
 
@@ -40,9 +39,5 @@ def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[
     comparison = Comparison()
     for kind in kinds:
         drafter = make_drafter(kind, drafter_model=drafter_model, target=target, ngram_max=ngram_max, exit_layer=exit_layer)
-        spec = baseline = None
-        for spec, baseline in interleave(speculative_stream(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma), **common),
-                                         autoregressive_stream(input_ids, target, **common)):
-            pass
-        comparison.runs[kind] = (spec, baseline)
+        comparison.runs[kind] = with_baseline(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma), **common)
         yield comparison

@@ -24,6 +24,7 @@ from specviz.drafters import DraftRequest, as_drafter
 from specviz.runner import ModelRunner
 from specviz.sampling import Sampling, contexts
 from specviz.schedules import GammaSchedule, make_schedule
+from specviz.seeds import generator
 from specviz.trace import MAX_GAMMA, Draft, Round, TopToken, Trace
 
 # Tokens of the correction's or bonus's distribution kept in the trace for the replay.
@@ -257,7 +258,8 @@ def speculative_stream(
         sampling: temperature, top-k, top-p, repetition penalty, applied identically to q and p.
         max_new_tokens: at most this many tokens are generated.
         eos_token_id: one id or several; generation stops after the first one emitted.
-        seed: seeds the torch.Generator that draws every sample and every u.
+        seed: 0..2^63 - 1; seeds the torch.Generator that draws every sample and every u
+            (``specviz.seeds.generator``: seeds s and s + 2^32 draw differently).
         tokenizer: fills token texts and ``output_text``; its size cuts the logits.
         vocab_size: logits columns kept (default: the tokenizer's size, else the smaller config vocab).
         record: build the per-round record; False keeps only output ids and totals (for measuring
@@ -272,7 +274,8 @@ def speculative_stream(
 
     Raises:
         ValueError: empty prompt, ids outside the vocabulary, gamma out of range, max_new_tokens < 1,
-            prompt + max_new_tokens beyond a model's context, NaN or all -inf logits, an unknown schedule.
+            prompt + max_new_tokens beyond a model's context, NaN or all -inf logits, an unknown schedule,
+            a seed out of range.
         TypeError: sampling is not a Sampling, drafter is neither a Drafter nor a causal LM.
     """
     drafter = as_drafter(drafter)
@@ -284,7 +287,7 @@ def speculative_stream(
     device = target.device
     decode = _decoder(tokenizer)
     warpers = sampling.warpers()
-    gen = torch.Generator(device=device).manual_seed(seed)
+    gen = generator(seed, device)
     settings = _settings("speculative", sampling, seed, max_new_tokens, eos, models, gamma)
     settings.update(drafter=drafter.describe(), gamma_schedule=schedule.describe())
     trace = Trace(
@@ -411,7 +414,7 @@ def autoregressive_stream(
     device = target.device
     decode = _decoder(tokenizer)
     warpers = sampling.warpers()
-    gen = torch.Generator(device=device).manual_seed(seed)
+    gen = generator(seed, device)
     trace = Trace(
         mode="autoregressive",
         prompt_ids=[int(t) for t in input_ids],

@@ -17,7 +17,8 @@ import platform
 
 import torch
 
-from specviz import Sampling, autoregressive_generate, corpus, speculative_generate, theory
+from specviz import Sampling, autoregressive_generate, corpus, metrics, speculative_generate, theory
+from specviz.bench_common import pooled_acceptance
 from specviz.drafters import EarlyExitDrafter, early_exit_model
 from specviz.trace import Trace
 from specviz.pair import ASSETS, load_pair
@@ -39,10 +40,7 @@ def measure(new_tokens: int = 64, gamma: int = 4) -> dict:
         kw = dict(sampling=Sampling(0.0), max_new_tokens=new_tokens, eos_token_id=pair.eos_token_id)
         specs.append(speculative_generate(ids, pair.drafter, pair.target, gamma=gamma, **kw))
         bases.append(autoregressive_generate(ids, pair.target, **kw))
-    drafted = sum(t.drafted for t in specs)
-    accepted = sum(t.accepted for t in specs)
-    tested = accepted + sum(t.rejected for t in specs)
-    betas = [d.beta for t in specs for r in t.rounds for d in r.drafts if d.verdict != "discarded"]
+    acceptance = pooled_acceptance(specs)
     drafter_ms, target_ms = theory.drafter_step_ms(*specs), theory.target_step_ms(*bases)
     return {
         "held_out_files": len(held),
@@ -53,14 +51,14 @@ def measure(new_tokens: int = 64, gamma: int = 4) -> dict:
         "prompts": len(prompts),
         "gamma": gamma,
         "new_tokens": new_tokens,
-        "greedy_acceptance_rate": accepted / drafted,
-        "greedy_alpha": accepted / tested,
-        "greedy_mean_beta": sum(betas) / len(betas),
-        "verify_cost": theory.verify_ms_per_round(*specs) / target_ms,
-        "greedy_tokens_per_round": sum(len(t.output_ids) for t in specs) / sum(len(t.rounds) for t in specs),
+        "greedy_acceptance_rate": acceptance["draft_acceptance_rate"],
+        "greedy_alpha": acceptance["alpha"],
+        "greedy_mean_beta": acceptance["mean_beta"],
+        "verify_cost": metrics.verify_cost(theory.verify_ms_per_round(*specs), target_ms),
+        "greedy_tokens_per_round": acceptance["mean_tokens_per_round"],
         "drafter_step_ms": drafter_ms,
         "target_step_ms": target_ms,
-        "cost_coefficient": drafter_ms / target_ms,
+        "cost_coefficient": metrics.cost_coefficient(drafter_ms, target_ms),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}",
         "sample": pair.tokenizer.decode(bases[0].output_ids),
         "sample_prompt": prompts[0]["prompt"],
@@ -105,9 +103,8 @@ def theory_check(gammas=range(1, 9), temperatures=(0.0, 1.0), new_tokens: int = 
             specs = [speculative_generate(x, pair.drafter, pair.target, gamma=gamma, sampling=Sampling(temperature), max_new_tokens=new_tokens,
                                           eos_token_id=None, seed=i, vocab_size=pair.vocab_size) for i, x in enumerate(ids)]
             full = [r for t in specs for r in t.rounds if len(r.drafts) == gamma]
-            accepted, drafted = sum(t.accepted for t in specs), sum(t.drafted for t in specs)
-            alpha = accepted / (accepted + sum(t.rejected for t in specs))
-            betas = [d.beta for t in specs for r in t.rounds for d in r.drafts if d.verdict != "discarded"]
+            acceptance = pooled_acceptance(specs)
+            alpha, rate = acceptance["alpha"], acceptance["draft_acceptance_rate"]
             all_betas = [d.beta for t in specs for r in t.rounds for d in r.drafts]
             counts = [r.accepted_count for r in full]
             observed = [counts.count(k) for k in range(gamma + 1)]
@@ -129,9 +126,9 @@ def theory_check(gammas=range(1, 9), temperatures=(0.0, 1.0), new_tokens: int = 
                 "gamma": gamma, "temperature": temperature, "rounds": len(full),
                 "tokens_per_round": sum(c + 1 for c in counts) / len(counts),
                 "eq1_alpha": theory.expected_tokens_per_round(alpha, gamma),
-                "eq1_draft_acceptance_rate": theory.expected_tokens_per_round(accepted / drafted, gamma),
-                "alpha": alpha, "draft_acceptance_rate": accepted / drafted, "mean_beta": sum(betas) / len(betas),
-                "mean_beta_all_drafted": sum(all_betas) / len(all_betas),
+                "eq1_draft_acceptance_rate": theory.expected_tokens_per_round(rate, gamma),
+                "alpha": alpha, "draft_acceptance_rate": rate, "mean_beta": acceptance["mean_beta"],
+                "mean_beta_all_drafted": metrics.mean(all_betas),
                 "histogram_chi2_pvalue": pvalue,
                 "acceptance_by_position": [a / n for n, a in positions],
                 "alpha_power_i": [alpha ** (i + 1) for i in range(len(positions))],

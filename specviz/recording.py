@@ -40,15 +40,6 @@ class Recording:
     prompt: str = ""
     chat: bool | None = None
 
-    def _repr_html_(self) -> str:
-        """In a notebook: the title, the coloured tokens and the stats against the baseline."""
-        from html import escape
-
-        from specviz.views import legend_html, stats_html, tokens_html
-
-        title = f"<p><b>{escape(self.title)}</b></p>" if self.title else ""
-        return title + legend_html() + tokens_html(self.speculative) + stats_html(self.speculative, self.baseline)
-
     def to_json(self) -> str:
         """The recording as JSON text (traces as ``Trace.to_dict``)."""
         return json.dumps(

@@ -5,6 +5,11 @@ sequence; ``logits`` feeds only the tokens after that prefix (the prefix is neve
 positions follow from the cache length), and ``rollback`` drops what a rejection
 invalidated with ``DynamicCache.crop`` (a negative count in transformers 5).
 
+The cache is a plain ``DynamicCache()``, built without the model's config: given the config, a
+sliding-window model (Mistral's ``sliding_window``) gets layers that keep only the window and
+cannot be rolled back once it is full. A plain cache keeps every position and the model's own
+attention mask still applies the window, so the cached run equals the re-fed one.
+
 ``cached=False`` gives the reference path of the tests: the whole sequence is re-fed on every
 call and nothing is kept, so a cache bug cannot hide in both paths at once.
 """
@@ -29,8 +34,9 @@ class ModelRunner:
         self.model = model
         self.vocab_size = vocab_size
         self.cached = cached
-        self.cache = DynamicCache(config=model.config) if cached else None
+        self.cache = DynamicCache() if cached else None  # no config: see the module docstring
         self.seen = 0  # tokens whose keys and values are in the cache
+        self.passes = 0  # forward passes made
 
     def logits(self, seq: torch.Tensor, end: int, n_last: int) -> torch.Tensor:
         """Feed ``seq[seen:end]`` and return the logits of the last ``n_last`` positions.
@@ -43,6 +49,7 @@ class ModelRunner:
         Returns:
             Tensor of shape (n_last, vocab_size) in the model's dtype.
         """
+        self.passes += 1
         if not self.cached:
             out = self.model(input_ids=seq[None, :end], use_cache=False, logits_to_keep=n_last)
             return out.logits[0, :, : self.vocab_size]

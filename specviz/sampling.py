@@ -25,8 +25,10 @@ from transformers import (
 )
 
 
-# Below this, logits / temperature overflows float32 for ordinary logits: use 0 for greedy.
-MIN_TEMPERATURE = 1e-3
+# The smallest temperature above 0, for the engine and the page alike: far below it, logits /
+# temperature overflows float32 for ordinary logits, and near it sampling is greedy in all but
+# name (use 0 for greedy).
+MIN_TEMPERATURE = 0.01
 
 
 @dataclass(frozen=True)
@@ -149,3 +151,10 @@ def contexts(seq: torch.Tensor, ends: list[int] | range, pad: int) -> torch.Tens
 # natural-looking text from small models (greedy decoding of the embedded pair falls into loops).
 # ``bench`` defaults to greedy instead, the setting its tables compare.
 DEFAULT_SAMPLING = Sampling(temperature=0.7, top_k=40, top_p=0.95)
+
+
+def row_contexts(ends: list[tuple[torch.Tensor, int]], pad: int) -> torch.Tensor:
+    """One position's context per row of a batch: (seq, end) pairs -> (rows, longest), row i being
+    ``seqs[i][:end]`` right-padded with ``pad``, as ``contexts`` gives one row."""
+    parts = [contexts(seq, [end], pad)[0] for seq, end in ends]
+    return torch.nn.utils.rnn.pad_sequence(parts, batch_first=True, padding_value=pad)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from specviz import metrics
 from specviz.theory import predicted_speedup
 from specviz.trace import MAX_GAMMA
 
@@ -48,6 +49,11 @@ class GammaSchedule:
         """The most drafts the next round may propose."""
         return self.gamma
 
+    @property
+    def most(self) -> int:
+        """The most drafts any round of the run may propose: gamma, or MAX_GAMMA for a schedule that raises it."""
+        return self.gamma
+
     def keep_drafting(self, q: torch.Tensor) -> bool:
         """After a draft drawn from q (1, vocab): may the round draft another?"""
         return True
@@ -63,6 +69,7 @@ class Heuristic(GammaSchedule):
     """transformers' heuristic: +2 after a round that accepted every draft, -1 otherwise (floor 1)."""
 
     name = "heuristic"
+    most = MAX_GAMMA
 
     def observe(self, drafted, accepted, tested, draft_ms, verify_ms):
         if drafted == 0:
@@ -105,6 +112,7 @@ class Optimal(GammaSchedule):
     """
 
     name = "optimal"
+    most = MAX_GAMMA
 
     def __init__(self, gamma: int):
         super().__init__(gamma)
@@ -120,8 +128,8 @@ class Optimal(GammaSchedule):
         self.verify_ms += verify_ms
         self.rounds += 1
         if self.drafted and self.verify_ms > 0:
-            alpha = (self.accepted + 1) / (self.tested + 2)
-            c = (self.draft_ms / self.drafted) / (self.verify_ms / self.rounds)
+            alpha = metrics.alpha(self.accepted + 1, self.tested - self.accepted + 1)  # one of each as a prior
+            c = metrics.cost_coefficient(metrics.step_ms(self.draft_ms, self.drafted), metrics.step_ms(self.verify_ms, self.rounds))
             self.gamma = max(range(1, MAX_GAMMA + 1), key=lambda g: predicted_speedup(alpha, g, c))
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from specviz import theory
-from specviz.engine import autoregressive_generate, autoregressive_stream, speculative_stream
+from specviz import metrics, theory
+from specviz.baseline import with_baseline
+from specviz.engine import autoregressive_generate
 from specviz.schedules import make_schedule
-from specviz.speedup import interleave
 from specviz.trace import Trace
 
 
@@ -20,7 +20,9 @@ from specviz.trace import Trace
 class SweepPoint:
     """One speculative run of the sweep. Times in ms.
 
-    ``rejected`` and ``verify_ms`` are None in sweeps saved before trace schema 3.
+    ``rejected`` and ``verify_ms`` are None in sweeps saved before trace schema 3;
+    ``drafter_passes`` (drafter forward passes: one per draft for a model, none for prompt
+    lookup) is None in sweeps saved before it was recorded, which drafted with a model.
     """
 
     gamma: int
@@ -33,6 +35,7 @@ class SweepPoint:
     rejected: int | None = None
     verify_ms: float | None = None
     baseline_tokens_per_second: float | None = None
+    drafter_passes: int | None = None
 
     @classmethod
     def of(cls, trace: Trace, baseline: Trace | None = None) -> "SweepPoint":
@@ -42,27 +45,31 @@ class SweepPoint:
             drafted=trace.drafted, accepted=trace.accepted, total_ms=trace.total_ms, draft_ms=trace.draft_ms,
             rejected=trace.rejected, verify_ms=trace.verify_ms,
             baseline_tokens_per_second=baseline.tokens_per_second if baseline is not None else None,
+            drafter_passes=trace.drafter_forward_passes,
         )
 
     @property
     def acceptance_rate(self) -> float | None:
         """Draft acceptance rate: accepted / drafted."""
-        return self.accepted / self.drafted if self.drafted else None
+        return metrics.draft_acceptance_rate(self.accepted, self.drafted)
 
     @property
     def alpha(self) -> float | None:
         """accepted / (accepted + rejected); None when unknown or nothing was tested."""
-        if self.rejected is None or not self.accepted + self.rejected:
-            return None
-        return self.accepted / (self.accepted + self.rejected)
+        return metrics.alpha(self.accepted, self.rejected) if self.rejected is not None else None
 
     @property
     def tokens_per_round(self) -> float | None:
-        return self.tokens / self.rounds if self.rounds else None
+        return metrics.tokens_per_round(self.tokens, self.rounds)
 
     @property
     def tokens_per_second(self) -> float | None:
-        return self.tokens / (self.total_ms / 1000) if self.total_ms > 0 else None
+        return metrics.tokens_per_second(self.tokens, self.total_ms)
+
+    @property
+    def passes(self) -> int:
+        """Drafter forward passes (older sweeps, all with a drafter model: one per draft)."""
+        return self.drafter_passes if self.drafter_passes is not None else self.drafted
 
 
 @dataclass
@@ -90,8 +97,7 @@ class Sweep:
     @property
     def acceptance_rate(self) -> float | None:
         """Pooled over all points: accepted drafts / drafted tokens (the draft acceptance rate)."""
-        drafted = sum(p.drafted for p in self.points)
-        return sum(p.accepted for p in self.points) / drafted if drafted else None
+        return metrics.draft_acceptance_rate(sum(p.accepted for p in self.points), sum(p.drafted for p in self.points))
 
     @property
     def alpha(self) -> float | None:
@@ -99,29 +105,27 @@ class Sweep:
         trace schema 3 (they did not count rejections), since accepted / drafted is not alpha."""
         if any(p.rejected is None for p in self.points):
             return None
-        tested = sum(p.accepted + p.rejected for p in self.points)
-        return sum(p.accepted for p in self.points) / tested if tested else None
+        return metrics.alpha(sum(p.accepted for p in self.points), sum(p.rejected for p in self.points))
 
     def verify_cost(self, point: SweepPoint) -> float | None:
         """v of one point: its verify time per round / the baseline's target step time (ms / ms)."""
-        if point.verify_ms is None or not point.rounds or not self.target_step_ms:
+        if point.verify_ms is None:
             return None
-        return point.verify_ms / point.rounds / self.target_step_ms
+        return metrics.verify_cost(metrics.step_ms(point.verify_ms, point.rounds), self.target_step_ms)
 
     @property
     def cost_coefficient(self) -> float | None:
-        """Pooled c: drafting time per drafter pass over all points / the target's step time."""
-        drafted = sum(p.drafted for p in self.points)
-        if not drafted or not self.target_step_ms:
-            return None
-        return sum(p.draft_ms for p in self.points) / drafted / self.target_step_ms
+        """Pooled c: drafting time per drafter pass over all points / the target's step time
+        (None without drafter passes: prompt lookup)."""
+        drafter_ms = metrics.step_ms(sum(p.draft_ms for p in self.points), sum(p.passes for p in self.points))
+        return metrics.cost_coefficient(drafter_ms, self.target_step_ms)
 
 
 def sweep_stream(
     input_ids: list[int], drafter, target, gammas: Sequence[int] = range(1, 9), schedule: str = "constant", **common
 ) -> Iterator[Sweep]:
     """Run the baseline once (its target step time), then one speculative run per gamma, each in
-    turns with a baseline run of its own (``specviz.speedup.interleave``), so machine noise falls on
+    turns with a baseline run of its own (``specviz.baseline.with_baseline``), so machine noise falls on
     both sides of each point's speedup; yield the growing Sweep.
 
     Args:
@@ -142,11 +146,8 @@ def sweep_stream(
                   schedule=schedule)
     yield sweep
     for gamma in gammas:
-        spec = base = None
-        for spec, base in interleave(speculative_stream(input_ids, drafter, target, gamma=int(gamma),
-                                                        schedule=make_schedule(schedule, int(gamma)), **common),
-                                     autoregressive_stream(input_ids, target, **common)):
-            pass
+        spec, base = with_baseline(input_ids, drafter, target, gamma=int(gamma),
+                                   schedule=make_schedule(schedule, int(gamma)), **common)
         sweep.drafter = (spec.settings.get("drafter") or {}).get("kind", sweep.drafter)
         sweep.points.append(SweepPoint.of(spec, base))
         yield sweep

@@ -14,6 +14,7 @@ compute-bound GPUs have v > 1.
 
 from __future__ import annotations
 
+from specviz import metrics
 from specviz.trace import Trace
 
 
@@ -54,27 +55,24 @@ def optimal_gamma(alpha: float, c: float, max_gamma: int = 16, v: float | None =
 
 
 def drafter_step_ms(*specs: Trace) -> float | None:
-    """Mean drafting time per drafter forward pass over one or more speculative traces, in ms."""
-    passes = sum(t.drafter_forward_passes for t in specs)
-    return sum(t.draft_ms for t in specs) / passes if passes else None
+    """Mean drafting time per drafter forward pass over one or more speculative traces, in ms;
+    None when they made no pass (prompt lookup)."""
+    return metrics.step_ms(sum(t.draft_ms for t in specs), sum(t.drafter_forward_passes for t in specs))
 
 
 def target_step_ms(*baselines: Trace) -> float | None:
     """Mean time of one single-token target pass over one or more autoregressive traces, in ms."""
-    steps = sum(len(t.rounds) for t in baselines)
-    return sum(t.verify_ms for t in baselines) / steps if steps else None
+    return metrics.step_ms(sum(t.verify_ms for t in baselines), sum(len(t.rounds) for t in baselines))
 
 
 def cost_coefficient(spec: Trace, baseline: Trace) -> float | None:
     """c = drafter step time / target step time, both measured in the same session (ms / ms)."""
-    d, t = drafter_step_ms(spec), target_step_ms(baseline)
-    return d / t if d is not None and t else None
+    return metrics.cost_coefficient(drafter_step_ms(spec), target_step_ms(baseline))
 
 
 def verify_ms_per_round(*specs: Trace) -> float | None:
     """Mean time of the target's verify pass (and the round's one host transfer) per round, in ms."""
-    rounds = sum(len(t.rounds) for t in specs)
-    return sum(t.verify_ms for t in specs) / rounds if rounds else None
+    return metrics.step_ms(sum(t.verify_ms for t in specs), sum(len(t.rounds) for t in specs))
 
 
 def verify_cost(spec: Trace, baseline: Trace) -> float | None:
@@ -82,14 +80,12 @@ def verify_cost(spec: Trace, baseline: Trace) -> float | None:
 
     Both include sampling and the one host transfer of their step, so the ratio isolates the
     cost of scoring gamma + 1 tokens instead of one."""
-    v, t = verify_ms_per_round(spec), target_step_ms(baseline)
-    return v / t if v is not None and t else None
+    return metrics.verify_cost(verify_ms_per_round(spec), target_step_ms(baseline))
 
 
 def mean_gamma(*specs: Trace) -> float | None:
     """Drafts per round averaged over the rounds."""
-    rounds = sum(len(t.rounds) for t in specs)
-    return sum(t.drafted for t in specs) / rounds if rounds else None
+    return metrics.ratio(sum(t.drafted for t in specs), sum(len(t.rounds) for t in specs))
 
 
 def typical_gamma(trace: Trace) -> int | None:

@@ -21,6 +21,9 @@ import functools
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from specviz import metrics
+from specviz.limits import MAX_GAMMA  # noqa: F401  (re-exported: the engine and the views read it here)
+
 # Verdict of one drafted token.
 #   accepted:  u < min(1, p/q), kept in the output
 #   rejected:  the first draft that failed the test; replaced by the correction token
@@ -37,9 +40,7 @@ FinalKind = Literal["correction", "bonus", "target"]
 # gamma read from the settings, and a drafter model with a constant gamma).
 SCHEMA_VERSION = 4
 
-# The largest gamma specviz drafts with (the demo's range is 1..MAX_GAMMA; every gamma schedule
-# is capped at it), so a round holds at most this many drafts.
-MAX_GAMMA = 16
+# MAX_GAMMA: the most drafts a round holds (defined in specviz.limits, re-exported here).
 
 
 @dataclass(slots=True)
@@ -174,14 +175,13 @@ class Trace:
     def acceptance_rate(self) -> float | None:
         """Draft acceptance rate: accepted drafts / drafted tokens (discarded drafts counted);
         None when nothing was drafted."""
-        return self.accepted / self.drafted if self.drafted else None
+        return metrics.draft_acceptance_rate(self.accepted, self.drafted)
 
     @property
     def alpha(self) -> float | None:
         """Leviathan et al.'s alpha estimated from the verdicts: accepted / (accepted + rejected),
         the share of tested drafts that were accepted (Sec. 3.1); None when nothing was tested."""
-        tested = self.accepted + self.rejected
-        return self.accepted / tested if tested else None
+        return metrics.alpha(self.accepted, self.rejected)
 
     @property
     def mean_beta(self) -> float | None:
@@ -192,13 +192,17 @@ class Trace:
         Discarded drafts are left out: their context follows a rejected draft, off the output's
         path, and the target agrees less there. None without beta (traces before schema 3).
         """
-        betas = [d.beta for r in self.rounds for d in r.drafts if d.verdict != "discarded" and d.beta is not None]
-        return sum(betas) / len(betas) if betas else None
+        return metrics.mean(self.tested_betas)
+
+    @property
+    def tested_betas(self) -> list[float]:
+        """beta at each tested draft (accepted or rejected) that recorded one."""
+        return [d.beta for r in self.rounds for d in r.drafts if d.verdict != "discarded" and d.beta is not None]
 
     @property
     def mean_tokens_per_round(self) -> float | None:
         """Emitted tokens / rounds, the correction or bonus token included."""
-        return len(self.output_ids) / len(self.rounds) if self.rounds else None
+        return metrics.tokens_per_round(len(self.output_ids), len(self.rounds))
 
     @property
     def target_forward_passes(self) -> int:
@@ -207,13 +211,15 @@ class Trace:
 
     @property
     def drafter_forward_passes(self) -> int:
-        """Drafter forward passes after the prompt prefill: one per drafted token."""
-        return self.drafted
+        """Drafter forward passes after the prompt prefill: one per drafted token for a drafter
+        model or early exit, none for prompt lookup (it copies, with no model)."""
+        drafter = self.settings.get("drafter")
+        return metrics.drafter_passes(drafter.get("kind") if isinstance(drafter, dict) else None, self.drafted)
 
     @property
     def tokens_per_second(self) -> float | None:
         """Generated tokens / total wall time (prefill included), in tokens/s."""
-        return len(self.output_ids) / (self.total_ms / 1000) if self.total_ms > 0 else None
+        return metrics.tokens_per_second(len(self.output_ids), self.total_ms)
 
     @property
     def draft_ms(self) -> float:
@@ -222,14 +228,6 @@ class Trace:
     @property
     def verify_ms(self) -> float:
         return sum(r.verify_ms for r in self.rounds)
-
-    def _repr_html_(self) -> str:
-        """In a notebook: the coloured tokens and the stats table (``specviz.views``)."""
-        from specviz.views import legend_html, stats_html, tokens_html
-
-        if self.mode != "speculative":
-            return tokens_html(self)
-        return legend_html() + tokens_html(self) + stats_html(self)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict: the fields above, every round, and the derived totals."""

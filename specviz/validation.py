@@ -22,8 +22,12 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
-from specviz.trace import MAX_GAMMA, Trace
+from specviz.limits import MAX_GAMMA
+
+if TYPE_CHECKING:  # annotations only: the trace imports this module to load files
+    from specviz.trace import Trace
 
 # Bounds of what specviz records; a file beyond them was not written by specviz.
 MAX_NEW_TOKENS = 4096  # the demo offers up to 256; the command line and API take more
@@ -228,6 +232,8 @@ def check_sweep(sweep):
         _whole(p.gamma, 1, MAX_GAMMA, f"{at}.gamma")
         for key in ("tokens", "rounds", "drafted", "accepted"):
             _whole(getattr(p, key), 0, MAX_NEW_TOKENS * (MAX_GAMMA + 1), f"{at}.{key}")
+        if p.drafter_passes is not None:
+            _whole(p.drafter_passes, 0, p.drafted, f"{at}.drafter_passes")
         for key in ("total_ms", "draft_ms"):
             _time(getattr(p, key), f"{at}.{key}")
         for key in ("verify_ms", "baseline_tokens_per_second"):

@@ -18,7 +18,7 @@ import torch
 
 from specviz import Sampling, speculative_generate
 from specviz.batch import MAX_BATCH, autoregressive_generate_batch, speculative_generate_batch
-from specviz.drafters import EarlyExitDrafter, PromptLookupDrafter
+from specviz.drafters import Drafter, EarlyExitDrafter, PromptLookupDrafter, Proposal
 from specviz.engine import autoregressive_generate
 from specviz.lab import ALPHA, batch_results, models
 from specviz.lab.faults import planted
@@ -120,13 +120,43 @@ def test_bad_batches_are_refused():
         speculative_generate_batch([[1], []], drafter, target, max_new_tokens=4)
     with pytest.raises(ValueError, match="gamma schedule"):
         speculative_generate_batch([[1]], drafter, target, max_new_tokens=4, schedule="fastest")
+    with pytest.raises(TypeError, match="Drafter or a transformers causal LM"):
+        speculative_generate_batch([[1]], object(), target, max_new_tokens=4)
 
-    class Other(PromptLookupDrafter.__mro__[1]):
-        kind = "other"
-        start = propose = rollback = None
 
-    with pytest.raises(TypeError, match="drafter model, early exit or prompt lookup"):
-        speculative_generate_batch([[1]], Other(), target, max_new_tokens=4)
+class UniformDrafter(Drafter):
+    """A drafter of no model: each draft is drawn from the uniform law over the first ``width``
+    tokens, from the run's generator; it counts the rounds it drafted for (state of its own)."""
+
+    kind = "uniform"
+
+    def __init__(self, width: int):
+        self.width, self.rounds = width, 0
+
+    def start(self, seq, n, vocab, cached):
+        self.rounds = 0
+
+    def propose(self, request):
+        self.rounds += 1
+        q = torch.zeros(request.gamma, request.vocab, device=request.seq.device)
+        q[:, : self.width] = 1.0 / self.width
+        drafts = torch.multinomial(q, 1, generator=request.gen)[:, 0]
+        request.seq[request.n:request.n + request.gamma] = drafts
+        return Proposal(q=q)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_custom_drafter_batches_and_each_row_is_its_own_run(temperature):
+    _, target = models("different")
+    sampling = Sampling(temperature)
+    drafter = UniformDrafter(4)
+    batch = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=7,
+                                       eos_token_id=EOS, schedule="heuristic")
+    for b, prompt in enumerate(PROMPTS):
+        one = speculative_generate(prompt, UniformDrafter(4), target, gamma=3, sampling=sampling, max_new_tokens=12, seed=7 + b,
+                                   eos_token_id=EOS, schedule="heuristic")
+        _same_run(one, batch.traces[b])
+    assert sum(t.drafted for t in batch.traces) > 0 and batch.drafter_passes == 0
 
 
 @pytest.mark.parametrize("kind", ["model", "ngram"])
@@ -188,3 +218,19 @@ def test_a_repetition_penalty_gives_each_row_its_own_context(temperature):
                   batch.traces[b])
         assert base.traces[b].output_ids == autoregressive_generate(prompt, target, sampling=sampling, max_new_tokens=12, seed=2 + b,
                                                                     eos_token_id=EOS).output_ids
+
+
+def test_a_batch_checks_every_rows_seed_and_takes_a_schedule_with_its_threshold():
+    from specviz.schedules import make_schedule
+    from specviz.seeds import SEED_MAX
+
+    drafter, target = models("different")
+    with pytest.raises(ValueError, match="seed must be a whole number"):
+        speculative_generate_batch([[1], [2]], drafter, target, max_new_tokens=2, seed=SEED_MAX)
+    schedule = make_schedule("confidence", 3, 0.99)
+    batch = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=8, seed=1, schedule=schedule)
+    for b, prompt in enumerate(PROMPTS):
+        assert batch.traces[b].settings["gamma_schedule"] == {"name": "confidence", "gamma": 3, "threshold": 0.99}
+        one = speculative_generate(prompt, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=8, seed=1 + b,
+                                   schedule=make_schedule("confidence", 3, 0.99))
+        _same_run(one, batch.traces[b])

@@ -118,3 +118,56 @@ def test_a_bad_prompts_file_gets_a_message(tmp_path, content, message):
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     out = run("generate", "--prompts-file", str(path), "--max-new-tokens", "4")
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_record_with_nothing_tested_writes_and_reports(tmp_path, capsys):
+    """Prompt lookup on a prompt with nothing to copy, one token: no draft is tested, alpha is None."""
+    from specviz.cli import main
+    from specviz.recording import Recording
+
+    out = tmp_path / "r.json"
+    with pytest.raises(SystemExit) as done:
+        main(["record", "--drafter-kind", "ngram", "--prompt", "abc", "--max-new-tokens", "1", "--out", str(out)])
+    assert done.value.code == 0, capsys.readouterr().err
+    rec = Recording.load(out)
+    assert rec.speculative.alpha is None and len(rec.speculative.output_ids) == 1
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_a_batch_honours_the_confidence_threshold(tmp_path, capsys):
+    from specviz.cli import main
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("def is_prime(n):\nimport os\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as done:
+        main(["generate", "--prompts-file", str(prompts), "--gamma-schedule", "confidence", "--confidence", "0.99",
+              "--max-new-tokens", "6", "--json"])
+    assert done.value.code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [t["settings"]["gamma_schedule"]["threshold"] for t in report["traces"]] == [0.99, 0.99]
+
+
+def test_bench_batch_sizes_take_the_confidence_threshold(capsys):
+    from specviz.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "--batch-sizes", "1,2", "--gamma-schedule", "confidence", "--confidence", "0.9", "--max-new-tokens", "4",
+              "--repeats", "1", "--json"])
+    assert done.value.code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["settings"]["confidence"] == 0.9 and [r["batch_size"] for r in report["rows"]] == [1, 2]
+    assert all(r["predicted_speedup_verify"] is None for r in report["rows"])  # a confidence schedule drafts fewer than gamma
+
+
+def test_a_failure_inside_a_model_is_an_error_message(monkeypatch, capsys):
+    import specviz
+    from specviz.cli import main
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the cache could not be cropped")
+
+    monkeypatch.setattr(specviz, "speculative_generate", broken)
+    with pytest.raises(SystemExit) as done:
+        main(["generate", "--prompt", "x", "--max-new-tokens", "2"])
+    err = capsys.readouterr().err
+    assert done.value.code == 1 and "error: the run failed: the cache could not be cropped" in err and "Traceback" not in err

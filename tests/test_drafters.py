@@ -193,3 +193,22 @@ def test_a_trace_with_every_new_field_round_trips(embedded):
     r["drafts"][0]["source"] = 10_000
     with pytest.raises(ValueError, match="source"):
         Trace.from_dict(bad)
+
+
+# ---- drafter passes: what c divides by ------------------------------------------------------
+
+def test_drafter_passes_count_forward_passes_not_drafted_tokens():
+    from specviz import autoregressive_generate, theory
+
+    drafter, target = models("similar")
+    common = dict(gamma=4, sampling=Sampling(1.0), max_new_tokens=16, seed=0)
+    lookup = speculative_generate(REPEATING * 2, PromptLookupDrafter(max_ngram=2), target, **common)
+    assert lookup.drafted > 0 and lookup.drafter_forward_passes == 0  # copies: no model, no pass
+    assert lookup.to_dict()["drafter_forward_passes"] == 0
+    assert theory.drafter_step_ms(lookup) is None
+    assert theory.cost_coefficient(lookup, autoregressive_generate(REPEATING * 2, target, sampling=Sampling(1.0), max_new_tokens=16)) is None
+    model = ModelDrafter(drafter)
+    trace = speculative_generate(REPEATING, model, target, **common)
+    assert trace.drafter_forward_passes == trace.drafted  # one pass per draft
+    # The model drafter's runner counts the passes: the prefill, then one per draft.
+    assert model.passes == 1 + trace.drafted

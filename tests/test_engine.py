@@ -93,6 +93,38 @@ def test_same_seed_same_trace(pair):
     assert a.output_ids != c.output_ids
 
 
+@pytest.mark.parametrize("seed", [0, 5, 2**40 + 3])
+def test_a_seed_and_that_seed_plus_2_to_the_32_draw_differently(pair, seed):
+    """torch's CPU generator keeps 32 bits of its seed; specviz hashes seeds above 2^32 so all 64 count."""
+    drafter, target = pair
+    runs = [speculative_generate([5, 7, 9], drafter, target, gamma=4, sampling=SAMPLED, max_new_tokens=40, seed=s).output_ids
+            for s in (seed, seed + 2**32)]
+    assert runs[0] != runs[1]
+    base = [autoregressive_generate([5, 7, 9], target, sampling=SAMPLED, max_new_tokens=40, seed=s).output_ids for s in (seed, seed + 2**32)]
+    assert base[0] != base[1]
+
+
+def test_seeds_below_2_to_the_32_seed_torch_as_they_are_and_the_range_is_checked(pair):
+    from specviz.seeds import SEED_MAX, torch_seed
+
+    assert [torch_seed(s) for s in (0, 7, 2**32 - 1)] == [0, 7, 2**32 - 1]  # recorded runs keep their draws
+    assert 0 <= torch_seed(SEED_MAX) <= SEED_MAX
+    drafter, target = pair
+    speculative_generate([5], drafter, target, max_new_tokens=2, seed=SEED_MAX)
+    for bad in (-1, SEED_MAX + 1, 1.5, True):
+        with pytest.raises(ValueError, match="seed must be a whole number from 0 to"):
+            speculative_generate([5], drafter, target, max_new_tokens=2, seed=bad)
+
+
+def test_the_smallest_temperature_is_one_constant():
+    from specviz.sampling import MIN_TEMPERATURE
+
+    assert MIN_TEMPERATURE == 0.01  # the page's slider and the engine's check read this one constant
+    Sampling(temperature=MIN_TEMPERATURE)
+    with pytest.raises(ValueError, match="at least 0.01"):
+        Sampling(temperature=0.005)
+
+
 def test_drafter_equal_to_target_accepts_everything(pair):
     _, target = pair
     for sampling in (GREEDY, SAMPLED, Sampling(temperature=1.0)):

@@ -50,6 +50,25 @@ def test_installed_package_runs_the_readme_snippet_outside_the_repository(venv, 
     assert all(str(venv) in line for line in where), where
 
 
+def test_a_target_install_finds_its_assets_as_package_data(tmp_path):
+    """``pip install --target`` (like ``--user``) puts no files under sys.prefix: the embedded pair,
+    the prompt sets and the recordings travel inside the package and are found there."""
+    target = tmp_path / "lib"
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), str(ROOT)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    check = ("import specviz.assets as a, json; print(a.ASSETS); "
+             "print(sorted(p.name for p in (a.ASSETS / 'models').iterdir())); "
+             "print(len(json.loads((a.ASSETS / 'prompts_grounded.json').read_text())) > 0, "
+             "len(list((a.ASSETS / 'recordings').glob('*.json'))) > 0)")
+    run = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    where, models, found = run.stdout.splitlines()
+    assert where == str(target / "specviz" / "data") and models == "['README.md', 'drafter', 'target']" and found == "True True"
+    assert not (target / "share").exists() and not (target / "specviz" / "data" / "screenshot.png").exists()
+
+
 def test_console_command_and_declared_dependencies(venv, tmp_path):
     out = subprocess.run([str(venv / "bin" / "specviz"), "generate", "--prompt", "import os", "--max-new-tokens", "4", "--json"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)

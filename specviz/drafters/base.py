@@ -6,6 +6,13 @@ stands (``rollback``). The loop in ``specviz.engine`` knows only this interface,
 model, prompt lookup and early exit go through the same verification, the same trace and the
 same exactness tests.
 
+Batches (``specviz.batch``) ask the same of a drafter, for several sequences at once:
+``start_batch``, ``propose_batch`` (one DraftRequest per row, one Proposal back per row),
+``rollback_batch`` and ``keep_rows``. By default each row drafts through its own copy of the
+drafter (``fork``), one row after the other, with the single-sequence verbs: any drafter
+batches, and each row is exactly its single-sequence run. A drafter model overrides them to
+draft for every row in one forward pass per draft step.
+
 Exactness needs one thing of a drafter: each draft x_i is a draw from the q_i it reports, given
 the sequence before it (a deterministic drafter reports a one-hot q). Then u < min(1, p/q) and the
 residual norm(max(0, p - q)) give the target's law (Leviathan et al. 2023, Appendix A.1), whatever
@@ -14,6 +21,7 @@ the drafter and however many drafts it proposes.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,6 +88,7 @@ class Drafter(ABC):
 
     kind: str = ""
     models: tuple = ()
+    _forks: list["Drafter"] | None = None  # the rows' drafters under the default batching
 
     @abstractmethod
     def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
@@ -91,6 +100,42 @@ class Drafter(ABC):
 
     def rollback(self, length: int) -> None:
         """The sequence stands to ``length`` tokens; forget anything after it (a KV cache, say)."""
+
+    @property
+    def passes(self) -> int:
+        """Forward passes of the drafter's models since the last ``start`` or ``start_batch``,
+        prefill included (0 for a drafter without a model; under the default batching, the
+        rows' passes added up)."""
+        return sum(f.passes for f in self._forks) if self._forks else 0
+
+    # ---- batches -------------------------------------------------------------------------
+
+    def fork(self) -> "Drafter":
+        """A drafter for one row of a batch under the default batching: a shallow copy, sharing
+        models and parameters. Override when a copy must not share some mutable state."""
+        twin = copy.copy(self)
+        twin._forks = None
+        return twin
+
+    def start_batch(self, seqs: list[torch.Tensor], lengths: list[int], vocab: int) -> None:
+        """Prepare for a batch: row i's first ``lengths[i]`` tokens of ``seqs[i]`` are settled."""
+        self._forks = [self.fork() for _ in seqs]
+        for drafter, seq, n in zip(self._forks, seqs, lengths):
+            drafter.start(seq, n, vocab, True)
+
+    def propose_batch(self, requests: list[DraftRequest]) -> list[Proposal]:
+        """One Proposal per row still in the batch (``requests`` in the rows' order), each as
+        ``propose`` would give it for that row alone, its drafts written into the row's seq."""
+        return [drafter.propose(request) for drafter, request in zip(self._forks, requests)]
+
+    def rollback_batch(self, lengths: list[int]) -> None:
+        """Row i's sequence stands to ``lengths[i]`` tokens; forget anything after it."""
+        for drafter, length in zip(self._forks, lengths):
+            drafter.rollback(length)
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """Keep only these rows (by index among the rows still in the batch): the others finished."""
+        self._forks = [self._forks[i] for i in rows]
 
     def describe(self) -> dict:
         """What the trace records of this drafter (its kind and parameters), JSON-ready."""

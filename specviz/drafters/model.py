@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from specviz import rejection
+from specviz.batch_runner import BatchRunner, left_padded, positions
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
 from specviz.runner import ModelRunner
-from specviz.sampling import contexts
+from specviz.sampling import contexts, row_contexts
 
 
 class ModelDrafter(Drafter):
@@ -18,6 +19,7 @@ class ModelDrafter(Drafter):
 
     Each draft is drawn from the model's q after the run's sampling processors (the same ones the
     target's p goes through), through ``rejection.draft_token``, which returns the q it drew from.
+    In a batch, every row drafts in the same passes (``propose_batch``).
     """
 
     kind = "model"
@@ -26,8 +28,17 @@ class ModelDrafter(Drafter):
         self.model = model
         self.models = (model,)
         self.runner: ModelRunner | None = None
+        self.batch: BatchRunner | None = None
+        self.fed: list[int] = []  # per row of a batch: tokens of its sequence in the drafter's cache
+        self.fed_columns: list[list[tuple[int, int]]] = []  # per row: (cache column, position) of this round's drafts fed
+
+    @property
+    def passes(self) -> int:
+        runner = self.batch or self.runner
+        return runner.passes if runner is not None else 0
 
     def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+        self.batch = None
         self.runner = ModelRunner(self.model, vocab, cached)
         self.runner.prefill(seq, n)
 
@@ -48,3 +59,70 @@ class ModelDrafter(Drafter):
 
     def rollback(self, length: int) -> None:
         self.runner.rollback(length)
+
+    # ---- batches: one pass per draft step for every row ------------------------------------
+
+    def start_batch(self, seqs: list[torch.Tensor], lengths: list[int], vocab: int) -> None:
+        self.runner = None
+        self.batch = BatchRunner(self.model, vocab, len(seqs))
+        self.batch.prefill(seqs, lengths)
+        self.fed = list(lengths)
+        self.fed_columns = [[] for _ in seqs]
+
+    def propose_batch(self, requests: list[DraftRequest]) -> list[Proposal]:
+        """Draft for every row, one pass per draft step.
+
+        The first pass feeds each row what the drafter's cache lacks (the pending token, and the
+        last draft of a round whose drafts were all accepted), left-padded; each later pass feeds
+        every row's newest draft. A row whose gamma is reached, or whose schedule says stop,
+        rides along masked. Row i draws from its own ``requests[i].gen`` in the order
+        ``propose`` draws, so each row drafts as it would alone.
+        """
+        device = self.batch.mask.device
+        first = requests[0]
+        sampling, warpers, vocab = first.sampling, first.warpers, first.vocab
+        missing, valid = left_padded([r.seq[f:r.n] for r, f in zip(requests, self.fed)], device)
+        logits = self.batch.feed(missing, valid, positions(self.fed, valid, left=True), 1)[:, -1]
+        self.fed = [r.n for r in requests]
+        self.fed_columns = [[] for _ in requests]
+        q_rows: list[list[torch.Tensor]] = [[] for _ in requests]
+        drafting = [r.gamma > 0 for r in requests]
+        step = 0
+        while any(drafting):
+            rows = [i for i, d in enumerate(drafting) if d]
+            sub = logits[rows]
+            ctx = row_contexts([(requests[i].seq, requests[i].n + step) for i in rows], vocab) if sampling.needs_context else None
+            tokens, q = rejection.draft_token(sub, sampling, warpers, [requests[i].gen for i in rows], ctx)
+            # Greedy q is one-hot, which says nothing of confidence: the schedule reads the softmax then.
+            sure = torch.softmax(sub.float(), dim=-1) if sampling.greedy else q
+            for j, i in enumerate(rows):
+                r = requests[i]
+                q_rows[i].append(q[j:j + 1])
+                r.seq[r.n + step] = tokens[j]
+                if step + 1 >= r.gamma or not r.keep_drafting(sure[j:j + 1]):
+                    drafting[i] = False
+            if not any(drafting):
+                break
+            feeding = torch.tensor([[d] for d in drafting], device=device)
+            last = torch.stack([r.seq[r.n + step] for r in requests])[:, None]
+            column = self.batch.columns
+            for i, r in enumerate(requests):
+                if drafting[i]:
+                    self.fed_columns[i].append((column, r.n + step))
+                    self.fed[i] = r.n + step + 1
+            at = torch.tensor([[r.n + step if d else 0] for r, d in zip(requests, drafting)], device=device)
+            logits = self.batch.feed(last * feeding, feeding, at, 1)[:, -1]
+            step += 1
+        return [Proposal(q=torch.cat(rows) if rows else self.empty(r)) for rows, r in zip(q_rows, requests)]
+
+    def rollback_batch(self, lengths: list[int]) -> None:
+        """Mask the columns of drafts past each row's length (``DynamicCache.crop`` would cut every row)."""
+        for i, length in enumerate(lengths):
+            self.batch.forget(i, [column for column, position in self.fed_columns[i] if position >= length])
+            self.fed[i] = min(self.fed[i], length)
+
+    def keep_rows(self, rows: list[int]) -> None:
+        self.batch.keep(rows)
+        self.fed = [self.fed[i] for i in rows]
+        self.fed_columns = [self.fed_columns[i] for i in rows]
+

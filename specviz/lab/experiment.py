@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
+from specviz import metrics
 from specviz.engine import speculative_generate
 from specviz.sampling import Sampling
 
@@ -134,7 +135,7 @@ def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000
         pass
     assert (result.exact * runs >= 5).sum() >= 8, "a near-deterministic target leaves the test without power"
     stat, pvalue = result.test()
-    return stat, pvalue, (result.accepted / result.drafted if result.drafted else None)
+    return stat, pvalue, metrics.draft_acceptance_rate(result.accepted, result.drafted)
 
 
 def batch_results(drafter, target, sampling: Sampling, gamma: int, runs: int, prompts: list[list[int]], eos: int | None = None,

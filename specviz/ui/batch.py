@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from specviz.bench_batch import batch_sizes_up_to
+from specviz.throughput import batch_sizes_up_to
 from specviz.gpu import on_zerogpu
 from specviz.pair import free_memory
 from specviz.ui.checks import check_batch_prompts

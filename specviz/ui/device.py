@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from specviz import Trace, autoregressive_stream, speculative_stream
-from specviz.bench_batch import batch_sizes_up_to, throughput_stream
+from specviz.throughput import batch_sizes_up_to, throughput_stream
 from specviz.comparison import compare_stream
 from specviz.drafters import KINDS as DRAFTER_KINDS, make_drafter
 from specviz.gpu import gpu_task

@@ -9,7 +9,8 @@ import os
 
 from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS
 from specviz.pair import ASSETS
-from specviz.sampling import DEFAULT_SAMPLING
+from specviz.sampling import DEFAULT_SAMPLING, MIN_TEMPERATURE
+from specviz.seeds import SEED_MAX  # noqa: F401  (re-exported: the page checks seeds against it)
 from specviz.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
 from specviz.trace import MAX_GAMMA
 
@@ -20,8 +21,7 @@ MAX_NEW_TOKENS_RANGE = (1, 256)
 TOP_K_MAX = 1000
 PENALTY_RANGE = (1.0, 2.0)  # transformers' repetition penalty; 1 is off
 LOAD_CONCURRENCY = 2  # recordings loaded at once (each is bounded work: see specviz.validation)
-SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed; the signed range is safe everywhere
-TEMPERATURE_MIN = 0.01  # below it, logits / temperature overflows float32: use 0 for greedy
+TEMPERATURE_MIN = MIN_TEMPERATURE  # one constant with the engine's (specviz.sampling)
 PROMPT_CHARS_MAX = 2000
 SWEEP_GAMMAS = tuple(range(1, 9))
 BATCH_MAX = 8  # rows the Batch tab decodes together at most

@@ -1,6 +1,7 @@
 """Views: pure functions from traces to HTML, text and plotly figures. No model, no UI state."""
 
 from specviz.views.charts import acceptance_figure, timeline_figure
+from specviz.views import notebook  # noqa: F401  (registers the notebook display of Trace and Recording)
 from specviz.views.explain import BATCH_NOTE, THEORY_NOTE, explanation_markdown
 from specviz.views.race import race_html, slowdown_for
 from specviz.views.replay import round_html

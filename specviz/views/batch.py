@@ -14,7 +14,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from specviz.bench_batch import BatchPoint
+from specviz.throughput import BatchPoint
 from specviz.views.charts import BLUE, GREY, ORANGE, style_figure
 from specviz.views.tokens import round_spans
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from specviz import metrics
 from specviz.trace import Trace
 
 BLUE, VERMILLION, ORANGE, GREEN, GREY = "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#BBBBBB"
@@ -33,13 +34,12 @@ def acceptance_figure(trace: Trace) -> go.Figure:
     (sum_x min(p, q) averaged over its tested drafts; Leviathan et al. 2023, Def. 3.1)."""
     rounds = list(range(1, len(trace.rounds) + 1))
     count = lambda verdict: [sum(d.verdict == verdict for d in r.drafts) for r in trace.rounds]  # noqa: E731
-    running, acc, tested = [], 0, 0
+    running, acc, rej = [], 0, 0
     for r in trace.rounds:
         acc += r.accepted_count
-        tested += sum(d.verdict != "discarded" for d in r.drafts)
-        running.append(acc / tested if tested else None)
-    betas = [[d.beta for d in r.drafts if d.verdict != "discarded" and d.beta is not None] for r in trace.rounds]
-    mean_beta = [sum(b) / len(b) if b else None for b in betas]
+        rej += sum(d.verdict == "rejected" for d in r.drafts)
+        running.append(metrics.alpha(acc, rej))
+    mean_beta = [metrics.mean(d.beta for d in r.drafts if d.verdict != "discarded" and d.beta is not None) for r in trace.rounds]
     lines = [go.Scatter(x=rounds, y=running, name="alpha so far (accepted / tested)", yaxis="y2", mode="lines", line=dict(color="#333", width=2))]
     if any(b is not None for b in mean_beta):
         lines.append(go.Scatter(x=rounds, y=mean_beta, name="mean beta of the round", yaxis="y2", mode="lines+markers",

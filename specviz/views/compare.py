@@ -7,13 +7,13 @@ from html import escape
 import plotly.graph_objects as go
 
 from specviz import theory
+from specviz.drafters import LABELS
 from specviz.speedup import estimate
 from specviz.views.charts import style_figure
 from specviz.views.text import run_label
 from specviz.views.tokens import tokens_html
 
 COLOURS = {"model": "#0072B2", "ngram": "#009E73", "early-exit": "#CC79A7"}
-LABELS = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit"}
 
 
 def _num(value, digits: int = 2, suffix: str = "") -> str:
