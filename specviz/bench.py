@@ -34,19 +34,27 @@ import time
 import torch
 
 from specviz import Sampling, autoregressive_generate, speculative_generate, theory
-from specviz.drafters import early_exit_model, make_drafter
-from specviz.pair import ASSETS, load_pair
+from specviz.drafters import early_exit_model, make_drafter, quantize_target
+from specviz.pair import ASSETS, ENGLISH, default_pair, encode_prompt, load_pair
 from specviz.schedules import make_schedule
 
-PROMPT_SETS = {"held-out": "prompts.json", "grounded": "prompts_grounded.json"}
+PROMPT_SETS = {"held-out": "prompts.json", "grounded": "prompts_grounded.json", "english": "prompts_en.json"}
+CHAT_SETS = {"english"}  # sets of chat requests: an instruct pair gets them through its chat template
 
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
 
 
+def prompt_set_for(prompt_set: str, pair_name: str) -> str:
+    """The set to run: "held-out" means the pair's own held-out prompts (the English chat prompts
+    for the English pair, the code prompts for the others); other names are taken as they are."""
+    return "english" if prompt_set == "held-out" and pair_name == ENGLISH else prompt_set
+
+
 def held_out_prompts(count: int, prompt_set: str = "held-out") -> list[str]:
-    """The first ``count`` prompts of a set: "held-out" (assets/prompts.json, held out from
-    training) or "grounded" (assets/prompts_grounded.json: code whose continuation repeats names
-    and lines of the prompt, where prompt lookup has something to copy).
+    """The first ``count`` prompts of a set: "held-out" (assets/prompts.json, held out from the
+    embedded pair's training), "grounded" (assets/prompts_grounded.json: code whose continuation
+    repeats names and lines of the prompt, where prompt lookup has something to copy) or
+    "english" (assets/prompts_en.json: chat requests held out from the English drafter's distillation).
 
     Raises:
         ValueError: an unknown set.
@@ -55,6 +63,11 @@ def held_out_prompts(count: int, prompt_set: str = "held-out") -> list[str]:
         raise ValueError(f"prompt set must be one of {', '.join(PROMPT_SETS)}, got {prompt_set!r}")
     prompts = json.loads((ASSETS / PROMPT_SETS[prompt_set]).read_text())
     return [p["prompt"] for p in prompts[:count]]
+
+
+def prompt_token_ids(pair, texts: list[str], prompt_set: str) -> list[list[int]]:
+    """The prompts as token ids: chat sets through the chat template of an instruct pair, others as text."""
+    return [encode_prompt(pair, t, chat=prompt_set in CHAT_SETS and pair.instruct) for t in texts]
 
 
 def _hf_kwargs(pair, sampling: Sampling, n: int) -> dict:
@@ -79,6 +92,8 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
     if kind == "early-exit":
         assistant = early_exit_model(pair.target, exit_layer or make_drafter("early-exit", target=pair.target).exit_layer)
         name = f"assisted generation, assistant = the target's first {assistant.config.num_hidden_layers} layers"
+    elif kind == "quantized":
+        assistant, name = quantize_target(pair.target), "assisted generation, assistant = the target's int8 copy"
     else:
         assistant, name = pair.drafter, "assisted generation with the same drafter"
     assistant.generation_config.assistant_confidence_threshold = threshold
@@ -133,21 +148,25 @@ def _spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "q1": qs[0], "q3": qs[2], "min": min(values), "max": max(values), "runs": len(values)}
 
 
-def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
+def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
               repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
               confidence=0.4, prompt_set="held-out") -> dict:
     """Run the benchmark and return the report (the dict ``--json`` prints).
 
-    ``kind`` and ``schedule`` choose the drafter and gamma schedule (``specviz.drafters``,
-    ``specviz.schedules``); ``prompt_set`` one of PROMPT_SETS. Tokens/s are per run (prefill
-    included); speedups are ratios of medians within this one run.
+    ``pair_name`` defaults to ``default_pair()`` (the English pair when it loads offline). ``kind``
+    and ``schedule`` choose the drafter and gamma schedule (``specviz.drafters``,
+    ``specviz.schedules``); ``prompt_set`` one of PROMPT_SETS ("held-out": the pair's own, see
+    ``prompt_set_for``). Tokens/s are per run (prefill included); speedups are ratios of medians
+    within this one run.
 
     Raises:
         PairError, ValueError: as load_pair, make_drafter, make_schedule, held_out_prompts.
     """
+    if pair_name is None and not (drafter or target):
+        pair_name = default_pair()
     pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
-    texts = held_out_prompts(prompts, prompt_set)
-    prompt_ids = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    prompt_set = prompt_set_for(prompt_set, pair.name)
+    prompt_ids = prompt_token_ids(pair, held_out_prompts(prompts, prompt_set), prompt_set)
     options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence)
     runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens, **options) for m in methods}
     tps: dict[str, list[float]] = {m: [] for m in methods}

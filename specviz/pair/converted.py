@@ -118,7 +118,7 @@ def convert(gguf: Path, out: Path) -> None:
 
 
 def ensure_converted(gguf: Path, source: dict, say: Callable[[float, str], None] = lambda f, m: None,
-                     root: Path | None = None, converter: Callable[[Path, Path], None] = convert) -> Path:
+                     root: Path | None = None, converter: Callable[[Path, Path], None] | None = None) -> Path:
     """The cached safetensors folder of ``gguf``, converting it first if no complete one exists.
 
     Args:
@@ -126,7 +126,8 @@ def ensure_converted(gguf: Path, source: dict, say: Callable[[float, str], None]
         source: what the record in the folder should say of the file (package, version), JSON-ready.
         say: progress, ``say(fraction, message)``.
         root: the cache directory (default: ``settings.cache_dir()``).
-        converter: ``converter(gguf, out_folder)`` writes the model (the tests count its calls).
+        converter: ``converter(gguf, out_folder)`` writes the model (default ``convert``; the tests
+            count its calls).
 
     Returns:
         The folder: config.json, model.safetensors, tokenizer files and ``specviz_source.json``.
@@ -149,7 +150,7 @@ def ensure_converted(gguf: Path, source: dict, say: Callable[[float, str], None]
         raise PairError(f"the model cache {parent} cannot be written ({err.strerror}); set SPECVIZ_CACHE_DIR to a writable folder") from err
     try:
         say(0.32, f"Converting {gguf.name} to safetensors once (about a minute; later loads read the cache)")
-        converter(gguf, work)
+        (converter or convert)(gguf, work)
         record = dict(source, gguf_file=gguf.name, sha256=digest, bytes=gguf.stat().st_size)
         (work / SOURCE_FILE).write_text(json.dumps(record, indent=1) + "\n")
         try:
