@@ -33,9 +33,9 @@ import platform
 import torch
 
 from specviz import Sampling, autoregressive_generate, metrics, speculative_generate, theory
-from specviz.bench_common import benchmark_prompts, hf_kwargs, pooled_acceptance, predictions, run_command, spread, timed
-from specviz.drafters import default_exit_layer, early_exit_model, make_drafter
-from specviz.pair import load_pair
+from specviz.bench_common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
+from specviz.drafters import default_exit_layer, early_exit_model, make_drafter, quantize_target
+from specviz.pair import default_pair, load_pair
 from specviz.schedules import make_schedule
 
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
@@ -65,6 +65,8 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
     if kind == "early-exit":
         assistant = early_exit_model(pair.target, exit_layer or default_exit_layer(pair.target))
         name = f"assisted generation, assistant = the target's first {assistant.config.num_hidden_layers} layers"
+    elif kind == "quantized":
+        assistant, name = quantize_target(pair.target), "assisted generation, assistant = the target's int8 copy"
     else:
         assistant, name = _assistant(pair.drafter), "assisted generation with the same drafter"
     assistant.generation_config.assistant_confidence_threshold = threshold
@@ -99,21 +101,25 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
     return run
 
 
-def benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
+def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
               repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
               confidence=0.4, prompt_set="held-out") -> dict:
     """Run the benchmark and return the report (the dict ``--json`` prints).
 
-    ``kind`` and ``schedule`` choose the drafter and gamma schedule (``specviz.drafters``,
-    ``specviz.schedules``); ``prompt_set`` one of PROMPT_SETS. Tokens/s are per run (prefill
-    included); speedups are ratios of medians within this one run.
+    ``pair_name`` defaults to ``default_pair()`` (the English pair when it loads offline). ``kind``
+    and ``schedule`` choose the drafter and gamma schedule (``specviz.drafters``,
+    ``specviz.schedules``); ``prompt_set`` one of PROMPT_SETS ("held-out": the pair's own, see
+    ``prompt_set_for``). Tokens/s are per run (prefill included); speedups are ratios of medians
+    within this one run.
 
     Raises:
         PairError, ValueError: as load_pair, make_drafter, make_schedule, benchmark_prompts.
     """
+    if pair_name is None and not (drafter or target):
+        pair_name = default_pair()
     pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
-    texts = benchmark_prompts(prompts, prompt_set)
-    prompt_ids = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    prompt_set = prompt_set_for(prompt_set, pair.name)
+    prompt_ids = prompt_token_ids(pair, benchmark_prompts(prompts, prompt_set), prompt_set)
     options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence)
     runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens, **options) for m in methods}
     tps: dict[str, list[float]] = {m: [] for m in methods}

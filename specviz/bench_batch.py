@@ -27,9 +27,9 @@ import torch
 
 from specviz import Sampling, metrics, theory
 from specviz.batch import MAX_BATCH, autoregressive_generate_batch, speculative_generate_batch
-from specviz.bench_common import benchmark_prompts, hf_kwargs, pooled_acceptance, predictions, run_command, spread, timed
+from specviz.bench_common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
 from specviz.drafters import make_drafter
-from specviz.pair import load_pair
+from specviz.pair import default_pair, load_pair
 from specviz.schedules import make_schedule
 
 METHODS = ["autoregressive", "speculative", "hf_generate"]
@@ -54,10 +54,11 @@ def _hf_batch(pair, sampling: Sampling, n: int):
     return run
 
 
-def batch_benchmark(pair_name="embedded", drafter=None, target=None, device=None, gamma=4, sampling=Sampling(0.0), max_new_tokens=128,
+def batch_benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, sampling=Sampling(0.0), max_new_tokens=128,
                     repeats=3, batch_sizes=(1, 2, 4, 8), kind="model", schedule="constant", ngram_max=3, exit_layer=None,
                     prompt_set="held-out", confidence=0.4) -> dict:
-    """Run the batch benchmark and return its report (the dict ``--json`` prints).
+    """Run the batch benchmark and return its report (the dict ``--json`` prints); ``pair_name``
+    defaults to ``default_pair()``.
 
     ``confidence``: the threshold of the confidence schedule.
 
@@ -68,9 +69,11 @@ def batch_benchmark(pair_name="embedded", drafter=None, target=None, device=None
     if not batch_sizes or any(not 1 <= b <= MAX_BATCH for b in batch_sizes):
         raise ValueError(f"batch sizes must be whole numbers from 1 to {MAX_BATCH}, got {list(batch_sizes)}")
     make_schedule(schedule, gamma, confidence)  # refuses a bad name, gamma or threshold before the pair loads
+    if pair_name is None and not (drafter or target):
+        pair_name = default_pair()
     pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
-    texts = benchmark_prompts(8, prompt_set)
-    ids = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    prompt_set = prompt_set_for(prompt_set, pair.name)
+    ids = prompt_token_ids(pair, benchmark_prompts(8, prompt_set), prompt_set)
     batches = {b: [ids[i % len(ids)] for i in range(b)] for b in batch_sizes}
     the_drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
     common = dict(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=None, vocab_size=pair.vocab_size)

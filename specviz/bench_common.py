@@ -17,7 +17,24 @@ from specviz.sampling import Sampling
 # "held-out": prompts from files kept out of the embedded pair's training; "grounded": code
 # written so its continuation repeats names and lines of the prompt (prompt lookup has something
 # to copy), not drawn from any corpus and not held out from anything.
-PROMPT_SETS = {"held-out": "prompts.json", "grounded": "prompts_grounded.json"}
+# "english": chat requests held out from the English drafter's distillation.
+PROMPT_SETS = {"held-out": "prompts.json", "grounded": "prompts_grounded.json", "english": "prompts_en.json"}
+CHAT_SETS = {"english"}  # sets of chat requests: an instruct pair gets them through its chat template
+
+
+def prompt_set_for(prompt_set: str, pair_name: str) -> str:
+    """The set to run: "held-out" means the pair's own held-out prompts (the English chat prompts
+    for the English pair, the code prompts for the others); other names are taken as they are."""
+    from specviz.pair import ENGLISH
+
+    return "english" if prompt_set == "held-out" and pair_name == ENGLISH else prompt_set
+
+
+def prompt_token_ids(pair, texts: list[str], prompt_set: str) -> list[list[int]]:
+    """The prompts as token ids: chat sets through the chat template of an instruct pair, others as text."""
+    from specviz.pair import encode_prompt
+
+    return [encode_prompt(pair, t, chat=prompt_set in CHAT_SETS and pair.instruct) for t in texts]
 
 
 def benchmark_prompts(count: int, prompt_set: str = "held-out") -> list[str]:

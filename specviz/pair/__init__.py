@@ -3,8 +3,11 @@
 Each module holds one concern; this package re-exports the public names, so callers write
 ``from specviz.pair import load_pair``:
 
-- ``catalogue``: the presets (``PRESETS``, ``Preset``) and how models and pairs are named
+- ``catalogue``: the presets (``PRESETS``, ``Preset``), the default pair (``default_pair``: the
+  English pair when it loads offline, else the embedded one) and how models and pairs are named
   (``ModelRef``, ``parse_model_ref``, ``resolve``).
+- ``converted``: a model shipped as a GGUF file, converted once to a cached safetensors folder.
+- ``small_head``: ``SmallHeadLM``, the English pair's drafter class.
 - ``hub``: what the model hub says about a model before anything is downloaded.
 - ``memory``: the device and dtype a pair gets, free memory there, giving memory back.
 - ``loading``: the loading stages and the loaded ``Pair``.
@@ -17,7 +20,18 @@ caller decides how to show it. Whether this is a ZeroGPU Space is asked of ``spe
 """
 
 from specviz.pair.cache import loaded_pair, load_pair, preload, preload_names, resident_pairs, unload_all
-from specviz.pair.catalogue import ASSETS, EMBEDDED, PRESETS, ModelRef, Preset, parse_model_ref, resolve
+from specviz.pair.catalogue import (
+    ASSETS,
+    EMBEDDED,
+    ENGLISH,
+    PRESETS,
+    ModelRef,
+    Preset,
+    default_pair,
+    english_available,
+    parse_model_ref,
+    resolve,
+)
 from specviz.pair.errors import OOM_ERRORS, PairError
 from specviz.pair.hub import HUB_TIMEOUT_S
 from specviz.pair.loading import Pair, Progress, check_same_tokenizer
@@ -36,9 +50,9 @@ from specviz.pair.settings import (
 )
 
 __all__ = [
-    "ALLOW_CUSTOM_ENV", "ASSETS", "DEFAULT_MAX_MODEL_GB", "DEFAULT_RESIDENT_PAIRS", "EMBEDDED", "HUB_TIMEOUT_S",
+    "ALLOW_CUSTOM_ENV", "ASSETS", "DEFAULT_MAX_MODEL_GB", "DEFAULT_RESIDENT_PAIRS", "EMBEDDED", "ENGLISH", "HUB_TIMEOUT_S",
     "MAX_MODEL_GB_ENV", "OOM_ERRORS", "PRELOAD_ENV", "PRESETS", "RESIDENT_PAIRS_ENV", "ModelRef", "Pair", "PairError",
-    "Preset", "Progress", "check_same_tokenizer", "custom_models_allowed", "default_device", "encode_prompt",
+    "Preset", "Progress", "check_same_tokenizer", "custom_models_allowed", "default_device", "default_pair", "encode_prompt", "english_available",
     "free_memory", "load_pair", "loaded_pair", "max_model_gb", "parse_model_ref", "preload", "preload_names",
     "resident_limit", "resident_pairs", "resolve", "unload_all",
 ]

