@@ -243,6 +243,7 @@ def speculative_stream(
     record: bool = True,
     cached: bool = True,
     schedule: str | GammaSchedule = "constant",
+    tree=None,
 ) -> Iterator[Trace]:
     """Speculative sampling, yielding the same growing Trace after every round.
 
@@ -266,6 +267,8 @@ def speculative_stream(
         schedule: a ``specviz.schedules`` name ("constant", "heuristic", "confidence", "optimal")
             or a GammaSchedule. "optimal" reads the run's timings, so its tokens for one seed can
             differ between runs (each run is still distributed as the target's).
+        tree: a ``specviz.tree.spec.TreeSpec``: draft a token tree per round instead of a chain
+            (``specviz.tree.loop.tree_stream``; gamma and schedule are then unused).
 
     Yields:
         The Trace, after each round.
@@ -275,6 +278,13 @@ def speculative_stream(
             prompt + max_new_tokens beyond a model's context, NaN or all -inf logits, an unknown schedule.
         TypeError: sampling is not a Sampling, drafter is neither a Drafter nor a causal LM.
     """
+    if tree is not None:
+        from specviz.tree.loop import tree_stream
+
+        yield from tree_stream(input_ids, drafter, target, tree, sampling=sampling, max_new_tokens=max_new_tokens,
+                               eos_token_id=eos_token_id, seed=seed, tokenizer=tokenizer, vocab_size=vocab_size, record=record,
+                               cached=cached)
+        return
     drafter = as_drafter(drafter)
     schedule = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)
     models = (*drafter.models, target)
