@@ -65,7 +65,7 @@ def run_on_device(req: RunRequest):
         last_draw = 0.0
         spec = baseline = None
         runs = interleave(speculative_stream(ids, drafter, pair.target, gamma=req.gamma, max_new_tokens=req.max_new_tokens,
-                                             schedule=make_schedule(req.gamma_schedule, req.gamma), **common),
+                                             schedule=make_schedule(req.gamma_schedule, req.gamma), tree=req.tree_spec, **common),
                           autoregressive_stream(ids, pair.target, max_new_tokens=req.max_new_tokens, **common))
         for spec, baseline in runs:
             if time.monotonic() > deadline and spec is not None and not spec.stop_reason:

@@ -32,11 +32,13 @@ def acceptance_figure(trace: Trace) -> go.Figure:
     (accepted + rejected) over the rounds up to each), and each round's mean beta
     (sum_x min(p, q) averaged over its tested drafts; Leviathan et al. 2023, Def. 3.1)."""
     rounds = list(range(1, len(trace.rounds) + 1))
-    count = lambda verdict: [sum(d.verdict == verdict for d in r.drafts) for r in trace.rounds]  # noqa: E731
+    # A tree round counts every node (its drafts hold the accepted path only).
+    count = lambda verdict: [sum(d.verdict == verdict for d in (r.tree.nodes if r.tree is not None else r.drafts))  # noqa: E731
+                             for r in trace.rounds]
     running, acc, tested = [], 0, 0
     for r in trace.rounds:
         acc += r.accepted_count
-        tested += sum(d.verdict != "discarded" for d in r.drafts)
+        tested += r.accepted_count + r.rejected_count
         running.append(acc / tested if tested else None)
     betas = [[d.beta for d in r.drafts if d.verdict != "discarded" and d.beta is not None] for r in trace.rounds]
     mean_beta = [sum(b) / len(b) if b else None for b in betas]
