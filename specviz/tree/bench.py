@@ -110,3 +110,76 @@ def format_tree_report(report: dict) -> list[str]:
     lines.append("v(n), target pass over the pending token and n nodes / one-token step: "
                  + ", ".join(f"n={n}: {v:.2f}" for n, v in report["verify_cost_by_nodes"].items()))
     return lines
+
+
+def chains_and_trees(pair_name: str = "embedded", gammas=(2, 4, 6), trees=("3,2,2,1", "dynamic:24"), sampling=None,
+                     max_new_tokens: int = 128, prompts: int = 2, seed: int = 0, children: str = "topk") -> list[dict]:
+    """One run per prompt of the baseline, each chain gamma and each tree, in that order per prompt
+    (the same drafter model): per method, tokens per round, nodes per round, v (verify per round /
+    target step), c_round (drafting per round / target step) and speedup (baseline time / its time,
+    summed over the prompts). Trees are "a,b,c" shapes or "dynamic:N".
+    """
+    from specviz import Sampling, autoregressive_generate, speculative_generate
+    from specviz.bench import held_out_prompts
+    from specviz.pair import load_pair
+    from specviz.tree.spec import TreeSpec, parse_shape
+
+    sampling = sampling or Sampling()
+    pair = load_pair(pair_name)
+    ids = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] for t in held_out_prompts(prompts)]
+    common = dict(sampling=sampling, max_new_tokens=max_new_tokens, vocab_size=pair.vocab_size, seed=seed)
+    methods = [("autoregressive", None, None)] + [(f"chain gamma {g}", g, None) for g in gammas]
+    for t in trees:
+        spec = TreeSpec.dynamic(int(t.split(":")[1])) if t.startswith("dynamic:") else TreeSpec.static(parse_shape(t), children)
+        methods.append((spec.label(), 4, spec))
+    traces: dict[str, list] = {m[0]: [] for m in methods}
+    with torch.inference_mode():
+        autoregressive_generate(ids[0], pair.target, **(common | {"max_new_tokens": 8}))  # warm-up
+        for prompt in ids:
+            for name, gamma, spec in methods:
+                if gamma is None:
+                    traces[name].append(autoregressive_generate(prompt, pair.target, **common))
+                else:
+                    traces[name].append(speculative_generate(prompt, pair.drafter, pair.target, gamma=gamma, tree=spec, **common))
+    base = traces["autoregressive"]
+    step = chain_theory.target_step_ms(*base)
+    base_ms = sum(t.total_ms for t in base)
+    rows = []
+    for name, _, _ in methods[1:]:
+        ts = traces[name]
+        rounds = sum(len(t.rounds) for t in ts)
+        rows.append({"method": name, "tokens_per_round": sum(len(t.output_ids) for t in ts) / rounds,
+                     "nodes_per_round": sum(t.drafted for t in ts) / rounds,
+                     "verify_cost": sum(t.verify_ms for t in ts) / rounds / step,
+                     "draft_steps_per_round": sum(t.draft_ms for t in ts) / rounds / step,
+                     "speedup": base_ms / sum(t.total_ms for t in ts)})
+    return rows
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    from specviz import Sampling
+
+    parser = argparse.ArgumentParser(prog="python -m specviz.tree.bench", description="chains and trees on one pair, one run per prompt")
+    parser.add_argument("--pair", default="embedded")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--gammas", default="2,4,6")
+    parser.add_argument("--trees", default="3,2,2,1;dynamic:24", help="';'-separated shapes or dynamic:N")
+    parser.add_argument("--children", choices=["topk", "sampled"], default="topk")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--verify-curve", action="store_true", help="only measure v(n) for n = 1, 2, 4, ..., 64")
+    a = parser.parse_args()
+    if a.verify_curve:
+        from specviz.bench import held_out_prompts
+        from specviz.pair import load_pair
+
+        pair = load_pair(a.pair)
+        ids = pair.tokenizer(held_out_prompts(1)[0], add_special_tokens=False)["input_ids"]
+        print(json.dumps({n: round(v, 2) for n, v in verify_cost_curve(pair.target, ids, [1, 2, 4, 8, 16, 32, 64], pair.vocab_size).items()}))
+    else:
+        for row in chains_and_trees(a.pair, [int(g) for g in a.gammas.split(",")], a.trees.split(";"), Sampling(temperature=a.temperature),
+                                    a.max_new_tokens, a.prompts, children=a.children):
+            print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))

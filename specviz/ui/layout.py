@@ -225,7 +225,8 @@ def _wire(ui: dict) -> None:
     ui["lab_button"].click(run_lab, of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),
                            of("lab_plot", "lab_verdict"), api_name="lab", concurrency_limit=1, concurrency_id="lab", show_progress="hidden")
     gr.api(run_api, api_name="run", **device)
-    compare_event = on(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty"), ("compare_view", "compare_plot"),
+    compare_event = on(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty", "tree"),
+                       ("compare_view", "compare_plot"),
        api_name="compare", **device)
     batch_event = on(ui["batch_button"].click, run_batch,
        ("pair_name", "batch_prompts", "batch_size", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat",
