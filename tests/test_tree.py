@@ -234,3 +234,18 @@ def test_expected_tokens_from_per_depth_acceptance_is_eq_1_for_a_chain():
     counts = theory.acceptance_by_depth(trace)
     assert counts[0][0] == len(trace.rounds)
     assert sum(a for _, a in counts) == trace.accepted
+
+
+def test_the_tree_figure_draws_every_node_and_escapes_token_text():
+    from specviz.views.tree import depth_figure, tree_figure, tree_stats_html
+
+    trace = _tree_trace()
+    r = next(k for k, x in enumerate(trace.rounds) if x.tree.rejected)
+    rnd = trace.rounds[r]
+    rnd.tree.nodes[0].text = '<b>"x"</b>'
+    fig = tree_figure(trace, r)
+    shown = [n for t in fig.data if t.mode == "markers+text" and t.name in ("accepted", "rejected", "never tested") for n in t.x]
+    assert len(shown) == len(rnd.tree.nodes)
+    texts = [x for t in fig.data if t.text is not None for x in t.text]
+    assert '&lt;b&gt;"x"&lt;/b&gt;' in texts and not any("<b>" in x for x in texts)
+    assert depth_figure(trace).data and "nodes per round" in tree_stats_html(trace)

@@ -8,7 +8,7 @@ so colour is never the only cue.
 
 from __future__ import annotations
 
-from html import escape
+from html import escape as _escape
 
 import plotly.graph_objects as go
 
@@ -20,6 +20,12 @@ from specviz.views.tokens import _visible
 
 VERDICT_COLOURS = {"accepted": BLUE, "rejected": VERMILLION, "discarded": GREY}
 VERDICT_SYMBOLS = {"accepted": "circle", "rejected": "x", "discarded": "circle-open"}
+def escape(text: str) -> str:
+    """Token text for plotly: its < > & escaped so it is never read as plotly's markup; quotes stay
+    (plotly shows &quot; as typed)."""
+    return _escape(text, quote=False)
+
+
 RULES = {"one-hot": "one-hot rule: distinct fixed children, accepted with p'(x)",
          "specinfer": "SpecInfer's multi-step rule: children drawn from q, accepted with min(1, p'(x)/q(x))"}
 
@@ -77,7 +83,9 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
         ys += [y0, y1, None]
     end = tree.path[-1] if tree.path else -1
     if r.final_token_id is not None:
-        fx, fy = pos[end][0] + 1, pos[end][1]
+        # A bonus closes a leaf: one depth further, on its row (no node can be there). A correction
+        # comes where the end node's children were all rejected: half a depth out, where no node is.
+        fx, fy = pos[end][0] + (0.5 if r.final_kind == "correction" else 1.0), pos[end][1]
         px += [pos[end][0], fx, None]
         py += [pos[end][1], fy, None]
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#c8c8c8", width=1.2), hoverinfo="skip", showlegend=False))
@@ -169,7 +177,7 @@ def tree_stats_html(trace: Trace, baseline: Trace | None = None) -> str:
     if step:
         rows.append(("verify cost v", f"{trace.verify_ms / rounds / step:.2f}", "target pass over the tree / target step"))
     cells = "".join(
-        f'<tr><td style="padding:3px 10px 3px 0;color:#444;">{escape(k)}</td>'
-        f'<td style="padding:3px 10px;font-weight:600;font-variant-numeric:tabular-nums;" class="sv-stat" data-key="{escape(k)}">{escape(v)}</td>'
-        f'<td style="padding:3px 0;color:#777;font-size:12px;">{escape(note)}</td></tr>' for k, v, note in rows)
+        f'<tr><td style="padding:3px 10px 3px 0;color:#444;">{_escape(k)}</td>'
+        f'<td style="padding:3px 10px;font-weight:600;font-variant-numeric:tabular-nums;" class="sv-stat" data-key="{_escape(k)}">{_escape(v)}</td>'
+        f'<td style="padding:3px 0;color:#777;font-size:12px;">{_escape(note)}</td></tr>' for k, v, note in rows)
     return f'<table class="sv-tree-stats" style="border-collapse:collapse;font-size:14px;">{cells}</table>'
