@@ -16,25 +16,25 @@ from specviz.trace import Trace
 
 
 def with_baseline_stream(input_ids: list[int], drafter, target, gamma: int = 4, schedule: str | GammaSchedule = "constant",
-                         **common) -> Iterator[tuple[Trace | None, Trace | None]]:
+                         tree=None, **common) -> Iterator[tuple[Trace | None, Trace | None]]:
     """Yield (speculative trace, baseline trace) after each step of either run (None before a run starts).
 
     Args:
-        input_ids, drafter, target, gamma, schedule: as ``speculative_stream``.
+        input_ids, drafter, target, gamma, schedule, tree: as ``speculative_stream`` (the baseline takes none of them).
         common: sampling, max_new_tokens, eos_token_id, seed, tokenizer, vocab_size: shared by
             both runs, so they differ only in how tokens are drafted.
 
     Raises:
         ValueError: as ``speculative_stream`` and ``autoregressive_stream``.
     """
-    return interleave(speculative_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, **common),
+    return interleave(speculative_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, tree=tree, **common),
                       autoregressive_stream(input_ids, target, **common))
 
 
 def with_baseline(input_ids: list[int], drafter, target, gamma: int = 4, schedule: str | GammaSchedule = "constant",
-                  **common) -> tuple[Trace, Trace]:
+                  tree=None, **common) -> tuple[Trace, Trace]:
     """Both runs of ``with_baseline_stream`` to the end: (speculative trace, baseline trace)."""
     spec = base = None
-    for spec, base in with_baseline_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, **common):
+    for spec, base in with_baseline_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, tree=tree, **common):
         pass
     return spec, base

@@ -41,7 +41,7 @@ import torch
 from specviz import rejection
 from specviz.batch_runner import BatchRunner, check_window, positions
 from specviz.drafters import DraftRequest, as_drafter
-from specviz.engine import TOP_TOKENS, _Clock, _decoder, _eos_set, _extend, _judge, _round, _settings, _settle, _Transfer, _validate, _vocab_size
+from specviz.rounds import TOP_TOKENS, _Clock, _decoder, _eos_set, _extend, _judge, _round, _settings, _settle, _Transfer, _validate, _vocab_size
 from specviz.sampling import Sampling, contexts, row_contexts
 from specviz.schedules import GammaSchedule, make_schedule
 from specviz.seeds import check_seed, generator

@@ -78,11 +78,14 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
 
 
 def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str = "model", schedule: str = "constant",
-            ngram_max: int = 3, exit_layer: int | None = None, confidence: float = 0.4):
+            ngram_max: int = 3, exit_layer: int | None = None, confidence: float = 0.4, tree=None):
     """A callable(prompt_ids, seed) -> (tokens generated, trace or None) for one method."""
     common = dict(sampling=sampling, max_new_tokens=n, eos_token_id=None)
     if method == "autoregressive":
         return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, **common)
+    if method == "speculative_tree":
+        drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
+        return lambda ids, seed: speculative_generate(ids, drafter, pair.target, seed=seed, vocab_size=pair.vocab_size, tree=tree, **common)
     if method in ("speculative", "speculative_untraced"):
         record = method == "speculative"
         drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
@@ -103,14 +106,15 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
 
 def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
               repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
-              confidence=0.4, prompt_set="held-out") -> dict:
+              confidence=0.4, prompt_set="held-out", tree=None) -> dict:
     """Run the benchmark and return the report (the dict ``--json`` prints).
 
     ``pair_name`` defaults to ``default_pair()`` (the English pair when it loads offline). ``kind``
     and ``schedule`` choose the drafter and gamma schedule (``specviz.drafters``,
     ``specviz.schedules``); ``prompt_set`` one of PROMPT_SETS ("held-out": the pair's own, see
     ``prompt_set_for``). Tokens/s are per run (prefill included); speedups are ratios of medians
-    within this one run.
+    within this one run. ``tree`` (a TreeSpec) adds a token tree with the same drafter to the
+    rotation, reported beside the chain (``specviz.tree.bench``).
 
     Raises:
         PairError, ValueError: as load_pair, make_drafter, make_schedule, benchmark_prompts.
@@ -120,7 +124,8 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
     prompt_set = prompt_set_for(prompt_set, pair.name)
     prompt_ids = prompt_token_ids(pair, benchmark_prompts(prompts, prompt_set), prompt_set)
-    options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence)
+    options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence, tree=tree)
+    methods = [*methods, "speculative_tree"] if tree is not None else list(methods)
     runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens, **options) for m in methods}
     tps: dict[str, list[float]] = {m: [] for m in methods}
     traces: dict[str, list] = {m: [] for m in methods}
@@ -169,9 +174,13 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         report["autoregressive_vs_hf_generate"] = med["autoregressive"] / med["hf_generate"]
     if "speculative_untraced" in med and "speculative" in med:
         report["trace_overhead"] = med["speculative_untraced"] / med["speculative"] - 1.0
+    if tree is not None and traces["speculative_tree"] and spec and base:
+        from specviz.tree.bench import tree_report
+
+        report["tree"] = tree_report(pair, spec, traces["speculative_tree"], base, med, prompt_ids[0], tree.label())
     report["settings"] = {
         "pair": pair.name, "gamma": gamma, "drafter_kind": kind, "gamma_schedule": schedule, "prompt_set": prompt_set,
-        "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens,
+        "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens, "tree": tree.describe() if tree is not None else None,
         "repeats": repeats, "prompts": len(prompt_ids), "device": str(pair.device),
         "dtype": str(pair.target.dtype).removeprefix("torch."), "torch_threads": torch.get_num_threads(),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
@@ -201,13 +210,19 @@ def format_report(report: dict) -> str:
             lines.append(f"{label:<46}{report[key]:.3f}")
     if report.get("hf_method"):
         lines.append(f"transformers' counterpart: {report['hf_method']}")
+    if report.get("tree"):
+        from specviz.tree.bench import format_tree_report
+
+        lines += format_tree_report(report["tree"])
     lines.append(f"settings: {json.dumps(report['settings'])}")
     return "\n".join(lines)
 
 
 def run(args) -> int:
     """The ``bench`` subcommand (one sequence at a time; ``--batch-sizes`` is ``specviz.bench_batch``)."""
+    from specviz.tree.spec import TreeSpec
+
     return run_command(args, lambda a, sampling: benchmark(
         a.pair, a.drafter, a.target, a.device, a.gamma, sampling, a.max_new_tokens, a.repeats, a.prompts, kind=a.drafter_kind,
-        schedule=a.gamma_schedule, ngram_max=a.ngram_max, exit_layer=a.exit_layer, confidence=a.confidence, prompt_set=a.prompt_set),
-        format_report)
+        schedule=a.gamma_schedule, ngram_max=a.ngram_max, exit_layer=a.exit_layer, confidence=a.confidence, prompt_set=a.prompt_set,
+        tree=TreeSpec.from_args(a)), format_report)

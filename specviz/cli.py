@@ -59,6 +59,15 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
                    help="drafts per round: constant gamma, transformers' heuristic (+2 / -1), a confidence threshold, "
                         "or the theory's best gamma from the run's alpha and c so far")
     p.add_argument("--confidence", type=float, default=0.4, help="confidence schedule: stop drafting when the drafter's largest q is below this")
+    tree = p.add_mutually_exclusive_group()
+    tree.add_argument("--tree", metavar="SHAPE", default=None,
+                      help="draft a token tree of this shape, one branching per depth (e.g. 3,2,2,1), verified in one target pass")
+    tree.add_argument("--tree-dynamic", metavar="NODES", type=int, default=None,
+                      help="draft an EAGLE-2 dynamic tree of at most NODES nodes (see --tree-depth, --tree-topk)")
+    p.add_argument("--tree-children", choices=["topk", "sampled"], default="topk",
+                   help="static trees: children are the top-k of q (one-hot rule) or drawn i.i.d. from q (SpecInfer's rule)")
+    p.add_argument("--tree-depth", type=int, default=6, help="dynamic trees: the deepest level")
+    p.add_argument("--tree-topk", type=int, default=4, help="dynamic trees: children per expanded node and nodes expanded per depth")
 
 
 def drafter_for(args, pair):
@@ -66,6 +75,13 @@ def drafter_for(args, pair):
     from specviz.drafters import make_drafter
 
     return make_drafter(args.drafter_kind, drafter_model=pair.drafter, target=pair.target, ngram_max=args.ngram_max, exit_layer=args.exit_layer)
+
+
+def tree_for(args):
+    """The TreeSpec the options ask for, or None for a chain (``TreeSpec.from_args``)."""
+    from specviz.tree.spec import TreeSpec
+
+    return TreeSpec.from_args(args)
 
 
 def schedule_for(args):
@@ -200,10 +216,14 @@ def _generate(args) -> int:
 
     try:
         pair, ids, common = _setup(args)
+        tree = tree_for(args)
         if args.prompts_file:
+            if tree is not None:
+                raise ValueError("--prompts-file decodes a batch of chains; token trees run one prompt at a time")
             return _generate_batch(args, pair, ids, common)
         if args.mode == "speculative":
-            trace = speculative_generate(ids, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=schedule_for(args), **common)
+            trace = speculative_generate(ids, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=schedule_for(args),
+                                         tree=tree, **common)
         else:
             trace = autoregressive_generate(ids, pair.target, **common)
     except (ValueError, RuntimeError) as err:  # a PairError is a ValueError
@@ -212,8 +232,15 @@ def _generate(args) -> int:
         print(json.dumps(trace.to_dict(), indent=1))
     else:
         print(tokens_ansi(trace))
-        print(f"{len(trace.output_ids)} tokens, {trace.tokens_per_second:.1f} tokens/s" + _acceptance(trace))
+        print(f"{len(trace.output_ids)} tokens, {trace.tokens_per_second:.1f} tokens/s" + _tree_nodes(trace) + _acceptance(trace))
     return 0
+
+
+def _tree_nodes(trace) -> str:
+    """", N tree nodes per round" for a run that drafted token trees, else ""."""
+    if trace.mode != "speculative" or not trace.rounds or not trace.settings.get("tree"):
+        return ""
+    return f", {trace.drafted / len(trace.rounds):.1f} tree nodes per round"
 
 
 def _acceptance(trace) -> str:
@@ -263,7 +290,8 @@ def _record(args) -> int:
         autoregressive_generate(ids, pair.target, **(common | {"max_new_tokens": 4}))  # warm-up: first calls are slow
         drafter = drafter_for(args, pair)
         # In turns, as the page measures: machine noise falls on both runs alike.
-        spec, baseline = with_baseline(ids, drafter, pair.target, gamma=args.gamma, schedule=schedule_for(args), **common)
+        spec, baseline = with_baseline(ids, drafter, pair.target, gamma=args.gamma, schedule=schedule_for(args),
+                                       tree=tree_for(args), **common)
         sweep = None
         if args.sweep:
             for sweep in sweep_stream(ids, drafter, pair.target, **common):

@@ -24,20 +24,25 @@ class Comparison:
 
 
 def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[str] = KINDS, gamma: int = 4,
-                   schedule: str = "constant", ngram_max: int = 3, exit_layer: int | None = None, **common) -> Iterator[Comparison]:
+                   schedule: str = "constant", ngram_max: int = 3, exit_layer: int | None = None, tree=None,
+                   **common) -> Iterator[Comparison]:
     """Run each drafter kind on the same prompt; yield the growing Comparison after each.
 
     Args:
         input_ids, target: as ``speculative_stream``; drafter_model: the pair's drafter (kind "model").
         kinds: drafter kinds to run, of ``specviz.drafters.KINDS``.
         gamma, schedule: every kind's gamma and schedule name (a fresh schedule per run).
+        tree: a ``specviz.tree.spec.TreeSpec``: also run the drafter model with this token tree,
+            under the key "tree", beside the chain.
         common: sampling, max_new_tokens, eos_token_id, seed, tokenizer, shared by every run.
 
     Raises:
         ValueError: as ``speculative_stream`` and ``make_drafter``.
     """
     comparison = Comparison()
-    for kind in kinds:
-        drafter = make_drafter(kind, drafter_model=drafter_model, target=target, ngram_max=ngram_max, exit_layer=exit_layer)
-        comparison.runs[kind] = with_baseline(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma), **common)
+    for kind in [*kinds, *(["tree"] if tree is not None else [])]:
+        drafter = make_drafter("model" if kind == "tree" else kind, drafter_model=drafter_model, target=target, ngram_max=ngram_max,
+                               exit_layer=exit_layer)
+        comparison.runs[kind] = with_baseline(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma),
+                                              tree=tree if kind == "tree" else None, **common)
         yield comparison

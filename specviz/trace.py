@@ -23,6 +23,7 @@ from typing import Literal
 
 from specviz import metrics
 from specviz.limits import MAX_GAMMA  # noqa: F401  (re-exported: the engine and the views read it here)
+from specviz.tree.record import TreeRecord
 
 # Verdict of one drafted token.
 #   accepted:  u < min(1, p/q), kept in the output
@@ -36,9 +37,10 @@ Verdict = Literal["accepted", "rejected", "discarded"]
 FinalKind = Literal["correction", "bonus", "target"]
 
 # 2 added Round.final_top; 3 added Draft.beta and Round.gamma; 4 added Draft.source and the
-# drafter and gamma_schedule settings. Older files still load (with no top tokens, no beta,
-# gamma read from the settings, and a drafter model with a constant gamma).
-SCHEMA_VERSION = 4
+# drafter and gamma_schedule settings; 5 added Round.tree (token trees) and the tree setting.
+# Older files still load (with no top tokens, no beta, gamma read from the settings, a drafter
+# model with a constant gamma, and chains).
+SCHEMA_VERSION = 5
 
 # MAX_GAMMA: the most drafts a round holds (defined in specviz.limits, re-exported here).
 
@@ -104,6 +106,9 @@ class Round:
             first (empty when not recorded).
         gamma: the drafts this round was allowed (its schedule's gamma, cut near
             max_new_tokens); None for the baseline and in traces saved before schema version 3.
+            A tree round: its tree's depth.
+        tree: a token tree round's whole tree (``specviz.tree.record``); ``drafts`` then holds its
+            accepted path. None for chains and in traces saved before schema version 5.
     """
 
     drafts: list[Draft]
@@ -117,10 +122,21 @@ class Round:
     end_ms: float
     final_top: list[TopToken] = field(default_factory=list)
     gamma: int | None = None
+    tree: TreeRecord | None = None
 
     @property
     def accepted_count(self) -> int:
         return sum(d.accepted for d in self.drafts)
+
+    @property
+    def drafted_count(self) -> int:
+        """Drafted tokens: the chain's drafts, or every node of the tree."""
+        return len(self.tree.nodes) if self.tree is not None else len(self.drafts)
+
+    @property
+    def rejected_count(self) -> int:
+        """Tested drafts that failed: at most one in a chain, several siblings in a tree."""
+        return self.tree.rejected if self.tree is not None else sum(d.verdict == "rejected" for d in self.drafts)
 
     @property
     def emitted_texts(self) -> list[str]:
@@ -160,7 +176,7 @@ class Trace:
     # Totals, derived from the rounds so they can never disagree with them.
     @property
     def drafted(self) -> int:
-        return sum(len(r.drafts) for r in self.rounds)
+        return sum(r.drafted_count for r in self.rounds)
 
     @property
     def accepted(self) -> int:
@@ -168,8 +184,8 @@ class Trace:
 
     @property
     def rejected(self) -> int:
-        """Drafts that were tested and failed: at most one per round."""
-        return sum(d.verdict == "rejected" for r in self.rounds for d in r.drafts)
+        """Drafts that were tested and failed: at most one per chain round, one per sibling in a tree."""
+        return sum(r.rejected_count for r in self.rounds)
 
     @property
     def acceptance_rate(self) -> float | None:

@@ -28,6 +28,7 @@ from specviz.limits import MAX_GAMMA
 
 if TYPE_CHECKING:  # annotations only: the trace imports this module to load files
     from specviz.trace import Trace
+from specviz.tree.record import MAX_TREE_NODES, check_tree
 
 # Bounds of what specviz records; a file beyond them was not written by specviz.
 MAX_NEW_TOKENS = 4096  # the demo offers up to 256; the command line and API take more
@@ -83,6 +84,13 @@ def check_structure(d, where: str = "trace") -> None:
         if not isinstance(r, dict):
             continue
         _count(r.get("drafts"), MAX_GAMMA, f"{where}.rounds.{i}.drafts", "drafts")
+        tree = r.get("tree")
+        if isinstance(tree, dict):
+            _count(tree.get("nodes"), MAX_TREE_NODES, f"{where}.rounds.{i}.tree.nodes", "tree nodes")
+            _count(tree.get("path"), MAX_GAMMA, f"{where}.rounds.{i}.tree.path", "path nodes")
+            for x in tree.get("nodes") or []:
+                if isinstance(x, dict):
+                    _count(x.get("text"), MAX_TOKEN_TEXT, f"{where}.rounds.{i}.tree.text", "characters")
         _count(r.get("final_top"), MAX_TOP_TOKENS, f"{where}.rounds.{i}.final_top", "top tokens")
         _count(r.get("emitted_ids"), MAX_GAMMA + 1, f"{where}.rounds.{i}.emitted_ids", "emitted tokens")
         _count(r.get("final_text"), MAX_TOKEN_TEXT, f"{where}.rounds.{i}.final_text", "characters")
@@ -137,7 +145,7 @@ def check_settings(trace: Trace, where: str) -> None:
             raise _fail(f"{where}.settings.{key}", "must be text")
     if not all(isinstance(m, str) for m in s.get("models", [])):
         raise _fail(f"{where}.settings.models", "must be a list of model names")
-    for key in ("drafter", "gamma_schedule"):
+    for key in ("drafter", "gamma_schedule", "tree"):
         value = s.get(key)
         if value is None:
             continue
@@ -176,6 +184,9 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
             raise _fail(f"{at}.drafts", f"verdicts {verdicts} are not accepted drafts, then at most one rejected, then discarded ones")
         if "discarded" in verdicts and "rejected" not in verdicts:
             raise _fail(f"{at}.drafts", "drafts are discarded only after a rejected one")
+        if r.tree is not None:
+            # A token tree: its drafts are the accepted path; the tree's own checks cover the tests.
+            check_tree(r.tree, f"{at}.tree", [d.token_id for d in r.drafts], MAX_GAMMA, MAX_TOKEN_ID)
         for j, d in enumerate(r.drafts):
             dw = f"{at}.drafts.{j}"
             _token(d.token_id, f"{dw}.token_id")
@@ -185,7 +196,7 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
             if d.source is not None:
                 # A prompt-lookup draft is copied from the sequence settled before its round.
                 _whole(d.source, 0, max(0, len(trace.prompt_ids) + len(emitted) - 1), f"{dw}.source")
-            if d.verdict != "discarded":
+            if d.verdict != "discarded" and r.tree is None:
                 if d.q > 0 and abs(d.accept_prob - min(1.0, d.p / d.q)) > VERDICT_TOLERANCE:
                     raise _fail(f"{dw}.accept_prob", f"{d.accept_prob!r} is not min(1, p/q) = {min(1.0, d.p / d.q)!r}")
                 if d.verdict == "accepted" and not d.u < d.accept_prob + VERDICT_TOLERANCE:
@@ -195,8 +206,8 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
         if r.final_token_id is not None:
             _token(r.final_token_id, f"{at}.final_token_id")
             _probability(r.final_prob, f"{at}.final_prob")
-            wanted_kind = ("target" if trace.mode == "autoregressive" or not r.drafts
-                           else "correction" if "rejected" in verdicts else "bonus")
+            wanted_kind = ("target" if trace.mode == "autoregressive" or (not r.drafts and r.tree is None)
+                           else r.tree.final_kind() if r.tree is not None else "correction" if "rejected" in verdicts else "bonus")
             if r.final_kind != wanted_kind:
                 raise _fail(f"{at}.final_kind", f"{r.final_kind!r} after verdicts {verdicts}; it must be {wanted_kind!r}")
             expected = [d.token_id for d in r.drafts[:n_acc]] + [r.final_token_id]

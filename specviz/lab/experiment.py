@@ -102,19 +102,21 @@ class Result:
 
 
 def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: int = 250, first_seed: int = 0,
-           prompt: list[int] = PROMPT, schedule="constant") -> Iterator[Result]:
+           prompt: list[int] = PROMPT, schedule="constant", tree=None) -> Iterator[Result]:
     """Run ``runs`` seeded speculative generations of gamma + 1 tokens (so the first round drafts
     all gamma) and yield the growing Result every ``every`` runs and at the end.
 
     ``drafter`` is a causal LM or a ``specviz.drafters.Drafter``; ``schedule`` a schedule name or a
     function returning a fresh GammaSchedule (each run starts its own); ``prompt`` the context
-    whose two-token continuations are counted (prompt lookup needs one that repeats itself).
+    whose two-token continuations are counted (prompt lookup needs one that repeats itself);
+    ``tree`` a ``specviz.tree.spec.TreeSpec`` drafts token trees (gamma is then ignored and each
+    run generates two tokens, the first round's tree cut to depth 2).
     """
     exact = exact_two_token_distribution(target, sampling, prompt).ravel()
     result = Result(counts=np.zeros(VOCAB * VOCAB), exact=exact, runs=0)
     for seed in range(first_seed, first_seed + runs):
-        trace = speculative_generate(prompt, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1, seed=seed,
-                                     schedule=schedule if isinstance(schedule, str) else schedule())
+        trace = speculative_generate(prompt, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=2 if tree else gamma + 1,
+                                     seed=seed, schedule=schedule if isinstance(schedule, str) else schedule(), tree=tree)
         result.counts[outcome(trace.output_ids)] += 1
         result.runs += 1
         result.accepted += trace.accepted
@@ -123,15 +125,16 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
             yield result
 
 
-def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000, prompt: list[int] = PROMPT, schedule="constant"):
+def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000, prompt: list[int] = PROMPT, schedule="constant",
+               tree=None):
     """(statistic, p-value, draft acceptance rate) of ``runs`` speculative runs against the exact law
-    (``prompt`` and ``schedule`` as in ``stream``).
+    (``prompt``, ``schedule`` and ``tree`` as in ``stream``).
 
     Raises:
         AssertionError: the law leaves fewer than 8 testable cells (the test would lack power).
     """
     result = None
-    for result in stream(drafter, target, sampling, gamma, runs, every=runs, prompt=prompt, schedule=schedule):
+    for result in stream(drafter, target, sampling, gamma, runs, every=runs, prompt=prompt, schedule=schedule, tree=tree):
         pass
     assert (result.exact * runs >= 5).sum() >= 8, "a near-deterministic target leaves the test without power"
     stat, pvalue = result.test()

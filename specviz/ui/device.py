@@ -65,7 +65,7 @@ def run_on_device(req: RunRequest):
         last_draw = 0.0
         spec = baseline = None
         runs = interleave(speculative_stream(ids, drafter, pair.target, gamma=req.gamma, max_new_tokens=req.max_new_tokens,
-                                             schedule=make_schedule(req.gamma_schedule, req.gamma), **common),
+                                             schedule=make_schedule(req.gamma_schedule, req.gamma), tree=req.tree_spec, **common),
                           autoregressive_stream(ids, pair.target, max_new_tokens=req.max_new_tokens, **common))
         for spec, baseline in runs:
             if time.monotonic() > deadline and spec is not None and not spec.stop_reason:
@@ -112,14 +112,14 @@ def sweep_on_device(req: RunRequest):
         raise failure(err, pair) from err
 
 
-@gpu_task(duration=lambda req: req.duration(runs=len(DRAFTER_KINDS)))
+@gpu_task(duration=lambda req: req.duration(runs=len(DRAFTER_KINDS) + (req.tree != "chain")))
 def compare_on_device(req: RunRequest):
     """The device half of Compare drafters: yields the growing Comparison (plain data)."""
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
     try:
         yield from compare_stream(ids, pair.drafter, pair.target, gamma=req.gamma, schedule=req.gamma_schedule,
-                                  max_new_tokens=req.max_new_tokens, **_common(req, pair))
+                                  max_new_tokens=req.max_new_tokens, tree=req.tree_spec, **_common(req, pair))
     except Exception as err:
         raise failure(err, pair) from err
 

@@ -19,14 +19,14 @@ from specviz.views import acceptance_figure, accepted_histogram_figure, position
 
 def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True,
              custom_drafter="", custom_target="", drafter_kind="model", gamma_schedule="constant", repetition_penalty=1.0,
-             progress=gr.Progress(), request: gr.Request = None):
+             tree="chain", progress=gr.Progress(), request: gr.Request = None):
     """Stream a speculative run round by round, then measure the autoregressive baseline.
 
     Yields dicts keyed by ``specviz.ui.outputs.RUN_OUTPUTS``; while streaming, the outputs that do
     not change are left out. A run stops at RUN_SECONDS_MAX; the Stop button cancels it between rounds.
     """
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
-                             custom_target, drafter_kind, gamma_schedule, repetition_penalty)
+                             custom_target, drafter_kind, gamma_schedule, repetition_penalty, tree)
     ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
     session = state.session_of(request)
     state.following[session] = True
@@ -49,7 +49,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 if not state.following.get(session, True):  # the visitor is reading an earlier round: leave it in view
                     n = len(spec.rounds)
                     final["replay_slider"] = gr.Slider(maximum=max(n, 2), interactive=n > 1)
-                    del final["replay"]
+                    del final["replay"], final["replay_tree"]
                 yield final
     finally:
         state.following.pop(session, None)

@@ -33,6 +33,7 @@ from specviz.ui.limits import (
 from specviz.ui.outputs import RUN_OUTPUTS, keyed
 from specviz.ui.race import start_race
 from specviz.ui.replay import replay_next, replay_previous, replay_show
+from specviz.ui.tree import TREE_CHOICES, replay_tree
 from specviz.ui.sweep import run_sweep
 from specviz.views import BATCH_NOTE, THEORY_NOTE, explanation_markdown, legend_html, round_html, sweep_figure
 from specviz.views.batch import batch_figure, batch_lanes_html
@@ -88,6 +89,9 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 ui["gamma_schedule"] = gr.Dropdown(SCHEDULE_CHOICES, value=DEFAULTS["gamma_schedule"], label="gamma schedule",
                                                    info="constant, or gamma set each round (the first round uses the slider's gamma)",
                                                    elem_id="sv-schedule")
+                ui["tree"] = gr.Dropdown(TREE_CHOICES, value="chain", label="token tree", elem_id="sv-tree",
+                                         info="draft a tree of candidates per round (shape: branching per depth, or EAGLE-2's dynamic "
+                                              "tree under a node budget), verified in one target pass; gamma is then unused")
                 ui["temperature"] = CheckedSlider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)")
                 with gr.Row():
                     ui["top_k"] = CheckedNumber(value=DEFAULTS["top_k"], minimum=0, maximum=TOP_K_MAX, precision=0, label="top-k (0 = off)")
@@ -119,6 +123,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     ui["replay_slider"] = gr.Slider(1, 2, value=1, interactive=False, step=1, label="round", elem_id="sv-round", scale=6)
                     ui["next_round"] = gr.Button("Next round ▶", size="sm", elem_id="sv-next", scale=1)
                 ui["replay"] = gr.HTML(round_html(Trace(mode="speculative", prompt_ids=[]), 0), elem_id="sv-replay")
+                ui["replay_tree"] = gr.Plot(replay_tree(None, 1), show_label=False, elem_id="sv-replay-tree")
             with gr.Tab("Theory", id="theory"):
                 gr.Markdown(THEORY_NOTE, latex_delimiters=[{"left": "$", "right": "$", "display": False}])
                 ui["speedup_plot"] = gr.Plot(show_label=False, elem_id="sv-speedup")
@@ -206,12 +211,13 @@ def _wire(ui: dict) -> None:
     device = dict(concurrency_limit=CONCURRENCY, concurrency_id="device")
     # Views of a recording are cheap: they do not wait behind a generation.
     view = dict(concurrency_limit=None, show_progress="hidden")
-    run_event = on(ui["run"].click, generate, (*controls, "drafter_kind", "gamma_schedule", "repetition_penalty"), RUN_OUTPUTS,
+    run_event = on(ui["run"].click, generate, (*controls, "drafter_kind", "gamma_schedule", "repetition_penalty", "tree"), RUN_OUTPUTS,
                    api_name="generate", **device)
-    ui["prev_round"].click(replay_previous, of("recording", "replay_slider"), of("replay_slider", "replay"), api_visibility="private", **view)
-    ui["next_round"].click(replay_next, of("recording", "replay_slider"), of("replay_slider", "replay"), api_visibility="private", **view)
-    ui["replay_slider"].release(replay_show, of("recording", "replay_slider"), ui["replay"], api_visibility="private", **view)
-    ui["replay_slider"].input(replay_show, of("recording", "replay_slider"), ui["replay"], api_visibility="private", **view)
+    stepped = of("replay_slider", "replay", "replay_tree")
+    ui["prev_round"].click(replay_previous, of("recording", "replay_slider"), stepped, api_visibility="private", **view)
+    ui["next_round"].click(replay_next, of("recording", "replay_slider"), stepped, api_visibility="private", **view)
+    ui["replay_slider"].release(replay_show, of("recording", "replay_slider"), stepped[1:], api_visibility="private", **view)
+    ui["replay_slider"].input(replay_show, of("recording", "replay_slider"), stepped[1:], api_visibility="private", **view)
     sweep_event = on(ui["sweep_button"].click, run_sweep,
                      ("pair_name", "prompt", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "recording", "chat",
                       "custom_drafter", "custom_target", "repetition_penalty", "drafter_kind", "gamma_schedule"),
@@ -219,7 +225,8 @@ def _wire(ui: dict) -> None:
     ui["lab_button"].click(run_lab, of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),
                            of("lab_plot", "lab_verdict"), api_name="lab", concurrency_limit=1, concurrency_id="lab", show_progress="hidden")
     gr.api(run_api, api_name="run", **device)
-    compare_event = on(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty"), ("compare_view", "compare_plot"),
+    compare_event = on(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty", "tree"),
+                       ("compare_view", "compare_plot"),
        api_name="compare", **device)
     batch_event = on(ui["batch_button"].click, run_batch,
        ("pair_name", "batch_prompts", "batch_size", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat",

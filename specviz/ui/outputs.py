@@ -26,7 +26,7 @@ from specviz.views import (
 )
 
 RUN_OUTPUTS = ("tokens", "stats", "acceptance_plot", "timeline_plot", "status", "recording", "replay_slider", "replay",
-               "speedup_plot", "histogram_plot", "position_plot", "sweep_plot", "race", "download")
+               "speedup_plot", "histogram_plot", "position_plot", "sweep_plot", "race", "download", "replay_tree")
 
 
 def replay_slider(trace: Trace | None, value: int | None = None) -> gr.Slider:
@@ -45,8 +45,14 @@ def everything(rec: Recording, status: str, download: str | None) -> dict:
         replay_slider=replay_slider(spec, 1), replay=round_html(spec, 0),  # a finished run or a loaded one replays from round 1
         speedup_plot=speedup_figure(spec, base), histogram_plot=accepted_histogram_figure(spec), position_plot=position_figure(spec),
         sweep_plot=sweep_figure(rec.sweep), race=race_html(spec, base, slowdown_for(spec, base), nonce()),
-        download=gr.DownloadButton(value=download, interactive=download is not None),
+        download=gr.DownloadButton(value=download, interactive=download is not None), replay_tree=_tree(rec, 1),
     )
+
+
+def _tree(rec: Recording, index: int):
+    from specviz.ui.tree import replay_tree
+
+    return replay_tree(rec, index)
 
 
 def in_order(values: dict, names) -> tuple:

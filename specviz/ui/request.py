@@ -31,10 +31,11 @@ class RunRequest:
     custom_target: str = ""
     drafter_kind: str = "model"
     gamma_schedule: str = "constant"
+    tree: str = "chain"
 
     @classmethod
     def checked(cls, pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True, custom_drafter="",
-                custom_target="", drafter_kind="model", gamma_schedule="constant", repetition_penalty=1.0) -> "RunRequest":
+                custom_target="", drafter_kind="model", gamma_schedule="constant", repetition_penalty=1.0, tree="chain") -> "RunRequest":
         """Validate the controls, in the /generate endpoint's order.
 
         Raises:
@@ -42,9 +43,19 @@ class RunRequest:
         """
         sampling = check_controls(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
         drafter_kind, gamma_schedule = check_drafting(drafter_kind, gamma_schedule)
-        return cls(pair_name=pair_name, prompt=prompt, gamma=int(gamma), sampling=sampling, max_new_tokens=int(max_new_tokens),
+        from specviz.ui.tree import check_tree
+
+        tree = check_tree(tree)
+        return cls(tree=tree, pair_name=pair_name, prompt=prompt, gamma=int(gamma), sampling=sampling, max_new_tokens=int(max_new_tokens),
                    seed=int(seed), chat=bool(chat), custom_drafter=custom_drafter or "", custom_target=custom_target or "",
                    drafter_kind=drafter_kind, gamma_schedule=gamma_schedule)
+
+    @property
+    def tree_spec(self):
+        """The checked token tree as a TreeSpec, or None for a chain."""
+        from specviz.ui.tree import tree_spec
+
+        return tree_spec(self.tree)
 
     def with_prompt(self, prompt: str) -> "RunRequest":
         """The same settings for another (already checked) prompt."""

@@ -33,11 +33,13 @@ def acceptance_figure(trace: Trace) -> go.Figure:
     (accepted + rejected) over the rounds up to each), and each round's mean beta
     (sum_x min(p, q) averaged over its tested drafts; Leviathan et al. 2023, Def. 3.1)."""
     rounds = list(range(1, len(trace.rounds) + 1))
-    count = lambda verdict: [sum(d.verdict == verdict for d in r.drafts) for r in trace.rounds]  # noqa: E731
+    # A tree round counts every node (its drafts hold the accepted path only).
+    count = lambda verdict: [sum(d.verdict == verdict for d in (r.tree.nodes if r.tree is not None else r.drafts))  # noqa: E731
+                             for r in trace.rounds]
     running, acc, rej = [], 0, 0
     for r in trace.rounds:
         acc += r.accepted_count
-        rej += sum(d.verdict == "rejected" for d in r.drafts)
+        rej += r.rejected_count
         running.append(metrics.alpha(acc, rej))
     mean_beta = [metrics.mean(d.beta for d in r.drafts if d.verdict != "discarded" and d.beta is not None) for r in trace.rounds]
     lines = [go.Scatter(x=rounds, y=running, name="alpha so far (accepted / tested)", yaxis="y2", mode="lines", line=dict(color="#333", width=2))]

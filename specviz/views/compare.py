@@ -7,13 +7,14 @@ from html import escape
 import plotly.graph_objects as go
 
 from specviz import theory
-from specviz.drafters import LABELS
+from specviz.drafters import LABELS as DRAFTER_LABELS
 from specviz.speedup import estimate
 from specviz.views.charts import style_figure
 from specviz.views.text import run_label
 from specviz.views.tokens import tokens_html
 
-COLOURS = {"model": "#0072B2", "ngram": "#009E73", "early-exit": "#CC79A7", "quantized": "#E69F00"}
+COLOURS = {"model": "#0072B2", "ngram": "#009E73", "early-exit": "#CC79A7", "quantized": "#E69F00", "tree": "#56B4E9"}
+LABELS = {**DRAFTER_LABELS, "tree": "drafter model, token tree"}  # the drafters' table, and the tree beside the chain
 
 
 def _num(value, digits: int = 2, suffix: str = "") -> str:
@@ -37,8 +38,10 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     ]
 
 
-def compare_html(comparison, kinds=("model", "ngram", "early-exit")) -> str:
-    """Columns, one per finished kind: its label, the numbers with their denominators, the coloured output."""
+def compare_html(comparison, kinds=("model", "ngram", "early-exit"), tree: bool = False) -> str:
+    """Columns, one per finished kind: its label, the numbers with their denominators, the coloured output
+    (with ``tree``, a last column: the drafter model's token tree beside its chain)."""
+    kinds = (*kinds, "tree") if tree else kinds
     if comparison is None or not comparison.runs:
         return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings on the left run with each '
                 "drafter kind (drafter model, prompt lookup, early exit), each beside its own baseline.</div>")
@@ -66,8 +69,11 @@ def compare_figure(comparison) -> go.Figure:
     """Acceptance by draft position (rounds whose i-th draft was accepted / rounds that drafted an
     i-th draft), one line per drafter kind."""
     fig = go.Figure()
+    from specviz.tree.theory import acceptance_by_depth
+
     for kind, (spec, _) in (comparison.runs.items() if comparison is not None else []):
-        counts = theory.acceptance_by_position(spec)
+        # A tree's position is its depth: rounds whose path reached it / rounds offered children there.
+        counts = acceptance_by_depth(spec) if kind == "tree" else theory.acceptance_by_position(spec)
         fig.add_trace(go.Scatter(x=list(range(1, len(counts) + 1)), y=[a / n if n else None for n, a in counts], name=LABELS.get(kind, kind),
                                  mode="lines+markers", line=dict(color=COLOURS.get(kind)),
                                  customdata=[[a, n] for n, a in counts], hovertemplate="position %{x}: %{customdata[0]} / %{customdata[1]}<extra></extra>"))

@@ -76,6 +76,9 @@ def _source(d: Draft, n_prompt: int) -> str:
 
 
 def _drafts_table(r: Round, n_prompt: int = 0) -> str:
+    if not r.drafts and r.tree is not None and r.tree.nodes:
+        return ('<div style="margin-top:10px;color:#555;">No child of the pending token was accepted: the tree below shows '
+                "each one's test against the residual its earlier siblings left.</div>")
     if not r.drafts:
         return ('<div style="margin-top:10px;color:#555;">No drafts this round: prompt lookup found no earlier occurrence of '
                 "the last tokens, so the target's one pass gives one token from p.</div>")
@@ -105,7 +108,15 @@ def _final(r: Round, stop_reason: str | None) -> str:
         why = "an accepted draft was the end-of-sequence token" if stop_reason == "eos" else "the run reached its token budget"
         return f'<p style="margin:10px 0 0;color:#555;">The round ended before its final token: {why}.</p>'
     n_acc = r.accepted_count
-    if r.final_kind == "correction":
+    if r.final_kind == "correction" and r.tree is not None:
+        where = "the pending token" if not r.tree.path else f"accepted node {_chip(r.drafts[-1].text)}"
+        tried = len(r.tree.children(r.tree.path[-1] if r.tree.path else -1))
+        intro = (
+            f"None of the {tried} children of {where} was accepted (each was tested against the residual its earlier "
+            f"siblings left). The <b>correction token</b> is sampled from that last residual. Most likely tokens of it:"
+        )
+        head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', f'<span style="color:{Q_COLOUR};">■</span> q(x)', f'<span style="color:{RESIDUAL_COLOUR};">■</span> residual', "")
+    elif r.final_kind == "correction":
         d = r.drafts[n_acc]
         intro = (
             f"Draft {n_acc + 1} {_chip(d.text)} was rejected: u = {d.u:.3f} ≥ min(1, p/q) = {d.accept_prob:.3f}. "
@@ -160,10 +171,12 @@ def round_html(trace: Trace, index: int) -> str:
     r = trace.rounds[index]
     gamma = round_gamma(trace, r)
     emitted = len(r.emitted_ids)
+    drafted = (f"{len(r.tree.nodes)} tree nodes (depth {r.tree.depth}) · {r.tree.rejected} rejected" if r.tree is not None
+               else f"{len(r.drafts)} drafted (gamma {escape(str(gamma))})")
     header = (
         f'<div style="display:flex;justify-content:space-between;flex-wrap:wrap;gap:8px;">'
         f'<b class="sv-round-title">Round {index + 1} of {len(trace.rounds)}</b>'
-        f'<span style="color:#555;">{len(r.drafts)} drafted (gamma {escape(str(gamma))}) · {r.accepted_count} accepted · '
+        f'<span style="color:#555;">{drafted} · {r.accepted_count} accepted · '
         f'{emitted} token{"s" if emitted != 1 else ""} emitted · drafting {r.draft_ms:.1f} ms, target pass {r.verify_ms:.1f} ms</span></div>'
     )
     return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_drafts_table(r, len(trace.prompt_ids))}{_final(r, trace.stop_reason if index == len(trace.rounds) - 1 else None)}</div>'

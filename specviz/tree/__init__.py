@@ -1,0 +1,21 @@
+"""Token trees: several candidates per position, verified in one target pass, exact under sampling.
+
+SpecInfer (Miao et al. 2024), Medusa (Cai et al. 2024), EAGLE-2 (Li et al. 2024): the drafter
+proposes a tree of candidates instead of a chain; the target scores every node in one pass under a
+tree attention mask (each node sees its ancestors only) with depth-based positions; the round keeps
+the path the acceptance rules walk down, and ends with a correction or bonus token at the first
+node where no child is accepted.
+
+- ``spec``: what tree to draft (a static shape such as 3,2,2,1, or a dynamic node budget).
+- ``record``: the trace's record of a round's tree (no torch), and its checks.
+- ``draft``: trees from a drafter model (static or EAGLE-2 dynamic) and from prompt lookup.
+- ``attention``: the tree attention mask, masked passes through unpatched transformers models,
+  and compacting a KV cache to the accepted path.
+- ``accept``: the two exact acceptance rules (SpecInfer's multi-step speculative sampling for
+  children drawn i.i.d. from q; the one-hot rule for distinct deterministic children).
+- ``loop``: the single-sequence speculative loop over trees.
+- ``theory``: expected tokens per round from per-depth acceptance; v(n).
+
+This package's ``__init__`` imports nothing: the trace imports ``record``, which must stay free of
+torch and of the trace itself.
+"""

@@ -1,0 +1,50 @@
+"""The page's token tree control: which tree a run drafts, checked, and the replay's tree figure."""
+
+from __future__ import annotations
+
+from specviz.recording import Recording
+from specviz.tree.spec import TreeSpec
+from specviz.ui.checks import mistake
+
+# The choices the page offers (label -> spec builder); "chain" drafts gamma tokens in a row.
+TREES = {
+    "chain": None,
+    "tree 3-2-2-1 (33 nodes)": lambda: TreeSpec.static((3, 2, 2, 1)),
+    "tree 2-2-2-1 (22 nodes)": lambda: TreeSpec.static((2, 2, 2, 1)),
+    "tree 3-2-2-1, sampled children": lambda: TreeSpec.static((3, 2, 2, 1), "sampled"),
+    "dynamic tree, 16 nodes": lambda: TreeSpec.dynamic(16),
+    "dynamic tree, 32 nodes": lambda: TreeSpec.dynamic(32),
+}
+TREE_CHOICES = list(TREES)
+
+
+def check_tree(choice) -> str:
+    """The choice as is, or gr.Error naming the field and the choices (the value is not echoed)."""
+    if choice in (None, ""):
+        return "chain"
+    if choice not in TREES:
+        raise mistake(f"token tree must be one of: {', '.join(TREE_CHOICES)}", "Token tree")
+    return choice
+
+
+def tree_spec(choice: str) -> TreeSpec | None:
+    """The TreeSpec of a checked choice; None for the chain."""
+    build = TREES.get(choice)
+    return build() if build else None
+
+
+def replay_tree(rec: Recording | None, index: int):
+    """The tree figure of round ``index`` (1-based), or an empty figure for chain rounds."""
+    import plotly.graph_objects as go
+
+    from specviz.views.charts import style_figure
+    from specviz.views.tree import tree_figure
+
+    spec = rec.speculative if rec is not None else None
+    if spec is None or not spec.rounds or spec.rounds[min(max(index, 1), len(spec.rounds)) - 1].tree is None:
+        fig = style_figure(go.Figure(), "Token tree: choose a tree in the controls to draft one per round", None, None)
+        fig.update_layout(height=140)
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
+        return fig
+    return tree_figure(spec, min(max(index, 1), len(spec.rounds)) - 1)

@@ -1,0 +1,183 @@
+"""Token trees drawn and summarised: a round's tree, acceptance by depth, v against nodes.
+
+Colours are the page's Okabe-Ito ones (``specviz.views.charts``, ``specviz.views.tokens``):
+sky blue accepted, vermillion rejected, grey never tested, orange the correction token, bluish
+green the bonus token. The accepted path is drawn bold; a rejected node also has a crossed marker,
+so colour is never the only cue.
+"""
+
+from __future__ import annotations
+
+from html import escape as _escape
+
+import plotly.graph_objects as go
+
+from specviz import theory as chain_theory
+from specviz.trace import Round, Trace
+from specviz.tree import theory
+from specviz.views.charts import BLUE, GREEN, GREY, ORANGE, VERMILLION, style_figure
+from specviz.views.tokens import _visible
+
+VERDICT_COLOURS = {"accepted": BLUE, "rejected": VERMILLION, "discarded": GREY}
+VERDICT_SYMBOLS = {"accepted": "circle", "rejected": "x", "discarded": "circle-open"}
+def escape(text: str) -> str:
+    """Token text for plotly: its < > & escaped so it is never read as plotly's markup; quotes stay
+    (plotly shows &quot; as typed)."""
+    return _escape(text, quote=False)
+
+
+RULES = {"one-hot": "one-hot rule: distinct fixed children, accepted with p'(x)",
+         "specinfer": "SpecInfer's multi-step rule: children drawn from q, accepted with min(1, p'(x)/q(x))"}
+
+
+def _layout(r: Round) -> dict[int, tuple[float, float]]:
+    """(x, y) per node (-1: the pending token): x the depth, leaves one row each in depth-first order,
+    a parent at the middle of its children."""
+    kids: dict[int, list[int]] = {}
+    for i, n in enumerate(r.tree.nodes):
+        kids.setdefault(n.parent, []).append(i)
+    pos: dict[int, tuple[float, float]] = {}
+    row = [0]
+
+    def place(node: int, depth: int) -> float:
+        children = kids.get(node, [])
+        if not children:
+            y = float(row[0])
+            row[0] += 1
+        else:
+            ys = [place(c, depth + 1) for c in children]
+            y = (min(ys) + max(ys)) / 2
+        pos[node] = (float(depth), y)
+        return y
+
+    place(-1, 0)
+    return pos
+
+
+def _fmt(x) -> str:
+    return "—" if x is None else f"{x:.4f}"
+
+
+def tree_figure(trace: Trace, index: int) -> go.Figure:
+    """Round ``index`` (0-based) of a tree trace as a plotly figure: every node at its depth,
+    coloured by verdict, the accepted path bold, hover for p, q, p', the test and u, and the share
+    of p the earlier siblings left (the residual's mass); the final token closes the path.
+
+    Raises:
+        IndexError: ``index`` outside the trace's rounds. ValueError: the round has no tree.
+    """
+    if not 0 <= index < len(trace.rounds):
+        raise IndexError(f"round {index} of a trace with {len(trace.rounds)} rounds")
+    r = trace.rounds[index]
+    if r.tree is None:
+        raise ValueError("this round drafted a chain, not a tree")
+    tree, pos = r.tree, _layout(r)
+    on_path = set(tree.path)
+    fig = go.Figure()
+    ex, ey, px, py = [], [], [], []
+    for i, n in enumerate(tree.nodes):
+        x0, y0 = pos[n.parent]
+        x1, y1 = pos[i]
+        xs, ys = (px, py) if i in on_path else (ex, ey)
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+    end = tree.path[-1] if tree.path else -1
+    if r.final_token_id is not None:
+        # A bonus closes a leaf: one depth further, on its row (no node can be there). A correction
+        # comes where the end node's children were all rejected: half a depth out, where no node is.
+        fx, fy = pos[end][0] + (0.5 if r.final_kind == "correction" else 1.0), pos[end][1]
+        px += [pos[end][0], fx, None]
+        py += [pos[end][1], fy, None]
+    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#c8c8c8", width=1.2), hoverinfo="skip", showlegend=False))
+    fig.add_trace(go.Scatter(x=px, y=py, mode="lines", line=dict(color="#111", width=4), hoverinfo="skip", name="accepted path"))
+    fig.add_trace(go.Scatter(x=[0], y=[pos[-1][1]], mode="markers+text", marker=dict(size=16, color="#555", symbol="square"),
+                             text=["pending"], textposition="middle left", hovertemplate="the pending token: its children are depth 1<extra></extra>",
+                             showlegend=False))
+    for verdict, label in (("accepted", "accepted"), ("rejected", "rejected"), ("discarded", "never tested")):
+        idx = [i for i, n in enumerate(tree.nodes) if n.verdict == verdict]
+        if not idx:
+            continue
+        hover = []
+        for i in idx:
+            n = tree.nodes[i]
+            hover.append(escape(
+                f"“{_visible(n.text)}” (id {n.token_id}), depth {n.depth}: {label}\n"
+                f"p(x) = {n.p:.4f}   q(x) = {n.q:.4f}\np'(x) = {_fmt(n.p_residual)}   test = {_fmt(n.accept_prob)}   u = {_fmt(n.u)}\n"
+                f"share of p left by earlier siblings = {_fmt(n.mass)}").replace("\n", "<br>"))
+        fig.add_trace(go.Scatter(
+            x=[pos[i][0] for i in idx], y=[pos[i][1] for i in idx], mode="markers+text", name=label,
+            marker=dict(size=[20 if i in on_path else 14 for i in idx], color=VERDICT_COLOURS[verdict], symbol=VERDICT_SYMBOLS[verdict],
+                        line=dict(width=[3 if i in on_path else 1 for i in idx], color="#111" if verdict == "accepted" else VERDICT_COLOURS[verdict])),
+            text=[escape(_visible(tree.nodes[i].text)) or "␀" for i in idx],
+            textposition=["top center" if i in on_path else "middle right" for i in idx],
+            textfont=dict(family="ui-monospace, monospace", size=12), hovertext=hover, hoverinfo="text"))
+    if r.final_token_id is not None:
+        colour = {"correction": ORANGE, "bonus": GREEN}.get(r.final_kind or "", "#555")
+        where = "last residual p'" if r.final_kind == "correction" else "p"
+        fig.add_trace(go.Scatter(
+            x=[fx], y=[fy], mode="markers+text", name=f"{r.final_kind} token", marker=dict(size=20, color=colour, symbol="diamond"),
+            text=[escape(_visible(r.final_text or "")) or "␀"], textposition="top center", textfont=dict(family="ui-monospace, monospace", size=12),
+            hovertext=[escape(f"{r.final_kind} token “{_visible(r.final_text or '')}”, sampled from {where}: probability {r.final_prob:.4f}")],
+            hoverinfo="text"))
+    rows = int(max(y for _, y in pos.values())) + 1
+    fig.update_xaxes(title="depth", dtick=1, range=[-0.8, tree.depth + 1.8], zeroline=False)
+    fig.update_yaxes(visible=False, range=[rows - 0.5, -0.5])
+    title = (f"Round {index + 1}: {len(tree.nodes)} nodes, depth {tree.depth}, path of {len(tree.path)} accepted "
+             f"({RULES.get(tree.rule, tree.rule)})")
+    style_figure(fig, title, None, None)
+    fig.update_layout(height=max(320, 26 * rows + 150), hoverlabel=dict(align="left"))
+    return fig
+
+
+def depth_figure(*traces: Trace, names: list[str] | None = None) -> go.Figure:
+    """Acceptance by depth: per depth d, rounds whose path reached d / rounds offered children there,
+    one bar group per trace (a chain's too)."""
+    fig = go.Figure()
+    for k, trace in enumerate(traces):
+        counts = theory.acceptance_by_depth(trace)
+        name = names[k] if names else f"run {k + 1}"
+        fig.add_trace(go.Bar(x=list(range(1, len(counts) + 1)), y=[a / o if o else None for o, a in counts], name=name,
+                             marker_color=[BLUE, ORANGE, GREEN][k % 3],
+                             hovertext=[f"{a} of {o} rounds offered children at depth {d + 1} accepted one" for d, (o, a) in enumerate(counts)],
+                             hoverinfo="text"))
+    fig.update_yaxes(range=[0, 1.05])
+    return style_figure(fig, "Acceptance by depth (accepted / offered)", "depth", "share of rounds")
+
+
+def verify_cost_figure(baseline: Trace, *traces: Trace, names: list[str] | None = None) -> go.Figure:
+    """v against the drafted tokens the pass verified: each round's verify time / the baseline's mean
+    target step, one marker per round, with the mean at each node count."""
+    step = chain_theory.target_step_ms(baseline)
+    fig = go.Figure()
+    for k, trace in enumerate(traces):
+        by_n = theory.verify_ms_by_nodes(trace)
+        name = names[k] if names else f"run {k + 1}"
+        fig.add_trace(go.Scatter(x=list(by_n), y=[ms / step for ms, _ in by_n.values()], mode="markers", name=name,
+                                 marker=dict(size=10, color=[BLUE, ORANGE, GREEN][k % 3]),
+                                 hovertext=[f"{n} nodes: mean of {c} rounds" for n, (_, c) in by_n.items()], hoverinfo="text+y"))
+    return style_figure(fig, "Verify cost v(n): target pass / target step", "drafted nodes verified", "v")
+
+
+def tree_stats_html(trace: Trace, baseline: Trace | None = None) -> str:
+    """Tokens per round, nodes per round, acceptance by depth and the tokens per round it predicts,
+    v per round (with a baseline), each with its denominator."""
+    rounds = len(trace.rounds)
+    if not rounds:
+        return ""
+    counts = theory.acceptance_by_depth(trace)
+    rates = theory.depth_rates(counts)
+    rows = [
+        ("tokens per round", f"{trace.mean_tokens_per_round:.2f}", f"emitted tokens / rounds = {len(trace.output_ids)} / {rounds}"),
+        ("nodes per round", f"{trace.drafted / rounds:.1f}", f"drafted nodes / rounds = {trace.drafted} / {rounds}"),
+        ("acceptance by depth", ", ".join(f"{a:.2f}" for a in rates),
+         "per depth: rounds whose path reached it / rounds offered children there"),
+        ("tokens per round, predicted", f"{theory.expected_tokens_per_round(rates):.2f}", "1 + Σ_d Π_{j≤d} a_j from the acceptance by depth"),
+    ]
+    step = chain_theory.target_step_ms(baseline) if baseline is not None else None
+    if step:
+        rows.append(("verify cost v", f"{trace.verify_ms / rounds / step:.2f}", "target pass over the tree / target step"))
+    cells = "".join(
+        f'<tr><td style="padding:3px 10px 3px 0;color:#444;">{_escape(k)}</td>'
+        f'<td style="padding:3px 10px;font-weight:600;font-variant-numeric:tabular-nums;" class="sv-stat" data-key="{_escape(k)}">{_escape(v)}</td>'
+        f'<td style="padding:3px 0;color:#777;font-size:12px;">{_escape(note)}</td></tr>' for k, v, note in rows)
+    return f'<table class="sv-tree-stats" style="border-collapse:collapse;font-size:14px;">{cells}</table>'

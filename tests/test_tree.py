@@ -1,0 +1,251 @@
+"""Token trees: the mask, the caches after a round, greedy equality, the trace and its checks.
+
+The statistical tests of the tree's output law are in tests/test_tree_exactness.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specviz import Sampling, autoregressive_generate, speculative_generate
+from specviz.drafters import PromptLookupDrafter
+from specviz.lab import PROMPT, models, tiny_lm
+from specviz.runner import ModelRunner
+from specviz.trace import Trace
+from specviz.tree import theory
+from specviz.tree.attention import ancestor_matrix, compact, masked_logits
+from specviz.tree.loop import tree_generate
+from specviz.tree.spec import TreeSpec, parse_shape
+
+# fp32: a node's logits under the tree mask and those of a separate pass over its own path come
+# from matmuls and softmaxes of different shapes (masked keys weigh exactly 0 after exp of the
+# dtype's minimum), so they differ by reduction order only: measured up to 1.2e-6 on these models.
+FP32_TOLERANCE = 1e-5
+
+
+def _llama():
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=16, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                         intermediate_size=64, max_position_embeddings=64)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("cached", [True, False])
+def test_each_node_sees_only_its_own_path(family, cached):
+    model = tiny_lm(vocab=16, layers=2, init=0.3, n_positions=64) if family == "gpt2" else _llama()
+    prefix = 5
+    seq = torch.tensor([1, 2, 3, 4, 5] + [0] * 8)
+    # slot 0: the pending token; siblings and cousins at several depths
+    parents = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 6]
+    tokens = torch.tensor([5, 7, 8, 9, 10, 11, 12, 13, 14, 15])
+    depth = []
+    for p in parents:
+        depth.append(0 if p < 0 else depth[p] + 1)
+    runner = ModelRunner(model, 16, cached)
+    runner.prefill(seq, prefix - 1)
+    with torch.inference_mode():
+        logits = masked_logits(runner, seq, prefix - 1, tokens, torch.tensor([prefix - 1 + d for d in depth]),
+                               ancestor_matrix(parents), len(parents))
+        for i in range(len(parents)):
+            path, j = [], i
+            while j >= 0:
+                path.append(j)
+                j = parents[j]
+            ids = torch.cat([seq[: prefix - 1], tokens[list(reversed(path))]])
+            alone = model(input_ids=ids[None]).logits[0, -1]
+            assert torch.allclose(logits[i], alone, atol=FP32_TOLERANCE, rtol=0), (i, (logits[i] - alone).abs().max())
+
+
+@pytest.mark.parametrize("how", ["gather", "refeed"])
+def test_compacted_cache_equals_the_path_fed_alone(how):
+    model = _llama()
+    seq = torch.tensor([1, 2, 3, 4, 0, 0, 0, 0, 0, 0])
+    parents, tokens = [-1, 0, 0, 1, 2, 2], torch.tensor([4, 6, 7, 8, 9, 10])
+    runner = ModelRunner(model, 16, True)
+    runner.prefill(seq, 3)
+    with torch.inference_mode():
+        masked_logits(runner, seq, 3, tokens, torch.tensor([3, 4, 4, 5, 5, 5]), ancestor_matrix(parents), 6)
+        seq[4:6] = torch.tensor([7, 10])  # the path: slot 2, then its second child (slot 5)
+        seq[6] = 3
+        compact(runner, seq, 3, [0, 2, 5], how)
+        assert runner.seen == 6 and runner.cache.get_seq_length() == 6
+        cached = runner.logits(seq, 7, 1)[0]
+        alone = model(input_ids=seq[None, :7]).logits[0, -1]
+    assert torch.allclose(cached, alone, atol=FP32_TOLERANCE, rtol=0)
+
+
+class _Spy:
+    """Logs every forward call of the models it watches, in order: (name, 4-D mask or not, logits)."""
+
+    def __init__(self, **named):
+        self.calls = []
+        for name, model in named.items():
+            model.register_forward_hook(lambda m, a, kw, out, name=name: self.calls.append(
+                (name, kw.get("attention_mask") is not None and kw["attention_mask"].dim() == 4, out.logits[0].detach().clone())),
+                with_kwargs=True)
+
+    def rounds(self):
+        """Per round: (the verify pass's logits, the drafter's last plain pass before it: its catch-up to
+        the pending token; refeeds and tree passes come elsewhere)."""
+        out, last_plain = [], None
+        for name, tree_mask, logits in self.calls:
+            if name == "drafter" and not tree_mask:
+                last_plain = logits
+            elif name == "target" and tree_mask:
+                out.append((logits, last_plain))
+        return out
+
+
+@pytest.mark.parametrize("spec", [TreeSpec.static((3, 2, 1)), TreeSpec.dynamic(8, depth=3, topk=3)], ids=["static", "dynamic"])
+@pytest.mark.parametrize("how", ["gather", "refeed"])
+def test_after_each_round_the_cached_logits_equal_an_uncached_recompute(spec, how):
+    """The first row of each verify pass (the pending token's, from the compacted cache) and the drafter's
+    catch-up pass of each round equal a fresh pass over the whole sequence so far."""
+    drafter, target = models("different")
+    spy = _Spy(drafter=drafter, target=target)
+    trace = tree_generate(PROMPT, drafter, target, spec, sampling=Sampling(1.0), max_new_tokens=14, seed=3, compaction=how)
+    rounds = spy.rounds()
+    assert len(rounds) == len(trace.rounds) >= 3
+    context = list(PROMPT)
+    with torch.inference_mode():
+        for r, (p_logits, q_logits) in zip(trace.rounds, rounds):
+            ids = torch.tensor([context])
+            assert torch.allclose(p_logits[0], target(ids).logits[0, -1], atol=FP32_TOLERANCE, rtol=0)
+            assert torch.allclose(q_logits[-1], drafter(ids).logits[0, -1], atol=FP32_TOLERANCE, rtol=0)
+            context += r.emitted_ids
+
+
+@pytest.mark.parametrize("spec", [TreeSpec.static((3, 2, 1)), TreeSpec.static((2, 2), "sampled"), TreeSpec.dynamic(10, depth=4, topk=3)],
+                         ids=["static", "sampled", "dynamic"])
+def test_cached_and_uncached_trees_emit_the_same_tokens(spec):
+    drafter, target = models("similar")
+    for sampling in (Sampling(0.0), Sampling(1.0, top_k=5)):
+        a = tree_generate(PROMPT, drafter, target, spec, sampling=sampling, max_new_tokens=16, seed=5)
+        b = tree_generate(PROMPT, drafter, target, spec, sampling=sampling, max_new_tokens=16, seed=5, cached=False)
+        assert a.output_ids == b.output_ids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", [TreeSpec.static((3, 2, 2, 1)), TreeSpec.dynamic(24, depth=6, topk=4), "lookup"],
+                         ids=["static", "dynamic", "lookup"])
+def test_greedy_tree_equals_the_targets_greedy_decoding(embedded, spec):
+    prompts = ["def fibonacci(n):\n    ", "import os\n\n\ndef main(args):\n    ", "class Stack:\n    def __init__(self):\n        self.items = []\n"]
+    drafter = PromptLookupDrafter(3) if spec == "lookup" else embedded.drafter
+    tree = TreeSpec.static((4, 1, 1, 1, 1)) if spec == "lookup" else spec
+    for text in prompts:
+        ids = embedded.tokenizer(text, add_special_tokens=False)["input_ids"]
+        plain = autoregressive_generate(ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=48, vocab_size=embedded.vocab_size)
+        trace = speculative_generate(ids, drafter, embedded.target, sampling=Sampling(0.0), max_new_tokens=48, tree=tree,
+                                     vocab_size=embedded.vocab_size)
+        assert trace.output_ids == plain.output_ids
+        assert trace.mean_tokens_per_round > 1.0
+        Trace.from_dict(json.loads(json.dumps(trace.to_dict())))
+
+
+def test_prompt_lookup_branches_are_distinct_earlier_matches():
+    _, target = models("similar")
+    prompt = [1, 2, 3, 1, 2, 4, 5, 1, 2, 3, 6, 1, 2]
+    trace = tree_generate(prompt, PromptLookupDrafter(2), target, TreeSpec.static((3, 1, 1)), sampling=Sampling(1.0), max_new_tokens=4)
+    tree = trace.rounds[0].tree
+    # "1 2" occurs before at 0, 3 and 7: continuations (3 6 1), (4 5 1), (3 1 2): a trie of 3 at the root
+    # with 2 children (3 merges two of them), then one child each.
+    roots = [n for n in tree.nodes if n.parent == -1]
+    assert sorted(n.token_id for n in roots) == [3, 4]
+    assert len(tree.nodes) == 2 + 3 + 3
+    assert all(n.q == 1.0 for n in tree.nodes) and tree.rule == "one-hot"
+    assert {n.source for n in roots} == {9, 5}  # the most recent copy of each first token
+
+
+def _tree_trace():
+    drafter, target = models("different")
+    return tree_generate(PROMPT, drafter, target, TreeSpec.static((3, 2)), sampling=Sampling(1.0), max_new_tokens=12, seed=1)
+
+
+def test_a_tree_trace_round_trips_and_counts_its_nodes():
+    trace = _tree_trace()
+    again = Trace.from_dict(json.loads(json.dumps(trace.to_dict())))
+    assert again.to_dict() == trace.to_dict()
+    assert trace.drafted == sum(len(r.tree.nodes) for r in trace.rounds)
+    assert trace.accepted == sum(len(r.tree.path) for r in trace.rounds)
+    assert trace.rejected == sum(n.verdict == "rejected" for r in trace.rounds for n in r.tree.nodes)
+    for r in trace.rounds:
+        assert [d.token_id for d in r.drafts] == [r.tree.nodes[i].token_id for i in r.tree.path]
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda t: t["rounds"][0]["tree"]["nodes"][0].update(parent=3), "tree.nodes.0.parent"),
+    (lambda t: t["rounds"][0]["tree"]["nodes"][1].update(depth=2), "tree.nodes.1.depth"),
+    (lambda t: t["rounds"][0]["tree"]["nodes"][0].update(u=1.5), "tree.nodes.0.u"),
+    (lambda t: t["rounds"][0]["tree"].update(nodes=t["rounds"][0]["tree"]["nodes"] * 50), "tree.nodes"),
+    (lambda t: next(r for r in t["rounds"] if r["tree"]["path"])["tree"].update(path=[]), "tree.path"),
+])
+def test_a_tampered_tree_is_refused_naming_the_field(edit, field):
+    d = json.loads(json.dumps(_tree_trace().to_dict()))
+    edit(d)
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        Trace.from_dict(d)
+
+
+def test_a_verdict_against_its_test_is_refused():
+    d = json.loads(json.dumps(_tree_trace().to_dict()))
+    for r in d["rounds"]:
+        for node in r["tree"]["nodes"]:
+            if node["verdict"] == "rejected":
+                node["u"] = 0.0
+                with pytest.raises(ValueError, match="rejected although u"):
+                    Trace.from_dict(d)
+                return
+    pytest.fail("no rejected node to tamper with")
+
+
+def test_a_chain_trace_of_schema_4_still_loads():
+    drafter, target = models("similar")
+    d = speculative_generate(PROMPT, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=8).to_dict()
+    d["schema_version"] = 4
+    for r in d["rounds"]:
+        del r["tree"]
+    assert Trace.from_dict(d).rounds[0].tree is None
+
+
+def test_tree_specs_refuse_what_is_out_of_range():
+    assert parse_shape("3,2,2,1") == (3, 2, 2, 1)
+    assert TreeSpec.static((3, 2, 2, 1)).max_nodes == 33
+    for bad in ("3,x", "0,2", "17", ",".join(["1"] * 17), "8,8,8"):
+        with pytest.raises(ValueError):
+            parse_shape(bad)
+    for budget in (0, 129, True):
+        with pytest.raises(ValueError, match="tree-dynamic"):
+            TreeSpec.dynamic(budget)
+    with pytest.raises(ValueError, match="repetition penalty"):
+        tree_generate(PROMPT, *models("similar"), TreeSpec.static((2,)), sampling=Sampling(1.0, repetition_penalty=1.2))
+
+
+def test_expected_tokens_from_per_depth_acceptance_is_eq_1_for_a_chain():
+    from specviz.theory import expected_tokens_per_round
+
+    for alpha in (0.3, 0.8):
+        assert theory.expected_tokens_per_round([alpha] * 4) == pytest.approx(expected_tokens_per_round(alpha, 4))
+    trace = _tree_trace()
+    counts = theory.acceptance_by_depth(trace)
+    assert counts[0][0] == len(trace.rounds)
+    assert sum(a for _, a in counts) == trace.accepted
+
+
+def test_the_tree_figure_draws_every_node_and_escapes_token_text():
+    from specviz.views.tree import depth_figure, tree_figure, tree_stats_html
+
+    trace = _tree_trace()
+    r = next(k for k, x in enumerate(trace.rounds) if x.tree.rejected)
+    rnd = trace.rounds[r]
+    rnd.tree.nodes[0].text = '<b>"x"</b>'
+    fig = tree_figure(trace, r)
+    shown = [n for t in fig.data if t.mode == "markers+text" and t.name in ("accepted", "rejected", "never tested") for n in t.x]
+    assert len(shown) == len(rnd.tree.nodes)
+    texts = [x for t in fig.data if t.text is not None for x in t.text]
+    assert '&lt;b&gt;"x"&lt;/b&gt;' in texts and not any("<b>" in x for x in texts)
+    assert depth_figure(trace).data and "nodes per round" in tree_stats_html(trace)
