@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from specviz.trace import Trace
 
 BLUE, VERMILLION, ORANGE, GREEN, GREY = "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#BBBBBB"
+TOOLBAR_PX = 30  # the height of plotly's modebar, kept free of the title
 
 
 def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go.Figure:
@@ -16,10 +17,13 @@ def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go
     if y is not None:
         fig.update_layout(yaxis_title=y)
     fig.update_layout(
-        title=dict(text=title, font=dict(size=15)),
+        # The title sits below the band plotly's toolbar (the modebar) takes at the figure's top, so
+        # the toolbar never covers it: on a phone it is always shown and the title spans the width.
+        title=dict(text=title, font=dict(size=15), x=0, xref="paper", xanchor="left", y=1, yref="container", yanchor="top",
+                   pad=dict(t=TOOLBAR_PX)),
         template="plotly_white",
         height=380,
-        margin=dict(l=50, r=20, t=50, b=95),
+        margin=dict(l=50, r=20, t=TOOLBAR_PX + 40, b=95),
         # below the axis title, so on a narrow screen the legend never covers the figure's title
         legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0.0),
         bargap=0.15,
