@@ -24,8 +24,8 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     c = theory.cost_coefficient(spec, baseline)
     est = estimate(spec, baseline)
     speed = "–"
-    if est is not None:
-        speed = f"{est.speedup:.2f}×"
+    if est is not None:  # the decoding speedup and its spread: one quantity (specviz.speedup)
+        speed = f"{est.decode_speedup:.2f}×"
         if len(est.windows) >= 2:
             speed += f" (middle half {est.low:.2f}–{est.high:.2f}×)"
     return [
@@ -33,7 +33,8 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
         ("alpha", _num(spec.alpha, 3), f"accepted / tested = {spec.accepted} / {spec.accepted + spec.rejected}"),
         ("draft acceptance rate", _num(spec.acceptance_rate, 3), f"accepted / drafted = {spec.accepted} / {spec.drafted}"),
         ("cost coefficient c", _num(c, 3), "drafting ms per draft / target step ms"),
-        ("speedup", speed, "speculative tok/s / autoregressive tok/s, in turns on this machine"),
+        ("speedup (decoding)", speed, "autoregressive ms / speculative ms, prefill excluded: median of stretches of equal tokens, "
+                                      "in turns on this machine"),
     ]
 
 
@@ -72,4 +73,5 @@ def compare_figure(comparison) -> go.Figure:
                                  mode="lines+markers", line=dict(color=COLOURS.get(kind)),
                                  customdata=[[a, n] for n, a in counts], hovertemplate="position %{x}: %{customdata[0]} / %{customdata[1]}<extra></extra>"))
     fig.update_layout(yaxis=dict(range=[0, 1.05]))
-    return style_figure(fig, "Acceptance by draft position (accepted / drafted at that position)", "draft position in the round", "acceptance")
+    fig.update_xaxes(dtick=1, tick0=1)  # draft positions are whole numbers: no tick at 1.5
+    return style_figure(fig, "Acceptance by draft position", "draft position in the round", "accepted / drafted at that position")
