@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -69,8 +70,16 @@ def schedule_for(args):
     return make_schedule(args.gamma_schedule, args.gamma, args.confidence)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding, exact and shown round by round.",
+def program_name(argv0: str | None = None) -> str:
+    """The command as the user typed it, for usage lines: ``python -m specviz`` when run as a module
+    (``argv[0]`` is the package's ``__main__.py``), else ``specviz`` (the installed script)."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    return "python -m specviz" if Path(argv0).name == "__main__.py" else "specviz"
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; ``prog`` names the command in usage lines (default: ``program_name()``)."""
+    parser = argparse.ArgumentParser(prog=prog or program_name(), description="Speculative decoding, exact and shown round by round.",
                                      formatter_class=_Help)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -298,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["train"]:
         from specviz import train
 
-        train.main(argv[1:])
+        train.main(argv[1:], prog=f"{program_name()} train")
         return
     args = build_parser().parse_args(argv)
     if not args.verbose:

@@ -192,8 +192,8 @@ def run_training(
     return log
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specviz.train", description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m specviz.train") -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("assets/models"), help="folder for tokenizer, target, drafter")
     parser.add_argument("--target-steps", type=int, default=1500)
     parser.add_argument("--drafter-steps", type=int, default=1200)

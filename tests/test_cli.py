@@ -118,3 +118,14 @@ def test_a_bad_prompts_file_gets_a_message(tmp_path, content, message):
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     out = run("generate", "--prompts-file", str(path), "--max-new-tokens", "4")
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_usage_names_the_command_as_typed():
+    """`specviz --help` (the installed script) says `usage: specviz`; `python -m specviz --help` says that."""
+    from specviz.cli import build_parser, program_name
+
+    assert program_name("/home/u/.local/bin/specviz") == "specviz"
+    assert program_name("/site-packages/specviz/__main__.py") == "python -m specviz"
+    assert build_parser(program_name("/usr/bin/specviz")).format_usage().startswith("usage: specviz ")
+    out = run("--help")
+    assert out.returncode == 0 and out.stdout.startswith("usage: python -m specviz ")
