@@ -1,6 +1,6 @@
 """Command line: ``python -m specviz generate|bench|train``.
 
-    python -m specviz generate --pair embedded --prompt "def add(a, b):" --gamma 4 --temperature 0 --json
+    python -m specviz generate --pair embedded --prompt "def is_prime(n):" --gamma 4 --seed 0 --json
     python -m specviz generate --mode autoregressive --prompt "import os"
     python -m specviz generate --prompts-file prompts.txt --temperature 0
     python -m specviz record --prompt "def is_prime(n):" --sweep --out run.json
