@@ -174,7 +174,7 @@ def test_out_of_memory_mid_run_is_a_message_then_the_next_run_works(client, monk
 )
 def test_pair_failures_reach_the_visitor_then_the_app_serves(client, monkeypatch, error, message):
     """Each PairError the loader raises (tested one by one in test_pair.py) is shown as it is."""
-    import specviz.demo as demo
+    import specviz.ui.pairs as pairs_ui
     from specviz.pair import PairError
 
     texts = {
@@ -188,7 +188,7 @@ def test_pair_failures_reach_the_visitor_then_the_app_serves(client, monkeypatch
     def refuse(*args, **kwargs):
         raise PairError(texts[error])
 
-    monkeypatch.setattr(demo, "load_pair", refuse)
+    monkeypatch.setattr(pairs_ui, "load_pair", refuse)
     with pytest.raises(AppError) as err:
         call(client, pair_name="gpt2 -> gpt2-large")
     assert message in err.value.message
