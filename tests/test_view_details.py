@@ -136,5 +136,5 @@ def test_exported_file_lays_figures_out_for_any_width(runs):
     spec, base, sweep = runs
     html = export_html(Recording(spec, base, sweep))
     assert "minmax(min(100%, 420px), 1fr)" in html and "auto-fill" in html  # one column on a phone, no sideways scroll
-    assert "ResizeObserver" in html and "Plots.resize" in html  # figures follow their box, not only the window
+    assert "ResizeObserver" in html and "relayout" in html  # figures follow their box, not only the window
     assert "sv-tip" in html  # a tapped token's details stay inside the window

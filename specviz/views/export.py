@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from specviz.recording import Recording
-from specviz.views.charts import acceptance_figure, timeline_figure
+from specviz.views.charts import FIT_SCRIPT, acceptance_figure, timeline_figure
 from specviz.views.replay import round_html
 from specviz.views.stats import stats_html
 from specviz.views.theory import accepted_histogram_figure, alpha_html, position_figure, speedup_figure, sweep_figure
@@ -52,19 +52,12 @@ _SCRIPT = """
     if (e.key === 'ArrowRight') show(i + 1);
   });
   show(0);
-  // plotly sizes a figure to its box when drawn and, with "responsive", when the window resizes;
-  // a box that changes size on its own (the grid settling, a font loading) is watched here.
-  const watch = new ResizeObserver((entries) => entries.forEach((e) => {
-    const gd = e.target.querySelector('.js-plotly-plot');
-    if (gd && window.Plotly) window.Plotly.Plots.resize(gd);
-  }));
-  document.querySelectorAll('.sv-fig').forEach((box) => watch.observe(box));
 })();
-""" + TIP_SCRIPT
+""" + FIT_SCRIPT + TIP_SCRIPT
 
 
 def _figure(fig: go.Figure, elem_id: str) -> str:
-    """The figure drawn to fill its box's width (``autosize``; the script redraws it when the box changes)."""
+    """The figure drawn to fill its box's width (``autosize``; FIT_SCRIPT redraws it when the box changes)."""
     fig = go.Figure(fig).update_layout(autosize=True, width=None)
     html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=elem_id, default_width="100%",
                        config={"displaylogo": False, "responsive": True})
