@@ -29,13 +29,17 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
     not change are left out. A run stops at RUN_SECONDS_MAX; the Stop button stops it between rounds
     (``stop``), and its last outputs say so.
     """
-    req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
-                             custom_target, drafter_kind, gamma_schedule, repetition_penalty)
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
     session = state.session_of(request)
     state.following[session] = True
     try:
-        with state.job(session):
+        with state.job(session):  # from the start, so a Stop pressed while the pair loads is seen
+            req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
+                                     custom_target, drafter_kind, gamma_schedule, repetition_penalty)
+            ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
+            if state.should_stop(session):
+                state.stopped[session] = stopped_outputs(None)
+                yield state.stopped[session]
+                return
             for event in run_on_device(req):
                 if event[0] != "done" and state.should_stop(session):
                     # The Stop button: end here, between rounds, and show the rounds done (a finished run shows as done).
@@ -90,7 +94,7 @@ def stop(request: gr.Request = None) -> dict:
     the status changes (a run still waiting in the queue is then cancelled by the event after this)."""
     session = state.session_of(request)
     if session not in state.running:
-        return dict(status="Nothing to stop: no run is in progress.")
+        return dict(status="Nothing to stop: no run was in progress (one still waiting in the queue is taken out of it).")
     state.stop_asked.add(session)
     deadline = time.monotonic() + STOP_WAIT_S
     while session in state.running and time.monotonic() < deadline:
@@ -100,5 +104,5 @@ def stop(request: gr.Request = None) -> dict:
 
 def failed() -> dict:
     """After Generate ended in an error: the status says so, instead of Gradio's "Error" over the last message."""
-    return dict(status="Nothing new was generated: the request was refused or failed (its message is in the corner). "
-                       "What the page shows is from before it.")
+    return dict(status="Nothing more was generated: the request was refused or failed (its message is in the corner). "
+                       "What the page shows is from before the error.")
