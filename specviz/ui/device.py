@@ -89,9 +89,10 @@ def run_on_device(req: RunRequest):
 
 
 def sweep_seconds(req: RunRequest) -> int:
-    """ZeroGPU seconds for the sweep: one speculative run per gamma, plus the baseline runs."""
-    return sweep_duration(req.pair_name, SWEEP_GAMMAS, req.max_new_tokens, custom_drafter=req.custom_drafter,
-                          custom_target=req.custom_target)
+    """ZeroGPU seconds for the sweep: one speculative run per gamma, the first baseline, and one baseline
+    in turns with each gamma's run (``specviz.sweep.sweep_stream``): nine baselines for gamma 1..8."""
+    return sweep_duration(req.pair_name, SWEEP_GAMMAS, req.max_new_tokens, baseline_runs=1 + len(SWEEP_GAMMAS),
+                          custom_drafter=req.custom_drafter, custom_target=req.custom_target)
 
 
 @gpu_task(duration=sweep_seconds)
@@ -101,7 +102,9 @@ def sweep_on_device(req: RunRequest):
     ids = encode(pair, req.prompt, req.chat)
     deadline = time.monotonic() + SWEEP_SECONDS_MAX
     try:
-        for sweep in sweep_stream(ids, pair.drafter, pair.target, gammas=SWEEP_GAMMAS, max_new_tokens=req.max_new_tokens, **_common(req, pair)):
+        drafter = make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target)
+        for sweep in sweep_stream(ids, drafter, pair.target, gammas=SWEEP_GAMMAS, schedule=req.gamma_schedule,
+                                  max_new_tokens=req.max_new_tokens, **_common(req, pair)):
             yield sweep
             if time.monotonic() > deadline:
                 break

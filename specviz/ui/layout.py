@@ -129,7 +129,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     ui["position_plot"] = gr.Plot(show_label=False, elem_id="sv-position")
                 with gr.Row(equal_height=True):
                     ui["sweep_button"] = gr.Button(f"Run gamma sweep ({SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]})", elem_id="sv-sweep-button", scale=1)
-                    ui["sweep_status"] = gr.Markdown("Same prompt, seed and sampling settings; one baseline, then one run per gamma.",
+                    ui["sweep_status"] = gr.Markdown("Same prompt, seed, sampling, drafter and gamma schedule (the controls on the left); one baseline, "
+                                                     "then each gamma in turns with a baseline of its own.",
                                                      elem_id="sv-sweep-status")
                 ui["sweep_plot"] = gr.Plot(sweep_figure(None), show_label=False, elem_id="sv-sweep")
             with gr.Tab("Race", id="race"):
@@ -216,22 +217,24 @@ def _wire(ui: dict) -> None:
     ui["replay_slider"].input(replay_show, of("recording", "replay_slider"), ui["replay"], api_visibility="private", **view)
     sweep_event = on(ui["sweep_button"].click, run_sweep,
                      ("pair_name", "prompt", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "recording", "chat",
-                      "custom_drafter", "custom_target", "repetition_penalty"),
+                      "custom_drafter", "custom_target", "repetition_penalty", "drafter_kind", "gamma_schedule"),
                      ("sweep_plot", "sweep_status", "recording"), api_name="sweep", **device)
-    # Stop ends the run or sweep between rounds, which then shows what it did and says it was stopped
-    # (specviz.ui.state); then anything of this session's still waiting in the queue is cancelled.
     run_event.failure(keyed(failed, RUN_OUTPUTS), None, of(*RUN_OUTPUTS), api_visibility="private", show_progress="hidden")
-    on(ui["stop"].click, stop, (), RUN_OUTPUTS, api_name="stop", **view).then(
-        lambda: None, None, None, cancels=[run_event, sweep_event], api_visibility="private", show_progress="hidden")
     ui["lab_button"].click(run_lab, of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),
                            of("lab_plot", "lab_verdict"), api_name="lab", concurrency_limit=1, concurrency_id="lab", show_progress="hidden")
     gr.api(run_api, api_name="run", **device)
-    on(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty"), ("compare_view", "compare_plot"),
+    compare_event = on(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty"), ("compare_view", "compare_plot"),
        api_name="compare", **device)
-    on(ui["batch_button"].click, run_batch,
+    batch_event = on(ui["batch_button"].click, run_batch,
        ("pair_name", "batch_prompts", "batch_size", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat",
         "custom_drafter", "custom_target", "drafter_kind", "gamma_schedule", "repetition_penalty"),
        ("batch_view", "batch_plot", "batch_status"), api_name="batch", **device)
+    # Stop asks a run, sweep, comparison or batch to end after its step under way; each then shows what it did
+    # and says it was stopped (specviz.ui.state). Then the event after it cancels what is left: a job of this
+    # session still waiting in the queue, or one that did not end in time.
+    on(ui["stop"].click, stop, (), RUN_OUTPUTS, api_name="stop", **view).then(
+        lambda: None, None, None, cancels=[run_event, sweep_event, compare_event, batch_event], api_visibility="private",
+        show_progress="hidden")
     ui["pair_name"].change(pair_info, ui["pair_name"], ui["pair_info"], api_visibility="private", **view)
     ui["race_button"].click(start_race, of("recording", "pace"), ui["race"], api_visibility="private", **view)
     # Loading runs in the queue with its own limit, so uploads cannot starve generation.

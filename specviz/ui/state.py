@@ -3,8 +3,9 @@
 While a run streams, its session is in ``following``: True while the replay follows the newest
 round; a visitor who steps back stops the following, stepping forward to the newest round resumes it.
 
-The Stop button stops a run or a sweep between rounds, by asking: the job sees ``stop_asked``
-at its next round, ends itself and shows what it has (Gradio's own cancel cannot interrupt a
+The Stop button stops a run, a sweep, a comparison or a batch between its steps, by asking: the
+job sees ``stop_asked`` at its next step (a round, a gamma, a drafter kind, a batch), ends itself
+and shows what it has (Gradio's own cancel cannot interrupt a
 round in progress, and a job it cancels leaves "Error" on every output). ``running`` counts the
 jobs streaming in a session; ``stopped`` hands the outputs a stopped run ended with to the Stop
 button's handler, which waits for them.
@@ -30,7 +31,7 @@ def session_of(request: gr.Request | None) -> str | None:
 
 @contextmanager
 def job(session: str | None) -> Iterator[None]:
-    """Count a streaming job (a run, a sweep) as running in ``session`` while the block runs; the
+    """Count a streaming job (a run, a sweep, a comparison, a batch) as running in ``session`` while the block runs; the
     session's stop request ends with its last job."""
     if session is None:
         yield

@@ -38,15 +38,17 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     ]
 
 
-def compare_html(comparison, kinds=("model", "ngram", "early-exit")) -> str:
-    """Columns, one per finished kind: its label, the numbers with their denominators, the coloured output."""
+def compare_html(comparison, kinds=("model", "ngram", "early-exit"), stopped: bool = False) -> str:
+    """Columns, one per finished kind: its label, the numbers with their denominators, the coloured output.
+    A kind not finished yet says it is running, or, once ``stopped``, that it was not run."""
     if comparison is None or not comparison.runs:
         return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings on the left run with each '
                 "drafter kind (drafter model, prompt lookup, early exit), each beside its own baseline.</div>")
     cols = []
     for kind in kinds:
         if kind not in comparison.runs:
-            cols.append(f'<div class="sv-compare-col" style="flex:1 1 300px;min-width:0;color:#888;">{LABELS[kind]}: running…</div>')
+            doing = "not run: stopped by you" if stopped else "running…"
+            cols.append(f'<div class="sv-compare-col" style="flex:1 1 300px;min-width:0;color:#888;">{LABELS[kind]}: {doing}</div>')
             continue
         spec, baseline = comparison.runs[kind]
         rows = "".join(

@@ -140,6 +140,8 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
     Thm 3.8 with the sweep's pooled alpha and c, and each point's prediction with its own
     measured verify cost v."""
     title = "Gamma sweep: measurement vs theory"
+    if sweep is not None and (sweep.drafter or sweep.schedule):
+        title = f"Gamma sweep ({sweep_label(sweep)}): measurement vs theory"
     if sweep is None or not sweep.points:
         return _empty(title, "press “Run gamma sweep” to measure gamma = 1..8")
     alpha, c = sweep.alpha, sweep.cost_coefficient
@@ -166,6 +168,15 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
     fig.update_layout(height=460, legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="center", x=0.5),
                       margin=dict(t=TOOLBAR_PX + 60, b=110))
     return fig
+
+
+def sweep_label(sweep: Sweep) -> str:
+    """The sweep's drafter and schedule in words, plain text: "prompt lookup, heuristic gamma schedule".
+    Sweeps saved before they were recorded ran the drafter model with a constant gamma."""
+    from specviz.drafters import LABELS
+
+    kind, schedule = sweep.drafter or "model", sweep.schedule or "constant"
+    return f"{LABELS.get(kind, kind)}, {'constant gamma' if schedule == 'constant' else f'{schedule} gamma schedule'}"
 
 
 def alpha_html(trace: Trace) -> str:
