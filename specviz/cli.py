@@ -1,7 +1,7 @@
 """Command line: ``python -m specviz generate|bench|train``.
 
     python -m specviz generate --prompt "Why is the sky blue?" --gamma 4
-    python -m specviz generate --pair embedded --prompt "def add(a, b):" --gamma 4 --temperature 0 --json
+    python -m specviz generate --pair embedded --prompt "def is_prime(n):" --gamma 4 --seed 0 --json
     python -m specviz generate --drafter-kind quantized --prompt "Give me three tips for learning to cook."
     python -m specviz generate --mode autoregressive --prompt "import os"
     python -m specviz generate --prompts-file prompts.txt --temperature 0
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -91,8 +92,16 @@ def schedule_for(args):
     return make_schedule(args.gamma_schedule, args.gamma, args.confidence)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding, exact and shown round by round.",
+def program_name(argv0: str | None = None) -> str:
+    """The command as the user typed it, for usage lines: ``python -m specviz`` when run as a module
+    (``argv[0]`` is the package's ``__main__.py``), else ``specviz`` (the installed script)."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    return "python -m specviz" if Path(argv0).name == "__main__.py" else "specviz"
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; ``prog`` names the command in usage lines (default: ``program_name()``)."""
+    parser = argparse.ArgumentParser(prog=prog or program_name(), description="Speculative decoding, exact and shown round by round.",
                                      formatter_class=_Help)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -342,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["train"]:
         from specviz import train
 
-        train.main(argv[1:])
+        train.main(argv[1:], prog=f"{program_name()} train")
         return
     args = build_parser().parse_args(argv)
     if not args.verbose:

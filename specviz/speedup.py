@@ -8,8 +8,10 @@ each stretch of machine noise falls on both; each run's clock stops while it wai
 (the engine's clocks exclude time suspended at a yield), so neither is charged for the other.
 
 ``estimate`` then gives the whole-run speedup (speculative tokens/s over autoregressive
-tokens/s, prefill included) and its spread: the same ratio over windows of equal token counts
-(the middle half of the windows' values), so a class sees how far one number can be trusted.
+tokens/s, prefill included) and the decoding speedup with its spread: the ratio of the two runs'
+times over windows of equal token counts, prefill excluded, as the median of the windows and
+their middle half, so a class sees how far one number can be trusted. The median and its middle
+half are one quantity; the whole-run number, which carries the two prefills, can lie outside it.
 """
 
 from __future__ import annotations
@@ -60,9 +62,9 @@ class SpeedupEstimate:
     """A measured speedup with its spread.
 
     Attributes:
-        speedup: speculative tokens/s / autoregressive tokens/s over the whole runs.
-        windows: the same ratio in each window of equal token counts (prefill left out).
-        low, high: the first and third quartiles of ``windows``.
+        speedup: speculative tokens/s / autoregressive tokens/s over the whole runs, prefill included.
+        windows: autoregressive ms / speculative ms in each window of equal token counts (prefill left out).
+        low, high: the first and third quartiles of ``windows`` (the middle half of the decoding speedups).
     """
 
     speedup: float
@@ -71,9 +73,14 @@ class SpeedupEstimate:
     high: float
 
     @property
+    def decode_speedup(self) -> float:
+        """The decoding speedup, prefill excluded: the median of ``windows``, so it lies in [low, high]."""
+        return statistics.median(self.windows)
+
+    @property
     def relative_spread(self) -> float:
-        """(high - low) / speedup."""
-        return (self.high - self.low) / self.speedup
+        """(high - low) / decode_speedup."""
+        return (self.high - self.low) / self.decode_speedup
 
     @property
     def readable(self) -> bool:

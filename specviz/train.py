@@ -193,7 +193,7 @@ def run_training(
     return log
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, prog: str = "python -m specviz.train") -> None:
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         from specviz import distill
 
         return distill.main([a for a in argv if a != "--english"])
-    parser = argparse.ArgumentParser(prog="python -m specviz.train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("assets/models"), help="folder for tokenizer, target, drafter")
     parser.add_argument("--target-steps", type=int, default=1500)
     parser.add_argument("--drafter-steps", type=int, default=1200)

@@ -99,6 +99,34 @@ def drawn(page, elem_id: str) -> dict:
     )
 
 
+def fits(page, elem_id: str) -> bool:
+    """Whether the figure in ``elem_id`` is drawn at its box's width (one drawn in a hidden tab took
+    plotly's default 700 px and was cut; polled, since the page redraws it when the box shows)."""
+    js = """(id) => { const gd = document.querySelector('#' + id + '.js-plotly-plot, #' + id + ' .js-plotly-plot');
+                      return gd && gd._fullLayout && Math.abs(gd._fullLayout.width - gd.getBoundingClientRect().width) <= 2; }"""
+    for _ in range(40):
+        if page.evaluate(js, elem_id):
+            return True
+        page.wait_for_timeout(250)
+    return False
+
+
+def tip_of_rightmost_token(page, within: str) -> dict:
+    """Focus (as a tap does) the token whose right edge is furthest right in ``within``, and return
+    where its details box and the token are, with the window's width."""
+    return page.evaluate(
+        """(sel) => {
+          const spans = [...document.querySelectorAll(sel + ' [data-tip]')].filter(e => e.getClientRects().length === 1);
+          const el = spans.reduce((a, b) => (b.getBoundingClientRect().right > a.getBoundingClientRect().right ? b : a));
+          el.scrollIntoView({block: 'center'}); el.focus();
+          const tip = document.querySelector('.sv-tip');
+          return {token: el.getBoundingClientRect().toJSON(), tip: tip && !tip.hidden ? tip.getBoundingClientRect().toJSON() : null,
+                  width: document.documentElement.clientWidth, text: tip ? tip.textContent : ''};
+        }""",
+        within,
+    )
+
+
 def test_generate_with_defaults_shows_tokens_stats_and_charts(page):
     page.get_by_role("button", name="Generate").click()
     started = time.perf_counter()
@@ -112,6 +140,7 @@ def test_generate_with_defaults_shows_tokens_stats_and_charts(page):
     for chart in ("sv-acceptance", "sv-timeline"):
         d = drawn(page, chart)
         assert d["data"] == d["full"] and d["numeric"] and d["marks"] > 0, d
+        assert fits(page, chart), chart
     title = page.locator("#sv-output .sv-accepted").first.get_attribute("title")
     assert "q(x) =" in title and "u =" in title
     page.screenshot(path=str(shots() / "demo.png"), full_page=True)
@@ -158,6 +187,7 @@ def test_theory_and_gamma_sweep(page):
     for chart in ("sv-speedup", "sv-histogram", "sv-position"):
         d = drawn(page, chart)
         assert d["data"] == d["full"] and d["marks"] > 0, (chart, d)
+        assert fits(page, chart), chart  # drawn while the tab was hidden, redrawn to its box when it opens
     assert page.locator("#sv-speedup").get_by_text("optimal γ").count() > 0
     assert page.locator("#sv-speedup").get_by_text("measured").count() > 0
     page.locator("#sv-sweep-button").click()
@@ -230,6 +260,8 @@ def test_save_and_load_recordings(page, tmp_path):
     # The status line already says "controls are set" from the previous load: wait for the prompt itself.
     expect(page.get_by_label("Prompt", exact=True)).to_have_value(prepared.prompt or prepared.speculative.prompt_text, timeout=60_000)
     assert page.locator("#sv-output .sv-accepted").count() > 0
+    # where the button is, a line says what was loaded
+    expect(page.locator("#sv-load-status")).to_contain_text(f"{len(prepared.speculative.rounds)} rounds, replayed with no model")
     page.screenshot(path=str(shots() / "files.png"), full_page=True)
     tab(page, "Replay")
     page.get_by_text("Round 1 of").or_(page.locator("#sv-replay .sv-round-title")).first.wait_for(timeout=30_000)
@@ -289,8 +321,44 @@ def test_bad_input_shows_a_message_and_the_page_keeps_working(page):
     box.fill("")
     page.get_by_role("button", name="Generate").click()
     page.get_by_text("The prompt is empty").first.wait_for(timeout=30_000)
+    # the status says nothing new was generated, instead of "Error" over the last run's message
+    expect(page.locator("#sv-status")).to_contain_text("the request was refused or failed", timeout=30_000)
+    assert "Error" not in page.locator("#sv-status").inner_text()
     page.screenshot(path=str(shots() / "empty-prompt.png"))
     box.fill("def add(a, b):\n")
+    page.get_by_role("button", name="Generate").click()
+    page.get_by_text("Done:").first.wait_for(timeout=120_000)
+
+
+def test_stop_says_the_run_was_stopped(page):
+    """Stop mid-run: the status says so (not the streaming line, not "Error"), the baseline's numbers
+    say they need a baseline instead of '…', and the page takes the next run."""
+    # A long run (gamma 1, 256 tokens), and Stop pressed the moment the first round shows: the
+    # embedded pair is fast enough to finish a default run before a click from here arrives.
+    for label, value in (("number input for gamma (drafted tokens per round)", "1"), ("number input for max new tokens", "256")):
+        box = page.get_by_label(label)
+        box.fill(value)
+        box.press("Enter")
+    page.evaluate("""() => {
+        const status = document.querySelector('#sv-status');
+        const watch = new MutationObserver(() => {
+          if (status.textContent.includes('Speculative decoding: round')) { watch.disconnect(); document.querySelector('#sv-stop').click(); }
+        });
+        watch.observe(status, {childList: true, subtree: true, characterData: true});
+    }""")
+    page.get_by_role("button", name="Generate").click()
+    status = page.locator("#sv-status")
+    expect(status).to_contain_text("Stopped by you after", timeout=60_000)
+    page.wait_for_timeout(2_000)  # nothing of the stopped run arrives later
+    assert status.inner_text().startswith("Stopped by you after") and "Error" not in status.inner_text()
+    stats = page.locator("#sv-stats").inner_text()
+    assert "…" not in stats and "needs the autoregressive baseline" in stats and "Error" not in stats
+    page.evaluate("document.querySelector('#sv-status').scrollIntoView({block: 'center'})")
+    page.screenshot(path=str(shots() / "after-stop.png"), full_page=False)
+    for label, value in (("number input for gamma (drafted tokens per round)", "4"), ("number input for max new tokens", "128")):
+        box = page.get_by_label(label)
+        box.fill(value)
+        box.press("Enter")
     page.get_by_role("button", name="Generate").click()
     page.get_by_text("Done:").first.wait_for(timeout=120_000)
 
@@ -315,5 +383,23 @@ def test_phone_viewport_reaches_every_tab(page, app_url):
         phone.screenshot(path=str(shots() / "phone-replay.png"), full_page=False)
         phone.get_by_role("tab", name="Compare drafters").click()
         phone.screenshot(path=str(shots() / "phone-compare.png"), full_page=False)
+        # a tapped token's details stay inside the screen, even for the token furthest right
+        where = tip_of_rightmost_token(phone, "#sv-output")
+        assert where["tip"] and ("q(x) =" in where["text"] or "probability" in where["text"]), where
+        assert where["token"]["right"] > 0.7 * where["width"], where  # the token is at the right edge
+        assert 0 <= where["tip"]["left"] and where["tip"]["right"] <= where["width"], where
+        phone.screenshot(path=str(shots() / "phone-tooltip.png"), full_page=False)
+        # the figures of the Charts tab fit the phone's width
+        phone.get_by_role("tab", name="Charts").click()
+        for chart in ("sv-acceptance", "sv-timeline"):
+            assert fits(phone, chart), chart
+        # the Explanation's names keep their words whole: the first column is as wide as its longest word
+        phone.get_by_role("tab", name="Explanation").click()
+        first = phone.locator("#sv-explain table td:first-child").first
+        first.scroll_into_view_if_needed()
+        widths = phone.evaluate("() => [...document.querySelectorAll('#sv-explain table td:first-child')].map(td => td.clientWidth)")
+        assert widths and all(w >= 90 for w in widths), widths  # it was about 40 px: "dra ft acc ept anc e"
+        phone.screenshot(path=str(shots() / "phone-explain.png"), full_page=False)
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 400
     finally:
         phone.close()

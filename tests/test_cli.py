@@ -171,3 +171,14 @@ def test_a_failure_inside_a_model_is_an_error_message(monkeypatch, capsys):
         main(["generate", "--prompt", "x", "--max-new-tokens", "2"])
     err = capsys.readouterr().err
     assert done.value.code == 1 and "error: the run failed: the cache could not be cropped" in err and "Traceback" not in err
+
+
+def test_usage_names_the_command_as_typed():
+    """`specviz --help` (the installed script) says `usage: specviz`; `python -m specviz --help` says that."""
+    from specviz.cli import build_parser, program_name
+
+    assert program_name("/home/u/.local/bin/specviz") == "specviz"
+    assert program_name("/site-packages/specviz/__main__.py") == "python -m specviz"
+    assert build_parser(program_name("/usr/bin/specviz")).format_usage().startswith("usage: specviz ")
+    out = run("--help")
+    assert out.returncode == 0 and out.stdout.startswith("usage: python -m specviz ")

@@ -11,6 +11,7 @@ import pytest
 
 from specviz.demo import RECORDINGS
 from specviz.recording import Recording
+from tests.test_browser import fits, shots, tip_of_rightmost_token
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -52,6 +53,23 @@ def test_every_prepared_recording_opens_offline_and_replays(exported):
                     page.locator(f"#{chart} .main-svg").first.wait_for(timeout=30_000)
                 assert page.locator(".sv-tokens [data-tip]").count() > 0
                 assert not asked, asked  # nothing outside the file was requested
+                page.close()
+            # At a desktop's and a phone's width: every figure is drawn at its box's width (the first
+            # was drawn 1,200 px wide in a 594 px cell), nothing scrolls sideways, a tapped token's
+            # details stay on screen.
+            html, rec = exported["sampled-gamma4-sweep"]
+            for width, height, phone in ((1400, 1000, False), (390, 844, True)):
+                page = browser.new_page(viewport={"width": width, "height": height}, is_mobile=phone, has_touch=phone)
+                page.goto(html.as_uri())
+                page.locator("#sv-sweep .main-svg").first.wait_for(timeout=30_000)
+                for elem_id in ("sv-acceptance", "sv-timeline", "sv-speedup", "sv-histogram", "sv-position", "sv-sweep"):
+                    assert fits(page, elem_id), (width, elem_id)
+                assert page.evaluate("document.documentElement.scrollWidth") <= width
+                page.screenshot(path=str(shots() / f"export-{width}.png"), full_page=True)
+                where = tip_of_rightmost_token(page, ".sv-tokens")
+                assert where["tip"] and 0 <= where["tip"]["left"] and where["tip"]["right"] <= where["width"], where
+                if phone:
+                    page.screenshot(path=str(shots() / "export-390-tooltip.png"), full_page=False)
                 page.close()
         finally:
             browser.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from specviz.pair import EMBEDDED
-from specviz.speedup import estimate
 from specviz.ui.device import run_on_device
 from specviz.ui.pairs import ensure_pair
 from specviz.ui.request import RunRequest
@@ -23,7 +22,8 @@ def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: 
 
     Returns a dict: "summary" (the numbers the page shows, each named with its denominator:
     draft_acceptance_rate, alpha, mean_beta, mean_tokens_per_round, tokens/s of both runs,
-    speedup with speedup_low and speedup_high (the middle half of the run's stretches),
+    speedup (their ratio, prefill included), decode_speedup with decode_speedup_low and
+    decode_speedup_high (prefill excluded: the median of the run's stretches and their middle half),
     cost_coefficient, verify_cost, predicted speedups), "status", and "trace" and "baseline"
     (every round, as ``specviz.Trace.to_dict``; ``Trace.from_dict`` reads them back).
     Errors come back as messages naming the control and its allowed range.
@@ -35,7 +35,4 @@ def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: 
     for final in run_on_device(req):
         pass
     _, spec, baseline, _title, done = final
-    numbers = summary(spec, baseline)
-    est = estimate(spec, baseline)
-    numbers.update(speedup_low=est.low if est else None, speedup_high=est.high if est else None)
-    return {"summary": numbers, "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}
+    return {"summary": summary(spec, baseline), "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}

@@ -6,6 +6,7 @@ import gradio as gr
 
 from specviz.gpu import on_zerogpu
 from specviz.pair import free_memory
+from specviz.ui import state
 from specviz.ui.device import compare_on_device
 from specviz.ui.pairs import ensure_pair
 from specviz.ui.request import RunRequest
@@ -13,17 +14,24 @@ from specviz.views.compare import compare_figure, compare_html
 
 
 def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True, custom_drafter="", custom_target="",
-                gamma_schedule="constant", repetition_penalty=1.0, tree="chain", progress=gr.Progress()):
+                gamma_schedule="constant", repetition_penalty=1.0, tree="chain", progress=gr.Progress(), request: gr.Request = None):
     """Decode the prompt with each drafter kind (same seed and settings); stream the columns as each finishes.
 
     Yields dicts keyed "compare_view" (HTML) and "compare_plot" (acceptance by draft position). With a
-    token tree chosen in the controls, the drafter model's tree runs too, in a column beside the chains.
+    token tree chosen in the controls, the drafter model's tree runs too, in a column beside the chains. The
+    Stop button ends it after the kind under way; the kinds not run say so.
     """
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
                              custom_target, "model", gamma_schedule, repetition_penalty, tree)
     ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
+    session = state.session_of(request)
+    comparison = None
     try:
-        for comparison in compare_on_device(req):
-            yield dict(compare_view=compare_html(comparison, tree=req.tree != "chain"), compare_plot=compare_figure(comparison))
+        with state.job(session):
+            for comparison in compare_on_device(req):
+                if state.should_stop(session):
+                    yield dict(compare_view=compare_html(comparison, tree=req.tree != "chain", stopped=True), compare_plot=compare_figure(comparison))
+                    return
+                yield dict(compare_view=compare_html(comparison, tree=req.tree != "chain"), compare_plot=compare_figure(comparison))
     finally:
         free_memory(None if not on_zerogpu() else "cpu")

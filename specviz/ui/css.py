@@ -1,11 +1,20 @@
-"""The page's own CSS, added to the theme's."""
+"""The page's own CSS and script, added to the theme's."""
 
-# Touch screens have no hover: a tapped token (focusable) shows its details below it.
-CSS = """
-.sv-tokens [data-tip] { position: relative; cursor: pointer; }
-.sv-tokens [data-tip]:focus { outline: 2px solid #333; }
-.sv-tokens [data-tip]:focus::after {
-  content: attr(data-tip); position: absolute; left: 0; top: 1.7em; z-index: 20; white-space: pre;
-  background: #111; color: #fff; font-size: 12px; line-height: 1.4; padding: 6px 8px; border-radius: 4px;
+from specviz.views.charts import FIT_SCRIPT
+from specviz.views.tokens import TIP_CSS, TIP_SCRIPT
+
+# Touch screens have no hover: a tapped token (focusable) shows its details in a box under it,
+# kept inside the window (specviz.views.tokens; the exported file uses the same).
+CSS = TIP_CSS
+
+# On a phone the Explanation's table of quantities gave its first column a few letters' width and
+# broke the names into syllables ("dra ft acc ept anc e"): the names keep their words whole.
+CSS += """
+#sv-explain table td:first-child, #sv-explain table th:first-child {
+  min-width: 7.5em; word-break: normal; overflow-wrap: normal; hyphens: manual;
 }
 """
+
+# Run once in the page's head: figures follow their box's width (one drawn in a hidden tab took
+# plotly's default 700 px), and a tapped token's details are placed inside the window.
+HEAD = f"<script>{FIT_SCRIPT}{TIP_SCRIPT}</script>"

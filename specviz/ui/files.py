@@ -19,7 +19,18 @@ from specviz.views.text import markdown_literal
 
 # The controls restore_controls sets, by name (the layout maps them to components).
 RESTORED = ("pair_name", "prompt", "chat", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "status",
-            "drafter_kind", "gamma_schedule", "repetition_penalty")
+            "drafter_kind", "gamma_schedule", "repetition_penalty", "load_status")
+
+
+def loading_note(name: str | None = None) -> str:
+    """The line beside the load buttons while a recording loads (a prepared one's ``name``, else an uploaded file)."""
+    what = f"the prepared recording {markdown_literal(name)}" if name else "the file"
+    return f"Loading {what}…"
+
+
+def load_failed_note() -> str:
+    """The line beside the load buttons when a file was refused."""
+    return "Not loaded: the file was refused (its message is in the corner). The page still shows what it showed before."
 
 
 def load_recording(path) -> dict:
@@ -95,6 +106,8 @@ def restore_controls(rec: Recording | None) -> dict:
         seed=gr.update(value=value("seed", DEFAULTS["seed"])),
         status=status,
         repetition_penalty=gr.update(value=sampling.get("repetition_penalty", 1.0)),
+        load_status=(f"Loaded{': ' + markdown_literal(rec.title) if rec.title else ''} — {len(rec.speculative.output_ids)} tokens in "
+                     f"{len(rec.speculative.rounds)} rounds, replayed with no model: the output, stats and every tab show it."),
     )
     if preset:
         out["pair_name"] = gr.update(value=preset)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gradio as gr
 
 from specviz.gpu import on_zerogpu
@@ -10,6 +12,7 @@ from specviz.recording import Recording
 from specviz.ui import state
 from specviz.ui.device import run_on_device
 from specviz.ui.downloads import save_for_download
+from specviz.ui.limits import STOP_WAIT_S
 from specviz.ui.outputs import everything
 from specviz.ui.pairs import ensure_pair
 from specviz.ui.replay import streaming
@@ -23,34 +26,27 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
     """Stream a speculative run round by round, then measure the autoregressive baseline.
 
     Yields dicts keyed by ``specviz.ui.outputs.RUN_OUTPUTS``; while streaming, the outputs that do
-    not change are left out. A run stops at RUN_SECONDS_MAX; the Stop button cancels it between rounds.
+    not change are left out. A run stops at RUN_SECONDS_MAX; the Stop button stops it between rounds
+    (``stop``), and its last outputs say so.
     """
-    req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
-                             custom_target, drafter_kind, gamma_schedule, repetition_penalty, tree)
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
     session = state.session_of(request)
     state.following[session] = True
     try:
-        for event in run_on_device(req):
-            kind, spec = event[0], event[1]
-            if kind == "round":
-                status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
-                yield dict(tokens=tokens_html(spec), stats=stats_html(spec), status=status, recording=Recording(spec, title=event[2]),
-                           **streaming(spec, session))
-            elif kind == "speculative_done":
-                yield dict(tokens=tokens_html(spec), stats=stats_html(spec), acceptance_plot=acceptance_figure(spec),
-                           timeline_plot=timeline_figure(spec), status="Finishing…", recording=Recording(spec, title=event[2]),
-                           **streaming(spec, session), histogram_plot=accepted_histogram_figure(spec), position_plot=position_figure(spec),
-                           sweep_plot=sweep_figure(None))
-            else:  # "done"
-                _, spec, baseline, title, done = event
-                rec = Recording(spec, baseline, title=title, prompt=req.prompt, chat=req.chat)
-                final = everything(rec, done, save_for_download(rec))
-                if not state.following.get(session, True):  # the visitor is reading an earlier round: leave it in view
-                    n = len(spec.rounds)
-                    final["replay_slider"] = gr.Slider(maximum=max(n, 2), interactive=n > 1)
-                    del final["replay"], final["replay_tree"]
-                yield final
+        with state.job(session):  # from the start, so a Stop pressed while the pair loads is seen
+            req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
+                                     custom_target, drafter_kind, gamma_schedule, repetition_penalty, tree)
+            ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
+            if state.should_stop(session):
+                state.stopped[session] = stopped_outputs(None)
+                yield state.stopped[session]
+                return
+            for event in run_on_device(req):
+                if event[0] != "done" and state.should_stop(session):
+                    # The Stop button: end here, between rounds, and show the rounds done (a finished run shows as done).
+                    state.stopped[session] = stopped_outputs(Recording(event[1], title=event[2]))
+                    yield state.stopped[session]
+                    return
+                yield from _shown(event, req, session)
     finally:
         state.following.pop(session, None)
         # A long-lived server gives each run's memory back: collect, then trim (measured: a trim
@@ -58,12 +54,55 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
         free_memory(None if not on_zerogpu() else "cpu")
 
 
-def stopped(rec: Recording | None) -> dict:
-    """After the Stop button: every output shows the rounds done (stats, charts, replay from round 1);
-    the speedup needs the baseline, which a stopped run does not finish."""
+def _shown(event: tuple, req: RunRequest, session: str | None):
+    """The outputs one event of ``run_on_device`` changes (a dict keyed by RUN_OUTPUTS)."""
+    kind, spec = event[0], event[1]
+    if kind == "round":
+        status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
+        yield dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), status=status, recording=Recording(spec, title=event[2]),
+                   **streaming(spec, session))
+    elif kind == "speculative_done":
+        yield dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), acceptance_plot=acceptance_figure(spec),
+                   timeline_plot=timeline_figure(spec), status="Finishing…", recording=Recording(spec, title=event[2]),
+                   **streaming(spec, session), histogram_plot=accepted_histogram_figure(spec), position_plot=position_figure(spec),
+                   sweep_plot=sweep_figure(None))
+    else:  # "done"
+        _, spec, baseline, title, done = event
+        rec = Recording(spec, baseline, title=title, prompt=req.prompt, chat=req.chat)
+        final = everything(rec, done, save_for_download(rec))
+        if not state.following.get(session, True):  # the visitor is reading an earlier round: leave it in view
+            n = len(spec.rounds)
+            final["replay_slider"] = gr.Slider(maximum=max(n, 2), interactive=n > 1)
+            del final["replay"], final["replay_tree"]
+        yield final
+
+
+def stopped_outputs(rec: Recording | None) -> dict:
+    """What a run stopped by the Stop button shows: the rounds done (stats, charts, replay from
+    round 1) and a status saying it was stopped; the speedup needs the baseline, which it did not finish."""
     if rec is None or not rec.speculative.rounds:
-        return dict(status="Stopped before the first round.")
+        return dict(status="Stopped by you before the first round.")
     spec = rec.speculative
     status = (f"Stopped by you after {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds: the stats, charts and replay "
               "show those rounds; the speedup needs a finished baseline, so it is left out.")
     return everything(Recording(spec, None, rec.sweep, rec.title, rec.prompt, rec.chat), status, None)
+
+
+def stop(request: gr.Request = None) -> dict:
+    """The Stop button: ask this session's jobs (run, sweep, comparison, batch) to stop at their next step, wait until they have
+    (at most STOP_WAIT_S), and return the outputs the run ended with. With nothing streaming, only
+    the status changes (a run still waiting in the queue is then cancelled by the event after this)."""
+    session = state.session_of(request)
+    if session not in state.running:
+        return dict(status="Nothing to stop: no run was in progress (one still waiting in the queue is taken out of it).")
+    state.stop_asked.add(session)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while session in state.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return state.stopped.pop(session, {})
+
+
+def failed() -> dict:
+    """After Generate ended in an error: the status says so, instead of Gradio's "Error" over the last message."""
+    return dict(status="Nothing more was generated: the request was refused or failed (its message is in the corner). "
+                       "What the page shows is from before the error.")

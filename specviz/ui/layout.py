@@ -22,8 +22,10 @@ from specviz.ui.api import run_api
 from specviz.ui.batch import run_batch
 from specviz.ui.checks import CheckedNumber, CheckedSlider
 from specviz.ui.compare import run_compare
-from specviz.ui.files import RESTORED, examples, export_recording, load_example, load_recording, restore_controls
-from specviz.ui.generate import generate, stopped
+from specviz.ui.files import (
+    RESTORED, examples, export_recording, load_example, load_failed_note, load_recording, loading_note, restore_controls,
+)
+from specviz.ui.generate import failed, generate, stop
 from specviz.ui.lab import run_lab
 from specviz.ui.limits import (
     BATCH_MAX, CACHE_TTL_S, CONCURRENCY, DEFAULTS, DRAFTER_CHOICES, EXAMPLES, GAMMA_RANGE, INTRO, LAB_RUNS_MAX, LOAD_CONCURRENCY,
@@ -152,6 +154,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 with gr.Row(equal_height=True):
                     ui["example"] = gr.Dropdown(examples(), value=(examples() or [None])[0], label="Prepared recordings (embedded pair)", scale=3)
                     ui["example_button"] = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)
+                ui["load_status"] = gr.Markdown(elem_id="sv-load-status")  # what a load is doing, beside its buttons
                 with gr.Row(equal_height=True):
                     ui["export_button"] = gr.Button("Export this run as one HTML file", elem_id="sv-export-button", scale=1)
                     ui["export_file"] = gr.File(label="A page that replays the run from disk: no server, no network (about 5 MB)",
@@ -222,6 +225,7 @@ def _wire(ui: dict) -> None:
                      ("pair_name", "prompt", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "recording", "chat",
                       "custom_drafter", "custom_target", "repetition_penalty", "drafter_kind", "gamma_schedule"),
                      ("sweep_plot", "sweep_status", "recording"), api_name="sweep", **device)
+    run_event.failure(keyed(failed, RUN_OUTPUTS), None, of(*RUN_OUTPUTS), api_visibility="private", show_progress="hidden")
     ui["lab_button"].click(run_lab, of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),
                            of("lab_plot", "lab_verdict"), api_name="lab", concurrency_limit=1, concurrency_id="lab", show_progress="hidden")
     gr.api(run_api, api_name="run", **device)
@@ -232,20 +236,31 @@ def _wire(ui: dict) -> None:
        ("pair_name", "batch_prompts", "batch_size", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat",
         "custom_drafter", "custom_target", "drafter_kind", "gamma_schedule", "repetition_penalty"),
        ("batch_view", "batch_plot", "batch_status"), api_name="batch", **device)
-    # Stop cancels a run, sweep, comparison or batch between its steps; what was generated stays on the page.
-    on(ui["stop"].click, stopped, ("recording",), RUN_OUTPUTS, cancels=[run_event, sweep_event, compare_event, batch_event],
-       api_name="stop", **view)
+    # Stop asks a run, sweep, comparison or batch to end after its step under way; each then shows what it did
+    # and says it was stopped (specviz.ui.state). Then the event after it cancels what is left: a job of this
+    # session still waiting in the queue, or one that did not end in time.
+    on(ui["stop"].click, stop, (), RUN_OUTPUTS, api_name="stop", **view).then(
+        lambda: None, None, None, cancels=[run_event, sweep_event, compare_event, batch_event], api_visibility="private",
+        show_progress="hidden")
     ui["pair_name"].change(pair_info, ui["pair_name"], ui["pair_info"], api_visibility="private", **view)
     ui["race_button"].click(start_race, of("recording", "pace"), ui["race"], api_visibility="private", **view)
     # Loading runs in the queue with its own limit, so uploads cannot starve generation.
     loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")
     restore = dict(fn=keyed(restore_controls, RESTORED), inputs=ui["recording"], outputs=of(*RESTORED), api_visibility="private",
                    show_progress="hidden")
-    loaded = on(ui["upload"].upload, load_recording, ("upload",), RUN_OUTPUTS, api_name="load_recording", **loads)
+    # Each load first says, beside its button, that it is loading; then what it loaded, or that it was refused.
+    note = dict(outputs=ui["load_status"], api_visibility="private", show_progress="hidden", queue=False)
+    refused = dict(fn=load_failed_note, inputs=None, **note)
+    uploading = ui["upload"].upload(loading_note, None, **note)
+    loaded = on(uploading.then, load_recording, ("upload",), RUN_OUTPUTS, api_name="load_recording", **loads)
     loaded.success(**restore)
+    loaded.failure(**refused)
     # The drop area is emptied after every load, good or refused, so the next file can go in.
     clear = dict(fn=lambda: None, inputs=None, outputs=ui["upload"], api_visibility="private", show_progress="hidden")
     loaded.success(**clear)
     loaded.failure(**clear)
-    on(ui["example_button"].click, load_example, ("example",), RUN_OUTPUTS, api_name="load_prepared", **loads).success(**restore)
+    prepared = ui["example_button"].click(loading_note, ui["example"], **note)
+    loaded = on(prepared.then, load_example, ("example",), RUN_OUTPUTS, api_name="load_prepared", **loads)
+    loaded.success(**restore)
+    loaded.failure(**refused)
     ui["export_button"].click(export_recording, ui["recording"], ui["export_file"], api_visibility="private", **loads)

@@ -34,6 +34,8 @@ CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "1"))
 PACES = ("slow motion (about 10 s)", "true timing")
 # Redraw the streamed text at most this often (ms): drawing is not free for the browser.
 STREAM_INTERVAL_MS = 80
+# How long the Stop button waits for a run to reach the end of its round and stop itself.
+STOP_WAIT_S = 30.0
 # A visitor's state (one compact Recording) and Gradio's cached copies of downloads and uploads
 # are dropped this long after last use, so memory and disk stay flat however many come.
 SESSION_TTL_S = 1800

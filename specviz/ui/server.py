@@ -7,7 +7,7 @@ import os
 import gradio as gr
 
 from specviz.recording import MAX_BYTES
-from specviz.ui.css import CSS
+from specviz.ui.css import CSS, HEAD
 from specviz.ui.limits import MAX_SESSIONS
 
 # Content-Security-Policy on every response: the page may load and connect only to its own
@@ -48,6 +48,7 @@ def launch_kwargs(port: int | None = None) -> dict:
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
         css=CSS,
+        head=HEAD,
         show_error=False,
         max_file_size=MAX_BYTES,  # uploads are recordings; Gradio refuses larger files itself
         # Gradio keeps each session's state (its Recording: about 1.2 MB of objects for the largest

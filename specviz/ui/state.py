@@ -2,15 +2,50 @@
 
 While a run streams, its session is in ``following``: True while the replay follows the newest
 round; a visitor who steps back stops the following, stepping forward to the newest round resumes it.
+
+The Stop button stops a run, a sweep, a comparison or a batch between its steps, by asking: the
+job sees ``stop_asked`` at its next step (a round, a gamma, a drafter kind, a batch), ends itself
+and shows what it has (Gradio's own cancel cannot interrupt a
+round in progress, and a job it cancels leaves "Error" on every output). ``running`` counts the
+jobs streaming in a session; ``stopped`` hands the outputs a stopped run ended with to the Stop
+button's handler, which waits for them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import gradio as gr
 
 following: dict[str, bool] = {}
+running: dict[str, int] = {}
+stop_asked: set[str] = set()
+stopped: dict[str, dict] = {}
 
 
 def session_of(request: gr.Request | None) -> str | None:
     """The session's key (Gradio's session hash), or None outside a page session (a plain API call)."""
     return getattr(request, "session_hash", None)
+
+
+@contextmanager
+def job(session: str | None) -> Iterator[None]:
+    """Count a streaming job (a run, a sweep, a comparison, a batch) as running in ``session`` while the block runs; the
+    session's stop request ends with its last job."""
+    if session is None:
+        yield
+        return
+    running[session] = running.get(session, 0) + 1
+    try:
+        yield
+    finally:
+        running[session] -= 1
+        if not running[session]:
+            del running[session]
+            stop_asked.discard(session)
+
+
+def should_stop(session: str | None) -> bool:
+    """Whether the Stop button was pressed in ``session`` since its jobs started."""
+    return session is not None and session in stop_asked

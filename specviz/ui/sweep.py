@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from specviz.recording import Recording
+from specviz.ui import state
 from specviz.ui.device import sweep_on_device
 from specviz.ui.limits import SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 from specviz.ui.pairs import ensure_pair
@@ -15,27 +16,34 @@ from specviz.views.theory import sweep_label
 
 def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec: Recording | None, chat=True,
               custom_drafter="", custom_target="", repetition_penalty=1.0, drafter_kind="model", gamma_schedule="constant",
-              progress=gr.Progress()):
+              progress=gr.Progress(), request: gr.Request = None):
     """Decode the prompt with gamma = 1..8 (same seed, sampling, drafter kind and gamma schedule; a
     schedule starts each run at its gamma) and plot each against the theory.
 
     Yields dicts keyed "sweep_plot", "sweep_status" and "recording" (with the sweep attached, at the end).
+    The Stop button ends it after the gamma in progress (``specviz.ui.state``).
     """
     req = RunRequest.checked(pair_name, prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed, chat,
                              custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty)
     ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
-    sweep = None
-    for sweep in sweep_on_device(req):
-        done = len(sweep.points)
-        sweep.drafter = sweep.drafter or req.drafter_kind  # labelled from the first yield on
-        yield dict(sweep_plot=sweep_figure(sweep),
-                   sweep_status=f"Sweep ({sweep_label(sweep)}): {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} "
-                                f"({done} of {len(SWEEP_GAMMAS)})…")
-    if not sweep.points:
-        yield dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s before any gamma finished.")
+    session = state.session_of(request)
+    sweep, by_you = None, False
+    with state.job(session):
+        for sweep in sweep_on_device(req):
+            if state.should_stop(session):
+                by_you = True
+                break
+            done = len(sweep.points)
+            sweep.drafter = sweep.drafter or req.drafter_kind  # labelled from the first yield on
+            yield dict(sweep_plot=sweep_figure(sweep),
+                       sweep_status=f"Sweep ({sweep_label(sweep)}): {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} "
+                                    f"({done} of {len(SWEEP_GAMMAS)})…")
+    why = "by you" if by_you else f"at the time limit of {SWEEP_SECONDS_MAX:.0f} s"
+    if sweep is None or not sweep.points:
+        yield dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep stopped {why} before any gamma finished.")
         return
     best = max(sweep.points, key=lambda p: sweep.speedup(p) or 0.0)
-    cut = "" if len(sweep.points) == len(SWEEP_GAMMAS) else f" Stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s after gamma {sweep.points[-1].gamma}."
+    cut = "" if len(sweep.points) == len(SWEEP_GAMMAS) else f" Stopped {why} after gamma {sweep.points[-1].gamma}."
     out = dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep done ({sweep_label(sweep)}): fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).{cut}")
     if rec is not None:
         out["recording"] = Recording(rec.speculative, rec.baseline, sweep, rec.title, rec.prompt, rec.chat)

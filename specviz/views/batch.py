@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from specviz.throughput import BatchPoint
 from specviz.views.charts import BLUE, GREY, ORANGE, style_figure
+from specviz.views.scroll import scroll_x
 from specviz.views.tokens import round_spans
 
 _PAD = ('<span title="padding: a draft slot this row did not use (the batch is as wide as its widest row)" '
@@ -64,11 +65,16 @@ def batch_lanes_html(result, speedup: BatchPoint | None = None) -> str:
         spread = speedup.speedups
         numbers += (f"; speedup over batched autoregressive decoding {statistics.median(spread):.2f}× (median) "
                     f"(runs: {', '.join(f'{x:.2f}×' for x in spread)})")
+    # The lanes are as wide as the batch has rounds: they scroll inside their box, whose edges shade
+    # where more rounds lie (specviz.views.scroll), and the line above says how many there are.
+    lanes = scroll_x(f'<table style="border-collapse:collapse;"><thead><tr><th style="padding:2px 8px;text-align:left;">round</th>{head}</tr>'
+                     f'</thead><tbody>{"".join(body)}</tbody></table>', cls="sv-tokens sv-scroll",
+                     style="max-height:520px;border:1px solid #ddd;border-radius:8px;"
+                           "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:13px;color:#111;")
+    hint = (f'<div style="font-size:12px;color:#666;margin-bottom:4px;">{len(columns)} batch rounds, one column each'
+            "; wider than the box, the lanes scroll sideways, and a shaded edge marks more rounds</div>")
     return (f'<div class="sv-batch"><div style="font-size:13px;margin-bottom:6px;">{escape(numbers)}</div>'
-            '<div class="sv-tokens" style="overflow-x:auto;max-height:520px;border:1px solid #ddd;border-radius:8px;'
-            'font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:13px;background:#fff;color:#111;">'
-            f'<table style="border-collapse:collapse;"><thead><tr><th style="padding:2px 8px;text-align:left;">round</th>{head}</tr>'
-            f'</thead><tbody>{"".join(body)}</tbody></table></div></div>')
+            f'{hint}{lanes}</div>')
 
 
 def batch_figure(points: list[BatchPoint] | None) -> go.Figure:

@@ -8,6 +8,32 @@ from specviz import metrics
 from specviz.trace import Trace
 
 BLUE, VERMILLION, ORANGE, GREEN, GREY = "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#BBBBBB"
+TOOLBAR_PX = 30  # the height of plotly's modebar, kept free of the title
+
+# plotly sizes a figure to its box when it draws it, and again only when the window resizes: a
+# figure drawn in a hidden tab takes plotly's default 700 px and keeps it when the tab opens (cut
+# on a phone and in a 600 px column), one drawn before a grid settles keeps the grid's first width.
+# This script, run once in a page or an exported file, watches every figure's box and redraws the
+# figure at its box's width whenever the two differ (figures added later are watched too).
+FIT_SCRIPT = """
+(() => {
+  if (window.svFit) return;
+  const fit = new ResizeObserver((entries) => entries.forEach((e) => {
+    const gd = e.target, w = Math.round(e.contentRect.width);
+    if (w > 0 && window.Plotly && gd._fullLayout && Math.abs(gd._fullLayout.width - w) > 1) window.Plotly.relayout(gd, {width: w});
+  }));
+  window.svFit = fit;
+  const watch = (root) => {
+    if (!root.querySelectorAll) return;
+    const found = [...root.querySelectorAll('.js-plotly-plot')];
+    if (root.classList && root.classList.contains('js-plotly-plot')) found.push(root);
+    found.forEach((gd) => { if (!gd.svFit) { gd.svFit = true; fit.observe(gd); } });
+  };
+  new MutationObserver((changes) => changes.forEach((c) => c.addedNodes.forEach(watch)))
+    .observe(document.documentElement, {childList: true, subtree: true});
+  watch(document);
+})();
+"""
 
 
 def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go.Figure:
@@ -17,10 +43,13 @@ def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go
     if y is not None:
         fig.update_layout(yaxis_title=y)
     fig.update_layout(
-        title=dict(text=title, font=dict(size=15)),
+        # The title sits below the band plotly's toolbar (the modebar) takes at the figure's top, so
+        # the toolbar never covers it: on a phone it is always shown and the title spans the width.
+        title=dict(text=title, font=dict(size=15), x=0, xref="paper", xanchor="left", y=1, yref="container", yanchor="top",
+                   pad=dict(t=TOOLBAR_PX)),
         template="plotly_white",
         height=380,
-        margin=dict(l=50, r=20, t=50, b=95),
+        margin=dict(l=50, r=20, t=TOOLBAR_PX + 40, b=95),
         # below the axis title, so on a narrow screen the legend never covers the figure's title
         legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0.0),
         bargap=0.15,

@@ -25,8 +25,8 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     c = theory.cost_coefficient(spec, baseline)
     est = estimate(spec, baseline)
     speed = "–"
-    if est is not None:
-        speed = f"{est.speedup:.2f}×"
+    if est is not None:  # the decoding speedup and its spread: one quantity (specviz.speedup)
+        speed = f"{est.decode_speedup:.2f}×"
         if len(est.windows) >= 2:
             speed += f" (middle half {est.low:.2f}–{est.high:.2f}×)"
     return [
@@ -34,13 +34,15 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
         ("alpha", _num(spec.alpha, 3), f"accepted / tested = {spec.accepted} / {spec.accepted + spec.rejected}"),
         ("draft acceptance rate", _num(spec.acceptance_rate, 3), f"accepted / drafted = {spec.accepted} / {spec.drafted}"),
         ("cost coefficient c", _num(c, 3), "drafting ms per draft / target step ms"),
-        ("speedup", speed, "speculative tok/s / autoregressive tok/s, in turns on this machine"),
+        ("speedup (decoding)", speed, "autoregressive ms / speculative ms, prefill excluded: median of stretches of equal tokens, "
+                                      "in turns on this machine"),
     ]
 
 
-def compare_html(comparison, kinds=("model", "ngram", "early-exit"), tree: bool = False) -> str:
+def compare_html(comparison, kinds=("model", "ngram", "early-exit"), tree: bool = False, stopped: bool = False) -> str:
     """Columns, one per finished kind: its label, the numbers with their denominators, the coloured output
-    (with ``tree``, a last column: the drafter model's token tree beside its chain)."""
+    (with ``tree``, a last column: the drafter model's token tree beside its chain). A kind not finished
+    yet says it is running, or, once ``stopped``, that it was not run."""
     kinds = (*kinds, "tree") if tree else kinds
     if comparison is None or not comparison.runs:
         return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings on the left run with each '
@@ -48,7 +50,8 @@ def compare_html(comparison, kinds=("model", "ngram", "early-exit"), tree: bool 
     cols = []
     for kind in kinds:
         if kind not in comparison.runs:
-            cols.append(f'<div class="sv-compare-col" style="flex:1 1 300px;min-width:0;color:#888;">{LABELS[kind]}: running…</div>')
+            doing = "not run: stopped by you" if stopped else "running…"
+            cols.append(f'<div class="sv-compare-col" style="flex:1 1 300px;min-width:0;color:#888;">{LABELS[kind]}: {doing}</div>')
             continue
         spec, baseline = comparison.runs[kind]
         rows = "".join(
@@ -78,4 +81,5 @@ def compare_figure(comparison) -> go.Figure:
                                  mode="lines+markers", line=dict(color=COLOURS.get(kind)),
                                  customdata=[[a, n] for n, a in counts], hovertemplate="position %{x}: %{customdata[0]} / %{customdata[1]}<extra></extra>"))
     fig.update_layout(yaxis=dict(range=[0, 1.05]))
-    return style_figure(fig, "Acceptance by draft position (accepted / drafted at that position)", "draft position in the round", "acceptance")
+    fig.update_xaxes(dtick=1, tick0=1)  # draft positions are whole numbers: no tick at 1.5
+    return style_figure(fig, "Acceptance by draft position", "draft position in the round", "accepted / drafted at that position")

@@ -15,23 +15,25 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from specviz.recording import Recording
-from specviz.views.charts import acceptance_figure, timeline_figure
+from specviz.views.charts import FIT_SCRIPT, acceptance_figure, timeline_figure
 from specviz.views.replay import round_html
 from specviz.views.stats import stats_html
 from specviz.views.theory import accepted_histogram_figure, alpha_html, position_figure, speedup_figure, sweep_figure
-from specviz.views.tokens import legend_html, tokens_html
+from specviz.views.scroll import scroll_x
+from specviz.views.tokens import TIP_CSS, TIP_SCRIPT, legend_html, tokens_html
 
+# Figures sit in a grid of columns at least 420 px wide (one column on a phone: min(100%, ...)
+# keeps a narrow screen from scrolling sideways); auto-fill keeps the columns' width whether one
+# figure or all are drawn yet.
 _STYLE = """
 body { font-family: ui-sans-serif, system-ui, sans-serif; max-width: 1200px; margin: 24px auto; padding: 0 16px; color: #111; }
 h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
-.sv-figs { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 12px; }
+.sv-figs { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 420px), 1fr)); gap: 12px; }
+.sv-figs > div, .sv-fig { min-width: 0; }
 .sv-round { display: none; } .sv-round.sv-shown { display: block; }
-.sv-controls { display: flex; gap: 8px; align-items: center; margin: 8px 0; }
+.sv-controls { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 8px 0; }
 .sv-controls button { font-size: 14px; padding: 4px 12px; }
-.sv-tokens [data-tip] { position: relative; cursor: pointer; }
-.sv-tokens [data-tip]:focus::after { content: attr(data-tip); position: absolute; left: 0; top: 1.7em; z-index: 20;
-  white-space: pre; background: #111; color: #fff; font-size: 12px; padding: 6px 8px; border-radius: 4px; }
-"""
+""" + TIP_CSS
 
 _SCRIPT = """
 (function () {
@@ -51,11 +53,20 @@ _SCRIPT = """
   });
   show(0);
 })();
-"""
+""" + FIT_SCRIPT + TIP_SCRIPT
 
 
 def _figure(fig: go.Figure, elem_id: str) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=elem_id, config={"displaylogo": False, "responsive": True})
+    """The figure drawn to fill its box's width (``autosize``; FIT_SCRIPT redraws it when the box changes)."""
+    fig = go.Figure(fig).update_layout(autosize=True, width=None)
+    html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=elem_id, default_width="100%",
+                       config={"displaylogo": False, "responsive": True})
+    return f'<div class="sv-fig">{html}</div>'
+
+
+def _scroll_wide(html: str) -> str:
+    """A table wider than a phone (the numbers with their notes) scrolls inside its own box."""
+    return scroll_x(html)
 
 
 def export_html(rec: Recording) -> str:
@@ -81,7 +92,7 @@ def export_html(rec: Recording) -> str:
 <p>Speculative decoding, recorded by specviz: each draft accepted when u &lt; min(1, p/q), the first rejected one replaced by
 a correction sampled from norm(max(0, p − q)), a bonus token from p when every draft is accepted.</p>
 {legend_html()}{tokens_html(spec)}
-<h2>Numbers</h2>{stats_html(spec, base)}{alpha_html(spec)}
+<h2>Numbers</h2>{_scroll_wide(stats_html(spec, base))}{alpha_html(spec)}
 <h2>Round by round</h2>
 <div class="sv-controls"><button id="sv-prev">◀ previous</button><span id="sv-round-label"></span><button id="sv-next">next ▶</button>
 <span style="color:#666;font-size:13px;">(or the arrow keys)</span></div>

@@ -12,6 +12,7 @@ from html import escape
 
 from specviz.theory import round_gamma
 from specviz.trace import Draft, Round, Trace
+from specviz.views.scroll import scroll_x
 from specviz.views.tokens import STYLES, _visible
 
 Q_COLOUR, P_COLOUR, RESIDUAL_COLOUR = "#CC79A7", "#0072B2", "#E69F00"  # Okabe-Ito purple, blue, orange
@@ -98,9 +99,9 @@ def _drafts_table(r: Round, n_prompt: int = 0) -> str:
             f'<td style="padding:4px 8px;">{_test(d)}</td><td style="padding:4px 8px;">{_bar(d.beta, BETA_COLOUR, width=70)}</td>'
             f'<td style="padding:4px 8px;">{_verdict(d)}</td>{_source(d, n_prompt)}</tr>'
         )
-    # On a narrow screen the table scrolls inside its box instead of being clipped.
-    return (f'<div class="sv-scroll" style="overflow-x:auto;-webkit-overflow-scrolling:touch;">'
-            f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;min-width:640px;margin-top:10px;"><tr>{head}</tr>{"".join(rows)}</table></div>')
+    # On a narrow screen the table scrolls inside its box (a shadow at the edge says so) instead of being clipped.
+    return scroll_x(f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;min-width:640px;margin-top:10px;">'
+                    f'<tr>{head}</tr>{"".join(rows)}</table>')
 
 
 def _final(r: Round, stop_reason: str | None) -> str:
@@ -108,7 +109,8 @@ def _final(r: Round, stop_reason: str | None) -> str:
         why = "an accepted draft was the end-of-sequence token" if stop_reason == "eos" else "the run reached its token budget"
         return f'<p style="margin:10px 0 0;color:#555;">The round ended before its final token: {why}.</p>'
     n_acc = r.accepted_count
-    if r.final_kind == "correction" and r.tree is not None:
+    correction = r.final_kind == "correction"
+    if correction and r.tree is not None:
         where = "the pending token" if not r.tree.path else f"accepted node {_chip(r.drafts[-1].text)}"
         tried = len(r.tree.children(r.tree.path[-1] if r.tree.path else -1))
         intro = (
@@ -116,7 +118,7 @@ def _final(r: Round, stop_reason: str | None) -> str:
             f"siblings left). The <b>correction token</b> is sampled from that last residual. Most likely tokens of it:"
         )
         head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', f'<span style="color:{Q_COLOUR};">■</span> q(x)', f'<span style="color:{RESIDUAL_COLOUR};">■</span> residual', "")
-    elif r.final_kind == "correction":
+    elif correction:
         d = r.drafts[n_acc]
         intro = (
             f"Draft {n_acc + 1} {_chip(d.text)} was rejected: u = {d.u:.3f} ≥ min(1, p/q) = {d.accept_prob:.3f}. "
@@ -129,14 +131,15 @@ def _final(r: Round, stop_reason: str | None) -> str:
             f"All {len(r.drafts)} drafts were accepted, so the target's pass gives one more token for free: the "
             f"<b>bonus token</b>, sampled from p at position {len(r.drafts) + 1}. Most likely tokens of p:"
         ) if r.final_kind == "bonus" else "The target samples this token from p (autoregressive baseline). Most likely tokens of p:"
-        head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', "", "", "")
+        head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', "")  # p alone: no q, no residual columns
     rows = []
     shown = [t for t in r.final_top if t.prob > 0]
     for t in shown:
         picked = t.token_id == r.final_token_id
-        mark = f'<span style="{STYLES.get(r.final_kind or "target", "")}padding:1px 6px;border-radius:3px;">◀ sampled</span>' if picked else ""
+        mark = f'<span style="{STYLES.get(r.final_kind or "target", "")}padding:1px 6px;border-radius:3px;white-space:nowrap;">◀ sampled</span>' if picked else ""
         cells = [_chip(t.text), _bar(t.p, P_COLOUR)]
-        cells += [_bar(t.q, Q_COLOUR), _bar(t.prob, RESIDUAL_COLOUR)] if r.final_kind == "correction" else ["", ""]
+        if correction:
+            cells += [_bar(t.q, Q_COLOUR), _bar(t.prob, RESIDUAL_COLOUR)]
         weight = "font-weight:600;" if picked else ""
         rows.append(
             f'<tr class="sv-top-row{" sv-picked" if picked else ""}" style="border-top:1px solid #eee;{weight}">'
@@ -147,11 +150,11 @@ def _final(r: Round, stop_reason: str | None) -> str:
         prob = f"{r.final_prob:.4f}" if r.final_prob is not None else "?"
         rows.append(
             f'<tr class="sv-top-row sv-picked" style="border-top:1px solid #eee;font-weight:600;"><td style="padding:3px 8px;">{_chip(r.final_text or "")}</td>'
-            f'<td colspan="3" style="padding:3px 8px;color:#555;">outside the top {len(shown)}: probability {prob}</td><td style="padding:3px 8px;">◀ sampled</td></tr>'
+            f'<td colspan="{3 if correction else 1}" style="padding:3px 8px;color:#555;">outside the top {len(shown)}: probability {prob}</td><td style="padding:3px 8px;">◀ sampled</td></tr>'
         )
     heads = "".join(f'<th style="text-align:left;padding:3px 8px;font-weight:600;color:#444;">{h}</th>' for h in head)
-    return (f'<p style="margin:12px 0 4px;">{intro}</p><div class="sv-scroll" style="overflow-x:auto;">'
-            f'<table class="sv-top" style="border-collapse:collapse;">{f"<tr>{heads}</tr>"}{"".join(rows)}</table></div>')
+    return (f'<p style="margin:12px 0 4px;">{intro}</p>'
+            + scroll_x(f'<table class="sv-top" style="border-collapse:collapse;"><tr>{heads}</tr>{"".join(rows)}</table>'))
 
 
 def round_html(trace: Trace, index: int) -> str:

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from specviz import theory
 from specviz.sweep import Sweep
 from specviz.trace import Trace
-from specviz.views.charts import BLUE, GREEN, ORANGE, VERMILLION, style_figure
+from specviz.views.charts import BLUE, GREEN, ORANGE, TOOLBAR_PX, VERMILLION, style_figure
 
 THEORY, MEASURED, VERIFY = "#555555", VERMILLION, "#0072B2"
 MAX_GAMMA = 16
@@ -37,10 +37,18 @@ def _curve(fig: go.Figure, alpha: float, c: float, row=None, col=None, up_to: in
     kw = dict(row=row, col=col) if row else {}
     fig.add_trace(go.Scatter(x=gammas, y=[theory.predicted_speedup(alpha, g, c) for g in gammas], mode="lines+markers",
                              name=f"Thm 3.8, v = 1 (alpha {alpha:.2f}, c {c:.2f})", line=dict(color=THEORY, width=2), marker=dict(size=5)), **kw)
-    fig.add_trace(go.Scatter(x=[best], y=[theory.predicted_speedup(alpha, best, c)], mode="markers+text", name=f"optimal gamma, Thm 3.8 = {best}",
-                             text=[f"optimal γ = {best}"], textposition="top center",
+    top = theory.predicted_speedup(alpha, best, c)
+    fig.add_trace(go.Scatter(x=[best], y=[top], mode="markers", name=f"optimal gamma, Thm 3.8 = {best}",
                              marker=dict(symbol="star", size=16, color=ORANGE, line=dict(color="#333", width=1))), **kw)
+    _label(fig, best, top, f"optimal γ = {best}", above=True, **kw)
     return best
+
+
+def _label(fig: go.Figure, x: float, y: float, text: str, above: bool, **kw) -> None:
+    """A point's label, set off from it by a short leader line on a white ground, so it never
+    sits on a curve it would have to be read through (above the curves' top, below their bottom)."""
+    fig.add_annotation(x=x, y=y, text=text, showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#777", ax=0, ay=-34 if above else 34,
+                       bgcolor="rgba(255,255,255,0.9)", borderpad=2, font=dict(size=12, color="#222"), **kw)
 
 
 def _verify_curve(fig: go.Figure, alpha: float, c: float, v: float, gamma_measured: float) -> int:
@@ -51,9 +59,9 @@ def _verify_curve(fig: go.Figure, alpha: float, c: float, v: float, gamma_measur
     best = theory.optimal_gamma(alpha, c, MAX_GAMMA, v=v, gamma_measured=gamma_measured)
     fig.add_trace(go.Scatter(x=gammas, y=ys, mode="lines+markers", name=f"with measured verify cost v = {v:.2f} at γ {gamma_measured:g}",
                              line=dict(color=VERIFY, width=2, dash="dash"), marker=dict(size=5)))
-    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers+text", name=f"optimal gamma, measured v = {best}",
-                             text=[f"with v: γ = {best}"], textposition="bottom center",
+    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers", name=f"optimal gamma, measured v = {best}",
                              marker=dict(symbol="star", size=14, color=VERIFY, line=dict(color="#333", width=1))))
+    _label(fig, best, ys[best - 1], f"with v: γ = {best}", above=False)
     return best
 
 
@@ -76,11 +84,14 @@ def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
         _verify_curve(fig, alpha, c, v, gamma)
     measured = theory.measured_speedup(spec, baseline)
     if measured is not None and gamma:
-        fig.add_trace(go.Scatter(x=[gamma], y=[measured], mode="markers+text", name=f"measured, gamma {gamma}", text=[f"measured {measured:.2f}×"],
-                                 textposition="bottom center", marker=dict(symbol="diamond", size=13, color=MEASURED)))
-    fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), annotation_text="no speedup", annotation_position="bottom right")
+        fig.add_trace(go.Scatter(x=[gamma], y=[measured], mode="markers", name=f"measured, gamma {gamma}",
+                                 marker=dict(symbol="diamond", size=13, color=MEASURED)))
+        fig.add_annotation(x=gamma, y=measured, text=f"measured {measured:.2f}×", showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#777",
+                           ax=40, ay=40, xanchor="left", bgcolor="rgba(255,255,255,0.9)", borderpad=2, font=dict(size=12, color=MEASURED))
+    fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), annotation_text="no speedup", annotation_position="bottom right",
+                  annotation=dict(bgcolor="rgba(255,255,255,0.9)", font=dict(size=11, color="#666")))
     top = max(tops + [measured or 0.0, 1.0])
-    fig.update_yaxes(range=[0, top * 1.25])
+    fig.update_yaxes(range=[0, top * 1.35])  # room above the top curve for the optimal gamma's label
     return style_figure(fig, title, "gamma (drafted tokens per round)", "speedup over autoregressive")
 
 
@@ -154,7 +165,8 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
                              marker=dict(size=11, color=MEASURED, symbol="diamond")), row=1, col=2)
     fig.update_xaxes(title_text="gamma", dtick=1)
     fig = style_figure(fig, title, None, None)
-    fig.update_layout(height=440, legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="center", x=0.5), margin=dict(t=70, b=110))
+    fig.update_layout(height=460, legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="center", x=0.5),
+                      margin=dict(t=TOOLBAR_PX + 60, b=110))
     return fig
 
 

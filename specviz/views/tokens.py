@@ -3,7 +3,9 @@
 Colours are from the Okabe-Ito palette, which stays distinguishable under the common forms
 of colour blindness; a rejected draft is also struck through, so colour is never the only cue.
 Hovering a drafted token shows q, p, min(1, p/q) and u; hovering a correction or bonus token
-shows the distribution it was sampled from.
+shows the distribution it was sampled from. Touch screens have no hover: a tapped token (it is
+focusable) shows the same details in a box that ``TIP_SCRIPT`` places under it and keeps inside
+the window, so a token at the right edge of a phone's screen does not push its details off it.
 """
 
 from __future__ import annotations
@@ -33,11 +35,43 @@ _BOX = (
 )
 
 
+# The box a focused (tapped) token's details appear in, and the script that places it: under the
+# token, moved left as far as needed to stay inside the window. One box for the whole page, so it
+# escapes the scrolling boxes tokens sit in (the Compare columns, the Batch lanes).
+TIP_CSS = """
+.sv-tokens [data-tip] { cursor: pointer; }
+.sv-tokens [data-tip]:focus { outline: 2px solid #333; }
+.sv-tip { position: absolute; z-index: 1000; max-width: min(30em, calc(100vw - 16px)); box-sizing: border-box;
+  white-space: pre-wrap; overflow-wrap: anywhere; background: #111; color: #fff; border-radius: 4px; padding: 6px 8px;
+  font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; pointer-events: none; }
+"""
+TIP_SCRIPT = """
+(() => {
+  if (window.svTip) return;
+  const tip = document.createElement('div');
+  tip.className = 'sv-tip'; tip.setAttribute('role', 'tooltip'); tip.hidden = true;
+  window.svTip = tip;
+  const owner = (e) => (e.target instanceof Element ? e.target.closest('[data-tip]') : null);
+  document.addEventListener('focusin', (e) => {
+    const el = owner(e);
+    if (!el) return;
+    if (!tip.isConnected) document.body.appendChild(tip);
+    tip.textContent = el.dataset.tip; tip.hidden = false;
+    const r = el.getBoundingClientRect(), page = document.documentElement.clientWidth;
+    const left = Math.max(8, Math.min(r.left, page - 8 - tip.offsetWidth));
+    tip.style.left = (left + window.scrollX) + 'px';
+    tip.style.top = (r.bottom + 4 + window.scrollY) + 'px';
+  });
+  document.addEventListener('focusout', (e) => { if (owner(e)) tip.hidden = true; });
+})();
+"""
+
+
 def _span(text: str, style: str, title: str, cls: str, first_of_round: bool = False) -> str:
     # A thin rule before each round shows where the target's passes fall.
     edge = "border-left:2px solid #999;margin-left:1px;" if first_of_round else ""
     shown = text if text else "\u2400"  # an empty decode (part of a multi-byte char) stays hoverable
-    tip = escape(title, quote=True)  # hover shows title; a tap focuses the token and the page's CSS shows data-tip
+    tip = escape(title, quote=True)  # hover shows title; a tap focuses the token and TIP_SCRIPT shows data-tip
     return f'<span class="sv-{cls}" style="{style}{edge}border-radius:3px;" title="{tip}" data-tip="{tip}" tabindex="0">{escape(shown)}</span>'
 
 
