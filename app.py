@@ -12,10 +12,12 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from specviz.ui import build_demo, launch_kwargs  # noqa: E402
+from specviz.ui.downloads import remove_on_signals  # noqa: E402
 
 demo = build_demo()
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT or 7860)")
+    remove_on_signals()  # the download folder goes on SIGTERM and SIGINT too
     demo.launch(**launch_kwargs(parser.parse_args().port))

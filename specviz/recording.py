@@ -7,6 +7,7 @@ validates the file against the trace schema and a size cap before anything is sh
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -17,6 +18,10 @@ from specviz.trace import SCHEMA_VERSION, Trace, validate
 # A 256-token run with gamma 16 is about 1 MB; anything far larger is not ours.
 MAX_BYTES = 8 * 1024 * 1024
 FORMAT = "specviz-recording"
+
+
+# An escaped or raw UTF-16 surrogate: a recording holding one is checked for a lone one.
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
 
 
 @dataclass
@@ -74,6 +79,11 @@ class Recording:
             raise ValueError(f"the file is nested too deeply; a recording nests at most {validation.MAX_DEPTH} levels") from None
         if not isinstance(d, dict):
             raise ValueError("the file is not a specviz recording: expected a JSON object")
+        if _SURROGATE.search(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")):
+            try:  # an escaped surrogate: refused unless it is half of a pair (the page's event stream cannot carry a lone one)
+                json.dumps(d, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("not a specviz recording: a text field holds a lone surrogate (not valid Unicode text)") from None
         for key in ("speculative", "baseline"):  # counts first: an oversized list is refused before any walk over it
             validation.check_structure(d.get(key), key)
         validation.check_depth(d)

@@ -17,6 +17,8 @@ Terms (Leviathan et al. 2023; vLLM's metric names):
 
 from __future__ import annotations
 
+import re
+
 import functools
 from dataclasses import asdict, dataclass, field
 from typing import Literal
@@ -310,7 +312,7 @@ def validate(kind: type, data, what: str):
         return _adapter(kind).validate_python(data)
     except pydantic.ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
+        where = ".".join(str(x) if re.fullmatch(r"[A-Za-z0-9_-]{1,40}", str(x)) else "?" for x in first["loc"])  # never a file's own markup
         raise ValueError(f"not a specviz {what}: {where}: {first['msg']} ({e.error_count()} problem(s) in all)") from None
 
 

@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # annotations only: the trace imports this module to load fil
 from specviz.tree.record import MAX_TREE_NODES, check_tree
 
 # Bounds of what specviz records; a file beyond them was not written by specviz.
+SEED_MAX = 2**63 - 1  # seeds and counts in settings: what the page's controls can take back
+# A time is 0 or at least this (1 ns): a denormal such as 5e-324 ms makes tokens/s infinite.
+MIN_TIME_MS = 1e-6
 MAX_NEW_TOKENS = 4096  # the demo offers up to 256; the command line and API take more
 MAX_PROMPT_TOKENS = 32768
 MAX_TOP_TOKENS = 5  # specviz.engine.TOP_TOKENS
@@ -46,7 +49,9 @@ VERDICT_TOLERANCE = 1e-5
 
 
 def _fail(where: str, what: str) -> ValueError:
-    return ValueError(f"not a specviz recording: {where}: {what}")
+    """The refusal, naming the field and what it must be; never the value. A field's path may hold a
+    file's own keys: anything but letters, digits, "_", "-" and "." in it is shown as "?"."""
+    return ValueError(f"not a specviz recording: {re.sub(r'[^A-Za-z0-9_.-]', '?', where)[:120]}: {what}")
 
 
 def check_depth(obj, limit: int = MAX_DEPTH) -> None:
@@ -108,22 +113,22 @@ def _probability(x, where: str, upper_open: bool = False) -> None:
     if x is None:
         return
     if not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 or x > 1 or (upper_open and x >= 1):
-        raise _fail(where, f"must be a finite number in [0, {'1)' if upper_open else '1]'}, got {x!r}")
+        raise _fail(where, f"must be a finite number in [0, {'1)' if upper_open else '1]'}")
 
 
 def _time(x, where: str) -> None:
-    if not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
-        raise _fail(where, f"must be a finite time in ms >= 0, got {x!r}")
+    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x < 0 or 0 < x < MIN_TIME_MS:
+        raise _fail(where, f"must be a finite time in ms: 0, or from {MIN_TIME_MS} up")
 
 
 def _token(x, where: str) -> None:
     if not isinstance(x, int) or not 0 <= x < MAX_TOKEN_ID:
-        raise _fail(where, f"must be a token id from 0 to {MAX_TOKEN_ID - 1}, got {x!r}")
+        raise _fail(where, f"must be a token id from 0 to {MAX_TOKEN_ID - 1}")
 
 
 def _whole(x, lo: int, hi: int, where: str) -> None:
     if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
-        raise _fail(where, f"must be a whole number from {lo} to {hi}, got {x!r}")
+        raise _fail(where, f"must be a whole number from {lo} to {hi}")
 
 
 def check_settings(trace: Trace, where: str) -> None:
@@ -135,11 +140,13 @@ def check_settings(trace: Trace, where: str) -> None:
     if not isinstance(sampling, dict):
         raise _fail(f"{where}.settings.sampling", "must be an object of temperature, top_k, top_p")
     for key, value in sampling.items():
+        if not re.fullmatch(r"[a-z_]{1,40}", key):
+            raise _fail(f"{where}.settings.sampling", "its keys must be names of lowercase letters and _ (temperature, top_k, ...)")
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-            raise _fail(f"{where}.settings.sampling.{key}", f"must be a finite number, got {value!r}")
-    for key in ("seed", "max_new_tokens"):
-        if key in s and not (isinstance(s[key], int) and not isinstance(s[key], bool)):
-            raise _fail(f"{where}.settings.{key}", f"must be a whole number, got {s[key]!r}")
+            raise _fail(f"{where}.settings.sampling.{key}", "must be a finite number")
+    for key in ("seed", "max_new_tokens"):  # the range the page's controls take (a torch seed is 64-bit)
+        if key in s:
+            _whole(s[key], 0, SEED_MAX, f"{where}.settings.{key}")
     for key in ("mode", "device", "dtype"):
         if key in s and not isinstance(s[key], str):
             raise _fail(f"{where}.settings.{key}", "must be text")
@@ -166,6 +173,8 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
         _token(t, f"{where}.prompt_ids.{i}")
     for key in ("prefill_ms", "total_ms"):
         _time(getattr(trace, key), f"{where}.{key}")
+    if trace.rounds and not sum(r.verify_ms for r in trace.rounds if isinstance(r.verify_ms, (int, float))) > 0:
+        raise _fail(f"{where}.rounds", "every round's verify_ms is 0: a run's target passes take time (c, v and the speedup divide by it)")
     emitted: list[int] = []
     for i, r in enumerate(trace.rounds):
         at = f"{where}.rounds.{i}"
@@ -250,6 +259,8 @@ def check_sweep(sweep):
         for key in ("verify_ms", "baseline_tokens_per_second"):
             if getattr(p, key) is not None:
                 _time(getattr(p, key), f"{at}.{key}")
+        if p.rounds and p.verify_ms is not None and not p.verify_ms > 0:
+            raise _fail(f"{at}.verify_ms", "is 0 for a point with rounds: its target passes take time")
         rejected = p.rejected or 0
         if p.accepted + rejected > p.drafted or rejected > p.rounds or p.drafted > p.rounds * (MAX_GAMMA if varies else p.gamma):
             raise _fail(at, "accepted, rejected and drafted counts are inconsistent with the rounds and gamma")

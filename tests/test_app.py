@@ -67,15 +67,15 @@ def test_greedy_in_the_app_is_the_targets_greedy(client, embedded):
     [
         (dict(prompt="   "), "prompt is empty"),
         # Number controls check their bounds before the handler runs, naming the control and its range.
-        (dict(gamma=0), "gamma.*must be from 1 to 16, got 0"),
-        (dict(gamma=17), "gamma.*must be from 1 to 16, got 17"),
+        (dict(gamma=0), "gamma.*must be from 1 to 16"),
+        (dict(gamma=17), "gamma.*must be from 1 to 16"),
         (dict(temperature=-0.5), "temperature.*must be from 0.0 to 2.0"),
         (dict(max_new_tokens=0), "max new tokens must be from 1 to 256"),
         (dict(top_k=-3), "top-k.*must be from 0 to 1000"),
         (dict(seed=-1), "seed must be from 0 to 9223372036854775807"),
         (dict(seed=2**70), "seed must be from 0 to 9223372036854775807"),
         (dict(pair_name="SmolLM2-135M-Instruct -> SmolLM2-360M-Instruct"), "cannot be reached|could not be"),
-        (dict(pair_name="no such pair"), "not in the list of choices"),
+        (dict(pair_name="no such pair"), "Model pair.*must be one of"),
     ],
 )
 def test_bad_input_gets_a_message_and_the_app_serves_the_next_call(client, changes, message):
@@ -327,9 +327,9 @@ def test_each_drafter_kind_and_schedule_in_the_page_is_the_targets_greedy(client
 
 def test_unknown_drafter_kind_gets_a_message(client):
     # The page's menus refuse values outside their choices (gradio names the allowed ones); /run checks them itself.
-    with pytest.raises(AppError, match="not in the list of choices.*early-exit"):
+    with pytest.raises(AppError, match="drafter must be one of.*early-exit"):
         call(client, chat=True, custom_drafter="", custom_target="", drafter_kind="<b>eagle</b>", gamma_schedule="constant")
-    with pytest.raises(AppError, match="not in the list of choices"):
+    with pytest.raises(AppError, match="gamma schedule must be one of"):
         call(client, chat=True, custom_drafter="", custom_target="", drafter_kind="ngram", gamma_schedule="fastest")
     with pytest.raises(AppError, match="gamma schedule must be one of"):
         client.predict("embedded", "def add(a, b):", 4, 0.0, 0, 1.0, 8, 0, True, "ngram", "fastest", api_name="/run")

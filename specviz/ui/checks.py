@@ -6,6 +6,7 @@ Also the checked number widgets, which refuse a bad value before Gradio converts
 
 from __future__ import annotations
 
+import html
 import logging
 import math
 
@@ -32,9 +33,24 @@ log = logging.getLogger("specviz")
 
 def mistake(message: str, title: str) -> gr.Error:
     """A visitor's mistake (a bad setting, a file that is not a recording): the visitor gets the
-    message with its title, the server log one line, no traceback (an unexpected failure keeps it)."""
+    message with its title, the server log one line, no traceback (an unexpected failure keeps it).
+
+    Gradio's error toast renders its message as HTML: the message is escaped here, so whatever part of
+    it came from a visitor (a model id, a field's name in a recording) shows as text, never as markup.
+    Messages name the field and its allowed range; they do not repeat the value sent."""
     log.info("%s: %s", title, message[:200])
-    return gr.Error(message, title=title, print_exception=False)
+    return gr.Error(html.escape(message, quote=False), title=html.escape(title, quote=False), print_exception=False)
+
+
+def text_ok(value) -> bool:
+    """A str that encodes as UTF-8 (no lone surrogate, which would break the page's event stream)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def number(value) -> bool:
@@ -42,24 +58,16 @@ def number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def shown(value) -> str:
-    """A control's value for a message, short whatever a client sent."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def check_controls(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty=1.0) -> Sampling:
-    """Validate the controls; raise gr.Error with what to change."""
-    if not prompt or not prompt.strip():
+    """Validate the controls (every type first, then every range); raise gr.Error with what to change."""
+    if not isinstance(prompt, str):
+        raise mistake(f"The prompt must be text of 1 to {PROMPT_CHARS_MAX} characters.", title="Bad prompt")
+    if not prompt.strip():
         raise mistake("The prompt is empty: type some text (or pick an example) to continue.", title="Empty prompt")
     if len(prompt) > PROMPT_CHARS_MAX:
         raise mistake(f"The prompt has {len(prompt)} characters; the limit is {PROMPT_CHARS_MAX}.", title="Prompt too long")
-    if not isinstance(prompt, str):
-        raise mistake("The prompt must be text.", title="Bad prompt")
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError:
-        raise mistake("The prompt holds characters that are not valid text (a lone surrogate): retype or paste it again.", title="Bad prompt") from None
+    if not text_ok(prompt):
+        raise mistake("The prompt holds characters that are not valid text (a lone surrogate): retype or paste it again.", title="Bad prompt")
     checks = [
         (gamma, *GAMMA_RANGE, "gamma"),
         (max_new_tokens, *MAX_NEW_TOKENS_RANGE, "max new tokens"),
@@ -68,14 +76,14 @@ def check_controls(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens
     ]
     for value, lo, hi, name in checks:
         if not number(value) or value != int(value) or not lo <= value <= hi:
-            raise mistake(f"{name} must be a whole number from {lo} to {hi}, got {shown(value)}.", title=f"{name.capitalize()} out of range")
+            raise mistake(f"{name} must be a whole number from {lo} to {hi}.", title=f"{name.capitalize()} out of range")
     if not number(temperature) or not (temperature == 0 or TEMPERATURE_MIN <= temperature <= TEMPERATURE_RANGE[1]):
-        raise mistake(f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN} to {TEMPERATURE_RANGE[1]}, got {shown(temperature)}.",
+        raise mistake(f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN} to {TEMPERATURE_RANGE[1]}.",
                       title="Temperature out of range")
     if not number(top_p) or not 0 < top_p <= 1:
-        raise mistake(f"top-p must be above 0 and at most 1 (1 keeps every token), got {shown(top_p)}.", title="Top-p out of range")
+        raise mistake("top-p must be above 0 and at most 1 (1 keeps every token).", title="Top-p out of range")
     if not number(repetition_penalty) or not PENALTY_RANGE[0] <= repetition_penalty <= PENALTY_RANGE[1]:
-        raise mistake(f"repetition penalty must be from {PENALTY_RANGE[0]} (off) to {PENALTY_RANGE[1]}, got {shown(repetition_penalty)}.",
+        raise mistake(f"repetition penalty must be from {PENALTY_RANGE[0]} (off) to {PENALTY_RANGE[1]}.",
                       title="Repetition penalty out of range")
     try:
         return Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), repetition_penalty=float(repetition_penalty))
@@ -85,10 +93,10 @@ def check_controls(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens
 
 def check_drafting(drafter_kind, gamma_schedule) -> tuple[str, str]:
     """The drafter kind and schedule name, checked against the menus (an API call can send anything)."""
-    if drafter_kind not in DRAFTER_KINDS:
-        raise mistake(f"drafter must be one of {', '.join(DRAFTER_KINDS)}; got {shown(drafter_kind)}.", title="Invalid drafter")
-    if gamma_schedule not in SCHEDULES:
-        raise mistake(f"gamma schedule must be one of {', '.join(SCHEDULES)}; got {shown(gamma_schedule)}.", title="Invalid gamma schedule")
+    if not isinstance(drafter_kind, str) or drafter_kind not in DRAFTER_KINDS:
+        raise mistake(f"drafter must be one of {', '.join(DRAFTER_KINDS)}.", title="Invalid drafter")
+    if not isinstance(gamma_schedule, str) or gamma_schedule not in SCHEDULES:
+        raise mistake(f"gamma schedule must be one of {', '.join(SCHEDULES)}.", title="Invalid gamma schedule")
     return drafter_kind, gamma_schedule
 
 
@@ -96,13 +104,15 @@ def check_batch_prompts(text, batch_size) -> list[str]:
     """The Batch tab's prompts, validated; raise gr.Error naming the field."""
     if not isinstance(text, str) or not text.strip():
         raise mistake("The batch prompts are empty: write one prompt per line.", title="Empty batch")
+    if not text_ok(text):
+        raise mistake("The batch prompts hold characters that are not valid text (a lone surrogate).", title="Bad batch prompts")
     if len(text) > BATCH_MAX * PROMPT_CHARS_MAX:
         raise mistake(f"The batch prompts have {len(text)} characters; the limit is {BATCH_MAX * PROMPT_CHARS_MAX}.", title="Batch too long")
     prompts = split_prompts(text)
     if len(prompts) > BATCH_MAX:
         raise mistake(f"The batch prompts hold {len(prompts)} lines; give at most {BATCH_MAX}, one prompt per line.", title="Too many prompts")
     if not number(batch_size) or batch_size != int(batch_size) or not 1 <= batch_size <= BATCH_MAX:
-        raise mistake(f"batch size must be a whole number from 1 to {BATCH_MAX}, got {shown(batch_size)}.", title="Batch size out of range")
+        raise mistake(f"batch size must be a whole number from 1 to {BATCH_MAX}.", title="Batch size out of range")
     return prompts
 
 
@@ -112,12 +122,63 @@ class _Numeric:
     and the range (Gradio's own checks fail with a bare "Error" and a logged traceback)."""
 
     def preprocess(self, payload):
-        if not number(payload):
-            raise mistake(f"{self.label} must be a finite number, got {shown(payload)}.", title=f"Bad {self.label}")
         lo, hi = self.minimum, self.maximum
+        if not number(payload):
+            raise mistake(f"{self.label} must be a finite number from {lo} to {hi}.", title=f"Bad {self.label}")
         if (lo is not None and payload < lo) or (hi is not None and payload > hi):
-            raise mistake(f"{self.label} must be from {lo} to {hi}, got {shown(payload)}.", title=f"{self.label} out of range")
+            raise mistake(f"{self.label} must be from {lo} to {hi}.", title=f"{self.label} out of range")
         return super().preprocess(payload)
+
+
+class CheckedText:
+    """A text control that refuses what is not a str of valid text (Gradio passes a list, a dict or a
+    number through to the handler, which then fails with a bare "Error")."""
+
+    def preprocess(self, payload):
+        if payload is None:
+            payload = ""
+        if not text_ok(payload):
+            limit = f" of at most {self.max_length} characters" if self.max_length else ""
+            raise mistake(f"{self.label} must be text{limit}, with no lone surrogates.", title=f"Bad {self.label}")
+        return super().preprocess(payload)
+
+
+class CheckedTextbox(CheckedText, gr.Textbox):
+    def get_block_name(self) -> str:
+        return "textbox"
+
+
+class CheckedChoice:
+    """A menu that refuses a value of the wrong type with a message naming the control and its
+    choices (Gradio's own check fails with a bare "Error" on a list or a dict)."""
+
+    def preprocess(self, payload):
+        values = [v for _, v in self.choices]
+        if isinstance(payload, bool) or not isinstance(payload, (str, int, float)) or payload not in values:
+            raise mistake(f"{self.label} must be one of: {', '.join(map(str, values))}.", title=f"Bad {self.label}")
+        return super().preprocess(payload)
+
+
+class CheckedDropdown(CheckedChoice, gr.Dropdown):
+    def get_block_name(self) -> str:
+        return "dropdown"
+
+
+class CheckedRadio(CheckedChoice, gr.Radio):
+    def get_block_name(self) -> str:
+        return "radio"
+
+
+class CheckedCheckbox(gr.Checkbox):
+    """A checkbox that takes only true or false."""
+
+    def preprocess(self, payload):
+        if not isinstance(payload, bool):
+            raise mistake(f"{self.label} must be true or false.", title=f"Bad {self.label}")
+        return super().preprocess(payload)
+
+    def get_block_name(self) -> str:
+        return "checkbox"
 
 
 class CheckedSlider(_Numeric, gr.Slider):

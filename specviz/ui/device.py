@@ -20,7 +20,7 @@ from specviz.schedules import make_schedule
 from specviz.speedup import interleave
 from specviz.sweep import sweep_stream
 from specviz.ui.checks import number
-from specviz.ui.limits import BATCH_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
+from specviz.ui.limits import BATCH_MAX, COMPARE_SECONDS_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 from specviz.ui.pairs import encode, failure, resident
 from specviz.ui.request import RunRequest
 from specviz.views.text import run_label
@@ -117,9 +117,13 @@ def compare_on_device(req: RunRequest):
     """The device half of Compare drafters: yields the growing Comparison (plain data)."""
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
+    deadline = time.monotonic() + COMPARE_SECONDS_MAX
     try:
-        yield from compare_stream(ids, pair.drafter, pair.target, gamma=req.gamma, schedule=req.gamma_schedule,
-                                  max_new_tokens=req.max_new_tokens, tree=req.tree_spec, **_common(req, pair))
+        for comparison in compare_stream(ids, pair.drafter, pair.target, gamma=req.gamma, schedule=req.gamma_schedule,
+                                         max_new_tokens=req.max_new_tokens, tree=req.tree_spec, **_common(req, pair)):
+            yield comparison
+            if time.monotonic() > deadline:  # the kinds not run yet are left out
+                return
     except Exception as err:
         raise failure(err, pair) from err
 

@@ -1,24 +1,72 @@
-"""Files the page hands out: each finished or loaded run's JSON copy for the download button,
-and HTML exports, in one temporary folder that does not outlive the app.
+"""Files the page hands out: each finished run's JSON copy for the download button, and HTML
+exports, in one folder bounded in count and bytes that does not outlive the app.
+
+The folder lies inside Gradio's cache, so Gradio serves the files from where they are instead of
+copying each into its cache (a second copy on disk). A loaded recording needs no copy at all: its
+download is the uploaded (or prepared) file itself. The folder is removed at a normal exit and on
+SIGTERM and SIGINT (``remove_on_signals``).
 """
 
 from __future__ import annotations
 
 import atexit
 import itertools
+import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
 
+from gradio.utils import get_upload_folder
+
 from specviz.recording import Recording
+from specviz.ui.checks import mistake
 from specviz.views.export import export_html
 
-# Each finished run is written here for the download button; only the newest few are kept.
-FOLDER = Path(tempfile.mkdtemp(prefix="specviz-"))
-atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)  # the folder does not outlive the app
-KEEP_DOWNLOADS = 16
+KEEP_DOWNLOADS = 16  # JSON copies kept (newest first)
+KEEP_EXPORTS = 8  # HTML exports kept
+TOTAL_MAX_BYTES = int(float(os.environ.get("SPECVIZ_DOWNLOADS_MB", "256")) * 1024 * 1024)  # the whole folder
+# An export holds every round twice (the replay and the charts' data): about 1.9 kB per draft.
+# The page records at most 256 rounds x 16 drafts = 4,096 drafts (about 8 MB exported).
+EXPORT_MAX_DRAFTS = 8192
+EXPORT_MAX_BYTES = 32 * 1024 * 1024
 _nonce = itertools.count(1)
+_folder: Path | None = None
+
+
+def folder() -> Path:
+    """The download folder (created on first use, again if something removed it)."""
+    global _folder
+    if _folder is None:
+        root = Path(get_upload_folder())
+        root.mkdir(parents=True, exist_ok=True)
+        _folder = Path(tempfile.mkdtemp(prefix="specviz-", dir=root))
+        atexit.register(remove)
+    _folder.mkdir(parents=True, exist_ok=True)
+    return _folder
+
+
+def remove() -> None:
+    """Delete the download folder and everything in it."""
+    if _folder is not None:
+        shutil.rmtree(_folder, ignore_errors=True)
+
+
+def remove_on_signals() -> None:
+    """On SIGTERM or SIGINT remove the folder, then let the signal do what it did before (Python
+    runs no exit hooks when SIGTERM kills it). Call from the main thread."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        before = signal.getsignal(sig)
+
+        def handler(signum, frame, before=before):
+            remove()
+            if callable(before):
+                return before(signum, frame)
+            signal.signal(signum, before if before is not None else signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+        signal.signal(sig, handler)
 
 
 def nonce() -> int:
@@ -27,20 +75,59 @@ def nonce() -> int:
 
 
 def _name(suffix: str) -> Path:
-    return FOLDER / f"specviz-run-{time.strftime('%Y%m%d-%H%M%S')}-{nonce()}{suffix}"
+    return folder() / f"specviz-run-{time.strftime('%Y%m%d-%H%M%S')}-{nonce()}{suffix}"
+
+
+def prune() -> None:
+    """Keep the newest KEEP_DOWNLOADS JSON copies and KEEP_EXPORTS exports, and the folder under
+    TOTAL_MAX_BYTES, removing the oldest files first."""
+    files = []
+    for p in folder().iterdir():
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        files.append((st.st_mtime, st.st_size, p))
+    files.sort(reverse=True)  # newest first
+    kept = {".json": 0, ".html": 0}
+    total = 0
+    for _, size, p in files:
+        kept[p.suffix] = kept.get(p.suffix, 0) + 1
+        total += size
+        over = kept[p.suffix] > (KEEP_EXPORTS if p.suffix == ".html" else KEEP_DOWNLOADS)
+        if over or total > TOTAL_MAX_BYTES:
+            p.unlink(missing_ok=True)
+            total -= size
 
 
 def save_for_download(rec: Recording) -> str:
-    """Write ``rec`` as JSON for the download button; keep the newest KEEP_DOWNLOADS copies. Returns its path."""
+    """Write ``rec`` as JSON for the download button; returns its path."""
     path = _name(".json")
     rec.save(path)
-    for old in sorted(FOLDER.glob("*.json"), key=lambda p: p.stat().st_mtime)[:-KEEP_DOWNLOADS]:
-        old.unlink(missing_ok=True)
+    prune()
     return str(path)
 
 
+def drafts_in(rec: Recording) -> int:
+    """Drafts and rounds of both runs: what an export's size grows with."""
+    return sum(len(r.drafts) + 1 for t in (rec.speculative, rec.baseline) if t is not None for r in t.rounds)
+
+
 def save_export(rec: Recording) -> str:
-    """Write ``rec`` as one self-contained HTML page (specviz.views.export); returns its path."""
+    """Write ``rec`` as one self-contained HTML page (specviz.views.export); returns its path.
+
+    Raises:
+        gr.Error: the run has more than EXPORT_MAX_DRAFTS drafts and rounds, or its page would be
+            larger than EXPORT_MAX_BYTES.
+    """
+    if drafts_in(rec) > EXPORT_MAX_DRAFTS:
+        raise mistake(f"This run is too large to export as one page: at most {EXPORT_MAX_DRAFTS} drafts and rounds "
+                      "(the page records at most 4,096). Download its JSON instead.", title="Too large to export")
+    page = export_html(rec)
+    if len(page) > EXPORT_MAX_BYTES:
+        raise mistake(f"This run's page would be over {EXPORT_MAX_BYTES // (1024 * 1024)} MB: download its JSON instead.",
+                      title="Too large to export")
     path = _name(".html")
-    path.write_text(export_html(rec), encoding="utf-8")
+    path.write_text(page, encoding="utf-8")
+    prune()
     return str(path)

@@ -3,6 +3,7 @@ export the shown run as one HTML file."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import gradio as gr
@@ -13,9 +14,19 @@ from specviz.recording import Recording
 from specviz.schedules import SCHEDULES
 from specviz.ui.checks import mistake
 from specviz.ui.downloads import save_export, save_for_download
+from specviz.ui.jobs import guarded_call
 from specviz.ui.limits import DEFAULTS, PROMPT_CHARS_MAX, RECORDINGS
 from specviz.ui.outputs import everything
-from specviz.views.text import markdown_literal
+
+
+def plain_title(text: str) -> str:
+    """A recording's title or a model name for the Markdown status line, as plain text: one line in a
+    code span (fenced by more backticks than it holds), where Markdown makes no tag, no entity and no
+    link of it ("http://3627734734/x" stays text; an apostrophe stays an apostrophe)."""
+    text = " ".join(str(text).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 # The controls restore_controls sets, by name (the layout maps them to components).
 RESTORED = ("pair_name", "prompt", "chat", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "status",
@@ -24,7 +35,7 @@ RESTORED = ("pair_name", "prompt", "chat", "gamma", "temperature", "top_k", "top
 
 def loading_note(name: str | None = None) -> str:
     """The line beside the load buttons while a recording loads (a prepared one's ``name``, else an uploaded file)."""
-    what = f"the prepared recording {markdown_literal(name)}" if name else "the file"
+    what = f"the prepared recording {plain_title(name)}" if name else "the file"
     return f"Loading {what}…"
 
 
@@ -33,14 +44,16 @@ def load_failed_note() -> str:
     return "Not loaded: the file was refused (its message is in the corner). The page still shows what it showed before."
 
 
-def load_recording(path) -> dict:
-    """Show a saved recording (uploaded file or prepared example) without any model."""
-    if not path:
+def load_recording(path, copy: bool = False) -> dict:
+    """Show a saved recording without any model. Its download is the uploaded file itself (it lies in
+    Gradio's upload folder already); ``copy`` writes a copy to the download folder instead (a prepared
+    recording, which lies in the package)."""
+    if not isinstance(path, str) or not path:
         raise mistake("Choose a recording first.", title="No file")
     try:
         rec = Recording.load(path)
-        status = f"Replaying a recording{': ' + markdown_literal(rec.title) if rec.title else ''}. No model was run."
-        return everything(rec, status, save_for_download(rec))
+        status = f"Replaying a recording{': ' + plain_title(rec.title) if rec.title else ''}. No model was run."
+        return everything(rec, status, save_for_download(rec) if copy else path)
     except (ValueError, OSError) as err:
         raise mistake(f"This file cannot be replayed: {err}", title="Not a specviz recording") from err
     finally:
@@ -52,10 +65,9 @@ def load_recording(path) -> dict:
 
 def load_example(name) -> dict:
     """Load one of the recordings shipped in assets/recordings."""
-    path = RECORDINGS / f"{name}.json"
-    if not name or not path.is_file():
-        raise mistake(f"No prepared recording named {name!r}.", title="Unknown recording")
-    return load_recording(str(path))
+    if not isinstance(name, str) or name not in examples():
+        raise mistake("Pick a prepared recording from the menu.", title="Unknown recording")
+    return load_recording(str(RECORDINGS / f"{name}.json"), copy=True)
 
 
 def examples() -> list[str]:
@@ -92,9 +104,9 @@ def restore_controls(rec: Recording | None) -> dict:
     schedule = s.get("gamma_schedule") or {"name": "constant"}
     preset = preset_of(rec)
     prompt = rec.prompt or rec.speculative.prompt_text
-    models = " -> ".join(markdown_literal(str(m)) for m in s.get("models") or []) or "unknown models"
+    models = " -> ".join(plain_title(str(m)) for m in s.get("models") or []) or "unknown models"
     where = "" if preset else f" It was recorded with {models}, which this app does not offer: the pair menu is unchanged."
-    status = f"Replaying a recording{': ' + markdown_literal(rec.title) if rec.title else ''}. No model was run. The controls are set to its settings.{where}"
+    status = f"Replaying a recording{': ' + plain_title(rec.title) if rec.title else ''}. No model was run. The controls are set to its settings.{where}"
     value = lambda key, default: s.get(key) if s.get(key) is not None else default  # noqa: E731
     out = dict(
         prompt=gr.update(value=prompt[:PROMPT_CHARS_MAX]),
@@ -106,7 +118,7 @@ def restore_controls(rec: Recording | None) -> dict:
         seed=gr.update(value=value("seed", DEFAULTS["seed"])),
         status=status,
         repetition_penalty=gr.update(value=sampling.get("repetition_penalty", 1.0)),
-        load_status=(f"Loaded{': ' + markdown_literal(rec.title) if rec.title else ''} — {len(rec.speculative.output_ids)} tokens in "
+        load_status=(f"Loaded{': ' + plain_title(rec.title) if rec.title else ''} — {len(rec.speculative.output_ids)} tokens in "
                      f"{len(rec.speculative.rounds)} rounds, replayed with no model: the output, stats and every tab show it."),
     )
     if preset:
@@ -124,4 +136,4 @@ def export_recording(rec: Recording | None) -> str:
     """Write the shown run as one self-contained HTML file (specviz.views.export) and return its path."""
     if rec is None or not rec.speculative.rounds:
         raise mistake("Run or load something first: there is nothing to export yet.", title="Nothing to export")
-    return save_export(rec)
+    return guarded_call("export", save_export, rec)

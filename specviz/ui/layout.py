@@ -20,7 +20,11 @@ from specviz.pair.prompt import join_prompts
 from specviz.recording import MAX_BYTES
 from specviz.ui.api import run_api
 from specviz.ui.batch import run_batch
-from specviz.ui.checks import CheckedNumber, CheckedSlider
+from specviz.ui.admission import admit
+from specviz.ui.checks import (
+    CheckedCheckbox, CheckedDropdown, CheckedNumber, CheckedRadio, CheckedSlider, CheckedTextbox,
+)
+from specviz.ui.jobs import SLOTS, guarded, skips
 from specviz.ui.compare import run_compare
 from specviz.ui.files import (
     RESTORED, examples, export_recording, load_example, load_failed_note, load_recording, loading_note, restore_controls,
@@ -28,7 +32,7 @@ from specviz.ui.files import (
 from specviz.ui.generate import failed, generate, stop
 from specviz.ui.lab import run_lab
 from specviz.ui.limits import (
-    BATCH_MAX, CACHE_TTL_S, CONCURRENCY, DEFAULTS, DRAFTER_CHOICES, EXAMPLES, GAMMA_RANGE, INTRO, LAB_RUNS_MAX, LOAD_CONCURRENCY,
+    BATCH_MAX, BATCH_SECONDS_MAX, CACHE_TTL_S, COMPARE_SECONDS_MAX, CONCURRENCY, EXPORT_CONCURRENCY, LAB_SECONDS_MAX, SWEEP_SECONDS_MAX, DEFAULTS, DRAFTER_CHOICES, EXAMPLES, GAMMA_RANGE, INTRO, LAB_RUNS_MAX, LOAD_CONCURRENCY,
     MAX_NEW_TOKENS_RANGE, PACES, PENALTY_RANGE, PROMPT_CHARS_MAX, SCHEDULE_CHOICES, SEED_MAX, SESSION_TTL_S, SWEEP_GAMMAS,
     TEMPERATURE_RANGE, TOP_K_MAX, caps,
 )
@@ -76,19 +80,19 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=2, min_width=320):
-                ui["pair_name"] = gr.Dropdown(list(PRESETS), value=EMBEDDED, label="Model pair (drafter -> target)",
+                ui["pair_name"] = CheckedDropdown(list(PRESETS), value=EMBEDDED, label="Model pair (drafter -> target)",
                                               info="Hub pairs are downloaded on first use; one pair stays loaded at a time.", elem_id="sv-pair")
                 ui["pair_info"] = gr.Markdown(pair_info(EMBEDDED), elem_id="sv-pair-info")
-                ui["chat"] = gr.Checkbox(value=True, label="Apply the chat template (instruct pairs only)")
+                ui["chat"] = CheckedCheckbox(value=True, label="Apply the chat template (instruct pairs only)")
                 with gr.Row(visible=custom_models_allowed()):
-                    ui["custom_drafter"] = gr.Textbox("", label="Custom drafter (hub id[@revision])", placeholder="owner/name", max_length=200)
-                    ui["custom_target"] = gr.Textbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
-                ui["prompt"] = gr.Textbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX)
+                    ui["custom_drafter"] = CheckedTextbox("", label="Custom drafter (hub id[@revision])", placeholder="owner/name", max_length=200)
+                    ui["custom_target"] = CheckedTextbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
+                ui["prompt"] = CheckedTextbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX)
                 gr.Examples(EXAMPLES, inputs=ui["prompt"], label="Example prompts (Python: the embedded pair was trained on the standard library)")
-                ui["drafter_kind"] = gr.Radio(DRAFTER_CHOICES, value=DEFAULTS["drafter_kind"], label="drafter", elem_id="sv-drafter-kind",
+                ui["drafter_kind"] = CheckedRadio(DRAFTER_CHOICES, value=DEFAULTS["drafter_kind"], label="drafter", elem_id="sv-drafter-kind",
                                               info="the pair's drafter model; prompt lookup (copies from earlier text); the target's own early layers")
                 ui["gamma"] = CheckedSlider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
-                ui["gamma_schedule"] = gr.Dropdown(SCHEDULE_CHOICES, value=DEFAULTS["gamma_schedule"], label="gamma schedule",
+                ui["gamma_schedule"] = CheckedDropdown(SCHEDULE_CHOICES, value=DEFAULTS["gamma_schedule"], label="gamma schedule",
                                                    info="constant, or gamma set each round (the first round uses the slider's gamma)",
                                                    elem_id="sv-schedule")
                 ui["tree"] = gr.Dropdown(TREE_CHOICES, value="chain", label="token tree", elem_id="sv-tree",
@@ -122,7 +126,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 gr.Markdown("Step through the rounds: the drafts with q(x) and p(x), the uniform u against min(1, p/q), and where the correction or bonus token came from.")
                 with gr.Row(equal_height=True):
                     ui["prev_round"] = gr.Button("◀ Previous round", size="sm", elem_id="sv-prev", scale=1)
-                    ui["replay_slider"] = gr.Slider(1, 2, value=1, interactive=False, step=1, label="round", elem_id="sv-round", scale=6)
+                    ui["replay_slider"] = CheckedSlider(1, 2, value=1, interactive=False, step=1, label="round", elem_id="sv-round", scale=6)
                     ui["next_round"] = gr.Button("Next round ▶", size="sm", elem_id="sv-next", scale=1)
                 ui["replay"] = gr.HTML(round_html(Trace(mode="speculative", prompt_ids=[]), 0), elem_id="sv-replay")
                 ui["replay_tree"] = gr.Plot(replay_tree(None, 1), show_label=False, elem_id="sv-replay-tree")
@@ -140,7 +144,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 ui["sweep_plot"] = gr.Plot(sweep_figure(None), show_label=False, elem_id="sv-sweep")
             with gr.Tab("Race", id="race"):
                 with gr.Row(equal_height=True):
-                    ui["pace"] = gr.Radio(list(PACES), value=PACES[0], label="pace", scale=3)
+                    ui["pace"] = CheckedRadio(list(PACES), value=PACES[0], label="pace", scale=3)
                     ui["race_button"] = gr.Button("Start race", elem_id="sv-race-button", scale=1)
                 ui["race"] = gr.HTML(elem_id="sv-race")
             with gr.Tab("Save / load", id="files"):
@@ -152,7 +156,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     ui["download"] = gr.DownloadButton("Download this run (JSON)", interactive=False, elem_id="sv-download")
                     ui["upload"] = gr.File(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
                 with gr.Row(equal_height=True):
-                    ui["example"] = gr.Dropdown(examples(), value=(examples() or [None])[0], label="Prepared recordings (embedded pair)", scale=3)
+                    ui["example"] = CheckedDropdown(examples(), value=(examples() or [None])[0], label="Prepared recordings (embedded pair)", scale=3)
                     ui["example_button"] = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)
                 ui["load_status"] = gr.Markdown(elem_id="sv-load-status")  # what a load is doing, beside its buttons
                 with gr.Row(equal_height=True):
@@ -168,7 +172,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 ui["compare_plot"] = gr.Plot(compare_figure(None), show_label=False, elem_id="sv-compare-plot")
             with gr.Tab("Batch", id="batch"):
                 gr.Markdown(BATCH_NOTE)
-                ui["batch_prompts"] = gr.Textbox(join_prompts(EXAMPLES), label="Batch prompts (one per line; \\n inside a line is a newline)",
+                ui["batch_prompts"] = CheckedTextbox(join_prompts(EXAMPLES), label="Batch prompts (one per line; \\n inside a line is a newline)",
                                                  lines=6, max_length=BATCH_MAX * PROMPT_CHARS_MAX, elem_id="sv-batch-prompts")
                 with gr.Row(equal_height=True):
                     ui["batch_size"] = CheckedSlider(1, BATCH_MAX, value=4, step=1, label="batch size (rows; beyond the prompts they repeat)",
@@ -182,8 +186,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                             "law of the first two tokens enumerated from the target, and thousands of seeded speculative samples "
                             "counted as they come, with a chi-square test. Plant a fault seen in public code and watch it fail.")
                 with gr.Row():
-                    ui["lab_kind"] = gr.Dropdown(list(LAB_KINDS), value="different", label="drafter")
-                    ui["lab_fault"] = gr.Dropdown([(f.name, k) for k, f in FAULTS.items()], value="none", label="planted fault")
+                    ui["lab_kind"] = CheckedDropdown(list(LAB_KINDS), value="different", label="drafter")
+                    ui["lab_fault"] = CheckedDropdown([(f.name, k) for k, f in FAULTS.items()], value="none", label="planted fault")
                 with gr.Row():
                     ui["lab_temperature"] = CheckedSlider(0.1, 2.0, value=1.0, step=0.1, label="temperature")
                     ui["lab_top_k"] = CheckedSlider(0, 8, value=5, step=1, label="top-k (0 = off)")
@@ -197,6 +201,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 gr.Markdown(explanation_markdown(), latex_delimiters=latex, elem_id="sv-explain")
         _wire(ui)
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
+    admit(demo)
     return demo
 
 
@@ -211,9 +216,19 @@ def _wire(ui: dict) -> None:
 
     controls = ("pair_name", "prompt", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat",
                 "custom_drafter", "custom_target")
+    # Each kind of work waits in a queue of its own with its own limit (and, in specviz.ui.admission,
+    # its own bound on waiting jobs), so no kind can starve another: the main Generate and /run share
+    # "device"; sweeps, comparisons and batches "long"; the lab "lab"; loads "load"; exports "export".
     device = dict(concurrency_limit=CONCURRENCY, concurrency_id="device")
+    long = dict(concurrency_limit=SLOTS["long"].n, concurrency_id="long")
     # Views of a recording are cheap: they do not wait behind a generation.
     view = dict(concurrency_limit=None, show_progress="hidden")
+
+    def long_job(trigger, fn, inputs, outputs, cap_s, **kwargs):
+        """A long job: keyed outputs, the "long" slot held by its thread, a wall-clock cap."""
+        job = guarded("long", keyed(fn, outputs), cap_s, skip=skips(len(outputs)))
+        return trigger(job, inputs=of(*inputs), outputs=of(*outputs), **long, **kwargs)
+
     run_event = on(ui["run"].click, generate, (*controls, "drafter_kind", "gamma_schedule", "repetition_penalty", "tree"), RUN_OUTPUTS,
                    api_name="generate", **device)
     stepped = of("replay_slider", "replay", "replay_tree")
@@ -221,21 +236,22 @@ def _wire(ui: dict) -> None:
     ui["next_round"].click(replay_next, of("recording", "replay_slider"), stepped, api_visibility="private", **view)
     ui["replay_slider"].release(replay_show, of("recording", "replay_slider"), stepped[1:], api_visibility="private", **view)
     ui["replay_slider"].input(replay_show, of("recording", "replay_slider"), stepped[1:], api_visibility="private", **view)
-    sweep_event = on(ui["sweep_button"].click, run_sweep,
-                     ("pair_name", "prompt", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "recording", "chat",
-                      "custom_drafter", "custom_target", "repetition_penalty", "drafter_kind", "gamma_schedule"),
-                     ("sweep_plot", "sweep_status", "recording"), api_name="sweep", **device)
+    sweep_event = long_job(ui["sweep_button"].click, run_sweep,
+                           ("pair_name", "prompt", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "recording", "chat",
+                            "custom_drafter", "custom_target", "repetition_penalty", "drafter_kind", "gamma_schedule"),
+                           ("sweep_plot", "sweep_status", "recording"), SWEEP_SECONDS_MAX * 1.5, api_name="sweep")
     run_event.failure(keyed(failed, RUN_OUTPUTS), None, of(*RUN_OUTPUTS), api_visibility="private", show_progress="hidden")
-    ui["lab_button"].click(run_lab, of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),
-                           of("lab_plot", "lab_verdict"), api_name="lab", concurrency_limit=1, concurrency_id="lab", show_progress="hidden")
+    ui["lab_button"].click(guarded("lab", run_lab, LAB_SECONDS_MAX * 1.5, skip=skips(2)),
+                           of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),
+                           of("lab_plot", "lab_verdict"), api_name="lab", concurrency_limit=SLOTS["lab"].n, concurrency_id="lab",
+                           show_progress="hidden")
     gr.api(run_api, api_name="run", **device)
-    compare_event = on(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty", "tree"),
-                       ("compare_view", "compare_plot"),
-       api_name="compare", **device)
-    batch_event = on(ui["batch_button"].click, run_batch,
-       ("pair_name", "batch_prompts", "batch_size", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat",
-        "custom_drafter", "custom_target", "drafter_kind", "gamma_schedule", "repetition_penalty"),
-       ("batch_view", "batch_plot", "batch_status"), api_name="batch", **device)
+    compare_event = long_job(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty", "tree"),
+                             ("compare_view", "compare_plot"), COMPARE_SECONDS_MAX, api_name="compare")
+    batch_event = long_job(ui["batch_button"].click, run_batch,
+                           ("pair_name", "batch_prompts", "batch_size", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed",
+                            "chat", "custom_drafter", "custom_target", "drafter_kind", "gamma_schedule", "repetition_penalty"),
+                           ("batch_view", "batch_plot", "batch_status"), BATCH_SECONDS_MAX, api_name="batch")
     # Stop asks a run, sweep, comparison or batch to end after its step under way; each then shows what it did
     # and says it was stopped (specviz.ui.state). Then the event after it cancels what is left: a job of this
     # session still waiting in the queue, or one that did not end in time.
@@ -263,4 +279,5 @@ def _wire(ui: dict) -> None:
     loaded = on(prepared.then, load_example, ("example",), RUN_OUTPUTS, api_name="load_prepared", **loads)
     loaded.success(**restore)
     loaded.failure(**refused)
-    ui["export_button"].click(export_recording, ui["recording"], ui["export_file"], api_visibility="private", **loads)
+    ui["export_button"].click(export_recording, ui["recording"], ui["export_file"], api_name="export", show_progress="hidden",
+                              concurrency_limit=EXPORT_CONCURRENCY, concurrency_id="export")

@@ -26,6 +26,18 @@ PROMPT_CHARS_MAX = 2000
 SWEEP_GAMMAS = tuple(range(1, 9))
 BATCH_MAX = 8  # rows the Batch tab decodes together at most
 LAB_RUNS_MAX = 5000  # samples one lab run draws at most
+LAB_CHUNK = 50  # samples between the lab's cancellation points
+LAB_DRAW_EVERY = 250  # samples between redraws of the lab's chart
+LAB_SECONDS_MAX = float(os.environ.get("SPECVIZ_LAB_SECONDS", "120"))  # one lab run's wall-clock cap
+# Wall-clock caps of the other long jobs, checked between their steps.
+COMPARE_SECONDS_MAX = float(os.environ.get("SPECVIZ_COMPARE_SECONDS", "180"))
+BATCH_SECONDS_MAX = float(os.environ.get("SPECVIZ_BATCH_SECONDS", "180"))
+# Jobs waiting in the queue, per kind of work (Gradio's concurrency id), beyond which a new one is
+# refused; the main Generate ("device") keeps the rest of the queue (SPECVIZ_MAX_QUEUE, default 32).
+QUEUE_MAX = {"lab": 4, "long": 4, "load": 4, "export": 2}
+EXPORT_CONCURRENCY = 1  # HTML exports written at once
+LONG_CONCURRENCY = 1  # sweeps, comparisons and batches at once (beside the Generate runs)
+BODY_MAX_BYTES = int(os.environ.get("SPECVIZ_BODY_MAX_KB", "256")) * 1024  # a request body, except file uploads
 # Wall-clock limits, in seconds, so one visitor cannot hold the device for long.
 RUN_SECONDS_MAX = float(os.environ.get("SPECVIZ_RUN_SECONDS", "60"))
 SWEEP_SECONDS_MAX = float(os.environ.get("SPECVIZ_SWEEP_SECONDS", "120"))

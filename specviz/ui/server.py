@@ -1,4 +1,5 @@
-"""Server settings: the Content-Security-Policy middleware and the arguments ``demo.launch`` takes."""
+"""Server settings: the middleware (security headers, a cap on request bodies) and the arguments
+``demo.launch`` takes."""
 
 from __future__ import annotations
 
@@ -8,34 +9,74 @@ import gradio as gr
 
 from specviz.recording import MAX_BYTES
 from specviz.ui.css import CSS, HEAD
-from specviz.ui.limits import MAX_SESSIONS
+from specviz.ui.limits import BODY_MAX_BYTES, MAX_SESSIONS
 
 # Content-Security-Policy on every response: the page may load and connect only to its own
 # origin (and data: or blob: URLs), so markup that slipped into a page could not fetch an outside
-# image, script or font, nor send data anywhere. Gradio's front end needs inline scripts and
-# styles and plotly.js needs eval, so those stay allowed; frames may embed the app (a Space does).
+# image, script or font, nor send data anywhere (connect-src 'self' covers the app's own
+# event stream). Gradio's front end needs 'unsafe-inline' for scripts (its page starts with
+# inline scripts that set up its config; without it the page stays blank) and styles, and
+# plotly.js needs 'unsafe-eval'; frames may embed the app (a Space does).
 CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
-       "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self' ws: wss:; media-src 'self' blob: data:; "
+       "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; media-src 'self' blob: data:; "
        "object-src 'none'; base-uri 'self'; form-action 'self'")
+HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer")]
+UPLOAD_PATH = "/gradio_api/upload"  # file uploads: bounded by Gradio's max_file_size instead
 
 
-class ContentSecurityPolicy:
-    """ASGI middleware adding the CSP header to every HTTP response."""
+class Guard:
+    """ASGI middleware: the security headers on every HTTP response, and a cap on request bodies.
 
-    def __init__(self, app):
-        self.app = app
+    A body longer than BODY_MAX_BYTES (declared, or counted as it arrives) is answered with 413
+    before the app reads it, except on the upload route, where Gradio's ``max_file_size`` applies."""
+
+    def __init__(self, app, body_max: int = BODY_MAX_BYTES):
+        self.app, self.body_max = app, body_max
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        capped = not path.endswith(UPLOAD_PATH)
+        if capped:
+            declared = dict(scope.get("headers") or []).get(b"content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > self.body_max):
+                return await _too_large(send, self.body_max)
 
-        async def with_csp(message):
+        refused = False
+
+        async def with_headers(message):
+            if refused:  # a 413 went out already: the app's own answer is dropped
+                return
             if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + [(b"content-security-policy", CSP.encode())]
+                message["headers"] = [h for h in message.get("headers", []) if h[0].lower() not in {k for k, _ in HEADERS}] + HEADERS
             await send(message)
 
-        return await self.app(scope, receive, with_csp)
+        if not capped:
+            return await self.app(scope, receive, with_headers)
+        seen = 0
+
+        async def counted():
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.body_max:  # answer 413 now; the app reads a disconnect and stops
+                    refused = True
+                    await _too_large(send, self.body_max)
+                    return {"type": "http.disconnect"}
+            return message
+
+        return await self.app(scope, counted, with_headers)
+
+
+async def _too_large(send, limit: int) -> None:
+    body = f"Request body too large: at most {limit // 1024} kB.".encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())] + HEADERS})
+    await send({"type": "http.response.body", "body": body})
 
 
 def launch_kwargs(port: int | None = None) -> dict:
@@ -43,7 +84,7 @@ def launch_kwargs(port: int | None = None) -> dict:
     from starlette.middleware import Middleware
 
     return dict(
-        app_kwargs={"middleware": [Middleware(ContentSecurityPolicy)]},
+        app_kwargs={"middleware": [Middleware(Guard)]},
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
