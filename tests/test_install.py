@@ -51,7 +51,7 @@ def test_installed_package_runs_the_readme_snippet_outside_the_repository(venv, 
 
 
 def test_console_command_and_declared_dependencies(venv, tmp_path):
-    out = subprocess.run([str(venv / "bin" / "specviz"), "generate", "--prompt", "import os", "--max-new-tokens", "4", "--json"],
+    out = subprocess.run([str(venv / "bin" / "specviz"), "generate", "--pair", "embedded", "--prompt", "import os", "--max-new-tokens", "4", "--json"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert '"output_ids"' in out.stdout
