@@ -11,7 +11,7 @@ if os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "true", "yes",
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-from specviz.demo import build_demo, launch_kwargs  # noqa: E402
+from specviz.ui import build_demo, launch_kwargs  # noqa: E402
 
 demo = build_demo()
 

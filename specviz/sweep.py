@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from specviz import theory
 from specviz.engine import autoregressive_generate, autoregressive_stream, speculative_stream
+from specviz.schedules import make_schedule
 from specviz.speedup import interleave
 from specviz.trace import Trace
 
@@ -76,6 +77,8 @@ class Sweep:
     baseline_tokens_per_second: float
     target_step_ms: float
     points: list[SweepPoint] = field(default_factory=list)
+    drafter: str | None = None  # the drafter kind every point ran with (None in sweeps saved before it was recorded: "model")
+    schedule: str | None = None  # the gamma schedule's name; a point's gamma is its first round's (None: "constant")
 
     def speedup(self, point: SweepPoint) -> float | None:
         """Measured speedup of one point: its tokens/s over those of the baseline run in turns with
@@ -115,7 +118,7 @@ class Sweep:
 
 
 def sweep_stream(
-    input_ids: list[int], drafter, target, gammas: Sequence[int] = range(1, 9), **common
+    input_ids: list[int], drafter, target, gammas: Sequence[int] = range(1, 9), schedule: str = "constant", **common
 ) -> Iterator[Sweep]:
     """Run the baseline once (its target step time), then one speculative run per gamma, each in
     turns with a baseline run of its own (``specviz.speedup.interleave``), so machine noise falls on
@@ -124,6 +127,7 @@ def sweep_stream(
     Args:
         input_ids, drafter, target: as ``speculative_stream``.
         gammas: the gammas to try, each >= 1.
+        schedule: the gamma schedule's name (``specviz.schedules.SCHEDULES``); each point starts at its gamma.
         common: sampling, max_new_tokens, eos_token_id, seed, tokenizer: shared by every run,
             so the runs differ in gamma alone.
 
@@ -134,12 +138,15 @@ def sweep_stream(
         ValueError: as ``speculative_stream``.
     """
     baseline = autoregressive_generate(input_ids, target, **common)
-    sweep = Sweep(baseline_tokens_per_second=baseline.tokens_per_second or 0.0, target_step_ms=theory.target_step_ms(baseline) or 0.0)
+    sweep = Sweep(baseline_tokens_per_second=baseline.tokens_per_second or 0.0, target_step_ms=theory.target_step_ms(baseline) or 0.0,
+                  schedule=schedule)
     yield sweep
     for gamma in gammas:
         spec = base = None
-        for spec, base in interleave(speculative_stream(input_ids, drafter, target, gamma=int(gamma), **common),
+        for spec, base in interleave(speculative_stream(input_ids, drafter, target, gamma=int(gamma),
+                                                        schedule=make_schedule(schedule, int(gamma)), **common),
                                      autoregressive_stream(input_ids, target, **common)):
             pass
+        sweep.drafter = (spec.settings.get("drafter") or {}).get("kind", sweep.drafter)
         sweep.points.append(SweepPoint.of(spec, base))
         yield sweep

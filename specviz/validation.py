@@ -21,6 +21,7 @@ what is allowed.
 from __future__ import annotations
 
 import math
+import re
 
 from specviz.trace import MAX_GAMMA, Trace
 
@@ -218,6 +219,10 @@ def check_sweep(sweep):
     """A sweep's numbers to their meaning: gammas in 1..MAX_GAMMA, counts whole and consistent, times finite >= 0."""
     for key in ("baseline_tokens_per_second", "target_step_ms"):
         _time(getattr(sweep, key), f"sweep.{key}")
+    for key in ("drafter", "schedule"):  # names shown on the page: lowercase letters and hyphens only
+        if getattr(sweep, key) is not None and not re.fullmatch(r"[a-z][a-z-]{0,31}", getattr(sweep, key)):
+            raise _fail(f"sweep.{key}", "must be a name of lowercase letters and hyphens, at most 32")
+    varies = sweep.schedule not in (None, "constant")  # gamma may change each round, up to MAX_GAMMA
     for i, p in enumerate(sweep.points):
         at = f"sweep.points.{i}"
         _whole(p.gamma, 1, MAX_GAMMA, f"{at}.gamma")
@@ -229,6 +234,6 @@ def check_sweep(sweep):
             if getattr(p, key) is not None:
                 _time(getattr(p, key), f"{at}.{key}")
         rejected = p.rejected or 0
-        if p.accepted + rejected > p.drafted or rejected > p.rounds or p.drafted > p.rounds * p.gamma:
+        if p.accepted + rejected > p.drafted or rejected > p.rounds or p.drafted > p.rounds * (MAX_GAMMA if varies else p.gamma):
             raise _fail(at, "accepted, rejected and drafted counts are inconsistent with the rounds and gamma")
     return sweep

@@ -174,7 +174,7 @@ def test_out_of_memory_mid_run_is_a_message_then_the_next_run_works(client, monk
 )
 def test_pair_failures_reach_the_visitor_then_the_app_serves(client, monkeypatch, error, message):
     """Each PairError the loader raises (tested one by one in test_pair.py) is shown as it is."""
-    import specviz.demo as demo
+    import specviz.ui.pairs as pairs_ui
     from specviz.pair import PairError
 
     texts = {
@@ -188,7 +188,7 @@ def test_pair_failures_reach_the_visitor_then_the_app_serves(client, monkeypatch
     def refuse(*args, **kwargs):
         raise PairError(texts[error])
 
-    monkeypatch.setattr(demo, "load_pair", refuse)
+    monkeypatch.setattr(pairs_ui, "load_pair", refuse)
     with pytest.raises(AppError) as err:
         call(client, pair_name="gpt2 -> gpt2-large")
     assert message in err.value.message
@@ -369,3 +369,52 @@ def test_the_repetition_penalty_control_gives_transformers_greedy_output(client,
                                    pad_token_id=embedded.eos_token_id)
     assert out["trace"]["output_ids"] == ref[0, len(ids):].tolist()
     assert out["trace"]["settings"]["sampling"]["repetition_penalty"] == 1.3
+
+
+def test_stop_cancels_runs_sweeps_comparisons_and_batches(client):
+    """The Stop button's event cancels each of the device's jobs (the page's config, as the browser reads it)."""
+    deps = client.config["dependencies"]
+    stop = next(d for d in deps if d.get("api_name") == "stop")
+    ids = {i for d in deps if d["targets"] == stop["targets"] for i in d.get("cancels") or []}  # Gradio adds a cancelling event beside it
+    cancelled = {d["api_name"] for d in deps if d["id"] in ids}
+    assert cancelled == {"generate", "sweep", "compare", "batch"}, cancelled
+
+
+def test_stop_during_a_comparison_leaves_the_app_serving(client):
+    import time
+
+    from gradio_client.utils import Status
+
+    job = client.submit("embedded", "def is_prime(n):", 1, 0.7, 40, 0.95, 256, 0, True, "", "", "constant", api_name="/compare")
+    deadline = time.monotonic() + 60
+    while job.status().code != Status.PROCESSING and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.predict(api_name="/stop")
+    job.cancel()  # the page's Stop also fires a cancelling event; a client cancels its own job
+    deadline = time.monotonic() + 120  # the step under way finishes first
+    while not job.done() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job.done()
+    tokens, *_ = call(client, max_new_tokens=8)
+    assert "sv-" in tokens
+
+
+def test_sweep_runs_the_drafter_and_schedule_the_controls_say(client):
+    figure, status = client.predict("embedded", "x = 1\ny = 2\nx = 1\ny =", 0.0, 0, 1.0, 12, 0, True, "", "", 1.0, "ngram", "heuristic",
+                                    api_name="/sweep")
+    assert status.startswith("Sweep done (prompt lookup, heuristic gamma schedule)"), status
+    assert "prompt lookup, heuristic gamma schedule" in figure["plot"]
+
+
+def test_the_sweep_is_sized_for_its_nine_runs():
+    from specviz import Sampling
+    from specviz.gpu_duration import estimate_seconds, pair_params
+    from specviz.gpu import clamp_duration
+    from specviz.ui.device import sweep_seconds
+    from specviz.ui.limits import SWEEP_GAMMAS
+    from specviz.ui.request import RunRequest
+
+    req = RunRequest("gpt2 -> gpt2-large", "x", 8, Sampling(0.7, 40, 0.95), 64, 0)
+    want = estimate_seconds(None, 64, SWEEP_GAMMAS, baseline_runs=9, params=pair_params("gpt2 -> gpt2-large"))
+    assert sweep_seconds(req) == clamp_duration(want)
+    assert want > estimate_seconds(None, 64, SWEEP_GAMMAS, baseline_runs=1, params=pair_params("gpt2 -> gpt2-large"))

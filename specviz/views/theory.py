@@ -129,6 +129,8 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
     Thm 3.8 with the sweep's pooled alpha and c, and each point's prediction with its own
     measured verify cost v."""
     title = "Gamma sweep: measurement vs theory"
+    if sweep is not None and (sweep.drafter or sweep.schedule):
+        title = f"Gamma sweep ({sweep_label(sweep)}): measurement vs theory"
     if sweep is None or not sweep.points:
         return _empty(title, "press “Run gamma sweep” to measure gamma = 1..8")
     alpha, c = sweep.alpha, sweep.cost_coefficient
@@ -154,6 +156,15 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
     fig = style_figure(fig, title, None, None)
     fig.update_layout(height=440, legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="center", x=0.5), margin=dict(t=70, b=110))
     return fig
+
+
+def sweep_label(sweep: Sweep) -> str:
+    """The sweep's drafter and schedule in words, plain text: "prompt lookup, heuristic gamma schedule".
+    Sweeps saved before they were recorded ran the drafter model with a constant gamma."""
+    from specviz.drafters import LABELS
+
+    kind, schedule = sweep.drafter or "model", sweep.schedule or "constant"
+    return f"{LABELS.get(kind, kind)}, {'constant gamma' if schedule == 'constant' else f'{schedule} gamma schedule'}"
 
 
 def alpha_html(trace: Trace) -> str:

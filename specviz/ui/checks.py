@@ -1,0 +1,130 @@
+"""Input checks: every value a visitor or a client sends is checked here before it is used, and a
+bad one becomes a ``gr.Error`` naming the field and its allowed range (never a traceback).
+
+Also the checked number widgets, which refuse a bad value before Gradio converts it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import gradio as gr
+
+from specviz import Sampling
+from specviz.drafters import KINDS as DRAFTER_KINDS
+from specviz.pair.prompt import split_prompts
+from specviz.schedules import SCHEDULES
+from specviz.ui.limits import (
+    BATCH_MAX,
+    GAMMA_RANGE,
+    MAX_NEW_TOKENS_RANGE,
+    PENALTY_RANGE,
+    PROMPT_CHARS_MAX,
+    SEED_MAX,
+    TEMPERATURE_MIN,
+    TEMPERATURE_RANGE,
+    TOP_K_MAX,
+)
+
+log = logging.getLogger("specviz")
+
+
+def mistake(message: str, title: str) -> gr.Error:
+    """A visitor's mistake (a bad setting, a file that is not a recording): the visitor gets the
+    message with its title, the server log one line, no traceback (an unexpected failure keeps it)."""
+    log.info("%s: %s", title, message[:200])
+    return gr.Error(message, title=title, print_exception=False)
+
+
+def number(value) -> bool:
+    """A finite int or float (not a bool, not NaN or infinity): checked before any int() conversion."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def shown(value) -> str:
+    """A control's value for a message, short whatever a client sent."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_controls(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty=1.0) -> Sampling:
+    """Validate the controls; raise gr.Error with what to change."""
+    if not prompt or not prompt.strip():
+        raise mistake("The prompt is empty: type some text (or pick an example) to continue.", title="Empty prompt")
+    if len(prompt) > PROMPT_CHARS_MAX:
+        raise mistake(f"The prompt has {len(prompt)} characters; the limit is {PROMPT_CHARS_MAX}.", title="Prompt too long")
+    if not isinstance(prompt, str):
+        raise mistake("The prompt must be text.", title="Bad prompt")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        raise mistake("The prompt holds characters that are not valid text (a lone surrogate): retype or paste it again.", title="Bad prompt") from None
+    checks = [
+        (gamma, *GAMMA_RANGE, "gamma"),
+        (max_new_tokens, *MAX_NEW_TOKENS_RANGE, "max new tokens"),
+        (top_k, 0, TOP_K_MAX, "top-k"),
+        (seed, 0, SEED_MAX, "seed"),
+    ]
+    for value, lo, hi, name in checks:
+        if not number(value) or value != int(value) or not lo <= value <= hi:
+            raise mistake(f"{name} must be a whole number from {lo} to {hi}, got {shown(value)}.", title=f"{name.capitalize()} out of range")
+    if not number(temperature) or not (temperature == 0 or TEMPERATURE_MIN <= temperature <= TEMPERATURE_RANGE[1]):
+        raise mistake(f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN} to {TEMPERATURE_RANGE[1]}, got {shown(temperature)}.",
+                      title="Temperature out of range")
+    if not number(top_p) or not 0 < top_p <= 1:
+        raise mistake(f"top-p must be above 0 and at most 1 (1 keeps every token), got {shown(top_p)}.", title="Top-p out of range")
+    if not number(repetition_penalty) or not PENALTY_RANGE[0] <= repetition_penalty <= PENALTY_RANGE[1]:
+        raise mistake(f"repetition penalty must be from {PENALTY_RANGE[0]} (off) to {PENALTY_RANGE[1]}, got {shown(repetition_penalty)}.",
+                      title="Repetition penalty out of range")
+    try:
+        return Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), repetition_penalty=float(repetition_penalty))
+    except ValueError as err:
+        raise mistake(str(err), title="Bad sampling settings") from err
+
+
+def check_drafting(drafter_kind, gamma_schedule) -> tuple[str, str]:
+    """The drafter kind and schedule name, checked against the menus (an API call can send anything)."""
+    if drafter_kind not in DRAFTER_KINDS:
+        raise mistake(f"drafter must be one of {', '.join(DRAFTER_KINDS)}; got {shown(drafter_kind)}.", title="Invalid drafter")
+    if gamma_schedule not in SCHEDULES:
+        raise mistake(f"gamma schedule must be one of {', '.join(SCHEDULES)}; got {shown(gamma_schedule)}.", title="Invalid gamma schedule")
+    return drafter_kind, gamma_schedule
+
+
+def check_batch_prompts(text, batch_size) -> list[str]:
+    """The Batch tab's prompts, validated; raise gr.Error naming the field."""
+    if not isinstance(text, str) or not text.strip():
+        raise mistake("The batch prompts are empty: write one prompt per line.", title="Empty batch")
+    if len(text) > BATCH_MAX * PROMPT_CHARS_MAX:
+        raise mistake(f"The batch prompts have {len(text)} characters; the limit is {BATCH_MAX * PROMPT_CHARS_MAX}.", title="Batch too long")
+    prompts = split_prompts(text)
+    if len(prompts) > BATCH_MAX:
+        raise mistake(f"The batch prompts hold {len(prompts)} lines; give at most {BATCH_MAX}, one prompt per line.", title="Too many prompts")
+    if not number(batch_size) or batch_size != int(batch_size) or not 1 <= batch_size <= BATCH_MAX:
+        raise mistake(f"batch size must be a whole number from 1 to {BATCH_MAX}, got {shown(batch_size)}.", title="Batch size out of range")
+    return prompts
+
+
+class _Numeric:
+    """A number control that checks what a client sent before Gradio converts it: a value that is
+    not a finite number, or is outside the control's range, gets a message naming the control
+    and the range (Gradio's own checks fail with a bare "Error" and a logged traceback)."""
+
+    def preprocess(self, payload):
+        if not number(payload):
+            raise mistake(f"{self.label} must be a finite number, got {shown(payload)}.", title=f"Bad {self.label}")
+        lo, hi = self.minimum, self.maximum
+        if (lo is not None and payload < lo) or (hi is not None and payload > hi):
+            raise mistake(f"{self.label} must be from {lo} to {hi}, got {shown(payload)}.", title=f"{self.label} out of range")
+        return super().preprocess(payload)
+
+
+class CheckedSlider(_Numeric, gr.Slider):
+    def get_block_name(self) -> str:
+        return "slider"
+
+
+class CheckedNumber(_Numeric, gr.Number):
+    def get_block_name(self) -> str:
+        return "number"

@@ -1,0 +1,28 @@
+"""The Compare drafters tab: one prompt decoded with each drafter kind, each beside its own baseline."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from specviz.gpu import on_zerogpu
+from specviz.pair import free_memory
+from specviz.ui.device import compare_on_device
+from specviz.ui.pairs import ensure_pair
+from specviz.ui.request import RunRequest
+from specviz.views.compare import compare_figure, compare_html
+
+
+def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True, custom_drafter="", custom_target="",
+                gamma_schedule="constant", repetition_penalty=1.0, progress=gr.Progress()):
+    """Decode the prompt with each drafter kind (same seed and settings); stream the columns as each finishes.
+
+    Yields dicts keyed "compare_view" (HTML) and "compare_plot" (acceptance by draft position).
+    """
+    req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
+                             custom_target, "model", gamma_schedule, repetition_penalty)
+    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
+    try:
+        for comparison in compare_on_device(req):
+            yield dict(compare_view=compare_html(comparison), compare_plot=compare_figure(comparison))
+    finally:
+        free_memory(None if not on_zerogpu() else "cpu")

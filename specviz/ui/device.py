@@ -1,0 +1,154 @@
+"""Jobs run on the device: the GPU halves of Generate, the gamma sweep, Compare and Batch.
+
+Each takes a checked ``RunRequest`` (plain data), yields plain data (traces, sweeps, comparisons,
+batch points) and raises only ``gr.Error``: on ZeroGPU each runs in a forked GPU worker, for at
+most the duration its sizing function returns (``specviz.gpu_duration``), and what crosses the
+process boundary is pickled. Nothing here builds a UI object.
+"""
+
+from __future__ import annotations
+
+import time
+
+from specviz import Trace, autoregressive_stream, speculative_stream
+from specviz.bench_batch import batch_sizes_up_to, throughput_stream
+from specviz.comparison import compare_stream
+from specviz.drafters import KINDS as DRAFTER_KINDS, make_drafter
+from specviz.gpu import gpu_task
+from specviz.gpu_duration import generate_duration, sweep_duration
+from specviz.schedules import make_schedule
+from specviz.speedup import interleave
+from specviz.sweep import sweep_stream
+from specviz.ui.checks import number
+from specviz.ui.limits import BATCH_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
+from specviz.ui.pairs import encode, failure, resident
+from specviz.ui.request import RunRequest
+from specviz.views.text import run_label
+
+
+def _pair_of(req: RunRequest):
+    return resident(req.pair_name, req.custom_drafter, req.custom_target)
+
+
+def _common(req: RunRequest, pair) -> dict:
+    return dict(sampling=req.sampling, eos_token_id=pair.eos_token_ids, seed=req.seed, tokenizer=pair.tokenizer)
+
+
+def title(pair_name: str, spec: Trace) -> str:
+    """A run's title: the pair, the drafter and schedule, the sampling and the seed (plain text)."""
+    s = spec.settings
+    sampling = s.get("sampling", {})
+    temp = sampling.get("temperature")
+    how = "greedy" if temp == 0 else f"T={temp}, top-k {sampling.get('top_k')}, top-p {sampling.get('top_p')}"
+    return f"{pair_name}, {run_label(spec)}, {how}, seed {s.get('seed')}"
+
+
+@gpu_task(duration=lambda req: req.duration())
+def run_on_device(req: RunRequest):
+    """The device half of Generate and /run: traces in, no UI objects out.
+
+    The speculative run and its autoregressive baseline run in turns (``specviz.speedup.interleave``),
+    so whatever else the machine does slows both alike and the speedup compares like with like;
+    the baseline stops at the speculative run's token count (equal work).
+
+    Yields plain data: ("round", spec, title) at most every STREAM_INTERVAL_MS, ("speculative_done",
+    spec, title), then ("done", spec, baseline, title, status). Errors leave as gr.Error.
+    """
+    pair = _pair_of(req)
+    ids = encode(pair, req.prompt, req.chat)
+    common = _common(req, pair)
+    drafter = make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target)
+    # The two runs share the time of both: RUN_SECONDS_MAX each, taken in turns.
+    deadline = time.monotonic() + 2 * RUN_SECONDS_MAX
+    timed_out = False
+    try:
+        last_draw = 0.0
+        spec = baseline = None
+        runs = interleave(speculative_stream(ids, drafter, pair.target, gamma=req.gamma, max_new_tokens=req.max_new_tokens,
+                                             schedule=make_schedule(req.gamma_schedule, req.gamma), **common),
+                          autoregressive_stream(ids, pair.target, max_new_tokens=req.max_new_tokens, **common))
+        for spec, baseline in runs:
+            if time.monotonic() > deadline and spec is not None and not spec.stop_reason:
+                timed_out = True
+                for t in (spec, baseline):
+                    if t is not None and not t.stop_reason:
+                        t.stop_reason = "time_limit"
+                        t.output_text = pair.tokenizer.decode(t.output_ids)
+                break
+            now = time.perf_counter() * 1000
+            if spec is not None and now - last_draw >= STREAM_INTERVAL_MS and not spec.stop_reason:
+                last_draw = now
+                yield "round", spec, title(pair.name, spec)
+        name = title(pair.name, spec)
+        yield "speculative_done", spec, name
+    except Exception as err:
+        raise failure(err, pair) from err
+    how = f"stopped at the time limit of {RUN_SECONDS_MAX:.0f} s per run" if timed_out else spec.stop_reason.replace("_", " ")
+    done = f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({how}). Pair: {pair.name}, on {pair.device.type}."
+    yield "done", spec, baseline, name, done
+
+
+def sweep_seconds(req: RunRequest) -> int:
+    """ZeroGPU seconds for the sweep: one speculative run per gamma, the first baseline, and one baseline
+    in turns with each gamma's run (``specviz.sweep.sweep_stream``): nine baselines for gamma 1..8."""
+    return sweep_duration(req.pair_name, SWEEP_GAMMAS, req.max_new_tokens, baseline_runs=1 + len(SWEEP_GAMMAS),
+                          custom_drafter=req.custom_drafter, custom_target=req.custom_target)
+
+
+@gpu_task(duration=sweep_seconds)
+def sweep_on_device(req: RunRequest):
+    """The device half of the gamma sweep: yields the growing Sweep (plain data); errors leave as gr.Error."""
+    pair = _pair_of(req)
+    ids = encode(pair, req.prompt, req.chat)
+    deadline = time.monotonic() + SWEEP_SECONDS_MAX
+    try:
+        drafter = make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target)
+        for sweep in sweep_stream(ids, drafter, pair.target, gammas=SWEEP_GAMMAS, schedule=req.gamma_schedule,
+                                  max_new_tokens=req.max_new_tokens, **_common(req, pair)):
+            yield sweep
+            if time.monotonic() > deadline:
+                break
+    except Exception as err:
+        raise failure(err, pair) from err
+
+
+@gpu_task(duration=lambda req: req.duration(runs=len(DRAFTER_KINDS)))
+def compare_on_device(req: RunRequest):
+    """The device half of Compare drafters: yields the growing Comparison (plain data)."""
+    pair = _pair_of(req)
+    ids = encode(pair, req.prompt, req.chat)
+    try:
+        yield from compare_stream(ids, pair.drafter, pair.target, gamma=req.gamma, schedule=req.gamma_schedule,
+                                  max_new_tokens=req.max_new_tokens, **_common(req, pair))
+    except Exception as err:
+        raise failure(err, pair) from err
+
+
+def batch_duration(pair_name, prompts_text=None, batch_size=BATCH_MAX, gamma=4, temperature=None, top_k=None, top_p=None,
+                   max_new_tokens=MAX_NEW_TOKENS_RANGE[1], seed=None, chat=None, custom_drafter="", custom_target="", *rest, **kwargs) -> int:
+    """GPU seconds for the Batch tab (its endpoint's arguments, in order): two runs at each measured batch size,
+    each a speculative batch and its batched baseline; on a GPU a batch of up to BATCH_MAX rows takes about one
+    sequence's passes."""
+    size = int(batch_size) if number(batch_size) and 1 <= batch_size <= BATCH_MAX else BATCH_MAX
+    one = generate_duration(pair_name, None, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target)
+    return 2 * len(batch_sizes_up_to(size)) * one
+
+
+def _batch_seconds(req: RunRequest, prompts: list[str], batch_size: int) -> int:
+    s = req.sampling
+    return batch_duration(req.pair_name, None, batch_size, req.gamma, s.temperature, s.top_k, s.top_p, req.max_new_tokens, req.seed,
+                          req.chat, req.custom_drafter, req.custom_target)
+
+
+@gpu_task(duration=_batch_seconds)
+def batch_on_device(req: RunRequest, prompts: list[str], batch_size: int):
+    """The device half of the Batch tab: yields (BatchResult or None, [BatchPoint]) (plain data)."""
+    pair = _pair_of(req)
+    ids = [encode(pair, p, req.chat) for p in prompts]
+    drafter = make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target)
+    try:
+        yield from throughput_stream(ids, drafter, pair.target, batch_size, gamma=req.gamma, schedule=req.gamma_schedule,
+                                     deadline=time.monotonic() + 2 * RUN_SECONDS_MAX, max_new_tokens=req.max_new_tokens,
+                                     **_common(req, pair))
+    except Exception as err:
+        raise failure(err, pair) from err

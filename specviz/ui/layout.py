@@ -1,0 +1,244 @@
+"""The page's layout and wiring only: components, tabs, and which handler each event calls.
+
+Handlers live in one module per tab (``specviz.ui.generate``, ``replay``, ``sweep``, ``race``,
+``files``, ``compare``, ``batch``, ``lab``, ``api``); they return dicts keyed by the names used
+here (``ui[name]``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import gradio as gr
+
+from specviz import Trace, autoregressive_generate
+from specviz.lab.faults import FAULTS
+from specviz.lab.models import KINDS as LAB_KINDS
+from specviz.pair import EMBEDDED, PRESETS, PairError, custom_models_allowed
+from specviz.pair import preload as preload_pairs
+from specviz.pair.prompt import join_prompts
+from specviz.recording import MAX_BYTES
+from specviz.ui.api import run_api
+from specviz.ui.batch import run_batch
+from specviz.ui.checks import CheckedNumber, CheckedSlider
+from specviz.ui.compare import run_compare
+from specviz.ui.files import RESTORED, examples, export_recording, load_example, load_recording, restore_controls
+from specviz.ui.generate import generate, stopped
+from specviz.ui.lab import run_lab
+from specviz.ui.limits import (
+    BATCH_MAX, CACHE_TTL_S, CONCURRENCY, DEFAULTS, DRAFTER_CHOICES, EXAMPLES, GAMMA_RANGE, INTRO, LAB_RUNS_MAX, LOAD_CONCURRENCY,
+    MAX_NEW_TOKENS_RANGE, PACES, PENALTY_RANGE, PROMPT_CHARS_MAX, SCHEDULE_CHOICES, SEED_MAX, SESSION_TTL_S, SWEEP_GAMMAS,
+    TEMPERATURE_RANGE, TOP_K_MAX, caps,
+)
+from specviz.ui.outputs import RUN_OUTPUTS, keyed
+from specviz.ui.race import start_race
+from specviz.ui.replay import replay_next, replay_previous, replay_show
+from specviz.ui.sweep import run_sweep
+from specviz.views import BATCH_NOTE, THEORY_NOTE, explanation_markdown, legend_html, round_html, sweep_figure
+from specviz.views.batch import batch_figure, batch_lanes_html
+from specviz.views.compare import compare_figure, compare_html
+from specviz.views.lab import lab_figure
+
+
+def pair_info(name: str | None) -> str:
+    preset = PRESETS.get(name or EMBEDDED)
+    return f"<small>{preset.summary}</small>" if preset else ""
+
+
+def _preload() -> None:
+    # SPECVIZ_PRELOAD's pairs (default: embedded) load before launch; on ZeroGPU they must.
+    for name, result in preload_pairs().items():
+        if isinstance(result, PairError):
+            print(f"specviz: could not preload {name}: {result}")  # the app still serves the others
+        elif result.device.type == "cpu":
+            # One short run pays the first-call costs before any visitor does.
+            autoregressive_generate([result.eos_token_id or 0], result.target, max_new_tokens=2)
+
+
+def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
+    """The Blocks app.
+
+    Args:
+        preload: load the embedded pair now so the first Generate is quick.
+        max_queue: waiting requests beyond which new ones are refused with Gradio's
+            queue-full message (default: env ``SPECVIZ_MAX_QUEUE``, else 32).
+    """
+    max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
+    if preload:
+        _preload()
+    latex = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
+    ui: dict[str, gr.components.Component] = {}
+    with gr.Blocks(title="specviz: speculative decoding, round by round", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:
+        ui["recording"] = gr.State(None, time_to_live=SESSION_TTL_S)
+        gr.Markdown(INTRO)
+        with gr.Row():
+            with gr.Column(scale=2, min_width=320):
+                ui["pair_name"] = gr.Dropdown(list(PRESETS), value=EMBEDDED, label="Model pair (drafter -> target)",
+                                              info="Hub pairs are downloaded on first use; one pair stays loaded at a time.", elem_id="sv-pair")
+                ui["pair_info"] = gr.Markdown(pair_info(EMBEDDED), elem_id="sv-pair-info")
+                ui["chat"] = gr.Checkbox(value=True, label="Apply the chat template (instruct pairs only)")
+                with gr.Row(visible=custom_models_allowed()):
+                    ui["custom_drafter"] = gr.Textbox("", label="Custom drafter (hub id[@revision])", placeholder="owner/name", max_length=200)
+                    ui["custom_target"] = gr.Textbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
+                ui["prompt"] = gr.Textbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX)
+                gr.Examples(EXAMPLES, inputs=ui["prompt"], label="Example prompts (Python: the embedded pair was trained on the standard library)")
+                ui["drafter_kind"] = gr.Radio(DRAFTER_CHOICES, value=DEFAULTS["drafter_kind"], label="drafter", elem_id="sv-drafter-kind",
+                                              info="the pair's drafter model; prompt lookup (copies from earlier text); the target's own early layers")
+                ui["gamma"] = CheckedSlider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
+                ui["gamma_schedule"] = gr.Dropdown(SCHEDULE_CHOICES, value=DEFAULTS["gamma_schedule"], label="gamma schedule",
+                                                   info="constant, or gamma set each round (the first round uses the slider's gamma)",
+                                                   elem_id="sv-schedule")
+                ui["temperature"] = CheckedSlider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)")
+                with gr.Row():
+                    ui["top_k"] = CheckedNumber(value=DEFAULTS["top_k"], minimum=0, maximum=TOP_K_MAX, precision=0, label="top-k (0 = off)")
+                    ui["top_p"] = CheckedSlider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="top-p (1 = off)")
+                ui["repetition_penalty"] = CheckedSlider(*PENALTY_RANGE, value=DEFAULTS["repetition_penalty"], step=0.05,
+                                                         label="repetition penalty (1 = off)", elem_id="sv-penalty",
+                                                         info="transformers' repetition penalty, applied to q and p alike at every position")
+                with gr.Row():
+                    ui["max_new_tokens"] = CheckedSlider(*MAX_NEW_TOKENS_RANGE, value=DEFAULTS["max_new_tokens"], step=1, label="max new tokens")
+                    ui["seed"] = CheckedNumber(value=DEFAULTS["seed"], minimum=0, maximum=SEED_MAX, precision=0, label="seed")
+                with gr.Row():
+                    ui["run"] = gr.Button("Generate", variant="primary", scale=3)
+                    ui["stop"] = gr.Button("Stop", variant="stop", scale=1, elem_id="sv-stop")
+                gr.Markdown(caps(max_queue), elem_id="sv-caps")
+            with gr.Column(scale=3, min_width=400):
+                gr.HTML(legend_html())
+                ui["tokens"] = gr.HTML(label="Output", elem_id="sv-output")
+                ui["status"] = gr.Markdown(elem_id="sv-status")
+                ui["stats"] = gr.HTML(elem_id="sv-stats")
+        with gr.Tabs(overflow_behavior="wrap"):  # on a phone every tab stays in view, on two rows
+            with gr.Tab("Charts", id="charts"):
+                with gr.Row():
+                    ui["acceptance_plot"] = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
+                    ui["timeline_plot"] = gr.Plot(label="Tokens over time", show_label=False, elem_id="sv-timeline")
+            with gr.Tab("Replay", id="replay"):
+                gr.Markdown("Step through the rounds: the drafts with q(x) and p(x), the uniform u against min(1, p/q), and where the correction or bonus token came from.")
+                with gr.Row(equal_height=True):
+                    ui["prev_round"] = gr.Button("◀ Previous round", size="sm", elem_id="sv-prev", scale=1)
+                    ui["replay_slider"] = gr.Slider(1, 2, value=1, interactive=False, step=1, label="round", elem_id="sv-round", scale=6)
+                    ui["next_round"] = gr.Button("Next round ▶", size="sm", elem_id="sv-next", scale=1)
+                ui["replay"] = gr.HTML(round_html(Trace(mode="speculative", prompt_ids=[]), 0), elem_id="sv-replay")
+            with gr.Tab("Theory", id="theory"):
+                gr.Markdown(THEORY_NOTE, latex_delimiters=[{"left": "$", "right": "$", "display": False}])
+                ui["speedup_plot"] = gr.Plot(show_label=False, elem_id="sv-speedup")
+                with gr.Row():
+                    ui["histogram_plot"] = gr.Plot(show_label=False, elem_id="sv-histogram")
+                    ui["position_plot"] = gr.Plot(show_label=False, elem_id="sv-position")
+                with gr.Row(equal_height=True):
+                    ui["sweep_button"] = gr.Button(f"Run gamma sweep ({SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]})", elem_id="sv-sweep-button", scale=1)
+                    ui["sweep_status"] = gr.Markdown("Same prompt, seed, sampling, drafter and gamma schedule (the controls on the left); one baseline, "
+                                                     "then each gamma in turns with a baseline of its own.",
+                                                     elem_id="sv-sweep-status")
+                ui["sweep_plot"] = gr.Plot(sweep_figure(None), show_label=False, elem_id="sv-sweep")
+            with gr.Tab("Race", id="race"):
+                with gr.Row(equal_height=True):
+                    ui["pace"] = gr.Radio(list(PACES), value=PACES[0], label="pace", scale=3)
+                    ui["race_button"] = gr.Button("Start race", elem_id="sv-race-button", scale=1)
+                ui["race"] = gr.HTML(elem_id="sv-race")
+            with gr.Tab("Save / load", id="files"):
+                gr.Markdown(
+                    "Save a run as JSON and replay it later with no model: prepare runs on a GPU, show them on a laptop offline. "
+                    f"Files are checked against the trace schema; at most {MAX_BYTES // (1024 * 1024)} MB."
+                )
+                with gr.Row():
+                    ui["download"] = gr.DownloadButton("Download this run (JSON)", interactive=False, elem_id="sv-download")
+                    ui["upload"] = gr.File(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
+                with gr.Row(equal_height=True):
+                    ui["example"] = gr.Dropdown(examples(), value=(examples() or [None])[0], label="Prepared recordings (embedded pair)", scale=3)
+                    ui["example_button"] = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)
+                with gr.Row(equal_height=True):
+                    ui["export_button"] = gr.Button("Export this run as one HTML file", elem_id="sv-export-button", scale=1)
+                    ui["export_file"] = gr.File(label="A page that replays the run from disk: no server, no network (about 5 MB)",
+                                                interactive=False, elem_id="sv-export", scale=3)
+            with gr.Tab("Compare drafters", id="compare"):
+                gr.Markdown("One prompt, seed and sampling (the controls on the left), decoded with each drafter kind: which tokens "
+                            "each one gets right, its tokens per round, alpha, cost and speedup. Each runs in turns with its own "
+                            "baseline; the output text is the same for all three when sampling is greedy.")
+                ui["compare_button"] = gr.Button("Compare drafters", variant="primary", elem_id="sv-compare-button")
+                ui["compare_view"] = gr.HTML(compare_html(None), elem_id="sv-compare")
+                ui["compare_plot"] = gr.Plot(compare_figure(None), show_label=False, elem_id="sv-compare-plot")
+            with gr.Tab("Batch", id="batch"):
+                gr.Markdown(BATCH_NOTE)
+                ui["batch_prompts"] = gr.Textbox(join_prompts(EXAMPLES), label="Batch prompts (one per line; \\n inside a line is a newline)",
+                                                 lines=6, max_length=BATCH_MAX * PROMPT_CHARS_MAX, elem_id="sv-batch-prompts")
+                with gr.Row(equal_height=True):
+                    ui["batch_size"] = CheckedSlider(1, BATCH_MAX, value=4, step=1, label="batch size (rows; beyond the prompts they repeat)",
+                                                     scale=3)
+                    ui["batch_button"] = gr.Button("Run batch", variant="primary", elem_id="sv-batch-button", scale=1)
+                ui["batch_status"] = gr.Markdown(elem_id="sv-batch-status")
+                ui["batch_view"] = gr.HTML(batch_lanes_html(None), elem_id="sv-batch")
+                ui["batch_plot"] = gr.Plot(batch_figure(None), show_label=False, elem_id="sv-batch-plot")
+            with gr.Tab("Exactness lab", id="lab"):
+                gr.Markdown("Why is the output exactly the target's? Watch it: tiny models with a vocabulary of 8, the exact "
+                            "law of the first two tokens enumerated from the target, and thousands of seeded speculative samples "
+                            "counted as they come, with a chi-square test. Plant a fault seen in public code and watch it fail.")
+                with gr.Row():
+                    ui["lab_kind"] = gr.Dropdown(list(LAB_KINDS), value="different", label="drafter")
+                    ui["lab_fault"] = gr.Dropdown([(f.name, k) for k, f in FAULTS.items()], value="none", label="planted fault")
+                with gr.Row():
+                    ui["lab_temperature"] = CheckedSlider(0.1, 2.0, value=1.0, step=0.1, label="temperature")
+                    ui["lab_top_k"] = CheckedSlider(0, 8, value=5, step=1, label="top-k (0 = off)")
+                    ui["lab_top_p"] = CheckedSlider(0.1, 1.0, value=1.0, step=0.05, label="top-p")
+                    ui["lab_gamma"] = CheckedSlider(1, 8, value=3, step=1, label="gamma")
+                    ui["lab_runs"] = CheckedSlider(500, LAB_RUNS_MAX, value=2000, step=500, label="samples")
+                ui["lab_button"] = gr.Button("Run the experiment", variant="primary", elem_id="sv-lab-run")
+                ui["lab_verdict"] = gr.HTML(elem_id="sv-lab-verdict")
+                ui["lab_plot"] = gr.Plot(lab_figure(None), show_label=False, elem_id="sv-lab-plot")
+            with gr.Tab("Explanation", id="explain"):
+                gr.Markdown(explanation_markdown(), latex_delimiters=latex, elem_id="sv-explain")
+        _wire(ui)
+    demo.queue(max_size=max_queue, default_concurrency_limit=1)
+    return demo
+
+
+def _wire(ui: dict) -> None:
+    """Every event: its handler, inputs and outputs (by name), and the queue it waits in."""
+    def of(*names):
+        return [ui[n] for n in names]
+
+    def on(trigger, fn, inputs, outputs, **kwargs):
+        """``trigger(fn)`` with a handler returning dicts keyed by ``outputs``."""
+        return trigger(keyed(fn, outputs), inputs=of(*inputs), outputs=of(*outputs), **kwargs)
+
+    controls = ("pair_name", "prompt", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat",
+                "custom_drafter", "custom_target")
+    device = dict(concurrency_limit=CONCURRENCY, concurrency_id="device")
+    # Views of a recording are cheap: they do not wait behind a generation.
+    view = dict(concurrency_limit=None, show_progress="hidden")
+    run_event = on(ui["run"].click, generate, (*controls, "drafter_kind", "gamma_schedule", "repetition_penalty"), RUN_OUTPUTS,
+                   api_name="generate", **device)
+    ui["prev_round"].click(replay_previous, of("recording", "replay_slider"), of("replay_slider", "replay"), api_visibility="private", **view)
+    ui["next_round"].click(replay_next, of("recording", "replay_slider"), of("replay_slider", "replay"), api_visibility="private", **view)
+    ui["replay_slider"].release(replay_show, of("recording", "replay_slider"), ui["replay"], api_visibility="private", **view)
+    ui["replay_slider"].input(replay_show, of("recording", "replay_slider"), ui["replay"], api_visibility="private", **view)
+    sweep_event = on(ui["sweep_button"].click, run_sweep,
+                     ("pair_name", "prompt", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "recording", "chat",
+                      "custom_drafter", "custom_target", "repetition_penalty", "drafter_kind", "gamma_schedule"),
+                     ("sweep_plot", "sweep_status", "recording"), api_name="sweep", **device)
+    ui["lab_button"].click(run_lab, of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),
+                           of("lab_plot", "lab_verdict"), api_name="lab", concurrency_limit=1, concurrency_id="lab", show_progress="hidden")
+    gr.api(run_api, api_name="run", **device)
+    compare_event = on(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty"), ("compare_view", "compare_plot"),
+       api_name="compare", **device)
+    batch_event = on(ui["batch_button"].click, run_batch,
+       ("pair_name", "batch_prompts", "batch_size", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat",
+        "custom_drafter", "custom_target", "drafter_kind", "gamma_schedule", "repetition_penalty"),
+       ("batch_view", "batch_plot", "batch_status"), api_name="batch", **device)
+    # Stop cancels a run, sweep, comparison or batch between its steps; what was generated stays on the page.
+    on(ui["stop"].click, stopped, ("recording",), RUN_OUTPUTS, cancels=[run_event, sweep_event, compare_event, batch_event],
+       api_name="stop", **view)
+    ui["pair_name"].change(pair_info, ui["pair_name"], ui["pair_info"], api_visibility="private", **view)
+    ui["race_button"].click(start_race, of("recording", "pace"), ui["race"], api_visibility="private", **view)
+    # Loading runs in the queue with its own limit, so uploads cannot starve generation.
+    loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")
+    restore = dict(fn=keyed(restore_controls, RESTORED), inputs=ui["recording"], outputs=of(*RESTORED), api_visibility="private",
+                   show_progress="hidden")
+    loaded = on(ui["upload"].upload, load_recording, ("upload",), RUN_OUTPUTS, api_name="load_recording", **loads)
+    loaded.success(**restore)
+    # The drop area is emptied after every load, good or refused, so the next file can go in.
+    clear = dict(fn=lambda: None, inputs=None, outputs=ui["upload"], api_visibility="private", show_progress="hidden")
+    loaded.success(**clear)
+    loaded.failure(**clear)
+    on(ui["example_button"].click, load_example, ("example",), RUN_OUTPUTS, api_name="load_prepared", **loads).success(**restore)
+    ui["export_button"].click(export_recording, ui["recording"], ui["export_file"], api_visibility="private", **loads)

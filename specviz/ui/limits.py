@@ -1,0 +1,74 @@
+"""The page's limits and defaults: every cap a control shows, enforced again where a request enters.
+
+Read by the checks, the handlers and the layout; environment variables override the server-wide ones.
+"""
+
+from __future__ import annotations
+
+import os
+
+from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS
+from specviz.pair import ASSETS
+from specviz.sampling import DEFAULT_SAMPLING
+from specviz.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
+from specviz.trace import MAX_GAMMA
+
+# Caps shown in the UI and enforced again in the handler (a client can bypass sliders).
+GAMMA_RANGE = (1, MAX_GAMMA)
+TEMPERATURE_RANGE = (0.0, 2.0)
+MAX_NEW_TOKENS_RANGE = (1, 256)
+TOP_K_MAX = 1000
+PENALTY_RANGE = (1.0, 2.0)  # transformers' repetition penalty; 1 is off
+LOAD_CONCURRENCY = 2  # recordings loaded at once (each is bounded work: see specviz.validation)
+SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed; the signed range is safe everywhere
+TEMPERATURE_MIN = 0.01  # below it, logits / temperature overflows float32: use 0 for greedy
+PROMPT_CHARS_MAX = 2000
+SWEEP_GAMMAS = tuple(range(1, 9))
+BATCH_MAX = 8  # rows the Batch tab decodes together at most
+LAB_RUNS_MAX = 5000  # samples one lab run draws at most
+# Wall-clock limits, in seconds, so one visitor cannot hold the device for long.
+RUN_SECONDS_MAX = float(os.environ.get("SPECVIZ_RUN_SECONDS", "60"))
+SWEEP_SECONDS_MAX = float(os.environ.get("SPECVIZ_SWEEP_SECONDS", "120"))
+# Runs sharing the device at once (generate and sweep share this limit): 1 per GPU.
+CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "1"))
+PACES = ("slow motion (about 10 s)", "true timing")
+# Redraw the streamed text at most this often (ms): drawing is not free for the browser.
+STREAM_INTERVAL_MS = 80
+# A visitor's state (one compact Recording) and Gradio's cached copies of downloads and uploads
+# are dropped this long after last use, so memory and disk stay flat however many come.
+SESSION_TTL_S = 1800
+MAX_SESSIONS = 100  # sessions whose state is kept at once (SPECVIZ_MAX_SESSIONS)
+CACHE_TTL_S = 900
+
+DEFAULTS = dict(gamma=4, temperature=DEFAULT_SAMPLING.temperature, top_k=DEFAULT_SAMPLING.top_k, top_p=DEFAULT_SAMPLING.top_p,
+                max_new_tokens=128, seed=0, drafter_kind="model", gamma_schedule="constant",
+                repetition_penalty=DEFAULT_SAMPLING.repetition_penalty)
+DRAFTER_CHOICES = [(DRAFTER_LABELS[k], k) for k in DRAFTER_KINDS]
+SCHEDULE_CHOICES = [(SCHEDULE_LABELS[k], k) for k in SCHEDULES]
+RECORDINGS = ASSETS / "recordings"
+# Prompts end at a colon, not a newline: the tokenizer merges a newline with the indentation
+# that follows, so the models continue best from there.
+EXAMPLES = [
+    "def is_prime(n):",
+    "class Stack:\n    def __init__(self):",
+    "import os\n\n\ndef read_lines(path):",
+    "    def __repr__(self):",
+    "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
+]
+
+INTRO = """\
+# specviz — speculative decoding, round by round
+A small **drafter** proposes `gamma` tokens; the large **target** scores them all in one forward pass. Each draft x is
+accepted when u < min(1, p(x)/q(x)); the first rejected one is replaced by a **correction** sampled from
+norm(max(0, p − q)); when every draft is accepted a **bonus** token comes from p. The output is distributed exactly as
+the target's own (Leviathan et al. 2023; Chen et al. 2023). Temperature 0 is greedy: the output is the target's greedy text.
+"""
+
+
+def caps(max_queue: int) -> str:
+    """The limits line under the controls."""
+    return (
+        f"<small>Limits here: prompt up to {PROMPT_CHARS_MAX} characters · gamma {GAMMA_RANGE[0]}–{GAMMA_RANGE[1]} · "
+        f"up to {MAX_NEW_TOKENS_RANGE[1]} new tokens · {RUN_SECONDS_MAX:.0f} s per run (and as long again for the baseline) · "
+        f"{SWEEP_SECONDS_MAX:.0f} s per sweep · {CONCURRENCY} run at a time, up to {max_queue} waiting.</small>"
+    )

@@ -1,0 +1,78 @@
+"""The outputs of a run, keyed by name: what Generate, Stop and every load fill in.
+
+Handlers return (or yield) a dict keyed by the names in ``RUN_OUTPUTS``; ``specviz.ui.layout``
+maps each name to its component and a missing name leaves its component as it is.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from specviz.recording import Recording
+from specviz.trace import Trace
+from specviz.ui.downloads import nonce
+from specviz.views import (
+    acceptance_figure,
+    accepted_histogram_figure,
+    position_figure,
+    race_html,
+    round_html,
+    slowdown_for,
+    speedup_figure,
+    stats_html,
+    sweep_figure,
+    timeline_figure,
+    tokens_html,
+)
+
+RUN_OUTPUTS = ("tokens", "stats", "acceptance_plot", "timeline_plot", "status", "recording", "replay_slider", "replay",
+               "speedup_plot", "histogram_plot", "position_plot", "sweep_plot", "race", "download")
+
+
+def replay_slider(trace: Trace | None, value: int | None = None) -> gr.Slider:
+    """The replay's round slider for ``trace``, at ``value`` (default: the last round)."""
+    n = max(1, len(trace.rounds)) if trace is not None else 1
+    # Gradio needs maximum > minimum; a one-round run gets a fixed slider (the handlers clamp).
+    return gr.Slider(minimum=1, maximum=max(n, 2), value=min(value or n, n), step=1, interactive=n > 1)
+
+
+def everything(rec: Recording, status: str, download: str | None) -> dict:
+    """Every output of a finished (or loaded, or stopped) run."""
+    spec, base = rec.speculative, rec.baseline
+    return dict(
+        tokens=tokens_html(spec), stats=stats_html(spec, base), acceptance_plot=acceptance_figure(spec),
+        timeline_plot=timeline_figure(spec, base), status=status, recording=rec,
+        replay_slider=replay_slider(spec, 1), replay=round_html(spec, 0),  # a finished run or a loaded one replays from round 1
+        speedup_plot=speedup_figure(spec, base), histogram_plot=accepted_histogram_figure(spec), position_plot=position_figure(spec),
+        sweep_plot=sweep_figure(rec.sweep), race=race_html(spec, base, slowdown_for(spec, base), nonce()),
+        download=gr.DownloadButton(value=download, interactive=download is not None),
+    )
+
+
+def in_order(values: dict, names) -> tuple:
+    """``values`` as a tuple in the order of ``names``; a missing name is ``gr.skip()`` (left as it is)."""
+    unknown = set(values) - set(names)
+    if unknown:
+        raise KeyError(f"outputs not wired: {sorted(unknown)}")
+    return tuple(values.get(n, gr.skip()) for n in names)
+
+
+def keyed(fn, names):
+    """``fn`` (returning or yielding dicts keyed by ``names``) as a Gradio handler whose outputs are
+    the components of ``names`` in that order. The signature stays ``fn``'s, so Gradio still
+    injects ``gr.Request`` and ``gr.Progress`` and the API lists the same parameters."""
+    import functools
+    import inspect
+
+    names = tuple(names)
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            for values in fn(*args, **kwargs):
+                yield in_order(values, names)
+        return stream
+
+    @functools.wraps(fn)
+    def once(*args, **kwargs):
+        return in_order(fn(*args, **kwargs), names)
+    return once

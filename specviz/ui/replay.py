@@ -1,0 +1,45 @@
+"""The Replay tab: step through a run's rounds; while a run streams, follow its newest round
+unless the visitor stepped back."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from specviz.recording import Recording
+from specviz.trace import Trace
+from specviz.ui import state
+from specviz.ui.outputs import replay_slider
+from specviz.views import round_html
+
+
+def replay_step(rec: Recording | None, current, delta: int, request: gr.Request | None = None):
+    """Move the replay by ``delta`` rounds; returns the slider and the round panel."""
+    if rec is None or not rec.speculative.rounds:
+        return gr.skip(), round_html(Trace(mode="speculative", prompt_ids=[]), 0)
+    n = len(rec.speculative.rounds)
+    index = min(max(int(current or 1) + delta, 1), n)
+    session = state.session_of(request)
+    if session in state.following:
+        state.following[session] = index == n
+    return replay_slider(rec.speculative, index), round_html(rec.speculative, index - 1)
+
+
+def replay_previous(rec: Recording | None, current, request: gr.Request):
+    return replay_step(rec, current, -1, request)
+
+
+def replay_next(rec: Recording | None, current, request: gr.Request):
+    return replay_step(rec, current, +1, request)
+
+
+def replay_show(rec: Recording | None, current, request: gr.Request):
+    """The round panel for the slider's value."""
+    return replay_step(rec, current, 0, request)[1]
+
+
+def streaming(spec: Trace, session: str | None) -> dict:
+    """Slider and panel while streaming: the newest round, or only a longer slider if the visitor stepped back."""
+    if state.following.get(session, True):
+        return dict(replay_slider=replay_slider(spec), replay=round_html(spec, len(spec.rounds) - 1))
+    n = len(spec.rounds)
+    return dict(replay_slider=gr.Slider(maximum=max(n, 2), interactive=n > 1))

@@ -1,0 +1,57 @@
+"""One run's settings, checked once where the request enters and then carried as one object.
+
+``RunRequest.checked`` takes the page's controls (or the JSON API's arguments) in the order of the
+/generate endpoint, validates every one of them (``specviz.ui.checks``) and returns a frozen,
+picklable object: on ZeroGPU it crosses into the GPU worker as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from specviz import Sampling
+from specviz.gpu_duration import generate_duration
+from specviz.ui.checks import check_controls, check_drafting
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A checked run: the pair (a preset name, or custom drafter and target ids), the prompt and its
+    chat flag, gamma and its schedule, the drafter kind, the sampling settings (repetition penalty
+    included), max new tokens and the seed."""
+
+    pair_name: str
+    prompt: str
+    gamma: int
+    sampling: Sampling
+    max_new_tokens: int
+    seed: int
+    chat: bool = True
+    custom_drafter: str = ""
+    custom_target: str = ""
+    drafter_kind: str = "model"
+    gamma_schedule: str = "constant"
+
+    @classmethod
+    def checked(cls, pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True, custom_drafter="",
+                custom_target="", drafter_kind="model", gamma_schedule="constant", repetition_penalty=1.0) -> "RunRequest":
+        """Validate the controls, in the /generate endpoint's order.
+
+        Raises:
+            gr.Error: naming the first bad field and its allowed range.
+        """
+        sampling = check_controls(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
+        drafter_kind, gamma_schedule = check_drafting(drafter_kind, gamma_schedule)
+        return cls(pair_name=pair_name, prompt=prompt, gamma=int(gamma), sampling=sampling, max_new_tokens=int(max_new_tokens),
+                   seed=int(seed), chat=bool(chat), custom_drafter=custom_drafter or "", custom_target=custom_target or "",
+                   drafter_kind=drafter_kind, gamma_schedule=gamma_schedule)
+
+    def with_prompt(self, prompt: str) -> "RunRequest":
+        """The same settings for another (already checked) prompt."""
+        return replace(self, prompt=prompt)
+
+    def duration(self, runs: int = 1) -> int:
+        """ZeroGPU seconds for ``runs`` speculative runs, each with its baseline (``specviz.gpu_duration``)."""
+        s = self.sampling
+        return runs * generate_duration(self.pair_name, None, self.gamma, s.temperature, s.top_k, s.top_p, self.max_new_tokens,
+                                        self.seed, self.chat, self.custom_drafter, self.custom_target)

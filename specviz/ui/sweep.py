@@ -1,0 +1,42 @@
+"""The Theory tab's gamma sweep: the prompt decoded at gamma 1..8 and each point plotted against the theory."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from specviz.recording import Recording
+from specviz.ui.device import sweep_on_device
+from specviz.ui.limits import SWEEP_GAMMAS, SWEEP_SECONDS_MAX
+from specviz.ui.pairs import ensure_pair
+from specviz.ui.request import RunRequest
+from specviz.views import sweep_figure
+from specviz.views.theory import sweep_label
+
+
+def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec: Recording | None, chat=True,
+              custom_drafter="", custom_target="", repetition_penalty=1.0, drafter_kind="model", gamma_schedule="constant",
+              progress=gr.Progress()):
+    """Decode the prompt with gamma = 1..8 (same seed, sampling, drafter kind and gamma schedule; a
+    schedule starts each run at its gamma) and plot each against the theory.
+
+    Yields dicts keyed "sweep_plot", "sweep_status" and "recording" (with the sweep attached, at the end).
+    """
+    req = RunRequest.checked(pair_name, prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed, chat,
+                             custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty)
+    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
+    sweep = None
+    for sweep in sweep_on_device(req):
+        done = len(sweep.points)
+        sweep.drafter = sweep.drafter or req.drafter_kind  # labelled from the first yield on
+        yield dict(sweep_plot=sweep_figure(sweep),
+                   sweep_status=f"Sweep ({sweep_label(sweep)}): {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} "
+                                f"({done} of {len(SWEEP_GAMMAS)})…")
+    if not sweep.points:
+        yield dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s before any gamma finished.")
+        return
+    best = max(sweep.points, key=lambda p: sweep.speedup(p) or 0.0)
+    cut = "" if len(sweep.points) == len(SWEEP_GAMMAS) else f" Stopped at the time limit of {SWEEP_SECONDS_MAX:.0f} s after gamma {sweep.points[-1].gamma}."
+    out = dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep done ({sweep_label(sweep)}): fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).{cut}")
+    if rec is not None:
+        out["recording"] = Recording(rec.speculative, rec.baseline, sweep, rec.title, rec.prompt, rec.chat)
+    yield out
