@@ -37,11 +37,13 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     ]
 
 
-def compare_html(comparison, kinds=("model", "ngram", "early-exit")) -> str:
-    """Columns, one per finished kind: its label, the numbers with their denominators, the coloured output."""
+def compare_html(comparison, kinds=None) -> str:
+    """Columns, one per kind the comparison runs (``kinds``, default ``comparison.kinds``): its label,
+    the numbers with their denominators, the coloured output."""
     if comparison is None or not comparison.runs:
         return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings on the left run with each '
-                "drafter kind (drafter model, prompt lookup, early exit), each beside its own baseline.</div>")
+                "drafter kind (drafter model, prompt lookup, early exit, quantized target), each beside its own baseline.</div>")
+    kinds = kinds or getattr(comparison, "kinds", None) or tuple(LABELS)
     cols = []
     for kind in kinds:
         if kind not in comparison.runs:
