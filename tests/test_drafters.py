@@ -98,10 +98,10 @@ def test_make_drafter_kinds():
 # ---- the quantized drafter and the small-head drafter: tiny models of their own ------------------------
 
 
-def outlier_llama(vocab: int = 8, seed: int = 3):
+def outlier_llama(vocab: int = 8, seed: int = 3, outlier: float = 150.0):
     """A tiny Llama (every projection an ``nn.Linear``, as in SmolLM2) whose weight matrices each hold
-    one large entry: per-tensor int8 steps are then coarse, so its int8 copy drafts visibly unlike it
-    (beta about 0.95) and rejections exercise the residual."""
+    one entry ``outlier`` times the largest: per-tensor int8 steps are then coarse, so its int8 copy
+    drafts visibly unlike it (beta about 0.82 at 150, 0.97 at 20) and rejections exercise the residual."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -112,7 +112,7 @@ def outlier_llama(vocab: int = 8, seed: int = 3):
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.Linear):
-                module.weight[0, 0] = 20 * module.weight.abs().max()
+                module.weight[0, 0] = outlier * module.weight.abs().max()
     return model
 
 
@@ -140,10 +140,18 @@ def test_quantized_drafter_is_an_int8_copy_sharing_the_targets_other_weights():
     with torch.inference_mode():
         p, q = (torch.softmax(m(ids).logits[0, -1], -1) for m in (target, short))
     beta = float(torch.minimum(p, q).sum())
-    assert 0.8 < beta < 0.999  # close, not equal: the rounding shows
+    assert 0.7 < beta < 0.95  # close, not equal: the rounding shows
     assert QuantizedDrafter(target).describe()["bits"] == 8
     with pytest.raises(ValueError, match="fp32"):
         quantize_target(outlier_llama().to(torch.float64))
+
+
+def test_the_quantized_kind_is_offered_for_an_fp32_cpu_target_only():
+    from specviz.drafters import KINDS, usable_kinds
+
+    target = models("similar")[1]
+    assert usable_kinds(target) == KINDS and "quantized" in KINDS
+    assert "quantized" not in usable_kinds(models("similar")[1].to(torch.bfloat16))
 
 
 def test_small_head_drafter_never_drafts_outside_its_head():
@@ -188,7 +196,7 @@ def test_planted_faults_are_caught_with_the_quantized_and_small_head_drafters(na
     head, the residual is where every token outside its head comes from."""
     drafter, target = _self_pair(name)
     with planted(fault):
-        stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 3, runs=2000)
+        stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 3, runs=1000)  # p was 4e-15 and 3e-141 at 2000
     print(f"\nplanted {fault} with {name}: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 
