@@ -106,7 +106,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="run one generation and print it, colour-coded, or its trace as JSON", formatter_class=_Help,
-                         description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.95); --temperature 0 is greedy.")
+                         description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.9); --temperature 0 is greedy.")
     _add_model_args(gen)
     _add_sampling_args(gen, 64)
     _add_drafter_args(gen)
@@ -120,7 +120,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                      help="wrap the prompt in the tokenizer's chat template (auto: for instruct pairs)")
 
     rec = sub.add_parser("record", help="run speculative decoding and its baseline (and a gamma sweep) and save them for replay",
-                         formatter_class=_Help, description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.95).")
+                         formatter_class=_Help, description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.9).")
     _add_model_args(rec)
     _add_sampling_args(rec, 128)
     _add_drafter_args(rec)

@@ -18,9 +18,11 @@ from specviz.trace import Trace
 
 @dataclass
 class Comparison:
-    """Finished runs so far: ``runs[kind] = (speculative trace, its baseline)``, in ``KINDS`` order."""
+    """Finished runs so far: ``runs[kind] = (speculative trace, its baseline)``, in the order of
+    ``kinds``, the kinds the comparison runs."""
 
     runs: dict[str, tuple[Trace, Trace]] = field(default_factory=dict)
+    kinds: tuple[str, ...] = KINDS
 
 
 def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[str] = KINDS, gamma: int = 4,
@@ -39,7 +41,7 @@ def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[
     Raises:
         ValueError: as ``speculative_stream`` and ``make_drafter``.
     """
-    comparison = Comparison()
+    comparison = Comparison(kinds=(*kinds, *(["tree"] if tree is not None else [])))
     for kind in [*kinds, *(["tree"] if tree is not None else [])]:
         drafter = make_drafter("model" if kind == "tree" else kind, drafter_model=drafter_model, target=target, ngram_max=ngram_max,
                                exit_layer=exit_layer)

@@ -337,9 +337,9 @@ def test_unknown_drafter_kind_gets_a_message(client):
 
 def test_compare_drafters_shows_every_kind(client):
     html, plot = client.predict("embedded", "x = 1\ny = 2\nx = 1\ny =", 4, 0.0, 0, 1.0, 24, 0, True, "", "", "constant", api_name="/compare")
-    for label in ("drafter model", "prompt lookup", "early exit"):
+    for label in ("drafter model", "prompt lookup", "early exit", "quantized target (int8)"):
         assert label in html
-    assert html.count("sv-compare-col") == 3 and "running" not in html
+    assert html.count("sv-compare-col") == 4 and "running" not in html  # the quantized target too: the pair is on the CPU
     assert "accepted / tested" in html and plot["type"] == "plotly"
 
 

@@ -1,4 +1,4 @@
-"""The command line on the embedded pair."""
+"""The command line on the embedded pair (named explicitly: the default is the English pair where it is installed)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import pytest
 
 
 def run(*args):
+    """``python -m specviz`` with ``args``; generate, record and bench run on the embedded pair unless told otherwise."""
+    if args and args[0] in ("generate", "record", "bench") and "--pair" not in args and "--help" not in args:
+        args = (args[0], "--pair", "embedded", *args[1:])
     return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, timeout=300)
 
 
@@ -44,6 +47,9 @@ def test_help_shows_defaults_and_they_match_the_page():
     gen = build_parser().parse_args(["generate", "--prompt", "x"])
     assert (gen.temperature, gen.top_k, gen.top_p) == (DEFAULT_SAMPLING.temperature, DEFAULT_SAMPLING.top_k, DEFAULT_SAMPLING.top_p)
     assert build_parser().parse_args(["bench"]).temperature == 0.0  # bench compares greedy runs, and says so
+    from specviz.pair import default_pair
+
+    assert gen.pair == build_parser().parse_args(["bench"]).pair == default_pair()  # the English pair where it loads offline
     out = run("generate", "--help")
     assert "(default: 0.7)" in out.stdout and "(default: 40)" in out.stdout
 
@@ -73,14 +79,14 @@ def test_record_writes_a_recording_the_demo_can_load(tmp_path, capsys):
 
     out = tmp_path / "run.json"
     with pytest.raises(SystemExit) as done:
-        main(["record", "--prompt", "def f(x):", "--gamma", "3", "--temperature", "0.7", "--max-new-tokens", "12", "--sweep", "--out", str(out)])
+        main(["record", "--pair", "embedded", "--prompt", "def f(x):", "--gamma", "3", "--temperature", "0.7", "--max-new-tokens", "12", "--sweep", "--out", str(out)])
     assert done.value.code == 0
     rec = Recording.load(out)
     assert len(rec.speculative.output_ids) == 12 and rec.baseline is not None
     assert [p.gamma for p in rec.sweep.points] == list(range(1, 9))
 
 
-@pytest.mark.parametrize("kind, schedule", [("ngram", "heuristic"), ("early-exit", "confidence")])
+@pytest.mark.parametrize("kind, schedule", [("ngram", "heuristic"), ("early-exit", "confidence"), ("quantized", "constant")])
 def test_generate_with_each_drafter_kind_and_schedule(kind, schedule):
     out = run("generate", "--prompt", "x = 1\ny = 2\nx = 1\ny =", "--drafter-kind", kind, "--gamma-schedule", schedule, "--temperature", "0",
               "--max-new-tokens", "16", "--repetition-penalty", "1.2", "--json")

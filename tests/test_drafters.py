@@ -14,7 +14,16 @@ import pytest
 import torch
 
 from specviz import Sampling, speculative_generate
-from specviz.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter, early_exit_model, find_continuation, make_drafter
+from specviz.drafters import (
+    EarlyExitDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+    QuantizedDrafter,
+    early_exit_model,
+    find_continuation,
+    make_drafter,
+    quantize_target,
+)
 from specviz.lab import ALPHA, chi_square, models
 from specviz.lab.faults import planted
 from specviz.schedules import SCHEDULES, Confidence, Heuristic, Optimal, make_schedule
@@ -79,10 +88,118 @@ def test_make_drafter_kinds():
     assert isinstance(make_drafter("model", drafter_model=drafter), ModelDrafter)
     assert isinstance(make_drafter("ngram", ngram_max=2), PromptLookupDrafter)
     assert make_drafter("early-exit", target=target).describe() == {"kind": "early-exit", "exit_layer": 1, "layers": 2}
+    assert isinstance(make_drafter("quantized", target=target), QuantizedDrafter)
     with pytest.raises(ValueError, match="drafter kind"):
         make_drafter("eagle")
     with pytest.raises(ValueError, match="gamma schedule"):
         make_schedule("fastest", 4)
+
+
+# ---- the quantized drafter and the small-head drafter: tiny models of their own ------------------------
+
+
+def outlier_llama(vocab: int = 8, seed: int = 3, outlier: float = 150.0):
+    """A tiny Llama (every projection an ``nn.Linear``, as in SmolLM2) whose weight matrices each hold
+    one entry ``outlier`` times the largest: per-tensor int8 steps are then coarse, so its int8 copy
+    drafts visibly unlike it (beta about 0.82 at 150, 0.97 at 20) and rejections exercise the residual."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=1, max_position_embeddings=32, initializer_range=0.15, tie_word_embeddings=False,
+                         bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight[0, 0] = outlier * module.weight.abs().max()
+    return model
+
+
+def small_head_lm(vocab: int = 8, head: tuple[int, ...] = (0, 1, 3, 4, 6), seed: int = 5):
+    """A tiny SmallHeadLM scoring only ``head``: its q is exactly 0 at the other tokens."""
+    from specviz.pair.small_head import SmallHeadConfig, SmallHeadLM
+
+    torch.manual_seed(seed)
+    config = SmallHeadConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             num_key_value_heads=1, embedding_size=4, head_size=len(head), max_position_embeddings=32,
+                             initializer_range=0.5, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    model = SmallHeadLM(config).eval()
+    model.head_ids.copy_(torch.tensor(head))
+    return model
+
+
+def test_quantized_drafter_is_an_int8_copy_sharing_the_targets_other_weights():
+    target = outlier_llama()
+    short = quantize_target(target)
+    assert quantize_target(target) is short  # built once per target
+    layer, twin = target.model.layers[0].self_attn.q_proj, short.model.layers[0].self_attn.q_proj
+    assert type(layer) is torch.nn.Linear and twin.weight().dtype == torch.qint8  # the target is left fp32
+    assert short.model.embed_tokens.weight.data_ptr() == target.model.embed_tokens.weight.data_ptr()
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.inference_mode():
+        p, q = (torch.softmax(m(ids).logits[0, -1], -1) for m in (target, short))
+    beta = float(torch.minimum(p, q).sum())
+    assert 0.7 < beta < 0.95  # close, not equal: the rounding shows
+    assert QuantizedDrafter(target).describe()["bits"] == 8
+    with pytest.raises(ValueError, match="fp32"):
+        quantize_target(outlier_llama().to(torch.float64))
+
+
+def test_the_quantized_kind_is_offered_for_an_fp32_cpu_target_only():
+    from specviz.drafters import KINDS, usable_kinds
+
+    target = models("similar")[1]
+    assert usable_kinds(target) == KINDS and "quantized" in KINDS
+    assert "quantized" not in usable_kinds(models("similar")[1].to(torch.bfloat16))
+
+
+def test_small_head_drafter_never_drafts_outside_its_head():
+    target = models("different")[1]
+    drafted, emitted = set(), set()
+    for seed in range(4):
+        trace = speculative_generate([1, 2, 3], small_head_lm(), target, gamma=4, sampling=Sampling(1.0), max_new_tokens=24, seed=seed)
+        drafted |= {d.token_id for r in trace.rounds for d in r.drafts}
+        emitted |= set(trace.output_ids)
+    assert drafted and drafted <= {0, 1, 3, 4, 6}
+    assert emitted - {0, 1, 3, 4, 6}  # the target's tokens outside the head come from corrections and bonus tokens
+
+
+SELF_CASES = [
+    # (drafter, sampling, gamma): the drafter against its own target, through the same harness
+    ("quantized", Sampling(temperature=1.0), 3),
+    ("small-head", Sampling(temperature=0.8, top_k=6, top_p=0.9), 2),
+]
+
+
+def _self_pair(name: str):
+    if name == "quantized":
+        target = outlier_llama()
+        return QuantizedDrafter(target), target
+    return small_head_lm(), models("different")[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, sampling, gamma", SELF_CASES, ids=[c[0] for c in SELF_CASES])
+def test_quantized_and_small_head_drafters_keep_the_targets_law(name, sampling, gamma):
+    drafter, target = _self_pair(name)
+    stat, pvalue, acceptance = chi_square(drafter, target, sampling, gamma, runs=2000)
+    print(f"\n{name} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} draft acceptance rate={acceptance}")
+    assert acceptance is not None and 0.0 < acceptance < 1.0
+    assert pvalue > ALPHA
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, fault", [("quantized", "residual_is_p"), ("small-head", "residual_is_p")])
+def test_planted_faults_are_caught_with_the_quantized_and_small_head_drafters(name, fault):
+    """Control: the correction drawn from p instead of the residual, planted: rejected. For the small
+    head, the residual is where every token outside its head comes from."""
+    drafter, target = _self_pair(name)
+    with planted(fault):
+        # At 2000 runs p was 4e-15 (quantized) and 3e-141 (small head): the small head's fault needs fewer.
+        stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 3, runs=2000 if name == "quantized" else 500)
+    print(f"\nplanted {fault} with {name}: chi2={stat:.1f} p={pvalue:.3g}")
+    assert pvalue < ALPHA
 
 
 # ---- schedules ---------------------------------------------------------------------------------
@@ -164,7 +281,7 @@ def test_planted_faults_are_caught_for_every_kind(kind, schedule, fault):
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("kind", ["model", "ngram", "early-exit"])
+@pytest.mark.parametrize("kind", ["model", "ngram", "early-exit", "quantized"])
 def test_greedy_equals_the_targets_greedy_for_every_kind_and_schedule(embedded, kind, schedule):
     prompt = ("class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
               "    def scale(self, k):\n        return Point(self.x * k, self.y * k)\n\n    def shift(self, dx, dy):\n")

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specviz.pair import ENGLISH, PRESETS, PairError, encode_prompt, load_pair, unload_all

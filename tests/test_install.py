@@ -70,7 +70,7 @@ def test_a_target_install_finds_its_assets_as_package_data(tmp_path):
 
 
 def test_console_command_and_declared_dependencies(venv, tmp_path):
-    out = subprocess.run([str(venv / "bin" / "specviz"), "generate", "--prompt", "import os", "--max-new-tokens", "4", "--json"],
+    out = subprocess.run([str(venv / "bin" / "specviz"), "generate", "--pair", "embedded", "--prompt", "import os", "--max-new-tokens", "4", "--json"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert '"output_ids"' in out.stdout

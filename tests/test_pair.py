@@ -33,7 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from specviz import Sampling, autoregressive_generate, speculative_generate
 from specviz import pair as pairs
-from specviz.pair import EMBEDDED, OOM_ERRORS, PRESETS, PairError, encode_prompt, load_pair, resolve
+from specviz.pair import EMBEDDED, ENGLISH, OOM_ERRORS, PRESETS, PairError, encode_prompt, load_pair, resolve
 from tests.conftest import tiny_lm
 
 _http = sys.modules[Response.__module__]  # huggingface_hub's HTTP client module (httpx or its fork)
@@ -207,8 +207,8 @@ def test_presets_are_described_and_resolve_to_ids():
         assert p.summary.startswith(p.licence)
         label, drafter, target = resolve(name)
         assert (label, drafter, target) == (name, p.drafter, p.target)
-    hub_pairs = [p for n, p in PRESETS.items() if n != EMBEDDED]
-    assert len(hub_pairs) == 7
+    hub_pairs = [p for n, p in PRESETS.items() if n not in (EMBEDDED, ENGLISH)]
+    assert len(hub_pairs) == 7 and PRESETS[ENGLISH].instruct and PRESETS[ENGLISH].gguf is not None
     assert [p.gated for p in hub_pairs].count(True) == 1 and PRESETS[LLAMA].gated
     assert all(p.instruct == ("Instruct" in p.target) for p in hub_pairs)
 

@@ -22,7 +22,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 from scipy.stats import chisquare
 
 from specviz import Sampling, speculative_generate, theory

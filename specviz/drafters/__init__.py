@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
 from specviz.drafters.early_exit import EarlyExitDrafter, early_exit_model, layer_count
 from specviz.drafters.model import ModelDrafter
@@ -36,6 +38,13 @@ def as_drafter(drafter) -> Drafter:
 def default_exit_layer(target) -> int:
     """Half the target's layers (at least 1): LayerSkip's drafts come from early to middle layers."""
     return max(1, layer_count(target) // 2)
+
+
+def usable_kinds(target) -> tuple[str, ...]:
+    """The kinds that can draft for ``target``: every kind, but "quantized" only for an fp32 target on the CPU."""
+    param = next(target.parameters(), None)
+    cpu_fp32 = param is not None and param.device.type == "cpu" and param.dtype == torch.float32
+    return tuple(k for k in KINDS if k != "quantized" or cpu_fp32)
 
 
 def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None) -> Drafter:
@@ -66,4 +75,4 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
 
 __all__ = ["KINDS", "LABELS", "Drafter", "DraftRequest", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
            "QuantizedDrafter", "as_drafter", "default_exit_layer", "early_exit_model", "find_continuation", "layer_count", "make_drafter",
-           "quantize_target"]
+           "quantize_target", "usable_kinds"]

@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 import torch
 
-from specviz.pair.catalogue import EMBEDDED, PRESETS, ModelRef
+from specviz.pair.catalogue import PRESETS, ModelRef, default_pair
 from specviz.pair.errors import PairError
 from specviz.pair.loading import Pair, Progress, load, plan
 from specviz.pair.memory import default_device, free_memory
@@ -61,13 +61,14 @@ def unload_all() -> None:
 
 
 def preload_names() -> list[str]:
-    """The presets to load at start-up: SPECVIZ_PRELOAD, comma-separated display names (default: embedded).
+    """The presets to load at start-up: SPECVIZ_PRELOAD, comma-separated display names (default:
+    ``default_pair()``, the English pair where it loads offline, else the embedded pair).
 
     Raises:
         PairError: a name that is not a preset.
     """
     raw = os.environ.get(PRELOAD_ENV, "").strip()
-    names = [n.strip() for n in raw.split(",") if n.strip()] if raw else [EMBEDDED]
+    names = [n.strip() for n in raw.split(",") if n.strip()] if raw else [default_pair()]
     unknown = [n for n in names if n not in PRESETS]
     if unknown:
         raise PairError(f"{PRELOAD_ENV} names unknown pairs {unknown}; choose from: {', '.join(PRESETS)}")

@@ -178,6 +178,16 @@ def english_available() -> bool:
     return SMOLLM2_GGUF.path() is not None and (ENGLISH_DRAFTER / "config.json").is_file()
 
 
+def target_origin(preset: Preset) -> str:
+    """Where a preset with a packaged GGUF target will take its target from on this machine, in words
+    (empty for other presets): the rule ``loading`` follows."""
+    if preset.gguf is None:
+        return ""
+    if preset.gguf.path() is not None:
+        return f"{preset.gguf.filename} from the installed {preset.gguf.distribution} package"
+    return f"{preset.target} from the model hub ({preset.gguf.distribution} is not installed)"
+
+
 def default_pair() -> str:
     """The pair the page, the command line and bench start with: the English pair when it loads
     offline here (``english_available``), else the embedded pair."""

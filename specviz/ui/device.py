@@ -13,7 +13,7 @@ import time
 from specviz import Trace, autoregressive_stream, speculative_stream
 from specviz.throughput import batch_sizes_up_to, throughput_stream
 from specviz.comparison import compare_stream
-from specviz.drafters import KINDS as DRAFTER_KINDS, make_drafter
+from specviz.drafters import KINDS as DRAFTER_KINDS, make_drafter, usable_kinds
 from specviz.gpu import gpu_task
 from specviz.gpu_duration import generate_duration, sweep_duration
 from specviz.schedules import make_schedule
@@ -23,7 +23,7 @@ from specviz.ui.checks import number
 from specviz.ui.limits import BATCH_MAX, COMPARE_SECONDS_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 from specviz.ui.pairs import encode, failure, resident
 from specviz.ui.request import RunRequest
-from specviz.views.text import run_label
+from specviz.views.text import markdown_literal, run_label
 
 
 def _pair_of(req: RunRequest):
@@ -85,6 +85,8 @@ def run_on_device(req: RunRequest):
         raise failure(err, pair) from err
     how = f"stopped at the time limit of {RUN_SECONDS_MAX:.0f} s per run" if timed_out else spec.stop_reason.replace("_", " ")
     done = f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({how}). Pair: {pair.name}, on {pair.device.type}."
+    if pair.target_source:  # a preset whose target has two possible sources says which one ran
+        done += f" Target: {markdown_literal(pair.target_source)}."
     yield "done", spec, baseline, name, done
 
 
@@ -119,7 +121,7 @@ def compare_on_device(req: RunRequest):
     ids = encode(pair, req.prompt, req.chat)
     deadline = time.monotonic() + COMPARE_SECONDS_MAX
     try:
-        for comparison in compare_stream(ids, pair.drafter, pair.target, gamma=req.gamma, schedule=req.gamma_schedule,
+        for comparison in compare_stream(ids, pair.drafter, pair.target, kinds=usable_kinds(pair.target), gamma=req.gamma, schedule=req.gamma_schedule,
                                          max_new_tokens=req.max_new_tokens, tree=req.tree_spec, **_common(req, pair)):
             yield comparison
             if time.monotonic() > deadline:  # the kinds not run yet are left out

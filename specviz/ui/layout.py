@@ -16,6 +16,7 @@ from specviz.lab.faults import FAULTS
 from specviz.lab.models import KINDS as LAB_KINDS
 from specviz.pair import EMBEDDED, PRESETS, PairError, custom_models_allowed
 from specviz.pair import preload as preload_pairs
+from specviz.pair.catalogue import target_origin
 from specviz.pair.prompt import join_prompts
 from specviz.recording import MAX_BYTES
 from specviz.ui.api import run_api
@@ -32,7 +33,9 @@ from specviz.ui.files import (
 from specviz.ui.generate import failed, generate, stop
 from specviz.ui.lab import run_lab
 from specviz.ui.limits import (
-    BATCH_MAX, BATCH_SECONDS_MAX, CACHE_TTL_S, COMPARE_SECONDS_MAX, CONCURRENCY, EXPORT_CONCURRENCY, LAB_SECONDS_MAX, SWEEP_SECONDS_MAX, DEFAULTS, DRAFTER_CHOICES, EXAMPLES, GAMMA_RANGE, INTRO, LAB_RUNS_MAX, LOAD_CONCURRENCY,
+    BATCH_EXAMPLES, BATCH_MAX, BATCH_SECONDS_MAX, CACHE_TTL_S, CODE_EXAMPLES, COMPARE_SECONDS_MAX, CONCURRENCY, DEFAULT_PAIR, DEFAULTS,
+    DRAFTER_CHOICES, EXAMPLES, EXPORT_CONCURRENCY, GAMMA_RANGE, GREEDY_NOTE, INTRO, LAB_RUNS_MAX, LAB_SECONDS_MAX, LOAD_CONCURRENCY,
+    SWEEP_SECONDS_MAX,
     MAX_NEW_TOKENS_RANGE, PACES, PENALTY_RANGE, PROMPT_CHARS_MAX, SCHEDULE_CHOICES, SEED_MAX, SESSION_TTL_S, SWEEP_GAMMAS,
     TEMPERATURE_RANGE, TOP_K_MAX, caps,
 )
@@ -49,7 +52,10 @@ from specviz.views.lab import lab_figure
 
 def pair_info(name: str | None) -> str:
     preset = PRESETS.get(name or EMBEDDED)
-    return f"<small>{preset.summary}</small>" if preset else ""
+    if not preset:
+        return ""
+    origin = target_origin(preset)
+    return f"<small>{preset.summary}" + (f"<br>target here: {origin}" if origin else "") + "</small>"
 
 
 def _preload() -> None:
@@ -80,17 +86,20 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=2, min_width=320):
-                ui["pair_name"] = CheckedDropdown(list(PRESETS), value=EMBEDDED, label="Model pair (drafter -> target)",
+                ui["pair_name"] = CheckedDropdown(list(PRESETS), value=DEFAULT_PAIR, label="Model pair (drafter -> target)",
                                               info="Hub pairs are downloaded on first use; one pair stays loaded at a time.", elem_id="sv-pair")
-                ui["pair_info"] = gr.Markdown(pair_info(EMBEDDED), elem_id="sv-pair-info")
+                ui["pair_info"] = gr.Markdown(pair_info(DEFAULT_PAIR), elem_id="sv-pair-info")
                 ui["chat"] = CheckedCheckbox(value=True, label="Apply the chat template (instruct pairs only)")
                 with gr.Row(visible=custom_models_allowed()):
                     ui["custom_drafter"] = CheckedTextbox("", label="Custom drafter (hub id[@revision])", placeholder="owner/name", max_length=200)
                     ui["custom_target"] = CheckedTextbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
                 ui["prompt"] = CheckedTextbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX)
-                gr.Examples(EXAMPLES, inputs=ui["prompt"], label="Example prompts (Python: the embedded pair was trained on the standard library)")
+                if EXAMPLES is not CODE_EXAMPLES:
+                    gr.Examples(EXAMPLES, inputs=ui["prompt"], label="Example prompts (English, held out from the drafter's training)")
+                gr.Examples(CODE_EXAMPLES, inputs=ui["prompt"], label="Example prompts (Python: the embedded pair was trained on the standard library)")
                 ui["drafter_kind"] = CheckedRadio(DRAFTER_CHOICES, value=DEFAULTS["drafter_kind"], label="drafter", elem_id="sv-drafter-kind",
-                                              info="the pair's drafter model; prompt lookup (copies from earlier text); the target's own early layers")
+                                              info="the pair's drafter model; prompt lookup (copies from earlier text); the target's own early layers; "
+                                                   "the target itself with int8 weights (CPU only)")
                 ui["gamma"] = CheckedSlider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
                 ui["gamma_schedule"] = CheckedDropdown(SCHEDULE_CHOICES, value=DEFAULTS["gamma_schedule"], label="gamma schedule",
                                                    info="constant, or gamma set each round (the first round uses the slider's gamma)",
@@ -98,7 +107,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 ui["tree"] = gr.Dropdown(TREE_CHOICES, value="chain", label="token tree", elem_id="sv-tree",
                                          info="draft a tree of candidates per round (shape: branching per depth, or EAGLE-2's dynamic "
                                               "tree under a node budget), verified in one target pass; gamma is then unused")
-                ui["temperature"] = CheckedSlider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)")
+                ui["temperature"] = CheckedSlider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)",
+                                                   info=GREEDY_NOTE)
                 with gr.Row():
                     ui["top_k"] = CheckedNumber(value=DEFAULTS["top_k"], minimum=0, maximum=TOP_K_MAX, precision=0, label="top-k (0 = off)")
                     ui["top_p"] = CheckedSlider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="top-p (1 = off)")
@@ -166,13 +176,14 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
             with gr.Tab("Compare drafters", id="compare"):
                 gr.Markdown("One prompt, seed and sampling (the controls on the left), decoded with each drafter kind: which tokens "
                             "each one gets right, its tokens per round, alpha, cost and speedup. Each runs in turns with its own "
-                            "baseline; the output text is the same for all three when sampling is greedy.")
+                            "baseline; the output text is the same for all of them when sampling is greedy. The quantized target (int8, CPU only) "
+                            "shows why a drafter must be cheap as well as close: a high alpha, and a c near the target's own cost.")
                 ui["compare_button"] = gr.Button("Compare drafters", variant="primary", elem_id="sv-compare-button")
                 ui["compare_view"] = gr.HTML(compare_html(None), elem_id="sv-compare")
                 ui["compare_plot"] = gr.Plot(compare_figure(None), show_label=False, elem_id="sv-compare-plot")
             with gr.Tab("Batch", id="batch"):
                 gr.Markdown(BATCH_NOTE)
-                ui["batch_prompts"] = CheckedTextbox(join_prompts(EXAMPLES), label="Batch prompts (one per line; \\n inside a line is a newline)",
+                ui["batch_prompts"] = CheckedTextbox(join_prompts(BATCH_EXAMPLES), label="Batch prompts (one per line; \\n inside a line is a newline)",
                                                  lines=6, max_length=BATCH_MAX * PROMPT_CHARS_MAX, elem_id="sv-batch-prompts")
                 with gr.Row(equal_height=True):
                     ui["batch_size"] = CheckedSlider(1, BATCH_MAX, value=4, step=1, label="batch size (rows; beyond the prompts they repeat)",

@@ -5,10 +5,11 @@ Read by the checks, the handlers and the layout; environment variables override 
 
 from __future__ import annotations
 
+import json
 import os
 
 from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS
-from specviz.pair import ASSETS
+from specviz.pair import ASSETS, ENGLISH, default_pair
 from specviz.sampling import DEFAULT_SAMPLING, MIN_TEMPERATURE
 from specviz.seeds import SEED_MAX  # noqa: F401  (re-exported: the page checks seeds against it)
 from specviz.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
@@ -60,15 +61,33 @@ DEFAULTS = dict(gamma=4, temperature=DEFAULT_SAMPLING.temperature, top_k=DEFAULT
 DRAFTER_CHOICES = [(DRAFTER_LABELS[k], k) for k in DRAFTER_KINDS]
 SCHEDULE_CHOICES = [(SCHEDULE_LABELS[k], k) for k in SCHEDULES]
 RECORDINGS = ASSETS / "recordings"
+# The pair the page starts on: the English pair where it loads offline, else the embedded pair.
+DEFAULT_PAIR = default_pair()
+
+
+def _english_prompts() -> list[str]:
+    """The English pair's held-out chat prompts (assets/prompts_en.json; none if it is missing)."""
+    try:
+        return [p["prompt"] for p in json.loads((ASSETS / "prompts_en.json").read_text())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+ENGLISH_EXAMPLES = _english_prompts()
 # Prompts end at a colon, not a newline: the tokenizer merges a newline with the indentation
 # that follows, so the models continue best from there.
-EXAMPLES = [
+CODE_EXAMPLES = [
     "def is_prime(n):",
     "class Stack:\n    def __init__(self):",
     "import os\n\n\ndef read_lines(path):",
     "    def __repr__(self):",
     "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
 ]
+# The examples shown first, and the first one in the prompt box: the default pair's kind of prompt.
+EXAMPLES = ENGLISH_EXAMPLES[:10] if DEFAULT_PAIR == ENGLISH and ENGLISH_EXAMPLES else CODE_EXAMPLES
+BATCH_EXAMPLES = EXAMPLES[:5]
+GREEDY_NOTE = ("0 = greedy. A lesson worth trying: greedy decoding makes SmolLM2-135M-Instruct loop on some prompts "
+               "(\"Give me three tips for learning to cook.\" gives \"1. **1011111111...\"); sampling at 0.7 with top-p 0.9 reads well.")
 
 INTRO = """\
 # specviz — speculative decoding, round by round
@@ -76,6 +95,8 @@ A small **drafter** proposes `gamma` tokens; the large **target** scores them al
 accepted when u < min(1, p(x)/q(x)); the first rejected one is replaced by a **correction** sampled from
 norm(max(0, p − q)); when every draft is accepted a **bonus** token comes from p. The output is distributed exactly as
 the target's own (Leviathan et al. 2023; Chen et al. 2023). Temperature 0 is greedy: the output is the target's greedy text.
+The English pair's target is SmolLM2-135M-Instruct; its drafter is a small model distilled from it. The quantized drafter
+is the target itself with 8-bit weights: it agrees often but costs most of a target step (compare its c with its alpha).
 """
 
 

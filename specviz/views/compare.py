@@ -39,14 +39,15 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     ]
 
 
-def compare_html(comparison, kinds=("model", "ngram", "early-exit"), tree: bool = False, stopped: bool = False) -> str:
-    """Columns, one per finished kind: its label, the numbers with their denominators, the coloured output
-    (with ``tree``, a last column: the drafter model's token tree beside its chain). A kind not finished
-    yet says it is running, or, once ``stopped``, that it was not run."""
-    kinds = (*kinds, "tree") if tree else kinds
+def compare_html(comparison, kinds=None, tree: bool = False, stopped: bool = False) -> str:
+    """Columns, one per kind the comparison runs (``kinds``, default ``comparison.kinds``): its label,
+    the numbers with their denominators, the coloured output (with ``tree``, a column for the drafter
+    model's token tree beside its chain). A kind not finished yet says it is running, or, once
+    ``stopped``, that it was not run."""
     if comparison is None or not comparison.runs:
         return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings on the left run with each '
-                "drafter kind (drafter model, prompt lookup, early exit), each beside its own baseline.</div>")
+                "drafter kind (drafter model, prompt lookup, early exit, quantized target), each beside its own baseline.</div>")
+    kinds = kinds or getattr(comparison, "kinds", None) or tuple(LABELS)
     cols = []
     for kind in kinds:
         if kind not in comparison.runs:
