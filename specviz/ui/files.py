@@ -14,7 +14,7 @@ from specviz.recording import Recording
 from specviz.schedules import SCHEDULES
 from specviz.ui.checks import mistake
 from specviz.ui.downloads import save_export, save_for_download
-from specviz.ui.jobs import guarded_call
+from specviz.ui.jobs import background_step, guarded_call
 from specviz.ui.limits import DEFAULTS, PROMPT_CHARS_MAX, RECORDINGS
 from specviz.ui.outputs import everything
 
@@ -51,9 +51,9 @@ def load_recording(path, copy: bool = False) -> dict:
     if not isinstance(path, str) or not path:
         raise mistake("Choose a recording first.", title="No file")
     try:
-        rec = Recording.load(path)
-        status = f"Replaying a recording{': ' + plain_title(rec.title) if rec.title else ''}. No model was run."
-        return everything(rec, status, save_for_download(rec) if copy else path)
+        with background_step():  # parsing and drawing the largest recording is seconds of Python
+            rec = Recording.load(path)
+            return _shown(rec, path, copy)
     except (ValueError, OSError) as err:
         raise mistake(f"This file cannot be replayed: {err}", title="Not a specviz recording") from err
     finally:
@@ -61,6 +61,12 @@ def load_recording(path, copy: bool = False) -> dict:
         # heap's free pages back, or each visitor's load leaves RSS a few MB higher (measured: +6 MB per
         # session over 20 sessions loading a 0.8 MB recording, before this).
         free_memory("cpu")
+
+
+def _shown(rec: Recording, path: str, copy: bool) -> dict:
+    """Every output of a loaded recording; its download is ``path`` itself, or a copy."""
+    status = f"Replaying a recording{': ' + plain_title(rec.title) if rec.title else ''}. No model was run."
+    return everything(rec, status, save_for_download(rec) if copy else path)
 
 
 def load_example(name) -> dict:
