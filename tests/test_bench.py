@@ -71,7 +71,7 @@ def test_batch_benchmark_c_counts_the_batchs_drafter_passes_and_predicts_from_al
 
 
 def test_prompt_sets_name_what_they_are():
-    assert set(PROMPT_SETS) == {"held-out", "grounded"}
+    assert set(PROMPT_SETS) == {"held-out", "grounded", "english"}
     assert len(benchmark_prompts(3, "grounded")) == 3 and benchmark_prompts(2) != benchmark_prompts(2, "grounded")
     import specviz.bench as bench
 

@@ -133,7 +133,7 @@ def test_record_with_nothing_tested_writes_and_reports(tmp_path, capsys):
 
     out = tmp_path / "r.json"
     with pytest.raises(SystemExit) as done:
-        main(["record", "--drafter-kind", "ngram", "--prompt", "abc", "--max-new-tokens", "1", "--out", str(out)])
+        main(["record", "--pair", "embedded", "--drafter-kind", "ngram", "--prompt", "abc", "--max-new-tokens", "1", "--out", str(out)])
     assert done.value.code == 0, capsys.readouterr().err
     rec = Recording.load(out)
     assert rec.speculative.alpha is None and len(rec.speculative.output_ids) == 1

@@ -559,7 +559,7 @@ def test_resident_pairs_are_configurable_and_least_recently_used_goes_first(hub,
 
 
 def test_preload_at_start_up(hub, monkeypatch):
-    assert list(pairs.preload()) == [EMBEDDED]  # the default
+    assert list(pairs.preload()) == [pairs.default_pair()]  # the default: the English pair where it loads offline
     monkeypatch.setenv(pairs.PRELOAD_ENV, f"{EMBEDDED}, {SMOL}")
     with pytest.raises(PairError, match="2 pairs to preload but SPECVIZ_RESIDENT_PAIRS=1 keeps fewer"):
         pairs.preload()
