@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 
 import torch
@@ -228,11 +229,74 @@ repetitive under greedy decoding, and know nothing else. They exist to make spec
 """
 
 
+
+def english_card(prompts: int = 6, max_new_tokens: int = 96, gamma: int = 4, seed: int = 0) -> dict:
+    """The shipped drafter's figures on the held-out prompts, for its model card
+    (assets/models/smollm2-drafter/README.md; ``python -m specviz.evaluate --english``).
+
+    Per sampling setting (greedy; T 0.7 with top-p 0.9; T 1): alpha = accepted / (accepted + rejected)
+    pooled over speculative runs of the English pair (Leviathan et al. 2023, Sec. 3.1), with its
+    tested-draft count; c and v from the same runs and their autoregressive baselines (run in
+    turns, ``specviz.baseline``); and the drafter's bits per byte on the target's T 1 answers over the
+    positions whose token its head scores (outside the head q is 0 and the log-loss infinite).
+    """
+    from specviz import Sampling, metrics, theory
+    from specviz.baseline import with_baseline
+    from specviz.drafters import make_drafter
+    from specviz.pair import encode_prompt, load_pair
+
+    pair = load_pair("english", device="cpu")
+    from specviz.distill import held_out
+
+    texts = held_out()[:prompts]
+    ids = [encode_prompt(pair, t, chat=True) for t in texts]
+    report: dict = {"prompts": len(ids), "max_new_tokens": max_new_tokens, "gamma": gamma}
+    settings = {"greedy": Sampling(0.0), "t0.7-p0.9": Sampling(0.7, top_k=0, top_p=0.9), "t1": Sampling(1.0, top_k=0, top_p=1.0)}
+    for name, sampling in settings.items():
+        specs, bases = [], []
+        for i, x in enumerate(ids):
+            spec, base = with_baseline(x, make_drafter("model", drafter_model=pair.drafter, target=pair.target), pair.target,
+                                       gamma=gamma, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed + i,
+                                       eos_token_id=pair.eos_token_ids, vocab_size=pair.vocab_size, tokenizer=pair.tokenizer)
+            specs.append(spec)
+            bases.append(base)
+        accepted, rejected = sum(t.accepted for t in specs), sum(t.rejected for t in specs)
+        report[name] = {
+            "alpha": metrics.alpha(accepted, rejected), "tested_drafts": accepted + rejected,
+            "tokens_per_round": metrics.tokens_per_round(sum(len(t.output_ids) for t in specs), sum(len(t.rounds) for t in specs)),
+            "c": metrics.cost_coefficient(theory.drafter_step_ms(*specs), theory.target_step_ms(*bases)),
+            "v": metrics.verify_cost(theory.verify_ms_per_round(*specs), theory.target_step_ms(*bases)),
+        }
+        print(name, report[name], flush=True)
+    bits, nbytes, covered, total = 0.0, 0, 0, 0
+    head = set(pair.drafter.head_ids.tolist())
+    for i, x in enumerate(ids):
+        torch.manual_seed(seed + i)
+        with torch.no_grad():
+            t = torch.tensor([x])
+            out = pair.target.generate(t, attention_mask=torch.ones_like(t), do_sample=True, top_k=0, max_new_tokens=max_new_tokens)
+            logq = torch.log_softmax(pair.drafter(out).logits[0, len(x) - 1:-1].float(), dim=-1)
+        answer = out[0, len(x):].tolist()
+        for pos, tok in enumerate(answer):
+            total += 1
+            if tok in head:
+                covered += 1
+                bits -= float(logq[pos, tok]) / math.log(2)
+                nbytes += len(pair.tokenizer.decode([tok]).encode())
+    report["bits_per_byte_on_head_tokens"] = bits / max(1, nbytes)
+    report["answer_tokens_in_head"] = covered / max(1, total)
+    return report
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specviz.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("--write-card", action="store_true", help="rewrite assets/models/README.md")
     parser.add_argument("--theory", action="store_true", help="only Leviathan et al.'s predictions against held-out runs, gamma 1..8, greedy and T=1")
+    parser.add_argument("--english", action="store_true", help="the English drafter's figures on the held-out prompts (its model card)")
     args = parser.parse_args(argv)
+    if args.english:
+        print(json.dumps(english_card(), indent=1))
+        return
     if args.theory:
         print(json.dumps(theory_check(), indent=1))
         return
