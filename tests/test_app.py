@@ -92,7 +92,7 @@ def test_outputs_include_replay_theory_race_and_a_download(client):
     import json
 
     out = call(client, max_new_tokens=24)
-    first_round, replay, speedup, histogram, position, sweep, race, download = out[5:]
+    first_round, replay, speedup, histogram, position, sweep, race, download = out[5:13]  # then the replay's tree (None for a chain)
     assert int(first_round["value"]) == 1  # a finished run replays from round 1
     assert "Round 1 of " in replay and "min(1, p/q)" in replay
     for fig in (speedup, histogram, position):
@@ -250,7 +250,7 @@ def test_api_fuzz_every_control_gets_a_message_and_the_app_keeps_serving(client,
             continue  # JSON true is the number 1 to Gradio's slider: in range for these two
         args = DEFAULTS | {"max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": "",
                        "drafter_kind": "model", "gamma_schedule": "constant",
-                       "repetition_penalty": 1.0}
+                       "repetition_penalty": 1.0, "tree": "chain"}
         args = {("raw:" + k if k == control else k): (value if k == control else v) for k, v in args.items()}
         text = raw_call(client, args)
         assert "event: error" in text, (control, value, text[-300:])
@@ -265,7 +265,7 @@ def test_a_prompt_with_a_lone_surrogate_gets_a_message(client):
     args = {("raw:prompt" if k == "prompt" else k): v for k, v in DEFAULTS.items()}
     text = raw_call(client, args | {"raw:prompt": '"def f():\\ud800"', "max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": "",
                        "drafter_kind": "model", "gamma_schedule": "constant",
-                       "repetition_penalty": 1.0})
+                       "repetition_penalty": 1.0, "tree": "chain"})
     assert "event: error" in text and "prompt" in text.split("event: error", 1)[1].lower(), text[-300:]
 
 
