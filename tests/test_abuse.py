@@ -34,7 +34,7 @@ from tests.conftest import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-GENERATE = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0]
+GENERATE = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
 LAB = ["different", "none", 1.0, 5, 1.0, 3, 5000]
 ANSWER_CAP_S = 240  # "still answered": generous on a busy two-core machine
 
@@ -321,7 +321,7 @@ def test_run_with_a_prompt_of_the_wrong_type_names_the_prompt(app, prompt):
 @pytest.mark.parametrize("pair", ['["embedded"]', '{"a": 1}', "7"])
 def test_a_pair_name_of_the_wrong_type_names_the_menu(app, pair):
     url = app[1]
-    body = '{"data": [' + pair + ', "def f():", 4, 0.0, 0, 1.0, 8, 0, true, "", "", "model", "constant", 1.0]}'
+    body = '{"data": [' + pair + ', "def f():", 4, 0.0, 0, 1.0, 8, 0, true, "", "", "model", "constant", 1.0, "chain"]}'
     text = raw_call(url, "generate", body)
     assert "event: error" in text and "Model pair" in text.split("event: error", 1)[1], text[-300:]
 
