@@ -34,7 +34,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from specviz import instructions
 from specviz.assets import ASSETS
@@ -251,20 +250,6 @@ class _null:
         return False
 
 
-def _warp(logits: torch.Tensor, temperature: float | None, top_p: float | None) -> torch.Tensor:
-    """softmax(logits / T) with top-p (nucleus) filtering, as transformers' warpers do; greedy: one-hot."""
-    if temperature is None:
-        return F.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    if top_p is not None and top_p < 1:
-        sorted_p, idx = probs.sort(-1, descending=True)
-        drop = sorted_p.cumsum(-1) - sorted_p > top_p
-        sorted_p = sorted_p.masked_fill(drop, 0)
-        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
-
-
 @torch.no_grad()
 def evaluate(target, drafter, tokenizer, prompts: list[str], cfg: DistillConfig, log: dict) -> None:
     """Mean beta = sum_x min(p, q) per sampling setting, on the target's own sampled answers."""
@@ -273,12 +258,16 @@ def evaluate(target, drafter, tokenizer, prompts: list[str], cfg: DistillConfig,
                             "seed": cfg.seed + 7, "gen_batch": len(prompts), "settings": cfg.settings[1:2]}),
                             float("inf"), {})
     results = {}
-    for name, t, top_p in (("greedy", None, None), ("t0.7-p0.9", 0.7, 0.9), ("t0.7", 0.7, None), ("t1", 1.0, None)):
+    from specviz.sampling import Sampling
+
+    for name, sampling in (("greedy", Sampling(0.0)), ("t0.7-p0.9", Sampling(0.7, top_k=0, top_p=0.9)),
+                           ("t0.7", Sampling(0.7, top_k=0, top_p=1.0)), ("t1", Sampling(1.0, top_k=0, top_p=1.0))):
+        warpers = sampling.warpers()  # the engine's own processing of p and q
         betas = []
         for seq, n in data:
             x = torch.tensor([seq], device=dev)
-            p = _warp(target(input_ids=x).logits[0, n - 1:-1].float(), t, top_p)
-            q = _warp(drafter(input_ids=x).logits[0, n - 1:-1].float(), t, top_p)
+            p = sampling.probs(target(input_ids=x).logits[0, n - 1:-1], warpers)
+            q = sampling.probs(drafter(input_ids=x).logits[0, n - 1:-1], warpers)
             betas.append(torch.minimum(p, q).sum(-1))
         b = torch.cat(betas)
         results[name] = {"mean_beta": round(float(b.mean()), 4), "positions": int(b.numel())}
