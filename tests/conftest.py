@@ -30,6 +30,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def download_index() -> int:
+    """Where the run's JSON download sits among the Generate endpoint's API outputs (the page's
+    state holding the recording is not one of them)."""
+    from specviz.ui.outputs import RUN_OUTPUTS
+
+    return [name for name in RUN_OUTPUTS if name != "recording"].index("download")
+
+
 class ConstantLM(GPT2LMHeadModel):
     """A GPT-2 whose logits are the same vector at every position, whatever the context.
 

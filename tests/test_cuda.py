@@ -21,6 +21,7 @@ import torch
 from specviz import Sampling, autoregressive_generate, rejection, speculative_generate
 from specviz import pair as pairs
 from specviz.pair import EMBEDDED, encode_prompt, load_pair
+from tests.conftest import download_index
 from tests.families import FAMILIES
 from tests.test_exactness import ALPHA
 from tests import test_families as fam
@@ -138,6 +139,6 @@ def test_the_demo_on_the_device(standins, demo_client, monkeypatch):
     out = demo_client.predict(family.preset, TEXT, 4, 0.0, 0, 1.0, 16, 0, True, "", "", api_name="/generate")
     status = out[4]
     assert status.startswith("Done") and f"on {DEVICE.type}" in status, status
-    rec = Recording.load(out[-1]["value"])
+    rec = Recording.load(out[download_index()]["value"])
     assert rec.speculative.settings["device"].startswith(DEVICE.type)
     assert rec.speculative.output_ids and rec.baseline is not None

@@ -28,6 +28,7 @@ from scipy.stats import chisquare
 from specviz import Sampling, autoregressive_generate, rejection, speculative_generate
 from specviz import pair as pairs
 from specviz.pair import PairError, encode_prompt, load_pair
+from tests.conftest import download_index
 from tests.families import FAMILIES, SMALL_WORDS, end_of_turn_ids, save_pair
 from tests.test_exactness import ALPHA, PROMPT, VOCAB
 
@@ -403,13 +404,14 @@ def test_the_demo_runs_each_preset_on_its_stand_in(standins, demo_client, monkey
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_test")  # the gated Llama preset asks for a token
     for chat in ([True, False] if family.instruct else [False]):
         args = (family.preset, TEXT, 4, 0.0, 0, 1.0, 16, 0, chat, "", "")
-        tokens, stats, _, _, status, *rest = demo_client.predict(*args, api_name="/generate")
+        out = demo_client.predict(*args, api_name="/generate")
+        tokens, stats, status = out[0], out[1], out[4]
         assert status.startswith("Done") and f"Pair: {family.preset}, on cpu" in status, status
         assert "sv-" in tokens and "acceptance rate" in stats
         pair = pairs.loaded_pair(family.preset, device="cpu")
         ids = encode_prompt(pair, TEXT, chat=chat)
         ref = reference_greedy(pair.target, ids, 16, len(pair.tokenizer), set(pair.eos_token_ids))
-        rec = Recording.load(rest[-1]["value"])  # the run's download: token ids, not text re-decoded token by token
+        rec = Recording.load(out[download_index()]["value"])  # the run's download: token ids, not text re-decoded token by token
         assert rec.speculative.prompt_ids == ids
         assert rec.speculative.output_ids == ref and rec.baseline.output_ids == ref
     assert [c[1] for c in hub.loads("model")] == [preset.drafter, preset.target]  # loaded once
