@@ -177,6 +177,11 @@ class Trace:
 
     # Totals, derived from the rounds so they can never disagree with them.
     @property
+    def has_tree(self) -> bool:
+        """Whether some round drafted a token tree (the run's predictions are then a tree's)."""
+        return any(r.tree is not None for r in self.rounds)
+
+    @property
     def drafted(self) -> int:
         return sum(r.drafted_count for r in self.rounds)
 

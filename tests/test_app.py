@@ -281,6 +281,20 @@ def test_run_endpoint_returns_the_trace_baseline_and_numbers(client):
     assert out["status"].startswith("Done")
 
 
+def test_run_endpoint_drafts_a_token_tree(client):
+    from specviz.trace import Trace
+
+    out = client.predict("embedded", "def add(a, b):", 4, 0.0, 0, 1.0, 16, 0, True, "model", "constant", 1.0, "tree 2-2-2-1 (22 nodes)",
+                         api_name="/run")
+    spec, base = Trace.from_dict(out["trace"]), Trace.from_dict(out["baseline"])
+    assert spec.has_tree and spec.output_ids == base.output_ids  # greedy: the tree keeps the target's own tokens
+    s = out["summary"]
+    assert s["tree"] and s["nodes_per_round"] == spec.drafted / len(spec.rounds) and s["predicted_speedup"] is None
+    with pytest.raises(AppError) as err:
+        client.predict("embedded", "def add(a, b):", 4, 0.0, 0, 1.0, 4, 0, True, "model", "constant", 1.0, "tree <b>9</b>", api_name="/run")
+    assert "token tree must be one of" in str(err.value) and "<b>" not in str(err.value)
+
+
 def test_stop_ends_the_run_between_rounds_and_says_so(client):
     """Stop asks the run to end at its next round; the run's last outputs and Stop's say it was
     stopped (not Gradio's "Error" of a cancelled job, nor a status still streaming), with no

@@ -73,3 +73,57 @@ def test_every_prepared_recording_opens_offline_and_replays(exported):
                 page.close()
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def tree_export(tmp_path_factory):
+    """A token tree run on the lab's tiny pair, one node's text made markup, exported."""
+    from specviz import Sampling, autoregressive_generate
+    from specviz.lab import PROMPT, models
+    from specviz.tree.loop import tree_generate
+    from specviz.tree.spec import TreeSpec
+    from specviz.views.export import export_html
+
+    drafter, target = models("different")
+    spec = tree_generate(PROMPT, drafter, target, TreeSpec.static((3, 2)), sampling=Sampling(1.0), max_new_tokens=12, seed=1)
+    base = autoregressive_generate(PROMPT, target, sampling=Sampling(1.0), max_new_tokens=12, seed=1)
+    spec.rounds[0].tree.nodes[0].text = "</script><img src=x onerror=alert(1)>"
+    html = tmp_path_factory.mktemp("tree") / "tree.html"
+    html.write_text(export_html(Recording(spec, base, title="tree")))
+    return html, spec
+
+
+def test_a_tree_runs_export_holds_each_rounds_tree_as_data(tree_export):
+    import json
+    import re
+
+    html, spec = tree_export
+    text = html.read_text()
+    data = re.search(r'<script type="application/json" id="sv-tree-data">(.*?)</script>', text, re.S).group(1)
+    assert "<" not in data  # nothing inside can close the script element
+    figs = json.loads(data)
+    assert len(figs) == len(spec.rounds) and all(f is not None for f in figs)
+    assert "<img" not in text and "&lt;/script&gt;&lt;img" in json.dumps(figs[0])
+    assert 'id="sv-verify-cost"' in text
+
+
+def test_a_tree_runs_export_draws_the_shown_rounds_tree(tree_export):
+    from playwright.sync_api import sync_playwright
+
+    html, spec = tree_export
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            dialogs = []
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.goto(html.as_uri())
+            title = page.locator("#sv-tree .gtitle")
+            title.wait_for(timeout=30_000)
+            assert title.text_content().startswith("Round 1:")
+            page.keyboard.press("ArrowRight")
+            page.wait_for_function("document.querySelector('#sv-tree .gtitle').textContent.startsWith('Round 2:')", timeout=10_000)
+            page.locator("#sv-verify-cost .main-svg").first.wait_for(timeout=30_000)
+            assert not dialogs
+        finally:
+            browser.close()

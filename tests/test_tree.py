@@ -237,7 +237,7 @@ def test_expected_tokens_from_per_depth_acceptance_is_eq_1_for_a_chain():
 
 
 def test_the_tree_figure_draws_every_node_and_escapes_token_text():
-    from specviz.views.tree import depth_figure, tree_figure, tree_stats_html
+    from specviz.views.tree import depth_figure, tree_figure
 
     trace = _tree_trace()
     r = next(k for k, x in enumerate(trace.rounds) if x.tree.rejected)
@@ -248,4 +248,30 @@ def test_the_tree_figure_draws_every_node_and_escapes_token_text():
     assert len(shown) == len(rnd.tree.nodes)
     texts = [x for t in fig.data if t.text is not None for x in t.text]
     assert '&lt;b&gt;"x"&lt;/b&gt;' in texts and not any("<b>" in x for x in texts)
-    assert depth_figure(trace).data and "nodes per round" in tree_stats_html(trace)
+    assert depth_figure(trace).data
+
+
+def test_a_tree_runs_numbers_are_a_trees_predictions():
+    """The page's numbers for a tree: no Thm 3.8 (a chain's, with a gamma the tree does not have);
+    the prediction is E[tokens] from the measured acceptance by depth over (drafting + v), in target
+    steps; the acceptance by depth is accepted / offered per depth."""
+    from specviz.views.stats import stats_html, summary
+    from specviz.views.theory import position_figure
+
+    drafter, target = models("different")
+    trace = _tree_trace()
+    base = autoregressive_generate(PROMPT, target, sampling=Sampling(1.0), max_new_tokens=12, seed=1)
+    s = summary(trace, base)
+    rates = theory.depth_rates(theory.acceptance_by_depth(trace))
+    assert s["tree"] and s["gamma"] is None and s["predicted_speedup"] is None
+    assert s["acceptance_by_depth"] == rates and s["nodes_per_round"] == trace.drafted / len(trace.rounds)
+    assert s["predicted_tokens_per_round"] == pytest.approx(theory.expected_tokens_per_round(rates))
+    step = base.verify_ms / len(base.rounds)
+    drafting = trace.draft_ms / len(trace.rounds) / step
+    v = trace.verify_ms / len(trace.rounds) / step
+    assert s["predicted_speedup_verify"] == pytest.approx(theory.expected_tokens_per_round(rates) / (drafting + v))
+    html = stats_html(trace, base)
+    assert "tokens per round, predicted" in html and "acceptance by depth" in html and "Thm 3.8 is a chain" in html
+    assert position_figure(trace).layout.title.text.startswith("Acceptance by depth")
+    assert "tree" not in summary(tree_free := autoregressive_generate(PROMPT, target, sampling=Sampling(1.0), max_new_tokens=4, seed=1))
+    assert not tree_free.has_tree

@@ -11,26 +11,29 @@ from specviz.views import summary
 
 def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: int = 4, temperature: float = 0.7, top_k: int = 40,
             top_p: float = 0.95, max_new_tokens: int = 128, seed: int = 0, chat: bool = True, drafter_kind: str = "model",
-            gamma_schedule: str = "constant", repetition_penalty: float = 1.0) -> dict:
+            gamma_schedule: str = "constant", repetition_penalty: float = 1.0, tree: str = "chain") -> dict:
     """Run speculative decoding and its autoregressive baseline (interleaved) and return the results as JSON.
 
     Arguments are the page's controls: a preset pair name, the prompt, gamma (1-16), temperature
     (0 greedy, or 0.01-2), top-k (0 off), top-p (0-1], max new tokens (1-256), seed (0 to 2^63 - 1),
     whether instruct pairs get their chat template, the drafter kind ("model", "ngram" for prompt
     lookup, "early-exit"), the gamma schedule ("constant", "heuristic", "confidence", "optimal") and the
-    repetition penalty (1 off, up to 2; applied to q and p alike).
+    repetition penalty (1 off, up to 2; applied to q and p alike), and the token tree (one of the page's
+    choices, such as "tree 3-2-2-1 (33 nodes)" or "dynamic tree, 16 nodes"; "chain" drafts gamma tokens
+    in a row).
 
     Returns a dict: "summary" (the numbers the page shows, each named with its denominator:
     draft_acceptance_rate, alpha, mean_beta, mean_tokens_per_round, tokens/s of both runs,
     speedup (their ratio, prefill included), decode_speedup with decode_speedup_low and
     decode_speedup_high (prefill excluded: the median of the run's stretches and their middle half),
-    cost_coefficient, verify_cost, predicted speedups), "status", and "trace" and "baseline"
+    cost_coefficient, verify_cost, predicted speedups; a tree run adds nodes_per_round, acceptance_by_depth
+    and predicted_tokens_per_round, and its prediction is the tree's), "status", and "trace" and "baseline"
     (every round, as ``specviz.Trace.to_dict``; ``Trace.from_dict`` reads them back).
     Errors come back as messages naming the control and its allowed range.
     """
     ensure_pair(pair_name, "", "", lambda *args, **kwargs: None)
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, "", "",
-                             drafter_kind, gamma_schedule, repetition_penalty)
+                             drafter_kind, gamma_schedule, repetition_penalty, tree)
     final = None
     for final in run_on_device(req):
         pass

@@ -2,24 +2,28 @@
 server and no network (plotly.js is inlined, fonts are the system's).
 
 It holds the coloured tokens (hover or tap for q, p, min(1, p/q) and u), the stats, the
-round-by-round replay (buttons, and the arrow keys), the charts, the theory figures and the
+round-by-round replay (buttons, and the arrow keys; a token tree run draws each round's tree), the charts, the theory figures and the
 sweep when the recording has one. Every part is one of specviz's views, so the file shows what the
 page shows; every string from the recording is escaped by those views.
 """
 
 from __future__ import annotations
 
+import json
 from html import escape
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
+from plotly.utils import PlotlyJSONEncoder
 
 from specviz.recording import Recording
+from specviz.theory import target_step_ms
 from specviz.views.charts import FIT_SCRIPT, acceptance_figure, timeline_figure
 from specviz.views.replay import round_html
 from specviz.views.stats import stats_html
 from specviz.views.theory import accepted_histogram_figure, alpha_html, position_figure, speedup_figure, sweep_figure
 from specviz.views.scroll import scroll_x
+from specviz.views.tree import tree_figure, verify_cost_figure
 from specviz.views.tokens import TIP_CSS, TIP_SCRIPT, legend_html, tokens_html
 
 # Figures sit in a grid of columns at least 420 px wide (one column on a phone: min(100%, ...)
@@ -40,10 +44,18 @@ _SCRIPT = """
   const rounds = document.querySelectorAll('.sv-round');
   const label = document.getElementById('sv-round-label');
   let i = 0;
+  const treeData = document.getElementById('sv-tree-data');
+  const trees = treeData ? JSON.parse(treeData.textContent) : null;
+  const treeBox = document.getElementById('sv-tree');
   function show(k) {
     i = Math.max(0, Math.min(rounds.length - 1, k));
     rounds.forEach((r, j) => r.classList.toggle('sv-shown', j === i));
     label.textContent = 'round ' + (i + 1) + ' of ' + rounds.length;
+    if (trees && treeBox) {
+      const fig = trees[i];
+      treeBox.style.display = fig ? 'block' : 'none';
+      if (fig) Plotly.react(treeBox, fig.data, Object.assign({}, fig.layout, {autosize: true, width: null}), {displaylogo: false, responsive: true});
+    }
   }
   document.getElementById('sv-prev').onclick = () => show(i - 1);
   document.getElementById('sv-next').onclick = () => show(i + 1);
@@ -69,6 +81,21 @@ def _scroll_wide(html: str) -> str:
     return scroll_x(html)
 
 
+def _trees(spec, base) -> tuple[str, list[str]]:
+    """For a token tree run: the replay's tree box with every round's figure as JSON data (the script
+    draws the shown round's), and the v(n) figure when there is a baseline. Plotly's JSON holds the
+    token text already escaped (``specviz.views.tree.escape``); every ``<`` is written ``\\u003c`` (the
+    same string to JSON) so nothing in it can close or confuse the script element."""
+    if not spec.has_tree:
+        return "", []
+    figs = [tree_figure(spec, i).to_plotly_json() if r.tree is not None else None for i, r in enumerate(spec.rounds)]
+    data = json.dumps(figs, cls=PlotlyJSONEncoder).replace("<", "\\u003c")
+    box = f'<div id="sv-tree" class="sv-fig"></div><script type="application/json" id="sv-tree-data">{data}</script>'
+    measured = base is not None and target_step_ms(base)
+    extra = [_figure(verify_cost_figure(base, spec, names=["this run"]), "sv-verify-cost")] if measured else []
+    return box, extra
+
+
 def export_html(rec: Recording) -> str:
     """The recording as one HTML document (str), plotly.js inlined: about 5 MB.
 
@@ -83,6 +110,8 @@ def export_html(rec: Recording) -> str:
         _figure(speedup_figure(spec, base), "sv-speedup"), _figure(accepted_histogram_figure(spec), "sv-histogram"),
         _figure(position_figure(spec), "sv-position"),
     ]
+    tree_box, tree_figures = _trees(spec, base)
+    figures += tree_figures
     sweep = f"<h2>Gamma sweep</h2>{_figure(sweep_figure(rec.sweep), 'sv-sweep')}" if rec.sweep is not None else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -96,7 +125,7 @@ a correction sampled from norm(max(0, p − q)), a bonus token from p when every
 <h2>Round by round</h2>
 <div class="sv-controls"><button id="sv-prev">◀ previous</button><span id="sv-round-label"></span><button id="sv-next">next ▶</button>
 <span style="color:#666;font-size:13px;">(or the arrow keys)</span></div>
-{rounds}
+{rounds}{tree_box}
 <h2>Charts and theory</h2><div class="sv-figs">{"".join(figures)}</div>
 {sweep}
 <script>{_SCRIPT}</script>

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from specviz import theory
+from specviz import metrics, theory
 from specviz.speedup import estimate
 from specviz.trace import Trace
 
@@ -21,6 +21,10 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     half, ``specviz.speedup.estimate``), cost_coefficient c, verify_cost v,
     predicted_speedup (Leviathan et al. 2023, Thm 3.8, from alpha, gamma, c) and
     predicted_speedup_verify (the same with the measured verify cost: E[tokens] / (gamma c + v)).
+    A token tree run has no gamma and Thm 3.8 is a chain's: its predicted_speedup is None and its
+    predicted_speedup_verify is ``specviz.tree.theory.predicted_speedup`` (E[tokens] from the measured
+    acceptance by depth / (drafting + v), in target steps); it also has tree = True, nodes_per_round,
+    acceptance_by_depth (list of a_d) and predicted_tokens_per_round.
     Keys whose inputs are missing (no baseline yet) are None.
     """
     alpha = spec.alpha
@@ -29,7 +33,7 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     v = theory.verify_cost(spec, baseline) if baseline is not None else None
     known = alpha is not None and gamma is not None and c is not None
     est = estimate(spec, baseline) if baseline is not None else None
-    return {
+    out = {
         "rounds": len(spec.rounds),
         "generated_tokens": len(spec.output_ids),
         "drafted": spec.drafted,
@@ -50,6 +54,22 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
         "verify_cost": v,
         "predicted_speedup": theory.predicted_speedup(alpha, gamma, c) if known else None,
         "predicted_speedup_verify": theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v) if known and v is not None else None,
+    }
+    return out | _tree_predictions(spec, baseline, v) if spec.has_tree else out
+
+
+def _tree_predictions(spec: Trace, baseline: Trace | None, v: float | None) -> dict:
+    """The keys ``summary`` replaces or adds for a token tree run (see there)."""
+    from specviz.tree import theory as tree_theory
+
+    rates = tree_theory.depth_rates(tree_theory.acceptance_by_depth(spec))
+    step = theory.target_step_ms(baseline) if baseline is not None else None
+    drafting = metrics.ratio(spec.draft_ms, len(spec.rounds) * step) if step else None  # a round's drafting, in target steps
+    return {
+        "gamma": None, "predicted_speedup": None,
+        "predicted_speedup_verify": tree_theory.predicted_speedup(rates, drafting, v) if rates and drafting is not None and v else None,
+        "tree": True, "nodes_per_round": tree_theory.nodes_per_round(spec), "acceptance_by_depth": rates,
+        "predicted_tokens_per_round": tree_theory.expected_tokens_per_round(rates) if spec.rounds else None,
     }
 
 
@@ -96,12 +116,41 @@ def stats_html(spec: Trace, baseline: Trace | None = None, pending: bool = False
         ("predicted speedup", _fmt(s["predicted_speedup"], "×"), "Thm 3.8 from alpha, gamma, c (assumes v = 1)"),
         ("predicted, measured v", _fmt(s["predicted_speedup_verify"], "×"), "Eq. (1) tokens / (gamma c + v)"),
     ]
+    if s.get("tree"):
+        rows = _tree_rows(s, rows)
     if baseline is None and not pending:
         rows = [(k, "–", NO_BASELINE) if k in _NEEDS_BASELINE else (k, v, note) for k, v, note in rows]
+    return table_html(rows, "sv-stats")
+
+
+def _tree_rows(s: dict, rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The chain's rows rewritten for a token tree: v is over the tree's nodes, Thm 3.8 does not apply
+    (no gamma), the prediction comes from the acceptance by depth; nodes and that acceptance added."""
+    notes = {
+        "alpha": f"accepted / tested nodes = {s['accepted']} / {s['accepted'] + s['rejected']} (siblings never tested not counted)",
+        "verify cost v": "target pass over the tree's nodes and the pending token / target step",
+        "predicted speedup": "Thm 3.8 is a chain's (one draft per position); a tree's is the next row",
+        "predicted, measured v": "predicted tokens per round / (a round's drafting + v), both in target steps",
+    }
+    out = []
+    for k, v, note in rows:
+        out.append((k, "–" if k == "predicted speedup" else v, notes.get(k, note)))
+        if k == "tokens per round":
+            out += [
+                ("tokens per round, predicted", _fmt(s["predicted_tokens_per_round"]), "1 + Σ_d Π_{j≤d} a_j from the acceptance by depth"),
+                ("nodes per round", _fmt(s["nodes_per_round"], "", 1), f"drafted nodes / rounds = {s['drafted']} / {s['rounds']}"),
+                ("acceptance by depth a_d", ", ".join(f"{a:.2f}" for a in s["acceptance_by_depth"]) or "…",
+                 "per depth: rounds whose path reached it / rounds offered children there"),
+            ]
+    return out
+
+
+def table_html(rows: list[tuple[str, str, str]], css_class: str) -> str:
+    """Rows of (name, value, note) as the page's numbers table; every string escaped."""
     cells = "".join(
         f'<tr><td style="padding:3px 10px 3px 0;color:#444;">{escape(k)}</td>'
         f'<td style="padding:3px 10px;font-weight:600;font-variant-numeric:tabular-nums;" class="sv-stat" data-key="{escape(k)}">{escape(v)}</td>'
         f'<td style="padding:3px 0;color:#777;font-size:12px;">{escape(note)}</td></tr>'
         for k, v, note in rows
     )
-    return f'<table class="sv-stats" style="border-collapse:collapse;font-size:14px;">{cells}</table>'
+    return f'<table class="{escape(css_class)}" style="border-collapse:collapse;font-size:14px;">{cells}</table>'

@@ -118,6 +118,10 @@ def accepted_histogram_figure(trace: Trace) -> go.Figure:
 def position_figure(trace: Trace) -> go.Figure:
     """Acceptance rate by draft position (vLLM's per-position metric): the share of rounds
     whose i-th draft was accepted, against alpha^i with alpha = accepted / (accepted + rejected)."""
+    if trace.has_tree:  # a tree's positions are its depths, offered several children each
+        from specviz.views.tree import depth_figure
+
+        return depth_figure(trace, names=["measured: accepted / offered"])
     title = "Acceptance by draft position"
     by_pos = theory.acceptance_by_position(trace)
     alpha = trace.alpha

@@ -156,28 +156,3 @@ def verify_cost_figure(baseline: Trace, *traces: Trace, names: list[str] | None 
                                  marker=dict(size=10, color=[BLUE, ORANGE, GREEN][k % 3]),
                                  hovertext=[f"{n} nodes: mean of {c} rounds" for n, (_, c) in by_n.items()], hoverinfo="text+y"))
     return style_figure(fig, "Verify cost v(n): target pass / target step", "drafted nodes verified", "v")
-
-
-def tree_stats_html(trace: Trace, baseline: Trace | None = None) -> str:
-    """Tokens per round, nodes per round, acceptance by depth and the tokens per round it predicts,
-    v per round (with a baseline), each with its denominator."""
-    rounds = len(trace.rounds)
-    if not rounds:
-        return ""
-    counts = theory.acceptance_by_depth(trace)
-    rates = theory.depth_rates(counts)
-    rows = [
-        ("tokens per round", f"{trace.mean_tokens_per_round:.2f}", f"emitted tokens / rounds = {len(trace.output_ids)} / {rounds}"),
-        ("nodes per round", f"{trace.drafted / rounds:.1f}", f"drafted nodes / rounds = {trace.drafted} / {rounds}"),
-        ("acceptance by depth", ", ".join(f"{a:.2f}" for a in rates),
-         "per depth: rounds whose path reached it / rounds offered children there"),
-        ("tokens per round, predicted", f"{theory.expected_tokens_per_round(rates):.2f}", "1 + Σ_d Π_{j≤d} a_j from the acceptance by depth"),
-    ]
-    step = chain_theory.target_step_ms(baseline) if baseline is not None else None
-    if step:
-        rows.append(("verify cost v", f"{trace.verify_ms / rounds / step:.2f}", "target pass over the tree / target step"))
-    cells = "".join(
-        f'<tr><td style="padding:3px 10px 3px 0;color:#444;">{_escape(k)}</td>'
-        f'<td style="padding:3px 10px;font-weight:600;font-variant-numeric:tabular-nums;" class="sv-stat" data-key="{_escape(k)}">{_escape(v)}</td>'
-        f'<td style="padding:3px 0;color:#777;font-size:12px;">{_escape(note)}</td></tr>' for k, v, note in rows)
-    return f'<table class="sv-tree-stats" style="border-collapse:collapse;font-size:14px;">{cells}</table>'
