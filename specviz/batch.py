@@ -40,8 +40,8 @@ import torch
 
 from specviz import rejection
 from specviz.batch_runner import BatchRunner, check_window, positions
-from specviz.drafters import DraftRequest, as_drafter
-from specviz.rounds import TOP_TOKENS, _Clock, _decoder, _eos_set, _extend, _judge, _round, _settings, _settle, _Transfer, _validate, _vocab_size
+from specviz.drafters import DraftRequest
+from specviz.rounds import TOP_TOKENS, _Clock, _extend, _judge, _round, _settings, _settle, _Transfer, _validate, new_trace, set_up
 from specviz.sampling import Sampling, contexts, row_contexts
 from specviz.schedules import GammaSchedule, make_schedule
 from specviz.seeds import check_seed, generator
@@ -148,8 +148,7 @@ def _start_rows(prompts, mode, sampling, seed, max_new_tokens, eos, models, toke
         settings = _settings(mode, sampling, seed + b, max_new_tokens, eos, models, gamma)
         settings.update(extra or {})
         settings["batch"] = {"rows": len(prompts), "row": b}
-        trace = Trace(mode=mode, prompt_ids=list(prompt), prompt_text=tokenizer.decode(prompt) if tokenizer is not None else "",
-                      settings=settings)
+        trace = new_trace(mode, prompt, tokenizer, settings)
         seq = torch.zeros(len(prompt) + max_new_tokens + MAX_GAMMA + 1, dtype=torch.long, device=device)
         seq[: len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=device)
         rows.append(_Row(b, trace, seq, list(prompt), len(prompt), len(prompt), generator(seed + b, device)))
@@ -200,17 +199,11 @@ def speculative_generate_batch(
         TypeError: a drafter that is neither a Drafter nor a causal LM.
     """
     prompts = _check_prompts(prompts)
-    drafter = as_drafter(drafter)
-    models = (*drafter.models, target)
-    vocab = _vocab_size(models, tokenizer, vocab_size)
+    drafter, models, vocab, eos, device, decode, warpers = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
     _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
     template = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)  # refuses a bad name or gamma
     # Each round adds at most (the most drafts a round may propose) + 1 columns to the caches.
     check_window(models, max(len(p) for p in prompts) + max_new_tokens * (template.most + 1))
-    eos = _eos_set(eos_token_id)
-    device = target.device
-    decode = _decoder(tokenizer)
-    warpers = sampling.warpers()
     top_k = min(TOP_TOKENS, vocab)
     extra = {"drafter": drafter.describe(), "gamma_schedule": template.describe()}
     rows = _start_rows(prompts, "speculative", sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma, extra)
@@ -308,13 +301,8 @@ def autoregressive_generate_batch(
     schedule; row b is the run ``autoregressive_generate`` gives its prompt with seed ``seed + b``.
     """
     prompts = _check_prompts(prompts)
-    models = (target,)
-    vocab = _vocab_size(models, tokenizer, vocab_size)
+    _, models, vocab, eos, device, decode, warpers = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
     _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
-    eos = _eos_set(eos_token_id)
-    device = target.device
-    decode = _decoder(tokenizer)
-    warpers = sampling.warpers()
     rows = _start_rows(prompts, "autoregressive", sampling, seed, max_new_tokens, eos, models, tokenizer, device)
     result = BatchResult(traces=[r.trace for r in rows])
     clock = _Clock(device)

@@ -18,14 +18,13 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from specviz import rejection
-from specviz.drafters import DraftRequest, as_drafter
+from specviz.drafters import DraftRequest
 from specviz.runner import ModelRunner
 from specviz.sampling import Sampling, contexts
 from specviz.schedules import GammaSchedule, make_schedule
-from specviz.seeds import generator
 from specviz.trace import MAX_GAMMA, Round, Trace
 from specviz.rounds import (  # noqa: F401  (TOP_TOKENS re-exported)
-    TOP_TOKENS, _Clock, _eos_set, _validate, _vocab_size, _decoder, _settings, _Transfer, _judge, _settle, _extend, _round,
+    TOP_TOKENS, _Clock, _Transfer, _judge, _settle, _extend, _round, set_up, start_sequence,
 )
 
 
@@ -87,28 +86,12 @@ def speculative_stream(
                                eos_token_id=eos_token_id, seed=seed, tokenizer=tokenizer, vocab_size=vocab_size, record=record,
                                cached=cached)
         return
-    drafter = as_drafter(drafter)
+    run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
     schedule = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)
-    models = (*drafter.models, target)
-    vocab = _vocab_size(models, tokenizer, vocab_size)
-    _validate(input_ids, models, vocab, max_new_tokens, sampling)
-    eos = _eos_set(eos_token_id)
-    device = target.device
-    decode = _decoder(tokenizer)
-    warpers = sampling.warpers()
-    gen = generator(seed, device)
-    settings = _settings("speculative", sampling, seed, max_new_tokens, eos, models, gamma)
-    settings.update(drafter=drafter.describe(), gamma_schedule=schedule.describe())
-    trace = Trace(
-        mode="speculative",
-        prompt_ids=[int(t) for t in input_ids],
-        prompt_text=tokenizer.decode(list(input_ids)) if tokenizer is not None else "",
-        settings=settings,
-    )
+    drafter, models, vocab, eos, device, decode, warpers = run
+    trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, gamma, max_new_tokens + MAX_GAMMA + 1,
+                                              drafter=drafter.describe(), gamma_schedule=schedule.describe())
     n_prompt = len(input_ids)
-    history = [int(t) for t in input_ids]  # the settled sequence on the host (prompt lookup reads it)
-    seq = torch.zeros(n_prompt + max_new_tokens + MAX_GAMMA + 1, dtype=torch.long, device=device)
-    seq[:n_prompt] = torch.as_tensor(history, dtype=torch.long, device=device)
     target_runner = ModelRunner(target, vocab, cached)
     clock = _Clock(device)
     top_k = min(TOP_TOKENS, vocab)
@@ -186,23 +169,10 @@ def autoregressive_stream(
     Arguments, yields and errors as ``speculative_stream`` (without drafter and gamma); each
     token is one Round with no drafts and ``final_kind="target"``.
     """
-    models = (target,)
-    vocab = _vocab_size(models, tokenizer, vocab_size)
-    _validate(input_ids, models, vocab, max_new_tokens, sampling)
-    eos = _eos_set(eos_token_id)
-    device = target.device
-    decode = _decoder(tokenizer)
-    warpers = sampling.warpers()
-    gen = generator(seed, device)
-    trace = Trace(
-        mode="autoregressive",
-        prompt_ids=[int(t) for t in input_ids],
-        prompt_text=tokenizer.decode(list(input_ids)) if tokenizer is not None else "",
-        settings=_settings("autoregressive", sampling, seed, max_new_tokens, eos, models),
-    )
+    run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
+    _, _, vocab, eos, device, decode, warpers = run
+    trace, seq, _, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens, mode="autoregressive")
     n_prompt = len(input_ids)
-    seq = torch.zeros(n_prompt + max_new_tokens, dtype=torch.long, device=device)
-    seq[:n_prompt] = torch.as_tensor(list(input_ids), dtype=torch.long, device=device)
     runner = ModelRunner(target, vocab, cached)
     clock = _Clock(device)
     with torch.inference_mode():

@@ -9,13 +9,16 @@ them reaches all three.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from specviz import rejection
+from specviz.drafters import Drafter, as_drafter
 from specviz.sampling import Sampling
+from specviz.seeds import generator
 from specviz.trace import Draft, Round, TopToken, Trace
 
 # Tokens of the correction's or bonus's distribution kept in the trace for the replay.
@@ -122,6 +125,64 @@ def _settings(mode: str, sampling: Sampling, seed: int, max_new_tokens: int, eos
         "dtype": str(first.dtype).removeprefix("torch."),
         "models": [_model_name(m) for m in models],
     }
+
+
+class RunSetup(NamedTuple):
+    """What every loop knows before its first pass (``set_up``)."""
+
+    drafter: Drafter | None  # None for the autoregressive baseline
+    models: tuple  # the drafter's models, then the target
+    vocab: int  # logits columns kept
+    eos: frozenset[int]
+    device: torch.device  # the target's
+    decode: Callable[[list[int]], list[str]]  # token ids -> texts for the trace
+    warpers: list  # the sampling's logits processors, applied to q and p alike
+
+
+def set_up(drafter, target, sampling: Sampling, eos_token_id, tokenizer, vocab_size: int | None) -> RunSetup:
+    """The drafter as a Drafter (None: the autoregressive baseline), the models, the vocabulary, the
+    EOS set, the device, the decoder and the warpers of a run.
+
+    Raises:
+        TypeError: a drafter that is neither a Drafter nor a causal LM.
+    """
+    drafter = as_drafter(drafter) if drafter is not None else None
+    models = (*(drafter.models if drafter is not None else ()), target)
+    return RunSetup(drafter, models, _vocab_size(models, tokenizer, vocab_size), _eos_set(eos_token_id), target.device,
+                    _decoder(tokenizer), sampling.warpers())
+
+
+def new_trace(mode: str, prompt_ids, tokenizer, settings: dict) -> Trace:
+    """An empty Trace of ``prompt_ids`` (its text decoded when there is a tokenizer)."""
+    return Trace(mode=mode, prompt_ids=[int(t) for t in prompt_ids],
+                 prompt_text=tokenizer.decode(list(prompt_ids)) if tokenizer is not None else "", settings=settings)
+
+
+class SequenceStart(NamedTuple):
+    """A single-sequence run's empty trace, its token buffer, the settled tokens and its generator."""
+
+    trace: Trace
+    seq: torch.Tensor  # (len(prompt) + room,) long, the prompt at the front
+    history: list[int]  # the settled sequence on the host (prompt lookup reads it)
+    gen: torch.Generator
+
+
+def start_sequence(run: RunSetup, input_ids, sampling: Sampling, seed: int, max_new_tokens: int, tokenizer, gamma, room: int,
+                   mode: str = "speculative", **settings) -> SequenceStart:
+    """Check a single sequence's inputs and seed, and open its trace (the run's settings plus
+    ``settings``) and its buffer of ``len(input_ids) + room`` tokens.
+
+    Raises:
+        ValueError: as ``_validate``; a seed out of 0..2^63 - 1.
+    """
+    _validate(input_ids, run.models, run.vocab, max_new_tokens, sampling)
+    gen = generator(seed, run.device)
+    recorded = _settings(mode, sampling, seed, max_new_tokens, run.eos, run.models, gamma)
+    recorded.update(settings)
+    history = [int(t) for t in input_ids]
+    seq = torch.zeros(len(history) + room, dtype=torch.long, device=run.device)
+    seq[: len(history)] = torch.as_tensor(history, dtype=torch.long, device=run.device)
+    return SequenceStart(new_trace(mode, history, tokenizer, recorded), seq, history, gen)
 
 
 class _Transfer:

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from specviz import rejection
-from specviz.drafters import DraftRequest, as_drafter
-from specviz.rounds import TOP_TOKENS, _Clock, _decoder, _eos_set, _extend, _settings, _Transfer, _validate, _vocab_size
+from specviz.drafters import DraftRequest
+from specviz.rounds import TOP_TOKENS, _Clock, _extend, _Transfer, set_up, start_sequence
 from specviz.runner import ModelRunner
 from specviz.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
@@ -58,23 +58,11 @@ def tree_stream(
         raise TypeError(f"tree must be a specviz.tree.spec.TreeSpec, got {type(tree).__name__}")
     if isinstance(sampling, Sampling) and sampling.needs_context:
         raise ValueError("token trees do not support a repetition penalty yet: set it to 1")
-    drafter = as_drafter(drafter)
-    models = (*drafter.models, target)
-    vocab = _vocab_size(models, tokenizer, vocab_size)
-    _validate(input_ids, models, vocab, max_new_tokens, sampling)
-    eos = _eos_set(eos_token_id)
-    device = target.device
-    decode = _decoder(tokenizer)
-    warpers = sampling.warpers()
-    gen = torch.Generator(device=device).manual_seed(seed)
-    settings = _settings("speculative", sampling, seed, max_new_tokens, eos, models, tree.depth)
-    settings.update(drafter=drafter.describe(), gamma_schedule={"kind": "constant"}, tree=tree.describe())
-    trace = Trace(mode="speculative", prompt_ids=[int(t) for t in input_ids],
-                  prompt_text=tokenizer.decode(list(input_ids)) if tokenizer is not None else "", settings=settings)
+    run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
+    drafter, models, vocab, eos, device, decode, warpers = run
+    trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, tree.depth, max_new_tokens + tree.depth + 1,
+                                              drafter=drafter.describe(), gamma_schedule={"kind": "constant"}, tree=tree.describe())
     n_prompt = len(input_ids)
-    history = [int(t) for t in input_ids]
-    seq = torch.zeros(n_prompt + max_new_tokens + tree.depth + 1, dtype=torch.long, device=device)
-    seq[:n_prompt] = torch.as_tensor(history, dtype=torch.long, device=device)
     runner = ModelRunner(target, vocab, cached)
     clock = _Clock(device)
     top_k = min(TOP_TOKENS, vocab) if record else 0
