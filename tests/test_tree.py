@@ -251,12 +251,21 @@ def test_the_tree_figure_draws_every_node_and_escapes_token_text():
     assert depth_figure(trace).data
 
 
+def test_the_path_length_law_is_the_capped_geometric_one_for_a_constant_rate():
+    from specviz.theory import accepted_drafts_distribution
+
+    for alpha, depth in ((0.3, 4), (0.8, 6)):
+        assert theory.path_length_distribution([alpha] * depth, depth) == pytest.approx(accepted_drafts_distribution(alpha, depth))
+    law = theory.path_length_distribution([0.9, 0.5], 4)  # depths 3 and 4 never measured: the walk stops at 2
+    assert sum(law) == pytest.approx(1.0) and law == pytest.approx([0.1, 0.45, 0.45, 0.0, 0.0])
+
+
 def test_a_tree_runs_numbers_are_a_trees_predictions():
     """The page's numbers for a tree: no Thm 3.8 (a chain's, with a gamma the tree does not have);
     the prediction is E[tokens] from the measured acceptance by depth over (drafting + v), in target
     steps; the acceptance by depth is accepted / offered per depth."""
     from specviz.views.stats import stats_html, summary
-    from specviz.views.theory import position_figure
+    from specviz.views.theory import accepted_histogram_figure, position_figure, speedup_figure
 
     drafter, target = models("different")
     trace = _tree_trace()
@@ -273,5 +282,10 @@ def test_a_tree_runs_numbers_are_a_trees_predictions():
     html = stats_html(trace, base)
     assert "tokens per round, predicted" in html and "acceptance by depth" in html and "Thm 3.8 is a chain" in html
     assert position_figure(trace).layout.title.text.startswith("Acceptance by depth")
+    speed = speedup_figure(trace, base)
+    assert list(speed.data[0].y)[0] == pytest.approx(s["predicted_speedup_verify"])  # a tree's prediction, no gamma curve
+    hist = accepted_histogram_figure(trace)
+    depth = theory.typical_depth(trace)
+    assert list(hist.data[1].y) == pytest.approx(theory.path_length_distribution(rates, depth))
     assert "tree" not in summary(tree_free := autoregressive_generate(PROMPT, target, sampling=Sampling(1.0), max_new_tokens=4, seed=1))
     assert not tree_free.has_tree

@@ -74,6 +74,30 @@ def expected_tokens_per_round(rates: list[float]) -> float:
     return total
 
 
+def path_length_distribution(rates: list[float], depth: int) -> list[float]:
+    """P(the accepted path has k nodes), k = 0..depth, from the acceptance by depth a_d: the walk
+    reaches depth k with prod_{j<=k} a_j and stops there with 1 - a_{k+1} (a_d = 0 where never
+    measured); at the tree's depth it stops. Leviathan et al.'s capped geometric law when every a_d = alpha."""
+    rates = list(rates[:depth]) + [0.0] * max(0, depth - len(rates))
+    out, reach = [], 1.0
+    for k in range(depth + 1):
+        out.append(reach * (1.0 - rates[k]) if k < depth else reach)
+        reach *= rates[k] if k < depth else 1.0
+    return out
+
+
+def path_lengths(trace: Trace, depth: int) -> list[int]:
+    """Accepted path length of each tree round whose tree is ``depth`` deep (rounds cut short by the
+    token budget, with shallower trees, are left out)."""
+    return [len(r.tree.path) for r in trace.rounds if r.tree is not None and r.tree.depth == depth]
+
+
+def typical_depth(trace: Trace) -> int | None:
+    """The depth most tree rounds had; None without tree rounds."""
+    depths = [r.tree.depth for r in trace.rounds if r.tree is not None]
+    return max(set(depths), key=depths.count) if depths else None
+
+
 def nodes_per_round(trace: Trace) -> float | None:
     """Drafted nodes / rounds (tokens drafted per round, for a chain)."""
     return trace.drafted / len(trace.rounds) if trace.rounds else None

@@ -75,6 +75,8 @@ def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
     c = theory.cost_coefficient(spec, baseline) if baseline is not None else None
     if alpha is None or c is None:
         return _empty(title, "waiting for the autoregressive baseline, which measures c")
+    if spec.has_tree:
+        return _tree_speedup_figure(spec, baseline, title)
     fig = go.Figure()
     _curve(fig, alpha, c)
     gamma = theory.typical_gamma(spec)
@@ -95,10 +97,48 @@ def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
     return style_figure(fig, title, "gamma (drafted tokens per round)", "speedup over autoregressive")
 
 
+def _tree_speedup_figure(spec: Trace, baseline: Trace, title: str) -> go.Figure:
+    """A tree run has no gamma to sweep: its predicted speedup (tokens per round predicted from the
+    acceptance by depth, over a round's drafting plus v, in target steps) beside the measured one."""
+    from specviz.views.stats import summary
+
+    s = summary(spec, baseline)
+    bars = [("predicted: E[tokens] / (drafting + v)", s["predicted_speedup_verify"], THEORY),
+            ("measured, whole run", s["speedup"], MEASURED), ("measured, decoding", s["decode_speedup"], MEASURED)]
+    bars = [(name, y, colour) for name, y, colour in bars if y is not None]
+    fig = go.Figure(go.Bar(x=[b[0] for b in bars], y=[b[1] for b in bars], marker_color=[b[2] for b in bars],
+                           text=[f"{b[1]:.2f}×" for b in bars], textposition="outside", showlegend=False))
+    fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), annotation_text="no speedup", annotation_position="bottom right")
+    fig.update_yaxes(range=[0, max([b[1] for b in bars] + [1.0]) * 1.3])
+    return style_figure(fig, f"{title} (token tree: Thm 3.8's gamma curve is a chain's)", "", "speedup over autoregressive")
+
+
+def _tree_histogram_figure(trace: Trace, title: str) -> go.Figure:
+    """Accepted path length per round against the law the acceptance by depth predicts."""
+    from specviz.tree import theory as tree_theory
+
+    depth = tree_theory.typical_depth(trace)
+    lengths = tree_theory.path_lengths(trace, depth) if depth else []
+    if not lengths:
+        return _empty(title, "no full-depth tree rounds yet")
+    rates = tree_theory.depth_rates(tree_theory.acceptance_by_depth(trace))
+    ks = list(range(depth + 1))
+    fig = go.Figure([
+        go.Bar(x=ks, y=[lengths.count(k) / len(lengths) for k in ks], name=f"measured ({len(lengths)} rounds of depth {depth})", marker_color=BLUE),
+        go.Scatter(x=ks, y=tree_theory.path_length_distribution(rates, depth), name="predicted from the acceptance by depth",
+                   mode="lines+markers", line=dict(color=THEORY, width=2, dash="dash"), marker=dict(size=8)),
+    ])
+    fig.update_xaxes(dtick=1)
+    return style_figure(fig, title, "accepted path length (nodes) in the round", "share of rounds")
+
+
 def accepted_histogram_figure(trace: Trace) -> go.Figure:
     """Share of rounds with k = 0..gamma accepted drafts, against the capped geometric law at
-    alpha = accepted / (accepted + rejected) (rounds that drafted fewer than gamma are left out)."""
+    alpha = accepted / (accepted + rejected) (rounds that drafted fewer than gamma are left out).
+    A tree run: the accepted path's length against ``specviz.tree.theory.path_length_distribution``."""
     title = "Accepted drafts per round"
+    if trace.has_tree:
+        return _tree_histogram_figure(trace, title)
     gamma = theory.typical_gamma(trace)
     counts = theory.accepted_per_round(trace, gamma)
     alpha = trace.alpha
