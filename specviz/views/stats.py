@@ -132,9 +132,11 @@ def _tree_rows(s: dict, rows: list[tuple[str, str, str]]) -> list[tuple[str, str
         "predicted speedup": "Thm 3.8 is a chain's (one draft per position); a tree's is the next row",
         "predicted, measured v": "predicted tokens per round / (a round's drafting + v), both in target steps",
     }
+    if s["mean_beta"] is None:
+        notes["mean beta"] = "not given for a tree: its siblings are tested against the residual p', not p"
     out = []
     for k, v, note in rows:
-        out.append((k, "–" if k == "predicted speedup" else v, notes.get(k, note)))
+        out.append((k, "–" if k == "predicted speedup" or (k == "mean beta" and s["mean_beta"] is None) else v, notes.get(k, note)))
         if k == "tokens per round":
             out += [
                 ("tokens per round, predicted", _fmt(s["predicted_tokens_per_round"]), "1 + Σ_d Π_{j≤d} a_j from the acceptance by depth"),

@@ -76,7 +76,7 @@ def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
     if alpha is None or c is None:
         return _empty(title, "waiting for the autoregressive baseline, which measures c")
     if spec.has_tree:
-        return _tree_speedup_figure(spec, baseline, title)
+        return _tree_speedup_figure(spec, baseline)
     fig = go.Figure()
     _curve(fig, alpha, c)
     gamma = theory.typical_gamma(spec)
@@ -97,7 +97,7 @@ def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
     return style_figure(fig, title, "gamma (drafted tokens per round)", "speedup over autoregressive")
 
 
-def _tree_speedup_figure(spec: Trace, baseline: Trace, title: str) -> go.Figure:
+def _tree_speedup_figure(spec: Trace, baseline: Trace) -> go.Figure:
     """A tree run has no gamma to sweep: its predicted speedup (tokens per round predicted from the
     acceptance by depth, over a round's drafting plus v, in target steps) beside the measured one."""
     from specviz.views.stats import summary
@@ -110,7 +110,7 @@ def _tree_speedup_figure(spec: Trace, baseline: Trace, title: str) -> go.Figure:
                            text=[f"{b[1]:.2f}×" for b in bars], textposition="outside", showlegend=False))
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), annotation_text="no speedup", annotation_position="bottom right")
     fig.update_yaxes(range=[0, max([b[1] for b in bars] + [1.0]) * 1.3])
-    return style_figure(fig, f"{title} (token tree: Thm 3.8's gamma curve is a chain's)", "", "speedup over autoregressive")
+    return style_figure(fig, "Speedup: the token tree's prediction vs this run", "", "speedup over autoregressive")
 
 
 def _tree_histogram_figure(trace: Trace, title: str) -> go.Figure:

@@ -125,7 +125,7 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
     title = (f"Round {index + 1}: {len(tree.nodes)} nodes, depth {tree.depth}, path of {len(tree.path)} accepted "
              f"({RULES.get(tree.rule, tree.rule)})")
     style_figure(fig, title, None, None)
-    fig.update_layout(height=max(320, 26 * rows + 150), hoverlabel=dict(align="left"))
+    fig.update_layout(height=max(320, 38 * rows + 150), hoverlabel=dict(align="left"))  # a row clears a path label above its node
     return fig
 
 
