@@ -313,7 +313,7 @@ def test_a_sweep_with_zero_times_is_refused(good):
 @pytest.mark.parametrize("prompt", ["5", '["a"]', "{}", "true", "null"])
 def test_run_with_a_prompt_of_the_wrong_type_names_the_prompt(app, prompt):
     url = app[1]
-    body = '{"data": ["embedded", ' + prompt + ', 4, 0.0, 0, 1.0, 8, 0, true, "model", "constant", 1.0]}'
+    body = '{"data": ["embedded", ' + prompt + ', 4, 0.0, 0, 1.0, 8, 0, true, "model", "constant", 1.0, "chain"]}'
     text = raw_call(url, "run", body)
     assert "event: error" in text and "prompt" in text.split("event: error", 1)[1].lower(), text[-300:]
 

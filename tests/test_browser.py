@@ -8,6 +8,7 @@ $SPECVIZ_SCREENSHOTS (default: a temporary folder).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -194,7 +195,12 @@ def test_theory_and_gamma_sweep(page):
     page.get_by_text("Sweep done").wait_for(timeout=180_000)
     page.wait_for_timeout(500)
     d = drawn(page, "sv-sweep")
-    assert d["full"] >= 4 and d["marks"] >= 16, d
+    # Each gamma done draws its measured tokens per round and speedup. On a busy machine the sweep of
+    # the default (English) pair may stop at its time limit, and says after which gamma.
+    status = page.locator("#sv-sweep-status").inner_text()
+    cut = re.search(r"Stopped at the time limit of \d+ s after gamma (\d+)", status)
+    points = int(cut.group(1)) if cut else 8
+    assert points >= 1 and d["full"] >= 4 and d["marks"] >= 2 * points, (status, d)
     page.locator("#sv-speedup").scroll_into_view_if_needed()
     page.screenshot(path=str(shots() / "theory.png"), full_page=True)
 
