@@ -19,7 +19,7 @@ import torch
 
 from specviz import rejection
 from specviz.drafters import DraftRequest
-from specviz.runner import ModelRunner
+from specviz.cache import make_runner
 from specviz.sampling import Sampling, contexts
 from specviz.schedules import GammaSchedule, make_schedule
 from specviz.trace import MAX_GAMMA, Round, Trace
@@ -92,7 +92,7 @@ def speculative_stream(
     trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, gamma, max_new_tokens + MAX_GAMMA + 1,
                                               drafter=drafter.describe(), gamma_schedule=schedule.describe())
     n_prompt = len(input_ids)
-    target_runner = ModelRunner(target, vocab, cached)
+    target_runner = make_runner(target, vocab, cached)
     clock = _Clock(device)
     top_k = min(TOP_TOKENS, vocab)
 
@@ -173,7 +173,7 @@ def autoregressive_stream(
     _, _, vocab, eos, device, decode, warpers = run
     trace, seq, _, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens, mode="autoregressive")
     n_prompt = len(input_ids)
-    runner = ModelRunner(target, vocab, cached)
+    runner = make_runner(target, vocab, cached)
     clock = _Clock(device)
     with torch.inference_mode():
         runner.prefill(seq, n_prompt - 1)

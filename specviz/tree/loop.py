@@ -18,7 +18,7 @@ import torch
 from specviz import rejection
 from specviz.drafters import DraftRequest
 from specviz.rounds import TOP_TOKENS, _Clock, _extend, _Transfer, set_up, start_sequence
-from specviz.runner import ModelRunner
+from specviz.cache import make_runner
 from specviz.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
 from specviz.tree.accept import judge
@@ -63,7 +63,7 @@ def tree_stream(
     trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, tree.depth, max_new_tokens + tree.depth + 1,
                                               drafter=drafter.describe(), gamma_schedule={"kind": "constant"}, tree=tree.describe())
     n_prompt = len(input_ids)
-    runner = ModelRunner(target, vocab, cached)
+    runner = make_runner(target, vocab, cached)
     clock = _Clock(device)
     top_k = min(TOP_TOKENS, vocab) if record else 0
     with torch.inference_mode():
