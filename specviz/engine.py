@@ -24,7 +24,7 @@ from specviz.sampling import Sampling, contexts
 from specviz.schedules import GammaSchedule, make_schedule
 from specviz.trace import MAX_GAMMA, Round, Trace
 from specviz.rounds import (  # noqa: F401  (TOP_TOKENS re-exported)
-    TOP_TOKENS, _Clock, _Transfer, _judge, _settle, _extend, _round, set_up, start_sequence,
+    TOP_TOKENS, Clock, Transfer, judge_chain, settle, extend_trace, round_record, set_up, start_sequence,
 )
 
 
@@ -88,12 +88,12 @@ def speculative_stream(
         return
     run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
     schedule = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)
-    drafter, models, vocab, eos, device, decode, warpers = run
+    drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
     trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, gamma, max_new_tokens + MAX_GAMMA + 1,
                                               drafter=drafter.describe(), gamma_schedule=schedule.describe())
     n_prompt = len(input_ids)
     target_runner = make_runner(target, vocab, cached)
-    clock = _Clock(device)
+    clock = Clock(device)
     top_k = min(TOP_TOKENS, vocab)
 
     with torch.inference_mode():
@@ -123,12 +123,12 @@ def speculative_stream(
             drafts = seq[n : n + g]
 
             # 3-4. Accept, and the final token (correction or bonus).
-            transfer = _Transfer()
-            _judge(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0)
+            transfer = Transfer()
+            judge_chain(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0)
             host = transfer.fetch()
             t2 = clock.now()
 
-            draft_ids, n_acc, final, kind, emitted, keeps_final = _settle(host, eos, remaining)
+            draft_ids, n_acc, final, kind, emitted, keeps_final = settle(host, eos, remaining)
 
             # 5. Roll back: the sequence stands after the emitted tokens; both sides keep all but
             # the newest token, which is fed next round.
@@ -141,9 +141,9 @@ def speculative_stream(
 
             # 6. Record.
             if record:
-                trace.rounds.append(_round(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
+                trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
                                            decode, top_k, allowed, t1 - t0, t2 - t1, clock.since_start()))
-            _extend(trace, emitted, eos, max_new_tokens, clock, tokenizer)
+            extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace
             return
@@ -170,11 +170,11 @@ def autoregressive_stream(
     token is one Round with no drafts and ``final_kind="target"``.
     """
     run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
-    _, _, vocab, eos, device, decode, warpers = run
+    vocab, eos, device, decode, warpers = run.vocab, run.eos, run.device, run.decode, run.warpers
     trace, seq, _, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens, mode="autoregressive")
     n_prompt = len(input_ids)
     runner = make_runner(target, vocab, cached)
-    clock = _Clock(device)
+    clock = Clock(device)
     with torch.inference_mode():
         runner.prefill(seq, n_prompt - 1)
         trace.prefill_ms = clock.since_start()
@@ -196,7 +196,7 @@ def autoregressive_stream(
                         final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=t1 - t0, end_ms=clock.since_start(),
                     )
                 )
-            _extend(trace, [token_id], eos, max_new_tokens, clock, tokenizer)
+            extend_trace(trace, [token_id], eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace
             return

@@ -17,7 +17,7 @@ import torch
 
 from specviz import rejection
 from specviz.drafters import DraftRequest
-from specviz.rounds import TOP_TOKENS, _Clock, _extend, _Transfer, set_up, start_sequence
+from specviz.rounds import TOP_TOKENS, Clock, extend_trace, Transfer, set_up, start_sequence
 from specviz.cache import make_runner
 from specviz.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
@@ -59,12 +59,12 @@ def tree_stream(
     if isinstance(sampling, Sampling) and sampling.needs_context:
         raise ValueError("token trees do not support a repetition penalty yet: set it to 1")
     run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
-    drafter, models, vocab, eos, device, decode, warpers = run
+    drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
     trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, tree.depth, max_new_tokens + tree.depth + 1,
                                               drafter=drafter.describe(), gamma_schedule={"kind": "constant"}, tree=tree.describe())
     n_prompt = len(input_ids)
     runner = make_runner(target, vocab, cached)
-    clock = _Clock(device)
+    clock = Clock(device)
     top_k = min(TOP_TOKENS, vocab) if record else 0
     with torch.inference_mode():
         drafter.start(seq, n_prompt - 1, vocab, cached)
@@ -88,7 +88,7 @@ def tree_stream(
             p_all = rejection.target_probs(logits, sampling, warpers)  # (N + 1, V)
             # 3. Judge every node's children; each node's final token.
             judged = judge(p_all, drafted.tokens, drafted.parents, drafted.q, drafted.rule, sampling.greedy, gen)
-            transfer = _Transfer()
+            transfer = Transfer()
             for key in ("u", "p", "p_residual", "q", "accept_prob", "mass", "accepted", "accepted_child", "finals", "final_probs"):
                 transfer.add(key, judged[key])
             transfer.add("tokens", drafted.tokens)
@@ -139,7 +139,7 @@ def tree_stream(
             if record:
                 trace.rounds.append(_round(host, drafted, node_tokens, path, final, kind, keeps_final, emitted, slot, decode,
                                            top_k, t1 - t0, t2 - t1, clock.since_start()))
-            _extend(trace, emitted, eos, max_new_tokens, clock, tokenizer)
+            extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace
             return
