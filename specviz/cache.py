@@ -201,18 +201,23 @@ class StaticRunner:
         self.seen = prefix + len(keep)
 
 
-CACHES = (True, False, "static")
+CACHES = (True, False, "static", "graphs")
 
 
 def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int | None = None):
     """The runner for ``cached``: True a ``DynamicCache`` (``ModelRunner``), False the re-fed reference,
-    "static" a ``StaticRunner`` over a preallocated cache.
+    "static" a ``StaticRunner`` over a preallocated cache, "graphs" the model's ``specviz.graphs.GraphedRunner``
+    (CUDA graphs over a static cache, captured on first use).
 
     Raises:
-        ValueError: any other ``cached``.
+        ValueError: any other ``cached``; "graphs" for a model not on CUDA.
     """
     from specviz.runner import ModelRunner
 
+    if cached == "graphs":
+        from specviz.graphs import graphed
+
+        return graphed(model, vocab_size).acquire()
     if cached == "static":
         return StaticRunner(model, vocab_size, capacity)
     if cached is True or cached is False:

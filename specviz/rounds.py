@@ -208,7 +208,17 @@ class Transfer:
         self._parts.append(flat)
 
     def fetch(self) -> dict[str, list[float]]:
-        host = torch.cat(self._parts).tolist()
+        """Every value by name. On CUDA the packed tensor is copied asynchronously into pinned host
+        memory and only that copy is waited for (an event), not the whole device."""
+        packed = torch.cat(self._parts)
+        if packed.is_cuda:
+            pinned = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+            pinned.copy_(packed, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            done.synchronize()
+            packed = pinned
+        host = packed.tolist()
         return {name: host[a:b] for name, (a, b) in self._spans.items()}
 
 
