@@ -109,12 +109,12 @@ def speculative_stream(
         with torch.inference_mode():
             remaining = n_prompt + max_new_tokens - n
             allowed = min(schedule.next_gamma(), remaining)
-            t0 = clock.now()
+            t0 = clock.mark()  # CUDA events on a GPU: no synchronisation per phase
 
             # 1. Draft: up to `allowed` tokens into seq[n:], each with the q it was drawn from.
             proposal = drafter.propose(DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting))
             g, q_all = proposal.count, proposal.q  # q_all: (g, V)
-            t1 = clock.now()
+            t1 = clock.mark()
 
             # 2. Verify: one target pass over the pending token and the g drafts; row i scores the
             # position after n + i tokens, so its context holds the drafts before it.
@@ -126,7 +126,8 @@ def speculative_stream(
             transfer = Transfer()
             judge_chain(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0)
             host = transfer.fetch()
-            t2 = clock.now()
+            t2 = clock.mark()
+            draft_ms, verify_ms = clock.ms(t0, t1), clock.ms(t1, t2)
 
             draft_ids, n_acc, final, kind, emitted, keeps_final = settle(host, eos, remaining)
 
@@ -137,12 +138,12 @@ def speculative_stream(
             history.extend(emitted)
             target_runner.rollback(n - 1)
             drafter.rollback(n - 1)
-            schedule.observe(g, n_acc, min(g, n_acc + 1), t1 - t0, t2 - t1)
+            schedule.observe(g, n_acc, min(g, n_acc + 1), draft_ms, verify_ms)
 
             # 6. Record.
             if record:
                 trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
-                                           decode, top_k, allowed, t1 - t0, t2 - t1, clock.since_start()))
+                                           decode, top_k, allowed, draft_ms, verify_ms, clock.since_start()))
             extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace
@@ -180,7 +181,7 @@ def autoregressive_stream(
         trace.prefill_ms = clock.since_start()
     for n in range(n_prompt, n_prompt + max_new_tokens):
         with torch.inference_mode():  # per step, not across a yield (thread-local)
-            t0 = clock.now()
+            t0 = clock.mark()
             p = sampling.probs(runner.logits(seq, n, 1), warpers, contexts(seq, [n], vocab) if sampling.needs_context else None)
             token = rejection.sample_rows(p, sampling.greedy, gen)
             seq[n] = token[0]
@@ -188,12 +189,12 @@ def autoregressive_stream(
             if not finite:
                 raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
             token_id = int(token_id)
-            t1 = clock.now()
+            t1 = clock.mark()
             if record:
                 trace.rounds.append(
                     Round(
                         drafts=[], emitted_ids=[token_id], final_token_id=token_id, final_text=decode([token_id])[0],
-                        final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=t1 - t0, end_ms=clock.since_start(),
+                        final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=clock.ms(t0, t1), end_ms=clock.since_start(),
                     )
                 )
             extend_trace(trace, [token_id], eos, max_new_tokens, clock, tokenizer)

@@ -29,11 +29,23 @@ from specviz.trace import Draft, Round, TopToken, Trace
 TOP_TOKENS = 5
 
 
+class Mark(NamedTuple):
+    """A point of a round's timeline: host milliseconds, and a CUDA event recorded there (None on a CPU)."""
+
+    ms: float
+    event: torch.cuda.Event | None
+
+
 class Clock:
     """Wall-clock milliseconds, synchronised with the device so GPU work is counted.
 
     Time spent suspended at a ``yield`` (the consumer drawing a page, say) is excluded, so
     the trace's timings measure generation alone.
+
+    ``now`` synchronises the device (one synchronisation per call on CUDA). A round's phases are
+    timed without that: ``mark`` records a CUDA event (host time on a CPU) and ``ms(a, b)`` reads
+    the GPU time between two marks once the later one has completed (the round's one transfer to
+    the host waits for it anyway).
     """
 
     def __init__(self, device: torch.device):
@@ -45,6 +57,22 @@ class Clock:
         if self.cuda:
             torch.cuda.synchronize()
         return time.perf_counter() * 1000.0 - self.paused
+
+    def mark(self) -> Mark:
+        """A mark here: no synchronisation."""
+        event = None
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+        return Mark(time.perf_counter() * 1000.0 - self.paused, event)
+
+    def ms(self, a: Mark, b: Mark) -> float:
+        """Milliseconds from mark ``a`` to mark ``b``: GPU time between their events on CUDA (waits for
+        ``b``'s event), host time on a CPU."""
+        if a.event is not None and b.event is not None:
+            b.event.synchronize()
+            return float(a.event.elapsed_time(b.event))
+        return b.ms - a.ms
 
     def since_start(self) -> float:
         return self.now() - self.start
