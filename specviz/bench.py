@@ -153,8 +153,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     if cache == "graphs":
         from specviz import graphs
 
-        models = [pair.target] + ([pair.drafter] if kind == "model" and pair.drafter is not None else [])
-        capture_ms = graphs.prepare(*models, vocab_size=pair.vocab_size)
+        capture_ms = graphs.prepare(pair.target, pair.drafter if kind == "model" else None, vocab_size=pair.vocab_size)
     runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens, **options) for m in methods}
     tps: dict[str, list[float]] = {m: [] for m in methods}
     traces: dict[str, list] = {m: [] for m in methods}

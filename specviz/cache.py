@@ -204,10 +204,10 @@ class StaticRunner:
 CACHES = (True, False, "static", "graphs")
 
 
-def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int | None = None):
+def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int | None = None, role: str = "target"):
     """The runner for ``cached``: True a ``DynamicCache`` (``ModelRunner``), False the re-fed reference,
     "static" a ``StaticRunner`` over a preallocated cache, "graphs" the model's ``specviz.graphs.GraphedRunner``
-    (CUDA graphs over a static cache, captured on first use).
+    (CUDA graphs over a static cache, captured on first use; one per ``role``, "target" or "drafter").
 
     Raises:
         ValueError: any other ``cached``; "graphs" for a model not on CUDA.
@@ -217,7 +217,7 @@ def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int
     if cached == "graphs":
         from specviz.graphs import graphed
 
-        return graphed(model, vocab_size).acquire()
+        return graphed(model, vocab_size, role=role).acquire()
     if cached == "static":
         return StaticRunner(model, vocab_size, capacity)
     if cached is True or cached is False:

@@ -80,8 +80,9 @@ class GraphedRunner(StaticRunner):
             for b in self.buckets:
                 buf = {
                     "ids": torch.zeros(1, b, dtype=torch.long, device=device),
-                    "positions": torch.arange(b, device=device),
-                    "mask": kv.causal_mask(torch.arange(b, device=device)),
+                    # Warm-up and capture at position 0 (a model's position table may be shorter than b).
+                    "positions": torch.zeros(b, dtype=torch.long, device=device),
+                    "mask": kv.causal_mask(torch.zeros(b, dtype=torch.long, device=device)),
                 }
                 if b == self.buckets[0]:  # allocate the cache's tensors on this stream, before any capture
                     kv.set_length(0)
@@ -139,16 +140,17 @@ class GraphedRunner(StaticRunner):
         return self
 
 
-_RUNNERS: dict[tuple[int, str], GraphedRunner] = {}
+_RUNNERS: dict[tuple[int, str, str], GraphedRunner] = {}
 
 
-def graphed(model, vocab_size: int, buckets: tuple[int, ...] = BUCKETS) -> GraphedRunner:
-    """The model's ``GraphedRunner`` on its device, captured on first use (``capture_ms`` says how long).
+def graphed(model, vocab_size: int, buckets: tuple[int, ...] = BUCKETS, role: str = "target") -> GraphedRunner:
+    """The model's ``GraphedRunner`` on its device for ``role`` ("target" or "drafter": one model may
+    be both, and each role needs its own cache), captured on first use (``capture_ms`` says how long).
 
     Raises:
         ValueError: a model not on CUDA.
     """
-    key = (id(model), str(model.device))
+    key = (id(model), str(model.device), role)
     runner = _RUNNERS.get(key)
     if runner is None or runner.model is not model or runner.vocab_size != vocab_size:
         runner = GraphedRunner(model, vocab_size, buckets)
@@ -157,12 +159,14 @@ def graphed(model, vocab_size: int, buckets: tuple[int, ...] = BUCKETS) -> Graph
     return runner
 
 
-def prepare(*models, vocab_size: int) -> float:
-    """Capture every model's graphs before a timed run; the total capture time in ms (0 if already captured)."""
+def prepare(target, drafter=None, *, vocab_size: int) -> float:
+    """Capture the target's graphs (and a drafter model's) before a timed run; the capture time in ms
+    (0 for what was already captured)."""
     total = 0.0
-    for model in models:
-        key = (id(model), str(model.device))
-        fresh = key not in _RUNNERS
-        runner = graphed(model, vocab_size)
+    for model, role in ((target, "target"), (drafter, "drafter")):
+        if model is None:
+            continue
+        fresh = (id(model), str(model.device), role) not in _RUNNERS
+        runner = graphed(model, vocab_size, role=role)
         total += runner.capture_ms if fresh else 0.0
     return total

@@ -40,7 +40,7 @@ class ModelDrafter(Drafter):
 
     def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
         self.batch = None
-        self.runner = make_runner(self.model, vocab, cached)
+        self.runner = make_runner(self.model, vocab, cached, role="drafter")
         self.runner.prefill(seq, n)
 
     def propose(self, request: DraftRequest) -> Proposal:
