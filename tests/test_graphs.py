@@ -145,3 +145,45 @@ def test_former_private_names_still_import():
     from specviz import rounds
 
     assert rounds._judge is rounds.judge_chain and rounds._Clock is rounds.Clock and rounds._round is rounds.round_record
+
+
+class _EagerGraph:
+    """A stand-in for a captured graph on the CPU: ``replay`` runs the pass over the same buffers."""
+
+    def __init__(self, runner, buf):
+        self.runner, self.buf = runner, buf
+
+    def replay(self):
+        self.buf["logits"].copy_(self.runner._model_pass(self.buf))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_bucket_padding_keeps_logits_and_ids_on_the_cpu(family, monkeypatch):
+    """The graphed runner's bookkeeping (buffers, padding rows, write index) without CUDA: each
+    'replay' runs the pass eagerly over the captured buffers, so only the graph itself is left out."""
+    from specviz import graphs
+    from tests.test_cache import ATOL, _model
+
+    model = _model(family)
+    monkeypatch.setattr(graphs.GraphedRunner, "__init__", lambda self, m, v, buckets=graphs.BUCKETS: (
+        StaticRunner.__init__(self, m, v, 64), setattr(self, "buckets", (1, 2, 4, 8)), setattr(self, "graphs", {}),
+        setattr(self, "capture_ms", None), setattr(self, "replays", 0))[0])
+    runner = graphs.GraphedRunner(model, 16)
+    kv = runner._kv(torch.empty(0))
+    for b in runner.buckets:
+        zeros = torch.zeros(b, dtype=torch.long)
+        buf = {"ids": torch.zeros(1, b, dtype=torch.long), "positions": zeros.clone(), "mask": kv.causal_mask(zeros)}
+        buf["logits"] = runner._model_pass(buf).clone()
+        runner.graphs[b] = (_EagerGraph(runner, buf), buf)
+    reference = StaticRunner(model, 16, capacity=kv.capacity)
+    seq = torch.randint(0, 16, (60,), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        runner.prefill(seq, 4)
+        reference.prefill(seq, 4)
+        end = 4
+        for n in (1, 3, 5, 8, 2, 12):  # 12 > the largest bucket: an eager pass
+            torch.testing.assert_close(runner.logits(seq, end + n, n), reference.logits(seq, end + n, n), atol=ATOL, rtol=0)
+            end += n - 1
+            runner.rollback(end)
+            reference.rollback(end)
+    assert runner.replays == 6  # the 4-token prefill and five passes; the 12-token one ran eagerly
