@@ -212,6 +212,12 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         walls = sum(t.total_ms - t.prefill_ms for t in spec)
         report["overhead_ms_per_round"] = (walls - phases) / rounds if rounds else None
     report["capture_ms"] = capture_ms
+    if cache != "dynamic":
+        from specviz.tree.bench import verify_cost_curve
+
+        # v(n) over the chosen cache: a pass over the pending token and n drafts / a one-token step.
+        report["verify_cost_by_nodes"] = verify_cost_curve(pair.target, prompt_ids[0], [1, 2, 4, 8, 16, 32], pair.vocab_size,
+                                                           cached=CACHES[cache])
     if "speculative_untraced" in med and "speculative" in med:
         report["trace_overhead"] = med["speculative_untraced"] / med["speculative"] - 1.0
     if tree is not None and traces["speculative_tree"] and spec and base:
@@ -250,6 +256,8 @@ def format_report(report: dict) -> str:
     ]:
         if report.get(key) is not None:
             lines.append(f"{label:<46}{report[key]:.3f}")
+    if report.get("verify_cost_by_nodes"):
+        lines.append("v(n), pass over 1 + n tokens / one-token step: " + ", ".join(f"n={n}: {v:.2f}" for n, v in report["verify_cost_by_nodes"].items()))
     if report.get("hf_method"):
         lines.append(f"transformers' counterpart: {report['hf_method']}")
     if report.get("tree"):
