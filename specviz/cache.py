@@ -77,8 +77,11 @@ class StaticKV:
         """
         if not 0 <= length <= self.capacity:
             raise ValueError(f"cache length {length} is outside 0..{self.capacity}")
-        for layer in self.cache.layers:
-            layer.cumulative_length.fill_(length)  # in place: the tensor's address stays
+        # In place (the tensors' addresses stay, as a graph needs), one fused kernel pair for every
+        # layer on a GPU rather than a launch per layer.
+        lengths = [layer.cumulative_length for layer in self.cache.layers]
+        torch._foreach_mul_(lengths, 0)
+        torch._foreach_add_(lengths, length)
         self.length = length
 
     def _blocked(self, allow: torch.Tensor) -> torch.Tensor:
