@@ -134,3 +134,19 @@ def test_compact_moves_the_path_down_in_place():
     assert runner.seen == 8 and runner.kv.length == 8
     torch.testing.assert_close(layer.keys[:, :, 6:8], slots[:, :, [1, 3]])
     assert not torch.equal(before, slots)
+
+
+def test_bench_runs_over_the_static_cache_and_refuses_graphs_off_cuda():
+    """The bench's --cache: the static run adds the eager baseline and v(n) over the static cache (no
+    timing asserted); graphs on a CPU and an unknown cache are refused before anything runs."""
+    from specviz.bench import benchmark, format_report
+
+    report = benchmark("embedded", device="cpu", max_new_tokens=4, repeats=1, prompts=1,
+                       methods=["autoregressive", "speculative"], cache="static")
+    assert {"autoregressive", "speculative", "autoregressive_eager"} <= set(report) and "hf_generate_static" not in report
+    assert report["settings"]["cache"] == "static" and report["capture_ms"] is None
+    assert set(report["verify_cost_by_nodes"]) == {1, 2, 4, 8, 16, 32} and report["overhead_ms_per_round"] is not None
+    assert "autoregressive_eager" in format_report(report)
+    for cache in ("graphs", "paged"):
+        with pytest.raises(ValueError):
+            benchmark("embedded", device="cpu", max_new_tokens=4, repeats=1, prompts=1, methods=["autoregressive"], cache=cache)
