@@ -133,8 +133,10 @@ class GraphedRunner(StaticRunner):
         return buf["logits"][n - n_last : n, : self.vocab_size].clone()
 
     def acquire(self) -> "GraphedRunner":
-        """Take the runner for a new run: the cache index back to 0 (nothing is freed or moved)."""
+        """Take the runner for a new run: the cache index back to 0 (nothing is freed or moved), the
+        run's pass count to 0 (``replays`` keeps counting across runs)."""
         self.seen = 0
+        self.passes = 0
         if self.kv is not None:
             self.kv.set_length(0)
         return self
