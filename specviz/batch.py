@@ -223,14 +223,14 @@ def speculative_generate_batch(
 
         active = list(rows)
         while active:
-            t0 = clock.now()
+            t0 = clock.mark()
             # 1. Draft, for every row at once: up to each row's allowed gamma into its seq.
             for r in active:
                 r.allowed = min(r.schedule.next_gamma(), r.n_prompt + max_new_tokens - r.n)
             proposals = drafter.propose_batch([
                 DraftRequest(r.seq, r.n, r.allowed, r.history, sampling, warpers, r.gen, vocab, r.schedule.keep_drafting)
                 for r in active])
-            t1 = clock.now()
+            t1 = clock.mark()
 
             # 2. Verify: one target pass over every row's pending token and drafts (right-padded).
             # The drafts are copied on the device: no host round trip per row.
@@ -252,9 +252,9 @@ def speculative_generate_batch(
                 p_all = rejection.target_probs(logits[i, :g + 1], sampling, warpers, ctx)
                 judge_chain(transfer, f"{i}.", r.seq[r.n : r.n + g], proposals[i].q, p_all, sampling, r.gen, top_k)
             host = transfer.fetch()
-            t2 = clock.now()
-            result.draft_ms += t1 - t0
-            result.verify_ms += t2 - t1
+            t2 = clock.mark()
+            result.draft_ms += clock.ms(t0, t1)
+            result.verify_ms += clock.ms(t1, t2)
 
             # 5. Each row settles, rolls back by masking, and records; finished rows leave.
             staying = []
@@ -267,9 +267,9 @@ def speculative_generate_batch(
                 r.seq[r.n + n_acc] = final
                 r.n += len(emitted)
                 r.history.extend(emitted)
-                r.schedule.observe(g, n_acc, min(g, n_acc + 1), t1 - t0, t2 - t1)
+                r.schedule.observe(g, n_acc, min(g, n_acc + 1), clock.ms(t0, t1), clock.ms(t1, t2))
                 r.trace.rounds.append(round_record(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, proposals[i].sources,
-                                             decode, top_k, r.allowed, t1 - t0, t2 - t1, clock.since_start()))
+                                             decode, top_k, r.allowed, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start()))
                 if not extend_trace(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             # Both sides keep all but each row's newest token, which is fed next round.
@@ -315,7 +315,7 @@ def autoregressive_generate_batch(
             r.trace.prefill_ms = clock.since_start()
         active = list(rows)
         while active:
-            t0 = clock.now()
+            t0 = clock.mark()
             pending = torch.stack([r.seq[r.n - 1] for r in active])[:, None]
             positions = torch.tensor([[r.n - 1] for r in active], device=device)
             logits = runner.feed(pending, torch.ones_like(pending, dtype=torch.bool), positions, 1)[:, -1]
@@ -327,8 +327,8 @@ def autoregressive_generate_batch(
                 r.seq[r.n] = token[i]
             host = torch.cat([token.double(), p.gather(1, token[:, None])[:, 0].double(),
                               torch.isfinite(p).all(dim=-1).double()]).tolist()
-            t1 = clock.now()
-            result.verify_ms += t1 - t0
+            t1 = clock.mark()
+            result.verify_ms += clock.ms(t0, t1)
             staying = []
             for i, r in enumerate(active):
                 token_id, prob, finite = int(host[i]), host[len(active) + i], host[2 * len(active) + i]
@@ -338,7 +338,7 @@ def autoregressive_generate_batch(
                 r.history.append(token_id)
                 r.trace.rounds.append(Round(drafts=[], emitted_ids=[token_id], final_token_id=token_id,
                                             final_text=decode([token_id])[0], final_kind="target", final_prob=prob,
-                                            draft_ms=0.0, verify_ms=t1 - t0, end_ms=clock.since_start()))
+                                            draft_ms=0.0, verify_ms=clock.ms(t0, t1), end_ms=clock.since_start()))
                 if not extend_trace(r.trace, [token_id], eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             result.rounds.append([r.index for r in active])

@@ -75,11 +75,11 @@ def tree_stream(
     while True:
         with torch.inference_mode():  # per round: inference mode is thread-local
             remaining = n_prompt + max_new_tokens - n
-            t0 = clock.now()
+            t0 = clock.mark()
             # 1. Draft a tree no deeper than the tokens still allowed.
             request = DraftRequest(seq, n, min(tree.depth, remaining), history, sampling, warpers, gen, vocab, lambda q: True)
             drafted = draft_tree(drafter, request, tree, min(tree.depth, remaining))
-            t1 = clock.now()
+            t1 = clock.mark()
             # 2. Verify: the pending token (slot 0) and every node, one pass, each under its own path.
             slot_parents = [-1] + [p + 1 for p in drafted.parents]
             tokens = torch.cat([seq[n - 1 : n], drafted.tokens])
@@ -102,7 +102,7 @@ def tree_stream(
                                    ("top_q", q_slot.gather(1, top_ids))):
                     transfer.add(key, value)
             host = transfer.fetch()
-            t2 = clock.now()
+            t2 = clock.mark()
             if not host["finite"][0]:
                 raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
 
@@ -138,7 +138,7 @@ def tree_stream(
             # 6. Record.
             if record:
                 trace.rounds.append(_round(host, drafted, node_tokens, path, final, kind, keeps_final, emitted, slot, decode,
-                                           top_k, t1 - t0, t2 - t1, clock.since_start()))
+                                           top_k, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start()))
             extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace
