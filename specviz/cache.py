@@ -19,7 +19,8 @@ The masks:
   or a cousin (Miao et al. 2024, SpecInfer, Sec. 4.2); the accepted path is compacted in place
   (``StaticKV.compact``).
 
-The re-fed uncached path (``specviz.runner.ModelRunner(cached=False)``) stays the tests' reference.
+The re-fed uncached path (``specviz.runner.ModelRunner(cached=False)``) stays the tests' reference;
+``specviz.runner.make_runner`` picks a runner by the loops' ``cached`` argument.
 """
 
 from __future__ import annotations
@@ -202,27 +203,3 @@ class StaticRunner:
         if self.kv is not None:
             self.kv.compact(prefix, keep)
         self.seen = prefix + len(keep)
-
-
-CACHES = (True, False, "static", "graphs")
-
-
-def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int | None = None, role: str = "target"):
-    """The runner for ``cached``: True a ``DynamicCache`` (``ModelRunner``), False the re-fed reference,
-    "static" a ``StaticRunner`` over a preallocated cache, "graphs" the model's ``specviz.graphs.GraphedRunner``
-    (CUDA graphs over a static cache, captured on first use; one per ``role``, "target" or "drafter").
-
-    Raises:
-        ValueError: any other ``cached``; "graphs" for a model not on CUDA.
-    """
-    from specviz.runner import ModelRunner
-
-    if cached == "graphs":
-        from specviz.graphs import graphed
-
-        return graphed(model, vocab_size, role=role).acquire()
-    if cached == "static":
-        return StaticRunner(model, vocab_size, capacity)
-    if cached is True or cached is False:
-        return ModelRunner(model, vocab_size, cached)
-    raise ValueError(f"cached must be one of {CACHES}, got {cached!r}")

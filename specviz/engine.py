@@ -19,7 +19,7 @@ import torch
 
 from specviz import rejection
 from specviz.drafters import DraftRequest
-from specviz.cache import make_runner
+from specviz.runner import make_runner
 from specviz.sampling import Sampling, contexts
 from specviz.schedules import GammaSchedule, make_schedule
 from specviz.trace import MAX_GAMMA, Round, Trace

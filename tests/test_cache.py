@@ -14,8 +14,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specviz import Sampling, autoregressive_generate, speculative_generate
-from specviz.cache import StaticKV, StaticRunner, make_runner
-from specviz.runner import ModelRunner
+from specviz.cache import StaticKV, StaticRunner
+from specviz.runner import ModelRunner, make_runner
 from specviz.tree.loop import tree_stream
 from specviz.tree.spec import TreeSpec
 from tests.conftest import tiny_lm

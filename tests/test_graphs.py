@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from specviz import Sampling, autoregressive_generate, speculative_generate
-from specviz.cache import StaticRunner, make_runner
+from specviz.cache import StaticRunner
+from specviz.runner import make_runner
 from specviz.lab import ALPHA, PROMPT, VOCAB, exact_two_token_distribution, models
 from specviz.lab.experiment import Result, outcome
 from specviz.rounds import Clock

@@ -7,8 +7,7 @@ import torch
 from specviz import rejection
 from specviz.batch_runner import BatchRunner, left_padded, positions
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
-from specviz.cache import make_runner
-from specviz.runner import ModelRunner
+from specviz.runner import ModelRunner, make_runner
 from specviz.sampling import contexts, row_contexts
 
 

@@ -14,7 +14,7 @@ import time
 import torch
 
 from specviz import theory as chain_theory
-from specviz.cache import make_runner
+from specviz.runner import make_runner
 from specviz.tree import theory
 from specviz.tree.attention import ancestor_matrix, masked_logits
 

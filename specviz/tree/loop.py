@@ -18,7 +18,7 @@ import torch
 from specviz import rejection
 from specviz.drafters import DraftRequest
 from specviz.rounds import TOP_TOKENS, Clock, extend_trace, Transfer, set_up, start_sequence
-from specviz.cache import make_runner
+from specviz.runner import make_runner
 from specviz.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
 from specviz.tree.accept import judge
