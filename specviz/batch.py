@@ -41,7 +41,7 @@ import torch
 from specviz import rejection
 from specviz.batch_runner import BatchRunner, check_window, positions
 from specviz.drafters import DraftRequest
-from specviz.rounds import TOP_TOKENS, _Clock, _extend, _judge, _round, _settings, _settle, _Transfer, _validate, new_trace, set_up
+from specviz.rounds import TOP_TOKENS, Clock, extend_trace, judge_chain, round_record, run_settings, settle, Transfer, validate_inputs, new_trace, set_up
 from specviz.sampling import Sampling, contexts, row_contexts
 from specviz.schedules import GammaSchedule, make_schedule
 from specviz.seeds import check_seed, generator
@@ -136,7 +136,7 @@ def _check_prompts(prompts) -> list[list[int]]:
 def _validate_rows(prompts, models, vocab: int, max_new_tokens: int, sampling: Sampling) -> None:
     for b, prompt in enumerate(prompts):
         try:
-            _validate(prompt, models, vocab, max_new_tokens, sampling)
+            validate_inputs(prompt, models, vocab, max_new_tokens, sampling)
         except ValueError as err:
             raise ValueError(f"prompts[{b}]: {err}") from None
 
@@ -145,7 +145,7 @@ def _start_rows(prompts, mode, sampling, seed, max_new_tokens, eos, models, toke
     check_seed(seed, len(prompts))
     rows = []
     for b, prompt in enumerate(prompts):
-        settings = _settings(mode, sampling, seed + b, max_new_tokens, eos, models, gamma)
+        settings = run_settings(mode, sampling, seed + b, max_new_tokens, eos, models, gamma)
         settings.update(extra or {})
         settings["batch"] = {"rows": len(prompts), "row": b}
         trace = new_trace(mode, prompt, tokenizer, settings)
@@ -199,7 +199,8 @@ def speculative_generate_batch(
         TypeError: a drafter that is neither a Drafter nor a causal LM.
     """
     prompts = _check_prompts(prompts)
-    drafter, models, vocab, eos, device, decode, warpers = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
+    run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
+    drafter, models, vocab, eos, device, decode, warpers = run.drafter, run.models, run.vocab, run.eos, run.device, run.decode, run.warpers
     _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
     template = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)  # refuses a bad name or gamma
     # Each round adds at most (the most drafts a round may propose) + 1 columns to the caches.
@@ -210,7 +211,7 @@ def speculative_generate_batch(
     for row in rows:
         row.schedule = copy.deepcopy(template)
     result = BatchResult(traces=[r.trace for r in rows])
-    clock = _Clock(device)
+    clock = Clock(device)
     target_runner = BatchRunner(target, vocab, len(rows))
 
     with torch.inference_mode():
@@ -222,14 +223,14 @@ def speculative_generate_batch(
 
         active = list(rows)
         while active:
-            t0 = clock.now()
+            t0 = clock.mark()
             # 1. Draft, for every row at once: up to each row's allowed gamma into its seq.
             for r in active:
                 r.allowed = min(r.schedule.next_gamma(), r.n_prompt + max_new_tokens - r.n)
             proposals = drafter.propose_batch([
                 DraftRequest(r.seq, r.n, r.allowed, r.history, sampling, warpers, r.gen, vocab, r.schedule.keep_drafting)
                 for r in active])
-            t1 = clock.now()
+            t1 = clock.mark()
 
             # 2. Verify: one target pass over every row's pending token and drafts (right-padded).
             # The drafts are copied on the device: no host round trip per row.
@@ -245,31 +246,31 @@ def speculative_generate_batch(
             result.padded_positions += int((~valid).sum())
 
             # 3-4. Accept and the final token, row by row, from each row's own generator.
-            transfer = _Transfer()
+            transfer = Transfer()
             for i, (r, g) in enumerate(zip(active, counts)):
                 ctx = contexts(r.seq, range(r.n, r.n + g + 1), vocab) if sampling.needs_context else None
                 p_all = rejection.target_probs(logits[i, :g + 1], sampling, warpers, ctx)
-                _judge(transfer, f"{i}.", r.seq[r.n : r.n + g], proposals[i].q, p_all, sampling, r.gen, top_k)
+                judge_chain(transfer, f"{i}.", r.seq[r.n : r.n + g], proposals[i].q, p_all, sampling, r.gen, top_k)
             host = transfer.fetch()
-            t2 = clock.now()
-            result.draft_ms += t1 - t0
-            result.verify_ms += t2 - t1
+            t2 = clock.mark()
+            result.draft_ms += clock.ms(t0, t1)
+            result.verify_ms += clock.ms(t1, t2)
 
             # 5. Each row settles, rolls back by masking, and records; finished rows leave.
             staying = []
             for i, (r, g) in enumerate(zip(active, counts)):
                 mine = {k.split(".", 1)[1]: v for k, v in host.items() if k.startswith(f"{i}.")}
                 remaining = r.n_prompt + max_new_tokens - r.n
-                draft_ids, n_acc, final, kind, emitted, keeps_final = _settle(mine, eos, remaining)
+                draft_ids, n_acc, final, kind, emitted, keeps_final = settle(mine, eos, remaining)
                 # Target columns: the pending token, then drafts 1..g; those after the accepted ones go.
                 target_runner.forget(i, [base + 1 + j for j in range(n_acc, g)])
                 r.seq[r.n + n_acc] = final
                 r.n += len(emitted)
                 r.history.extend(emitted)
-                r.schedule.observe(g, n_acc, min(g, n_acc + 1), t1 - t0, t2 - t1)
-                r.trace.rounds.append(_round(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, proposals[i].sources,
-                                             decode, top_k, r.allowed, t1 - t0, t2 - t1, clock.since_start()))
-                if not _extend(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
+                r.schedule.observe(g, n_acc, min(g, n_acc + 1), clock.ms(t0, t1), clock.ms(t1, t2))
+                r.trace.rounds.append(round_record(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, proposals[i].sources,
+                                             decode, top_k, r.allowed, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start()))
+                if not extend_trace(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             # Both sides keep all but each row's newest token, which is fed next round.
             drafter.rollback_batch([r.n - 1 for r in active])
@@ -301,11 +302,12 @@ def autoregressive_generate_batch(
     schedule; row b is the run ``autoregressive_generate`` gives its prompt with seed ``seed + b``.
     """
     prompts = _check_prompts(prompts)
-    _, models, vocab, eos, device, decode, warpers = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
+    run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
+    models, vocab, eos, device, decode, warpers = run.models, run.vocab, run.eos, run.device, run.decode, run.warpers
     _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
     rows = _start_rows(prompts, "autoregressive", sampling, seed, max_new_tokens, eos, models, tokenizer, device)
     result = BatchResult(traces=[r.trace for r in rows])
-    clock = _Clock(device)
+    clock = Clock(device)
     runner = BatchRunner(target, vocab, len(rows))
     with torch.inference_mode():
         _prefill(runner, rows, result)
@@ -313,7 +315,7 @@ def autoregressive_generate_batch(
             r.trace.prefill_ms = clock.since_start()
         active = list(rows)
         while active:
-            t0 = clock.now()
+            t0 = clock.mark()
             pending = torch.stack([r.seq[r.n - 1] for r in active])[:, None]
             positions = torch.tensor([[r.n - 1] for r in active], device=device)
             logits = runner.feed(pending, torch.ones_like(pending, dtype=torch.bool), positions, 1)[:, -1]
@@ -325,8 +327,8 @@ def autoregressive_generate_batch(
                 r.seq[r.n] = token[i]
             host = torch.cat([token.double(), p.gather(1, token[:, None])[:, 0].double(),
                               torch.isfinite(p).all(dim=-1).double()]).tolist()
-            t1 = clock.now()
-            result.verify_ms += t1 - t0
+            t1 = clock.mark()
+            result.verify_ms += clock.ms(t0, t1)
             staying = []
             for i, r in enumerate(active):
                 token_id, prob, finite = int(host[i]), host[len(active) + i], host[2 * len(active) + i]
@@ -336,8 +338,8 @@ def autoregressive_generate_batch(
                 r.history.append(token_id)
                 r.trace.rounds.append(Round(drafts=[], emitted_ids=[token_id], final_token_id=token_id,
                                             final_text=decode([token_id])[0], final_kind="target", final_prob=prob,
-                                            draft_ms=0.0, verify_ms=t1 - t0, end_ms=clock.since_start()))
-                if not _extend(r.trace, [token_id], eos, max_new_tokens, clock, tokenizer):
+                                            draft_ms=0.0, verify_ms=clock.ms(t0, t1), end_ms=clock.since_start()))
+                if not extend_trace(r.trace, [token_id], eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             result.rounds.append([r.index for r in active])
             if len(staying) < len(active):

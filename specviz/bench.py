@@ -14,6 +14,13 @@ ignored so every run generates exactly max_new_tokens):
                         ``assistant_early_exit`` sets ``config.num_hidden_layers``, which GPT-2's
                         forward ignores: it would draft with every layer)
 
+With ``--cache static`` or ``--cache graphs`` specviz's loops run over the static KV cache
+(``specviz.cache``) or CUDA graphs over it (``specviz.graphs``, captured before the timed runs; the
+report's ``capture_ms``), and two methods join the rotation:
+  autoregressive_eager  specviz's baseline loop over the dynamic cache (graphed / eager)
+  hf_generate_static    transformers ``generate`` with its static cache (``cache_implementation="static"``,
+                        which compiles the forward on CUDA; CUDA only)
+
 Each repeat runs every method once per prompt, in an order that rotates, after one warm-up
 pass. Reported per method: median tokens/s and the interquartile range over all timed runs.
 Derived: speedup (speculative / autoregressive), speedup over hf_assisted, alpha (accepted /
@@ -39,6 +46,8 @@ from specviz.pair import default_pair, load_pair
 from specviz.schedules import make_schedule
 
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
+CACHE_METHODS = ["autoregressive_eager", "hf_generate_static"]  # added with a static cache or graphs
+CACHES = {"dynamic": True, "static": "static", "graphs": "graphs"}  # --cache: the loops' ``cached`` argument
 
 
 def _assistant(model):
@@ -78,9 +87,13 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
 
 
 def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str = "model", schedule: str = "constant",
-            ngram_max: int = 3, exit_layer: int | None = None, confidence: float = 0.4, tree=None):
-    """A callable(prompt_ids, seed) -> (tokens generated, trace or None) for one method."""
+            ngram_max: int = 3, exit_layer: int | None = None, confidence: float = 0.4, tree=None, cached=True):
+    """A callable(prompt_ids, seed) -> (tokens generated, trace or None) for one method; ``cached``
+    the KV cache of specviz's loops (True, "static", "graphs")."""
     common = dict(sampling=sampling, max_new_tokens=n, eos_token_id=None)
+    if method == "autoregressive_eager":
+        return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, **common)
+    common["cached"] = cached
     if method == "autoregressive":
         return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, **common)
     if method == "speculative_tree":
@@ -92,6 +105,8 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=gamma, seed=seed, vocab_size=pair.vocab_size,
                                                       record=record, schedule=make_schedule(schedule, gamma, confidence), **common)
     hf = hf_kwargs(pair, sampling, n)
+    if method == "hf_generate_static":
+        hf.update(cache_implementation="static")
     if method == "hf_assisted":
         hf.update(hf_counterpart(kind, schedule, pair, gamma, ngram_max, exit_layer, confidence)[1])
 
@@ -106,7 +121,7 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
 
 def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
               repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
-              confidence=0.4, prompt_set="held-out", tree=None) -> dict:
+              confidence=0.4, prompt_set="held-out", tree=None, cache="dynamic") -> dict:
     """Run the benchmark and return the report (the dict ``--json`` prints).
 
     ``pair_name`` defaults to ``default_pair()`` (the English pair when it loads offline). ``kind``
@@ -114,18 +129,31 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     ``specviz.schedules``); ``prompt_set`` one of PROMPT_SETS ("held-out": the pair's own, see
     ``prompt_set_for``). Tokens/s are per run (prefill included); speedups are ratios of medians
     within this one run. ``tree`` (a TreeSpec) adds a token tree with the same drafter to the
-    rotation, reported beside the chain (``specviz.tree.bench``).
+    rotation, reported beside the chain (``specviz.tree.bench``). ``cache`` (a key of CACHES) picks
+    specviz's KV cache; "static" and "graphs" add CACHE_METHODS, and "graphs" captures every model's
+    graphs before the timed runs (``capture_ms``).
 
     Raises:
-        PairError, ValueError: as load_pair, make_drafter, make_schedule, benchmark_prompts.
+        PairError, ValueError: as load_pair, make_drafter, make_schedule, benchmark_prompts; an unknown
+            cache; "graphs" off CUDA.
     """
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
     if pair_name is None and not (drafter or target):
         pair_name = default_pair()
     pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
     prompt_set = prompt_set_for(prompt_set, pair.name)
     prompt_ids = prompt_token_ids(pair, benchmark_prompts(prompts, prompt_set), prompt_set)
-    options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence, tree=tree)
+    options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence, tree=tree,
+                   cached=CACHES[cache])
     methods = [*methods, "speculative_tree"] if tree is not None else list(methods)
+    capture_ms = None
+    if cache != "dynamic":
+        methods += [m for m in CACHE_METHODS if m == "autoregressive_eager" or pair.device.type == "cuda"]
+    if cache == "graphs":
+        from specviz import graphs
+
+        capture_ms = graphs.prepare(pair.target, pair.drafter if kind == "model" else None, vocab_size=pair.vocab_size)
     runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens, **options) for m in methods}
     tps: dict[str, list[float]] = {m: [] for m in methods}
     traces: dict[str, list] = {m: [] for m in methods}
@@ -172,6 +200,24 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         report["speedup_vs_hf"] = report["speedup_vs_hf_assisted"] = med["speculative"] / med["hf_assisted"]
     if "hf_generate" in med and "autoregressive" in med:
         report["autoregressive_vs_hf_generate"] = med["autoregressive"] / med["hf_generate"]
+    if "autoregressive_eager" in med:
+        report["autoregressive_vs_eager"] = med["autoregressive"] / med["autoregressive_eager"]
+    if "hf_generate_static" in med:
+        report["autoregressive_vs_hf_generate_static"] = med["autoregressive"] / med["hf_generate_static"]
+    if spec:
+        # Wall time per round outside the timed draft and verify phases (settling, recording, the host's
+        # share of the loop), in ms: the part of a round that no GPU work hides.
+        rounds = sum(len(t.rounds) for t in spec)
+        phases = sum(r.draft_ms + r.verify_ms for t in spec for r in t.rounds)
+        walls = sum(t.total_ms - t.prefill_ms for t in spec)
+        report["overhead_ms_per_round"] = (walls - phases) / rounds if rounds else None
+    report["capture_ms"] = capture_ms
+    if cache != "dynamic":
+        from specviz.tree.bench import verify_cost_curve
+
+        # v(n) over the chosen cache: a pass over the pending token and n drafts / a one-token step.
+        report["verify_cost_by_nodes"] = verify_cost_curve(pair.target, prompt_ids[0], [1, 2, 4, 8, 16, 32], pair.vocab_size,
+                                                           cached=CACHES[cache])
     if "speculative_untraced" in med and "speculative" in med:
         report["trace_overhead"] = med["speculative_untraced"] / med["speculative"] - 1.0
     if tree is not None and traces["speculative_tree"] and spec and base:
@@ -181,7 +227,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     report["settings"] = {
         "pair": pair.name, "gamma": gamma, "drafter_kind": kind, "gamma_schedule": schedule, "prompt_set": prompt_set,
         "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens, "tree": tree.describe() if tree is not None else None,
-        "repeats": repeats, "prompts": len(prompt_ids), "device": str(pair.device),
+        "repeats": repeats, "prompts": len(prompt_ids), "device": str(pair.device), "cache": cache,
         "dtype": str(pair.target.dtype).removeprefix("torch."), "torch_threads": torch.get_num_threads(),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
     }
@@ -191,7 +237,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
 def format_report(report: dict) -> str:
     """A plain-text table of the report."""
     lines = [f"{'method':<22}{'tokens/s (median)':>18}{'IQR':>20}"]
-    for m in METHODS:
+    for m in METHODS + CACHE_METHODS:
         if m in report:
             s = report[m]["tokens_per_second"]
             iqr = f"{s['q1']:.1f}-{s['q3']:.1f}"
@@ -204,10 +250,14 @@ def format_report(report: dict) -> str:
         ("speedup_vs_hf", "speedup over transformers' counterpart"), ("mean_gamma", "drafts per round"), ("autoregressive_vs_hf_generate", "autoregressive / hf_generate"),
         ("predicted_speedup", "predicted speedup, Thm 3.8"), ("predicted_speedup_verify", "predicted with measured v"),
         ("efficiency", "efficiency (measured / Thm 3.8)"), ("efficiency_verify", "efficiency (measured / with v)"),
-        ("trace_overhead", "trace overhead"),
+        ("trace_overhead", "trace overhead"), ("autoregressive_vs_eager", "autoregressive / autoregressive_eager"),
+        ("autoregressive_vs_hf_generate_static", "autoregressive / hf_generate_static"),
+        ("overhead_ms_per_round", "ms per round outside draft and verify"), ("capture_ms", "graph capture, ms (before the timed runs)"),
     ]:
         if report.get(key) is not None:
             lines.append(f"{label:<46}{report[key]:.3f}")
+    if report.get("verify_cost_by_nodes"):
+        lines.append("v(n), pass over 1 + n tokens / one-token step: " + ", ".join(f"n={n}: {v:.2f}" for n, v in report["verify_cost_by_nodes"].items()))
     if report.get("hf_method"):
         lines.append(f"transformers' counterpart: {report['hf_method']}")
     if report.get("tree"):
@@ -225,4 +275,4 @@ def run(args) -> int:
     return run_command(args, lambda a, sampling: benchmark(
         a.pair, a.drafter, a.target, a.device, a.gamma, sampling, a.max_new_tokens, a.repeats, a.prompts, kind=a.drafter_kind,
         schedule=a.gamma_schedule, ngram_max=a.ngram_max, exit_layer=a.exit_layer, confidence=a.confidence, prompt_set=a.prompt_set,
-        tree=TreeSpec.from_args(a)), format_report)
+        tree=TreeSpec.from_args(a), cache=a.cache), format_report)

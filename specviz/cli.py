@@ -144,6 +144,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     bench.add_argument("--prompt-set", choices=["held-out", "grounded", "english"], default="held-out",
                        help="held-out: the pair's prompts kept out of training (the English chat prompts for the English pair); "
                             "grounded: code written so its continuation repeats the prompt (not held out); english: the English chat prompts")
+    bench.add_argument("--cache", choices=["dynamic", "static", "graphs"], default="dynamic",
+                       help="specviz's KV cache: dynamic (transformers' DynamicCache), static (preallocated, rollback by index), "
+                            "graphs (CUDA graphs over the static cache, captured before the timed runs; CUDA only)")
     bench.add_argument("--batch-sizes", default=None,
                        help="comma-separated batch sizes, e.g. 1,2,4,8: measure batched speculative and autoregressive decoding "
                             "against transformers' batched generate instead")

@@ -19,12 +19,12 @@ import torch
 
 from specviz import rejection
 from specviz.drafters import DraftRequest
-from specviz.runner import ModelRunner
+from specviz.runner import make_runner
 from specviz.sampling import Sampling, contexts
 from specviz.schedules import GammaSchedule, make_schedule
 from specviz.trace import MAX_GAMMA, Round, Trace
 from specviz.rounds import (  # noqa: F401  (TOP_TOKENS re-exported)
-    TOP_TOKENS, _Clock, _Transfer, _judge, _settle, _extend, _round, set_up, start_sequence,
+    TOP_TOKENS, Clock, Transfer, judge_chain, settle, extend_trace, round_record, set_up, start_sequence,
 )
 
 
@@ -88,12 +88,12 @@ def speculative_stream(
         return
     run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
     schedule = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)
-    drafter, models, vocab, eos, device, decode, warpers = run
+    drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
     trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, gamma, max_new_tokens + MAX_GAMMA + 1,
                                               drafter=drafter.describe(), gamma_schedule=schedule.describe())
     n_prompt = len(input_ids)
-    target_runner = ModelRunner(target, vocab, cached)
-    clock = _Clock(device)
+    target_runner = make_runner(target, vocab, cached)
+    clock = Clock(device)
     top_k = min(TOP_TOKENS, vocab)
 
     with torch.inference_mode():
@@ -109,12 +109,12 @@ def speculative_stream(
         with torch.inference_mode():
             remaining = n_prompt + max_new_tokens - n
             allowed = min(schedule.next_gamma(), remaining)
-            t0 = clock.now()
+            t0 = clock.mark()  # CUDA events on a GPU: no synchronisation per phase
 
             # 1. Draft: up to `allowed` tokens into seq[n:], each with the q it was drawn from.
             proposal = drafter.propose(DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting))
             g, q_all = proposal.count, proposal.q  # q_all: (g, V)
-            t1 = clock.now()
+            t1 = clock.mark()
 
             # 2. Verify: one target pass over the pending token and the g drafts; row i scores the
             # position after n + i tokens, so its context holds the drafts before it.
@@ -123,12 +123,13 @@ def speculative_stream(
             drafts = seq[n : n + g]
 
             # 3-4. Accept, and the final token (correction or bonus).
-            transfer = _Transfer()
-            _judge(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0)
+            transfer = Transfer()
+            judge_chain(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0)
             host = transfer.fetch()
-            t2 = clock.now()
+            t2 = clock.mark()
+            draft_ms, verify_ms = clock.ms(t0, t1), clock.ms(t1, t2)
 
-            draft_ids, n_acc, final, kind, emitted, keeps_final = _settle(host, eos, remaining)
+            draft_ids, n_acc, final, kind, emitted, keeps_final = settle(host, eos, remaining)
 
             # 5. Roll back: the sequence stands after the emitted tokens; both sides keep all but
             # the newest token, which is fed next round.
@@ -137,13 +138,13 @@ def speculative_stream(
             history.extend(emitted)
             target_runner.rollback(n - 1)
             drafter.rollback(n - 1)
-            schedule.observe(g, n_acc, min(g, n_acc + 1), t1 - t0, t2 - t1)
+            schedule.observe(g, n_acc, min(g, n_acc + 1), draft_ms, verify_ms)
 
             # 6. Record.
             if record:
-                trace.rounds.append(_round(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
-                                           decode, top_k, allowed, t1 - t0, t2 - t1, clock.since_start()))
-            _extend(trace, emitted, eos, max_new_tokens, clock, tokenizer)
+                trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
+                                           decode, top_k, allowed, draft_ms, verify_ms, clock.since_start()))
+            extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace
             return
@@ -170,17 +171,17 @@ def autoregressive_stream(
     token is one Round with no drafts and ``final_kind="target"``.
     """
     run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
-    _, _, vocab, eos, device, decode, warpers = run
+    vocab, eos, device, decode, warpers = run.vocab, run.eos, run.device, run.decode, run.warpers
     trace, seq, _, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens, mode="autoregressive")
     n_prompt = len(input_ids)
-    runner = ModelRunner(target, vocab, cached)
-    clock = _Clock(device)
+    runner = make_runner(target, vocab, cached)
+    clock = Clock(device)
     with torch.inference_mode():
         runner.prefill(seq, n_prompt - 1)
         trace.prefill_ms = clock.since_start()
     for n in range(n_prompt, n_prompt + max_new_tokens):
         with torch.inference_mode():  # per step, not across a yield (thread-local)
-            t0 = clock.now()
+            t0 = clock.mark()
             p = sampling.probs(runner.logits(seq, n, 1), warpers, contexts(seq, [n], vocab) if sampling.needs_context else None)
             token = rejection.sample_rows(p, sampling.greedy, gen)
             seq[n] = token[0]
@@ -188,15 +189,15 @@ def autoregressive_stream(
             if not finite:
                 raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
             token_id = int(token_id)
-            t1 = clock.now()
+            t1 = clock.mark()
             if record:
                 trace.rounds.append(
                     Round(
                         drafts=[], emitted_ids=[token_id], final_token_id=token_id, final_text=decode([token_id])[0],
-                        final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=t1 - t0, end_ms=clock.since_start(),
+                        final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=clock.ms(t0, t1), end_ms=clock.since_start(),
                     )
                 )
-            _extend(trace, [token_id], eos, max_new_tokens, clock, tokenizer)
+            extend_trace(trace, [token_id], eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace
             return

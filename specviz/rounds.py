@@ -1,6 +1,10 @@
 """What every decoding loop shares: the clock, the host transfer, the run's settings, its input
 checks, judging a round's drafts, settling the emitted tokens and extending the trace.
 
+Public names (the engine's API): ``Clock``, ``Transfer``, ``RunSetup`` / ``set_up`` (read its fields
+by name), ``SequenceStart`` / ``start_sequence``, ``new_trace``, ``run_settings``, ``validate_inputs``,
+``judge_chain``, ``settle``, ``extend_trace``, ``round_record``, ``TOP_TOKENS``.
+
 The single-sequence chain loop (``specviz.engine``), the batched loop (``specviz.batch``) and the
 token-tree loop (``specviz.tree.loop``) build their rounds from these parts, so a fix to any of
 them reaches all three.
@@ -25,11 +29,23 @@ from specviz.trace import Draft, Round, TopToken, Trace
 TOP_TOKENS = 5
 
 
-class _Clock:
+class Mark(NamedTuple):
+    """A point of a round's timeline: host milliseconds, and a CUDA event recorded there (None on a CPU)."""
+
+    ms: float
+    event: torch.cuda.Event | None
+
+
+class Clock:
     """Wall-clock milliseconds, synchronised with the device so GPU work is counted.
 
     Time spent suspended at a ``yield`` (the consumer drawing a page, say) is excluded, so
     the trace's timings measure generation alone.
+
+    ``now`` synchronises the device (one synchronisation per call on CUDA). A round's phases are
+    timed without that: ``mark`` records a CUDA event (host time on a CPU) and ``ms(a, b)`` reads
+    the GPU time between two marks once the later one has completed (the round's one transfer to
+    the host waits for it anyway).
     """
 
     def __init__(self, device: torch.device):
@@ -41,6 +57,22 @@ class _Clock:
         if self.cuda:
             torch.cuda.synchronize()
         return time.perf_counter() * 1000.0 - self.paused
+
+    def mark(self) -> Mark:
+        """A mark here: no synchronisation."""
+        event = None
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+        return Mark(time.perf_counter() * 1000.0 - self.paused, event)
+
+    def ms(self, a: Mark, b: Mark) -> float:
+        """Milliseconds from mark ``a`` to mark ``b``: GPU time between their events on CUDA (waits for
+        ``b``'s event), host time on a CPU."""
+        if a.event is not None and b.event is not None:
+            b.event.synchronize()
+            return float(a.event.elapsed_time(b.event))
+        return b.ms - a.ms
 
     def since_start(self) -> float:
         return self.now() - self.start
@@ -64,7 +96,7 @@ def _context_limit(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
 
 
-def _validate(input_ids, models, vocab_size: int, max_new_tokens: int, sampling) -> None:
+def validate_inputs(input_ids, models, vocab_size: int, max_new_tokens: int, sampling) -> None:
     if not isinstance(sampling, Sampling):
         raise TypeError(f"sampling must be a specviz.Sampling, got {type(sampling).__name__}")
     if len(input_ids) == 0:
@@ -112,7 +144,7 @@ def _model_name(model) -> str:
     return "/".join(parts[-2:]) if Path(name).is_absolute() else name
 
 
-def _settings(mode: str, sampling: Sampling, seed: int, max_new_tokens: int, eos, models, gamma=None) -> dict:
+def run_settings(mode: str, sampling: Sampling, seed: int, max_new_tokens: int, eos, models, gamma=None) -> dict:
     first = models[0]
     return {
         "mode": mode,
@@ -173,11 +205,11 @@ def start_sequence(run: RunSetup, input_ids, sampling: Sampling, seed: int, max_
     ``settings``) and its buffer of ``len(input_ids) + room`` tokens.
 
     Raises:
-        ValueError: as ``_validate``; a seed out of 0..2^63 - 1.
+        ValueError: as ``validate_inputs``; a seed out of 0..2^63 - 1.
     """
-    _validate(input_ids, run.models, run.vocab, max_new_tokens, sampling)
+    validate_inputs(input_ids, run.models, run.vocab, max_new_tokens, sampling)
     gen = generator(seed, run.device)
-    recorded = _settings(mode, sampling, seed, max_new_tokens, run.eos, run.models, gamma)
+    recorded = run_settings(mode, sampling, seed, max_new_tokens, run.eos, run.models, gamma)
     recorded.update(settings)
     history = [int(t) for t in input_ids]
     seq = torch.zeros(len(history) + room, dtype=torch.long, device=run.device)
@@ -185,7 +217,7 @@ def start_sequence(run: RunSetup, input_ids, sampling: Sampling, seed: int, max_
     return SequenceStart(new_trace(mode, history, tokenizer, recorded), seq, history, gen)
 
 
-class _Transfer:
+class Transfer:
     """Named device tensors sent to the host in one transfer and read back by name.
 
     A round's values would each cost a device synchronisation if read one by one; packed into
@@ -204,7 +236,17 @@ class _Transfer:
         self._parts.append(flat)
 
     def fetch(self) -> dict[str, list[float]]:
-        host = torch.cat(self._parts).tolist()
+        """Every value by name. On CUDA the packed tensor is copied asynchronously into pinned host
+        memory and only that copy is waited for (an event), not the whole device."""
+        packed = torch.cat(self._parts)
+        if packed.is_cuda:
+            pinned = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+            pinned.copy_(packed, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            done.synchronize()
+            packed = pinned
+        host = packed.tolist()
         return {name: host[a:b] for name, (a, b) in self._spans.items()}
 
 
@@ -213,7 +255,7 @@ def _verdicts(n_drafts: int, n_acc: int) -> list[str]:
 
 
 
-def _judge(transfer: _Transfer, prefix: str, drafts: torch.Tensor, q_all: torch.Tensor, p_all: torch.Tensor,
+def judge_chain(transfer: Transfer, prefix: str, drafts: torch.Tensor, q_all: torch.Tensor, p_all: torch.Tensor,
            sampling: Sampling, gen: torch.Generator, top_k: int) -> None:
     """Steps 3 and 4 of a round for one sequence, added to ``transfer`` under ``prefix``.
 
@@ -252,7 +294,7 @@ def _judge(transfer: _Transfer, prefix: str, drafts: torch.Tensor, q_all: torch.
         transfer.add(prefix + name, tensor)
 
 
-def _settle(host: dict, eos: frozenset[int], remaining: int) -> tuple[list[int], int, int, str, list[int], bool]:
+def settle(host: dict, eos: frozenset[int], remaining: int) -> tuple[list[int], int, int, str, list[int], bool]:
     """A round's outcome from its transferred values (``host``, names without prefix).
 
     Returns:
@@ -276,7 +318,7 @@ def _settle(host: dict, eos: frozenset[int], remaining: int) -> tuple[list[int],
     return draft_ids, n_acc, final, kind, emitted, len(emitted) == n_acc + 1
 
 
-def _extend(trace: Trace, emitted: list[int], eos: frozenset[int], max_new_tokens: int, clock: _Clock, tokenizer) -> bool:
+def extend_trace(trace: Trace, emitted: list[int], eos: frozenset[int], max_new_tokens: int, clock: Clock, tokenizer) -> bool:
     """Append a round's emitted tokens to ``trace``; stop it at an EOS (kept, always the last
     emitted token) or at ``max_new_tokens``, decoding its text then. Returns whether it stopped."""
     trace.output_ids.extend(emitted)
@@ -290,7 +332,7 @@ def _extend(trace: Trace, emitted: list[int], eos: frozenset[int], max_new_token
     return trace.stop_reason is not None
 
 
-def _round(host: dict, draft_ids: list[int], n_acc: int, final: int, kind: str, keeps_final: bool, emitted: list[int],
+def round_record(host: dict, draft_ids: list[int], n_acc: int, final: int, kind: str, keeps_final: bool, emitted: list[int],
            sources: list[int] | None, decode, top_k: int, allowed: int, draft_ms: float, verify_ms: float, end_ms: float) -> Round:
     """The Round record from one round's transferred values (``host``, by name)."""
     g = len(draft_ids)
@@ -318,3 +360,8 @@ def _round(host: dict, draft_ids: list[int], n_acc: int, final: int, kind: str, 
         ] if keeps_final else [],
         draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=allowed,
     )
+
+
+# The former private names, kept while branches written against them are merged.
+_Clock, _Transfer, _judge, _settle, _extend, _round = Clock, Transfer, judge_chain, settle, extend_trace, round_record
+_settings, _validate = run_settings, validate_inputs

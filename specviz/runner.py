@@ -12,6 +12,9 @@ attention mask still applies the window, so the cached run equals the re-fed one
 
 ``cached=False`` gives the reference path of the tests: the whole sequence is re-fed on every
 call and nothing is kept, so a cache bug cannot hide in both paths at once.
+
+``make_runner`` picks a runner by the loops' ``cached`` argument: this module's, the static cache's
+(``specviz.cache``, "static") or CUDA graphs over it (``specviz.graphs``, "graphs").
 """
 
 from __future__ import annotations
@@ -68,3 +71,27 @@ class ModelRunner:
         if self.cached and self.seen > length:
             self.cache.crop(length - self.seen)
             self.seen = length
+
+
+CACHES = (True, False, "static", "graphs")
+
+
+def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int | None = None, role: str = "target"):
+    """The runner for ``cached``: True a ``DynamicCache`` (``ModelRunner``), False the re-fed reference,
+    "static" a ``StaticRunner`` over a preallocated cache, "graphs" the model's ``specviz.graphs.GraphedRunner``
+    (CUDA graphs over a static cache, captured on first use; one per ``role``, "target" or "drafter").
+
+    Raises:
+        ValueError: any other ``cached``; "graphs" for a model not on CUDA.
+    """
+    if cached == "graphs":
+        from specviz.graphs import graphed
+
+        return graphed(model, vocab_size, role=role).acquire()
+    if cached == "static":
+        from specviz.cache import StaticRunner
+
+        return StaticRunner(model, vocab_size, capacity)
+    if cached is True or cached is False:
+        return ModelRunner(model, vocab_size, cached)
+    raise ValueError(f"cached must be one of {CACHES}, got {cached!r}")

@@ -7,7 +7,7 @@ import torch
 from specviz import rejection
 from specviz.batch_runner import BatchRunner, left_padded, positions
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
-from specviz.runner import ModelRunner
+from specviz.runner import ModelRunner, make_runner
 from specviz.sampling import contexts, row_contexts
 
 
@@ -39,7 +39,7 @@ class ModelDrafter(Drafter):
 
     def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
         self.batch = None
-        self.runner = ModelRunner(self.model, vocab, cached)
+        self.runner = make_runner(self.model, vocab, cached, role="drafter")
         self.runner.prefill(seq, n)
 
     def propose(self, request: DraftRequest) -> Proposal:

@@ -61,6 +61,8 @@ def masked_logits(runner: ModelRunner, seq: torch.Tensor, prefix: int, tokens: t
         (new, vocab) logits in the model's dtype. Without a cache (the tests' reference path)
         the prefix and every slot are re-fed, the prefix under a causal mask.
     """
+    if hasattr(runner, "tree_logits"):  # a static cache (specviz.cache.StaticRunner)
+        return runner.tree_logits(seq, prefix, tokens, positions, allow, new)
     model, dtype = runner.model, runner.model.dtype
     if runner.cached:
         mask = float_mask(prefix, allow[-new:], dtype)
@@ -93,6 +95,9 @@ def compact(runner: ModelRunner, seq: torch.Tensor, prefix: int, keep: list[int]
     if how not in COMPACTIONS:
         raise ValueError(f"cache compaction must be one of {', '.join(COMPACTIONS)}")
     if not runner.cached:
+        return
+    if hasattr(runner, "compact") and how == "gather":  # a static cache: in place, by index
+        runner.compact(prefix, keep)
         return
     if how == "refeed":
         runner.rollback(prefix)

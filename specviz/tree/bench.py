@@ -14,7 +14,7 @@ import time
 import torch
 
 from specviz import theory as chain_theory
-from specviz.runner import ModelRunner
+from specviz.runner import make_runner
 from specviz.tree import theory
 from specviz.tree.attention import ancestor_matrix, masked_logits
 
@@ -24,9 +24,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7) -> dict[int, float]:
+def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
+                      cached: bool | str = True) -> dict[int, float]:
     """v(n) for each n in ``nodes``: median time of a masked target pass over the pending token and
-    n nodes / median time of a one-token cached step, after ``prompt_ids`` (dimensionless).
+    n nodes / median time of a one-token cached step, after ``prompt_ids`` (dimensionless);
+    ``cached`` the KV cache both are timed over (``specviz.cache.make_runner``: True, "static", "graphs").
 
     The pass's cost depends on how many tokens it scores, not on the tree's shape (the mask only
     hides entries), so a chain of n nodes stands for any tree of n.
@@ -34,7 +36,7 @@ def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: in
     device = target.device
     seq = torch.tensor(list(prompt_ids) + [0] * 130, dtype=torch.long, device=device)
     prefix = len(prompt_ids) - 1
-    runner = ModelRunner(target, vocab, True)
+    runner = make_runner(target, vocab, cached)
     out = {}
     with torch.inference_mode():
         runner.prefill(seq, prefix)

@@ -17,8 +17,8 @@ import torch
 
 from specviz import rejection
 from specviz.drafters import DraftRequest
-from specviz.rounds import TOP_TOKENS, _Clock, _extend, _Transfer, set_up, start_sequence
-from specviz.runner import ModelRunner
+from specviz.rounds import TOP_TOKENS, Clock, extend_trace, Transfer, set_up, start_sequence
+from specviz.runner import make_runner
 from specviz.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
 from specviz.tree.accept import judge
@@ -59,12 +59,12 @@ def tree_stream(
     if isinstance(sampling, Sampling) and sampling.needs_context:
         raise ValueError("token trees do not support a repetition penalty yet: set it to 1")
     run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
-    drafter, models, vocab, eos, device, decode, warpers = run
+    drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
     trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, tree.depth, max_new_tokens + tree.depth + 1,
                                               drafter=drafter.describe(), gamma_schedule={"kind": "constant"}, tree=tree.describe())
     n_prompt = len(input_ids)
-    runner = ModelRunner(target, vocab, cached)
-    clock = _Clock(device)
+    runner = make_runner(target, vocab, cached)
+    clock = Clock(device)
     top_k = min(TOP_TOKENS, vocab) if record else 0
     with torch.inference_mode():
         drafter.start(seq, n_prompt - 1, vocab, cached)
@@ -75,11 +75,11 @@ def tree_stream(
     while True:
         with torch.inference_mode():  # per round: inference mode is thread-local
             remaining = n_prompt + max_new_tokens - n
-            t0 = clock.now()
+            t0 = clock.mark()
             # 1. Draft a tree no deeper than the tokens still allowed.
             request = DraftRequest(seq, n, min(tree.depth, remaining), history, sampling, warpers, gen, vocab, lambda q: True)
             drafted = draft_tree(drafter, request, tree, min(tree.depth, remaining))
-            t1 = clock.now()
+            t1 = clock.mark()
             # 2. Verify: the pending token (slot 0) and every node, one pass, each under its own path.
             slot_parents = [-1] + [p + 1 for p in drafted.parents]
             tokens = torch.cat([seq[n - 1 : n], drafted.tokens])
@@ -88,7 +88,7 @@ def tree_stream(
             p_all = rejection.target_probs(logits, sampling, warpers)  # (N + 1, V)
             # 3. Judge every node's children; each node's final token.
             judged = judge(p_all, drafted.tokens, drafted.parents, drafted.q, drafted.rule, sampling.greedy, gen)
-            transfer = _Transfer()
+            transfer = Transfer()
             for key in ("u", "p", "p_residual", "q", "accept_prob", "mass", "accepted", "accepted_child", "finals", "final_probs"):
                 transfer.add(key, judged[key])
             transfer.add("tokens", drafted.tokens)
@@ -102,7 +102,7 @@ def tree_stream(
                                    ("top_q", q_slot.gather(1, top_ids))):
                     transfer.add(key, value)
             host = transfer.fetch()
-            t2 = clock.now()
+            t2 = clock.mark()
             if not host["finite"][0]:
                 raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
 
@@ -138,8 +138,8 @@ def tree_stream(
             # 6. Record.
             if record:
                 trace.rounds.append(_round(host, drafted, node_tokens, path, final, kind, keeps_final, emitted, slot, decode,
-                                           top_k, t1 - t0, t2 - t1, clock.since_start()))
-            _extend(trace, emitted, eos, max_new_tokens, clock, tokenizer)
+                                           top_k, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start()))
+            extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace
             return

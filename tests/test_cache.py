@@ -1,0 +1,152 @@
+"""The static KV cache (specviz.cache) against the re-fed uncached path, the tests' reference.
+
+Tolerance for logits: 1e-4 absolute on tiny fp32 models. The static cache attends over its whole
+capacity with the stale columns masked to the dtype's minimum (their softmax weight is exactly 0),
+but a pass over n new tokens and a pass over the whole sequence reduce in different orders, so the
+last bits differ (pitfalls: "fp32 results of a one-token pass and a multi-token pass differ in the
+last bits"). Token ids, greedy and sampled, are compared exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specviz import Sampling, autoregressive_generate, speculative_generate
+from specviz.cache import StaticKV, StaticRunner
+from specviz.runner import ModelRunner, make_runner
+from specviz.tree.loop import tree_stream
+from specviz.tree.spec import TreeSpec
+from tests.conftest import tiny_lm
+
+ATOL = 1e-4
+
+
+def _llama(seed: int = 0, window: int | None = None):
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=16, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                         intermediate_size=64, max_position_embeddings=128)
+    return LlamaForCausalLM(config).eval()
+
+
+def _model(family: str, seed: int = 0):
+    return tiny_lm(vocab=16, layers=2, init=0.3, n_positions=128, seed=seed) if family == "gpt2" else _llama(seed)
+
+
+FAMILIES = ["gpt2", "llama"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_logits_match_the_refed_path_through_rollbacks(family):
+    """Prefill, chain passes of several tokens, rollbacks by an index, and passes again: each pass's
+    logits equal a re-fed pass over the whole sequence."""
+    model = _model(family)
+    seq = torch.randint(0, 16, (40,), generator=torch.Generator().manual_seed(1))
+    static, ref = StaticRunner(model, 16), ModelRunner(model, 16, cached=False)
+    with torch.inference_mode():
+        static.prefill(seq, 7)
+        steps = [(12, 5), (13, 1), ("rollback", 9), (14, 5), ("rollback", 14), (20, 6), ("rollback", 3), (30, 4)]
+        for end, n_last in steps:
+            if end == "rollback":
+                static.rollback(n_last)
+                assert static.seen == n_last and static.kv.length == n_last
+                continue
+            got = static.logits(seq, end, n_last)
+            want = ref.logits(seq, end, n_last)
+            assert got.shape == want.shape == (n_last, 16)
+            torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    assert static.kv.capacity == 40 + 128  # seq's room + MAX_TREE_NODES: allocated once
+    keys = static.kv.cache.layers[0].keys
+    assert keys.data_ptr() == static.kv.cache.layers[0].keys.data_ptr()  # never reallocated
+
+
+def test_the_mask_hides_stale_entries_and_applies_a_window():
+    model = _llama()
+    kv = StaticKV(model, 8)
+    mask = kv.causal_mask(torch.tensor([2, 3]))
+    assert mask.shape == (1, 1, 2, 8)
+    assert (mask[0, 0, 0, :3] == 0).all() and (mask[0, 0, 0, 3:] < -1e30).all()
+    kv.window = 2
+    mask = kv.causal_mask(torch.tensor([3]))
+    assert (mask[0, 0, 0] == 0).tolist() == [False, False, True, True, False, False, False, False]
+    with pytest.raises(ValueError):
+        kv.set_length(9)
+
+
+def test_a_model_mixing_sliding_and_full_layers_is_refused():
+    model = _llama()
+    model.config.layer_types = ["sliding_attention", "full_attention"]
+    with pytest.raises(ValueError, match="mixes"):
+        StaticKV(model, 8)
+
+
+def test_make_runner_names_its_choices():
+    model = tiny_lm()
+    assert isinstance(make_runner(model, 16, "static"), StaticRunner)
+    assert make_runner(model, 16, True).cached and not make_runner(model, 16, False).cached
+    with pytest.raises(ValueError, match="cached"):
+        make_runner(model, 16, "paged")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("sampling", [Sampling(0.0), Sampling(1.0), Sampling(0.8, top_k=5, top_p=0.9)], ids=["greedy", "t1", "t08"])
+def test_speculative_and_autoregressive_ids_equal_the_refed_path(family, sampling):
+    """Same seed, same token ids as the re-fed reference: greedy and sampled, chain and baseline."""
+    target, drafter = _model(family, 0), _model(family, 1)
+    prompt = [3, 1, 4, 1, 5]
+    for seed in (0, 1):
+        kwargs = dict(sampling=sampling, max_new_tokens=24, seed=seed, vocab_size=16)
+        ref = speculative_generate(prompt, drafter, target, gamma=3, cached=False, **kwargs)
+        got = speculative_generate(prompt, drafter, target, gamma=3, cached="static", **kwargs)
+        assert got.output_ids == ref.output_ids
+        assert [len(r.drafts) for r in got.rounds] == [len(r.drafts) for r in ref.rounds]
+        assert autoregressive_generate(prompt, target, cached="static", **kwargs).output_ids == \
+            autoregressive_generate(prompt, target, cached=False, **kwargs).output_ids
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("spec", [TreeSpec.static((3, 2, 1)), TreeSpec.dynamic(8, depth=3, topk=3)], ids=["static", "dynamic"])
+def test_tree_ids_equal_the_refed_path(family, spec):
+    """A token tree over the static cache: nodes under their ancestors' mask, the accepted path
+    compacted in place; same ids as re-feeding everything."""
+    target, drafter = _model(family, 0), _model(family, 1)
+    kwargs = dict(sampling=Sampling(1.0), max_new_tokens=20, seed=3, vocab_size=16)
+    last = {}
+    for cached in (False, "static"):
+        for trace in tree_stream([2, 7, 1], drafter, target, spec, cached=cached, **kwargs):
+            pass
+        last[cached] = trace.output_ids
+    assert last["static"] == last[False]
+
+
+def test_compact_moves_the_path_down_in_place():
+    model = _llama()
+    seq = torch.randint(0, 16, (20,), generator=torch.Generator().manual_seed(2))
+    runner = StaticRunner(model, 16, capacity=32)
+    with torch.inference_mode():
+        runner.prefill(seq, 6)
+        layer = runner.kv.cache.layers[0]
+        before = layer.keys[:, :, 6:10].clone()
+        runner.logits(seq, 10, 4)  # four slots after the prefix
+        slots = layer.keys[:, :, 6:10].clone()
+        runner.compact(6, [1, 3])
+    assert runner.seen == 8 and runner.kv.length == 8
+    torch.testing.assert_close(layer.keys[:, :, 6:8], slots[:, :, [1, 3]])
+    assert not torch.equal(before, slots)
+
+
+def test_bench_runs_over_the_static_cache_and_refuses_graphs_off_cuda():
+    """The bench's --cache: the static run adds the eager baseline and v(n) over the static cache (no
+    timing asserted); graphs on a CPU and an unknown cache are refused before anything runs."""
+    from specviz.bench import benchmark, format_report
+
+    report = benchmark("embedded", device="cpu", max_new_tokens=4, repeats=1, prompts=1,
+                       methods=["autoregressive", "speculative"], cache="static")
+    assert {"autoregressive", "speculative", "autoregressive_eager"} <= set(report) and "hf_generate_static" not in report
+    assert report["settings"]["cache"] == "static" and report["capture_ms"] is None
+    assert set(report["verify_cost_by_nodes"]) == {1, 2, 4, 8, 16, 32} and report["overhead_ms_per_round"] is not None
+    assert "autoregressive_eager" in format_report(report)
+    for cache in ("graphs", "paged"):
+        with pytest.raises(ValueError):
+            benchmark("embedded", device="cpu", max_new_tokens=4, repeats=1, prompts=1, methods=["autoregressive"], cache=cache)
