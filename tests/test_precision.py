@@ -211,3 +211,22 @@ def test_english_pair_greedy_in_bf16_equals_its_own_greedy_decoding_but_at_near_
     print(f"\nbf16 greedy: {checked} tokens compared over {prompts} prompts; {len(ties)} divergences, each at a near-tie "
           f"(position, top-2 gap, rounding between pass shapes): {[(i, round(g, 3), round(r, 3)) for i, g, r in ties]}")
     assert checked == prompts * n
+
+
+def test_candidate_top_p_keeps_what_transformers_top_p_keeps():
+    """The top-p rule over the top-1024 candidates equals transformers' full-sort warper on 49,152-wide
+    rows, peaked and flat (the flat ones fall back to the full sort), with -inf padding as the
+    small-head drafter's logits have, and on a vocabulary smaller than the candidate count."""
+    from transformers import TopPLogitsWarper
+
+    from specviz.top_p import CandidateTopP
+
+    gen = torch.Generator().manual_seed(1)
+    for scale in (0.5, 2.0, 5.0):
+        for p in (0.5, 0.9, 0.95):
+            x = torch.randn(50, 49152, generator=gen) * scale
+            x[:10, 8192:] = float("-inf")
+            want, got = TopPLogitsWarper(p)(None, x.clone()), CandidateTopP(p)(None, x.clone())
+            assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(want[~torch.isinf(want)], got[~torch.isinf(got)])
+    small = torch.randn(3, 8, generator=gen)
+    assert torch.equal(CandidateTopP(0.8)(None, small.clone()), TopPLogitsWarper(0.8)(None, small.clone()))
