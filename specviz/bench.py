@@ -1,11 +1,14 @@
 """``python -m specviz bench``: tokens/s of five methods on one pair, interleaved, in one run.
 
 Methods, all on the same pair, held-out prompts, settings and number of new tokens (EOS is
-ignored so every run generates exactly max_new_tokens):
-  autoregressive        specviz's baseline loop (the one the demo shows)
+ignored so every run generates exactly max_new_tokens); the pair runs in its form for this machine
+(``specviz.pair.precision``: bf16 on a CPU with bf16 instructions, else fp32; said in the header):
+  autoregressive        specviz's baseline loop (the one the demo shows), the same target in the same form
+  autoregressive_fp32   the same loop with the target loaded again in fp32 (only where the form is not
+                        fp32): the comparison is not won by slowing the baseline
   speculative           specviz's speculative loop with the full trace
   speculative_untraced  the same loop with recording off (the trace's cost)
-  hf_generate           transformers ``target.generate``
+  hf_generate           transformers ``target.generate`` (greedy or sampled), the same weights in the same form
   hf_assisted           transformers' counterpart of the drafter kind and schedule (``hf_method``):
                         assisted generation with the same drafter model (``num_assistant_tokens=gamma``,
                         the same schedule where transformers has it), ``prompt_lookup_num_tokens``
@@ -28,7 +31,10 @@ Derived: speedup (speculative / autoregressive), speedup over hf_assisted, alpha
 acceptance rate (accepted / drafted) and mean beta, the measured cost coefficient c, the verify
 cost v (target pass over gamma + 1 tokens / one target step), the speedup Leviathan et al.
 (2023, Thm 3.8) predict from alpha, gamma and c, the same with the measured v
-(E[tokens per round] / (gamma c + v)), and efficiency = measured / each prediction.
+(E[tokens per round] / (gamma c + v)), and efficiency = measured / each prediction; the speedup
+over the faster of autoregressive_fp32 and hf_generate. Before the timed runs, the v(n) table
+(``specviz.pass_cost``): a target pass over n = 1, 2, 3, 5, 9, 17 tokens in target steps, and the
+output layer's share of it, in the form and in fp32.
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from __future__ import annotations
 import copy
 import json
 import platform
+import sys
 
 import torch
+from tqdm.auto import tqdm
 
 from specviz import Sampling, autoregressive_generate, metrics, speculative_generate, theory
 from specviz.bench_common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
@@ -48,6 +56,7 @@ from specviz.schedules import make_schedule
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
 CACHE_METHODS = ["autoregressive_eager", "hf_generate_static"]  # added with a static cache or graphs
 CACHES = {"dynamic": True, "static": "static", "graphs": "graphs"}  # --cache: the loops' ``cached`` argument
+SHOWN = ["autoregressive", "autoregressive_fp32", *METHODS[1:]]  # the table's rows, where measured
 
 
 def _assistant(model):
@@ -96,6 +105,9 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
     common["cached"] = cached
     if method == "autoregressive":
         return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, **common)
+    if method == "autoregressive_fp32":
+        fp32 = fp32_target(pair)
+        return lambda ids, seed: autoregressive_generate(ids, fp32, seed=seed, vocab_size=pair.vocab_size, **common)
     if method == "speculative_tree":
         drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, seed=seed, vocab_size=pair.vocab_size, tree=tree, **common)
@@ -119,9 +131,41 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
     return run
 
 
+def fp32_target(pair):
+    """The pair's target loaded again from its weights in fp32 (kept while the pair lives); the target
+    itself where it already is fp32.
+
+    Raises:
+        PairError: as loading the target.
+    """
+    if next(pair.target.parameters()).dtype == torch.float32 or pair.target_ref is None:
+        return pair.target
+    twin = getattr(pair, "_fp32_target", None)
+    if twin is None:
+        from specviz.pair.loading import _load_model
+        from specviz.pair.precision import Form
+
+        twin = _load_model(pair.target_ref, pair.revisions[1], pair.device, True,
+                           Form(torch.float32, "fp32: loaded for comparison"))
+        pair._fp32_target = twin
+    return twin
+
+
+def measure_pass_costs(pair, repeats: int = 9) -> dict:
+    """The v(n) table (``specviz.pass_cost``) of the pair's target in its form, and in fp32 where the form is not fp32."""
+    from specviz.pass_cost import pass_costs
+
+    form = pair.form.name if pair.form is not None else str(pair.target.dtype).removeprefix("torch.")
+    costs = {form: pass_costs(pair.target, pair.vocab_size, repeats=repeats)}
+    fp32 = fp32_target(pair)
+    if fp32 is not pair.target:
+        costs["fp32 (for comparison)"] = pass_costs(fp32, pair.vocab_size, repeats=repeats)
+    return costs
+
+
 def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
               repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
-              confidence=0.4, prompt_set="held-out", tree=None, cache="dynamic") -> dict:
+              confidence=0.4, prompt_set="held-out", tree=None, cache="dynamic", pass_costs=True) -> dict:
     """Run the benchmark and return the report (the dict ``--json`` prints).
 
     ``pair_name`` defaults to ``default_pair()`` (the English pair when it loads offline). ``kind``
@@ -131,7 +175,8 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     within this one run. ``tree`` (a TreeSpec) adds a token tree with the same drafter to the
     rotation, reported beside the chain (``specviz.tree.bench``). ``cache`` (a key of CACHES) picks
     specviz's KV cache; "static" and "graphs" add CACHE_METHODS, and "graphs" captures every model's
-    graphs before the timed runs (``capture_ms``).
+    graphs before the timed runs (``capture_ms``). ``pass_costs`` adds the v(n)
+    table (``measure_pass_costs``). Progress goes to stderr.
 
     Raises:
         PairError, ValueError: as load_pair, make_drafter, make_schedule, benchmark_prompts; an unknown
@@ -154,12 +199,17 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         from specviz import graphs
 
         capture_ms = graphs.prepare(pair.target, pair.drafter if kind == "model" else None, vocab_size=pair.vocab_size)
+    if "autoregressive" in methods and fp32_target(pair) is not pair.target:
+        methods.insert(methods.index("autoregressive") + 1, "autoregressive_fp32")
+    pass_table = measure_pass_costs(pair) if pass_costs else None
     runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens, **options) for m in methods}
     tps: dict[str, list[float]] = {m: [] for m in methods}
     traces: dict[str, list] = {m: [] for m in methods}
-    with torch.inference_mode():
+    with torch.inference_mode(), tqdm(total=len(methods) * (1 + repeats * len(prompt_ids)), desc="bench runs",
+                                      file=sys.stderr, unit="run") as bar:
         for m in methods:  # warm-up: first-call allocations and kernel selection
             timed(runners[m], prompt_ids[0], 0, pair.device)
+            bar.update()
         for r in range(repeats):
             for i, ids in enumerate(prompt_ids):
                 k = (r * len(prompt_ids) + i) % len(methods)
@@ -168,6 +218,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
                     tps[m].append(tokens / seconds)
                     if trace is not None:
                         traces[m].append(trace)
+                    bar.update()
     report: dict = {m: {"tokens_per_second": spread(tps[m])} for m in methods}
     med = {m: report[m]["tokens_per_second"]["median"] for m in methods}
     spec, base = traces.get("speculative"), traces.get("autoregressive")
@@ -218,6 +269,13 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         # v(n) over the chosen cache: a pass over the pending token and n drafts / a one-token step.
         report["verify_cost_by_nodes"] = verify_cost_curve(pair.target, prompt_ids[0], [1, 2, 4, 8, 16, 32], pair.vocab_size,
                                                            cached=CACHES[cache])
+    others = [m for m in ("autoregressive_fp32", "hf_generate") if m in med]
+    if others and "speculative" in med:
+        best = max(others, key=med.get)
+        report["fastest_other_baseline"] = best
+        report["speedup_vs_fastest_other_baseline"] = med["speculative"] / med[best]
+    if "autoregressive_fp32" in med and "autoregressive" in med:
+        report["autoregressive_vs_fp32"] = med["autoregressive"] / med["autoregressive_fp32"]
     if "speculative_untraced" in med and "speculative" in med:
         report["trace_overhead"] = med["speculative_untraced"] / med["speculative"] - 1.0
     if tree is not None and traces["speculative_tree"] and spec and base:
@@ -228,16 +286,25 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         "pair": pair.name, "gamma": gamma, "drafter_kind": kind, "gamma_schedule": schedule, "prompt_set": prompt_set,
         "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens, "tree": tree.describe() if tree is not None else None,
         "repeats": repeats, "prompts": len(prompt_ids), "device": str(pair.device), "cache": cache,
-        "dtype": str(pair.target.dtype).removeprefix("torch."), "torch_threads": torch.get_num_threads(),
+        "dtype": str(pair.target.dtype).removeprefix("torch."), "dtype_reason": pair.form.reason if pair.form else None,
+        "torch_threads": torch.get_num_threads(),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
     }
+    if pass_table is not None:
+        report["pass_costs"] = pass_table
     return report
 
 
 def format_report(report: dict) -> str:
-    """A plain-text table of the report."""
-    lines = [f"{'method':<22}{'tokens/s (median)':>18}{'IQR':>20}"]
-    for m in METHODS + CACHE_METHODS:
+    """A plain-text table of the report: the form first, then the v(n) table, then the methods."""
+    settings = report["settings"]
+    lines = [f"form: {settings.get('dtype')} on {settings.get('device')}" + (f" ({settings['dtype_reason']})" if settings.get("dtype_reason") else "")]
+    if report.get("pass_costs"):
+        from specviz.pass_cost import format_pass_costs
+
+        lines += format_pass_costs(report["pass_costs"])
+    lines.append(f"{'method':<22}{'tokens/s (median)':>18}{'IQR':>20}")
+    for m in SHOWN + CACHE_METHODS:
         if m in report:
             s = report[m]["tokens_per_second"]
             iqr = f"{s['q1']:.1f}-{s['q3']:.1f}"
@@ -247,6 +314,8 @@ def format_report(report: dict) -> str:
         ("mean_beta", "mean beta"), ("mean_tokens_per_round", "tokens per round"),
         ("predicted_tokens_per_round", "tokens per round, Eq. (1)"),
         ("cost_coefficient", "cost coefficient c"), ("verify_cost", "verify cost v"), ("speedup", "speedup over autoregressive"),
+        ("speedup_vs_fastest_other_baseline", "speedup over max(fp32 AR, hf_generate)"),
+        ("autoregressive_vs_fp32", "autoregressive / autoregressive_fp32"),
         ("speedup_vs_hf", "speedup over transformers' counterpart"), ("mean_gamma", "drafts per round"), ("autoregressive_vs_hf_generate", "autoregressive / hf_generate"),
         ("predicted_speedup", "predicted speedup, Thm 3.8"), ("predicted_speedup_verify", "predicted with measured v"),
         ("efficiency", "efficiency (measured / Thm 3.8)"), ("efficiency_verify", "efficiency (measured / with v)"),

@@ -110,7 +110,9 @@ def batch_benchmark(pair_name=None, drafter=None, target=None, device=None, gamm
         "settings": {"pair": pair.name, "gamma": gamma, "drafter_kind": kind, "gamma_schedule": schedule, "prompt_set": prompt_set,
                      "confidence": confidence if schedule == "confidence" else None,
                      "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens, "repeats": repeats,
-                     "batch_sizes": list(batch_sizes), "device": str(pair.device), "torch_threads": torch.get_num_threads()},
+                     "batch_sizes": list(batch_sizes), "device": str(pair.device), "torch_threads": torch.get_num_threads(),
+                     "dtype": str(pair.target.dtype).removeprefix("torch."),
+                     "dtype_reason": pair.form.reason if getattr(pair, "form", None) is not None else None},
     }
 
 

@@ -155,6 +155,8 @@ def run_settings(mode: str, sampling: Sampling, seed: int, max_new_tokens: int, 
         "eos_token_id": sorted(eos),
         "device": str(first.device),
         "dtype": str(first.dtype).removeprefix("torch."),
+        # why that dtype, for models given a form at load (specviz.pair.precision.apply_form)
+        **({"dtype_reason": form.reason} if (form := getattr(models[-1], "specviz_form", None)) is not None else {}),
         "models": [_model_name(m) for m in models],
     }
 

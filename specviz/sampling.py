@@ -21,8 +21,9 @@ from transformers import (
     RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
-    TopPLogitsWarper,
 )
+
+from specviz.top_p import CandidateTopP
 
 
 # The smallest temperature above 0, for the engine and the page alike: far below it, logits /
@@ -89,7 +90,7 @@ class Sampling:
         if self.top_k > 0:
             warpers.append(TopKLogitsWarper(self.top_k))
         if self.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(float(self.top_p)))
+            warpers.append(CandidateTopP(float(self.top_p)))  # transformers' top-p rule without a full sort
         return warpers
 
     def probs(self, logits: torch.Tensor, warpers: LogitsProcessorList | None = None, context: torch.Tensor | None = None) -> torch.Tensor:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # annotations only: the trace imports this module to load fil
 from specviz.tree.record import MAX_TREE_NODES, check_tree
 
 # Bounds of what specviz records; a file beyond them was not written by specviz.
+MAX_REASON_CHARS = 400  # settings.dtype_reason: one sentence
 SEED_MAX = 2**63 - 1  # seeds and counts in settings: what the page's controls can take back
 # A time is 0 or at least this (1 ns): a denormal such as 5e-324 ms makes tokens/s infinite.
 MIN_TIME_MS = 1e-6
@@ -150,6 +151,9 @@ def check_settings(trace: Trace, where: str) -> None:
     for key in ("mode", "device", "dtype"):
         if key in s and not isinstance(s[key], str):
             raise _fail(f"{where}.settings.{key}", "must be text")
+    # Why the models ran in that dtype (specviz.pair.precision); recordings made before it have none.
+    if "dtype_reason" in s and not (isinstance(s["dtype_reason"], str) and len(s["dtype_reason"]) <= MAX_REASON_CHARS):
+        raise _fail(f"{where}.settings.dtype_reason", f"must be text of at most {MAX_REASON_CHARS} characters")
     if not all(isinstance(m, str) for m in s.get("models", [])):
         raise _fail(f"{where}.settings.models", "must be a list of model names")
     for key in ("drafter", "gamma_schedule", "tree"):

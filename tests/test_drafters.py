@@ -142,16 +142,27 @@ def test_quantized_drafter_is_an_int8_copy_sharing_the_targets_other_weights():
     beta = float(torch.minimum(p, q).sum())
     assert 0.7 < beta < 0.95  # close, not equal: the rounding shows
     assert QuantizedDrafter(target).describe()["bits"] == 8
-    with pytest.raises(ValueError, match="fp32"):
-        quantize_target(outlier_llama().to(torch.float64))
 
 
-def test_the_quantized_kind_is_offered_for_an_fp32_cpu_target_only():
+def test_a_bf16_target_is_quantized_from_an_fp32_copy():
+    """torch's int8 Linear takes fp32 activations: a bf16 target (the CPU form of specviz.pair.precision)
+    gets an fp32 copy with int8 linears, and stays bf16 itself."""
+    target = outlier_llama().to(torch.bfloat16)
+    short = quantize_target(target)
+    assert short.model.layers[0].self_attn.q_proj.weight().dtype == torch.qint8
+    assert short.model.embed_tokens.weight.dtype == torch.float32 and target.model.embed_tokens.weight.dtype == torch.bfloat16
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.inference_mode():
+        p, q = (torch.softmax(m(ids).logits[0, -1].float(), -1) for m in (target, short))
+    assert 0.6 < float(torch.minimum(p, q).sum()) < 1.0
+
+
+def test_the_quantized_kind_is_offered_for_a_cpu_target_in_any_form():
     from specviz.drafters import KINDS, usable_kinds
 
     target = models("similar")[1]
     assert usable_kinds(target) == KINDS and "quantized" in KINDS
-    assert "quantized" not in usable_kinds(models("similar")[1].to(torch.bfloat16))
+    assert usable_kinds(models("similar")[1].to(torch.bfloat16)) == KINDS
 
 
 def test_small_head_drafter_never_drafts_outside_its_head():

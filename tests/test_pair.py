@@ -335,6 +335,7 @@ def test_no_safetensors_weights(hub, monkeypatch):
 
 def test_over_the_size_limit_is_refused_before_any_download(hub, monkeypatch):
     monkeypatch.setenv(pairs.ALLOW_CUSTOM_ENV, "1")
+    monkeypatch.setenv("SPECVIZ_CPU_DTYPE", "fp32")  # the sizes below are fp32's, whatever this CPU's own form
     with pytest.raises(PairError, match=r"9B parameters together: 36\.0 GB in float32 on cpu, over this server's limit of 16 GB \(SPECVIZ_MAX_MODEL_GB\)"):
         load_pair(drafter="tests/drafter", target="tests/huge", device="cpu")
     assert hub.loads() == []  # not even the tokenizers
@@ -345,7 +346,8 @@ def test_over_the_size_limit_is_refused_before_any_download(hub, monkeypatch):
     still_serves()
 
 
-def test_more_than_the_free_memory_is_refused_before_loading_weights(hub):
+def test_more_than_the_free_memory_is_refused_before_loading_weights(hub, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CPU_DTYPE", "fp32")  # the size below is fp32's, whatever this CPU's own form
     hub.repos[PRESETS[SMOL].target]["params"] = 10**13  # 40 TB in fp32
     with pytest.raises(PairError, match="needs about 40000.*GB of memory on cpu.*pick a smaller pair"):
         load_pair(SMOL, device="cpu")

@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
 from specviz.drafters.early_exit import EarlyExitDrafter, early_exit_model, layer_count
 from specviz.drafters.model import ModelDrafter
@@ -41,16 +39,17 @@ def default_exit_layer(target) -> int:
 
 
 def usable_kinds(target) -> tuple[str, ...]:
-    """The kinds that can draft for ``target``: every kind, but "quantized" only for an fp32 target on the CPU."""
+    """The kinds that can draft for ``target``: every kind, but "quantized" only for a target on the CPU
+    (a bf16 one is quantized from an fp32 copy)."""
     param = next(target.parameters(), None)
-    cpu_fp32 = param is not None and param.device.type == "cpu" and param.dtype == torch.float32
-    return tuple(k for k in KINDS if k != "quantized" or cpu_fp32)
+    on_cpu = param is not None and param.device.type == "cpu"
+    return tuple(k for k in KINDS if k != "quantized" or on_cpu)
 
 
 def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None) -> Drafter:
     """The drafter of ``kind``: "model" (needs ``drafter_model``), "ngram" (``ngram_max``),
     "early-exit" (needs ``target``; ``exit_layer`` defaults to ``default_exit_layer``) or
-    "quantized" (needs an fp32 ``target`` on the CPU).
+    "quantized" (needs a ``target`` on the CPU).
 
     Raises:
         ValueError: an unknown kind, a parameter out of range, or a quantized drafter asked of a

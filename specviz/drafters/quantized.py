@@ -18,9 +18,12 @@ The drafts are sampled from the quantized model's own processed q like any draft
 ``ModelDrafter`` runner and KV cache are reused as they are), so verification keeps the output
 exactly the target's whatever the rounding did.
 
-Memory: the quantized copy shares the target's embedding table, norms and other non-linear weights
-(no copy) and adds only the int8 weights (about a quarter of the linear layers' fp32 bytes). It is
-built once per target and kept while the target lives.
+Memory: the quantized copy of an fp32 target shares the target's embedding table, norms and other
+non-linear weights (no copy) and adds only the int8 weights (about a quarter of the linear layers'
+fp32 bytes). A target in another form on the CPU (bf16, ``specviz.pair.precision``) is quantized
+from an fp32 copy of itself: torch's int8 Linear takes fp32 activations, so the copy's embedding
+table and norms stay fp32 (their own bytes, beside the int8 weights). Either way it is built once
+per target and kept while the target lives.
 """
 
 from __future__ import annotations
@@ -55,26 +58,27 @@ def quantize_target(target) -> torch.nn.Module:
     """An int8 copy of a transformers causal LM, built once per target and cached while it lives.
 
     Args:
-        target: a transformers causal LM on the CPU, fp32, in eval mode.
+        target: a transformers causal LM on the CPU, in eval mode, fp32 (shared non-linear
+            weights) or another float dtype (quantized from an fp32 copy).
 
     Returns:
         A causal LM with the target's config and forward whose ``nn.Linear`` layers are torch's
         dynamic int8 ``Linear``; every other weight is the target's own tensor.
 
     Raises:
-        ValueError: the target is not on the CPU or not fp32 (torch's int8 kernels are CPU-only
-            and quantize from fp32).
+        ValueError: the target is not on the CPU (torch's int8 kernels are CPU-only).
     """
     param = next(target.parameters())
     if param.device.type != "cpu":
         raise ValueError(f"the quantized drafter runs on the CPU only (torch's int8 kernels); the target is on {param.device.type}: "
                          "choose another drafter")
-    if param.dtype != torch.float32:
-        raise ValueError(f"the quantized drafter quantizes an fp32 target; this one is {str(param.dtype).removeprefix('torch.')}")
     with _lock:
         short = _quantized.get(target)
         if short is None:
-            short = _tree_copy(target)
+            # torch's int8 Linear quantizes from fp32 and takes fp32 activations: a bf16 target gets an fp32 copy.
+            short = _tree_copy(target) if param.dtype == torch.float32 else copy.deepcopy(target).float()
+            if hasattr(short, "specviz_form"):
+                del short.specviz_form  # the copy runs in fp32 and int8, not in the target's form
             with warnings.catch_warnings():  # torch.ao.quantization's deprecation notice
                 warnings.simplefilter("ignore")
                 torch.ao.quantization.quantize_dynamic(short, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)

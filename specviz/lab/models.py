@@ -57,12 +57,20 @@ KINDS = {
 }
 
 
-def models(kind: str, init: float = 0.1, vocab: int = 8):
-    """(drafter, target) of one of KINDS; ``init`` scales the target's weights (0.1: spread-out distributions).
+def models(kind: str, init: float = 0.1, vocab: int = 8, dtype: torch.dtype = torch.float32):
+    """(drafter, target) of one of KINDS, both cast to ``dtype`` (the form a pair runs in on this
+    machine, ``specviz.pair.precision``); ``init`` scales the target's weights (0.1: spread-out distributions).
 
     Raises:
         KeyError: an unknown kind.
     """
+    drafter, target = _models(kind, init, vocab)
+    if dtype != torch.float32:
+        drafter, target = drafter.to(dtype), target.to(dtype)  # the same object twice for "identical"
+    return drafter, target
+
+
+def _models(kind: str, init: float, vocab: int):
     target = tiny_lm(vocab=vocab, layers=2, seed=3, init=init, n_positions=32)
     if kind == "similar":
         return noisy_copy(target, 0.03, seed=4), target

@@ -180,7 +180,8 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
                 _resident[key] = job.pair
         finally:
             _load_lock.release()
-        say(1.0, f"{label} is ready on {dev.type}")
+        form = f" in {job.pair.form.name}" if job.pair.form is not None else ""
+        say(1.0, f"{label} is ready on {dev.type}{form}")
         return job.pair
     except BaseException as err:
         job.error = err

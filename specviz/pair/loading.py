@@ -25,7 +25,8 @@ from specviz.pair.catalogue import PRESETS, ModelRef, Preset, human_count, parse
 from specviz.pair.converted import ensure_converted
 from specviz.pair.errors import OOM_ERRORS, PairError, explain, root_cause
 from specviz.pair.hub import Checked, check_hub_model, local_params
-from specviz.pair.memory import available_memory_bytes, dtype_for
+from specviz.pair.memory import available_memory_bytes
+from specviz.pair.precision import Form, apply_form, form_for
 from specviz.pair.settings import ALLOW_CUSTOM_ENV, MAX_MODEL_GB_ENV, custom_models_allowed, max_model_gb
 
 Progress = Callable[[float, str], None]
@@ -52,6 +53,8 @@ class Pair:
     target_id: str = ""
     revisions: tuple[str | None, str | None] = (None, None)
     target_source: str = ""
+    form: Form | None = None  # the dtype both models run in on this machine, and why (specviz.pair.precision)
+    target_ref: ModelRef | None = None  # what the target was loaded from (bench loads it again in fp32)
 
     @property
     def vocab_size(self) -> int:
@@ -136,10 +139,14 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
             checked.append(check_hub_model(ref, custom=preset is None))
     dc, tc = checked
 
-    dtype = dtype_for(dev)
     params = [c.params for c in checked]
     if preset is not None:  # offline: the catalogue's counts
         params = [p if p is not None else q for p, q in zip(params, (preset.drafter_params, preset.target_params))]
+    try:
+        form = form_for(dev, params[1])
+    except ValueError as err:
+        raise PairError(str(err)) from err
+    dtype = form.dtype
     need_gb = sum(p or 0 for p in params) * dtype.itemsize / 1e9
     if preset is None and not (dref.local or tref.local) and need_gb > max_model_gb():
         raise PairError(
@@ -169,9 +176,9 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
         )
 
     say(0.3, f"Loading the drafter {dref.shown}" + ("" if dc.offline else " (downloading it if it is not cached)"))
-    d_model = _load_model(dref, dc.revision, dev, dc.offline)
+    d_model = _load_model(dref, dc.revision, dev, dc.offline, form)
     say(0.6, f"Loading the target {tref.shown}" + ("" if tc.offline else " (downloading it if it is not cached)"))
-    t_model = _load_model(tref, tc.revision, dev, tc.offline)
+    t_model = _load_model(tref, tc.revision, dev, tc.offline, form)
     target_id = str(tref)
     if preset is not None and preset.gguf is not None:
         if tref.local:  # traces name the target by this: the packaged file, not a cache path
@@ -180,7 +187,8 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
             source = f"the model hub: {tref.id}" + (f"@{tc.revision[:12]}" if tc.revision else "")
     instruct = preset.instruct if preset is not None else bool(getattr(t_tok, "chat_template", None))
     return Pair(label, d_model, t_model, t_tok, dev, instruct=instruct, preset=preset, drafter_id=str(dref),
-                target_id=target_id, revisions=(dc.revision, tc.revision), target_source=source)
+                target_id=target_id, revisions=(dc.revision, tc.revision), target_source=source, form=form,
+                target_ref=tref)
 
 
 def _packaged_target(preset: Preset, hub_ref: ModelRef, say: Progress) -> tuple[ModelRef, str]:
@@ -254,12 +262,17 @@ _registered = False
 _register_lock = threading.Lock()
 
 
-def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local_only: bool):
+def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local_only: bool, form: Form):
+    """The model in ``form`` on ``device``, in eval mode, with no parameter asking for gradients.
+
+    Raises:
+        PairError: as ``explain`` words the loading error.
+    """
     from transformers import AutoModelForCausalLM
 
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            ref.id, revision=revision, dtype=dtype_for(device), local_files_only=local_only,
+            ref.id, revision=revision, dtype=form.dtype, local_files_only=local_only,
             trust_remote_code=False, use_safetensors=True,
         )
     except Exception as err:
@@ -271,7 +284,7 @@ def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local
     try:
         # On ZeroGPU this runs outside @spaces.GPU, as its docs require: the weights are placed
         # on "cuda" once, at load time, and the GPU is attached when a decorated function runs.
-        return model.to(device).eval()
+        return apply_form(model.to(device).eval(), form)
     except OOM_ERRORS as err:
         del model
         raise explain(str(ref), err) from err

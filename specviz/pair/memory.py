@@ -17,7 +17,8 @@ def default_device() -> torch.device:
 
 
 def dtype_for(device: torch.device) -> torch.dtype:
-    # bf16 halves memory traffic on the GPU; the CPU keeps fp32, where greedy equality is exact in practice.
+    # bf16 halves memory traffic on the GPU. On the CPU this is fp32, the form a pair falls back to;
+    # the form it runs in is chosen per machine by specviz.pair.precision.cpu_form (bf16 where it pays).
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 

@@ -24,6 +24,7 @@ from specviz.ui.limits import BATCH_MAX, COMPARE_SECONDS_MAX, MAX_NEW_TOKENS_RAN
 from specviz.ui.pairs import encode, failure, resident
 from specviz.ui.request import RunRequest
 from specviz.views.text import markdown_literal, run_label
+from specviz.views.verdict import verdict
 
 
 def _pair_of(req: RunRequest):
@@ -87,6 +88,10 @@ def run_on_device(req: RunRequest):
     done = f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({how}). Pair: {pair.name}, on {pair.device.type}."
     if pair.target_source:  # a preset whose target has two possible sources says which one ran
         done += f" Target: {markdown_literal(pair.target_source)}."
+    if getattr(pair, "form", None) is not None:  # the dtype both models ran in on this machine, and why
+        done += f" Form: {markdown_literal(pair.form.reason)}."
+    if (why := verdict(spec, baseline)):
+        done += f" {markdown_literal(why)}"
     yield "done", spec, baseline, name, done
 
 

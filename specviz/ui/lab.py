@@ -4,6 +4,7 @@ teaching fault planted or none."""
 from __future__ import annotations
 
 import time
+from html import escape
 
 import gradio as gr
 
@@ -12,6 +13,7 @@ from specviz.lab.experiment import stream as lab_stream
 from specviz.lab.faults import FAULTS, planted
 from specviz.lab.models import KINDS as LAB_KINDS
 from specviz.lab.models import models as lab_models
+from specviz.pair.precision import cpu_form
 from specviz.ui.checks import mistake, number
 from specviz.ui.limits import LAB_CHUNK, LAB_DRAW_EVERY, LAB_RUNS_MAX, LAB_SECONDS_MAX
 from specviz.views.lab import lab_figure, lab_html
@@ -28,7 +30,10 @@ def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs):
     if not number(temperature) or not 0.1 <= temperature <= 2 or not number(top_p) or not 0.1 <= top_p <= 1:
         raise mistake("temperature must be from 0.1 to 2 and top-p from 0.1 to 1.", title="Bad sampling settings")
     sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
-    drafter, target = lab_models(kind)
+    # The lab's tiny models run in the form a full-size pair runs in on this CPU (bf16 or fp32,
+    # specviz.pair.precision), so its verdict is about that form's arithmetic.
+    form = cpu_form()
+    drafter, target = lab_models(kind, dtype=form.dtype)
     # Chunks of LAB_CHUNK samples: the job can be cancelled (or reach its time cap) between chunks;
     # the chart is redrawn every LAB_DRAW_EVERY samples.
     results = lab_stream(drafter, target, sampling, int(gamma), int(runs), every=LAB_CHUNK)
@@ -42,6 +47,7 @@ def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs):
         capped = time.monotonic() - start > LAB_SECONDS_MAX
         if result.runs % LAB_DRAW_EVERY == 0 or result.runs == int(runs) or capped:
             note = f"<p>Stopped at the time limit of {LAB_SECONDS_MAX:.0f} s after {result.runs} samples.</p>" if capped else ""
+            note += f"<p>Models in {escape(form.name)} ({escape(form.reason)}); probabilities in float32.</p>"
             yield lab_figure(result), lab_html(result, planted_fault) + note
         else:
             yield gr.skip(), gr.skip()

@@ -1,0 +1,61 @@
+"""Top-p (nucleus) filtering over a top-k candidate set: transformers' rule without sorting the whole vocabulary.
+
+Holtzman et al. (2020): keep the smallest set of most probable tokens whose mass reaches p.
+transformers' ``TopPLogitsWarper`` sorts every logit ascending and removes the tokens whose
+cumulative probability is <= 1 - p (keeping at least ``min_tokens_to_keep``). On a CPU that sort of
+a 49,152-entry vocabulary costs 3 ms a row (SmolLM2; a bf16 target step is 22-25 ms), paid by
+the drafter at every draft and by the target at every verified row.
+
+The same rule needs only the tokens that can be kept: if the ``candidates`` most probable tokens
+hold more than p of the mass (with a margin for float rounding), every token outside them has an
+ascending cumulative probability below 1 - p and is removed, and inside them the cumulative
+probability is the mass outside plus their own ascending cumulative sum, computed in float64. Rows
+where that does not hold (a flat distribution) go through transformers' warper unchanged. The kept
+set equals transformers' except where a cumulative sum lies within float32 rounding of 1 - p
+(transformers sums 49,152 float32 terms; measured: none in 4,000 random rows of 49,152 logits, where
+float32 candidate sums differed in 4); speculative decoding stays exact either way, since the
+drafter's q, the target's p and the autoregressive baseline all go through this same function.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import LogitsProcessor, TopPLogitsWarper
+
+MARGIN = 1e-4  # mass beyond p the candidates must hold before the fast path is taken
+
+
+class CandidateTopP(LogitsProcessor):
+    """``TopPLogitsWarper``'s rule computed over the ``candidates`` most probable tokens.
+
+    Args:
+        top_p: in (0, 1); the mass to keep.
+        candidates: how many tokens to rank (``torch.topk``) before falling back to a full sort.
+        filter_value: what removed logits become.
+        min_tokens_to_keep: at least this many tokens stay.
+
+    Call: (input_ids ignored, scores (rows, vocab) float) -> scores with removed entries at ``filter_value``.
+    """
+
+    def __init__(self, top_p: float, candidates: int = 1024, filter_value: float = -float("inf"), min_tokens_to_keep: int = 1):
+        self.top_p = float(top_p)
+        self.candidates = candidates
+        self.filter_value = filter_value
+        self.min_tokens_to_keep = min_tokens_to_keep
+        self.full = TopPLogitsWarper(self.top_p, filter_value=filter_value, min_tokens_to_keep=min_tokens_to_keep)
+
+    def __call__(self, input_ids, scores: torch.Tensor) -> torch.Tensor:
+        vocab = scores.shape[-1]
+        k = min(self.candidates, vocab)
+        if k <= self.min_tokens_to_keep or k == vocab:
+            return self.full(input_ids, scores)
+        probs = scores.double().softmax(dim=-1)  # float64: the mass outside the candidates to 1e-15, not 1e-5
+        top = probs.topk(k, dim=-1)  # descending
+        outside = (1.0 - top.values.sum(dim=-1)).clamp_min(0.0)  # (rows,)
+        if not bool((outside < (1.0 - self.top_p) - MARGIN).all()):
+            return self.full(input_ids, scores)
+        ascending = top.values.flip(-1)
+        remove = (outside[:, None] + ascending.cumsum(dim=-1)) <= (1.0 - self.top_p)
+        remove[..., -self.min_tokens_to_keep :] = False
+        removed = torch.ones_like(scores, dtype=torch.bool).scatter_(-1, top.indices, remove.flip(-1))
+        return scores.masked_fill(removed, self.filter_value)
