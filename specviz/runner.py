@@ -30,8 +30,12 @@ class ModelRunner:
         cached: keep a KV cache (True) or re-feed the whole sequence each call (False).
     """
 
-    def __init__(self, model, vocab_size: int, cached: bool = True):
+    def __init__(self, model, vocab_size: int, cached: bool = True, keep_features: bool = False):
         self.model = model
+        self.keep_features = keep_features
+        # (first position, (k, H) last hidden states of the positions fed by the latest pass),
+        # kept when ``keep_features`` (an EAGLE drafter reads them)
+        self.features: tuple[int, torch.Tensor] | None = None
         self.vocab_size = vocab_size
         self.cached = cached
         self.cache = DynamicCache() if cached else None  # no config: see the module docstring
@@ -50,11 +54,16 @@ class ModelRunner:
             Tensor of shape (n_last, vocab_size) in the model's dtype.
         """
         self.passes += 1
+        extra = {"output_hidden_states": True} if self.keep_features else {}
         if not self.cached:
-            out = self.model(input_ids=seq[None, :end], use_cache=False, logits_to_keep=n_last)
+            out = self.model(input_ids=seq[None, :end], use_cache=False, logits_to_keep=n_last, **extra)
+            if self.keep_features:
+                self.features = (0, out.hidden_states[-1][0])
             return out.logits[0, :, : self.vocab_size]
         new = seq[None, self.seen : end]
-        out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=n_last)
+        out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=n_last, **extra)
+        if self.keep_features:
+            self.features = (self.seen, out.hidden_states[-1][0])
         self.seen = end
         return out.logits[0, :, : self.vocab_size]
 

@@ -60,7 +60,7 @@ class EagleConfig:
 
     def llama(self) -> LlamaConfig:
         """The body's config: one decoder layer; no table of its own (it is fed embeddings)."""
-        return LlamaConfig(vocab_size=1, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+        return LlamaConfig(vocab_size=1, bos_token_id=None, eos_token_id=None, pad_token_id=None, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
                            num_hidden_layers=1, num_attention_heads=self.num_attention_heads,
                            num_key_value_heads=self.num_key_value_heads, rms_norm_eps=self.rms_norm_eps,
                            rope_theta=self.rope_theta, max_position_embeddings=self.max_position_embeddings,
