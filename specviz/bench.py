@@ -85,6 +85,9 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
         name = f"assisted generation, assistant = the target's first {assistant.config.num_hidden_layers} layers"
     elif kind == "quantized":
         assistant, name = quantize_target(pair.target), "assisted generation, assistant = the target's int8 copy"
+    elif kind == "eagle":
+        assistant = _assistant(pair.drafter)
+        name = "assisted generation with the pair's drafter model (transformers has no EAGLE drafter)"
     else:
         assistant, name = _assistant(pair.drafter), "assisted generation with the same drafter"
     assistant.generation_config.assistant_confidence_threshold = threshold

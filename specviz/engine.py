@@ -80,6 +80,9 @@ def speculative_stream(
         TypeError: sampling is not a Sampling, drafter is neither a Drafter nor a causal LM.
     """
     if tree is not None:
+        if getattr(drafter, "reads_target_features", False):
+            raise ValueError("the EAGLE drafter drafts chains: token trees read no tree node's features yet; "
+                             "choose the chain, or another drafter for a tree")
         from specviz.tree.loop import tree_stream
 
         yield from tree_stream(input_ids, drafter, target, tree, sampling=sampling, max_new_tokens=max_new_tokens,
@@ -92,7 +95,9 @@ def speculative_stream(
     trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, gamma, max_new_tokens + MAX_GAMMA + 1,
                                               drafter=drafter.describe(), gamma_schedule=schedule.describe())
     n_prompt = len(input_ids)
-    target_runner = make_runner(target, vocab, cached)
+    # An EAGLE drafter reads the target's features at the positions each target pass scores.
+    reads_features = getattr(drafter, "reads_target_features", False)
+    target_runner = make_runner(target, vocab, cached, keep_features=reads_features)
     clock = Clock(device)
     top_k = min(TOP_TOKENS, vocab)
 
@@ -100,6 +105,8 @@ def speculative_stream(
         # The last prompt token stays pending: the first round feeds it to the target.
         drafter.start(seq, n_prompt - 1, vocab, cached)
         target_runner.prefill(seq, n_prompt - 1)
+        if reads_features and target_runner.features is not None:
+            drafter.observe_target(*target_runner.features)
         trace.prefill_ms = clock.since_start()
 
     n = n_prompt  # settled sequence length
@@ -120,6 +127,8 @@ def speculative_stream(
             # position after n + i tokens, so its context holds the drafts before it.
             ctx = contexts(seq, range(n, n + g + 1), vocab) if sampling.needs_context else None
             p_all = rejection.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers, ctx)  # (g+1, V)
+            if reads_features:
+                drafter.observe_target(*target_runner.features)
             drafts = seq[n : n + g]
 
             # 3-4. Accept, and the final token (correction or bonus).

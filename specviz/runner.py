@@ -33,8 +33,12 @@ class ModelRunner:
         cached: keep a KV cache (True) or re-feed the whole sequence each call (False).
     """
 
-    def __init__(self, model, vocab_size: int, cached: bool = True):
+    def __init__(self, model, vocab_size: int, cached: bool = True, keep_features: bool = False):
         self.model = model
+        self.keep_features = keep_features
+        # (first position, (k, H) last hidden states of the positions fed by the latest pass),
+        # kept when ``keep_features`` (an EAGLE drafter reads them)
+        self.features: tuple[int, torch.Tensor] | None = None
         self.vocab_size = vocab_size
         self.cached = cached
         self.cache = DynamicCache() if cached else None  # no config: see the module docstring
@@ -53,11 +57,16 @@ class ModelRunner:
             Tensor of shape (n_last, vocab_size) in the model's dtype.
         """
         self.passes += 1
+        extra = {"output_hidden_states": True} if self.keep_features else {}
         if not self.cached:
-            out = self.model(input_ids=seq[None, :end], use_cache=False, logits_to_keep=n_last)
+            out = self.model(input_ids=seq[None, :end], use_cache=False, logits_to_keep=n_last, **extra)
+            if self.keep_features:
+                self.features = (0, out.hidden_states[-1][0])
             return out.logits[0, :, : self.vocab_size]
         new = seq[None, self.seen : end]
-        out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=n_last)
+        out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=n_last, **extra)
+        if self.keep_features:
+            self.features = (self.seen, out.hidden_states[-1][0])
         self.seen = end
         return out.logits[0, :, : self.vocab_size]
 
@@ -76,14 +85,19 @@ class ModelRunner:
 CACHES = (True, False, "static", "graphs")
 
 
-def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int | None = None, role: str = "target"):
+def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int | None = None, role: str = "target",
+                keep_features: bool = False):
     """The runner for ``cached``: True a ``DynamicCache`` (``ModelRunner``), False the re-fed reference,
     "static" a ``StaticRunner`` over a preallocated cache, "graphs" the model's ``specviz.graphs.GraphedRunner``
     (CUDA graphs over a static cache, captured on first use; one per ``role``, "target" or "drafter").
+    ``keep_features`` keeps each pass's last hidden states (an EAGLE drafter reads them).
 
     Raises:
-        ValueError: any other ``cached``; "graphs" for a model not on CUDA.
+        ValueError: any other ``cached``; "graphs" for a model not on CUDA; ``keep_features`` with a
+            static cache or graphs (the EAGLE drafter reads features from the dynamic and re-fed paths).
     """
+    if keep_features and cached not in (True, False):
+        raise ValueError("the EAGLE drafter reads the target's features over the dynamic cache: run it with cached=True")
     if cached == "graphs":
         from specviz.graphs import graphed
 
@@ -93,5 +107,5 @@ def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int
 
         return StaticRunner(model, vocab_size, capacity)
     if cached is True or cached is False:
-        return ModelRunner(model, vocab_size, cached)
+        return ModelRunner(model, vocab_size, cached, keep_features=keep_features)
     raise ValueError(f"cached must be one of {CACHES}, got {cached!r}")

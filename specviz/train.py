@@ -3,6 +3,7 @@
     python -m specviz.train                      # tokenizer, target, drafter, into assets/models
     python -m specviz.train --target-steps 50 --drafter-steps 20 --out /tmp/pair   # a quick smoke run
     python -m specviz.train --english            # the English pair's drafter (see specviz.distill)
+    python -m specviz.train --eagle              # the English pair's EAGLE head (see specviz.eagle_train)
 
 Steps, in order, all seeded:
 1. a byte-level BPE tokenizer (``tokenizers``) trained on the training split;
@@ -201,6 +202,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m specviz.train") -
         from specviz import distill
 
         return distill.main([a for a in argv if a != "--english"])
+    if "--eagle" in argv:  # the English pair's EAGLE head: specviz.eagle_train
+        from specviz import eagle_train
+
+        return eagle_train.main([a for a in argv if a != "--eagle"])
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("assets/models"), help="folder for tokenizer, target, drafter")
     parser.add_argument("--target-steps", type=int, default=1500)

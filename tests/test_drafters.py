@@ -90,7 +90,7 @@ def test_make_drafter_kinds():
     assert make_drafter("early-exit", target=target).describe() == {"kind": "early-exit", "exit_layer": 1, "layers": 2}
     assert isinstance(make_drafter("quantized", target=target), QuantizedDrafter)
     with pytest.raises(ValueError, match="drafter kind"):
-        make_drafter("eagle")
+        make_drafter("medusa")
     with pytest.raises(ValueError, match="gamma schedule"):
         make_schedule("fastest", 4)
 

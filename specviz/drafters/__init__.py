@@ -4,6 +4,7 @@
 - ``PromptLookupDrafter``: drafts copied from earlier in the prompt and output (prompt lookup).
 - ``EarlyExitDrafter``: the target's own first layers (LayerSkip, Elhoushi et al. 2024).
 - ``QuantizedDrafter``: the target itself with int8 weights (self-speculation; CPU only).
+- ``EagleDrafter``: a one-layer head over the target's own features (EAGLE, Li et al. 2024).
 
 ``make_drafter`` builds one from a kind name, as the command line and the demo do.
 """
@@ -11,13 +12,23 @@
 from __future__ import annotations
 
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
+from specviz.drafters.eagle import EagleDrafter, EagleUnsupported, head_folder
 from specviz.drafters.early_exit import EarlyExitDrafter, early_exit_model, layer_count
 from specviz.drafters.model import ModelDrafter
 from specviz.drafters.prompt_lookup import PromptLookupDrafter, find_continuation
 from specviz.drafters.quantized import QuantizedDrafter, quantize_target
 
-KINDS = ("model", "ngram", "early-exit", "quantized")
-LABELS = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit", "quantized": "quantized target (int8)"}
+KINDS = ("model", "ngram", "early-exit", "quantized", "eagle")
+LABELS = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit", "quantized": "quantized target (int8)",
+          "eagle": "EAGLE head (reads the target's features)"}
+# One line each, with its source, for the drafter menu's help.
+DESCRIPTIONS = {
+    "model": "a smaller model of the same tokenizer drafts each token (Leviathan et al. 2023; Chen et al. 2023)",
+    "ngram": "copies what followed the last n-gram earlier in the prompt and output (prompt lookup decoding)",
+    "early-exit": "the target's own first layers and its output layer (LayerSkip, Elhoushi et al. 2024)",
+    "quantized": "the target itself with int8 weights (self-speculation)",
+    "eagle": "one decoder layer fed the target's own hidden states and the next token (EAGLE, Li et al. 2024)",
+}
 
 
 def as_drafter(drafter) -> Drafter:
@@ -40,10 +51,12 @@ def default_exit_layer(target) -> int:
 
 def usable_kinds(target) -> tuple[str, ...]:
     """The kinds that can draft for ``target``: every kind, but "quantized" only for a target on the CPU
-    (a bf16 one is quantized from an fp32 copy)."""
+    (a bf16 one is quantized from an fp32 copy) and "eagle" only for a target a shipped EAGLE head
+    was trained for."""
     param = next(target.parameters(), None)
     on_cpu = param is not None and param.device.type == "cpu"
-    return tuple(k for k in KINDS if k != "quantized" or on_cpu)
+    eagle = head_folder(target) is not None
+    return tuple(k for k in KINDS if (k != "quantized" or on_cpu) and (k != "eagle" or eagle))
 
 
 def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None) -> Drafter:
@@ -69,9 +82,13 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
         if target is None:
             raise ValueError("the quantized drafter needs the target")
         return QuantizedDrafter(target)
+    if kind == "eagle":
+        if target is None:
+            raise ValueError("the EAGLE drafter needs the target")
+        return EagleDrafter.for_target(target)
     raise ValueError(f"drafter kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-__all__ = ["KINDS", "LABELS", "Drafter", "DraftRequest", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
+__all__ = ["DESCRIPTIONS", "KINDS", "LABELS", "Drafter", "DraftRequest", "EagleDrafter", "EagleUnsupported", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
            "QuantizedDrafter", "as_drafter", "default_exit_layer", "early_exit_model", "find_continuation", "layer_count", "make_drafter",
            "quantize_target", "usable_kinds"]

@@ -99,7 +99,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 gr.Examples(CODE_EXAMPLES, inputs=ui["prompt"], label="Example prompts (Python: the embedded pair was trained on the standard library)")
                 ui["drafter_kind"] = CheckedRadio(DRAFTER_CHOICES, value=DEFAULTS["drafter_kind"], label="drafter", elem_id="sv-drafter-kind",
                                               info="the pair's drafter model; prompt lookup (copies from earlier text); the target's own early layers; "
-                                                   "the target itself with int8 weights (CPU only)")
+                                                   "the target itself with int8 weights (CPU only); "
+                                                   "EAGLE: one layer reading the target's own features (Li et al. 2024; the English pair)")
                 ui["gamma"] = CheckedSlider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
                 ui["gamma_schedule"] = CheckedDropdown(SCHEDULE_CHOICES, value=DEFAULTS["gamma_schedule"], label="gamma schedule",
                                                    info="constant, or gamma set each round (the first round uses the slider's gamma)",

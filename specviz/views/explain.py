@@ -42,6 +42,11 @@ The number of accepted drafts per round then follows a capped geometric law,
 $P(k) = (1-\alpha)\alpha^k$ for $k < \gamma$ and $P(\gamma) = \alpha^\gamma$, and the $i$-th draft is accepted with
 probability $\alpha^i$.
 
+**Why EAGLE accepts more.** A drafter model must guess the target's next token from the tokens alone; the EAGLE
+drafter reads the target's own last hidden state, the feature its output layer turns into $p$, at the last position
+the target scored, so it only has to predict how that feature moves one token on (Li et al. 2024). The verify pass
+computes those features anyway, so the higher acceptance costs no extra target pass.
+
 **Which alpha.** $\alpha$ is the chance that a *tested* draft is accepted. A round tests its drafts up to the first
 rejection; the drafts after it are discarded untested. So $\alpha$ is estimated as accepted / (accepted + rejected),
 or as the mean of $\beta$ over the tested drafts, never as accepted / drafted: that draft acceptance rate is lower,

@@ -1,0 +1,189 @@
+"""The EAGLE drafter: drafts from the target's own features (Li et al. 2024).
+
+A drafter model sees only tokens; the target's last hidden state f_t (the feature its output
+layer reads) already holds most of what the next token depends on. EAGLE's head
+(``specviz.drafters.eagle_head``) takes f_t and the embedding of the token after it and predicts
+f_{t+1}; the target's own output layer, over a frequency-ranked subset of tokens, turns that into
+q. The verify pass computes f_t at every position it scores, so the loop hands those features to
+the drafter (``observe_target``) and no extra target pass is made.
+
+A round, with n settled tokens (positions 0..n-1; token n-1, the last correction or bonus, not yet
+seen by the target):
+
+- catch up: feed the head (f_t, x_{t+1}) for every settled t <= n - 2 whose input it lacks, with
+  the target's true features (the previous round's accepted drafts and the pending token), and
+  read f^_{n-1}: q_1 for the first draft. The drafts therefore grow from the target's feature at
+  position n - 2, the last the target scored and kept.
+- draft: each draft x is fed back with the head's own predicted feature, (f^, x) -> next f^.
+- rollback: the head's cache keeps only inputs made of true features.
+
+q is the head's logits over its tokens, -inf elsewhere, through the run's sampling processors:
+exactly 0 outside the head, so the residual norm(max(0, p - q)) supplies those tokens and the
+output is still exactly the target's (Leviathan et al. 2023, Appendix A.1).
+
+Chains only: a token tree and a batch need the features of tree nodes and padded rows, which
+this drafter does not read; the loops refuse it there with a message.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from specviz import rejection
+from specviz.assets import ASSETS
+from specviz.drafters.base import Drafter, DraftRequest, Proposal
+from specviz.drafters.eagle_head import CONFIG, EagleHead
+from specviz.sampling import contexts
+
+# Heads shipped with specviz, found by the target they were trained for (width, vocabulary).
+HEAD_FOLDERS = (ASSETS / "models" / "smollm2-eagle",)
+
+
+class EagleUnsupported(ValueError):
+    """EAGLE was asked where it cannot draft (a token tree, a batch, a target without a head)."""
+
+
+def _fits(folder: Path, target) -> bool:
+    import json
+
+    path = folder / CONFIG
+    if not path.exists():
+        return False
+    raw = json.loads(path.read_text())
+    c = target.config
+    return (getattr(c, "model_type", "") == "llama" and raw.get("hidden_size") == c.hidden_size
+            and raw.get("target_vocab_size") == c.vocab_size and raw.get("num_attention_heads") == c.num_attention_heads)
+
+
+def head_folder(target) -> Path | None:
+    """The shipped head trained for a target of this shape, or None."""
+    return next((f for f in HEAD_FOLDERS if _fits(f, target)), None)
+
+
+@lru_cache(maxsize=4)
+def _load(folder: str, dtype: torch.dtype) -> EagleHead:
+    return EagleHead.load(Path(folder), dtype)
+
+
+class EagleDrafter(Drafter):
+    """Drafts with an EAGLE head over the target's features.
+
+    Args:
+        head: an ``EagleHead``; it is given the target's input table and output rows here.
+        target: the run's target (its features arrive through ``observe_target``).
+
+    Raises:
+        EagleUnsupported: from ``start_batch`` (batches are not supported).
+    """
+
+    kind = "eagle"
+    reads_target_features = True
+
+    def __init__(self, head: EagleHead, target):
+        dtype = next(target.parameters()).dtype
+        self.head = head.to(device=target.device, dtype=dtype).share(target)
+        self.target = target
+        self.models = (target,)
+        self.cache: DynamicCache | None = None
+        self.fed = 0  # head inputs (f_t, x_{t+1}) in its cache made of true features: t < fed
+        self.known = 0  # positions whose target feature is in self.feat
+        self.feat: torch.Tensor | None = None  # (capacity, H) the target's features by position
+        self._passes = 0
+        self.grew_from: int | None = None  # the target position the last round's drafts grew from
+
+    @classmethod
+    def for_target(cls, target) -> "EagleDrafter":
+        """The shipped head for ``target``.
+
+        Raises:
+            EagleUnsupported: no shipped head fits the target.
+        """
+        folder = head_folder(target)
+        if folder is None:
+            raise EagleUnsupported("no EAGLE head is trained for this target (one ships for SmolLM2-135M-Instruct, "
+                                   "the English pair's target); choose another drafter")
+        return cls(_load(str(folder), torch.float32), target)
+
+    @property
+    def passes(self) -> int:
+        return self._passes
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "head_tokens": int(self.head.head_ids.numel())}
+
+    # ---- the target's features ---------------------------------------------------------------
+
+    def observe_target(self, start: int, hidden: torch.Tensor) -> None:
+        """The target's features f_t for positions start .. start + k - 1: ``hidden`` (k, H)."""
+        end = start + hidden.shape[0]
+        if self.feat is None or self.feat.shape[0] < end:
+            grown = torch.zeros(max(end, 2 * (0 if self.feat is None else self.feat.shape[0]), 64), hidden.shape[-1],
+                                dtype=hidden.dtype, device=hidden.device)
+            if self.feat is not None:
+                grown[: self.feat.shape[0]] = self.feat
+            self.feat = grown
+        self.feat[start:end] = hidden
+        self.known = end
+
+    # ---- the Drafter verbs ----------------------------------------------------------------------
+
+    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+        self.cache = DynamicCache()
+        self.fed = 0
+        self.known = 0
+        self._passes = 0
+        self.vocab = vocab
+        self.grew_from = None
+
+    def _step(self, xs: torch.Tensor, feats: torch.Tensor, first: int) -> torch.Tensor:
+        """Feed inputs t = first .. first + k - 1 (tokens x_{t+1} (k,), features (k, H)); the last f^ (1, H)."""
+        self._passes += 1
+        pos = torch.arange(first, first + xs.shape[0], device=xs.device)[None]
+        out = self.head.features(xs[None], feats[None], past_key_values=self.cache, position_ids=pos)
+        return out[0, -1:]
+
+    def _logits(self, f: torch.Tensor) -> torch.Tensor:
+        """(1, vocab) logits: the head's tokens scored, -inf elsewhere (q exactly 0 there)."""
+        small = self.head.head_logits(f).float()
+        logits = torch.full((1, self.vocab), float("-inf"), device=f.device)
+        ids = self.head.head_ids.to(f.device)
+        keep = ids < self.vocab
+        logits[0, ids[keep]] = small[0, keep]
+        return logits
+
+    def propose(self, request: DraftRequest) -> Proposal:
+        r, seq, n = request, request.seq, request.n
+        last = n - 2  # the last position whose target feature is settled
+        if last < 0 or self.known <= last or r.gamma < 1:
+            return Proposal(q=self.empty(r))  # a one-token prompt: no feature yet
+        t = torch.arange(self.fed, last + 1, device=seq.device)
+        f = self._step(seq[t + 1], self.feat[self.fed : last + 1], self.fed)
+        self.fed = last + 1
+        self.grew_from = last
+        q_rows = []
+        for i in range(r.gamma):
+            ctx = contexts(seq, [n + i], r.vocab) if r.sampling.needs_context else None
+            logits = self._logits(f)
+            token, q = rejection.draft_token(logits, r.sampling, r.warpers, r.gen, ctx)
+            q_rows.append(q)
+            seq[n + i] = token[0]
+            if i + 1 >= r.gamma or not r.keep_drafting(torch.softmax(logits, dim=-1) if r.sampling.greedy else q):
+                break
+            f = self._step(token, f, n - 1 + i)
+        return Proposal(q=torch.cat(q_rows))
+
+    def rollback(self, length: int) -> None:
+        # Drop the inputs made of predicted features (every drafting step of the round) and the
+        # features of positions the target scored but did not keep.
+        held = self.cache.get_seq_length() if self.cache is not None else 0
+        if held > self.fed:
+            self.cache.crop(self.fed - held)  # a negative count removes that many (transformers 5)
+        self.known = min(self.known, length)
+
+    def start_batch(self, seqs, lengths, vocab) -> None:
+        raise EagleUnsupported("the EAGLE drafter drafts single sequences: batches are not supported; "
+                               "choose the drafter model or prompt lookup for a batch")

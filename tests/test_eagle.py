@@ -1,0 +1,125 @@
+"""The EAGLE drafter keeps the target's law and its greedy output.
+
+A tiny Llama target (vocabulary 8) and a tiny EAGLE head over five of its tokens, built here:
+chi-square against the target's enumerated law at ALPHA = 1e-4 (as in test_drafters), with the
+correction drawn from p instead of the residual planted as the control that must be rejected (the
+tokens outside the head come only from the residual); greedy output equal to the target's own
+greedy decoding, cached and re-fed; on the English pair, the shipped head's greedy output equal to
+the target's (slow).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz import Sampling, speculative_generate
+from specviz.drafters import EagleDrafter, EagleUnsupported, make_drafter
+from specviz.drafters.eagle_head import EagleConfig, EagleHead
+from specviz.lab import ALPHA, chi_square
+from specviz.lab.faults import planted
+from tests.conftest import assert_same_greedy
+from tests.test_drafters import outlier_llama
+
+HEAD = (0, 1, 3, 4, 6)
+
+
+def tiny_eagle(target, seed: int = 7, head=HEAD) -> EagleDrafter:
+    """An untrained EAGLE head of the target's shape over ``head``, its weights scaled up so its q is far from uniform."""
+    torch.manual_seed(seed)
+    config = EagleConfig.from_target(target.config, len(head))
+    eagle = EagleHead(config, head_ids=torch.tensor(head))
+    with torch.no_grad():
+        for p in eagle.parameters():
+            if p.dim() > 1:
+                p.mul_(8.0)
+    return EagleDrafter(eagle.eval(), target)
+
+
+def test_q_is_zero_outside_the_head_and_drafts_stay_inside_it():
+    target = outlier_llama(outlier=20.0)
+    drafter = tiny_eagle(target)
+    trace = speculative_generate([1, 2, 3, 4], drafter, target, gamma=3, sampling=Sampling(temperature=1.0), max_new_tokens=24, seed=1)
+    drafts = [d for r in trace.rounds for d in r.drafts]
+    assert drafts and all(d.token_id in HEAD for d in drafts)
+    assert drafter.passes > 0 and trace.drafter_forward_passes == drafter.passes
+    # every round but the first grows from the target's feature two positions before its first draft
+    assert drafter.grew_from is not None
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_greedy_equals_the_targets_greedy(cached):
+    target = outlier_llama(outlier=20.0)
+    ids = [1, 2, 3, 4, 5]
+    trace = speculative_generate(ids, tiny_eagle(target), target, gamma=4, sampling=Sampling(0.0), max_new_tokens=24, cached=cached)
+    ref = target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
+                          max_new_tokens=24, pad_token_id=0, eos_token_id=None)
+    assert_same_greedy(target, ids, trace.output_ids, ref[0, len(ids):].tolist())
+    assert trace.drafted > 0
+
+
+def test_a_one_token_prompt_verifies_no_drafts_in_its_first_round():
+    target = outlier_llama(outlier=20.0)
+    trace = speculative_generate([3], tiny_eagle(target), target, gamma=3, sampling=Sampling(0.0), max_new_tokens=6)
+    assert trace.rounds[0].drafts == [] and len(trace.output_ids) == 6
+
+
+def test_trees_batches_and_untrained_targets_are_refused_with_a_message():
+    from specviz.batch import speculative_generate_batch
+    from specviz.tree.spec import TreeSpec
+
+    target = outlier_llama(outlier=20.0)
+    with pytest.raises(ValueError, match="EAGLE drafter drafts chains"):
+        speculative_generate([1, 2], tiny_eagle(target), target, tree=TreeSpec(shape=(2, 1)))
+    with pytest.raises(EagleUnsupported, match="batches"):
+        speculative_generate_batch([[1, 2], [3, 4]], tiny_eagle(target), target, gamma=2, max_new_tokens=4)
+    with pytest.raises(EagleUnsupported, match="no EAGLE head"):
+        make_drafter("eagle", target=target)
+
+
+CASES = [(Sampling(temperature=1.0), 3), (Sampling(temperature=0.8, top_k=6, top_p=0.9), 2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampling, gamma", CASES, ids=["t1-g3", "t0.8-k6-p0.9-g2"])
+def test_eagle_keeps_the_targets_law(sampling, gamma):
+    target = outlier_llama(outlier=20.0)
+    stat, pvalue, acceptance = chi_square(tiny_eagle(target), target, sampling, gamma, runs=2000)
+    print(f"\neagle {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} draft acceptance rate={acceptance}")
+    assert acceptance is not None and 0.0 < acceptance < 1.0
+    assert pvalue > ALPHA
+
+
+@pytest.mark.slow
+def test_planted_fault_is_caught_with_eagle():
+    """Control: the correction drawn from p instead of the residual must be rejected."""
+    target = outlier_llama(outlier=20.0)
+    with planted("residual_is_p"):
+        stat, pvalue, _ = chi_square(tiny_eagle(target), target, Sampling(temperature=1.0), 3, runs=1000)
+    print(f"\nplanted residual_is_p with eagle: chi2={stat:.1f} p={pvalue:.3g}")
+    assert pvalue < ALPHA
+
+
+@pytest.mark.slow
+def test_english_greedy_with_the_shipped_head_equals_the_targets_greedy():
+    from specviz.drafters.eagle import head_folder
+    from specviz.pair.cache import load_pair
+
+    try:
+        pair = load_pair("english")
+    except Exception as err:  # noqa: BLE001 - the package or the hub is absent
+        pytest.skip(f"English pair unavailable: {err}")
+    if head_folder(pair.target) is None:
+        pytest.skip("no EAGLE head shipped")
+    from specviz.pair.prompt import encode_prompt
+
+    drafter = make_drafter("eagle", target=pair.target)
+    for prompt in ("Why is the sky blue?", "Give me three tips for learning to cook."):
+        ids = encode_prompt(pair, prompt)
+        trace = speculative_generate(ids, drafter, pair.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=32,
+                                     eos_token_id=pair.eos_token_id, tokenizer=pair.tokenizer)
+        ref = pair.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
+                                   max_new_tokens=32, eos_token_id=pair.eos_token_id, pad_token_id=pair.eos_token_id)
+        want = ref[0, len(ids):].tolist()
+        assert_same_greedy(pair.target, ids, trace.output_ids, want[: len(trace.output_ids)], vocab=pair.vocab_size)
+        print(f"\n{prompt!r}: alpha {trace.accepted}/{trace.accepted + sum(1 for r in trace.rounds if r.final_kind == 'correction')}")
