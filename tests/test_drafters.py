@@ -161,8 +161,9 @@ def test_the_quantized_kind_is_offered_for_a_cpu_target_in_any_form():
     from specviz.drafters import KINDS, usable_kinds
 
     target = models("similar")[1]
-    assert usable_kinds(target) == KINDS and "quantized" in KINDS
-    assert usable_kinds(models("similar")[1].to(torch.bfloat16)) == KINDS
+    others = tuple(k for k in KINDS if k != "eagle")  # no EAGLE head is trained for the lab's tiny target
+    assert usable_kinds(target) == others and "quantized" in KINDS
+    assert usable_kinds(models("similar")[1].to(torch.bfloat16)) == others
 
 
 def test_small_head_drafter_never_drafts_outside_its_head():
