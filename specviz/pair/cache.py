@@ -121,6 +121,15 @@ def _evict_for_one_more() -> None:
         free_memory(d)
 
 
+def _reclaimable_bytes(dev: torch.device) -> int:
+    """Bytes of weights on ``dev`` that ``_evict_for_one_more`` would free now."""
+    with _state_lock:
+        pairs = list(_resident.values())
+        drop = max(0, len(pairs) - resident_limit() + 1)
+        return sum(p.numel() * p.element_size() for pair in pairs[:drop] if pair.device == dev
+                   for model in {id(pair.drafter): pair.drafter, id(pair.target): pair.target}.values() for p in model.parameters())
+
+
 def load_pair(name: str | None = None, drafter: str | None = None, target: str | None = None,
               device: str | torch.device | None = None, *, progress: Progress | None = None,
               allow_custom: bool | None = None) -> Pair:
@@ -175,7 +184,7 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
             say(0.0, "Waiting for another pair to finish loading")
             _load_lock.acquire()
         try:
-            job.pair = load(label, refs, dev, preset, say, make_room=_evict_for_one_more)
+            job.pair = load(label, refs, dev, preset, say, make_room=_evict_for_one_more, reclaimable=_reclaimable_bytes)
             with _state_lock:  # still under the load lock: no other load evicts in between
                 _resident[key] = job.pair
         finally:

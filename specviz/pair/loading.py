@@ -108,11 +108,13 @@ def plan(name, drafter, target, allow_custom: bool | None) -> tuple[str, tuple[M
 
 
 def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset: Preset | None, say: Progress,
-         make_room: Callable[[], None] = lambda: None) -> Pair:
+         make_room: Callable[[], None] = lambda: None, reclaimable: Callable[[torch.device], int] = lambda dev: 0) -> Pair:
     """The loading stages, in the order that refuses a bad pair before downloading weights.
 
-    ``make_room`` is called once the pair has passed every check and before the free memory is
-    measured (the resident cache frees its least recently used pairs there).
+    ``make_room`` is called once the pair has passed every check, the memory check included, and
+    before the free memory is measured again (the resident cache frees its least recently used
+    pairs there). ``reclaimable(dev)`` is the bytes ``make_room`` would free on ``dev``: a pair that
+    would not fit even then is refused before anything resident is unloaded.
 
     Raises:
         PairError: as ``load_pair`` lists.
@@ -167,6 +169,12 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
     say(0.2, "Comparing the tokenizers")
     check_same_tokenizer(str(dref), d_tok, str(tref), t_tok)
 
+    free = available_memory_bytes(dev)
+    if free is not None and need_gb * 1e9 > free + reclaimable(dev):
+        raise PairError(
+            f"'{label}' needs about {need_gb:.1f} GB of memory on {dev.type} and {(free + reclaimable(dev)) / 1e9:.1f} GB could be "
+            "freed; pick a smaller pair (the pair loaded now stays loaded)"
+        )
     say(0.25, "Making room")
     make_room()
     free = available_memory_bytes(dev)

@@ -1,25 +1,62 @@
-"""Who may join the queue: a bound per kind of work, and one waiting job per session per endpoint.
+"""Who may join the queue: a bound per kind of work, one waiting job per visitor per kind, and a fair
+order between visitors.
 
 Gradio's queue has one size for every event (``max_size``): 33 queued lab runs answered every later
-Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that each kind of work
-(Gradio's concurrency id) may hold at most ``QUEUE_MAX[kind]`` waiting jobs, which keeps the rest
-of the queue for the main Generate, and a session may have at most one job of an endpoint waiting
-(a second is refused until the first starts or is cancelled). Refusals answer like a full queue
-(HTTP 503 with a message naming the limit).
+Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
+
+- each kind of work (Gradio's concurrency id) holds at most ``QUEUE_MAX[kind]`` waiting jobs, which
+  keeps the rest of the queue for the main Generate;
+- a visitor, known by the client's address (``client_address``) and not by the session hash a client
+  names itself, has at most one job of each kind waiting: with the one running, at most one running
+  and one waiting engine job per address (40 /run calls with fresh session hashes once filled the
+  queue for everyone);
+- a visitor with no job of that kind at work goes ahead of the waiting jobs of visitors who have one,
+  so a flood from one address delays another address by at most the one job already running.
+
+Refusals answer like a full queue (HTTP 503 with a message naming the limit).
+
+``client_address`` is the TCP peer's address. Behind a proxy (a Space) every request comes from the
+proxy: set ``SPECVIZ_TRUSTED_PROXIES`` to the number of proxies in front of the app that each append
+the address they saw to ``X-Forwarded-For`` (1 on a Hugging Face Space), and the visitor's address is
+read from that header, counting that many entries from its right end (entries to the left of them are
+the client's own words, never trusted). Unset or 0, the header is ignored.
 """
 
 from __future__ import annotations
+
+import os
 
 import gradio as gr
 from gradio import route_utils
 
 from specviz.ui.limits import QUEUE_MAX
 
+TRUSTED_PROXIES = int(os.environ.get("SPECVIZ_TRUSTED_PROXIES", "0") or 0)
+
+
+def client_address(request, trusted_proxies: int | None = None) -> str:
+    """The visitor's address of a fastapi or Gradio request (see the module docstring); "" when unknown."""
+    hops = TRUSTED_PROXIES if trusted_proxies is None else trusted_proxies
+    if request is None:
+        return ""
+    if hops > 0:
+        headers = getattr(request, "headers", None) or {}
+        forwarded = [a.strip() for a in (headers.get("x-forwarded-for") or "").split(",") if a.strip()]
+        if len(forwarded) >= hops:
+            return forwarded[-hops]
+    client = getattr(request, "client", None)
+    return getattr(client, "host", "") or ""
+
 
 def waiting(demo: gr.Blocks, concurrency_id: str) -> int:
     """Jobs of ``concurrency_id`` waiting in the queue now."""
     q = demo._queue.event_queue_per_concurrency_id.get(concurrency_id)
     return len(q.queue) if q is not None else 0
+
+
+def _running_addresses(queue, concurrency_id: str) -> set[str]:
+    return {client_address(e.request) for jobs in queue.active_jobs if jobs for e in jobs
+            if e.concurrency_id == concurrency_id and e.alive}
 
 
 def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
@@ -33,12 +70,21 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
         except Exception:  # noqa: BLE001 - an unknown event: Gradio's own push answers it
             return await push(body, request, username)
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
+        address = client_address(request)
         if events is not None:
             bound = limits.get(fn.concurrency_id)
             if bound is not None and len(events.queue) >= bound:
                 return False, f"Queue is full for this kind of work: at most {bound} waiting. Try again in a minute.", "queue_full"
             if body.session_hash and any(e.session_hash == body.session_hash and e.fn._id == fn._id for e in events.queue):
                 return False, "This session already has one such job waiting: at most one per session.", "queue_full"
-        return await push(body, request, username)
+            if address and any(client_address(e.request) == address for e in events.queue):
+                return False, "You already have a job of this kind waiting: at most one running and one waiting per visitor.", "queue_full"
+        result = await push(body, request, username)
+        events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
+        if result[0] and events is not None and len(events.queue) > 1:
+            # Fair order: visitors with nothing of this kind at work go first (stable otherwise).
+            busy = _running_addresses(queue, fn.concurrency_id)
+            events.queue.sort(key=lambda e: client_address(e.request) in busy)
+        return result
 
     queue.push = admitted

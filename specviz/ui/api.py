@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from specviz.pair import EMBEDDED
+import gradio as gr
+
+from specviz.pair import default_pair
+from specviz.ui import state
+from specviz.ui.checks import mistake
 from specviz.ui.device import run_on_device
 from specviz.ui.pairs import ensure_pair
 from specviz.ui.request import RunRequest
 from specviz.views import summary
 
 
-def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: int = 4, temperature: float = 0.7, top_k: int = 40,
-            top_p: float = 0.95, max_new_tokens: int = 128, seed: int = 0, chat: bool = True, drafter_kind: str = "model",
-            gamma_schedule: str = "constant", repetition_penalty: float = 1.0, tree: str = "chain") -> dict:
+def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", gamma: int = 4, temperature: float = 0.7, top_k: int = 40,
+            top_p: float = 0.9, max_new_tokens: int = 128, seed: int = 0, chat: bool = True, drafter_kind: str = "model",
+            gamma_schedule: str = "constant", repetition_penalty: float = 1.0, tree: str = "chain", request: gr.Request = None) -> dict:
     """Run speculative decoding and its autoregressive baseline (interleaved) and return the results as JSON.
 
     Arguments are the page's controls: a preset pair name, the prompt, gamma (1-16), temperature
@@ -29,13 +33,15 @@ def run_api(pair_name: str = EMBEDDED, prompt: str = "def is_prime(n):", gamma: 
     cost_coefficient, verify_cost, predicted speedups; a tree run adds nodes_per_round, acceptance_by_depth
     and predicted_tokens_per_round, and its prediction is the tree's), "status", and "trace" and "baseline"
     (every round, as ``specviz.Trace.to_dict``; ``Trace.from_dict`` reads them back).
-    Errors come back as messages naming the control and its allowed range.
+    Errors come back as messages naming the control and its allowed range. The default pair is the
+    page's (``default_pair()``), so a default call never switches the pair the page runs.
     """
-    ensure_pair(pair_name, "", "", lambda *args, **kwargs: None)
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, "", "",
-                             drafter_kind, gamma_schedule, repetition_penalty, tree)
+                             drafter_kind, gamma_schedule, repetition_penalty, tree)  # every field checked before any load
+    ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None)
     final = None
     for final in run_on_device(req):
-        pass
+        if final[0] != "done" and state.client_gone(request):
+            raise mistake("The client hung up: the run stopped.", title="Stopped")
     _, spec, baseline, _title, done = final
     return {"summary": summary(spec, baseline), "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}

@@ -1,6 +1,13 @@
 """Files the page hands out: each finished run's JSON copy for the download button, and HTML
 exports, in one folder bounded in count and bytes that does not outlive the app.
 
+Each visitor's files live in a folder of that session, named by a random token
+(``secrets.token_urlsafe``, 192 bits), and each file has a random name of its own: nothing in a
+path is shared between sessions or sequential, so no visitor can derive another's file (a shared
+counter and a timestamp once let a visitor fetch another's recording in a few guesses). The
+session's folder is removed when the session ends (``forget_session``, on the page's unload) and is
+capped at KEEP_PER_SESSION files of each kind; the whole folder is capped in count and bytes.
+
 The folder lies inside Gradio's cache, so Gradio serves the files from where they are instead of
 copying each into its cache (a second copy on disk). A loaded recording needs no copy at all: its
 download is the uploaded (or prepared) file itself. The folder is removed at a normal exit and on
@@ -12,20 +19,23 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import secrets
 import shutil
 import signal
 import tempfile
-import time
+import threading
 from pathlib import Path
 
+import gradio as gr
 from gradio.utils import get_upload_folder
 
 from specviz.recording import Recording
 from specviz.ui.checks import mistake
 from specviz.views.export import export_html
 
-KEEP_DOWNLOADS = 16  # JSON copies kept (newest first)
-KEEP_EXPORTS = 8  # HTML exports kept
+KEEP_DOWNLOADS = 16  # JSON copies kept in all (newest first)
+KEEP_EXPORTS = 8  # HTML exports kept in all
+KEEP_PER_SESSION = 2  # of each kind, per session: the shown run's and the one before
 TOTAL_MAX_BYTES = int(float(os.environ.get("SPECVIZ_DOWNLOADS_MB", "256")) * 1024 * 1024)  # the whole folder
 # An export holds every round twice (the replay and the charts' data): about 1.9 kB per draft.
 # The page records at most 256 rounds x 16 drafts = 4,096 drafts (about 8 MB exported).
@@ -33,6 +43,8 @@ EXPORT_MAX_DRAFTS = 8192
 EXPORT_MAX_BYTES = 32 * 1024 * 1024
 _nonce = itertools.count(1)
 _folder: Path | None = None
+_sessions: dict[str, Path] = {}  # Gradio session hash -> its folder
+_lock = threading.Lock()
 
 
 def folder() -> Path:
@@ -74,35 +86,72 @@ def nonce() -> int:
     return next(_nonce)
 
 
-def _name(suffix: str) -> Path:
-    return folder() / f"specviz-run-{time.strftime('%Y%m%d-%H%M%S')}-{nonce()}{suffix}"
+def session_folder(session: str | None) -> Path:
+    """The folder of ``session`` (Gradio's session hash), named by a random token and created on first
+    use; a call outside a page session (the API) gets a new folder of its own each time."""
+    with _lock:
+        path = _sessions.get(session) if session is not None else None
+        if path is None:
+            path = folder() / secrets.token_urlsafe(24)
+            if session is not None:
+                _sessions[session] = path
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def forget_session(session: str | None) -> None:
+    """Remove the session's folder and every file in it (the session ended)."""
+    with _lock:
+        path = _sessions.pop(session, None) if session is not None else None
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def session_ended(request: gr.Request = None) -> None:
+    """The page's unload handler: the session's files go with it (Gradio injects ``request``)."""
+    forget_session(getattr(request, "session_hash", None))
+
+
+def _name(session: str | None, suffix: str) -> Path:
+    return session_folder(session) / f"specviz-run-{secrets.token_urlsafe(16)}{suffix}"
 
 
 def prune() -> None:
-    """Keep the newest KEEP_DOWNLOADS JSON copies and KEEP_EXPORTS exports, and the folder under
-    TOTAL_MAX_BYTES, removing the oldest files first."""
+    """Keep KEEP_PER_SESSION files of each kind per session folder, the newest KEEP_DOWNLOADS JSON copies
+    and KEEP_EXPORTS exports in all, and the whole folder under TOTAL_MAX_BYTES, removing the oldest files
+    first; folders left empty that belong to no live session go too."""
     files = []
-    for p in folder().iterdir():
-        try:
-            st = p.stat()
-        except OSError:
+    for sub in folder().iterdir():
+        if not sub.is_dir():
             continue
-        files.append((st.st_mtime, st.st_size, p))
+        for p in sub.iterdir():
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            files.append((st.st_mtime, st.st_size, p))
     files.sort(reverse=True)  # newest first
     kept = {".json": 0, ".html": 0}
+    per: dict[tuple[Path, str], int] = {}
     total = 0
     for _, size, p in files:
         kept[p.suffix] = kept.get(p.suffix, 0) + 1
+        per[(p.parent, p.suffix)] = per.get((p.parent, p.suffix), 0) + 1
         total += size
-        over = kept[p.suffix] > (KEEP_EXPORTS if p.suffix == ".html" else KEEP_DOWNLOADS)
+        over = kept[p.suffix] > (KEEP_EXPORTS if p.suffix == ".html" else KEEP_DOWNLOADS) or per[(p.parent, p.suffix)] > KEEP_PER_SESSION
         if over or total > TOTAL_MAX_BYTES:
             p.unlink(missing_ok=True)
             total -= size
+    with _lock:
+        live = set(_sessions.values())
+    for sub in folder().iterdir():
+        if sub.is_dir() and sub not in live and not any(sub.iterdir()):
+            sub.rmdir()
 
 
-def save_for_download(rec: Recording) -> str:
-    """Write ``rec`` as JSON for the download button; returns its path."""
-    path = _name(".json")
+def save_for_download(rec: Recording, session: str | None = None) -> str:
+    """Write ``rec`` as JSON for the download button, in ``session``'s folder; returns its path."""
+    path = _name(session, ".json")
     rec.save(path)
     prune()
     return str(path)
@@ -113,8 +162,8 @@ def drafts_in(rec: Recording) -> int:
     return sum(len(r.drafts) + 1 for t in (rec.speculative, rec.baseline) if t is not None for r in t.rounds)
 
 
-def save_export(rec: Recording) -> str:
-    """Write ``rec`` as one self-contained HTML page (specviz.views.export); returns its path.
+def save_export(rec: Recording, session: str | None = None) -> str:
+    """Write ``rec`` as one self-contained HTML page (specviz.views.export) in ``session``'s folder; returns its path.
 
     Raises:
         gr.Error: the run has more than EXPORT_MAX_DRAFTS drafts and rounds, or its page would be
@@ -127,7 +176,7 @@ def save_export(rec: Recording) -> str:
     if len(page) > EXPORT_MAX_BYTES:
         raise mistake(f"This run's page would be over {EXPORT_MAX_BYTES // (1024 * 1024)} MB: download its JSON instead.",
                       title="Too large to export")
-    path = _name(".html")
+    path = _name(session, ".html")
     path.write_text(page, encoding="utf-8")
     prune()
     return str(path)

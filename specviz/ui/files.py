@@ -138,8 +138,9 @@ def restore_controls(rec: Recording | None) -> dict:
     return out
 
 
-def export_recording(rec: Recording | None) -> str:
-    """Write the shown run as one self-contained HTML file (specviz.views.export) and return its path."""
+def export_recording(rec: Recording | None, request: gr.Request = None) -> str:
+    """Write the shown run as one self-contained HTML file (specviz.views.export) in the session's own
+    folder and return its path."""
     if rec is None or not rec.speculative.rounds:
         raise mistake("Run or load something first: there is nothing to export yet.", title="Nothing to export")
-    return guarded_call("export", save_export, rec)
+    return guarded_call("export", save_export, rec, getattr(request, "session_hash", None))

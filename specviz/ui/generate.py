@@ -41,6 +41,8 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 yield state.stopped[session]
                 return
             for event in run_on_device(req):
+                if event[0] != "done" and state.client_gone(request):
+                    return  # nobody listens: stop within a round, the device goes to the next visitor
                 if event[0] != "done" and state.should_stop(session):
                     # The Stop button: end here, between rounds, and show the rounds done (a finished run shows as done).
                     state.stopped[session] = stopped_outputs(Recording(event[1], title=event[2]))
@@ -69,7 +71,7 @@ def _shown(event: tuple, req: RunRequest, session: str | None):
     else:  # "done"
         _, spec, baseline, title, done = event
         rec = Recording(spec, baseline, title=title, prompt=req.prompt, chat=req.chat)
-        final = everything(rec, done, save_for_download(rec))
+        final = everything(rec, done, save_for_download(rec, session))
         if not state.following.get(session, True):  # the visitor is reading an earlier round: leave it in view
             n = len(spec.rounds)
             final["replay_slider"] = gr.Slider(maximum=max(n, 2), interactive=n > 1)

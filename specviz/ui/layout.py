@@ -21,6 +21,7 @@ from specviz.pair.prompt import join_prompts
 from specviz.recording import MAX_BYTES
 from specviz.ui.api import run_api
 from specviz.ui.batch import run_batch
+from specviz.ui.downloads import session_ended
 from specviz.ui.admission import admit
 from specviz.ui.checks import (
     CheckedCheckbox, CheckedDropdown, CheckedNumber, CheckedRadio, CheckedSlider, CheckedTextbox,
@@ -212,6 +213,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
             with gr.Tab("Explanation", id="explain"):
                 gr.Markdown(explanation_markdown(), latex_delimiters=latex, elem_id="sv-explain")
         _wire(ui)
+        demo.unload(session_ended)  # a visitor's files go when the session ends
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
     admit(demo)
     return demo

@@ -50,7 +50,10 @@ STOP_WAIT_S = 30.0
 # are dropped this long after last use, so memory and disk stay flat however many come.
 SESSION_TTL_S = 1800
 MAX_SESSIONS = 100  # sessions whose state is kept at once (SPECVIZ_MAX_SESSIONS)
-CACHE_TTL_S = 900
+CACHE_TTL_S = 300  # Gradio's cache sweep: uploads and cached files older than this go, checked as often
+# Uploads (recordings to replay) per client address and in all within CACHE_TTL_S, after which the sweep removes them.
+UPLOAD_CLIENT_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_CLIENT_MB", "48")) * 1024 * 1024)
+UPLOAD_TOTAL_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_TOTAL_MB", "512")) * 1024 * 1024)
 
 DEFAULTS = dict(gamma=4, temperature=DEFAULT_SAMPLING.temperature, top_k=DEFAULT_SAMPLING.top_k, top_p=DEFAULT_SAMPLING.top_p,
                 max_new_tokens=128, seed=0, drafter_kind="model", gamma_schedule="constant",

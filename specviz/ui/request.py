@@ -11,7 +11,26 @@ from dataclasses import dataclass, replace
 
 from specviz import Sampling
 from specviz.gpu_duration import generate_duration
-from specviz.ui.checks import check_controls, check_drafting
+from specviz.ui.checks import check_controls, check_drafting, mistake
+
+# The fields that are text, and how each is named in a message.
+_TEXT_FIELDS = {"pair_name": "pair", "custom_drafter": "custom drafter", "custom_target": "custom target", "tree": "token tree"}
+
+
+def check_types(**fields) -> None:
+    """Refuse a field of the wrong type (a list or a dict where text is expected, anything but true or
+    false for chat) with a message naming the field, never repeating the value sent.
+
+    Raises:
+        gr.Error: the first field of the wrong type.
+    """
+    for key, value in fields.items():
+        if key == "chat":
+            if not isinstance(value, bool):
+                raise mistake("chat must be true or false.", title="Invalid chat")
+        elif key in _TEXT_FIELDS and not (isinstance(value, str) or (value is None and key.startswith("custom_"))):
+            name = _TEXT_FIELDS[key]
+            raise mistake(f"{name} must be text (one of the page's choices).", title=f"Invalid {name}")
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,7 @@ class RunRequest:
         Raises:
             gr.Error: naming the first bad field and its allowed range.
         """
+        check_types(pair_name=pair_name, chat=chat, custom_drafter=custom_drafter, custom_target=custom_target, tree=tree)
         sampling = check_controls(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
         drafter_kind, gamma_schedule = check_drafting(drafter_kind, gamma_schedule)
         from specviz.ui.tree import check_tree

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections import deque
 
 import gradio as gr
 
 from specviz.recording import MAX_BYTES
 from specviz.ui.css import CSS, HEAD
-from specviz.ui.limits import BODY_MAX_BYTES, MAX_SESSIONS
+from specviz.ui.limits import BODY_MAX_BYTES, CACHE_TTL_S, MAX_SESSIONS, UPLOAD_CLIENT_MAX_BYTES, UPLOAD_TOTAL_MAX_BYTES
 
 # Content-Security-Policy on every response: the page may load and connect only to its own
 # origin (and data: or blob: URLs), so markup that slipped into a page could not fetch an outside
@@ -24,11 +27,45 @@ HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options
 UPLOAD_PATH = "/gradio_api/upload"  # file uploads: bounded by Gradio's max_file_size instead
 
 
+class UploadBudget:
+    """Bytes uploaded per client address and in all over the last ``window_s`` seconds (the time Gradio
+    keeps an upload before its cache sweep removes it), so uploads cannot fill the disk: past either
+    budget an upload is refused (HTTP 429) as its bytes arrive."""
+
+    def __init__(self, per_client: int = UPLOAD_CLIENT_MAX_BYTES, total: int = UPLOAD_TOTAL_MAX_BYTES, window_s: float = CACHE_TTL_S):
+        self.per_client, self.total, self.window_s = per_client, total, window_s
+        self._log: deque[tuple[float, str, int]] = deque()
+        self._lock = threading.Lock()
+
+    def _expire(self, now: float) -> None:
+        while self._log and now - self._log[0][0] > self.window_s:
+            self._log.popleft()
+
+    def take(self, address: str, n: int) -> str | None:
+        """Count ``n`` more bytes from ``address``; the budget it breaks, or None."""
+        now = time.monotonic()
+        with self._lock:
+            self._expire(now)
+            mine = sum(b for _, a, b in self._log if a == address) + n
+            everyone = sum(b for _, _, b in self._log) + n
+            if mine > self.per_client:
+                return f"at most {self.per_client // (1024 * 1024)} MB of uploads per visitor in {int(self.window_s // 60)} minutes"
+            if everyone > self.total:
+                return f"the server takes at most {self.total // (1024 * 1024)} MB of uploads in {int(self.window_s // 60)} minutes"
+            self._log.append((now, address, n))
+            return None
+
+
+UPLOADS = UploadBudget()
+
+
 class Guard:
-    """ASGI middleware: the security headers on every HTTP response, and a cap on request bodies.
+    """ASGI middleware: the security headers on every HTTP response, a cap on request bodies, and
+    the upload budget.
 
     A body longer than BODY_MAX_BYTES (declared, or counted as it arrives) is answered with 413
-    before the app reads it, except on the upload route, where Gradio's ``max_file_size`` applies."""
+    before the app reads it, except on the upload route, where Gradio's ``max_file_size`` applies
+    to one file and ``UPLOADS`` to a visitor's and everyone's bytes (429 past either)."""
 
     def __init__(self, app, body_max: int = BODY_MAX_BYTES):
         self.app, self.body_max = app, body_max
@@ -53,7 +90,26 @@ class Guard:
             await send(message)
 
         if not capped:
-            return await self.app(scope, receive, with_headers)
+            from starlette.requests import Request
+
+            from specviz.ui.admission import client_address
+
+            address = client_address(Request(scope))
+
+            async def budgeted():
+                nonlocal refused
+                if refused:
+                    return {"type": "http.disconnect"}
+                message = await receive()
+                if message["type"] == "http.request":
+                    over = UPLOADS.take(address, len(message.get("body", b"")))
+                    if over:
+                        refused = True
+                        await _refused(send, 429, f"Upload refused: {over}.")
+                        return {"type": "http.disconnect"}
+                return message
+
+            return await self.app(scope, budgeted, with_headers)
         seen = 0
 
         async def counted():
@@ -73,8 +129,12 @@ class Guard:
 
 
 async def _too_large(send, limit: int) -> None:
-    body = f"Request body too large: at most {limit // 1024} kB.".encode()
-    await send({"type": "http.response.start", "status": 413,
+    await _refused(send, 413, f"Request body too large: at most {limit // 1024} kB.")
+
+
+async def _refused(send, status: int, text: str) -> None:
+    body = text.encode()
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())] + HEADERS})
     await send({"type": "http.response.body", "body": body})
 

@@ -46,6 +46,22 @@ def job(session: str | None) -> Iterator[None]:
             stop_asked.discard(session)
 
 
+def client_gone(request: gr.Request | None) -> bool:
+    """Whether nobody listens to this request's job any more: Gradio marks a job not alive when its
+    client's event stream closes (a tab closed, a client that hung up). A job checks between rounds and
+    stops, so an abandoned run holds the device for at most one more round."""
+    inner = getattr(request, "request", None)
+    app = getattr(inner, "app", None)
+    get_blocks = getattr(app, "get_blocks", None)
+    blocks = get_blocks() if callable(get_blocks) else None
+    queue = getattr(blocks, "_queue", None)
+    session = getattr(request, "session_hash", None)
+    if queue is None or session is None:
+        return False
+    mine = [e for jobs in queue.active_jobs if jobs for e in jobs if e.session_hash == session]
+    return bool(mine) and not any(e.alive for e in mine)
+
+
 def should_stop(session: str | None) -> bool:
     """Whether the Stop button was pressed in ``session`` since its jobs started."""
     return session is not None and session in stop_asked
