@@ -20,6 +20,17 @@ import torch
 from transformers import DynamicCache
 
 
+def widen(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``logits`` (..., columns) cut or padded to (..., vocab): columns past a narrow output layer
+    (a drafter head that scores fewer tokens than the target's vocabulary) get the dtype's lowest
+    value, so after softmax their q is exactly 0 (FR-Spec's reading, Zhao et al. 2025)."""
+    cols = logits.shape[-1]
+    if cols >= vocab:
+        return logits[..., :vocab]
+    pad = logits.new_full((*logits.shape[:-1], vocab - cols), torch.finfo(logits.dtype).min)
+    return torch.cat([logits, pad], dim=-1)
+
+
 class ModelRunner:
     """One model's view of a growing sequence.
 
@@ -52,11 +63,11 @@ class ModelRunner:
         self.passes += 1
         if not self.cached:
             out = self.model(input_ids=seq[None, :end], use_cache=False, logits_to_keep=n_last)
-            return out.logits[0, :, : self.vocab_size]
+            return widen(out.logits[0], self.vocab_size)
         new = seq[None, self.seen : end]
         out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=n_last)
         self.seen = end
-        return out.logits[0, :, : self.vocab_size]
+        return widen(out.logits[0], self.vocab_size)
 
     def prefill(self, seq: torch.Tensor, end: int) -> None:
         """Put ``seq[:end]`` in the cache (no-op for an empty prefix or without a cache)."""

@@ -75,6 +75,7 @@ class TreeRecord:
     nodes: list[TreeNode]
     path: list[int] = field(default_factory=list)
     rule: Rule = "one-hot"
+    drafter_passes: int | None = None  # the drafter's forward passes this round (None: not recorded)
 
     @property
     def depth(self) -> int:
@@ -118,6 +119,8 @@ def check_tree(tree: TreeRecord, where: str, path_tokens: list[int], max_depth: 
         ValueError: naming the first field out of range or inconsistent.
     """
     nodes = tree.nodes
+    if tree.drafter_passes is not None and (isinstance(tree.drafter_passes, bool) or not 0 <= tree.drafter_passes <= max_depth):
+        raise _fail(f"{where}.drafter_passes", f"must be a whole number from 0 to {max_depth} (one pass per depth at most)")
     if len(nodes) > MAX_TREE_NODES:
         raise _fail(f"{where}.nodes", f"at most {MAX_TREE_NODES} nodes are allowed")
     for i, n in enumerate(nodes):
