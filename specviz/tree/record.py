@@ -23,9 +23,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from specviz.limits import MAX_TREE_NODES
+
 TreeVerdict = Literal["accepted", "rejected", "discarded"]
 Rule = Literal["specinfer", "one-hot"]
-MAX_TREE_NODES = 128  # specviz.tree.spec.MAX_TREE_NODES
 # Verdicts are decided in float32; the trace keeps float64 (see specviz.validation).
 TOLERANCE = 1e-5
 
