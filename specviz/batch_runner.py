@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from specviz.runner import widen
+
 
 class BatchRunner:
     """One model's rectangular KV cache over a batch's rows, with a 2-D mask of the valid columns.
@@ -46,7 +48,7 @@ class BatchRunner:
         out = self.model(input_ids=tokens, attention_mask=self.mask, position_ids=positions, past_key_values=self.cache,
                          use_cache=True, logits_to_keep=n_last)
         self.passes += 1
-        return out.logits[:, :, : self.vocab]
+        return widen(out.logits, self.vocab)
 
     def prefill(self, seqs: Sequence[torch.Tensor], lengths: Sequence[int]) -> None:
         """Feed each row's first ``lengths[i]`` tokens of ``seqs[i]``, left-padded (nothing when all are empty)."""

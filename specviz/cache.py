@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, StaticLayer
 
+from specviz.vocab import widen
+
 
 def _window(config) -> int | None:
     """The sliding window shared by every layer (None: full attention).
@@ -166,7 +168,7 @@ class StaticRunner:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions[None], past_key_values=kv.cache,
                          use_cache=True, logits_to_keep=n_last)
         kv.length = start + ids.shape[1]
-        return out.logits[0, :, : self.vocab_size]
+        return widen(out.logits[0], self.vocab_size)
 
     def logits(self, seq: torch.Tensor, end: int, n_last: int) -> torch.Tensor:
         """Feed ``seq[seen:end]`` causally; the logits of the last ``n_last`` positions, (n_last, vocab_size)."""

@@ -26,6 +26,7 @@ The model goes to ``--out`` in fp16 (config, safetensors, tokenizer) with ``trai
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -222,9 +223,9 @@ def train(target, drafter, data, cfg: DistillConfig, deadline: float, log: dict)
             log["training_stopped_early"] = f"time limit at step {step}"
             break
         ids, mask, loss_mask = (t.to(dev) for t in next(batches))
-        with torch.no_grad(), torch.autocast(**amp) if amp else _null():
+        with torch.no_grad(), torch.autocast(**amp) if amp else contextlib.nullcontext():
             teacher = target(input_ids=ids, attention_mask=mask).logits[loss_mask]
-        with torch.autocast(**amp) if amp else _null():
+        with torch.autocast(**amp) if amp else contextlib.nullcontext():
             hidden = drafter.model(inputs_embeds=drafter.embed_proj(drafter.embed(ids)), attention_mask=mask).last_hidden_state
             small = drafter.head_logits(hidden[loss_mask])
         loss = _restricted_soft_ce(teacher, small, head).mean()
@@ -240,14 +241,6 @@ def train(target, drafter, data, cfg: DistillConfig, deadline: float, log: dict)
     log["steps_done"] = len(losses)
     log["loss_every_10_steps"] = losses[::10]
     drafter.eval()
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *a):
-        return False
 
 
 @torch.no_grad()

@@ -30,6 +30,7 @@ import time
 import torch
 
 from specviz.cache import StaticKV, StaticRunner
+from specviz.vocab import widen
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 MAX_CAPACITY = 4096  # positions held by a graphed model's cache, whatever its context
@@ -130,7 +131,7 @@ class GraphedRunner(StaticRunner):
         self.passes += 1
         self.replays += 1
         kv.set_length(start + n)
-        return buf["logits"][n - n_last : n, : self.vocab_size].clone()
+        return widen(buf["logits"][n - n_last : n], self.vocab_size).clone()
 
     def acquire(self) -> "GraphedRunner":
         """Take the runner for a new run: the cache index back to 0 (nothing is freed or moved), the

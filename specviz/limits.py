@@ -8,6 +8,10 @@ the trace it validates (the trace imports the validation to load files).
 # is capped at it), so a round holds at most this many drafts.
 MAX_GAMMA = 16
 
+# The most nodes a token tree may have (a static shape's product sum, a dynamic tree's budget, a
+# loaded tree's nodes): bounds a verify pass's width and the work of checking a file.
+MAX_TREE_NODES = 128
+
 # The sampling and drafting ranges of every entry point: the page and its API (``specviz.ui.checks``)
 # and the command line (``specviz.cli``) refuse the same values with the same words.
 GAMMA_RANGE = (1, MAX_GAMMA)

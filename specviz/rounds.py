@@ -124,10 +124,14 @@ def _logit_rows(model) -> int:
 
 
 def _vocab_size(models, tokenizer, vocab_size: int | None) -> int:
-    rows = min(_logit_rows(m) for m in models)
+    """The run's vocabulary: ``vocab_size`` if given, else the tokenizer's size, else the target's
+    config, and never wider than the target's logits (the target, ``models[-1]``, must give every
+    token its p). A drafter's narrower head does not cut it: its logits are widened with the
+    dtype's lowest value (``specviz.runner.widen``), so q = 0 outside its head, as FR-Spec has it."""
+    target = models[-1]
     if vocab_size is None:
-        vocab_size = len(tokenizer) if tokenizer is not None else min(m.config.vocab_size for m in models)
-    return min(vocab_size, rows)
+        vocab_size = len(tokenizer) if tokenizer is not None else int(target.config.vocab_size)
+    return min(vocab_size, _logit_rows(target))
 
 
 def _decoder(tokenizer):

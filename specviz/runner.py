@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from specviz.vocab import widen  # noqa: F401  (re-exported: the batch runner and the tree read it here too)
+
 
 class ModelRunner:
     """One model's view of a growing sequence.
@@ -62,13 +64,13 @@ class ModelRunner:
             out = self.model(input_ids=seq[None, :end], use_cache=False, logits_to_keep=n_last, **extra)
             if self.keep_features:
                 self.features = (0, out.hidden_states[-1][0])
-            return out.logits[0, :, : self.vocab_size]
+            return widen(out.logits[0], self.vocab_size)
         new = seq[None, self.seen : end]
         out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=n_last, **extra)
         if self.keep_features:
             self.features = (self.seen, out.hidden_states[-1][0])
         self.seen = end
-        return out.logits[0, :, : self.vocab_size]
+        return widen(out.logits[0], self.vocab_size)
 
     def prefill(self, seq: torch.Tensor, end: int) -> None:
         """Put ``seq[:end]`` in the cache (no-op for an empty prefix or without a cache)."""

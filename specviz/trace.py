@@ -235,7 +235,10 @@ class Trace:
     @property
     def drafter_forward_passes(self) -> int:
         """Drafter forward passes after the prompt prefill: one per drafted token for a drafter
-        model or early exit, none for prompt lookup (it copies, with no model)."""
+        model or early exit, none for prompt lookup (it copies, with no model); a token tree's
+        rounds count the passes they recorded (one per expanded depth, not one per node)."""
+        if self.rounds and all(r.tree is not None and r.tree.drafter_passes is not None for r in self.rounds):
+            return sum(r.tree.drafter_passes for r in self.rounds)
         drafter = self.settings.get("drafter")
         return metrics.drafter_passes(drafter.get("kind") if isinstance(drafter, dict) else None, self.drafted)
 

@@ -28,7 +28,8 @@ from specviz.limits import MAX_GAMMA
 
 if TYPE_CHECKING:  # annotations only: the trace imports this module to load files
     from specviz.trace import Trace
-from specviz.tree.record import MAX_TREE_NODES, check_tree
+from specviz.limits import MAX_TREE_NODES
+from specviz.tree.record import check_tree
 
 # Bounds of what specviz records; a file beyond them was not written by specviz.
 MAX_REASON_CHARS = 400  # settings.dtype_reason: one sentence

@@ -19,6 +19,7 @@ import torch
 from specviz import Sampling, speculative_generate
 from specviz.batch import MAX_BATCH, autoregressive_generate_batch, speculative_generate_batch
 from specviz.drafters import Drafter, EarlyExitDrafter, PromptLookupDrafter, Proposal
+from specviz.drafters.quantized import QuantizedDrafter
 from specviz.engine import autoregressive_generate
 from specviz.lab import ALPHA, batch_results, models
 from specviz.lab.faults import planted
@@ -29,6 +30,8 @@ EOS = 0
 
 
 def _kind(kind: str, drafter, target):
+    if kind == "quantized":
+        return QuantizedDrafter(target)
     return {"model": drafter, "ngram": PromptLookupDrafter(max_ngram=2), "early-exit": EarlyExitDrafter(target, 1)}[kind]
 
 
@@ -45,7 +48,7 @@ def _same_run(one, row) -> None:
 
 
 @pytest.mark.parametrize("schedule", ["constant", "heuristic", "confidence"])
-@pytest.mark.parametrize("kind", ["model", "ngram", "early-exit"])
+@pytest.mark.parametrize("kind", ["model", "ngram", "early-exit", "quantized"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_each_row_is_its_prompts_own_run(kind, schedule, temperature):
     drafter, target = models("different")

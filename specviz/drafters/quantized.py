@@ -35,6 +35,7 @@ import weakref
 
 import torch
 
+from specviz.drafters.base import Drafter
 from specviz.drafters.model import ModelDrafter
 
 BITS = 8
@@ -94,6 +95,11 @@ def quantize_target(target) -> torch.nn.Module:
 class QuantizedDrafter(ModelDrafter):
     """Drafts with the target's int8 copy (see ``quantize_target``): self-speculation.
 
+    In a batch each row drafts in its own passes (the Drafter's default batching, one fork per
+    row), not in one pass over the rows as a drafter model does: torch's dynamic int8 ``Linear``
+    quantizes its input with one activation scale for the whole tensor, so in a shared pass a
+    row's q would depend on the other rows' prompts, and row b would not equal its single run.
+
     Raises:
         ValueError: as ``quantize_target``.
     """
@@ -105,3 +111,19 @@ class QuantizedDrafter(ModelDrafter):
 
     def describe(self) -> dict:
         return {"kind": self.kind, "bits": BITS, "method": METHOD}
+
+    @property
+    def passes(self) -> int:
+        if self._forks:
+            return Drafter.passes.fget(self)
+        return ModelDrafter.passes.fget(self)
+
+    # Per-row passes: one activation scale per row, as in a single run (see the class docstring).
+    start_batch = Drafter.start_batch
+    propose_batch = Drafter.propose_batch
+    rollback_batch = Drafter.rollback_batch
+    keep_rows = Drafter.keep_rows
+
+    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+        self._forks = None
+        super().start(seq, n, vocab, cached)

@@ -6,12 +6,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from specviz.assets import ASSETS  # re-exported: specviz.pair.ASSETS
 from specviz.pair.converted import PackagedGGUF
 from specviz.pair.errors import PairError
-from specviz.pair.memory import dtype_for
 
 EMBEDDED = "embedded"
 ENGLISH = "english"
@@ -61,10 +58,6 @@ class Preset:
     def download_gb(self) -> float:
         """Both models' weights as stored on the hub, in GB (10^9 bytes)."""
         return (self.drafter_params + self.target_params) * self.bytes_per_param / 1e9
-
-    def memory_gb(self, device: torch.device | str) -> float:
-        """Both models' weights as loaded on ``device`` (bf16 on CUDA, fp32 on the CPU), in GB."""
-        return (self.drafter_params + self.target_params) * dtype_for(torch.device(device)).itemsize / 1e9
 
     @property
     def summary(self) -> str:

@@ -166,12 +166,3 @@ def ensure_converted(gguf: Path, source: dict, say: Callable[[float, str], None]
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
     return folder
-
-
-def read_source(folder: Path) -> dict:
-    """The record a conversion left in its folder (empty when unreadable)."""
-    try:
-        record = json.loads((folder / SOURCE_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}

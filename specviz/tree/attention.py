@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from specviz.runner import ModelRunner
+from specviz.runner import ModelRunner, widen
 
 COMPACTIONS = ("gather", "refeed")
 
@@ -69,7 +69,8 @@ def masked_logits(runner: ModelRunner, seq: torch.Tensor, prefix: int, tokens: t
         out = model(input_ids=tokens[None, -new:], attention_mask=mask, position_ids=positions[None, -new:],
                     past_key_values=runner.cache, use_cache=True)
         runner.seen = prefix + tokens.shape[0]
-        return out.logits[0, :, : runner.vocab_size]
+        runner.passes += 1
+        return widen(out.logits[0], runner.vocab_size)
     device = tokens.device
     causal = torch.ones(prefix, prefix, dtype=torch.bool, device=device).tril()
     top = torch.cat([causal, torch.zeros(prefix, tokens.shape[0], dtype=torch.bool, device=device)], dim=1)
@@ -78,7 +79,8 @@ def masked_logits(runner: ModelRunner, seq: torch.Tensor, prefix: int, tokens: t
     ids = torch.cat([seq[:prefix], tokens])[None]
     pos = torch.cat([torch.arange(prefix, device=device), positions])[None]
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
-    return out.logits[0, -new:, : runner.vocab_size]
+    runner.passes += 1
+    return widen(out.logits[0, -new:], runner.vocab_size)
 
 
 def compact(runner: ModelRunner, seq: torch.Tensor, prefix: int, keep: list[int], how: str = "gather") -> None:

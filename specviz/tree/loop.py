@@ -78,7 +78,9 @@ def tree_stream(
             t0 = clock.mark()
             # 1. Draft a tree no deeper than the tokens still allowed.
             request = DraftRequest(seq, n, min(tree.depth, remaining), history, sampling, warpers, gen, vocab, lambda q: True)
+            passes_before = _drafter_passes(drafter)
             drafted = draft_tree(drafter, request, tree, min(tree.depth, remaining))
+            drafted_passes = _drafter_passes(drafter) - passes_before
             t1 = clock.mark()
             # 2. Verify: the pending token (slot 0) and every node, one pass, each under its own path.
             slot_parents = [-1] + [p + 1 for p in drafted.parents]
@@ -138,7 +140,7 @@ def tree_stream(
             # 6. Record.
             if record:
                 trace.rounds.append(_round(host, drafted, node_tokens, path, final, kind, keeps_final, emitted, slot, decode,
-                                           top_k, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start()))
+                                           top_k, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start(), drafted_passes))
             extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace
@@ -149,7 +151,8 @@ def tree_stream(
 
 
 def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[int], final: int, kind: str, keeps_final: bool,
-           emitted: list[int], slot: int, decode, top_k: int, draft_ms: float, verify_ms: float, end_ms: float) -> Round:
+           emitted: list[int], slot: int, decode, top_k: int, draft_ms: float, verify_ms: float, end_ms: float,
+           drafter_passes: int) -> Round:
     """The Round record: the accepted path as its drafts, the whole tree in ``tree``."""
     texts = decode(node_tokens + [final])
     reached = {-1, *path}
@@ -180,8 +183,13 @@ def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[in
         final_text=texts[-1] if keeps_final else None, final_kind=kind if keeps_final else None,
         final_prob=host["final_probs"][slot] if keeps_final else None, final_top=final_top,
         draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=max(drafted.depths, default=0) or 1,
-        tree=TreeRecord(nodes=nodes, path=list(path), rule=drafted.rule),
+        tree=TreeRecord(nodes=nodes, path=list(path), rule=drafted.rule, drafter_passes=drafter_passes),
     )
+
+
+def _drafter_passes(drafter) -> int:
+    """Forward passes the drafter's model has made so far (0 for prompt lookup, which has none)."""
+    return int(getattr(drafter, "passes", 0))
 
 
 def _before_accepted(i: int, parents: list[int], host: dict) -> bool:

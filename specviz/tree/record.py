@@ -23,9 +23,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from specviz.limits import MAX_TREE_NODES
+
 TreeVerdict = Literal["accepted", "rejected", "discarded"]
 Rule = Literal["specinfer", "one-hot"]
-MAX_TREE_NODES = 128  # specviz.tree.spec.MAX_TREE_NODES
 # Verdicts are decided in float32; the trace keeps float64 (see specviz.validation).
 TOLERANCE = 1e-5
 
@@ -75,6 +76,7 @@ class TreeRecord:
     nodes: list[TreeNode]
     path: list[int] = field(default_factory=list)
     rule: Rule = "one-hot"
+    drafter_passes: int | None = None  # the drafter's forward passes this round (None: not recorded)
 
     @property
     def depth(self) -> int:
@@ -118,6 +120,8 @@ def check_tree(tree: TreeRecord, where: str, path_tokens: list[int], max_depth: 
         ValueError: naming the first field out of range or inconsistent.
     """
     nodes = tree.nodes
+    if tree.drafter_passes is not None and (isinstance(tree.drafter_passes, bool) or not 0 <= tree.drafter_passes <= max_depth):
+        raise _fail(f"{where}.drafter_passes", f"must be a whole number from 0 to {max_depth} (one pass per depth at most)")
     if len(nodes) > MAX_TREE_NODES:
         raise _fail(f"{where}.nodes", f"at most {MAX_TREE_NODES} nodes are allowed")
     for i, n in enumerate(nodes):

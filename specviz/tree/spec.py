@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from specviz.trace import MAX_GAMMA
 # The most nodes a round's tree may hold (EAGLE-2 verifies 60 by default): bounds a verify pass,
 # its mask and a loaded recording.
-from specviz.tree.record import MAX_TREE_NODES
+from specviz.limits import MAX_TREE_NODES
 CHILD_KINDS = ("topk", "sampled")
 
 

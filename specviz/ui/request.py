@@ -7,7 +7,7 @@ picklable object: on ZeroGPU it crosses into the GPU worker as it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from specviz import Sampling
 from specviz.gpu_duration import generate_duration
@@ -76,10 +76,6 @@ class RunRequest:
         from specviz.ui.tree import tree_spec
 
         return tree_spec(self.tree)
-
-    def with_prompt(self, prompt: str) -> "RunRequest":
-        """The same settings for another (already checked) prompt."""
-        return replace(self, prompt=prompt)
 
     def duration(self, runs: int = 1) -> int:
         """ZeroGPU seconds for ``runs`` speculative runs, each with its baseline (``specviz.gpu_duration``)."""
