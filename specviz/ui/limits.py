@@ -49,7 +49,7 @@ STOP_WAIT_S = 30.0
 # A visitor's state (one compact Recording) and Gradio's cached copies of downloads and uploads
 # are dropped this long after last use, so memory and disk stay flat however many come.
 SESSION_TTL_S = 1800
-MAX_SESSIONS = 100  # sessions whose state is kept at once (SPECVIZ_MAX_SESSIONS)
+MAX_SESSIONS = 36  # sessions whose state is kept at once (SPECVIZ_MAX_SESSIONS): 36 x 25.7 MB, the largest measured, is under 1 GB
 CACHE_TTL_S = 300  # Gradio's cache sweep: uploads and cached files older than this go, checked as often
 # Uploads (recordings to replay) per client address and in all within CACHE_TTL_S, after which the sweep removes them.
 UPLOAD_CLIENT_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_CLIENT_MB", "48")) * 1024 * 1024)
