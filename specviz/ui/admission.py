@@ -78,7 +78,8 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
             if body.session_hash and any(e.session_hash == body.session_hash and e.fn._id == fn._id for e in events.queue):
                 return False, "This session already has one such job waiting: at most one per session.", "queue_full"
             if address and any(client_address(e.request) == address for e in events.queue):
-                return False, "You already have a job of this kind waiting: at most one running and one waiting per visitor.", "queue_full"
+                return False, ("Queue is full for you: you already have a job of this kind waiting (at most one running and one waiting "
+                              "per visitor)."), "queue_full"
         result = await push(body, request, username)
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if result[0] and events is not None and len(events.queue) > 1:
