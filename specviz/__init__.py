@@ -7,8 +7,8 @@ Public API::
                                  max_new_tokens=64, eos_token_id=None, seed=0)
 """
 
-from specviz.engine import autoregressive_generate, autoregressive_stream, speculative_generate, speculative_stream
-from specviz.sampling import Sampling
+from specviz.engine.chain import autoregressive_generate, autoregressive_stream, speculative_generate, speculative_stream
+from specviz.engine.sampling import Sampling
 from specviz.trace import Draft, Round, Trace
 from specviz.views import notebook as _notebook  # noqa: F401  (a Trace or Recording shows itself in a notebook)
 

@@ -34,7 +34,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int, sampling=None) -> None:
-    from specviz.sampling import DEFAULT_SAMPLING
+    from specviz.engine.sampling import DEFAULT_SAMPLING
 
     sampling = sampling or DEFAULT_SAMPLING
     p.add_argument("--gamma", type=int, default=4, help="drafted tokens per round")
@@ -49,7 +49,7 @@ def _add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int, sampling
 
 def _add_drafter_args(p: argparse.ArgumentParser) -> None:
     from specviz.drafters import KINDS
-    from specviz.schedules import SCHEDULES
+    from specviz.engine.schedules import SCHEDULES
 
     p.add_argument("--drafter-kind", choices=KINDS, default="model",
                    help="where drafts come from: the pair's drafter model, prompt lookup (n-gram), the target's early exit, "
@@ -80,14 +80,14 @@ def drafter_for(args, pair):
 
 def tree_for(args):
     """The TreeSpec the options ask for, or None for a chain (``TreeSpec.from_args``)."""
-    from specviz.tree.spec import TreeSpec
+    from specviz.engine.tree.spec import TreeSpec
 
     return TreeSpec.from_args(args)
 
 
 def schedule_for(args):
     """A fresh GammaSchedule for one run (schedules keep state across rounds)."""
-    from specviz.schedules import make_schedule
+    from specviz.engine.schedules import make_schedule
 
     return make_schedule(args.gamma_schedule, args.gamma, args.confidence)
 
@@ -134,7 +134,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="tokens/s of specviz and transformers on one pair, with speedups", formatter_class=_Help,
                            description="Unlike generate and the web page, bench defaults to greedy decoding, the setting its tables compare.")
     _add_model_args(bench)
-    from specviz.sampling import Sampling
+    from specviz.engine.sampling import Sampling
 
     _add_sampling_args(bench, 128, Sampling(temperature=0.0))
     _add_drafter_args(bench)
@@ -157,7 +157,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     exp.add_argument("--out", required=True, help="HTML file to write")
     exp.add_argument("--verbose", action="store_true", help="show library warnings")
 
-    sub.add_parser("train", help="rebuild the embedded pair (see python -m specviz.train --help)", add_help=False)
+    sub.add_parser("train", help="rebuild the embedded pair (see python -m specviz train --help)", add_help=False)
     return parser
 
 
@@ -166,10 +166,10 @@ def read_prompts(path: str) -> list[str]:
     a line stands for a newline).
 
     Raises:
-        ValueError: unreadable, empty, more than ``specviz.batch.MAX_BATCH`` prompts, or a JSON value
+        ValueError: unreadable, empty, more than ``specviz.engine.batch.MAX_BATCH`` prompts, or a JSON value
             that is not a list of strings.
     """
-    from specviz.batch import MAX_BATCH
+    from specviz.engine.batch import MAX_BATCH
 
     try:
         text = open(path, encoding="utf-8").read()
@@ -271,7 +271,7 @@ def _acceptance(trace) -> str:
 def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
     """generate --prompts-file: one batch, every row printed (or a JSON object of the batch's
     totals and each row's trace)."""
-    from specviz.batch import autoregressive_generate_batch, speculative_generate_batch
+    from specviz.engine.batch import autoregressive_generate_batch, speculative_generate_batch
     from specviz.views import tokens_ansi
 
     if args.mode == "speculative":
@@ -293,9 +293,9 @@ def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
 
 def _record(args) -> int:
     from specviz import autoregressive_generate
-    from specviz.baseline import with_baseline
+    from specviz.measure.baseline import with_baseline
     from specviz.recording import Recording
-    from specviz.sweep import sweep_stream
+    from specviz.measure.sweep import sweep_stream
 
     try:
         pair, ids, common = _setup(args)
@@ -352,7 +352,7 @@ def quiet() -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train"]:
-        from specviz import train
+        from specviz.training import train
 
         train.main(argv[1:], prog=f"{program_name()} train")
         return
@@ -374,9 +374,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(_export(args))
     if args.command == "bench":
         if args.batch_sizes:
-            from specviz import bench_batch
+            from specviz.measure import batch_bench as bench_batch
 
             sys.exit(bench_batch.run(args))
-        from specviz import bench
+        from specviz.measure import bench
 
         sys.exit(bench.run(args))

@@ -23,7 +23,7 @@ PENALTY_RANGE = (1.0, 2.0)  # transformers' repetition penalty; 1 is off
 def sampling_problem(temperature: float, top_k: int, top_p: float, repetition_penalty: float = 1.0,
                      gamma: int | None = None) -> str | None:
     """What is out of range among these settings, in one sentence naming the field; None when all are in range."""
-    from specviz.sampling import MIN_TEMPERATURE
+    from specviz.engine.sampling import MIN_TEMPERATURE
 
     if not (temperature == 0 or MIN_TEMPERATURE <= temperature <= TEMPERATURE_RANGE[1]):
         return f"temperature must be 0 (greedy) or from {MIN_TEMPERATURE} to {TEMPERATURE_RANGE[1]}."

@@ -25,7 +25,7 @@ from typing import Literal
 
 from specviz import metrics
 from specviz.limits import MAX_GAMMA  # noqa: F401  (re-exported: the engine and the views read it here)
-from specviz.tree.record import TreeRecord
+from specviz.engine.tree.record import TreeRecord
 
 # Verdict of one drafted token.
 #   accepted:  u < min(1, p/q), kept in the output
@@ -109,7 +109,7 @@ class Round:
         gamma: the drafts this round was allowed (its schedule's gamma, cut near
             max_new_tokens); None for the baseline and in traces saved before schema version 3.
             A tree round: its tree's depth.
-        tree: a token tree round's whole tree (``specviz.tree.record``); ``drafts`` then holds its
+        tree: a token tree round's whole tree (``specviz.engine.tree.record``); ``drafts`` then holds its
             accepted path. None for chains and in traces saved before schema version 5.
     """
 

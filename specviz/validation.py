@@ -29,7 +29,7 @@ from specviz.limits import MAX_GAMMA
 if TYPE_CHECKING:  # annotations only: the trace imports this module to load files
     from specviz.trace import Trace
 from specviz.limits import MAX_TREE_NODES
-from specviz.tree.record import check_tree
+from specviz.engine.tree.record import check_tree
 
 # Bounds of what specviz records; a file beyond them was not written by specviz.
 MAX_REASON_CHARS = 400  # settings.dtype_reason: one sentence
@@ -38,7 +38,7 @@ SEED_MAX = 2**63 - 1  # seeds and counts in settings: what the page's controls c
 MIN_TIME_MS = 1e-6
 MAX_NEW_TOKENS = 4096  # the demo offers up to 256; the command line and API take more
 MAX_PROMPT_TOKENS = 32768
-MAX_TOP_TOKENS = 5  # specviz.engine.TOP_TOKENS
+MAX_TOP_TOKENS = 5  # specviz.engine.chain.TOP_TOKENS
 MAX_TOKEN_ID = 1 << 20  # above every hub vocabulary (Gemma's 262,144 is the largest in use)
 MAX_TEXT = 200_000  # characters of a prompt or output text
 MAX_TOKEN_TEXT = 256  # characters of one token's text

@@ -142,7 +142,7 @@ def test_prepared_recording_and_bad_uploads(client, tmp_path):
 def test_out_of_memory_mid_run_is_a_message_then_the_next_run_works(client, monkeypatch):
     import torch
 
-    from specviz import rejection
+    from specviz.engine import rejection
 
     real = rejection.draft_token
     calls = {"n": 0}
@@ -432,8 +432,8 @@ def test_sweep_runs_the_drafter_and_schedule_the_controls_say(client):
 
 def test_the_sweep_is_sized_for_its_nine_runs():
     from specviz import Sampling
-    from specviz.gpu_duration import estimate_seconds, pair_params
-    from specviz.gpu import clamp_duration
+    from specviz.serving.gpu_duration import estimate_seconds, pair_params
+    from specviz.serving.gpu import clamp_duration
     from specviz.ui.device import sweep_seconds
     from specviz.ui.limits import SWEEP_GAMMAS
     from specviz.ui.request import RunRequest

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from specviz import Sampling, speculative_generate
-from specviz.batch import MAX_BATCH, autoregressive_generate_batch, speculative_generate_batch
+from specviz.engine.batch import MAX_BATCH, autoregressive_generate_batch, speculative_generate_batch
 from specviz.drafters import Drafter, EarlyExitDrafter, PromptLookupDrafter, Proposal
 from specviz.drafters.quantized import QuantizedDrafter
-from specviz.engine import autoregressive_generate
+from specviz.engine.chain import autoregressive_generate
 from specviz.lab import ALPHA, batch_results, models
 from specviz.lab.faults import planted
 from tests.conftest import assert_same_greedy
@@ -224,8 +224,8 @@ def test_a_repetition_penalty_gives_each_row_its_own_context(temperature):
 
 
 def test_a_batch_checks_every_rows_seed_and_takes_a_schedule_with_its_threshold():
-    from specviz.schedules import make_schedule
-    from specviz.seeds import SEED_MAX
+    from specviz.engine.schedules import make_schedule
+    from specviz.engine.seeds import SEED_MAX
 
     drafter, target = models("different")
     with pytest.raises(ValueError, match="seed must be a whole number"):

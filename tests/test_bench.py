@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from specviz import Sampling, theory
-from specviz.batch import autoregressive_generate_batch, speculative_generate_batch
-from specviz.bench import hf_counterpart
-from specviz.bench_batch import METHODS, _batch_row, format_batch_report
-from specviz.bench_common import PROMPT_SETS, benchmark_prompts
+from specviz.engine.batch import autoregressive_generate_batch, speculative_generate_batch
+from specviz.measure.bench import hf_counterpart
+from specviz.measure.batch_bench import METHODS, _batch_row, format_batch_report
+from specviz.measure.common import PROMPT_SETS, benchmark_prompts
 from specviz.drafters import PromptLookupDrafter
 from specviz.lab import models
 
@@ -73,7 +73,7 @@ def test_batch_benchmark_c_counts_the_batchs_drafter_passes_and_predicts_from_al
 def test_prompt_sets_name_what_they_are():
     assert set(PROMPT_SETS) == {"held-out", "grounded", "english"}
     assert len(benchmark_prompts(3, "grounded")) == 3 and benchmark_prompts(2) != benchmark_prompts(2, "grounded")
-    import specviz.bench as bench
+    import specviz.measure.bench as bench
 
     assert not hasattr(bench, "held_out_prompts")  # the grounded prompts were never held out of anything
     with pytest.raises(ValueError, match="prompt set must be one of"):

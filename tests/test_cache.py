@@ -1,4 +1,4 @@
-"""The static KV cache (specviz.cache) against the re-fed uncached path, the tests' reference.
+"""The static KV cache (specviz.engine.cache) against the re-fed uncached path, the tests' reference.
 
 Tolerance for logits: 1e-4 absolute on tiny fp32 models. The static cache attends over its whole
 capacity with the stale columns masked to the dtype's minimum (their softmax weight is exactly 0),
@@ -14,10 +14,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specviz import Sampling, autoregressive_generate, speculative_generate
-from specviz.cache import StaticKV, StaticRunner
-from specviz.runner import ModelRunner, make_runner
-from specviz.tree.loop import tree_stream
-from specviz.tree.spec import TreeSpec
+from specviz.engine.cache import StaticKV, StaticRunner
+from specviz.engine.runner import ModelRunner, make_runner
+from specviz.engine.tree.loop import tree_stream
+from specviz.engine.tree.spec import TreeSpec
 from tests.conftest import tiny_lm
 
 ATOL = 1e-4
@@ -139,7 +139,7 @@ def test_compact_moves_the_path_down_in_place():
 def test_bench_runs_over_the_static_cache_and_refuses_graphs_off_cuda():
     """The bench's --cache: the static run adds the eager baseline and v(n) over the static cache (no
     timing asserted); graphs on a CPU and an unknown cache are refused before anything runs."""
-    from specviz.bench import benchmark, format_report
+    from specviz.measure.bench import benchmark, format_report
 
     report = benchmark("embedded", device="cpu", max_new_tokens=4, repeats=1, prompts=1,
                        methods=["autoregressive", "speculative"], cache="static")

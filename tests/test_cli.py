@@ -42,7 +42,7 @@ def test_generate_autoregressive_and_terminal_colours():
 
 def test_help_shows_defaults_and_they_match_the_page():
     from specviz.cli import build_parser
-    from specviz.sampling import DEFAULT_SAMPLING
+    from specviz.engine.sampling import DEFAULT_SAMPLING
 
     gen = build_parser().parse_args(["generate", "--prompt", "x"])
     assert (gen.temperature, gen.top_k, gen.top_p) == (DEFAULT_SAMPLING.temperature, DEFAULT_SAMPLING.top_k, DEFAULT_SAMPLING.top_p)

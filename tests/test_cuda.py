@@ -18,7 +18,9 @@ import os
 import pytest
 import torch
 
-from specviz import Sampling, autoregressive_generate, rejection, speculative_generate
+from specviz import Sampling, autoregressive_generate, speculative_generate
+
+from specviz.engine import rejection
 from specviz import pair as pairs
 from specviz.pair import EMBEDDED, encode_prompt, load_pair
 from tests.conftest import download_index

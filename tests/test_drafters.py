@@ -26,7 +26,7 @@ from specviz.drafters import (
 )
 from specviz.lab import ALPHA, chi_square, models
 from specviz.lab.faults import planted
-from specviz.schedules import SCHEDULES, Confidence, Heuristic, Optimal, make_schedule
+from specviz.engine.schedules import SCHEDULES, Confidence, Heuristic, Optimal, make_schedule
 from tests.conftest import assert_same_greedy
 
 REPEATING = [1, 2, 3, 1, 2]

@@ -65,8 +65,8 @@ def test_a_one_token_prompt_verifies_no_drafts_in_its_first_round():
 
 
 def test_trees_batches_and_untrained_targets_are_refused_with_a_message():
-    from specviz.batch import speculative_generate_batch
-    from specviz.tree.spec import TreeSpec
+    from specviz.engine.batch import speculative_generate_batch
+    from specviz.engine.tree.spec import TreeSpec
 
     target = outlier_llama(outlier=20.0)
     with pytest.raises(ValueError, match="EAGLE drafter drafts chains"):

@@ -105,7 +105,7 @@ def test_a_seed_and_that_seed_plus_2_to_the_32_draw_differently(pair, seed):
 
 
 def test_seeds_below_2_to_the_32_seed_torch_as_they_are_and_the_range_is_checked(pair):
-    from specviz.seeds import SEED_MAX, torch_seed
+    from specviz.engine.seeds import SEED_MAX, torch_seed
 
     assert [torch_seed(s) for s in (0, 7, 2**32 - 1)] == [0, 7, 2**32 - 1]  # recorded runs keep their draws
     assert 0 <= torch_seed(SEED_MAX) <= SEED_MAX
@@ -117,7 +117,7 @@ def test_seeds_below_2_to_the_32_seed_torch_as_they_are_and_the_range_is_checked
 
 
 def test_the_smallest_temperature_is_one_constant():
-    from specviz.sampling import MIN_TEMPERATURE
+    from specviz.engine.sampling import MIN_TEMPERATURE
 
     assert MIN_TEMPERATURE == 0.01  # the page's slider and the engine's check read this one constant
     Sampling(temperature=MIN_TEMPERATURE)

@@ -80,8 +80,8 @@ def tree_export(tmp_path_factory):
     """A token tree run on the lab's tiny pair, one node's text made markup, exported."""
     from specviz import Sampling, autoregressive_generate
     from specviz.lab import PROMPT, models
-    from specviz.tree.loop import tree_generate
-    from specviz.tree.spec import TreeSpec
+    from specviz.engine.tree.loop import tree_generate
+    from specviz.engine.tree.spec import TreeSpec
     from specviz.views.export import export_html
 
     drafter, target = models("different")

@@ -25,7 +25,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specviz import Sampling, autoregressive_generate, rejection, speculative_generate
+from specviz import Sampling, autoregressive_generate, speculative_generate
+
+from specviz.engine import rejection
 from specviz import pair as pairs
 from specviz.pair import PairError, encode_prompt, load_pair
 from tests.conftest import download_index

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from specviz import gpu, gpu_duration as duration, zerogpu
+from specviz.serving import gpu, gpu_duration as duration, zerogpu
 from specviz.pair import EMBEDDED, PRESETS, default_device
 
 QWEN_7B = "Qwen2.5-0.5B-Instruct -> Qwen2.5-7B-Instruct"
@@ -157,7 +157,7 @@ def test_a_custom_pair_is_sized_by_its_loaded_models(tmp_path):
 
 
 def test_gpu_and_the_pair_package_import_each_other_in_neither_direction():
-    """Both ask specviz.zerogpu for the platform's flag; neither imports the other, at module or function level."""
+    """Both ask specviz.serving.zerogpu for the platform's flag; neither imports the other, at module or function level."""
     import ast
     from pathlib import Path
 
@@ -175,7 +175,7 @@ def test_gpu_and_the_pair_package_import_each_other_in_neither_direction():
 
     gpu_side = imported(root / "gpu.py") | imported(root / "zerogpu.py")
     assert not {n for n in gpu_side if n == "specviz.pair" or n.startswith("specviz.pair.")}
-    pair_files = sorted((root / "pair").glob("*.py"))
+    pair_files = sorted((root.parent / "pair").glob("*.py"))
     assert len(pair_files) >= 5
     for f in pair_files:
-        assert not {n for n in imported(f) if n in ("specviz.gpu", "specviz.gpu_duration") or n.startswith("specviz.gpu.")}, f.name
+        assert not {n for n in imported(f) if n in ("specviz.serving.gpu", "specviz.serving.gpu_duration") or n.startswith("specviz.serving.gpu.")}, f.name

@@ -1,4 +1,4 @@
-"""CUDA graphs over the static KV cache (specviz.graphs), and the round's device-side timing.
+"""CUDA graphs over the static KV cache (specviz.engine.graphs), and the round's device-side timing.
 
 The graphed tests are marked ``cuda`` and skipped without a GPU (python -m pytest -n 0 -m cuda
 tests/test_graphs.py); the CPU tests below them check what runs everywhere (the clock's marks, the
@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from specviz import Sampling, autoregressive_generate, speculative_generate
-from specviz.cache import StaticRunner
-from specviz.runner import make_runner
+from specviz.engine.cache import StaticRunner
+from specviz.engine.runner import make_runner
 from specviz.lab import ALPHA, PROMPT, VOCAB, exact_two_token_distribution, models
 from specviz.lab.experiment import Result, outcome
-from specviz.rounds import Clock
+from specviz.engine.rounds import Clock
 from tests.conftest import tiny_lm
 
 CUDA = torch.cuda.is_available()
@@ -44,7 +44,7 @@ def _pair(seed: int = 0, device=DEVICE):
 @pytest.mark.cuda
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 def test_graphed_logits_equal_the_static_eager_pass_at_every_bucket():
-    from specviz.graphs import BUCKETS, GraphedRunner
+    from specviz.engine.graphs import BUCKETS, GraphedRunner
 
     _, target = _pair(device="cuda")
     seq = torch.randint(0, 16, (120,), generator=torch.Generator().manual_seed(0)).cuda()
@@ -82,7 +82,7 @@ def test_graphed_greedy_equals_eager_and_the_targets_greedy(gamma):
 @pytest.mark.cuda
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 def test_graphs_are_captured_once_per_model_and_role_and_replay_on_another_thread():
-    from specviz.graphs import graphed
+    from specviz.engine.graphs import graphed
 
     drafter, target = _pair(seed=5, device="cuda")
     first = graphed(target, 16)
@@ -143,7 +143,7 @@ def test_clock_marks_time_phases_without_a_synchronisation_on_the_cpu():
 
 def test_former_private_names_still_import():
     """Branches written against rounds.py's former private names keep importing until they are renamed."""
-    from specviz import rounds
+    from specviz.engine import rounds
 
     assert rounds._judge is rounds.judge_chain and rounds._Clock is rounds.Clock and rounds._round is rounds.round_record
 
@@ -162,7 +162,7 @@ class _EagerGraph:
 def test_bucket_padding_keeps_logits_and_ids_on_the_cpu(family, monkeypatch):
     """The graphed runner's bookkeeping (buffers, padding rows, write index) without CUDA: each
     'replay' runs the pass eagerly over the captured buffers, so only the graph itself is left out."""
-    from specviz import graphs
+    from specviz.engine import graphs
     from tests.test_cache import ATOL, _model
 
     model = _model(family)

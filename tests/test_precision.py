@@ -102,7 +102,7 @@ def test_drafters_run_in_bf16(kind):
 
 
 def test_pass_costs_give_a_v_table_and_the_output_layers_share():
-    from specviz.pass_cost import format_pass_costs, pass_costs
+    from specviz.measure.pass_cost import format_pass_costs, pass_costs
 
     _, target = models("similar", dtype=torch.bfloat16)
     costs = pass_costs(target, 8, ns=(1, 2, 3), context=8, repeats=2)
@@ -114,7 +114,7 @@ def test_pass_costs_give_a_v_table_and_the_output_layers_share():
 
 
 def test_the_status_sentence_says_faster_or_slower_and_names_alpha_c_and_v():
-    from specviz.baseline import with_baseline
+    from specviz.measure.baseline import with_baseline
     from specviz.views.verdict import verdict
 
     drafter, target = models("similar")
@@ -154,7 +154,7 @@ def test_bf16_planted_fault_is_caught():
 def _shape_rounding(target, ids: list[int], out: list[int], vocab: int) -> float:
     """The largest difference of a top-2 logit between two pass shapes along ``ids + out``: one token
     per cached pass (the autoregressive loop's shape) against one cache-free pass over the whole text."""
-    from specviz.runner import ModelRunner
+    from specviz.engine.runner import ModelRunner
 
     seq = torch.tensor(ids + out)
     with torch.inference_mode():
@@ -172,7 +172,7 @@ def test_english_pair_greedy_in_bf16_equals_its_own_greedy_decoding_but_at_near_
     decoding in bf16, 4 held-out prompts x 64 tokens. At a divergence the two tokens must be the
     target's top 2, their logit gap at most the rounding measured between pass shapes on that text
     (a near-tie); the run then continues from the speculative token. Divergences are counted and printed."""
-    from specviz.bench_common import benchmark_prompts
+    from specviz.measure.common import benchmark_prompts
     from specviz.pair import ENGLISH, encode_prompt, load_pair, unload_all
     from specviz.pair.catalogue import SMOLLM2_GGUF
 
@@ -219,7 +219,7 @@ def test_candidate_top_p_keeps_what_transformers_top_p_keeps():
     small-head drafter's logits have, and on a vocabulary smaller than the candidate count."""
     from transformers import TopPLogitsWarper
 
-    from specviz.top_p import CandidateTopP
+    from specviz.engine.top_p import CandidateTopP
 
     gen = torch.Generator().manual_seed(1)
     for scale in (0.5, 2.0, 5.0):

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specviz import rejection
+from specviz.engine import rejection
 
 
 def distribution(n: int, zeros: bool):

@@ -15,7 +15,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz import Sampling, autoregressive_generate, rejection, speculative_generate
+from specviz import Sampling, autoregressive_generate, speculative_generate
+
+from specviz.engine import rejection
 from specviz.lab import ALPHA, VOCAB, chi_square
 from tests.conftest import assert_same_greedy, noisy_copy, tiny_lm
 

@@ -14,8 +14,8 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM
 
 from specviz import Sampling, autoregressive_generate, speculative_generate
-from specviz.batch import autoregressive_generate_batch, speculative_generate_batch
-from specviz.batch_runner import sliding_window
+from specviz.engine.batch import autoregressive_generate_batch, speculative_generate_batch
+from specviz.engine.batch_runner import sliding_window
 from specviz.drafters import PromptLookupDrafter
 from specviz.lab import models
 

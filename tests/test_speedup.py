@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specviz import Sampling, autoregressive_generate, autoregressive_stream, speculative_generate, speculative_stream
-from specviz.speedup import estimate, interleave
+from specviz.measure.speedup import estimate, interleave
 from specviz.trace import Round, Trace
 from tests.conftest import noisy_copy, tiny_lm
 

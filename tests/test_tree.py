@@ -14,12 +14,12 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from specviz import Sampling, autoregressive_generate, speculative_generate
 from specviz.drafters import PromptLookupDrafter
 from specviz.lab import PROMPT, models, tiny_lm
-from specviz.runner import ModelRunner
+from specviz.engine.runner import ModelRunner
 from specviz.trace import Trace
-from specviz.tree import theory
-from specviz.tree.attention import ancestor_matrix, compact, masked_logits
-from specviz.tree.loop import tree_generate
-from specviz.tree.spec import TreeSpec, parse_shape
+from specviz.theory import tree as theory
+from specviz.engine.tree.attention import ancestor_matrix, compact, masked_logits
+from specviz.engine.tree.loop import tree_generate
+from specviz.engine.tree.spec import TreeSpec, parse_shape
 
 # fp32: a node's logits under the tree mask and those of a separate pass over its own path come
 # from matmuls and softmaxes of different shapes (masked keys weigh exactly 0 after exp of the

@@ -6,7 +6,7 @@ chi-square (cells expected under 5 pooled) at ALPHA = 1e-4. Each run generates t
 first round's tree is judged to depth 2: the first token comes from the pending token's children
 (or the residual they leave), the second from the accepted child's own children.
 
-Both rules (see specviz.tree.accept): "one-hot" for distinct fixed children (top-k of q, static
+Both rules (see specviz.engine.tree.accept): "one-hot" for distinct fixed children (top-k of q, static
 and EAGLE-2 dynamic trees) and "specinfer" (SpecInfer's multi-step speculative sampling) for
 children drawn i.i.d. from q; with top-k and top-p applied to q and p alike.
 
@@ -23,7 +23,7 @@ import pytest
 from specviz import Sampling
 from specviz.lab import ALPHA, chi_square, models
 from specviz.lab.tree_faults import planted_tree
-from specviz.tree.spec import TreeSpec
+from specviz.engine.tree.spec import TreeSpec
 
 pytestmark = pytest.mark.slow
 

@@ -5,8 +5,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specviz import Sampling
-from specviz.tree.loop import tree_generate
-from specviz.tree.spec import TreeSpec
+from specviz.engine.tree.loop import tree_generate
+from specviz.engine.tree.spec import TreeSpec
 
 
 def _tiny(seed: int):

@@ -10,8 +10,8 @@ import pytest
 from specviz import Sampling, speculative_generate
 from specviz.drafters import make_drafter
 from specviz.recording import Recording
-from specviz.schedules import make_schedule
-from specviz.sweep import sweep_stream
+from specviz.engine.schedules import make_schedule
+from specviz.measure.sweep import sweep_stream
 from tests.conftest import tiny_lm
 
 

@@ -10,13 +10,13 @@ import pytest
 
 from specviz import Sampling, autoregressive_generate, speculative_generate
 from specviz.recording import Recording
-from specviz.speedup import SpeedupEstimate, estimate
+from specviz.measure.speedup import SpeedupEstimate, estimate
 from specviz.views import round_html, speedup_figure, stats_html, summary, sweep_figure
 from specviz.views.batch import batch_lanes_html
 from specviz.views.charts import TOOLBAR_PX, acceptance_figure
 from specviz.views.compare import compare_figure, compare_html
 from specviz.views.scroll import scroll_x
-from specviz.sweep import sweep_stream
+from specviz.measure.sweep import sweep_stream
 from tests.conftest import tiny_lm
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from specviz import Sampling, autoregressive_generate, speculative_generate, theory
 from specviz.recording import MAX_BYTES, Recording
-from specviz.sweep import sweep_stream
+from specviz.measure.sweep import sweep_stream
 from specviz.trace import Trace
 from specviz.views import (
     accepted_histogram_figure,

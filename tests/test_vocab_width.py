@@ -7,8 +7,8 @@ from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specviz import Sampling, speculative_generate
-from specviz.rounds import _vocab_size
-from specviz.runner import widen
+from specviz.engine.rounds import _vocab_size
+from specviz.engine.runner import widen
 
 VOCAB, HEAD = 12, 6
 

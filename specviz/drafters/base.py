@@ -2,11 +2,11 @@
 
 In the spirit of transformers' ``CandidateGenerator``: a drafter proposes up to gamma tokens with
 the distribution q each was drawn from, and is told, after verification, how much of the sequence
-stands (``rollback``). The loop in ``specviz.engine`` knows only this interface, so a drafter
+stands (``rollback``). The loop in ``specviz.engine.chain`` knows only this interface, so a drafter
 model, prompt lookup and early exit go through the same verification, the same trace and the
 same exactness tests.
 
-Batches (``specviz.batch``) ask the same of a drafter, for several sequences at once:
+Batches (``specviz.engine.batch``) ask the same of a drafter, for several sequences at once:
 ``start_batch``, ``propose_batch`` (one DraftRequest per row, one Proposal back per row),
 ``rollback_batch`` and ``keep_rows``. By default each row drafts through its own copy of the
 drafter (``fork``), one row after the other, with the single-sequence verbs: any drafter
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.sampling import Sampling
+from specviz.engine.sampling import Sampling
 
 
 @dataclass

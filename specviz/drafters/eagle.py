@@ -33,11 +33,11 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from specviz import rejection
+from specviz.engine import rejection
 from specviz.assets import ASSETS
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
 from specviz.drafters.eagle_head import CONFIG, EagleHead
-from specviz.sampling import contexts
+from specviz.engine.sampling import contexts
 
 # Heads shipped with specviz, found by the target they were trained for (width, vocabulary).
 HEAD_FOLDERS = (ASSETS / "models" / "smollm2-eagle",)

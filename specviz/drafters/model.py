@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from specviz import rejection
-from specviz.batch_runner import BatchRunner, left_padded, positions
+from specviz.engine import rejection
+from specviz.engine.batch_runner import BatchRunner, left_padded, positions
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
-from specviz.runner import ModelRunner, make_runner
-from specviz.sampling import contexts, row_contexts
+from specviz.engine.runner import ModelRunner, make_runner
+from specviz.engine.sampling import contexts, row_contexts
 
 
 class ModelDrafter(Drafter):

@@ -18,8 +18,8 @@ import torch
 from scipy.stats import chisquare
 
 from specviz import metrics
-from specviz.engine import speculative_generate
-from specviz.sampling import Sampling
+from specviz.engine.chain import speculative_generate
+from specviz.engine.sampling import Sampling
 
 VOCAB = 8
 PROMPT = [1, 2, 3]
@@ -109,7 +109,7 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
     ``drafter`` is a causal LM or a ``specviz.drafters.Drafter``; ``schedule`` a schedule name or a
     function returning a fresh GammaSchedule (each run starts its own); ``prompt`` the context
     whose two-token continuations are counted (prompt lookup needs one that repeats itself);
-    ``tree`` a ``specviz.tree.spec.TreeSpec`` drafts token trees (gamma is then ignored and each
+    ``tree`` a ``specviz.engine.tree.spec.TreeSpec`` drafts token trees (gamma is then ignored and each
     run generates two tokens, the first round's tree cut to depth 2).
     """
     exact = exact_two_token_distribution(target, sampling, prompt).ravel()
@@ -144,13 +144,13 @@ def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000
 def batch_results(drafter, target, sampling: Sampling, gamma: int, runs: int, prompts: list[list[int]], eos: int | None = None,
                   schedule: str = "constant") -> list[Result]:
     """One Result per prompt from ``runs`` batches of all ``prompts`` decoded together by
-    ``specviz.batch.speculative_generate_batch`` (gamma + 1 tokens each, batch s seeded
+    ``specviz.engine.batch.speculative_generate_batch`` (gamma + 1 tokens each, batch s seeded
     s * len(prompts), so no two rows anywhere share a seed).
 
     Each row is counted against the exact law of its own prompt; with ``eos``, rows whose first
     token is EOS stop and leave the batch while the others go on (``outcome``).
     """
-    from specviz.batch import speculative_generate_batch
+    from specviz.engine.batch import speculative_generate_batch
 
     results = [Result(counts=np.zeros(VOCAB * VOCAB), exact=exact_two_token_distribution(target, sampling, p, eos=eos).ravel(), runs=0)
                for p in prompts]

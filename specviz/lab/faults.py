@@ -1,6 +1,6 @@
 """Teaching faults: bugs seen in public implementations of speculative decoding, planted one at a time.
 
-Each fault is a context manager that replaces one step of the algorithm in ``specviz.rejection``
+Each fault is a context manager that replaces one step of the algorithm in ``specviz.engine.rejection``
 (the module the engine calls for each step) for the duration of an experiment, then puts it
 back. Nothing in the engine's normal path reaches this module: the lab and the tests enter a
 fault explicitly, to show that the chi-square test catches it.
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz import rejection
-from specviz.sampling import Sampling
+from specviz.engine import rejection
+from specviz.engine.sampling import Sampling
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ FAULTS = {
 
 @contextlib.contextmanager
 def planted(name: str):
-    """Replace one step of ``specviz.rejection`` with the named fault inside the ``with`` block.
+    """Replace one step of ``specviz.engine.rejection`` with the named fault inside the ``with`` block.
 
     Only the thread that entered the block gets the fault: a call from any other thread (another
     visitor's run on the same server) goes to the real step. So the block must not span a yield

@@ -1,4 +1,4 @@
-"""Teaching faults of tree verification, planted one at a time into ``specviz.tree.accept``.
+"""Teaching faults of tree verification, planted one at a time into ``specviz.engine.tree.accept``.
 
 Each was seen in public implementations of tree speculation (pitfalls: "Token trees"):
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 
-from specviz.tree import accept
+from specviz.engine.tree import accept
 
 TREE_FAULTS = {
     "siblings_against_p": "siblings tested against p instead of the updated residual",
@@ -27,7 +27,7 @@ TREE_FAULTS = {
 
 @contextlib.contextmanager
 def planted_tree(name: str):
-    """Replace one step of ``specviz.tree.accept`` with the named fault inside the ``with`` block
+    """Replace one step of ``specviz.engine.tree.accept`` with the named fault inside the ``with`` block
     (tests only: not thread-aware, unlike ``specviz.lab.faults.planted``).
 
     Raises:

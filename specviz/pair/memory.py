@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from specviz.zerogpu import on_zerogpu
+from specviz.serving.zerogpu import on_zerogpu
 
 
 def default_device() -> torch.device:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from specviz.throughput import batch_sizes_up_to
-from specviz.gpu import on_zerogpu
+from specviz.measure.throughput import batch_sizes_up_to
+from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
 from specviz.ui import state
 from specviz.ui.checks import check_batch_prompts

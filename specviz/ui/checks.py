@@ -15,7 +15,7 @@ import gradio as gr
 from specviz import Sampling
 from specviz.drafters import KINDS as DRAFTER_KINDS
 from specviz.pair.prompt import split_prompts
-from specviz.schedules import SCHEDULES
+from specviz.engine.schedules import SCHEDULES
 from specviz.ui.limits import (
     BATCH_MAX,
     GAMMA_RANGE,

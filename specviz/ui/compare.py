@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from specviz.gpu import on_zerogpu
+from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
 from specviz.ui import state
 from specviz.ui.device import compare_on_device

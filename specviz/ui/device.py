@@ -2,7 +2,7 @@
 
 Each takes a checked ``RunRequest`` (plain data), yields plain data (traces, sweeps, comparisons,
 batch points) and raises only ``gr.Error``: on ZeroGPU each runs in a forked GPU worker, for at
-most the duration its sizing function returns (``specviz.gpu_duration``), and what crosses the
+most the duration its sizing function returns (``specviz.serving.gpu_duration``), and what crosses the
 process boundary is pickled. Nothing here builds a UI object.
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 import time
 
 from specviz import Trace, autoregressive_stream, speculative_stream
-from specviz.throughput import batch_sizes_up_to, throughput_stream
-from specviz.comparison import compare_stream
+from specviz.measure.throughput import batch_sizes_up_to, throughput_stream
+from specviz.measure.comparison import compare_stream
 from specviz.drafters import KINDS as DRAFTER_KINDS, make_drafter, usable_kinds
-from specviz.gpu import gpu_task
-from specviz.gpu_duration import generate_duration, sweep_duration
-from specviz.schedules import make_schedule
-from specviz.speedup import interleave
-from specviz.sweep import sweep_stream
+from specviz.serving.gpu import gpu_task
+from specviz.serving.gpu_duration import generate_duration, sweep_duration
+from specviz.engine.schedules import make_schedule
+from specviz.measure.speedup import interleave
+from specviz.measure.sweep import sweep_stream
 from specviz.ui.checks import number
 from specviz.ui.limits import BATCH_MAX, COMPARE_SECONDS_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 from specviz.ui.pairs import encode, failure, resident
@@ -48,7 +48,7 @@ def title(pair_name: str, spec: Trace) -> str:
 def run_on_device(req: RunRequest):
     """The device half of Generate and /run: traces in, no UI objects out.
 
-    The speculative run and its autoregressive baseline run in turns (``specviz.speedup.interleave``),
+    The speculative run and its autoregressive baseline run in turns (``specviz.measure.speedup.interleave``),
     so whatever else the machine does slows both alike and the speedup compares like with like;
     the baseline stops at the speculative run's token count (equal work).
 
@@ -97,7 +97,7 @@ def run_on_device(req: RunRequest):
 
 def sweep_seconds(req: RunRequest) -> int:
     """ZeroGPU seconds for the sweep: one speculative run per gamma, the first baseline, and one baseline
-    in turns with each gamma's run (``specviz.sweep.sweep_stream``): nine baselines for gamma 1..8."""
+    in turns with each gamma's run (``specviz.measure.sweep.sweep_stream``): nine baselines for gamma 1..8."""
     return sweep_duration(req.pair_name, SWEEP_GAMMAS, req.max_new_tokens, baseline_runs=1 + len(SWEEP_GAMMAS),
                           custom_drafter=req.custom_drafter, custom_target=req.custom_target)
 

@@ -11,7 +11,7 @@ import gradio as gr
 from specviz.drafters import KINDS as DRAFTER_KINDS
 from specviz.pair import PRESETS, free_memory
 from specviz.recording import Recording
-from specviz.schedules import SCHEDULES
+from specviz.engine.schedules import SCHEDULES
 from specviz.ui.checks import mistake
 from specviz.ui.downloads import save_export, save_for_download
 from specviz.ui.jobs import background_step, guarded_call

@@ -6,7 +6,7 @@ import time
 
 import gradio as gr
 
-from specviz.gpu import on_zerogpu
+from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
 from specviz.recording import Recording
 from specviz.ui import state

@@ -10,16 +10,16 @@ import os
 
 from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS
 from specviz.pair import ASSETS, ENGLISH, default_pair
-from specviz.sampling import DEFAULT_SAMPLING, MIN_TEMPERATURE
-from specviz.seeds import SEED_MAX  # noqa: F401  (re-exported: the page checks seeds against it)
-from specviz.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
+from specviz.engine.sampling import DEFAULT_SAMPLING, MIN_TEMPERATURE
+from specviz.engine.seeds import SEED_MAX  # noqa: F401  (re-exported: the page checks seeds against it)
+from specviz.engine.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
 from specviz.limits import GAMMA_RANGE, PENALTY_RANGE, TEMPERATURE_RANGE, TOP_K_MAX  # noqa: F401  (one set for every entry point)
 from specviz.trace import MAX_GAMMA  # noqa: F401
 
 # Caps shown in the UI and enforced again in the handler (a client can bypass sliders).
 MAX_NEW_TOKENS_RANGE = (1, 256)
 LOAD_CONCURRENCY = 1  # recordings loaded at once: a load of the largest is seconds of pure Python holding the GIL (measured: 2 at once took an 8-token generate from 2 s to 25 s)
-TEMPERATURE_MIN = MIN_TEMPERATURE  # one constant with the engine's (specviz.sampling)
+TEMPERATURE_MIN = MIN_TEMPERATURE  # one constant with the engine's (specviz.engine.sampling)
 PROMPT_CHARS_MAX = 2000
 SWEEP_GAMMAS = tuple(range(1, 9))
 BATCH_MAX = 8  # rows the Batch tab decodes together at most

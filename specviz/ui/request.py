@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specviz import Sampling
-from specviz.gpu_duration import generate_duration
+from specviz.serving.gpu_duration import generate_duration
 from specviz.ui.checks import check_controls, check_drafting, mistake
 
 # The fields that are text, and how each is named in a message.
@@ -78,7 +78,7 @@ class RunRequest:
         return tree_spec(self.tree)
 
     def duration(self, runs: int = 1) -> int:
-        """ZeroGPU seconds for ``runs`` speculative runs, each with its baseline (``specviz.gpu_duration``)."""
+        """ZeroGPU seconds for ``runs`` speculative runs, each with its baseline (``specviz.serving.gpu_duration``)."""
         s = self.sampling
         return runs * generate_duration(self.pair_name, None, self.gamma, s.temperature, s.top_k, s.top_p, self.max_new_tokens,
                                         self.seed, self.chat, self.custom_drafter, self.custom_target)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specviz.recording import Recording
-from specviz.tree.spec import TreeSpec
+from specviz.engine.tree.spec import TreeSpec
 from specviz.ui.checks import mistake
 
 # The choices the page offers (label -> spec builder); "chain" drafts gamma tokens in a row.

@@ -14,7 +14,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from specviz.throughput import BatchPoint
+from specviz.measure.throughput import BatchPoint
 from specviz.views.charts import BLUE, GREY, ORANGE, style_figure
 from specviz.views.scroll import scroll_x
 from specviz.views.tokens import round_spans
@@ -25,7 +25,7 @@ _PAD = ('<span title="padding: a draft slot this row did not use (the batch is a
 
 
 def batch_lanes_html(result, speedup: BatchPoint | None = None) -> str:
-    """Lanes of a ``specviz.batch.BatchResult`` (None: a prompt to press Run)."""
+    """Lanes of a ``specviz.engine.batch.BatchResult`` (None: a prompt to press Run)."""
     if result is None:
         return ('<div class="sv-batch" style="color:#666;">Press Run batch: the prompts above are decoded together, one '
                 "target pass per round for the whole batch, and each row appears as a lane.</div>")

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from specviz import theory
 from specviz.drafters import LABELS as DRAFTER_LABELS
-from specviz.speedup import estimate
+from specviz.measure.speedup import estimate
 from specviz.views.charts import style_figure
 from specviz.views.text import run_label
 from specviz.views.tokens import tokens_html
@@ -25,7 +25,7 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     c = theory.cost_coefficient(spec, baseline)
     est = estimate(spec, baseline)
     speed = "–"
-    if est is not None:  # the decoding speedup and its spread: one quantity (specviz.speedup)
+    if est is not None:  # the decoding speedup and its spread: one quantity (specviz.measure.speedup)
         speed = f"{est.decode_speedup:.2f}×"
         if len(est.windows) >= 2:
             speed += f" (middle half {est.low:.2f}–{est.high:.2f}×)"
@@ -73,7 +73,7 @@ def compare_figure(comparison) -> go.Figure:
     """Acceptance by draft position (rounds whose i-th draft was accepted / rounds that drafted an
     i-th draft), one line per drafter kind."""
     fig = go.Figure()
-    from specviz.tree.theory import acceptance_by_depth
+    from specviz.theory.tree import acceptance_by_depth
 
     for kind, (spec, _) in (comparison.runs.items() if comparison is not None else []):
         # A tree's position is its depth: rounds whose path reached it / rounds offered children there.

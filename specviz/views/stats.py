@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from specviz import metrics, theory
-from specviz.speedup import estimate
+from specviz.measure.speedup import estimate
 from specviz.trace import Trace
 
 
@@ -18,11 +18,11 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     autoregressive_tokens_per_second (tokens/s, prefill included), speedup (their ratio: the whole run,
     prefill included), decode_speedup with decode_speedup_low and decode_speedup_high (autoregressive
     ms / speculative ms over stretches of equal tokens, prefill excluded: the median and the middle
-    half, ``specviz.speedup.estimate``), cost_coefficient c, verify_cost v,
+    half, ``specviz.measure.speedup.estimate``), cost_coefficient c, verify_cost v,
     predicted_speedup (Leviathan et al. 2023, Thm 3.8, from alpha, gamma, c) and
     predicted_speedup_verify (the same with the measured verify cost: E[tokens] / (gamma c + v)).
     A token tree run has no gamma and Thm 3.8 is a chain's: its predicted_speedup is None and its
-    predicted_speedup_verify is ``specviz.tree.theory.predicted_speedup`` (E[tokens] from the measured
+    predicted_speedup_verify is ``specviz.theory.tree.predicted_speedup`` (E[tokens] from the measured
     acceptance by depth / (drafting + v), in target steps); it also has tree = True, nodes_per_round,
     acceptance_by_depth (list of a_d) and predicted_tokens_per_round.
     Keys whose inputs are missing (no baseline yet) are None.
@@ -60,7 +60,7 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
 
 def _tree_predictions(spec: Trace, baseline: Trace | None, v: float | None) -> dict:
     """The keys ``summary`` replaces or adds for a token tree run (see there)."""
-    from specviz.tree import theory as tree_theory
+    from specviz.theory import tree as tree_theory
 
     rates = tree_theory.depth_rates(tree_theory.acceptance_by_depth(spec))
     step = theory.target_step_ms(baseline) if baseline is not None else None
@@ -74,7 +74,7 @@ def _tree_predictions(spec: Trace, baseline: Trace | None, v: float | None) -> d
 
 
 def _decode_note(spec: Trace, baseline: Trace | None) -> str:
-    """What the decoding speedup is, and its spread over stretches of the run (specviz.speedup.estimate)."""
+    """What the decoding speedup is, and its spread over stretches of the run (specviz.measure.speedup.estimate)."""
     est = estimate(spec, baseline) if baseline is not None else None
     if est is None or len(est.windows) < 2:
         return "autoregressive ms / speculative ms over the same tokens, prefill excluded"

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import theory
-from specviz.sweep import Sweep
+from specviz.measure.sweep import Sweep
 from specviz.trace import Trace
 from specviz.views.charts import BLUE, GREEN, ORANGE, TOOLBAR_PX, VERMILLION, style_figure
 
@@ -115,7 +115,7 @@ def _tree_speedup_figure(spec: Trace, baseline: Trace) -> go.Figure:
 
 def _tree_histogram_figure(trace: Trace, title: str) -> go.Figure:
     """Accepted path length per round against the law the acceptance by depth predicts."""
-    from specviz.tree import theory as tree_theory
+    from specviz.theory import tree as tree_theory
 
     depth = tree_theory.typical_depth(trace)
     lengths = tree_theory.path_lengths(trace, depth) if depth else []
@@ -135,7 +135,7 @@ def _tree_histogram_figure(trace: Trace, title: str) -> go.Figure:
 def accepted_histogram_figure(trace: Trace) -> go.Figure:
     """Share of rounds with k = 0..gamma accepted drafts, against the capped geometric law at
     alpha = accepted / (accepted + rejected) (rounds that drafted fewer than gamma are left out).
-    A tree run: the accepted path's length against ``specviz.tree.theory.path_length_distribution``."""
+    A tree run: the accepted path's length against ``specviz.theory.tree.path_length_distribution``."""
     title = "Accepted drafts per round"
     if trace.has_tree:
         return _tree_histogram_figure(trace, title)

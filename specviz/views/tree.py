@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from specviz import theory as chain_theory
 from specviz.trace import Round, Trace
-from specviz.tree import theory
+from specviz.theory import tree as theory
 from specviz.views.charts import BLUE, GREEN, GREY, ORANGE, VERMILLION, style_figure
 from specviz.views.tokens import _visible
 

@@ -1,0 +1,350 @@
+"""Batched speculative decoding: several sequences drafted and verified together.
+
+One drafter pass per draft step and one target pass per round serve every row of the batch;
+each row accepts its own number of drafts, gets its own correction or bonus token, stops at its
+own EOS or token budget, and leaves the batch when it is done.
+
+**Drafting goes through the Drafter interface** (``specviz.drafters``): ``start_batch``,
+``propose_batch``, ``rollback_batch`` and ``keep_rows``. A drafter model drafts for every row in
+one pass per draft step; prompt lookup, and any other Drafter, drafts row by row.
+
+**Raggedness, handled with attention masks and position ids** (``specviz.engine.batch_runner``). After
+a round, the rows stand at different lengths. The caches stay rectangular: every pass appends the
+same number of columns to every row, and a per-row 2-D attention mask says which columns hold the
+row's settled tokens. Prompts are left-padded; the columns of drafts a row rejected (and of
+padding when a row drafted fewer than the widest) are masked out instead of cropped, because
+``DynamicCache.crop`` cuts every row at once. Each token's position id is its index in its own
+row's sequence, so a masked column shifts nothing. The price is cache columns that are never
+read again (at most gamma + 1 per round); a serving engine would use per-sequence paged blocks
+instead (vLLM), which a teaching engine can do without. Finished rows leave the batch. Models
+with a sliding attention window are refused where masked columns could count against it.
+
+**Randomness.** Row b draws from its own ``torch.Generator`` seeded ``seed + b`` (``specviz.engine.seeds``), in the same
+order as ``speculative_generate`` draws (drafts, then u, then the final tokens), so a row's
+run is the single-sequence run of its prompt with that seed: the same tokens, up to float
+rounding that padding and batch shapes change in the last bits.
+
+**Gamma schedules are per row**: each row keeps its own schedule (its own acceptance history);
+a round drafts as many steps as the row that wants the most, and a row that wants fewer stops
+drafting early (its later draft slots are padding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import copy
+
+import torch
+
+from specviz.engine import rejection
+from specviz.engine.batch_runner import BatchRunner, check_window, positions
+from specviz.drafters import DraftRequest
+from specviz.engine.rounds import TOP_TOKENS, Clock, extend_trace, judge_chain, round_record, run_settings, settle, Transfer, validate_inputs, new_trace, set_up
+from specviz.engine.sampling import Sampling, contexts, row_contexts
+from specviz.engine.schedules import GammaSchedule, make_schedule
+from specviz.engine.seeds import check_seed, generator
+from specviz.trace import MAX_GAMMA, Round, Trace
+
+# The most rows one batch may hold (the page offers up to 8).
+MAX_BATCH = 64
+
+
+@dataclass
+class BatchResult:
+    """A finished batch.
+
+    Attributes:
+        traces: one Trace per prompt, in the prompts' order; each records its rows' rounds with
+            the batch's draft and verify times (shared by every row of a round).
+        target_passes: forward passes of the target (prefill included).
+        drafter_passes: forward passes of the drafter's models (prefill included; 0 for prompt lookup).
+        drafter_prefill_passes: of those, the prompts' prefill.
+        draft_ms, verify_ms: drafting and verifying time summed over the batch's rounds, in ms
+            (each round counted once, however many rows it served).
+        positions: token positions the target processed, padding included.
+        padded_positions: of those, the padding (left padding of prompts, draft slots of rows that
+            drafted fewer than the widest row).
+        total_ms: wall time of the whole batch, in ms.
+        rounds: per round of the batch, the indices of the rows in it (rows leave as they finish).
+    """
+
+    traces: list[Trace]
+    target_passes: int = 0
+    drafter_passes: int = 0
+    drafter_prefill_passes: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    positions: int = 0
+    padded_positions: int = 0
+    total_ms: float = 0.0
+    rounds: list[list[int]] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens generated over all rows."""
+        return sum(len(t.output_ids) for t in self.traces)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens generated over all rows per second of the batch's wall time (tokens/s)."""
+        return 1000.0 * self.tokens / self.total_ms if self.total_ms > 0 else 0.0
+
+    @property
+    def drafter_step_passes(self) -> int:
+        """Drafter forward passes made while drafting in rounds (prefill excluded)."""
+        return self.drafter_passes - self.drafter_prefill_passes
+
+    @property
+    def padding_share(self) -> float:
+        """Padded positions / positions the target processed."""
+        return self.padded_positions / self.positions if self.positions else 0.0
+
+    def summary(self) -> dict:
+        """Batch-level numbers as plain JSON values."""
+        return {
+            "rows": len(self.traces), "tokens": self.tokens, "total_ms": self.total_ms, "tokens_per_s": self.tokens_per_s,
+            "target_passes": self.target_passes, "drafter_passes": self.drafter_passes,
+            "positions": self.positions, "padded_positions": self.padded_positions, "padding_share": self.padding_share,
+        }
+
+
+@dataclass
+class _Row:
+    """One sequence's state in the batch."""
+
+    index: int
+    trace: Trace
+    seq: torch.Tensor
+    history: list[int]
+    n: int
+    n_prompt: int
+    gen: torch.Generator
+    schedule: GammaSchedule | None = None
+    allowed: int = 0  # this round's gamma from the schedule, within the token budget
+
+
+def _check_prompts(prompts) -> list[list[int]]:
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("prompts must be a non-empty list of token-id lists")
+    if len(prompts) > MAX_BATCH:
+        raise ValueError(f"a batch holds at most {MAX_BATCH} prompts, got {len(prompts)}")
+    return [[int(t) for t in p] for p in prompts]
+
+
+def _validate_rows(prompts, models, vocab: int, max_new_tokens: int, sampling: Sampling) -> None:
+    for b, prompt in enumerate(prompts):
+        try:
+            validate_inputs(prompt, models, vocab, max_new_tokens, sampling)
+        except ValueError as err:
+            raise ValueError(f"prompts[{b}]: {err}") from None
+
+
+def _start_rows(prompts, mode, sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma=None, extra=None) -> list[_Row]:
+    check_seed(seed, len(prompts))
+    rows = []
+    for b, prompt in enumerate(prompts):
+        settings = run_settings(mode, sampling, seed + b, max_new_tokens, eos, models, gamma)
+        settings.update(extra or {})
+        settings["batch"] = {"rows": len(prompts), "row": b}
+        trace = new_trace(mode, prompt, tokenizer, settings)
+        seq = torch.zeros(len(prompt) + max_new_tokens + MAX_GAMMA + 1, dtype=torch.long, device=device)
+        seq[: len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=device)
+        rows.append(_Row(b, trace, seq, list(prompt), len(prompt), len(prompt), generator(seed + b, device)))
+    return rows
+
+
+def _prefill(runner: BatchRunner, rows: list[_Row], result: BatchResult) -> None:
+    """All but each prompt's last token, left-padded (the last is fed by the first pass); the
+    positions and padding it fed are counted in ``result``."""
+    runner.prefill([r.seq for r in rows], [r.n - 1 for r in rows])
+    result.positions += runner.columns * len(rows)
+    result.padded_positions += int((runner.mask == 0).sum())
+
+
+def speculative_generate_batch(
+    prompts: Sequence[Sequence[int]],
+    drafter,
+    target,
+    gamma: int = 4,
+    sampling: Sampling = Sampling(),
+    max_new_tokens: int = 64,
+    eos_token_id: int | Iterable[int] | None = None,
+    seed: int = 0,
+    tokenizer=None,
+    vocab_size: int | None = None,
+    schedule: str | GammaSchedule = "constant",
+) -> BatchResult:
+    """Speculative sampling over a batch of prompts of different lengths.
+
+    Args:
+        prompts: 1..MAX_BATCH lists of token ids, each of length >= 1.
+        drafter: any ``specviz.drafters.Drafter`` (drafting through its batch verbs), or a
+            transformers causal LM (taken as a drafter model).
+        target, gamma, sampling, max_new_tokens, eos_token_id, tokenizer, vocab_size: as in
+            ``specviz.engine.chain.speculative_stream``, applied to every row.
+        seed: row b draws from a generator seeded ``seed + b``.
+        schedule: a gamma schedule name, or a fresh GammaSchedule (a confidence threshold, say)
+            that each row copies; each row runs its own (see the module docstring).
+
+    Returns:
+        A BatchResult: one Trace per prompt (row b is the run ``speculative_generate`` gives its
+        prompt with seed ``seed + b``) and the batch's totals.
+
+    Raises:
+        ValueError: no prompts or more than MAX_BATCH, a model whose sliding attention window the
+            batch's cache could outgrow, and whatever ``speculative_stream`` raises for a row's
+            prompt or the settings.
+        TypeError: a drafter that is neither a Drafter nor a causal LM.
+    """
+    prompts = _check_prompts(prompts)
+    run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
+    drafter, models, vocab, eos, device, decode, warpers = run.drafter, run.models, run.vocab, run.eos, run.device, run.decode, run.warpers
+    _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
+    template = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)  # refuses a bad name or gamma
+    # Each round adds at most (the most drafts a round may propose) + 1 columns to the caches.
+    check_window(models, max(len(p) for p in prompts) + max_new_tokens * (template.most + 1))
+    top_k = min(TOP_TOKENS, vocab)
+    extra = {"drafter": drafter.describe(), "gamma_schedule": template.describe()}
+    rows = _start_rows(prompts, "speculative", sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma, extra)
+    for row in rows:
+        row.schedule = copy.deepcopy(template)
+    result = BatchResult(traces=[r.trace for r in rows])
+    clock = Clock(device)
+    target_runner = BatchRunner(target, vocab, len(rows))
+
+    with torch.inference_mode():
+        _prefill(target_runner, rows, result)
+        drafter.start_batch([r.seq for r in rows], [r.n - 1 for r in rows], vocab)
+        result.drafter_prefill_passes = drafter.passes
+        for r in rows:
+            r.trace.prefill_ms = clock.since_start()
+
+        active = list(rows)
+        while active:
+            t0 = clock.mark()
+            # 1. Draft, for every row at once: up to each row's allowed gamma into its seq.
+            for r in active:
+                r.allowed = min(r.schedule.next_gamma(), r.n_prompt + max_new_tokens - r.n)
+            proposals = drafter.propose_batch([
+                DraftRequest(r.seq, r.n, r.allowed, r.history, sampling, warpers, r.gen, vocab, r.schedule.keep_drafting)
+                for r in active])
+            t1 = clock.mark()
+
+            # 2. Verify: one target pass over every row's pending token and drafts (right-padded).
+            # The drafts are copied on the device: no host round trip per row.
+            counts = [p.count for p in proposals]
+            width = max(counts) + 1
+            tokens = torch.zeros(len(active), width, dtype=torch.long, device=device)
+            for i, r in enumerate(active):
+                tokens[i, : counts[i] + 1] = r.seq[r.n - 1 : r.n + counts[i]]
+            valid = torch.arange(width, device=device)[None, :] <= torch.tensor(counts, device=device)[:, None]
+            base = target_runner.columns
+            logits = target_runner.feed(tokens, valid, positions([r.n - 1 for r in active], valid, left=False), width)
+            result.positions += width * len(active)
+            result.padded_positions += int((~valid).sum())
+
+            # 3-4. Accept and the final token, row by row, from each row's own generator.
+            transfer = Transfer()
+            for i, (r, g) in enumerate(zip(active, counts)):
+                ctx = contexts(r.seq, range(r.n, r.n + g + 1), vocab) if sampling.needs_context else None
+                p_all = rejection.target_probs(logits[i, :g + 1], sampling, warpers, ctx)
+                judge_chain(transfer, f"{i}.", r.seq[r.n : r.n + g], proposals[i].q, p_all, sampling, r.gen, top_k)
+            host = transfer.fetch()
+            t2 = clock.mark()
+            result.draft_ms += clock.ms(t0, t1)
+            result.verify_ms += clock.ms(t1, t2)
+
+            # 5. Each row settles, rolls back by masking, and records; finished rows leave.
+            staying = []
+            for i, (r, g) in enumerate(zip(active, counts)):
+                mine = {k.split(".", 1)[1]: v for k, v in host.items() if k.startswith(f"{i}.")}
+                remaining = r.n_prompt + max_new_tokens - r.n
+                draft_ids, n_acc, final, kind, emitted, keeps_final = settle(mine, eos, remaining)
+                # Target columns: the pending token, then drafts 1..g; those after the accepted ones go.
+                target_runner.forget(i, [base + 1 + j for j in range(n_acc, g)])
+                r.seq[r.n + n_acc] = final
+                r.n += len(emitted)
+                r.history.extend(emitted)
+                r.schedule.observe(g, n_acc, min(g, n_acc + 1), clock.ms(t0, t1), clock.ms(t1, t2))
+                r.trace.rounds.append(round_record(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, proposals[i].sources,
+                                             decode, top_k, r.allowed, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start()))
+                if not extend_trace(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
+                    staying.append(i)
+            # Both sides keep all but each row's newest token, which is fed next round.
+            drafter.rollback_batch([r.n - 1 for r in active])
+            result.rounds.append([r.index for r in active])
+            if len(staying) < len(active):
+                target_runner.keep(staying)
+                drafter.keep_rows(staying)
+                active = [active[i] for i in staying]
+
+    result.target_passes = target_runner.passes
+    result.drafter_passes = drafter.passes
+    result.total_ms = clock.since_start()
+    return result
+
+
+def autoregressive_generate_batch(
+    prompts: Sequence[Sequence[int]],
+    target,
+    sampling: Sampling = Sampling(),
+    max_new_tokens: int = 64,
+    eos_token_id: int | Iterable[int] | None = None,
+    seed: int = 0,
+    tokenizer=None,
+    vocab_size: int | None = None,
+) -> BatchResult:
+    """The batched baseline: one target pass per step for every unfinished row.
+
+    Arguments, returns and errors as ``speculative_generate_batch`` without drafter, gamma and
+    schedule; row b is the run ``autoregressive_generate`` gives its prompt with seed ``seed + b``.
+    """
+    prompts = _check_prompts(prompts)
+    run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
+    models, vocab, eos, device, decode, warpers = run.models, run.vocab, run.eos, run.device, run.decode, run.warpers
+    _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
+    rows = _start_rows(prompts, "autoregressive", sampling, seed, max_new_tokens, eos, models, tokenizer, device)
+    result = BatchResult(traces=[r.trace for r in rows])
+    clock = Clock(device)
+    runner = BatchRunner(target, vocab, len(rows))
+    with torch.inference_mode():
+        _prefill(runner, rows, result)
+        for r in rows:
+            r.trace.prefill_ms = clock.since_start()
+        active = list(rows)
+        while active:
+            t0 = clock.mark()
+            pending = torch.stack([r.seq[r.n - 1] for r in active])[:, None]
+            positions = torch.tensor([[r.n - 1] for r in active], device=device)
+            logits = runner.feed(pending, torch.ones_like(pending, dtype=torch.bool), positions, 1)[:, -1]
+            result.positions += len(active)
+            ctx = row_contexts([(r.seq, r.n) for r in active], vocab) if sampling.needs_context else None
+            p = sampling.probs(logits, warpers, ctx)
+            token = rejection.sample_rows(p, sampling.greedy, [r.gen for r in active])
+            for i, r in enumerate(active):
+                r.seq[r.n] = token[i]
+            host = torch.cat([token.double(), p.gather(1, token[:, None])[:, 0].double(),
+                              torch.isfinite(p).all(dim=-1).double()]).tolist()
+            t1 = clock.mark()
+            result.verify_ms += clock.ms(t0, t1)
+            staying = []
+            for i, r in enumerate(active):
+                token_id, prob, finite = int(host[i]), host[len(active) + i], host[2 * len(active) + i]
+                if not finite:
+                    raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
+                r.n += 1
+                r.history.append(token_id)
+                r.trace.rounds.append(Round(drafts=[], emitted_ids=[token_id], final_token_id=token_id,
+                                            final_text=decode([token_id])[0], final_kind="target", final_prob=prob,
+                                            draft_ms=0.0, verify_ms=clock.ms(t0, t1), end_ms=clock.since_start()))
+                if not extend_trace(r.trace, [token_id], eos, max_new_tokens, clock, tokenizer):
+                    staying.append(i)
+            result.rounds.append([r.index for r in active])
+            if len(staying) < len(active):
+                runner.keep(staying)
+                active = [active[i] for i in staying]
+    result.target_passes = runner.passes
+    result.total_ms = clock.since_start()
+    return result

@@ -1,0 +1,232 @@
+"""The decoding loops: speculative sampling and its autoregressive baseline.
+
+Speculative sampling follows Leviathan et al. 2023 (Algorithm 1) and Chen et al. 2023
+(Algorithm 2): the drafter samples gamma tokens x_i ~ q_i; the target scores them all in one
+pass, giving p_1 .. p_{gamma+1}; draft i is accepted when u_i < min(1, p_i(x_i) / q_i(x_i));
+the first rejected one is replaced by a sample from norm(max(0, p_i - q_i)); when all are
+accepted a bonus token comes from p_{gamma+1}. The output is distributed exactly as the
+target's own samples (Leviathan et al. 2023, Theorem 3.5; Appendix A.1).
+
+Both loops know nothing of any UI: they yield a growing ``Trace`` after every round, and the
+``*_generate`` functions return the finished one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import torch
+
+from specviz.engine import rejection
+from specviz.drafters import DraftRequest
+from specviz.engine.runner import make_runner
+from specviz.engine.sampling import Sampling, contexts
+from specviz.engine.schedules import GammaSchedule, make_schedule
+from specviz.trace import MAX_GAMMA, Round, Trace
+from specviz.engine.rounds import (  # noqa: F401  (TOP_TOKENS re-exported)
+    TOP_TOKENS, Clock, Transfer, judge_chain, settle, extend_trace, round_record, set_up, start_sequence,
+)
+
+
+def speculative_stream(
+    input_ids: list[int],
+    drafter,
+    target,
+    gamma: int = 4,
+    sampling: Sampling = Sampling(),
+    max_new_tokens: int = 64,
+    eos_token_id: int | Iterable[int] | None = None,
+    seed: int = 0,
+    tokenizer=None,
+    vocab_size: int | None = None,
+    record: bool = True,
+    cached: bool = True,
+    schedule: str | GammaSchedule = "constant",
+    tree=None,
+) -> Iterator[Trace]:
+    """Speculative sampling, yielding the same growing Trace after every round.
+
+    Args:
+        input_ids: the prompt's token ids (batch of one), length >= 1.
+        drafter: a ``specviz.drafters.Drafter`` (drafter model, prompt lookup, early exit), or a
+            transformers causal LM sharing the target's tokenizer (taken as a drafter model).
+        target: a transformers causal LM on the run's device, in eval mode.
+        gamma: drafts per round, 1..MAX_GAMMA: the constant schedule's, the first round's for the
+            adaptive ones, the most per round for ``confidence``; fewer in the last round if
+            max_new_tokens is near, and fewer when prompt lookup finds less to copy.
+        sampling: temperature, top-k, top-p, repetition penalty, applied identically to q and p.
+        max_new_tokens: at most this many tokens are generated.
+        eos_token_id: one id or several; generation stops after the first one emitted.
+        seed: 0..2^63 - 1; seeds the torch.Generator that draws every sample and every u
+            (``specviz.engine.seeds.generator``: seeds s and s + 2^32 draw differently).
+        tokenizer: fills token texts and ``output_text``; its size cuts the logits.
+        vocab_size: logits columns kept (default: the tokenizer's size, else the smaller config vocab).
+        record: build the per-round record; False keeps only output ids and totals (for measuring
+            the cost of the trace).
+        cached: use KV caches (True) or re-feed the whole sequence each pass (the test reference).
+        schedule: a ``specviz.engine.schedules`` name ("constant", "heuristic", "confidence", "optimal")
+            or a GammaSchedule. "optimal" reads the run's timings, so its tokens for one seed can
+            differ between runs (each run is still distributed as the target's).
+        tree: a ``specviz.engine.tree.spec.TreeSpec``: draft a token tree per round instead of a chain
+            (``specviz.engine.tree.loop.tree_stream``; gamma and schedule are then unused).
+
+    Yields:
+        The Trace, after each round.
+
+    Raises:
+        ValueError: empty prompt, ids outside the vocabulary, gamma out of range, max_new_tokens < 1,
+            prompt + max_new_tokens beyond a model's context, NaN or all -inf logits, an unknown schedule,
+            a seed out of range.
+        TypeError: sampling is not a Sampling, drafter is neither a Drafter nor a causal LM.
+    """
+    if tree is not None:
+        if getattr(drafter, "reads_target_features", False):
+            raise ValueError("the EAGLE drafter drafts chains: token trees read no tree node's features yet; "
+                             "choose the chain, or another drafter for a tree")
+        from specviz.engine.tree.loop import tree_stream
+
+        yield from tree_stream(input_ids, drafter, target, tree, sampling=sampling, max_new_tokens=max_new_tokens,
+                               eos_token_id=eos_token_id, seed=seed, tokenizer=tokenizer, vocab_size=vocab_size, record=record,
+                               cached=cached)
+        return
+    run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
+    schedule = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)
+    drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
+    trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, gamma, max_new_tokens + MAX_GAMMA + 1,
+                                              drafter=drafter.describe(), gamma_schedule=schedule.describe())
+    n_prompt = len(input_ids)
+    # An EAGLE drafter reads the target's features at the positions each target pass scores.
+    reads_features = getattr(drafter, "reads_target_features", False)
+    target_runner = make_runner(target, vocab, cached, keep_features=reads_features)
+    clock = Clock(device)
+    top_k = min(TOP_TOKENS, vocab)
+
+    with torch.inference_mode():
+        # The last prompt token stays pending: the first round feeds it to the target.
+        drafter.start(seq, n_prompt - 1, vocab, cached)
+        target_runner.prefill(seq, n_prompt - 1)
+        if reads_features and target_runner.features is not None:
+            drafter.observe_target(*target_runner.features)
+        trace.prefill_ms = clock.since_start()
+
+    n = n_prompt  # settled sequence length
+    while True:
+        # Inference mode is thread-local: it is entered per round and left before each yield,
+        # because the consumer may resume this generator on another thread.
+        with torch.inference_mode():
+            remaining = n_prompt + max_new_tokens - n
+            allowed = min(schedule.next_gamma(), remaining)
+            t0 = clock.mark()  # CUDA events on a GPU: no synchronisation per phase
+
+            # 1. Draft: up to `allowed` tokens into seq[n:], each with the q it was drawn from.
+            proposal = drafter.propose(DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting))
+            g, q_all = proposal.count, proposal.q  # q_all: (g, V)
+            t1 = clock.mark()
+
+            # 2. Verify: one target pass over the pending token and the g drafts; row i scores the
+            # position after n + i tokens, so its context holds the drafts before it.
+            ctx = contexts(seq, range(n, n + g + 1), vocab) if sampling.needs_context else None
+            p_all = rejection.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers, ctx)  # (g+1, V)
+            if reads_features:
+                drafter.observe_target(*target_runner.features)
+            drafts = seq[n : n + g]
+
+            # 3-4. Accept, and the final token (correction or bonus).
+            transfer = Transfer()
+            judge_chain(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0)
+            host = transfer.fetch()
+            t2 = clock.mark()
+            draft_ms, verify_ms = clock.ms(t0, t1), clock.ms(t1, t2)
+
+            draft_ids, n_acc, final, kind, emitted, keeps_final = settle(host, eos, remaining)
+
+            # 5. Roll back: the sequence stands after the emitted tokens; both sides keep all but
+            # the newest token, which is fed next round.
+            seq[n + n_acc] = final  # after the accepted drafts; ignored if not kept
+            n += len(emitted)
+            history.extend(emitted)
+            target_runner.rollback(n - 1)
+            drafter.rollback(n - 1)
+            schedule.observe(g, n_acc, min(g, n_acc + 1), draft_ms, verify_ms)
+
+            # 6. Record.
+            if record:
+                trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
+                                           decode, top_k, allowed, draft_ms, verify_ms, clock.since_start()))
+            extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
+        if trace.stop_reason:
+            yield trace
+            return
+        suspended = clock.suspend()
+        yield trace
+        clock.resume(suspended)
+
+
+def autoregressive_stream(
+    input_ids: list[int],
+    target,
+    sampling: Sampling = Sampling(),
+    max_new_tokens: int = 64,
+    eos_token_id: int | Iterable[int] | None = None,
+    seed: int = 0,
+    tokenizer=None,
+    vocab_size: int | None = None,
+    record: bool = True,
+    cached: bool = True,
+) -> Iterator[Trace]:
+    """The baseline: one target pass per token, sampled from the same processed p.
+
+    Arguments, yields and errors as ``speculative_stream`` (without drafter and gamma); each
+    token is one Round with no drafts and ``final_kind="target"``.
+    """
+    run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
+    vocab, eos, device, decode, warpers = run.vocab, run.eos, run.device, run.decode, run.warpers
+    trace, seq, _, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens, mode="autoregressive")
+    n_prompt = len(input_ids)
+    runner = make_runner(target, vocab, cached)
+    clock = Clock(device)
+    with torch.inference_mode():
+        runner.prefill(seq, n_prompt - 1)
+        trace.prefill_ms = clock.since_start()
+    for n in range(n_prompt, n_prompt + max_new_tokens):
+        with torch.inference_mode():  # per step, not across a yield (thread-local)
+            t0 = clock.mark()
+            p = sampling.probs(runner.logits(seq, n, 1), warpers, contexts(seq, [n], vocab) if sampling.needs_context else None)
+            token = rejection.sample_rows(p, sampling.greedy, gen)
+            seq[n] = token[0]
+            token_id, prob, finite = torch.cat([token.double(), p[0, token].double(), torch.isfinite(p).all().double()[None]]).tolist()
+            if not finite:
+                raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
+            token_id = int(token_id)
+            t1 = clock.mark()
+            if record:
+                trace.rounds.append(
+                    Round(
+                        drafts=[], emitted_ids=[token_id], final_token_id=token_id, final_text=decode([token_id])[0],
+                        final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=clock.ms(t0, t1), end_ms=clock.since_start(),
+                    )
+                )
+            extend_trace(trace, [token_id], eos, max_new_tokens, clock, tokenizer)
+        if trace.stop_reason:
+            yield trace
+            return
+        suspended = clock.suspend()
+        yield trace
+        clock.resume(suspended)
+
+
+def _last(stream: Iterator[Trace]) -> Trace:
+    trace = None
+    for trace in stream:
+        pass
+    return trace
+
+
+def speculative_generate(input_ids, drafter, target, gamma: int = 4, sampling: Sampling = Sampling(), **kwargs) -> Trace:
+    """Run ``speculative_stream`` to the end and return the finished Trace (same arguments and errors)."""
+    return _last(speculative_stream(input_ids, drafter, target, gamma=gamma, sampling=sampling, **kwargs))
+
+
+def autoregressive_generate(input_ids, target, sampling: Sampling = Sampling(), **kwargs) -> Trace:
+    """Run ``autoregressive_stream`` to the end and return the finished Trace (same arguments and errors)."""
+    return _last(autoregressive_stream(input_ids, target, sampling=sampling, **kwargs))

@@ -1,0 +1,373 @@
+"""What every decoding loop shares: the clock, the host transfer, the run's settings, its input
+checks, judging a round's drafts, settling the emitted tokens and extending the trace.
+
+Public names (the engine's API): ``Clock``, ``Transfer``, ``RunSetup`` / ``set_up`` (read its fields
+by name), ``SequenceStart`` / ``start_sequence``, ``new_trace``, ``run_settings``, ``validate_inputs``,
+``judge_chain``, ``settle``, ``extend_trace``, ``round_record``, ``TOP_TOKENS``.
+
+The single-sequence chain loop (``specviz.engine.chain``), the batched loop (``specviz.engine.batch``) and the
+token-tree loop (``specviz.engine.tree.loop``) build their rounds from these parts, so a fix to any of
+them reaches all three.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from specviz.engine import rejection
+from specviz.drafters import Drafter, as_drafter
+from specviz.engine.sampling import Sampling
+from specviz.engine.seeds import generator
+from specviz.trace import Draft, Round, TopToken, Trace
+
+# Tokens of the correction's or bonus's distribution kept in the trace for the replay.
+TOP_TOKENS = 5
+
+
+class Mark(NamedTuple):
+    """A point of a round's timeline: host milliseconds, and a CUDA event recorded there (None on a CPU)."""
+
+    ms: float
+    event: torch.cuda.Event | None
+
+
+class Clock:
+    """Wall-clock milliseconds, synchronised with the device so GPU work is counted.
+
+    Time spent suspended at a ``yield`` (the consumer drawing a page, say) is excluded, so
+    the trace's timings measure generation alone.
+
+    ``now`` synchronises the device (one synchronisation per call on CUDA). A round's phases are
+    timed without that: ``mark`` records a CUDA event (host time on a CPU) and ``ms(a, b)`` reads
+    the GPU time between two marks once the later one has completed (the round's one transfer to
+    the host waits for it anyway).
+    """
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.paused = 0.0
+        self.start = self.now()
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() * 1000.0 - self.paused
+
+    def mark(self) -> Mark:
+        """A mark here: no synchronisation."""
+        event = None
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+        return Mark(time.perf_counter() * 1000.0 - self.paused, event)
+
+    def ms(self, a: Mark, b: Mark) -> float:
+        """Milliseconds from mark ``a`` to mark ``b``: GPU time between their events on CUDA (waits for
+        ``b``'s event), host time on a CPU."""
+        if a.event is not None and b.event is not None:
+            b.event.synchronize()
+            return float(a.event.elapsed_time(b.event))
+        return b.ms - a.ms
+
+    def since_start(self) -> float:
+        return self.now() - self.start
+
+    def suspend(self) -> float:
+        return time.perf_counter() * 1000.0
+
+    def resume(self, suspended_at: float) -> None:
+        self.paused += time.perf_counter() * 1000.0 - suspended_at
+
+
+def _eos_set(eos_token_id: int | Iterable[int] | None) -> frozenset[int]:
+    if eos_token_id is None:
+        return frozenset()
+    if isinstance(eos_token_id, int):
+        return frozenset([eos_token_id])
+    return frozenset(int(t) for t in eos_token_id)
+
+
+def _context_limit(model) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+
+
+def validate_inputs(input_ids, models, vocab_size: int, max_new_tokens: int, sampling) -> None:
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be a specviz.Sampling, got {type(sampling).__name__}")
+    if len(input_ids) == 0:
+        raise ValueError("the prompt is empty: give at least one token")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
+    bad = [t for t in input_ids if not (0 <= int(t) < vocab_size)]
+    if bad:
+        raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary of {vocab_size} tokens")
+    for model in models:
+        limit = _context_limit(model)
+        if limit is not None and len(input_ids) + max_new_tokens > limit:
+            raise ValueError(
+                f"prompt ({len(input_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                f"context of {limit} tokens of {type(model).__name__}; shorten the prompt or ask for fewer tokens"
+            )
+
+
+def _logit_rows(model) -> int:
+    """Columns of the model's logits: its output layer's rows (``out_features``: an ``nn.Linear`` or
+    torch's int8 ``Linear``), else its config's vocabulary (a model whose head scatters a few rows
+    into full-vocabulary logits, such as ``SmallHeadLM``, has no vocabulary-wide output layer)."""
+    rows = getattr(model.get_output_embeddings(), "out_features", None)
+    return int(rows) if rows is not None else int(model.config.vocab_size)
+
+
+def _vocab_size(models, tokenizer, vocab_size: int | None) -> int:
+    """The run's vocabulary: ``vocab_size`` if given, else the tokenizer's size, else the target's
+    config, and never wider than the target's logits (the target, ``models[-1]``, must give every
+    token its p). A drafter's narrower head does not cut it: its logits are widened with the
+    dtype's lowest value (``specviz.engine.runner.widen``), so q = 0 outside its head, as FR-Spec has it."""
+    target = models[-1]
+    if vocab_size is None:
+        vocab_size = len(tokenizer) if tokenizer is not None else int(target.config.vocab_size)
+    return min(vocab_size, _logit_rows(target))
+
+
+def _decoder(tokenizer):
+    """Token id -> text for the trace; empty strings without a tokenizer."""
+    if tokenizer is None:
+        return lambda ids: [""] * len(ids)
+    return lambda ids: tokenizer.batch_decode([[t] for t in ids])
+
+
+def _model_name(model) -> str:
+    """A hub id as is; a local folder by its last two path parts (saved traces carry no machine paths)."""
+    name = getattr(model.config, "name_or_path", "") or type(model).__name__
+    parts = Path(name).parts
+    return "/".join(parts[-2:]) if Path(name).is_absolute() else name
+
+
+def run_settings(mode: str, sampling: Sampling, seed: int, max_new_tokens: int, eos, models, gamma=None) -> dict:
+    first = models[0]
+    return {
+        "mode": mode,
+        "gamma": gamma,
+        "sampling": sampling.to_dict(),
+        "seed": seed,
+        "max_new_tokens": max_new_tokens,
+        "eos_token_id": sorted(eos),
+        "device": str(first.device),
+        "dtype": str(first.dtype).removeprefix("torch."),
+        # why that dtype, for models given a form at load (specviz.pair.precision.apply_form)
+        **({"dtype_reason": form.reason} if (form := getattr(models[-1], "specviz_form", None)) is not None else {}),
+        "models": [_model_name(m) for m in models],
+    }
+
+
+class RunSetup(NamedTuple):
+    """What every loop knows before its first pass (``set_up``)."""
+
+    drafter: Drafter | None  # None for the autoregressive baseline
+    models: tuple  # the drafter's models, then the target
+    vocab: int  # logits columns kept
+    eos: frozenset[int]
+    device: torch.device  # the target's
+    decode: Callable[[list[int]], list[str]]  # token ids -> texts for the trace
+    warpers: list  # the sampling's logits processors, applied to q and p alike
+
+
+def set_up(drafter, target, sampling: Sampling, eos_token_id, tokenizer, vocab_size: int | None) -> RunSetup:
+    """The drafter as a Drafter (None: the autoregressive baseline), the models, the vocabulary, the
+    EOS set, the device, the decoder and the warpers of a run.
+
+    Raises:
+        TypeError: a drafter that is neither a Drafter nor a causal LM.
+    """
+    drafter = as_drafter(drafter) if drafter is not None else None
+    models = (*(drafter.models if drafter is not None else ()), target)
+    return RunSetup(drafter, models, _vocab_size(models, tokenizer, vocab_size), _eos_set(eos_token_id), target.device,
+                    _decoder(tokenizer), sampling.warpers())
+
+
+def new_trace(mode: str, prompt_ids, tokenizer, settings: dict) -> Trace:
+    """An empty Trace of ``prompt_ids`` (its text decoded when there is a tokenizer)."""
+    return Trace(mode=mode, prompt_ids=[int(t) for t in prompt_ids],
+                 prompt_text=tokenizer.decode(list(prompt_ids)) if tokenizer is not None else "", settings=settings)
+
+
+class SequenceStart(NamedTuple):
+    """A single-sequence run's empty trace, its token buffer, the settled tokens and its generator."""
+
+    trace: Trace
+    seq: torch.Tensor  # (len(prompt) + room,) long, the prompt at the front
+    history: list[int]  # the settled sequence on the host (prompt lookup reads it)
+    gen: torch.Generator
+
+
+def start_sequence(run: RunSetup, input_ids, sampling: Sampling, seed: int, max_new_tokens: int, tokenizer, gamma, room: int,
+                   mode: str = "speculative", **settings) -> SequenceStart:
+    """Check a single sequence's inputs and seed, and open its trace (the run's settings plus
+    ``settings``) and its buffer of ``len(input_ids) + room`` tokens.
+
+    Raises:
+        ValueError: as ``validate_inputs``; a seed out of 0..2^63 - 1.
+    """
+    validate_inputs(input_ids, run.models, run.vocab, max_new_tokens, sampling)
+    gen = generator(seed, run.device)
+    recorded = run_settings(mode, sampling, seed, max_new_tokens, run.eos, run.models, gamma)
+    recorded.update(settings)
+    history = [int(t) for t in input_ids]
+    seq = torch.zeros(len(history) + room, dtype=torch.long, device=run.device)
+    seq[: len(history)] = torch.as_tensor(history, dtype=torch.long, device=run.device)
+    return SequenceStart(new_trace(mode, history, tokenizer, recorded), seq, history, gen)
+
+
+class Transfer:
+    """Named device tensors sent to the host in one transfer and read back by name.
+
+    A round's values would each cost a device synchronisation if read one by one; packed into
+    one float64 tensor they cost one, and no offset arithmetic leaks into the loop.
+    """
+
+    def __init__(self):
+        self._parts: list[torch.Tensor] = []
+        self._spans: dict[str, tuple[int, int]] = {}
+        self._size = 0
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        flat = tensor.reshape(-1).double()
+        self._spans[name] = (self._size, self._size + flat.numel())
+        self._size += flat.numel()
+        self._parts.append(flat)
+
+    def fetch(self) -> dict[str, list[float]]:
+        """Every value by name. On CUDA the packed tensor is copied asynchronously into pinned host
+        memory and only that copy is waited for (an event), not the whole device."""
+        packed = torch.cat(self._parts)
+        if packed.is_cuda:
+            pinned = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+            pinned.copy_(packed, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            done.synchronize()
+            packed = pinned
+        host = packed.tolist()
+        return {name: host[a:b] for name, (a, b) in self._spans.items()}
+
+
+def _verdicts(n_drafts: int, n_acc: int) -> list[str]:
+    return ["accepted" if i < n_acc else ("rejected" if i == n_acc else "discarded") for i in range(n_drafts)]
+
+
+
+def judge_chain(transfer: Transfer, prefix: str, drafts: torch.Tensor, q_all: torch.Tensor, p_all: torch.Tensor,
+           sampling: Sampling, gen: torch.Generator, top_k: int) -> None:
+    """Steps 3 and 4 of a round for one sequence, added to ``transfer`` under ``prefix``.
+
+    Accept: draft i stands when u_i < min(1, p_i / q_i). The final token: a correction from the
+    residual at every draft position, the bonus from p after the last; only one is used, but
+    drawing all at once keeps the round to a single device-to-host transfer.
+
+    Args:
+        drafts: (g,) the drafts; q_all: (g, V) their q; p_all: (g + 1, V) the target's p.
+        gen: the sequence's generator: u first, then the final tokens (this order is the
+            run's random stream, shared by the single-sequence and the batched loop).
+        top_k: tokens of each candidate distribution to keep for the replay (0: none).
+    """
+    g = drafts.shape[0]
+    q_d = q_all.gather(1, drafts[:, None])[:, 0]
+    p_d = p_all[:g].gather(1, drafts[:, None])[:, 0]
+    u = torch.rand(g, generator=gen, device=p_all.device)
+    accept = rejection.accept(u, q_d, p_d)
+    candidates = torch.cat([rejection.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
+    finals = rejection.sample_rows(candidates, sampling.greedy, gen)
+    values = {
+        "drafts": drafts, "q": q_d, "p": p_d, "u": u, "accept": accept, "finals": finals,
+        "final_probs": candidates.gather(1, finals[:, None])[:, 0],
+        # beta_i = sum_x min(p_i(x), q_i(x)) at every drafted position, discarded ones too
+        # (Leviathan et al. 2023, Def. 3.1): computed here, where p and q already are.
+        "beta": torch.minimum(p_all[:g], q_all).sum(dim=-1),
+        "finite": torch.isfinite(p_all).all() & torch.isfinite(q_all).all(),
+    }
+    if top_k:
+        # The top tokens of each candidate distribution, with p and q there: the replay shows
+        # why the correction or bonus came out.
+        top_prob, top_ids = candidates.topk(top_k, dim=-1)  # (g+1, k)
+        q_pad = torch.cat([q_all, torch.zeros_like(p_all[:1])])  # no q after the last draft
+        values.update(top_ids=top_ids, top_prob=top_prob, top_p=p_all.gather(1, top_ids), top_q=q_pad.gather(1, top_ids))
+    for name, tensor in values.items():
+        transfer.add(prefix + name, tensor)
+
+
+def settle(host: dict, eos: frozenset[int], remaining: int) -> tuple[list[int], int, int, str, list[int], bool]:
+    """A round's outcome from its transferred values (``host``, names without prefix).
+
+    Returns:
+        (draft ids, accepted drafts, final token, its kind "correction" / "bonus" / "target",
+        the emitted tokens cut at the first EOS and at ``remaining``, whether the final token is kept).
+
+    Raises:
+        ValueError: a model produced NaN or infinite probabilities.
+    """
+    if not host["finite"][0]:
+        raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
+    draft_ids = [int(x) for x in host["drafts"]]
+    g = len(draft_ids)
+    n_acc = next((i for i, a in enumerate(host["accept"]) if not a), g)
+    final = int(host["finals"][n_acc])
+    kind = "correction" if n_acc < g else ("bonus" if g else "target")
+    emitted = draft_ids[:n_acc] + [final]
+    # Stop at the first EOS (kept), and never past max_new_tokens.
+    cut = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
+    emitted = emitted[: min(cut, remaining)]
+    return draft_ids, n_acc, final, kind, emitted, len(emitted) == n_acc + 1
+
+
+def extend_trace(trace: Trace, emitted: list[int], eos: frozenset[int], max_new_tokens: int, clock: Clock, tokenizer) -> bool:
+    """Append a round's emitted tokens to ``trace``; stop it at an EOS (kept, always the last
+    emitted token) or at ``max_new_tokens``, decoding its text then. Returns whether it stopped."""
+    trace.output_ids.extend(emitted)
+    if emitted and emitted[-1] in eos:
+        trace.stop_reason = "eos"
+    elif len(trace.output_ids) >= max_new_tokens:
+        trace.stop_reason = "max_new_tokens"
+    trace.total_ms = clock.since_start()
+    if trace.stop_reason:
+        trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
+    return trace.stop_reason is not None
+
+
+def round_record(host: dict, draft_ids: list[int], n_acc: int, final: int, kind: str, keeps_final: bool, emitted: list[int],
+           sources: list[int] | None, decode, top_k: int, allowed: int, draft_ms: float, verify_ms: float, end_ms: float) -> Round:
+    """The Round record from one round's transferred values (``host``, by name)."""
+    g = len(draft_ids)
+    texts = decode(draft_ids + [final])
+    top = {key: host[key][n_acc * top_k : (n_acc + 1) * top_k] for key in ("top_ids", "top_prob", "top_p", "top_q")}
+    top_ids = [int(t) for t in top["top_ids"]]
+    verdicts = _verdicts(g, n_acc)
+    drafts = [
+        Draft(
+            token_id=draft_ids[i], text=texts[i], q=host["q"][i], p=host["p"][i],
+            accept_prob=min(1.0, host["p"][i] / host["q"][i]) if host["q"][i] > 0 else 0.0, u=host["u"][i],
+            verdict=verdicts[i], beta=min(1.0, host["beta"][i]), source=sources[i] if sources else None,
+        )
+        for i in range(g)
+    ]
+    return Round(
+        drafts=drafts, emitted_ids=emitted,
+        final_token_id=final if keeps_final else None,
+        final_text=texts[g] if keeps_final else None,
+        final_kind=kind if keeps_final else None,
+        final_prob=host["final_probs"][n_acc] if keeps_final else None,
+        final_top=[
+            TopToken(token_id=t, text=x, prob=pr, p=pp, q=qq if kind == "correction" else None)
+            for t, x, pr, pp, qq in zip(top_ids, decode(top_ids), top["top_prob"], top["top_p"], top["top_q"])
+        ] if keeps_final else [],
+        draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=allowed,
+    )
+
+
+# The former private names, kept while branches written against them are merged.
+_Clock, _Transfer, _judge, _settle, _extend, _round = Clock, Transfer, judge_chain, settle, extend_trace, round_record
+_settings, _validate = run_settings, validate_inputs

@@ -1,0 +1,113 @@
+"""Feeding a causal LM the tokens it has not seen yet, with a KV cache that can be rolled back.
+
+The invariant the engine keeps: the cache holds the keys and values of a prefix of the
+sequence; ``logits`` feeds only the tokens after that prefix (the prefix is never re-fed,
+positions follow from the cache length), and ``rollback`` drops what a rejection
+invalidated with ``DynamicCache.crop`` (a negative count in transformers 5).
+
+The cache is a plain ``DynamicCache()``, built without the model's config: given the config, a
+sliding-window model (Mistral's ``sliding_window``) gets layers that keep only the window and
+cannot be rolled back once it is full. A plain cache keeps every position and the model's own
+attention mask still applies the window, so the cached run equals the re-fed one.
+
+``cached=False`` gives the reference path of the tests: the whole sequence is re-fed on every
+call and nothing is kept, so a cache bug cannot hide in both paths at once.
+
+``make_runner`` picks a runner by the loops' ``cached`` argument: this module's, the static cache's
+(``specviz.engine.cache``, "static") or CUDA graphs over it (``specviz.engine.graphs``, "graphs").
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from specviz.engine.vocab import widen  # noqa: F401  (re-exported: the batch runner and the tree read it here too)
+
+
+class ModelRunner:
+    """One model's view of a growing sequence.
+
+    Args:
+        model: a transformers causal LM, already on its device and in eval mode.
+        vocab_size: logits are cut to this many columns (the tokenizer's size), because
+            models of one family pad their embedding tables differently.
+        cached: keep a KV cache (True) or re-feed the whole sequence each call (False).
+    """
+
+    def __init__(self, model, vocab_size: int, cached: bool = True, keep_features: bool = False):
+        self.model = model
+        self.keep_features = keep_features
+        # (first position, (k, H) last hidden states of the positions fed by the latest pass),
+        # kept when ``keep_features`` (an EAGLE drafter reads them)
+        self.features: tuple[int, torch.Tensor] | None = None
+        self.vocab_size = vocab_size
+        self.cached = cached
+        self.cache = DynamicCache() if cached else None  # no config: see the module docstring
+        self.seen = 0  # tokens whose keys and values are in the cache
+        self.passes = 0  # forward passes made
+
+    def logits(self, seq: torch.Tensor, end: int, n_last: int) -> torch.Tensor:
+        """Feed ``seq[seen:end]`` and return the logits of the last ``n_last`` positions.
+
+        Args:
+            seq: 1-D LongTensor on the model's device holding the whole sequence so far.
+            end: length of the sequence to process (positions >= end are ignored).
+            n_last: how many final positions to return logits for (1 <= n_last <= end - seen).
+
+        Returns:
+            Tensor of shape (n_last, vocab_size) in the model's dtype.
+        """
+        self.passes += 1
+        extra = {"output_hidden_states": True} if self.keep_features else {}
+        if not self.cached:
+            out = self.model(input_ids=seq[None, :end], use_cache=False, logits_to_keep=n_last, **extra)
+            if self.keep_features:
+                self.features = (0, out.hidden_states[-1][0])
+            return widen(out.logits[0], self.vocab_size)
+        new = seq[None, self.seen : end]
+        out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=n_last, **extra)
+        if self.keep_features:
+            self.features = (self.seen, out.hidden_states[-1][0])
+        self.seen = end
+        return widen(out.logits[0], self.vocab_size)
+
+    def prefill(self, seq: torch.Tensor, end: int) -> None:
+        """Put ``seq[:end]`` in the cache (no-op for an empty prefix or without a cache)."""
+        if self.cached and end > self.seen:
+            self.logits(seq, end, 1)
+
+    def rollback(self, length: int) -> None:
+        """Keep only the first ``length`` positions in the cache (no-op if it holds fewer)."""
+        if self.cached and self.seen > length:
+            self.cache.crop(length - self.seen)
+            self.seen = length
+
+
+CACHES = (True, False, "static", "graphs")
+
+
+def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int | None = None, role: str = "target",
+                keep_features: bool = False):
+    """The runner for ``cached``: True a ``DynamicCache`` (``ModelRunner``), False the re-fed reference,
+    "static" a ``StaticRunner`` over a preallocated cache, "graphs" the model's ``specviz.engine.graphs.GraphedRunner``
+    (CUDA graphs over a static cache, captured on first use; one per ``role``, "target" or "drafter").
+    ``keep_features`` keeps each pass's last hidden states (an EAGLE drafter reads them).
+
+    Raises:
+        ValueError: any other ``cached``; "graphs" for a model not on CUDA; ``keep_features`` with a
+            static cache or graphs (the EAGLE drafter reads features from the dynamic and re-fed paths).
+    """
+    if keep_features and cached not in (True, False):
+        raise ValueError("the EAGLE drafter reads the target's features over the dynamic cache: run it with cached=True")
+    if cached == "graphs":
+        from specviz.engine.graphs import graphed
+
+        return graphed(model, vocab_size, role=role).acquire()
+    if cached == "static":
+        from specviz.engine.cache import StaticRunner
+
+        return StaticRunner(model, vocab_size, capacity)
+    if cached is True or cached is False:
+        return ModelRunner(model, vocab_size, cached, keep_features=keep_features)
+    raise ValueError(f"cached must be one of {CACHES}, got {cached!r}")

@@ -1,0 +1,113 @@
+"""The exact acceptance rules for a token tree, each node's siblings judged in order.
+
+Two kinds of children, two rules (p' starts as the target's p at the parent):
+
+- Children drawn i.i.d. from q ("specinfer"): SpecInfer's multi-step speculative sampling (Miao et
+  al. 2024, Algorithm 2 / Theorem 4.2). Child x is accepted when u < min(1, p'(x)/q(x)); after a
+  rejection p' <- norm(max(0, p' - q)); when every child is rejected the correction comes from the
+  last p'. Exact only for children that are draws from q.
+- Distinct children fixed before the target's draws ("one-hot": top-k of q, prompt lookup's
+  branches, as EAGLE and SGLang verify them): q is one-hot at each child, so the same rule reads:
+  x is accepted when u < p'(x); a rejected x is removed from p' (zeroed, renormalised) before the
+  next sibling; after all, the correction comes from the last p'. Exact for any candidate list.
+- Greedy decoding is either rule with a one-hot p: the accepted path is the target's argmax path.
+
+The round descends into the accepted child's subtree; the bonus or correction token comes at the
+first node where no child is accepted (from p at a leaf, from the last residual elsewhere).
+
+Every node's siblings are judged at once on the device, whether or not the walk reaches the node
+(each node has its own u's, so judging unreached ones changes nothing of the law), and the round
+comes home in one transfer. The steps ``tested_against``, ``normalise`` and ``rule_of`` are
+module-level so the exactness tests can plant known faults in them (``specviz.lab.tree_faults``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.engine import rejection
+
+
+def tested_against(p: torch.Tensor, p_residual: torch.Tensor) -> torch.Tensor:
+    """What a sibling's p(x) in its test is: the residual it meets, p' (not the original p)."""
+    return p_residual
+
+
+def normalise(r: torch.Tensor, fallback: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(norm(r) row by row, each row's mass before); rows of mass 0 take ``fallback`` (p' == q:
+    the next sibling is then accepted with probability 1, and no NaN appears)."""
+    mass = r.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, r / mass.clamp_min(1e-30), fallback), mass[:, 0]
+
+
+def rule_of(rule: str) -> str:
+    """The rule the children are judged by: the one they were drafted for."""
+    return rule
+
+
+def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torch.Tensor | None, rule: str,
+          greedy: bool, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """Judge every node's children and draw each node's final token.
+
+    Slots: 0 is the pending token (the root), node i is slot i + 1.
+
+    Args:
+        p_all: (N + 1, V) the target's processed p at every slot (the verify pass).
+        tokens: (N,) the nodes' tokens; parents: per node, its parent node (-1: the root).
+        q: (N, V) each node's q at its parent, or None (one-hot children: prompt lookup).
+        rule: "specinfer" or "one-hot"; greedy: finals are argmaxes; gen: draws u, then finals.
+
+    Returns (device tensors, by name):
+        u, p, p_residual, q, accept_prob, mass, accepted: (N,) per node, its test as if reached.
+        accepted_child: (N + 1,) per slot, the slot of its accepted child, or -1.
+        finals, final_probs: (N + 1,) per slot, a token from its last p' and that token's probability.
+        residual: (N + 1, V) the last p' of every slot (p where nothing was rejected).
+    """
+    n, device = tokens.shape[0], p_all.device
+    rule = rule_of(rule)
+    u = torch.rand(n, generator=gen, device=device)
+    kids: dict[int, list[int]] = {}
+    for i, parent in enumerate(parents):
+        kids.setdefault(parent + 1, []).append(i)
+    residual = p_all.clone()
+    accepted_child = torch.full((p_all.shape[0],), -1, dtype=torch.long, device=device)
+    open_ = torch.ones(p_all.shape[0], dtype=torch.bool, device=device)  # no child accepted yet
+    share = torch.ones(p_all.shape[0], device=device)  # share of p the rejected siblings left
+    out = {key: torch.zeros(n, device=device) for key in ("p", "p_residual", "q", "accept_prob", "mass")}
+    out["accepted"] = torch.zeros(n, dtype=torch.bool, device=device)
+    width = max((len(v) for v in kids.values()), default=0)
+    for k in range(width):
+        rows_l = [s for s, v in kids.items() if len(v) > k]
+        nodes_l = [kids[s][k] for s in rows_l]
+        rows = torch.tensor(rows_l, dtype=torch.long, device=device)
+        nodes = torch.tensor(nodes_l, dtype=torch.long, device=device)
+        x = tokens[nodes]
+        p_x = p_all[rows, x]
+        pres_x = residual[rows, x]
+        ref_x = tested_against(p_x, pres_x)
+        q_rows = q[nodes] if q is not None else None
+        q_x = q_rows.gather(1, x[:, None])[:, 0] if q_rows is not None else torch.ones_like(p_x)
+        if rule == "specinfer":
+            # u < min(1, p'/q) as u q < p': no division, and the strict "<" never keeps p'(x) = 0.
+            ok = rejection.accept(u[nodes], q_x, ref_x)
+            prob = torch.where(q_x > 0, (ref_x / q_x.clamp_min(1e-30)).clamp_max(1.0), torch.zeros_like(q_x))
+            update = (residual[rows] - q_rows).clamp_min(0.0) if q_rows is not None else residual[rows].scatter(1, x[:, None], 0.0)
+        else:
+            ok = u[nodes] < ref_x
+            prob = ref_x
+            update = residual[rows].scatter(1, x[:, None], 0.0)
+        tested = open_[rows]
+        ok = ok & tested
+        rejected = tested & ~ok
+        new, mass = normalise(update, residual[rows])
+        for key, value in (("p", p_x), ("p_residual", pres_x), ("q", q_x), ("accept_prob", prob), ("mass", share[rows])):
+            out[key][nodes] = value.float()
+        out["accepted"][nodes] = ok
+        residual[rows] = torch.where(rejected[:, None], new, residual[rows])
+        share[rows] = torch.where(rejected, share[rows] * mass.clamp(0.0, 1.0), share[rows])
+        accepted_child[rows] = torch.where(ok, nodes + 1, accepted_child[rows])
+        open_[rows] = open_[rows] & ~ok
+    finals = rejection.sample_rows(residual, greedy, gen)
+    out.update(u=u, accepted_child=accepted_child, finals=finals, final_probs=residual.gather(1, finals[:, None])[:, 0],
+               residual=residual)
+    return out

@@ -1,0 +1,119 @@
+"""Tree attention through unpatched transformers models, and compacting a KV cache to one path.
+
+A tree's nodes are fed after a settled prefix in one pass. transformers' models take a custom 4-D
+float ``attention_mask`` of shape (1, 1, fed, cached + fed): 0 where a query may look, the dtype's
+minimum elsewhere. Every node sees the whole prefix and its own ancestors (itself included), never
+a sibling or a cousin; its ``position_ids`` entry is prefix + depth - 1, the position it would have
+on its own path. With a ``DynamicCache`` holding the prefix, each node then gets the logits of a
+separate pass over the prefix and its path (checked in tests/test_tree.py to fp32 tolerance).
+
+After a round the cache holds the prefix and every fed node; it must keep only the accepted path.
+Two ways, both here:
+- ``gather`` (the default): keep the prefix's entries and the path's, in path order, by
+  ``index_select`` on every layer's keys and values. Each path node's key and value were computed
+  from its own ancestors at its own depth position, i.e. exactly the entries a sequential pass over
+  the path would have made, so nothing is recomputed: a copy of the cache, no model pass.
+- ``refeed``: crop back to the prefix (``DynamicCache.crop``, a negative count) and feed the path's
+  tokens again: one more model pass per round.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+from specviz.engine.runner import ModelRunner, widen
+
+COMPACTIONS = ("gather", "refeed")
+
+
+def ancestor_matrix(parents: list[int]) -> torch.Tensor:
+    """(S, S) bool: [i, j] when slot j is slot i or one of its ancestors; ``parents[i]`` < i, -1 for none."""
+    size = len(parents)
+    allow = torch.eye(size, dtype=torch.bool)
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            allow[i] |= allow[parent]
+    return allow
+
+
+def float_mask(prefix: int, allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, rows, prefix + cols) additive mask: 0 over the prefix and where ``allow`` (rows, cols), dtype min elsewhere."""
+    rows = allow.shape[0]
+    full = torch.cat([torch.ones(rows, prefix, dtype=torch.bool, device=allow.device), allow], dim=1)
+    return torch.zeros(full.shape, dtype=dtype, device=allow.device).masked_fill_(~full, torch.finfo(dtype).min)[None, None]
+
+
+def masked_logits(runner: ModelRunner, seq: torch.Tensor, prefix: int, tokens: torch.Tensor, positions: torch.Tensor,
+                  allow: torch.Tensor, new: int) -> torch.Tensor:
+    """Logits of the last ``new`` tree slots, each under its own path.
+
+    Args:
+        runner: the model's runner; with a cache, it must hold ``seq[:prefix]`` and the slots
+            before the new ones (``runner.seen == prefix + len(tokens) - new``).
+        seq: the sequence; ``seq[:prefix]`` is the settled prefix.
+        tokens: (S,) every tree slot fed this round so far, the ``new`` ones last (on the device).
+        positions: (S,) each slot's position id (prefix + depth - 1 of its node).
+        allow: (S, S) bool ancestor-or-self matrix of the slots (``ancestor_matrix``), on the device.
+        new: slots fed by this pass (>= 1).
+
+    Returns:
+        (new, vocab) logits in the model's dtype. Without a cache (the tests' reference path)
+        the prefix and every slot are re-fed, the prefix under a causal mask.
+    """
+    if hasattr(runner, "tree_logits"):  # a static cache (specviz.engine.cache.StaticRunner)
+        return runner.tree_logits(seq, prefix, tokens, positions, allow, new)
+    model, dtype = runner.model, runner.model.dtype
+    if runner.cached:
+        mask = float_mask(prefix, allow[-new:], dtype)
+        out = model(input_ids=tokens[None, -new:], attention_mask=mask, position_ids=positions[None, -new:],
+                    past_key_values=runner.cache, use_cache=True)
+        runner.seen = prefix + tokens.shape[0]
+        runner.passes += 1
+        return widen(out.logits[0], runner.vocab_size)
+    device = tokens.device
+    causal = torch.ones(prefix, prefix, dtype=torch.bool, device=device).tril()
+    top = torch.cat([causal, torch.zeros(prefix, tokens.shape[0], dtype=torch.bool, device=device)], dim=1)
+    bottom = torch.cat([torch.ones(tokens.shape[0], prefix, dtype=torch.bool, device=device), allow], dim=1)
+    mask = float_mask(0, torch.cat([top, bottom]), dtype)
+    ids = torch.cat([seq[:prefix], tokens])[None]
+    pos = torch.cat([torch.arange(prefix, device=device), positions])[None]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+    runner.passes += 1
+    return widen(out.logits[0, -new:], runner.vocab_size)
+
+
+def compact(runner: ModelRunner, seq: torch.Tensor, prefix: int, keep: list[int], how: str = "gather") -> None:
+    """Make ``runner``'s cache hold ``seq[:prefix]`` and then the tree slots ``keep`` (the accepted
+    path, in order), dropping every other slot; no-op without a cache.
+
+    ``how``: "gather" copies the kept entries (no model pass); "refeed" crops to the prefix and
+    feeds ``seq[prefix : prefix + len(keep)]``, which must hold the kept slots' tokens.
+
+    Raises:
+        ValueError: an unknown ``how``; TypeError: "gather" on a cache whose layers are not plain
+            dynamic layers (a sliding window, say): use "refeed" there.
+    """
+    if how not in COMPACTIONS:
+        raise ValueError(f"cache compaction must be one of {', '.join(COMPACTIONS)}")
+    if not runner.cached:
+        return
+    if hasattr(runner, "compact") and how == "gather":  # a static cache: in place, by index
+        runner.compact(prefix, keep)
+        return
+    if how == "refeed":
+        runner.rollback(prefix)
+        runner.prefill(seq, prefix + len(keep))
+        return
+    if keep == list(range(len(keep))):  # the kept slots come first: a crop is enough
+        runner.rollback(prefix + len(keep))
+        return
+    device = seq.device
+    index = torch.cat([torch.arange(prefix, device=device), prefix + torch.tensor(keep, dtype=torch.long, device=device)])
+    for layer in runner.cache.layers:
+        if type(layer) is not DynamicLayer:
+            raise TypeError(f"gathering a path needs plain dynamic cache layers, got {type(layer).__name__}; use refeed")
+        if layer.is_initialized and layer.keys.numel():
+            layer.keys = layer.keys.index_select(-2, index)
+            layer.values = layer.values.index_select(-2, index)
+    runner.seen = prefix + len(keep)

@@ -1,0 +1,212 @@
+"""Drafting a tree through the Drafter interface: a drafter model (static shape or EAGLE-2's
+dynamic tree) or prompt lookup (one branch per distinct earlier match).
+
+A drafter model drafts a tree one depth at a time: one pass over every node of the level being
+expanded, under the tree mask (``specviz.engine.tree.attention``), gives each its q; its children are
+the top-k of q, or draws i.i.d. from q. Its cache then holds the prefix and every node it fed; the
+loop compacts it to the accepted path with the target's.
+
+Exactness asks only that the candidate list be fixed before the target's draws (the one-hot rule),
+or that the children be i.i.d. draws from the q they report (SpecInfer's rule): see
+``specviz.engine.tree.accept``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specviz.drafters import DraftRequest, Drafter, ModelDrafter, PromptLookupDrafter
+from specviz.engine.tree.attention import ancestor_matrix, masked_logits
+from specviz.engine.tree.spec import TreeSpec
+
+
+@dataclass
+class DraftTree:
+    """A drafted tree; nodes in depth order, each parent before its children.
+
+    Attributes:
+        tokens: (N,) LongTensor on the device.
+        parents: per node, its parent's index, or -1 for the pending token's children.
+        depths: per node, 1 for the pending token's children.
+        q: (N, vocab) float32: each node's q at its parent (the distribution it was drawn from,
+            or for top-k children the one they were ranked by); None for prompt lookup (one-hot).
+        rule: "specinfer" (children i.i.d. from q) or "one-hot" (distinct, fixed children).
+        sources: prompt lookup's copy positions per node, else None.
+        fed: per node, its slot in the drafter's cache after the prefix (fed to expand it), else -1.
+    """
+
+    tokens: torch.Tensor
+    parents: list[int]
+    depths: list[int]
+    q: torch.Tensor | None
+    rule: str
+    sources: list[int] | None = None
+    fed: list[int] | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.parents)
+
+
+def _ranking(logits: torch.Tensor, q: torch.Tensor, greedy: bool) -> torch.Tensor:
+    """What top-k children are ranked by: q, or under greedy decoding (q one-hot) the softmax of the logits."""
+    return torch.softmax(logits.float(), dim=-1) if greedy else q
+
+
+class _Expander:
+    """The drafter model's passes over a growing tree (its cache: prefix, then fed nodes)."""
+
+    def __init__(self, drafter: ModelDrafter, r: DraftRequest):
+        self.runner, self.r = drafter.runner, r
+        self.parents: list[int] = []
+        self.depths: list[int] = []
+        self.tokens: list[int] = []
+        self.slots: list[int] = []  # node ids fed, in cache order after the prefix
+        # The pending token and anything not yet cached, fed causally: q at the root.
+        logits = self.runner.logits(r.seq, r.n, 1)
+        self.root_q = r.sampling.probs(logits, r.warpers)  # (1, V)
+        self.root_rank = _ranking(logits, self.root_q, r.sampling.greedy)
+
+    def add(self, parent: int, token: int) -> int:
+        self.parents.append(parent)
+        self.depths.append(1 if parent < 0 else self.depths[parent] + 1)
+        self.tokens.append(token)
+        return len(self.tokens) - 1
+
+    def expand(self, nodes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One masked pass over ``nodes``: their (q, ranking), each (len(nodes), V)."""
+        self.slots.extend(nodes)
+        device = self.r.seq.device
+        slot_parents = [self.slots.index(self.parents[s]) if self.parents[s] >= 0 else -1 for s in self.slots]
+        tokens = torch.tensor([self.tokens[s] for s in self.slots], dtype=torch.long, device=device)
+        positions = torch.tensor([self.r.n + self.depths[s] - 1 for s in self.slots], dtype=torch.long, device=device)
+        logits = masked_logits(self.runner, self.r.seq, self.r.n, tokens, positions, ancestor_matrix(slot_parents).to(device), len(nodes))
+        q = self.r.sampling.probs(logits, self.r.warpers)
+        return q, _ranking(logits, q, self.r.sampling.greedy)
+
+
+def _children(rank: torch.Tensor, q: torch.Tensor, k: int, sampled: bool, gen) -> list[list[int]]:
+    """Per row: k draws i.i.d. from q, or the k tokens ranked highest that q or the ranking gives mass."""
+    if sampled:
+        return torch.multinomial(q, k, replacement=True, generator=gen).tolist()
+    values, ids = rank.topk(min(k, rank.shape[-1]), dim=-1)
+    return [[t for t, v in zip(row_ids, row_v) if v > 0] or row_ids[:1] for row_ids, row_v in zip(ids.tolist(), values.tolist())]
+
+
+def _finish(x: _Expander, keep: list[int], q_rows: dict[int, torch.Tensor], rule: str, r: DraftRequest) -> DraftTree:
+    """The kept nodes renumbered in depth order, with their q at the parent (``q_rows[parent]``, -1: the root)."""
+    order = sorted(keep, key=lambda i: (x.depths[i], i))
+    new = {old: k for k, old in enumerate(order)}
+    parents = [new[x.parents[i]] if x.parents[i] >= 0 else -1 for i in order]
+    fed_slot = {node: s for s, node in enumerate(x.slots)}
+    device = r.seq.device
+    q = torch.stack([q_rows[x.parents[i]] for i in order]) if order else torch.zeros(0, r.vocab, device=device)
+    return DraftTree(tokens=torch.tensor([x.tokens[i] for i in order], dtype=torch.long, device=device), parents=parents,
+                     depths=[x.depths[i] for i in order], q=q, rule=rule, fed=[fed_slot.get(i, -1) for i in order])
+
+
+def draft_static(drafter: ModelDrafter, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
+    """A tree of ``spec.shape[:depth]``: every node of a level gets the next branching's children."""
+    x = _Expander(drafter, r)
+    sampled = spec.children == "sampled"
+    q_rows = {-1: x.root_q[0]}
+    level = [x.add(-1, t) for t in _children(x.root_rank, x.root_q, spec.shape[0], sampled, r.gen)[0]]
+    for b in spec.shape[1:depth]:
+        q, rank = x.expand(level)
+        q_rows.update(zip(level, q))
+        kids = _children(rank, q, b, sampled, r.gen)
+        level = [x.add(parent, t) for parent, row in zip(level, kids) for t in row]
+    return _finish(x, list(range(len(x.tokens))), q_rows, "specinfer" if sampled else "one-hot", r)
+
+
+def draft_dynamic(drafter: ModelDrafter, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
+    """EAGLE-2's dynamic tree (Li et al. 2024, Sec. 4): expand the ``topk`` nodes of each depth with
+    the highest path product of drafter probabilities into their ``topk`` best children, then keep
+    the ``budget`` nodes of highest product (ties: shallower first, so the kept set is a tree)."""
+    x = _Expander(drafter, r)
+    k = spec.topk
+    q_rows = {-1: x.root_q[0]}
+    score: dict[int, float] = {}
+    values, ids = x.root_rank[0].topk(min(k, x.root_rank.shape[-1]))
+    level = []
+    for t, v in zip(ids.tolist(), values.tolist()):
+        if v > 0:
+            node = x.add(-1, t)
+            score[node] = v
+            level.append(node)
+    for _ in range(1, depth):
+        frontier = sorted(level, key=lambda i: -score[i])[:k]
+        if not frontier:
+            break
+        q, rank = x.expand(frontier)
+        q_rows.update(zip(frontier, q))
+        values, ids = rank.topk(min(k, rank.shape[-1]), dim=-1)
+        level = []
+        for parent, row_ids, row_v in zip(frontier, ids.tolist(), values.tolist()):
+            for t, v in zip(row_ids, row_v):
+                if v > 0:
+                    node = x.add(parent, t)
+                    score[node] = score[parent] * v
+                    level.append(node)
+    keep = sorted(score, key=lambda i: (-score[i], x.depths[i], i))[: spec.budget]
+    return _finish(x, keep, q_rows, "one-hot", r)
+
+
+def find_continuations(history: list[int], max_ngram: int, min_ngram: int, depth: int, branches: int) -> list[tuple[int, list[int]]]:
+    """Every distinct continuation of the longest recurring tail n-gram (n = max_ngram .. min_ngram),
+    most recent match first: up to ``branches`` of (start position, up to ``depth`` tokens)."""
+    size = len(history)
+    for n in range(min(max_ngram, size - 1), min_ngram - 1, -1):
+        tail = history[size - n:]
+        found, seen = [], set()
+        for i in range(size - n - 1, -1, -1):
+            if history[i:i + n] == tail:
+                start = i + n
+                cont = tuple(history[start:start + depth])
+                if cont and cont not in seen:
+                    seen.add(cont)
+                    found.append((start, list(cont)))
+                    if len(found) == branches:
+                        break
+        if found:
+            return found
+    return []
+
+
+def draft_lookup(drafter: PromptLookupDrafter, r: DraftRequest, depth: int, branches: int) -> DraftTree:
+    """Prompt lookup's tree: one branch per distinct earlier match, merged where they share a
+    prefix (a trie), so siblings are distinct and the one-hot rule applies."""
+    parents, depths, tokens, sources = [], [], [], []
+    child: dict[tuple[int, int], int] = {}
+    for start, cont in find_continuations(r.history, drafter.max_ngram, drafter.min_ngram, depth, branches):
+        node = -1
+        for j, t in enumerate(cont):
+            if (node, t) not in child:
+                child[(node, t)] = len(tokens)
+                parents.append(node)
+                depths.append(1 if node < 0 else depths[node] + 1)
+                tokens.append(t)
+                sources.append(start + j)
+            node = child[(node, t)]
+    order = sorted(range(len(tokens)), key=lambda i: (depths[i], i))
+    new = {old: k for k, old in enumerate(order)}
+    return DraftTree(tokens=torch.tensor([tokens[i] for i in order], dtype=torch.long, device=r.seq.device),
+                     parents=[new[parents[i]] if parents[i] >= 0 else -1 for i in order], depths=[depths[i] for i in order],
+                     q=None, rule="one-hot", sources=[sources[i] for i in order], fed=[-1] * len(order))
+
+
+def draft_tree(drafter: Drafter, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
+    """The round's tree from ``drafter``, no deeper than ``depth`` (>= 1).
+
+    Raises:
+        TypeError: a drafter that is neither a drafter model (early exit included) nor prompt lookup.
+    """
+    if isinstance(drafter, PromptLookupDrafter):
+        return draft_lookup(drafter, r, min(depth, spec.depth), spec.topk if spec.is_static else max(1, spec.budget // spec.depth))
+    if not isinstance(drafter, ModelDrafter):
+        raise TypeError(f"token trees need a drafter model, early exit or prompt lookup, got {type(drafter).__name__}")
+    if spec.is_static:
+        return draft_static(drafter, r, spec, min(depth, spec.depth))
+    return draft_dynamic(drafter, r, spec, min(depth, spec.depth))

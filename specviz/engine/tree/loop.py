@@ -1,0 +1,211 @@
+"""The single-sequence speculative loop over token trees.
+
+A round: draft a tree (``specviz.engine.tree.draft``); one target pass over the pending token and every
+node under the tree mask with depth positions (``specviz.engine.tree.attention``); judge every node's
+children (``specviz.engine.tree.accept``); walk from the pending token into accepted children; emit the
+path and the correction or bonus token; compact both caches to the accepted path; record.
+
+The output is distributed as the target's own samples under either rule (see ``accept``); tested
+by tests/test_tree_exactness.py against the enumerated law, with planted faults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import torch
+
+from specviz.engine import rejection
+from specviz.drafters import DraftRequest
+from specviz.engine.rounds import TOP_TOKENS, Clock, extend_trace, Transfer, set_up, start_sequence
+from specviz.engine.runner import make_runner
+from specviz.engine.sampling import Sampling
+from specviz.trace import Draft, Round, TopToken, Trace
+from specviz.engine.tree.accept import judge
+from specviz.engine.tree.attention import ancestor_matrix, compact, masked_logits
+from specviz.engine.tree.draft import DraftTree, draft_tree
+from specviz.engine.tree.record import TreeNode, TreeRecord
+from specviz.engine.tree.spec import TreeSpec
+
+
+def tree_stream(
+    input_ids: list[int],
+    drafter,
+    target,
+    tree: TreeSpec,
+    sampling: Sampling = Sampling(),
+    max_new_tokens: int = 64,
+    eos_token_id: int | Iterable[int] | None = None,
+    seed: int = 0,
+    tokenizer=None,
+    vocab_size: int | None = None,
+    record: bool = True,
+    cached: bool = True,
+    compaction: str = "gather",
+) -> Iterator[Trace]:
+    """Speculative decoding with a token tree per round, yielding the growing Trace after every round.
+
+    Arguments as ``specviz.engine.chain.speculative_stream``, with ``tree`` (a TreeSpec) instead of gamma
+    and schedule, and ``compaction``: how the caches drop the rejected branches ("gather" or
+    "refeed", see ``specviz.engine.tree.attention``).
+
+    Raises:
+        ValueError: as speculative_stream; a repetition penalty (not supported with trees: each
+            node would need its own path's context).
+        TypeError: a drafter that cannot draft trees.
+    """
+    if not isinstance(tree, TreeSpec):
+        raise TypeError(f"tree must be a specviz.engine.tree.spec.TreeSpec, got {type(tree).__name__}")
+    if isinstance(sampling, Sampling) and sampling.needs_context:
+        raise ValueError("token trees do not support a repetition penalty yet: set it to 1")
+    run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
+    drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
+    trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, tree.depth, max_new_tokens + tree.depth + 1,
+                                              drafter=drafter.describe(), gamma_schedule={"kind": "constant"}, tree=tree.describe())
+    n_prompt = len(input_ids)
+    runner = make_runner(target, vocab, cached)
+    clock = Clock(device)
+    top_k = min(TOP_TOKENS, vocab) if record else 0
+    with torch.inference_mode():
+        drafter.start(seq, n_prompt - 1, vocab, cached)
+        runner.prefill(seq, n_prompt - 1)
+        trace.prefill_ms = clock.since_start()
+
+    n = n_prompt
+    while True:
+        with torch.inference_mode():  # per round: inference mode is thread-local
+            remaining = n_prompt + max_new_tokens - n
+            t0 = clock.mark()
+            # 1. Draft a tree no deeper than the tokens still allowed.
+            request = DraftRequest(seq, n, min(tree.depth, remaining), history, sampling, warpers, gen, vocab, lambda q: True)
+            passes_before = _drafter_passes(drafter)
+            drafted = draft_tree(drafter, request, tree, min(tree.depth, remaining))
+            drafted_passes = _drafter_passes(drafter) - passes_before
+            t1 = clock.mark()
+            # 2. Verify: the pending token (slot 0) and every node, one pass, each under its own path.
+            slot_parents = [-1] + [p + 1 for p in drafted.parents]
+            tokens = torch.cat([seq[n - 1 : n], drafted.tokens])
+            positions = torch.tensor([n - 1] + [n - 1 + d for d in drafted.depths], dtype=torch.long, device=device)
+            logits = masked_logits(runner, seq, n - 1, tokens, positions, ancestor_matrix(slot_parents).to(device), len(slot_parents))
+            p_all = rejection.target_probs(logits, sampling, warpers)  # (N + 1, V)
+            # 3. Judge every node's children; each node's final token.
+            judged = judge(p_all, drafted.tokens, drafted.parents, drafted.q, drafted.rule, sampling.greedy, gen)
+            transfer = Transfer()
+            for key in ("u", "p", "p_residual", "q", "accept_prob", "mass", "accepted", "accepted_child", "finals", "final_probs"):
+                transfer.add(key, judged[key])
+            transfer.add("tokens", drafted.tokens)
+            transfer.add("finite", torch.isfinite(p_all).all())
+            if top_k:
+                top_prob, top_ids = judged["residual"].topk(top_k, dim=-1)
+                q_slot = torch.zeros_like(p_all)  # q at each slot, where its children came from
+                if drafted.q is not None and drafted.size:
+                    q_slot[torch.tensor(drafted.parents, device=device) + 1] = drafted.q
+                for key, value in (("top_ids", top_ids), ("top_prob", top_prob), ("top_p", p_all.gather(1, top_ids)),
+                                   ("top_q", q_slot.gather(1, top_ids))):
+                    transfer.add(key, value)
+            host = transfer.fetch()
+            t2 = clock.mark()
+            if not host["finite"][0]:
+                raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
+
+            # 4. Walk: from the pending token into accepted children.
+            path, slot = [], 0
+            while host["accepted_child"][slot] >= 0:
+                slot = int(host["accepted_child"][slot])
+                path.append(slot - 1)
+            node_tokens = [int(t) for t in host["tokens"]]
+            final = int(host["finals"][slot])
+            has_children = (slot - 1) in drafted.parents
+            kind = "target" if not drafted.size else ("correction" if has_children else "bonus")
+            emitted = [node_tokens[i] for i in path] + [final]
+            cut = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
+            emitted = emitted[: min(cut, remaining)]
+            keeps_final = len(emitted) == len(path) + 1
+
+            # 5. Compact both caches to the accepted path; the newest token is fed next round.
+            seq[n : n + len(path)] = torch.tensor([node_tokens[i] for i in path], dtype=torch.long, device=device)
+            seq[n + len(path)] = final
+            keep = ([0] + [i + 1 for i in path])[: len(emitted)]
+            compact(runner, seq, n - 1, keep, compaction)
+            if drafted.fed is not None and hasattr(drafter, "runner") and drafter.runner is not None:
+                fed = []
+                for i in path[: len(emitted) - 1]:
+                    if drafted.fed[i] < 0:
+                        break
+                    fed.append(drafted.fed[i])
+                compact(drafter.runner, seq, n, fed, compaction)
+            n += len(emitted)
+            history.extend(emitted)
+
+            # 6. Record.
+            if record:
+                trace.rounds.append(_round(host, drafted, node_tokens, path, final, kind, keeps_final, emitted, slot, decode,
+                                           top_k, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start(), drafted_passes))
+            extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
+        if trace.stop_reason:
+            yield trace
+            return
+        suspended = clock.suspend()
+        yield trace
+        clock.resume(suspended)
+
+
+def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[int], final: int, kind: str, keeps_final: bool,
+           emitted: list[int], slot: int, decode, top_k: int, draft_ms: float, verify_ms: float, end_ms: float,
+           drafter_passes: int) -> Round:
+    """The Round record: the accepted path as its drafts, the whole tree in ``tree``."""
+    texts = decode(node_tokens + [final])
+    reached = {-1, *path}
+    on_path = set(path)
+    nodes = []
+    for i, parent in enumerate(drafted.parents):
+        tested = parent in reached and (host["accepted"][i] or _before_accepted(i, drafted.parents, host))
+        verdict = "accepted" if i in on_path else ("rejected" if tested else "discarded")
+        nodes.append(TreeNode(
+            token_id=node_tokens[i], text=texts[i], parent=parent, depth=drafted.depths[i], q=min(1.0, host["q"][i]),
+            p=min(1.0, host["p"][i]), verdict=verdict,
+            p_residual=min(1.0, host["p_residual"][i]) if verdict != "discarded" else None,
+            accept_prob=min(1.0, host["accept_prob"][i]) if verdict != "discarded" else None,
+            u=host["u"][i] if verdict != "discarded" else None,
+            mass=min(1.0, host["mass"][i]) if verdict != "discarded" else None,
+            source=drafted.sources[i] if drafted.sources else None,
+        ))
+    drafts = [Draft(token_id=nodes[i].token_id, text=nodes[i].text, q=nodes[i].q, p=nodes[i].p, accept_prob=nodes[i].accept_prob,
+                    u=nodes[i].u, verdict="accepted", source=nodes[i].source) for i in path]
+    final_top = []
+    if keeps_final and top_k:
+        a, b = slot * top_k, (slot + 1) * top_k
+        ids = [int(t) for t in host["top_ids"][a:b]]
+        final_top = [TopToken(token_id=t, text=x, prob=pr, p=pp, q=qq if kind == "correction" else None)
+                     for t, x, pr, pp, qq in zip(ids, decode(ids), host["top_prob"][a:b], host["top_p"][a:b], host["top_q"][a:b])]
+    return Round(
+        drafts=drafts, emitted_ids=emitted, final_token_id=final if keeps_final else None,
+        final_text=texts[-1] if keeps_final else None, final_kind=kind if keeps_final else None,
+        final_prob=host["final_probs"][slot] if keeps_final else None, final_top=final_top,
+        draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=max(drafted.depths, default=0) or 1,
+        tree=TreeRecord(nodes=nodes, path=list(path), rule=drafted.rule, drafter_passes=drafter_passes),
+    )
+
+
+def _drafter_passes(drafter) -> int:
+    """Forward passes the drafter's model has made so far (0 for prompt lookup, which has none)."""
+    return int(getattr(drafter, "passes", 0))
+
+
+def _before_accepted(i: int, parents: list[int], host: dict) -> bool:
+    """Whether node i was tested and rejected: no earlier sibling of it was accepted."""
+    siblings = [j for j, p in enumerate(parents) if p == parents[i]]
+    for j in siblings:
+        if j == i:
+            return True
+        if host["accepted"][j]:
+            return False
+    return True
+
+
+def tree_generate(input_ids, drafter, target, tree: TreeSpec, **kwargs) -> Trace:
+    """Run ``tree_stream`` to the end and return the finished Trace (same arguments and errors)."""
+    trace = None
+    for trace in tree_stream(input_ids, drafter, target, tree, **kwargs):
+        pass
+    return trace

@@ -1,0 +1,1 @@
+"""Measuring: benchmarks, sweeps, speedups and evaluation, each a ratio within one run."""

@@ -1,0 +1,50 @@
+"""Compare drafters: one prompt, seed and sampling, decoded with each drafter kind.
+
+Each kind's speculative run is interleaved with its own autoregressive baseline
+(``specviz.measure.baseline.with_baseline``), so each speedup compares runs that met the same machine noise;
+the baselines repeat the same tokens (same seed), only their timings differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from specviz.measure.baseline import with_baseline
+from specviz.drafters import KINDS, make_drafter
+from specviz.engine.schedules import make_schedule
+from specviz.trace import Trace
+
+
+@dataclass
+class Comparison:
+    """Finished runs so far: ``runs[kind] = (speculative trace, its baseline)``, in the order of
+    ``kinds``, the kinds the comparison runs."""
+
+    runs: dict[str, tuple[Trace, Trace]] = field(default_factory=dict)
+    kinds: tuple[str, ...] = KINDS
+
+
+def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[str] = KINDS, gamma: int = 4,
+                   schedule: str = "constant", ngram_max: int = 3, exit_layer: int | None = None, tree=None,
+                   **common) -> Iterator[Comparison]:
+    """Run each drafter kind on the same prompt; yield the growing Comparison after each.
+
+    Args:
+        input_ids, target: as ``speculative_stream``; drafter_model: the pair's drafter (kind "model").
+        kinds: drafter kinds to run, of ``specviz.drafters.KINDS``.
+        gamma, schedule: every kind's gamma and schedule name (a fresh schedule per run).
+        tree: a ``specviz.engine.tree.spec.TreeSpec``: also run the drafter model with this token tree,
+            under the key "tree", beside the chain.
+        common: sampling, max_new_tokens, eos_token_id, seed, tokenizer, shared by every run.
+
+    Raises:
+        ValueError: as ``speculative_stream`` and ``make_drafter``.
+    """
+    comparison = Comparison(kinds=(*kinds, *(["tree"] if tree is not None else [])))
+    for kind in [*kinds, *(["tree"] if tree is not None else [])]:
+        drafter = make_drafter("model" if kind == "tree" else kind, drafter_model=drafter_model, target=target, ngram_max=ngram_max,
+                               exit_layer=exit_layer)
+        comparison.runs[kind] = with_baseline(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma),
+                                              tree=tree if kind == "tree" else None, **common)
+        yield comparison

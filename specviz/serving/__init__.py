@@ -1,0 +1,1 @@
+"""Serving on a GPU: device placement and ZeroGPU durations."""

@@ -1,0 +1,1 @@
+"""Training the drafters: corpora, instruction prompts, distillation and EAGLE."""
