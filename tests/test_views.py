@@ -243,3 +243,19 @@ def test_notebook_view_of_a_trace_and_a_recording(runs):
     html = rec._repr_html_()
     assert "&lt;b&gt;x&lt;/b&gt;" in html and "speedup" in html
     assert "sv-tokens" in base._repr_html_()
+
+
+def test_html_export_shows_each_alpha_estimate_once():
+    """The export's Numbers section held mean beta and the draft acceptance rate twice (0.46 and 0.459):
+    the stats table and the alpha panel's table. Each row now stands once; the panel's explanation stays."""
+    import re
+    from specviz.demo import RECORDINGS
+    from specviz.recording import Recording
+    from specviz.views.export import export_html
+
+    path = sorted(RECORDINGS.glob("*.json"))[0]
+    html = export_html(Recording.load(path))
+    numbers = html.split("<h2>Numbers</h2>", 1)[1]
+    for row in ("mean beta", "draft acceptance rate"):
+        assert len(re.findall(rf"<td[^>]*>{row}</td>", numbers)) == 1, row
+    assert "both estimate Leviathan" in numbers
