@@ -271,3 +271,12 @@ def test_every_prepared_recording_names_a_pair_this_app_offers():
     found = {p.stem: preset_of(Recording.load(p)) for p in RECORDINGS.glob("*.json")}
     assert all(found.values()), found
     assert {found[k] for k in found if k.startswith("english")} == {"english"}
+
+
+def test_batch_rows_are_labelled_by_their_own_prompt():
+    """A chat pair's batch rows all began '<|im_start|>system ...': the label is the row's user turn."""
+    from specviz.views.batch import _own_words
+
+    chat = "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+    assert [_own_words(chat.format(q)) for q in ("Why is the sky blue?", "Name a prime")] == ["Why is the sky blue?", "Name a prime"]
+    assert _own_words("  Once upon a time ") == "Once upon a time"
