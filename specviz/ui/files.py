@@ -90,8 +90,12 @@ def preset_of(rec: Recording) -> str | None:
         for ref in (preset.drafter, preset.target):
             parts = Path(ref).parts
             names.append("/".join(parts[-2:]) if Path(ref).is_absolute() else ref)
+        # A packaged GGUF target is recorded as "<distribution>/<file>", the preset names its hub id: both match.
+        targets = {names[-1]}
+        if preset.gguf is not None:
+            targets.add(f"{preset.gguf.distribution}/{preset.gguf.filename}")
         # Prompt lookup and early exit run on the pair's target alone: only the target must match.
-        if (names == models) if own_drafter else (models[-1:] == names[-1:]):
+        if models[-1:] and models[-1] in targets and (not own_drafter or models[:-1] == names[:-1]):
             return name
     return None
 

@@ -168,7 +168,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     ui["download"] = gr.DownloadButton("Download this run (JSON)", interactive=False, elem_id="sv-download")
                     ui["upload"] = gr.File(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
                 with gr.Row(equal_height=True):
-                    ui["example"] = CheckedDropdown(examples(), value=(examples() or [None])[0], label="Prepared recordings (embedded pair)", scale=3)
+                    ui["example"] = CheckedDropdown(examples(), value=(examples() or [None])[0], label="Prepared recordings (each names its pair)", scale=3)
                     ui["example_button"] = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)
                 ui["load_status"] = gr.Markdown(elem_id="sv-load-status")  # what a load is doing, beside its buttons
                 with gr.Row(equal_height=True):

@@ -9,6 +9,8 @@ token, coloured as in the main output, then grey boxes for the draft slots it le
 
 from __future__ import annotations
 
+import re
+
 import statistics
 from html import escape
 
@@ -44,7 +46,7 @@ def batch_lanes_html(result, speedup: BatchPoint | None = None) -> str:
     head = "".join(f'<th style="padding:2px 6px;color:#666;font-weight:400;">{k + 1}</th>' for k in range(len(columns)))
     body = []
     for b, trace in enumerate(traces):
-        start = trace.prompt_text.strip().replace("\n", "\u23ce")
+        start = _own_words(trace.prompt_text).replace("\n", "\u23ce")
         start = start if len(start) <= 28 else start[:27] + "\u2026"
         label = (f"row {b + 1} <span style='color:#444;font-weight:400;'>{escape(start)}</span><br>"
                  f"<span style='color:#666;font-size:11px;font-weight:400;'>{len(trace.output_ids)} tokens, {len(trace.rounds)} rounds, "
@@ -54,7 +56,7 @@ def batch_lanes_html(result, speedup: BatchPoint | None = None) -> str:
             else '<td style="background:#fafafa;border-left:1px solid #eee;"></td>'
             for col in columns
         )
-        prompt = escape(trace.prompt_text[-60:])
+        prompt = escape(_own_words(trace.prompt_text)[:200])
         body.append(f'<tr><th style="text-align:left;padding:3px 8px;white-space:nowrap;vertical-align:top;" title="{prompt}">{label}</th>'
                     f"{cells}</tr>")
     s = result.summary()
@@ -97,3 +99,11 @@ def batch_figure(points: list[BatchPoint] | None) -> go.Figure:
                       yaxis2=dict(overlaying="y", side="right", title="speedup (×)", rangemode="tozero", showgrid=False),
                       yaxis=dict(rangemode="tozero"))
     return style_figure(fig, "Throughput against batch size", "batch size (rows decoded together)", "tokens/s over the batch")
+
+
+def _own_words(prompt_text: str) -> str:
+    """The visitor's own words in a prompt wrapped in a chat template (the last user turn of a
+    ChatML "<|im_start|>user ... <|im_end|>" block); the text itself, stripped, when there is none.
+    Every row of a chat pair's batch starts with the same system turn, so its start names no row."""
+    turns = re.findall(r"<\|im_start\|>user\s*(.*?)(?:<\|im_end\|>|$)", prompt_text, flags=re.S)
+    return (turns[-1] if turns else prompt_text).strip()

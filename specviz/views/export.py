@@ -121,7 +121,7 @@ def export_html(rec: Recording) -> str:
 <p>Speculative decoding, recorded by specviz: each draft accepted when u &lt; min(1, p/q), the first rejected one replaced by
 a correction sampled from norm(max(0, p − q)), a bonus token from p when every draft is accepted.</p>
 {legend_html()}{tokens_html(spec)}
-<h2>Numbers</h2>{_scroll_wide(stats_html(spec, base))}{alpha_html(spec)}
+<h2>Numbers</h2>{_scroll_wide(stats_html(spec, base))}{alpha_html(spec, table=False)}
 <h2>Round by round</h2>
 <div class="sv-controls"><button id="sv-prev">◀ previous</button><span id="sv-round-label"></span><button id="sv-next">next ▶</button>
 <span style="color:#666;font-size:13px;">(or the arrow keys)</span></div>

@@ -223,12 +223,13 @@ def sweep_label(sweep: Sweep) -> str:
     return f"{LABELS.get(kind, kind)}, {'constant gamma' if schedule == 'constant' else f'{schedule} gamma schedule'}"
 
 
-def alpha_html(trace: Trace) -> str:
+def alpha_html(trace: Trace, table: bool = True) -> str:
     """Two estimates of Leviathan's alpha side by side, with their denominators, and why they agree.
 
     accepted / (accepted + rejected) counts verdicts; mean beta averages beta = sum_x min(p, q)
     over the same tested drafts. Both estimate alpha = E[beta] (Leviathan et al. 2023, Def. 3.1,
     Cor. 3.6): a tested draft at a position is accepted with probability beta there.
+    ``table=False`` gives the explanation alone, for a page whose stats table already holds the rows.
     """
     tested = trace.accepted + trace.rejected
     rows = [
@@ -243,8 +244,9 @@ def alpha_html(trace: Trace) -> str:
         f'<td style="padding:3px 0;color:#666;font-size:12px;">{escape(note)}</td></tr>'
         for name, value, note in rows
     )
-    why = ("Both first rows estimate Leviathan's alpha = E[beta]: a tested draft is accepted with probability "
+    why = ("Alpha from verdicts and mean beta both estimate Leviathan's alpha = E[beta]: a tested draft is accepted with probability "
            "beta = Σ min(p, q) at its position, so the verdicts count, coin flip by coin flip, what beta gives directly. "
            "Mean beta varies less, since it needs no coin flip; the two differ by sampling noise alone.")
-    return (f'<div class="sv-alpha" style="font-size:14px;"><table style="border-collapse:collapse;">{cells}</table>'
+    table_html = f'<table style="border-collapse:collapse;">{cells}</table>' if table else ""
+    return (f'<div class="sv-alpha" style="font-size:14px;">{table_html}'
             f'<p style="color:#555;font-size:13px;margin:6px 0 0;">{escape(why)}</p></div>')
