@@ -294,3 +294,12 @@ def test_race_says_slow_motion_is_true_timing_for_a_long_run(runs):
         spec.total_ms = 25_000.0
     assert slowdown_for(long, None) == 1.0
     assert "already longer than slow motion" in race_html(long, None, 1.0)
+
+
+def test_theory_legend_does_not_read_as_v_equal_to_gamma(runs):
+    """'optimal gamma, measured v = 3' read as if v were 3: the legend names gamma as the number."""
+    from specviz.views.theory import speedup_figure
+
+    spec, base, _ = runs
+    names = " ".join(str(t.name) for t in speedup_figure(spec, base).data)
+    assert "measured v = " not in names and ("optimal gamma with the measured v: gamma = " in names or "verify" not in names)
