@@ -280,3 +280,26 @@ def test_batch_rows_are_labelled_by_their_own_prompt():
     chat = "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
     assert [_own_words(chat.format(q)) for q in ("Why is the sky blue?", "Name a prime")] == ["Why is the sky blue?", "Name a prime"]
     assert _own_words("  Once upon a time ") == "Once upon a time"
+
+
+def test_race_says_slow_motion_is_true_timing_for_a_long_run(runs):
+    """A run longer than 10 s is never sped up, so slow motion changed nothing, silently: the Race says so."""
+    import dataclasses
+
+    from specviz.views.race import race_html, slowdown_for
+
+    spec, base, _ = runs
+    long = dataclasses.replace(spec, total_ms=25_000.0) if dataclasses.is_dataclass(spec) else spec
+    if long is spec:
+        spec.total_ms = 25_000.0
+    assert slowdown_for(long, None) == 1.0
+    assert "already longer than slow motion" in race_html(long, None, 1.0)
+
+
+def test_theory_legend_does_not_read_as_v_equal_to_gamma(runs):
+    """'optimal gamma, measured v = 3' read as if v were 3: the legend names gamma as the number."""
+    from specviz.views.theory import speedup_figure
+
+    spec, base, _ = runs
+    names = " ".join(str(t.name) for t in speedup_figure(spec, base).data)
+    assert "measured v = " not in names and ("optimal gamma with the measured v: gamma = " in names or "verify" not in names)

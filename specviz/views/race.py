@@ -76,6 +76,8 @@ def race_html(spec: Trace, baseline: Trace | None, slowdown: float = 1.0, nonce:
     if baseline is not None:
         lanes += _lane(baseline, "autoregressive (target alone)", "#E69F00", slowdown, longest, anim, f"{anim}p1")
     pace = "true timing" if slowdown <= 1.0 else f"slowed down {slowdown:.0f}× (recorded times × {slowdown:.0f})"
+    if slowdown <= 1.0 and longest >= 10_000.0:
+        pace += f" (the slower run took {longest / 1000:.0f} s, already longer than slow motion's 10 s, so both paces play it as recorded)"
     style = f"<style>@keyframes {anim}f{{from{{opacity:0}}to{{opacity:1}}}}{bars}</style>"
     return (
         f'{style}<div class="sv-race" style="font-family:ui-sans-serif,system-ui,sans-serif;background:#fff;color:#111;border:1px solid #ddd;border-radius:8px;padding:12px;">'

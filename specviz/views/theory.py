@@ -59,7 +59,7 @@ def _verify_curve(fig: go.Figure, alpha: float, c: float, v: float, gamma_measur
     best = theory.optimal_gamma(alpha, c, MAX_GAMMA, v=v, gamma_measured=gamma_measured)
     fig.add_trace(go.Scatter(x=gammas, y=ys, mode="lines+markers", name=f"with measured verify cost v = {v:.2f} at γ {gamma_measured:g}",
                              line=dict(color=VERIFY, width=2, dash="dash"), marker=dict(size=5)))
-    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers", name=f"optimal gamma, measured v = {best}",
+    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers", name=f"optimal gamma with the measured v: gamma = {best}",
                              marker=dict(symbol="star", size=14, color=VERIFY, line=dict(color="#333", width=1))))
     _label(fig, best, ys[best - 1], f"with v: γ = {best}", above=False)
     return best
