@@ -278,7 +278,8 @@ def test_compare_drafters_shows_each_kind(page):
                                      "    def scale(self, k):\n        return Point(self.x * k, self.y * k)\n\n    def shift(self, dx, dy):")
     tab(page, "Compare drafters")
     page.locator("#sv-compare-button").click()
-    expect(page.locator("#sv-compare .sv-compare-col")).to_have_count(4, timeout=30_000)  # the quantized target too (CPU)
+    # the quantized target too (CPU), and the EAGLE head (the English pair has one)
+    expect(page.locator("#sv-compare .sv-compare-col")).to_have_count(5, timeout=30_000)
     page.get_by_text("early exit (layer").first.wait_for(timeout=180_000)
     page.get_by_text("quantized target (int8)").first.wait_for(timeout=180_000)
     assert page.locator("#sv-compare .sv-accepted").count() > 0

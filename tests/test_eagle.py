@@ -4,8 +4,8 @@ A tiny Llama target (vocabulary 8) and a tiny EAGLE head over five of its tokens
 chi-square against the target's enumerated law at ALPHA = 1e-4 (as in test_drafters), with the
 correction drawn from p instead of the residual planted as the control that must be rejected (the
 tokens outside the head come only from the residual); greedy output equal to the target's own
-greedy decoding, cached and re-fed; on the English pair, the shipped head's greedy output equal to
-the target's (slow).
+greedy decoding, cached and re-fed. On the English pair, the shipped head's greedy output is compared
+with the target's in fp32 beside the other drafters (tests/test_english.py).
 """
 
 from __future__ import annotations
@@ -98,28 +98,3 @@ def test_planted_fault_is_caught_with_eagle():
         stat, pvalue, _ = chi_square(tiny_eagle(target), target, Sampling(temperature=1.0), 3, runs=1000)
     print(f"\nplanted residual_is_p with eagle: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
-
-
-@pytest.mark.slow
-def test_english_greedy_with_the_shipped_head_equals_the_targets_greedy():
-    from specviz.drafters.eagle import head_folder
-    from specviz.pair.cache import load_pair
-
-    try:
-        pair = load_pair("english")
-    except Exception as err:  # noqa: BLE001 - the package or the hub is absent
-        pytest.skip(f"English pair unavailable: {err}")
-    if head_folder(pair.target) is None:
-        pytest.skip("no EAGLE head shipped")
-    from specviz.pair.prompt import encode_prompt
-
-    drafter = make_drafter("eagle", target=pair.target)
-    for prompt in ("Why is the sky blue?", "Give me three tips for learning to cook."):
-        ids = encode_prompt(pair, prompt)
-        trace = speculative_generate(ids, drafter, pair.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=32,
-                                     eos_token_id=pair.eos_token_id, tokenizer=pair.tokenizer)
-        ref = pair.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
-                                   max_new_tokens=32, eos_token_id=pair.eos_token_id, pad_token_id=pair.eos_token_id)
-        want = ref[0, len(ids):].tolist()
-        assert_same_greedy(pair.target, ids, trace.output_ids, want[: len(trace.output_ids)], vocab=pair.vocab_size)
-        print(f"\n{prompt!r}: alpha {trace.accepted}/{trace.accepted + sum(1 for r in trace.rounds if r.final_kind == 'correction')}")

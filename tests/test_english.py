@@ -302,7 +302,9 @@ def test_english_pair_greedy_equals_the_targets_generate(tmp_path, monkeypatch):
         pair = load_pair(ENGLISH, device="cpu")
     else:  # the distilled drafter is not shipped yet: the same target with a random SmallHeadLM stand-in
         pair = _with_stand_in_drafter(tmp_path, monkeypatch)
-    kinds = ["model", "quantized"]
+    from specviz.drafters.eagle import head_folder
+
+    kinds = ["model", "quantized"] + (["eagle"] if head_folder(pair.target) is not None else [])  # the shipped EAGLE head too
     prompts = [p["prompt"] for p in json.loads((catalogue.ASSETS / "prompts_en.json").read_text())[:3]]
     try:
         for prompt in prompts:

@@ -65,7 +65,7 @@ def test_a_target_install_finds_its_assets_as_package_data(tmp_path):
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
     where, models, found = run.stdout.splitlines()
-    assert where == str(target / "specviz" / "data") and models == "['README.md', 'drafter', 'smollm2-drafter', 'target']" and found == "True True"
+    assert where == str(target / "specviz" / "data") and models == "['README.md', 'drafter', 'smollm2-drafter', 'smollm2-eagle', 'target']" and found == "True True"
     assert not (target / "share").exists() and not (target / "specviz" / "data" / "screenshot.png").exists()
 
 

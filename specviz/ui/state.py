@@ -49,16 +49,16 @@ def job(session: str | None) -> Iterator[None]:
 def client_gone(request: gr.Request | None) -> bool:
     """Whether nobody listens to this request's job any more: Gradio marks a job not alive when its
     client's event stream closes (a tab closed, a client that hung up). A job checks between rounds and
-    stops, so an abandoned run holds the device for at most one more round."""
+    stops, so an abandoned run holds the device for at most one more round. The job is found by its own
+    request (not by its session, whose earlier events may have ended); unknown, it counts as listened to."""
     inner = getattr(request, "request", None)
     app = getattr(inner, "app", None)
     get_blocks = getattr(app, "get_blocks", None)
     blocks = get_blocks() if callable(get_blocks) else None
     queue = getattr(blocks, "_queue", None)
-    session = getattr(request, "session_hash", None)
-    if queue is None or session is None:
+    if queue is None or inner is None:
         return False
-    mine = [e for jobs in queue.active_jobs if jobs for e in jobs if e.session_hash == session]
+    mine = [e for jobs in queue.active_jobs if jobs for e in jobs if e.request is inner]
     return bool(mine) and not any(e.alive for e in mine)
 
 
