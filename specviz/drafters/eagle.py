@@ -138,6 +138,9 @@ class EagleDrafter(Drafter):
         self._passes = 0
         self.vocab = vocab
         self.grew_from = None
+        ids = self.head.head_ids.to(self.target.device)
+        self._keep = ids < vocab  # the head's tokens inside the run's vocabulary, and their columns
+        self._columns = ids[self._keep]
 
     def _step(self, xs: torch.Tensor, feats: torch.Tensor, first: int) -> torch.Tensor:
         """Feed inputs t = first .. first + k - 1 (tokens x_{t+1} (k,), features (k, H)); the last f^ (1, H)."""
@@ -150,9 +153,7 @@ class EagleDrafter(Drafter):
         """(1, vocab) logits: the head's tokens scored, -inf elsewhere (q exactly 0 there)."""
         small = self.head.head_logits(f).float()
         logits = torch.full((1, self.vocab), float("-inf"), device=f.device)
-        ids = self.head.head_ids.to(f.device)
-        keep = ids < self.vocab
-        logits[0, ids[keep]] = small[0, keep]
+        logits[0, self._columns] = small[0, self._keep]
         return logits
 
     def propose(self, request: DraftRequest) -> Proposal:

@@ -112,16 +112,12 @@ class EagleHead(nn.Module):
         """Logits over the head's tokens: (..., K) from features (..., H)."""
         return features @ self._out_rows.to(features.dtype).T
 
-    def state(self) -> dict[str, torch.Tensor]:
-        """The head's own weights (what is saved)."""
-        return {k: v for k, v in self.state_dict().items()}
-
     def save(self, folder: Path, extra: dict | None = None) -> None:
         """Weights (fp16 safetensors), the config and the head's token ids into ``folder``."""
         from safetensors.torch import save_file
 
         folder.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in self.state().items()}
+        tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in self.state_dict().items()}
         tensors["head_ids"] = self.head_ids.detach().to(torch.int64).cpu().contiguous()
         save_file(tensors, str(folder / WEIGHTS))
         (folder / CONFIG).write_text(json.dumps({**asdict(self.config), **(extra or {})}, indent=1))

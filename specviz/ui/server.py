@@ -35,24 +35,32 @@ class UploadBudget:
     def __init__(self, per_client: int = UPLOAD_CLIENT_MAX_BYTES, total: int = UPLOAD_TOTAL_MAX_BYTES, window_s: float = CACHE_TTL_S):
         self.per_client, self.total, self.window_s = per_client, total, window_s
         self._log: deque[tuple[float, str, int]] = deque()
+        self._per: dict[str, int] = {}  # bytes in the window per address (running totals, kept with the log)
+        self._total = 0
         self._lock = threading.Lock()
 
     def _expire(self, now: float) -> None:
         while self._log and now - self._log[0][0] > self.window_s:
-            self._log.popleft()
+            _, address, n = self._log.popleft()
+            self._total -= n
+            self._per[address] -= n
+            if not self._per[address]:
+                del self._per[address]
 
     def take(self, address: str, n: int) -> str | None:
         """Count ``n`` more bytes from ``address``; the budget it breaks, or None."""
         now = time.monotonic()
         with self._lock:
             self._expire(now)
-            mine = sum(b for _, a, b in self._log if a == address) + n
-            everyone = sum(b for _, _, b in self._log) + n
+            mine = self._per.get(address, 0) + n
+            everyone = self._total + n
             if mine > self.per_client:
                 return f"at most {self.per_client // (1024 * 1024)} MB of uploads per visitor in {int(self.window_s // 60)} minutes"
             if everyone > self.total:
                 return f"the server takes at most {self.total // (1024 * 1024)} MB of uploads in {int(self.window_s // 60)} minutes"
             self._log.append((now, address, n))
+            self._per[address] = mine
+            self._total = everyone
             return None
 
 
