@@ -10,8 +10,9 @@ _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
 
 def markdown_literal(text: str) -> str:
     """``text`` for a Markdown component, shown as typed: HTML escaped and Markdown's punctuation
-    backslash-escaped, so a recording's title cannot add a tag, a link or an image."""
-    return _MARKDOWN.sub(r"\\\1", escape(text, quote=True)).replace("\n", " ")
+    backslash-escaped, so a recording's title cannot add a tag, a link or an image. Quotes stay as typed:
+    the text is never inside an attribute, and the component shows an entity such as ``&#x27;`` literally."""
+    return _MARKDOWN.sub(r"\\\1", escape(text, quote=False)).replace("\n", " ")
 
 
 def run_label(trace) -> str:
