@@ -149,7 +149,6 @@ def train(head: EagleHead, data, feats, cfg: EagleTrainConfig, deadline: float, 
     rng = random.Random(cfg.seed)
     batches = _batches(data, feats, cfg, rng)
     out_rows = head._out_rows
-    est_steps = cfg.steps
     history = log.setdefault("loss", [])
     t0 = time.time()
     bar = tqdm(total=cfg.steps, desc="eagle", unit="step")
@@ -158,12 +157,10 @@ def train(head: EagleHead, data, feats, cfg: EagleTrainConfig, deadline: float, 
         if time.time() > deadline:
             log["training_stopped_early"] = f"time limit after {step} steps"
             break
-        # the schedule follows the time budget: cosine over the steps the time allows, estimated as it goes
-        if step == 50:
-            per = (time.time() - t0) / 50
-            est_steps = max(100, min(cfg.steps, int((deadline - t0) / per)))
-            log["estimated_steps"] = est_steps
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * (0.5 * (1 + math.cos(math.pi * min(1.0, step / est_steps))) * 0.9 + 0.1)
+        # the schedule follows the time budget: the cosine's progress is the larger of the steps done and the
+        # time spent, each as a fraction of its limit, so a slow start cannot leave most steps at the floor
+        progress = min(1.0, max(step / cfg.steps, (time.time() - t0) / max(1e-9, deadline - t0)))
+        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * (0.5 * (1 + math.cos(math.pi * progress)) * 0.9 + 0.1)
         for g in opt.param_groups:
             g["lr"] = lr
         ids, f, mask = next(batches)
