@@ -23,7 +23,7 @@ import functools
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from specviz import metrics
+from specviz import metrics, validation
 from specviz.limits import MAX_GAMMA  # noqa: F401  (re-exported: the engine and the views read it here)
 from specviz.engine.tree.record import TreeRecord
 
@@ -289,8 +289,6 @@ class Trace:
                 verdict or kind is unknown, the schema version is newer than this code, or a
                 value is out of range or inconsistent (the message names the field).
         """
-        from specviz import validation
-
         if not isinstance(d, dict):
             raise ValueError(f"not a specviz trace: expected a JSON object, got {type(d).__name__}")
         version = d.get("schema_version", 1)

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import Any
 
-from specviz.limits import MAX_GAMMA
-
-if TYPE_CHECKING:  # annotations only: the trace imports this module to load files
-    from specviz.trace import Trace
-from specviz.limits import MAX_TREE_NODES
+from specviz.limits import MAX_GAMMA, MAX_TREE_NODES
 from specviz.engine.tree.record import check_tree
+
+# A ``specviz.trace.Trace``. Not imported, even for annotations: the trace imports this module to
+# load files, and the dependency runs one way (trace -> validation).
+Trace = Any
 
 # Bounds of what specviz records; a file beyond them was not written by specviz.
 MAX_REASON_CHARS = 400  # settings.dtype_reason: one sentence

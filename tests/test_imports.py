@@ -1,8 +1,8 @@
 """The import graph of the package has no cycle: data flows one way (UI -> engine -> trace -> views).
 
 Every ``import`` and ``from ... import`` in every module counts, those inside functions too (a
-lazy import is still a dependency); imports under ``if TYPE_CHECKING:`` are annotations only and
-do not count. ``from specviz.x import name`` is an edge to ``specviz.x.name`` when that is a
+lazy import is still a dependency), and so do imports under ``if TYPE_CHECKING:`` (an annotation
+that needs the other module is a dependency too). ``from specviz.x import name`` is an edge to ``specviz.x.name`` when that is a
 module, else to ``specviz.x``. A package's ``__init__`` running before its submodules is not an
 edge of its own (every package would otherwise import itself).
 """
@@ -30,13 +30,6 @@ class _Imports(ast.NodeVisitor):
     def __init__(self, module: str, is_package: bool, known: dict[str, Path]):
         self.module, self.package = module, module if is_package else module.rpartition(".")[0]
         self.known, self.edges = known, set()
-
-    def visit_If(self, node: ast.If) -> None:
-        if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            for child in node.orelse:
-                self.visit(child)
-            return
-        self.generic_visit(node)
 
     def visit_Import(self, node: ast.Import) -> None:
         self.edges |= {a.name for a in node.names if a.name in self.known}
@@ -74,12 +67,17 @@ def test_the_import_graph_has_no_cycle():
     assert set(order) >= set(graph)
 
 
-def test_the_graph_sees_lazy_imports_and_skips_type_checking(tmp_path):
+def test_the_graph_sees_lazy_and_type_checking_imports(tmp_path):
     known = {"specviz.a": tmp_path, "specviz.b": tmp_path, "specviz.c": tmp_path}
     visitor = _Imports("specviz.a", False, known)
     visitor.visit(ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from specviz.c import C\n"
                             "def f():\n    from specviz import b\n"))
-    assert visitor.edges == {"specviz.b"}
+    assert visitor.edges == {"specviz.b", "specviz.c"}
+
+
+def test_the_validation_does_not_import_the_trace_it_validates():
+    graph = import_graph()
+    assert "specviz.validation" in graph["specviz.trace"] and "specviz.trace" not in graph["specviz.validation"]
 
 
 def test_the_trace_and_the_recording_import_no_views():
