@@ -22,7 +22,6 @@ from specviz.drafters import Drafter, EarlyExitDrafter, PromptLookupDrafter, Pro
 from specviz.drafters.quantized import QuantizedDrafter
 from specviz.engine.chain import autoregressive_generate
 from specviz.lab import ALPHA, batch_results, models
-from specviz.lab.faults import planted
 from tests.conftest import assert_same_greedy
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 1, 2], [3], [1, 2, 3, 1, 2]]
@@ -203,8 +202,7 @@ def test_batched_rows_keep_each_prompts_law(kind, schedule, sampling):
 def test_planted_faults_are_caught_in_batches(fault, sampling):
     """Control: the batched harness with a known fault planted must reject."""
     drafter, target = models("different")
-    with planted(fault):
-        results = batch_results(drafter, target, sampling, 2, runs=1500, prompts=STAT_PROMPTS, eos=EOS)
+    results = batch_results(drafter, target, sampling, 2, runs=1500, prompts=STAT_PROMPTS, eos=EOS, fault=fault)
     pvalues = [r.test()[1] for r in results]
     print(f"\nplanted {fault}, batched: p = {', '.join(f'{p:.3g}' for p in pvalues)}")
     assert min(pvalues) < ALPHA

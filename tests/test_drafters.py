@@ -25,7 +25,6 @@ from specviz.drafters import (
     quantize_target,
 )
 from specviz.lab import ALPHA, chi_square, models
-from specviz.lab.faults import planted
 from specviz.engine.schedules import SCHEDULES, Confidence, Heuristic, Optimal, make_schedule
 from tests.conftest import assert_same_greedy
 
@@ -207,9 +206,8 @@ def test_planted_faults_are_caught_with_the_quantized_and_small_head_drafters(na
     """Control: the correction drawn from p instead of the residual, planted: rejected. For the small
     head, the residual is where every token outside its head comes from."""
     drafter, target = _self_pair(name)
-    with planted(fault):
-        # At 2000 runs p was 4e-15 (quantized) and 3e-141 (small head): the small head's fault needs fewer.
-        stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 3, runs=2000 if name == "quantized" else 500)
+    # At 2000 runs p was 4e-15 (quantized) and 3e-141 (small head): the small head's fault needs fewer.
+    stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 3, runs=2000 if name == "quantized" else 500, fault=fault)
     print(f"\nplanted {fault} with {name}: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 
@@ -286,8 +284,8 @@ def test_planted_faults_are_caught_for_every_kind(kind, schedule, fault):
     """Control: the same harness with a known fault planted must reject."""
     drafter, target = models("different")
     sampling = Sampling(temperature=1.0, top_k=3) if fault == "drafter_only_filters" else Sampling(temperature=1.0)
-    with planted(fault):
-        stat, pvalue, _ = chi_square(_drafter(kind, drafter, target), target, sampling, 2, runs=2000, prompt=REPEATING, schedule=schedule)
+    stat, pvalue, _ = chi_square(_drafter(kind, drafter, target), target, sampling, 2, runs=2000, prompt=REPEATING, schedule=schedule,
+                                 fault=fault)
     print(f"\nplanted {fault} with {kind}/{schedule}: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 

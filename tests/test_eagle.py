@@ -17,7 +17,6 @@ from specviz import Sampling, speculative_generate
 from specviz.drafters import EagleDrafter, EagleUnsupported, make_drafter
 from specviz.drafters.eagle_head import EagleConfig, EagleHead
 from specviz.lab import ALPHA, chi_square
-from specviz.lab.faults import planted
 from tests.conftest import assert_same_greedy
 from tests.test_drafters import outlier_llama
 
@@ -94,7 +93,6 @@ def test_eagle_keeps_the_targets_law(sampling, gamma):
 def test_planted_fault_is_caught_with_eagle():
     """Control: the correction drawn from p instead of the residual must be rejected."""
     target = outlier_llama(outlier=20.0)
-    with planted("residual_is_p"):
-        stat, pvalue, _ = chi_square(tiny_eagle(target), target, Sampling(temperature=1.0), 3, runs=1000)
+    stat, pvalue, _ = chi_square(tiny_eagle(target), target, Sampling(temperature=1.0), 3, runs=1000, fault="residual_is_p")
     print(f"\nplanted residual_is_p with eagle: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA

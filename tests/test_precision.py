@@ -16,7 +16,6 @@ import torch
 
 from specviz import Sampling, autoregressive_generate, speculative_generate
 from specviz.lab import ALPHA, chi_square, models
-from specviz.lab.faults import planted
 from specviz.pair import precision
 from specviz.pair.precision import CPU_DTYPE_ENV, Form, apply_form, cpu_flags, cpu_form, form_for, judge
 
@@ -145,8 +144,7 @@ def test_bf16_output_distribution_is_the_targets(kind, sampling, gamma):
 @pytest.mark.slow
 def test_bf16_planted_fault_is_caught():
     drafter, target = models("unlike", dtype=torch.bfloat16)
-    with planted("residual_is_p"):
-        stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 1)
+    stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 1, fault="residual_is_p")
     print(f"\nbf16 planted residual_is_p: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 

@@ -9,6 +9,7 @@ with r the engine's own residual. Exactness means P == p for every p and q
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -73,3 +74,29 @@ def test_identical_p_and_q_give_no_nan():
     r = rejection.residual(p, p.clone())
     assert torch.isfinite(r).all()
     assert torch.equal(r, p)
+
+
+def test_a_fault_reaches_only_the_runs_it_is_passed_to():
+    """The lab passes a fault to its own runs as their steps: nothing of specviz.engine.rejection is
+    replaced, so a run beside it (another visitor's) is the exact algorithm, token for token."""
+    from specviz import Sampling, speculative_generate
+    from specviz.lab import PROMPT, models
+    from specviz.lab.faults import FAULTS, fault_steps
+
+    drafter, target = models("unlike")
+    before = {name: getattr(rejection, name) for name in rejection.STEP_NAMES}
+    broken = fault_steps("residual_is_p")
+    differ = 0
+    for seed in range(6):
+        def run(**kw):
+            return speculative_generate(PROMPT, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=12, seed=seed, **kw)
+        alone = run()
+        faulty = run(steps=broken)
+        beside = run()
+        assert beside.output_ids == alone.output_ids
+        differ += faulty.output_ids != alone.output_ids
+    assert differ  # the fault did reach its own runs
+    assert {name: getattr(rejection, name) for name in rejection.STEP_NAMES} == before
+    assert all(fault_steps(name) is not None for name in FAULTS)
+    with pytest.raises(TypeError, match="unknown steps"):
+        rejection.Steps(verify=lambda: None)

@@ -10,8 +10,8 @@ Both rules (see specviz.engine.tree.accept): "one-hot" for distinct fixed childr
 and EAGLE-2 dynamic trees) and "specinfer" (SpecInfer's multi-step speculative sampling) for
 children drawn i.i.d. from q; with top-k and top-p applied to q and p alike.
 
-Controls: three faults seen in tree implementations are planted in the rules' own code path
-(specviz.lab.tree_faults) and the same test must reject them. At 2,000 correct runs the faults
+Controls: three faults seen in tree implementations are passed to the rules' own code path
+(specviz.lab.tree_faults, ``judge``'s fault argument) and the same test must reject them. At 2,000 correct runs the faults
 gave p-values below 1e-14 (1e-22 at 1,000); the controls use 500 runs, a quarter of the sample the correct rules pass at,
 so a control that fails says the fault is caught with room to spare.
 """
@@ -22,7 +22,6 @@ import pytest
 
 from specviz import Sampling
 from specviz.lab import ALPHA, chi_square, models
-from specviz.lab.tree_faults import planted_tree
 from specviz.engine.tree.spec import TreeSpec
 
 pytestmark = pytest.mark.slow
@@ -55,7 +54,6 @@ def test_tree_output_distribution_is_the_targets(kind, sampling, tree):
 ], ids=["against-p", "topk-ratio", "unnormalised-specinfer", "unnormalised-one-hot-dynamic"])
 def test_planted_tree_faults_are_caught(fault, sampling, tree):
     drafter, target = models("different")
-    with planted_tree(fault):
-        stat, pvalue, _ = chi_square(drafter, target, sampling, 2, runs=CONTROL_RUNS, tree=tree)
+    stat, pvalue, _ = chi_square(drafter, target, sampling, 2, runs=CONTROL_RUNS, tree=tree, fault=fault)
     print(f"\nplanted {fault} {tree.label()}: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specviz.engine import rejection
 from specviz.engine.sampling import Sampling
 
 
@@ -48,6 +49,8 @@ class DraftRequest:
             distribution there (shape (1, vocab): q, or under greedy decoding, where q is one-hot,
             the softmax of the drafter's logits): False ends the round's drafting (a confidence
             threshold); a model drafter asks it.
+        steps: the round's steps (``specviz.engine.rejection.Steps``); a drafter model draws each
+            draft with ``steps.draft_token``.
     """
 
     seq: torch.Tensor
@@ -59,6 +62,7 @@ class DraftRequest:
     gen: torch.Generator
     vocab: int
     keep_drafting: Callable[[torch.Tensor], bool]
+    steps: rejection.Steps = rejection.EXACT
 
 
 @dataclass

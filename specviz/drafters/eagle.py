@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from specviz.engine import rejection
 from specviz.assets import ASSETS
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
 from specviz.drafters.eagle_head import CONFIG, EagleHead
@@ -169,7 +168,7 @@ class EagleDrafter(Drafter):
         for i in range(r.gamma):
             ctx = contexts(seq, [n + i], r.vocab) if r.sampling.needs_context else None
             logits = self._logits(f)
-            token, q = rejection.draft_token(logits, r.sampling, r.warpers, r.gen, ctx)
+            token, q = r.steps.draft_token(logits, r.sampling, r.warpers, r.gen, ctx)
             q_rows.append(q)
             seq[n + i] = token[0]
             if i + 1 >= r.gamma or not r.keep_drafting(torch.softmax(logits, dim=-1) if r.sampling.greedy else q):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from specviz.engine import rejection
 from specviz.engine.batch_runner import BatchRunner, left_padded, positions
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
 from specviz.engine.runner import ModelRunner, make_runner
@@ -18,7 +17,8 @@ class ModelDrafter(Drafter):
         model: a transformers causal LM on the target's device, in eval mode.
 
     Each draft is drawn from the model's q after the run's sampling processors (the same ones the
-    target's p goes through), through ``rejection.draft_token``, which returns the q it drew from.
+    target's p goes through), through ``rejection.draft_token`` (via the request's ``steps``), which returns
+    the q it drew from.
     In a batch, every row drafts in the same passes (``propose_batch``).
     """
 
@@ -48,7 +48,7 @@ class ModelDrafter(Drafter):
         for i in range(r.gamma):
             ctx = contexts(seq, [n + i], r.vocab) if r.sampling.needs_context else None
             logits = self.runner.logits(seq, n + i, 1)
-            token, q = rejection.draft_token(logits, r.sampling, r.warpers, r.gen, ctx)
+            token, q = r.steps.draft_token(logits, r.sampling, r.warpers, r.gen, ctx)
             q_rows.append(q)
             seq[n + i] = token[0]
             # Greedy q is one-hot, which says nothing of confidence: the schedule then reads the
@@ -92,7 +92,7 @@ class ModelDrafter(Drafter):
             rows = [i for i, d in enumerate(drafting) if d]
             sub = logits[rows]
             ctx = row_contexts([(requests[i].seq, requests[i].n + step) for i in rows], vocab) if sampling.needs_context else None
-            tokens, q = rejection.draft_token(sub, sampling, warpers, [requests[i].gen for i in rows], ctx)
+            tokens, q = first.steps.draft_token(sub, sampling, warpers, [requests[i].gen for i in rows], ctx)
             # Greedy q is one-hot, which says nothing of confidence: the schedule reads the softmax then.
             sure = torch.softmax(sub.float(), dim=-1) if sampling.greedy else q
             for j, i in enumerate(rows):

@@ -175,6 +175,7 @@ def speculative_generate_batch(
     tokenizer=None,
     vocab_size: int | None = None,
     schedule: str | GammaSchedule = "constant",
+    steps: rejection.Steps = rejection.EXACT,
 ) -> BatchResult:
     """Speculative sampling over a batch of prompts of different lengths.
 
@@ -187,6 +188,7 @@ def speculative_generate_batch(
         seed: row b draws from a generator seeded ``seed + b``.
         schedule: a gamma schedule name, or a fresh GammaSchedule (a confidence threshold, say)
             that each row copies; each row runs its own (see the module docstring).
+        steps: the round's steps, as in ``specviz.engine.speculative_stream``.
 
     Returns:
         A BatchResult: one Trace per prompt (row b is the run ``speculative_generate`` gives its
@@ -228,7 +230,7 @@ def speculative_generate_batch(
             for r in active:
                 r.allowed = min(r.schedule.next_gamma(), r.n_prompt + max_new_tokens - r.n)
             proposals = drafter.propose_batch([
-                DraftRequest(r.seq, r.n, r.allowed, r.history, sampling, warpers, r.gen, vocab, r.schedule.keep_drafting)
+                DraftRequest(r.seq, r.n, r.allowed, r.history, sampling, warpers, r.gen, vocab, r.schedule.keep_drafting, steps)
                 for r in active])
             t1 = clock.mark()
 
@@ -249,8 +251,8 @@ def speculative_generate_batch(
             transfer = Transfer()
             for i, (r, g) in enumerate(zip(active, counts)):
                 ctx = contexts(r.seq, range(r.n, r.n + g + 1), vocab) if sampling.needs_context else None
-                p_all = rejection.target_probs(logits[i, :g + 1], sampling, warpers, ctx)
-                judge_chain(transfer, f"{i}.", r.seq[r.n : r.n + g], proposals[i].q, p_all, sampling, r.gen, top_k)
+                p_all = steps.target_probs(logits[i, :g + 1], sampling, warpers, ctx)
+                judge_chain(transfer, f"{i}.", r.seq[r.n : r.n + g], proposals[i].q, p_all, sampling, r.gen, top_k, steps)
             host = transfer.fetch()
             t2 = clock.mark()
             result.draft_ms += clock.ms(t0, t1)

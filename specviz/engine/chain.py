@@ -43,6 +43,7 @@ def speculative_stream(
     cached: bool = True,
     schedule: str | GammaSchedule = "constant",
     tree=None,
+    steps: rejection.Steps = rejection.EXACT,
 ) -> Iterator[Trace]:
     """Speculative sampling, yielding the same growing Trace after every round.
 
@@ -69,6 +70,8 @@ def speculative_stream(
             differ between runs (each run is still distributed as the target's).
         tree: a ``specviz.engine.tree.spec.TreeSpec``: draft a token tree per round instead of a chain
             (``specviz.engine.tree.loop.tree_stream``; gamma and schedule are then unused).
+        steps: the round's steps (``specviz.engine.rejection.Steps``): the published algorithm unless an
+            experiment passes a variant (``specviz.lab.faults``). Chains only.
 
     Yields:
         The Trace, after each round.
@@ -119,21 +122,21 @@ def speculative_stream(
             t0 = clock.mark()  # CUDA events on a GPU: no synchronisation per phase
 
             # 1. Draft: up to `allowed` tokens into seq[n:], each with the q it was drawn from.
-            proposal = drafter.propose(DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting))
+            proposal = drafter.propose(DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting, steps))
             g, q_all = proposal.count, proposal.q  # q_all: (g, V)
             t1 = clock.mark()
 
             # 2. Verify: one target pass over the pending token and the g drafts; row i scores the
             # position after n + i tokens, so its context holds the drafts before it.
             ctx = contexts(seq, range(n, n + g + 1), vocab) if sampling.needs_context else None
-            p_all = rejection.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers, ctx)  # (g+1, V)
+            p_all = steps.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers, ctx)  # (g+1, V)
             if reads_features:
                 drafter.observe_target(*target_runner.features)
             drafts = seq[n : n + g]
 
             # 3-4. Accept, and the final token (correction or bonus).
             transfer = Transfer()
-            judge_chain(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0)
+            judge_chain(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0, steps)
             host = transfer.fetch()
             t2 = clock.mark()
             draft_ms, verify_ms = clock.ms(t0, t1), clock.ms(t1, t2)

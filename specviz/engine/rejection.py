@@ -87,3 +87,34 @@ def sample_rows(probs: torch.Tensor, greedy: bool, gen: torch.Generator | list[t
         return torch.multinomial(probs, 1, generator=gen)[:, 0]
     except RuntimeError as err:  # torch refuses NaN, inf and all-zero rows
         raise ValueError(f"a model produced NaN or infinite logits; refusing to sample an invalid token ({err})") from err
+
+
+STEP_NAMES = ("draft_token", "target_probs", "accept", "residual")
+
+
+class Steps:
+    """The steps of a round the loops call: ``draft_token``, ``target_probs``, ``accept`` and
+    ``residual``, each this module's own function unless replaced.
+
+    The loops take a ``steps`` argument (default ``EXACT``), so an experiment can run a variant
+    of one step (``specviz.lab.faults``: a fault seen in a public implementation) in its own run
+    without changing anything another run calls. An unreplaced step is looked up in this module
+    at each call.
+
+    Raises:
+        TypeError: a replaced name that is not one of STEP_NAMES.
+    """
+
+    def __init__(self, **replaced):
+        unknown = set(replaced) - set(STEP_NAMES)
+        if unknown:
+            raise TypeError(f"unknown steps {sorted(unknown)}; the steps are {', '.join(STEP_NAMES)}")
+        self._replaced = dict(replaced)
+
+    def __getattr__(self, name: str):
+        if name in STEP_NAMES:
+            return self._replaced.get(name) or globals()[name]
+        raise AttributeError(name)
+
+
+EXACT = Steps()  # the algorithm as published

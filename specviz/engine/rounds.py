@@ -262,7 +262,7 @@ def _verdicts(n_drafts: int, n_acc: int) -> list[str]:
 
 
 def judge_chain(transfer: Transfer, prefix: str, drafts: torch.Tensor, q_all: torch.Tensor, p_all: torch.Tensor,
-           sampling: Sampling, gen: torch.Generator, top_k: int) -> None:
+           sampling: Sampling, gen: torch.Generator, top_k: int, steps: rejection.Steps = rejection.EXACT) -> None:
     """Steps 3 and 4 of a round for one sequence, added to ``transfer`` under ``prefix``.
 
     Accept: draft i stands when u_i < min(1, p_i / q_i). The final token: a correction from the
@@ -274,13 +274,14 @@ def judge_chain(transfer: Transfer, prefix: str, drafts: torch.Tensor, q_all: to
         gen: the sequence's generator: u first, then the final tokens (this order is the
             run's random stream, shared by the single-sequence and the batched loop).
         top_k: tokens of each candidate distribution to keep for the replay (0: none).
+        steps: the acceptance test and the residual (``rejection.Steps``; a lab experiment passes a variant).
     """
     g = drafts.shape[0]
     q_d = q_all.gather(1, drafts[:, None])[:, 0]
     p_d = p_all[:g].gather(1, drafts[:, None])[:, 0]
     u = torch.rand(g, generator=gen, device=p_all.device)
-    accept = rejection.accept(u, q_d, p_d)
-    candidates = torch.cat([rejection.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
+    accept = steps.accept(u, q_d, p_d)
+    candidates = torch.cat([steps.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
     finals = rejection.sample_rows(candidates, sampling.greedy, gen)
     values = {
         "drafts": drafts, "q": q_d, "p": p_d, "u": u, "accept": accept, "finals": finals,

@@ -19,6 +19,10 @@ from scipy.stats import chisquare
 
 from specviz import metrics
 from specviz.engine.chain import speculative_generate
+from specviz.lab.faults import fault_steps
+from specviz.lab.tree_faults import tree_fault
+from specviz.engine.tree.accept import NO_FAULT
+from specviz.engine.tree.loop import tree_generate
 from specviz.engine.sampling import Sampling
 
 VOCAB = 8
@@ -102,7 +106,7 @@ class Result:
 
 
 def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: int = 250, first_seed: int = 0,
-           prompt: list[int] = PROMPT, schedule="constant", tree=None) -> Iterator[Result]:
+           prompt: list[int] = PROMPT, schedule="constant", tree=None, fault: str = "none") -> Iterator[Result]:
     """Run ``runs`` seeded speculative generations of gamma + 1 tokens (so the first round drafts
     all gamma) and yield the growing Result every ``every`` runs and at the end.
 
@@ -110,13 +114,26 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
     function returning a fresh GammaSchedule (each run starts its own); ``prompt`` the context
     whose two-token continuations are counted (prompt lookup needs one that repeats itself);
     ``tree`` a ``specviz.engine.tree.spec.TreeSpec`` drafts token trees (gamma is then ignored and each
-    run generates two tokens, the first round's tree cut to depth 2).
+    run generates two tokens, the first round's tree cut to depth 2); ``fault`` a name of
+    ``specviz.lab.faults.FAULTS`` (chains) or ``specviz.lab.tree_faults.TREE_FAULTS`` (trees),
+    passed to these runs only.
+
+    Raises:
+        KeyError: an unknown fault.
     """
     exact = exact_two_token_distribution(target, sampling, prompt).ravel()
     result = Result(counts=np.zeros(VOCAB * VOCAB), exact=exact, runs=0)
+    steps = fault_steps(fault) if tree is None else None
+    broken = NO_FAULT if tree is None or fault == "none" else tree_fault(fault)
+
+    def run(seed: int):
+        if tree is not None:
+            return tree_generate(prompt, drafter, target, tree, sampling=sampling, max_new_tokens=2, seed=seed, fault=broken)
+        return speculative_generate(prompt, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1, seed=seed,
+                                    schedule=schedule if isinstance(schedule, str) else schedule(), steps=steps)
+
     for seed in range(first_seed, first_seed + runs):
-        trace = speculative_generate(prompt, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=2 if tree else gamma + 1,
-                                     seed=seed, schedule=schedule if isinstance(schedule, str) else schedule(), tree=tree)
+        trace = run(seed)
         result.counts[outcome(trace.output_ids)] += 1
         result.runs += 1
         result.accepted += trace.accepted
@@ -126,15 +143,15 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
 
 
 def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000, prompt: list[int] = PROMPT, schedule="constant",
-               tree=None):
+               tree=None, fault: str = "none"):
     """(statistic, p-value, draft acceptance rate) of ``runs`` speculative runs against the exact law
-    (``prompt``, ``schedule`` and ``tree`` as in ``stream``).
+    (``prompt``, ``schedule``, ``tree`` and ``fault`` as in ``stream``).
 
     Raises:
         AssertionError: the law leaves fewer than 8 testable cells (the test would lack power).
     """
     result = None
-    for result in stream(drafter, target, sampling, gamma, runs, every=runs, prompt=prompt, schedule=schedule, tree=tree):
+    for result in stream(drafter, target, sampling, gamma, runs, every=runs, prompt=prompt, schedule=schedule, tree=tree, fault=fault):
         pass
     assert (result.exact * runs >= 5).sum() >= 8, "a near-deterministic target leaves the test without power"
     stat, pvalue = result.test()
@@ -142,13 +159,14 @@ def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000
 
 
 def batch_results(drafter, target, sampling: Sampling, gamma: int, runs: int, prompts: list[list[int]], eos: int | None = None,
-                  schedule: str = "constant") -> list[Result]:
+                  schedule: str = "constant", fault: str = "none") -> list[Result]:
     """One Result per prompt from ``runs`` batches of all ``prompts`` decoded together by
     ``specviz.engine.batch.speculative_generate_batch`` (gamma + 1 tokens each, batch s seeded
     s * len(prompts), so no two rows anywhere share a seed).
 
     Each row is counted against the exact law of its own prompt; with ``eos``, rows whose first
-    token is EOS stop and leave the batch while the others go on (``outcome``).
+    token is EOS stop and leave the batch while the others go on (``outcome``); ``fault`` as in
+    ``stream`` (chains).
     """
     from specviz.engine.batch import speculative_generate_batch
 
@@ -156,7 +174,7 @@ def batch_results(drafter, target, sampling: Sampling, gamma: int, runs: int, pr
                for p in prompts]
     for s in range(runs):
         batch = speculative_generate_batch(prompts, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1,
-                                           eos_token_id=eos, seed=s * len(prompts), schedule=schedule)
+                                           eos_token_id=eos, seed=s * len(prompts), schedule=schedule, steps=fault_steps(fault))
         for result, trace in zip(results, batch.traces):
             result.counts[outcome(trace.output_ids, eos)] += 1
             result.runs += 1

@@ -1,9 +1,9 @@
 """Teaching faults: bugs seen in public implementations of speculative decoding, planted one at a time.
 
-Each fault is a context manager that replaces one step of the algorithm in ``specviz.engine.rejection``
-(the module the engine calls for each step) for the duration of an experiment, then puts it
-back. Nothing in the engine's normal path reaches this module: the lab and the tests enter a
-fault explicitly, to show that the chi-square test catches it.
+Each fault is a variant of one step of the algorithm (``fault_steps``: a ``specviz.engine.rejection.Steps``
+with that step replaced), passed to an experiment's runs as their ``steps`` argument. Nothing in
+the engine's normal path reaches this module, and nothing of ``specviz.engine.rejection`` is replaced:
+a run with a fault cannot leak it into another visitor's run.
 
 Not here: "no bonus token when every draft is accepted", which some tutorials do. It is not a
 fault of the law: the next round drafts from the same context, so the output keeps the target's
@@ -13,8 +13,6 @@ something false.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -49,48 +47,31 @@ FAULTS = {
 }
 
 
-@contextlib.contextmanager
-def planted(name: str):
-    """Replace one step of ``specviz.engine.rejection`` with the named fault inside the ``with`` block.
-
-    Only the thread that entered the block gets the fault: a call from any other thread (another
-    visitor's run on the same server) goes to the real step. So the block must not span a yield
-    that could resume on another thread; the lab enters it once per chunk of samples.
+def fault_steps(name: str) -> rejection.Steps:
+    """The round's steps with the named fault in place of one of them (``specviz.engine.rejection.Steps``),
+    to pass to a run as its ``steps``: only that run has the fault; nothing global changes, so
+    other visitors' runs on the same server are untouched. "none" gives the exact steps.
 
     Raises:
         KeyError: an unknown fault.
     """
     if name not in FAULTS:
         raise KeyError(name)
-    saved = {k: getattr(rejection, k) for k in ("draft_token", "target_probs", "accept", "residual")}
-    real_draft, real_target = saved["draft_token"], saved["target_probs"]
+    exact = rejection.EXACT
 
     def raw_q(logits, sampling, warpers, gen, context=None):
-        token, _ = real_draft(logits, sampling, warpers, gen, context)
+        token, _ = exact.draft_token(logits, sampling, warpers, gen, context)
         return token, torch.softmax(logits.float(), dim=-1)
 
     def drafter_only_filters(logits, sampling, warpers, context=None):
         unfiltered = Sampling(temperature=sampling.temperature, repetition_penalty=sampling.repetition_penalty)
-        return real_target(logits, unfiltered, unfiltered.warpers(), context)
+        return exact.target_probs(logits, unfiltered, unfiltered.warpers(), context)
 
-    patches = {
+    replaced = {
         "none": {},
         "raw_q": {"draft_token": raw_q},
         "residual_is_p": {"residual": lambda p, q: p},
         "drafter_only_filters": {"target_probs": drafter_only_filters},
         "accept_leq": {"accept": lambda u, q_x, p_x: u * q_x <= p_x},
     }[name]
-    owner = threading.get_ident()
-
-    def only_here(fault_fn, real_fn):
-        def step(*args, **kwargs):
-            return (fault_fn if threading.get_ident() == owner else real_fn)(*args, **kwargs)
-        return step
-
-    try:
-        for key, fn in patches.items():
-            setattr(rejection, key, only_here(fn, saved[key]))
-        yield FAULTS[name]
-    finally:
-        for key, fn in saved.items():
-            setattr(rejection, key, fn)
+    return rejection.Steps(**replaced)

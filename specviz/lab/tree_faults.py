@@ -1,4 +1,4 @@
-"""Teaching faults of tree verification, planted one at a time into ``specviz.engine.tree.accept``.
+"""Teaching faults of tree verification, passed one at a time to a tree run (``specviz.engine.tree.accept.TreeFault``).
 
 Each was seen in public implementations of tree speculation (pitfalls: "Token trees"):
 
@@ -14,9 +14,7 @@ accepts the correct rules.
 
 from __future__ import annotations
 
-import contextlib
-
-from specviz.engine.tree import accept
+from specviz.engine.tree.accept import TreeFault
 
 TREE_FAULTS = {
     "siblings_against_p": "siblings tested against p instead of the updated residual",
@@ -25,26 +23,17 @@ TREE_FAULTS = {
 }
 
 
-@contextlib.contextmanager
-def planted_tree(name: str):
-    """Replace one step of ``specviz.engine.tree.accept`` with the named fault inside the ``with`` block
-    (tests only: not thread-aware, unlike ``specviz.lab.faults.planted``).
+def tree_fault(name: str) -> TreeFault:
+    """The named fault as a ``specviz.engine.tree.accept.TreeFault``, to pass to a tree run as its ``fault``
+    (only that run has it; nothing of ``specviz.engine.tree.accept`` is replaced).
 
     Raises:
         KeyError: an unknown fault.
     """
     if name not in TREE_FAULTS:
         raise KeyError(name)
-    saved = {k: getattr(accept, k) for k in ("tested_against", "normalise", "rule_of")}
-    patch = {
-        "siblings_against_p": {"tested_against": lambda p, p_residual: p},
-        "topk_ratio": {"rule_of": lambda rule: "specinfer"},
-        "residual_unnormalised": {"normalise": lambda r, fallback: (r, r.sum(dim=-1))},
+    return {
+        "siblings_against_p": TreeFault(against_p=True),
+        "topk_ratio": TreeFault(rule="specinfer"),
+        "residual_unnormalised": TreeFault(unnormalised=True),
     }[name]
-    try:
-        for key, fn in patch.items():
-            setattr(accept, key, fn)
-        yield TREE_FAULTS[name]
-    finally:
-        for key, fn in saved.items():
-            setattr(accept, key, fn)

@@ -10,7 +10,7 @@ import gradio as gr
 
 from specviz import Sampling
 from specviz.lab.experiment import stream as lab_stream
-from specviz.lab.faults import FAULTS, planted
+from specviz.lab.faults import FAULTS
 from specviz.lab.models import KINDS as LAB_KINDS
 from specviz.lab.models import models as lab_models
 from specviz.pair.precision import cpu_form
@@ -36,12 +36,12 @@ def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs):
     drafter, target = lab_models(kind, dtype=form.dtype)
     # Chunks of LAB_CHUNK samples: the job can be cancelled (or reach its time cap) between chunks;
     # the chart is redrawn every LAB_DRAW_EVERY samples.
-    results = lab_stream(drafter, target, sampling, int(gamma), int(runs), every=LAB_CHUNK)
+    # The fault goes to these runs only (their steps, see lab.faults.fault_steps): nothing global changes.
+    results = lab_stream(drafter, target, sampling, int(gamma), int(runs), every=LAB_CHUNK, fault=fault)
+    planted_fault = FAULTS[fault]
     start = time.monotonic()
     while True:
-        # The fault is planted for one chunk at a time, on this thread only (see lab.faults.planted).
-        with planted(fault) as planted_fault:
-            result = next(results, None)
+        result = next(results, None)
         if result is None:
             return
         capped = time.monotonic() - start > LAB_SECONDS_MAX

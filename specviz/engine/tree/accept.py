@@ -17,20 +17,38 @@ first node where no child is accepted (from p at a leaf, from the last residual 
 
 Every node's siblings are judged at once on the device, whether or not the walk reaches the node
 (each node has its own u's, so judging unreached ones changes nothing of the law), and the round
-comes home in one transfer. The steps ``tested_against``, ``normalise`` and ``rule_of`` are
-module-level so the exactness tests can plant known faults in them (``specviz.lab.tree_faults``).
+comes home in one transfer. ``judge`` takes a ``TreeFault`` (default: none), so the exactness lab
+and its tests can run a known fault in their own runs (``specviz.lab.tree_faults``) without
+replacing anything another run calls.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from specviz.engine import rejection
 
 
-def tested_against(p: torch.Tensor, p_residual: torch.Tensor) -> torch.Tensor:
-    """What a sibling's p(x) in its test is: the residual it meets, p' (not the original p)."""
-    return p_residual
+@dataclass(frozen=True)
+class TreeFault:
+    """Departures from the exact rules, each seen in a public implementation, for the exactness
+    lab's controls (``specviz.lab.tree_faults`` names them); all False/None: the exact rules.
+
+    Attributes:
+        against_p: test every sibling against the target's p instead of the residual p' its
+            earlier siblings left.
+        rule: judge the children by this rule whatever they were drafted for (None: their own).
+        unnormalised: leave the residual after a rejected sibling unnormalised.
+    """
+
+    against_p: bool = False
+    rule: str | None = None
+    unnormalised: bool = False
+
+
+NO_FAULT = TreeFault()
 
 
 def normalise(r: torch.Tensor, fallback: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,13 +58,8 @@ def normalise(r: torch.Tensor, fallback: torch.Tensor) -> tuple[torch.Tensor, to
     return torch.where(mass > 0, r / mass.clamp_min(1e-30), fallback), mass[:, 0]
 
 
-def rule_of(rule: str) -> str:
-    """The rule the children are judged by: the one they were drafted for."""
-    return rule
-
-
 def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torch.Tensor | None, rule: str,
-          greedy: bool, gen: torch.Generator) -> dict[str, torch.Tensor]:
+          greedy: bool, gen: torch.Generator, fault: TreeFault = NO_FAULT) -> dict[str, torch.Tensor]:
     """Judge every node's children and draw each node's final token.
 
     Slots: 0 is the pending token (the root), node i is slot i + 1.
@@ -56,6 +69,7 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
         tokens: (N,) the nodes' tokens; parents: per node, its parent node (-1: the root).
         q: (N, V) each node's q at its parent, or None (one-hot children: prompt lookup).
         rule: "specinfer" or "one-hot"; greedy: finals are argmaxes; gen: draws u, then finals.
+        fault: a departure from the exact rules (the lab's controls); NO_FAULT in every real run.
 
     Returns (device tensors, by name):
         u, p, p_residual, q, accept_prob, mass, accepted: (N,) per node, its test as if reached.
@@ -64,7 +78,7 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
         residual: (N + 1, V) the last p' of every slot (p where nothing was rejected).
     """
     n, device = tokens.shape[0], p_all.device
-    rule = rule_of(rule)
+    rule = fault.rule or rule
     u = torch.rand(n, generator=gen, device=device)
     kids: dict[int, list[int]] = {}
     for i, parent in enumerate(parents):
@@ -84,7 +98,7 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
         x = tokens[nodes]
         p_x = p_all[rows, x]
         pres_x = residual[rows, x]
-        ref_x = tested_against(p_x, pres_x)
+        ref_x = p_x if fault.against_p else pres_x  # a sibling meets the residual p', not p
         q_rows = q[nodes] if q is not None else None
         q_x = q_rows.gather(1, x[:, None])[:, 0] if q_rows is not None else torch.ones_like(p_x)
         if rule == "specinfer":
@@ -100,6 +114,8 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
         ok = ok & tested
         rejected = tested & ~ok
         new, mass = normalise(update, residual[rows])
+        if fault.unnormalised:
+            new = update
         for key, value in (("p", p_x), ("p_residual", pres_x), ("q", q_x), ("accept_prob", prob), ("mass", share[rows])):
             out[key][nodes] = value.float()
         out["accepted"][nodes] = ok

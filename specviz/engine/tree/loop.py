@@ -21,7 +21,7 @@ from specviz.engine.rounds import TOP_TOKENS, Clock, extend_trace, Transfer, set
 from specviz.engine.runner import make_runner
 from specviz.engine.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
-from specviz.engine.tree.accept import judge
+from specviz.engine.tree.accept import NO_FAULT, TreeFault, judge
 from specviz.engine.tree.attention import ancestor_matrix, compact, masked_logits
 from specviz.engine.tree.draft import DraftTree, draft_tree
 from specviz.engine.tree.record import TreeNode, TreeRecord
@@ -42,12 +42,14 @@ def tree_stream(
     record: bool = True,
     cached: bool = True,
     compaction: str = "gather",
+    fault: TreeFault = NO_FAULT,
 ) -> Iterator[Trace]:
     """Speculative decoding with a token tree per round, yielding the growing Trace after every round.
 
     Arguments as ``specviz.engine.chain.speculative_stream``, with ``tree`` (a TreeSpec) instead of gamma
     and schedule, and ``compaction``: how the caches drop the rejected branches ("gather" or
-    "refeed", see ``specviz.engine.tree.attention``).
+    "refeed", see ``specviz.engine.tree.attention``), and ``fault``: a departure from the exact rules, for
+    the exactness lab's controls only (``specviz.engine.tree.accept.TreeFault``).
 
     Raises:
         ValueError: as speculative_stream; a repetition penalty (not supported with trees: each
@@ -89,7 +91,7 @@ def tree_stream(
             logits = masked_logits(runner, seq, n - 1, tokens, positions, ancestor_matrix(slot_parents).to(device), len(slot_parents))
             p_all = rejection.target_probs(logits, sampling, warpers)  # (N + 1, V)
             # 3. Judge every node's children; each node's final token.
-            judged = judge(p_all, drafted.tokens, drafted.parents, drafted.q, drafted.rule, sampling.greedy, gen)
+            judged = judge(p_all, drafted.tokens, drafted.parents, drafted.q, drafted.rule, sampling.greedy, gen, fault)
             transfer = Transfer()
             for key in ("u", "p", "p_residual", "q", "accept_prob", "mass", "accepted", "accepted_child", "finals", "final_probs"):
                 transfer.add(key, judged[key])
