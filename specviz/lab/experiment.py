@@ -1,7 +1,9 @@
 """The first two tokens of seeded speculative runs against the target's exact law: Pearson's chi-square.
 
 For a vocabulary of 8 the exact probability of every two-token continuation of PROMPT under the
-target's processed distribution is enumerated from the target's own forward passes. Seeded
+target's processed distribution is enumerated from the target's own forward passes, through the
+engine's ``Sampling.probs`` (the test suite checks this law against one written independently,
+and tests tokens 1..3 over several rounds: tests/test_exactness_reference.py). Seeded
 speculative runs are counted per cell; cells with an expected count under 5 are pooled into one
 (Cochran's rule), and the counts are compared with the law by a chi-square test. Under exactness
 the p-value is uniform on [0, 1]: a correct engine fails at significance ALPHA = 1e-4 once in
