@@ -66,7 +66,8 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
     tree.add_argument("--tree-dynamic", metavar="NODES", type=int, default=None,
                       help="draft an EAGLE-2 dynamic tree of at most NODES nodes (see --tree-depth, --tree-topk)")
     p.add_argument("--tree-children", choices=["topk", "sampled"], default="topk",
-                   help="static trees: children are the top-k of q (one-hot rule) or drawn i.i.d. from q (SpecInfer's rule)")
+                   help="static trees: children are the top-k of q (judged by recursive rejection sampling without replacement) "
+                        "or drawn i.i.d. from q (with replacement: SpecInfer's multi-step rule)")
     p.add_argument("--tree-depth", type=int, default=6, help="dynamic trees: the deepest level")
     p.add_argument("--tree-topk", type=int, default=4, help="dynamic trees: children per expanded node and nodes expanded per depth")
 

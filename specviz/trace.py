@@ -25,7 +25,7 @@ from typing import Literal
 
 from specviz import metrics, validation
 from specviz.limits import MAX_GAMMA  # noqa: F401  (re-exported: the engine and the views read it here)
-from specviz.engine.tree.record import TreeRecord
+from specviz.engine.tree.record import TreeRecord, renamed_rules
 
 # Verdict of one drafted token.
 #   accepted:  u < min(1, p/q), kept in the output
@@ -39,10 +39,12 @@ Verdict = Literal["accepted", "rejected", "discarded"]
 FinalKind = Literal["correction", "bonus", "target"]
 
 # 2 added Round.final_top; 3 added Draft.beta and Round.gamma; 4 added Draft.source and the
-# drafter and gamma_schedule settings; 5 added Round.tree (token trees) and the tree setting.
+# drafter and gamma_schedule settings; 5 added Round.tree (token trees) and the tree setting; 6
+# named the tree rules "with-replacement" / "without-replacement" (were "specinfer" / "one-hot"),
+# added TreeRecord.drafter_passes and left a tree round's gamma None (its depth is the tree's).
 # Older files still load (with no top tokens, no beta, gamma read from the settings, a drafter
-# model with a constant gamma, and chains).
-SCHEMA_VERSION = 5
+# model with a constant gamma, chains, and the old rule names read as the new ones).
+SCHEMA_VERSION = 6
 
 # MAX_GAMMA: the most drafts a round holds (defined in specviz.limits, re-exported here).
 
@@ -108,7 +110,8 @@ class Round:
             first (empty when not recorded).
         gamma: the drafts this round was allowed (its schedule's gamma, cut near
             max_new_tokens); None for the baseline and in traces saved before schema version 3.
-            A tree round: its tree's depth.
+            None for a token tree's round: a tree has a depth (``tree.depth``), not a gamma (tree
+            traces saved before schema version 6 recorded the depth here).
         tree: a token tree round's whole tree (``specviz.engine.tree.record``); ``drafts`` then holds its
             accepted path. None for chains and in traces saved before schema version 5.
     """
@@ -296,7 +299,7 @@ class Trace:
             raise ValueError(f"trace schema version {version!r} is not supported (this specviz reads 1 to {SCHEMA_VERSION})")
         validation.check_structure(d)
         validation.check_depth(d)
-        return validation.check_trace(validate(Trace, d, "trace"))
+        return validation.check_trace(validate(Trace, renamed_rules(d), "trace"))
 
 
 @functools.cache

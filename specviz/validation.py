@@ -136,7 +136,8 @@ def _whole(x, lo: int, hi: int, where: str) -> None:
 def check_settings(trace: Trace, where: str) -> None:
     s = trace.settings
     gamma = s.get("gamma")
-    if trace.mode == "speculative" or gamma is not None:
+    # A chain's gamma; a token tree has a depth instead (settings.tree), and older tree traces a gamma.
+    if (trace.mode == "speculative" and s.get("tree") is None) or gamma is not None:
         _whole(gamma, 1, MAX_GAMMA, f"{where}.settings.gamma")
     sampling = s.get("sampling", {})
     if not isinstance(sampling, dict):

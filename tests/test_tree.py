@@ -157,7 +157,7 @@ def test_prompt_lookup_branches_are_distinct_earlier_matches():
     roots = [n for n in tree.nodes if n.parent == -1]
     assert sorted(n.token_id for n in roots) == [3, 4]
     assert len(tree.nodes) == 2 + 3 + 3
-    assert all(n.q == 1.0 for n in tree.nodes) and tree.rule == "one-hot"
+    assert all(n.q == 1.0 for n in tree.nodes) and tree.rule == "without-replacement"
     assert {n.source for n in roots} == {9, 5}  # the most recent copy of each first token
 
 
@@ -289,3 +289,23 @@ def test_a_tree_runs_numbers_are_a_trees_predictions():
     assert list(hist.data[1].y) == pytest.approx(theory.path_length_distribution(rates, depth))
     assert "tree" not in summary(tree_free := autoregressive_generate(PROMPT, target, sampling=Sampling(1.0), max_new_tokens=4, seed=1))
     assert not tree_free.has_tree
+
+
+def test_tree_rules_carry_the_literatures_names_and_old_recordings_still_load():
+    """Recursive rejection sampling without replacement (top-k children) and with replacement
+    (sampled children); a tree round has a depth, no gamma. A recording with the old names
+    ("one-hot", "specinfer") and a gamma per tree round loads under the new names."""
+    drafter, target = models("different")
+    topk = _tree_trace()
+    sampled = tree_generate(PROMPT, drafter, target, TreeSpec.static((3, 2), "sampled"), sampling=Sampling(1.0), max_new_tokens=8, seed=1)
+    assert {r.tree.rule for r in topk.rounds} == {"without-replacement"} and {r.tree.rule for r in sampled.rounds} == {"with-replacement"}
+    assert topk.settings["gamma"] is None and all(r.gamma is None for r in topk.rounds) and topk.settings["tree"]["depth"] == 2
+    old = json.loads(json.dumps(sampled.to_dict()))
+    old["schema_version"], old["settings"]["gamma"] = 5, 2
+    for r in old["rounds"]:
+        r["tree"]["rule"] = "specinfer"
+        r["tree"].pop("drafter_passes")
+        r["gamma"] = r["tree"] and max(n["depth"] for n in r["tree"]["nodes"])
+    loaded = Trace.from_dict(old)
+    assert {r.tree.rule for r in loaded.rounds} == {"with-replacement"} and old["rounds"][0]["tree"]["rule"] == "specinfer"
+    assert loaded.output_ids == sampled.output_ids

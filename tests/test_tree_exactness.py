@@ -6,9 +6,10 @@ chi-square (cells expected under 5 pooled) at ALPHA = 1e-4. Each run generates t
 first round's tree is judged to depth 2: the first token comes from the pending token's children
 (or the residual they leave), the second from the accepted child's own children.
 
-Both rules (see specviz.engine.tree.accept): "one-hot" for distinct fixed children (top-k of q, static
-and EAGLE-2 dynamic trees) and "specinfer" (SpecInfer's multi-step speculative sampling) for
-children drawn i.i.d. from q; with top-k and top-p applied to q and p alike.
+Both forms of recursive rejection sampling (see specviz.engine.tree.accept): without replacement for
+distinct fixed children (top-k of q, static and EAGLE-2 dynamic trees) and with replacement
+(SpecInfer's multi-step speculative sampling) for children drawn i.i.d. from q; with top-k and
+top-p applied to q and p alike.
 
 Controls: three faults seen in tree implementations are passed to the rules' own code path
 (specviz.lab.tree_faults, ``judge``'s fault argument) and the same test must reject them. At 2,000 correct runs the faults
@@ -31,10 +32,10 @@ CONTROL_RUNS = 500
 
 CASES = [
     # (id, models, sampling, tree)
-    ("one-hot-static-topk", "different", Sampling(temperature=1.0, top_k=5), TreeSpec.static((3, 2))),
-    ("one-hot-dynamic-topk-topp", "different", Sampling(temperature=0.8, top_k=5, top_p=0.9), TreeSpec.dynamic(8, depth=2, topk=3)),
-    ("specinfer-static-topp", "different", Sampling(temperature=0.8, top_p=0.9), TreeSpec.static((3, 2), "sampled")),
-    ("specinfer-static-topk-unlike", "unlike", Sampling(temperature=1.0, top_k=4), TreeSpec.static((3, 2), "sampled")),
+    ("without-replacement-static-topk", "different", Sampling(temperature=1.0, top_k=5), TreeSpec.static((3, 2))),
+    ("without-replacement-dynamic-topk-topp", "different", Sampling(temperature=0.8, top_k=5, top_p=0.9), TreeSpec.dynamic(8, depth=2, topk=3)),
+    ("with-replacement-static-topp", "different", Sampling(temperature=0.8, top_p=0.9), TreeSpec.static((3, 2), "sampled")),
+    ("with-replacement-static-topk-unlike", "unlike", Sampling(temperature=1.0, top_k=4), TreeSpec.static((3, 2), "sampled")),
 ]
 
 
@@ -51,7 +52,7 @@ def test_tree_output_distribution_is_the_targets(kind, sampling, tree):
     ("topk_ratio", Sampling(temperature=1.0), TreeSpec.static((3, 2))),
     ("residual_unnormalised", Sampling(temperature=1.0), TreeSpec.static((3, 2), "sampled")),
     ("residual_unnormalised", Sampling(temperature=0.8, top_k=5, top_p=0.9), TreeSpec.dynamic(8, depth=2, topk=3)),
-], ids=["against-p", "topk-ratio", "unnormalised-specinfer", "unnormalised-one-hot-dynamic"])
+], ids=["against-p", "topk-ratio", "unnormalised-with-replacement", "unnormalised-without-replacement-dynamic"])
 def test_planted_tree_faults_are_caught(fault, sampling, tree):
     drafter, target = models("different")
     stat, pvalue, _ = chi_square(drafter, target, sampling, 2, runs=CONTROL_RUNS, tree=tree, fault=fault)

@@ -15,6 +15,7 @@ accepts the correct rules.
 from __future__ import annotations
 
 from specviz.engine.tree.accept import TreeFault
+from specviz.engine.tree.record import WITH_REPLACEMENT
 
 TREE_FAULTS = {
     "siblings_against_p": "siblings tested against p instead of the updated residual",
@@ -34,6 +35,6 @@ def tree_fault(name: str) -> TreeFault:
         raise KeyError(name)
     return {
         "siblings_against_p": TreeFault(against_p=True),
-        "topk_ratio": TreeFault(rule="specinfer"),
+        "topk_ratio": TreeFault(rule=WITH_REPLACEMENT),
         "residual_unnormalised": TreeFault(unnormalised=True),
     }[name]

@@ -118,7 +118,10 @@ def position_acceptance(alpha: float, position: int) -> float:
 
 
 def round_gamma(trace: Trace, r) -> int | None:
-    """The gamma a round was allowed: its own (schema 3), else the run's setting (older traces)."""
+    """The gamma a round was allowed: its own (schema 3), else the run's setting (older traces);
+    None for a token tree's round (a tree has a depth, not a gamma; older tree traces recorded one)."""
+    if getattr(r, "tree", None) is not None:
+        return None
     return r.gamma if r.gamma is not None else trace.settings.get("gamma")
 
 

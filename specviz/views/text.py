@@ -17,7 +17,8 @@ def markdown_literal(text: str) -> str:
 
 def run_label(trace) -> str:
     """The run's drafter and gamma schedule in words, plain text (escape before HTML):
-    "drafter model, gamma 4", "prompt lookup (n-gram <= 3), heuristic gamma from 4", ...
+    "drafter model, gamma 4", "prompt lookup (n-gram <= 3), heuristic gamma from 4", "drafter model,
+    tree 3-2-2-1, depth 4", ...
     Traces saved before schema 4 name no drafter: a drafter model with a constant gamma."""
     s = trace.settings
     drafter = s.get("drafter") or {"kind": "model"}
@@ -31,6 +32,11 @@ def run_label(trace) -> str:
         label += f" (layer {drafter['exit_layer']} of {drafter.get('layers', '?')})"
     if kind == "quantized" and "bits" in drafter:
         label += f" (int{drafter['bits']})"
+    tree = s.get("tree")
+    if isinstance(tree, dict):  # a token tree: a shape or a node budget, and a depth, no gamma
+        shape = tree.get("shape")
+        what = f"tree {str(shape).replace(',', '-')}" if shape else f"dynamic tree of {tree.get('nodes')} nodes"
+        return f"{label}, {what}, depth {tree.get('depth')}"
     gamma = s.get("gamma")
     name = schedule.get("name")
     if name in (None, "constant"):

@@ -26,8 +26,9 @@ def escape(text: str) -> str:
     return _escape(text, quote=False)
 
 
-RULES = {"one-hot": "one-hot rule: distinct fixed children, accepted with p'(x)",
-         "specinfer": "SpecInfer's multi-step rule: children drawn from q, accepted with min(1, p'(x)/q(x))"}
+RULES = {"without-replacement": "recursive rejection sampling without replacement: distinct fixed children, accepted with p'(x)",
+         "with-replacement": "recursive rejection sampling with replacement (SpecInfer's multi-step rule): children drawn from q, "
+                             "accepted with min(1, p'(x)/q(x))"}
 
 
 def _layout(r: Round) -> dict[int, tuple[float, float]]:

@@ -11,8 +11,9 @@ node where no child is accepted.
 - ``draft``: trees from a drafter model (static or EAGLE-2 dynamic) and from prompt lookup.
 - ``attention``: the tree attention mask, masked passes through unpatched transformers models,
   and compacting a KV cache to the accepted path.
-- ``accept``: the two exact acceptance rules (SpecInfer's multi-step speculative sampling for
-  children drawn i.i.d. from q; the one-hot rule for distinct deterministic children).
+- ``accept``: the two exact acceptance rules, recursive rejection sampling with replacement for
+  children drawn i.i.d. from q (SpecInfer's multi-step rule) and without replacement for distinct
+  deterministic children.
 - ``loop``: the single-sequence speculative loop over trees.
 - ``theory``: expected tokens per round from per-depth acceptance; v(n).
 

@@ -2,14 +2,17 @@
 
 Two kinds of children, two rules (p' starts as the target's p at the parent):
 
-- Children drawn i.i.d. from q ("specinfer"): SpecInfer's multi-step speculative sampling (Miao et
-  al. 2024, Algorithm 2 / Theorem 4.2). Child x is accepted when u < min(1, p'(x)/q(x)); after a
-  rejection p' <- norm(max(0, p' - q)); when every child is rejected the correction comes from the
-  last p'. Exact only for children that are draws from q.
-- Distinct children fixed before the target's draws ("one-hot": top-k of q, prompt lookup's
-  branches, as EAGLE and SGLang verify them): q is one-hot at each child, so the same rule reads:
-  x is accepted when u < p'(x); a rejected x is removed from p' (zeroed, renormalised) before the
-  next sibling; after all, the correction comes from the last p'. Exact for any candidate list.
+Both are recursive rejection sampling (Jeon et al. 2024, "Recursive Speculative Decoding"):
+
+- With replacement ("with-replacement"): children drawn i.i.d. from q, as SpecInfer's multi-step
+  speculative sampling (Miao et al. 2024, Algorithm 2 / Theorem 4.2). Child x is accepted when
+  u < min(1, p'(x)/q(x)); after a rejection p' <- norm(max(0, p' - q)); when every child is
+  rejected the correction comes from the last p'. Exact only for children that are draws from q.
+- Without replacement ("without-replacement"): distinct children fixed before the target's draws
+  (top-k of q, prompt lookup's branches, as EAGLE and SGLang verify them). Each child is tested as
+  a draft whose q is one-hot at it: x is accepted when u < p'(x); a rejected x is removed from p'
+  (zeroed, renormalised) before the next sibling; after all, the correction comes from the last
+  p'. Exact for any candidate list.
 - Greedy decoding is either rule with a one-hot p: the accepted path is the target's argmax path.
 
 The round descends into the accepted child's subtree; the bonus or correction token comes at the
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.engine import rejection
+from specviz.engine.tree.record import WITH_REPLACEMENT
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,8 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
     Args:
         p_all: (N + 1, V) the target's processed p at every slot (the verify pass).
         tokens: (N,) the nodes' tokens; parents: per node, its parent node (-1: the root).
-        q: (N, V) each node's q at its parent, or None (one-hot children: prompt lookup).
-        rule: "specinfer" or "one-hot"; greedy: finals are argmaxes; gen: draws u, then finals.
+        q: (N, V) each node's q at its parent, or None (prompt lookup's copies, q one-hot).
+        rule: "with-replacement" or "without-replacement" (``specviz.engine.tree.record``); greedy: finals are argmaxes; gen: draws u, then finals.
         fault: a departure from the exact rules (the lab's controls); NO_FAULT in every real run.
 
     Returns (device tensors, by name):
@@ -101,7 +105,7 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
         ref_x = p_x if fault.against_p else pres_x  # a sibling meets the residual p', not p
         q_rows = q[nodes] if q is not None else None
         q_x = q_rows.gather(1, x[:, None])[:, 0] if q_rows is not None else torch.ones_like(p_x)
-        if rule == "specinfer":
+        if rule == WITH_REPLACEMENT:
             # u < min(1, p'/q) as u q < p': no division, and the strict "<" never keeps p'(x) = 0.
             ok = rejection.accept(u[nodes], q_x, ref_x)
             prob = torch.where(q_x > 0, (ref_x / q_x.clamp_min(1e-30)).clamp_max(1.0), torch.zeros_like(q_x))

@@ -6,9 +6,9 @@ expanded, under the tree mask (``specviz.engine.tree.attention``), gives each it
 the top-k of q, or draws i.i.d. from q. Its cache then holds the prefix and every node it fed; the
 loop compacts it to the accepted path with the target's.
 
-Exactness asks only that the candidate list be fixed before the target's draws (the one-hot rule),
-or that the children be i.i.d. draws from the q they report (SpecInfer's rule): see
-``specviz.engine.tree.accept``.
+Exactness asks only that the candidate list be fixed before the target's draws (recursive rejection
+sampling without replacement), or that the children be i.i.d. draws from the q they report (with
+replacement: SpecInfer's multi-step rule): see ``specviz.engine.tree.accept``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch
 
 from specviz.drafters import DraftRequest, Drafter, ModelDrafter, PromptLookupDrafter
 from specviz.engine.tree.attention import ancestor_matrix, masked_logits
+from specviz.engine.tree.record import WITH_REPLACEMENT, WITHOUT_REPLACEMENT
 from specviz.engine.tree.spec import TreeSpec
 
 
@@ -32,7 +33,7 @@ class DraftTree:
         depths: per node, 1 for the pending token's children.
         q: (N, vocab) float32: each node's q at its parent (the distribution it was drawn from,
             or for top-k children the one they were ranked by); None for prompt lookup (one-hot).
-        rule: "specinfer" (children i.i.d. from q) or "one-hot" (distinct, fixed children).
+        rule: "with-replacement" (children i.i.d. from q) or "without-replacement" (distinct, fixed children).
         sources: prompt lookup's copy positions per node, else None.
         fed: per node, its slot in the drafter's cache after the prefix (fed to expand it), else -1.
     """
@@ -118,7 +119,7 @@ def draft_static(drafter: ModelDrafter, r: DraftRequest, spec: TreeSpec, depth: 
         q_rows.update(zip(level, q))
         kids = _children(rank, q, b, sampled, r.gen)
         level = [x.add(parent, t) for parent, row in zip(level, kids) for t in row]
-    return _finish(x, list(range(len(x.tokens))), q_rows, "specinfer" if sampled else "one-hot", r)
+    return _finish(x, list(range(len(x.tokens))), q_rows, WITH_REPLACEMENT if sampled else WITHOUT_REPLACEMENT, r)
 
 
 def draft_dynamic(drafter: ModelDrafter, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
@@ -151,7 +152,7 @@ def draft_dynamic(drafter: ModelDrafter, r: DraftRequest, spec: TreeSpec, depth:
                     score[node] = score[parent] * v
                     level.append(node)
     keep = sorted(score, key=lambda i: (-score[i], x.depths[i], i))[: spec.budget]
-    return _finish(x, keep, q_rows, "one-hot", r)
+    return _finish(x, keep, q_rows, WITHOUT_REPLACEMENT, r)
 
 
 def find_continuations(history: list[int], max_ngram: int, min_ngram: int, depth: int, branches: int) -> list[tuple[int, list[int]]]:
@@ -177,7 +178,7 @@ def find_continuations(history: list[int], max_ngram: int, min_ngram: int, depth
 
 def draft_lookup(drafter: PromptLookupDrafter, r: DraftRequest, depth: int, branches: int) -> DraftTree:
     """Prompt lookup's tree: one branch per distinct earlier match, merged where they share a
-    prefix (a trie), so siblings are distinct and the one-hot rule applies."""
+    prefix (a trie), so siblings are distinct: judged without replacement."""
     parents, depths, tokens, sources = [], [], [], []
     child: dict[tuple[int, int], int] = {}
     for start, cont in find_continuations(r.history, drafter.max_ngram, drafter.min_ngram, depth, branches):
@@ -194,7 +195,7 @@ def draft_lookup(drafter: PromptLookupDrafter, r: DraftRequest, depth: int, bran
     new = {old: k for k, old in enumerate(order)}
     return DraftTree(tokens=torch.tensor([tokens[i] for i in order], dtype=torch.long, device=r.seq.device),
                      parents=[new[parents[i]] if parents[i] >= 0 else -1 for i in order], depths=[depths[i] for i in order],
-                     q=None, rule="one-hot", sources=[sources[i] for i in order], fed=[-1] * len(order))
+                     q=None, rule=WITHOUT_REPLACEMENT, sources=[sources[i] for i in order], fed=[-1] * len(order))
 
 
 def draft_tree(drafter: Drafter, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:

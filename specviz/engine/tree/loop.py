@@ -62,7 +62,8 @@ def tree_stream(
         raise ValueError("token trees do not support a repetition penalty yet: set it to 1")
     run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
     drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
-    trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, tree.depth, max_new_tokens + tree.depth + 1,
+    # No gamma: a tree's depth is recorded in settings["tree"] and each round's TreeRecord.
+    trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens + tree.depth + 1,
                                               drafter=drafter.describe(), gamma_schedule={"kind": "constant"}, tree=tree.describe())
     n_prompt = len(input_ids)
     runner = make_runner(target, vocab, cached)
@@ -184,7 +185,7 @@ def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[in
         drafts=drafts, emitted_ids=emitted, final_token_id=final if keeps_final else None,
         final_text=texts[-1] if keeps_final else None, final_kind=kind if keeps_final else None,
         final_prob=host["final_probs"][slot] if keeps_final else None, final_top=final_top,
-        draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=max(drafted.depths, default=0) or 1,
+        draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=None,  # a tree has a depth, not a gamma
         tree=TreeRecord(nodes=nodes, path=list(path), rule=drafted.rule, drafter_passes=drafter_passes),
     )
 

@@ -7,14 +7,16 @@ output reads it as a chain) and the whole tree in ``Round.tree``. Node 0 of ``Tr
 is the first child of the pending token; ``parent`` -1 names the pending token itself (the
 tree's root, whose children are depth 1).
 
-The rules (see ``specviz.engine.tree.accept``):
-- "specinfer": children drawn i.i.d. from q. Child x is accepted when u < min(1, p'(x)/q(x)); after a
-  rejection p' becomes norm(max(0, p' - q)); after all, the correction comes from the last p'
-  (SpecInfer, Miao et al. 2024, multi-step speculative sampling).
-- "one-hot": distinct children fixed before the target's draws (top-k of q, prompt lookup's
-  branches). q is one-hot at each child, so x is accepted when u < p'(x); a rejected x is removed
-  from p' (zeroed, renormalised) before the next sibling.
-In both, p' starts as the target's p at the parent.
+The rules, recursive rejection sampling in two forms (Jeon et al. 2024, "Recursive Speculative
+Decoding"; see ``specviz.engine.tree.accept``):
+- "with-replacement": children drawn i.i.d. from q (with replacement). Child x is accepted when
+  u < min(1, p'(x)/q(x)); after a rejection p' becomes norm(max(0, p' - q)); after all, the
+  correction comes from the last p' (SpecInfer's multi-step speculative sampling, Miao et al. 2024).
+- "without-replacement": distinct children fixed before the target's draws (top-k of q, prompt
+  lookup's branches). x is accepted when u < p'(x); a rejected x is removed from p' (zeroed,
+  renormalised) before the next sibling.
+In both, p' starts as the target's p at the parent. Recordings made before these names carry
+"specinfer" and "one-hot" (``OLD_RULE_NAMES``); they load under the new names.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from typing import Literal
 from specviz.limits import MAX_TREE_NODES
 
 TreeVerdict = Literal["accepted", "rejected", "discarded"]
-Rule = Literal["specinfer", "one-hot"]
+WITH_REPLACEMENT = "with-replacement"
+WITHOUT_REPLACEMENT = "without-replacement"
+Rule = Literal["with-replacement", "without-replacement"]
+OLD_RULE_NAMES = {"specinfer": WITH_REPLACEMENT, "one-hot": WITHOUT_REPLACEMENT}  # recordings before the rename
 # Verdicts are decided in float32; the trace keeps float64 (see specviz.validation).
 TOLERANCE = 1e-5
 
@@ -44,7 +49,7 @@ class TreeNode:
         p: the target's p(x) at the parent.
         p_residual: p'(x), the residual this child was tested against (p itself for the first
             sibling); None when never tested.
-        accept_prob: min(1, p'(x)/q(x)) under "specinfer", p'(x) under "one-hot"; None when never tested.
+        accept_prob: min(1, p'(x)/q(x)) with replacement, p'(x) without; None when never tested.
         u: the uniform draw in [0, 1) of its test; None when never tested.
         verdict: accepted (on the path), rejected (tested and failed), discarded (never tested: a
             sibling after the accepted one, or below a node that was not accepted).
@@ -75,8 +80,8 @@ class TreeRecord:
 
     nodes: list[TreeNode]
     path: list[int] = field(default_factory=list)
-    rule: Rule = "one-hot"
-    drafter_passes: int | None = None  # the drafter's forward passes this round (None: not recorded)
+    rule: Rule = WITHOUT_REPLACEMENT
+    drafter_passes: int | None = None
 
     @property
     def depth(self) -> int:
@@ -96,6 +101,22 @@ class TreeRecord:
             return "target"
         end = self.path[-1] if self.path else -1
         return "correction" if self.children(end) else "bonus"
+
+
+def renamed_rules(d: dict) -> dict:
+    """A parsed trace dict whose tree rounds name their rule the old way ("specinfer", "one-hot")
+    with the current names; ``d`` itself when none does (it is never changed in place)."""
+    rounds = d.get("rounds") if isinstance(d, dict) else None
+    if not isinstance(rounds, list) or not any(
+            isinstance(r, dict) and isinstance(r.get("tree"), dict) and r["tree"].get("rule") in OLD_RULE_NAMES for r in rounds):
+        return d
+    renamed = []
+    for r in rounds:
+        tree = r.get("tree") if isinstance(r, dict) else None
+        if isinstance(tree, dict) and tree.get("rule") in OLD_RULE_NAMES:
+            r = {**r, "tree": {**tree, "rule": OLD_RULE_NAMES[tree["rule"]]}}
+        renamed.append(r)
+    return {**d, "rounds": renamed}
 
 
 def _fail(where: str, what: str) -> ValueError:
@@ -142,12 +163,12 @@ def check_tree(tree: TreeRecord, where: str, path_tokens: list[int], max_depth: 
             continue
         if n.u is None or n.accept_prob is None or n.p_residual is None:
             raise _fail(at, "a tested node records u, accept_prob and p_residual")
-        if tree.rule == "one-hot":
+        if tree.rule == WITHOUT_REPLACEMENT:
             expected = n.p_residual
         else:
             expected = min(1.0, n.p_residual / n.q) if n.q > 0 else 0.0
         if abs(n.accept_prob - expected) > TOLERANCE:
-            raise _fail(f"{at}.accept_prob", f"is not {'p_residual' if tree.rule == 'one-hot' else 'min(1, p_residual / q)'}")
+            raise _fail(f"{at}.accept_prob", f"is not {'p_residual' if tree.rule == WITHOUT_REPLACEMENT else 'min(1, p_residual / q)'}")
         if n.verdict == "accepted" and not n.u < n.accept_prob + TOLERANCE:
             raise _fail(at, "accepted although u is not below accept_prob")
         if n.verdict == "rejected" and not n.u > n.accept_prob - TOLERANCE:

@@ -8,9 +8,9 @@
   children; then keep the ``budget`` nodes of highest path product (an ancestor's product is never
   below its descendants', so the kept set is a tree).
 
-Children of a node are either the top-k of q (distinct and deterministic: verified with the
-one-hot rule) or drawn i.i.d. from q (``children="sampled"``, static shapes only: verified with
-SpecInfer's multi-step speculative sampling); see ``specviz.engine.tree.accept``.
+Children of a node are either the top-k of q (distinct and deterministic: verified by recursive
+rejection sampling without replacement) or drawn i.i.d. from q (``children="sampled"``, static
+shapes only: with replacement, SpecInfer's multi-step speculative sampling); see ``specviz.engine.tree.accept``.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ class TreeSpec:
         depth: the deepest level (len(shape) for a static tree).
         topk: a dynamic tree's children per expanded node and nodes expanded per depth; for prompt
             lookup, the most branches (distinct earlier matches).
-        children: "topk" (distinct, deterministic: the one-hot rule) or "sampled" (i.i.d. from q:
-            SpecInfer's rule; static trees of a drafter model only).
+        children: "topk" (distinct, deterministic: judged without replacement) or "sampled" (i.i.d.
+            from q: with replacement, SpecInfer's rule; static trees of a drafter model only).
 
     Build with ``static`` or ``dynamic``, which check the ranges (ValueError).
     """
