@@ -69,7 +69,7 @@ class PromptLookupDrafter(Drafter):
         start, tokens = found
         drafts = torch.tensor(tokens, dtype=torch.long, device=request.seq.device)
         request.seq[request.n:request.n + len(tokens)] = drafts
-        q = torch.nn.functional.one_hot(drafts, request.vocab).float()
+        q = torch.zeros(len(tokens), request.vocab, device=drafts.device).scatter_(1, drafts[:, None], 1.0)  # one-hot
         return Proposal(q=q, sources=list(range(start, start + len(tokens))))
 
     def describe(self) -> dict:

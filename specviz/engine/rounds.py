@@ -231,12 +231,13 @@ class Transfer:
     """
 
     def __init__(self):
-        self._parts: list[torch.Tensor] = []
+        # An empty float64 part first: torch.cat promotes every part to float64 in the one cat.
+        self._parts: list[torch.Tensor] = [torch.zeros(0, dtype=torch.float64)]
         self._spans: dict[str, tuple[int, int]] = {}
         self._size = 0
 
     def add(self, name: str, tensor: torch.Tensor) -> None:
-        flat = tensor.reshape(-1).double()
+        flat = tensor.reshape(-1)
         self._spans[name] = (self._size, self._size + flat.numel())
         self._size += flat.numel()
         self._parts.append(flat)
@@ -244,6 +245,8 @@ class Transfer:
     def fetch(self) -> dict[str, list[float]]:
         """Every value by name. On CUDA the packed tensor is copied asynchronously into pinned host
         memory and only that copy is waited for (an event), not the whole device."""
+        if len(self._parts) > 1 and self._parts[0].device != self._parts[1].device:
+            self._parts[0] = self._parts[0].to(self._parts[1].device)
         packed = torch.cat(self._parts)
         if packed.is_cuda:
             pinned = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
@@ -289,7 +292,9 @@ def judge_chain(transfer: Transfer, prefix: str, drafts: torch.Tensor, q_all: to
         # beta_i = sum_x min(p_i(x), q_i(x)) at every drafted position, discarded ones too
         # (Leviathan et al. 2023, Def. 3.1): computed here, where p and q already are.
         "beta": torch.minimum(p_all[:g], q_all).sum(dim=-1),
-        "finite": torch.isfinite(p_all).all() & torch.isfinite(q_all).all(),
+        # Finite probabilities sum to a finite number and any NaN or inf makes the sum so: one
+        # reduction each, far cheaper than an elementwise isfinite over the vocabulary.
+        "finite": torch.isfinite(p_all.sum() + q_all.sum()),
     }
     if top_k:
         # The top tokens of each candidate distribution, with p and q there: the replay shows

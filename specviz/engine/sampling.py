@@ -123,7 +123,7 @@ class Sampling:
             out = torch.zeros_like(logits).scatter_(-1, top.indices, 1.0)
             # A row with no finite maximum (NaN or all -inf) becomes NaN, so the engine's
             # finiteness check refuses it instead of emitting an arbitrary token.
-            return torch.where(torch.isfinite(top.values), out, torch.full_like(out, float("nan")))
+            return out.masked_fill_(~torch.isfinite(top.values), float("nan"))
         if warpers is None:
             warpers = self.warpers()
         # The warpers ignore input_ids for these three filters.
