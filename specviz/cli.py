@@ -307,8 +307,11 @@ def _record(args) -> int:
                                        tree=tree_for(args), **common)
         sweep = None
         if args.sweep:
-            for sweep in sweep_stream(ids, drafter, pair.target, **common):
-                pass
+            from tqdm.auto import tqdm
+
+            with tqdm(total=8, desc="gamma sweep", unit="gamma", file=sys.stderr) as bar:
+                for sweep in sweep_stream(ids, drafter, pair.target, **common):
+                    bar.update(len(sweep.points) - bar.n)
     except (ValueError, RuntimeError) as err:  # a PairError is a ValueError
         return _failed(err)
     from specviz.views.text import run_label

@@ -98,6 +98,7 @@ def test_record_writes_a_recording_the_demo_can_load(tmp_path, capsys):
     rec = Recording.load(out)
     assert len(rec.speculative.output_ids) == 12 and rec.baseline is not None
     assert [p.gamma for p in rec.sweep.points] == list(range(1, 9))
+    assert "gamma sweep" in capsys.readouterr().err  # a long command shows a progress bar on stderr
 
 
 @pytest.mark.parametrize("kind, schedule", [("ngram", "heuristic"), ("early-exit", "confidence"), ("quantized", "constant")])
@@ -174,7 +175,9 @@ def test_bench_batch_sizes_take_the_confidence_threshold(capsys):
         main(["bench", "--batch-sizes", "1,2", "--gamma-schedule", "confidence", "--confidence", "0.9", "--max-new-tokens", "4",
               "--repeats", "1", "--json"])
     assert done.value.code == 0
-    report = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # the progress bar goes to stderr, never into the JSON
+    assert "batch bench runs" in captured.err
     assert report["settings"]["confidence"] == 0.9 and [r["batch_size"] for r in report["rows"]] == [1, 2]
     assert all(r["predicted_speedup_verify"] is None for r in report["rows"])  # a confidence schedule drafts fewer than gamma
 

@@ -22,8 +22,10 @@ its slowest row, which the measured speedup pays and the prediction does not.
 from __future__ import annotations
 
 import statistics
+import sys
 
 import torch
+from tqdm.auto import tqdm
 
 from specviz import Sampling, metrics, theory
 from specviz.engine.batch import MAX_BATCH, autoregressive_generate_batch, speculative_generate_batch
@@ -93,9 +95,11 @@ def batch_benchmark(pair_name=None, drafter=None, target=None, device=None, gamm
     }
     tps = {(m, b): [] for m in METHODS for b in batch_sizes}
     results = {(m, b): [] for m in ("autoregressive", "speculative") for b in batch_sizes}
-    with torch.inference_mode():
+    with torch.inference_mode(), tqdm(total=len(METHODS) * (1 + repeats * len(batch_sizes)), desc="batch bench runs",
+                                      file=sys.stderr, unit="run") as bar:
         for m in METHODS:  # warm-up
             runners[m](batches[batch_sizes[0]][:1], 0)
+            bar.update()
         for r in range(repeats):
             for j, b in enumerate(batch_sizes):
                 k = (r + j) % len(METHODS)
@@ -104,6 +108,7 @@ def batch_benchmark(pair_name=None, drafter=None, target=None, device=None, gamm
                     tps[(m, b)].append(tokens / seconds)
                     if (m, b) in results:
                         results[(m, b)].append(out)
+                    bar.update()
     rows = [_batch_row(b, tps, results, gamma, max_new_tokens, schedule, kind) for b in batch_sizes]
     return {
         "rows": rows,

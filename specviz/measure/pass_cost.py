@@ -11,9 +11,11 @@ keeps them), rolled back after each call, for n in NS; v(n) = ms(n) / ms(1).
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import torch
+from tqdm.auto import tqdm
 
 from specviz.engine.runner import ModelRunner
 
@@ -59,7 +61,7 @@ def pass_costs(model, vocab_size: int, ns: tuple[int, ...] = NS, context: int = 
     ms, head_ms = {}, {}
     with torch.inference_mode():
         runner.prefill(seq, context)
-        for n in ns:
+        for n in tqdm(ns, desc="v(n) passes", unit="n", file=sys.stderr, leave=False):
             def one_pass(n=n):
                 runner.logits(seq, context + n, n)
                 sync()

@@ -9,9 +9,11 @@ over the time of a one-token step (the same prefix), medians of several passes.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import torch
+from tqdm.auto import tqdm
 
 from specviz import theory as chain_theory
 from specviz.engine.runner import make_runner
@@ -137,7 +139,7 @@ def chains_and_trees(pair_name: str = "embedded", gammas=(2, 4, 6), trees=("3,2,
     traces: dict[str, list] = {m[0]: [] for m in methods}
     with torch.inference_mode():
         autoregressive_generate(ids[0], pair.target, **(common | {"max_new_tokens": 8}))  # warm-up
-        for prompt in ids:
+        for prompt in tqdm(ids, desc="prompts", unit="prompt", file=sys.stderr):
             for name, gamma, spec in methods:
                 if gamma is None:
                     traces[name].append(autoregressive_generate(prompt, pair.target, **common))
