@@ -239,8 +239,11 @@ def test_confidence_schedule_stops_after_an_unsure_draft():
     drafter, target = models("unlike")
     trace = speculative_generate([1, 2, 3], drafter, target, gamma=8, sampling=Sampling(1.0), max_new_tokens=24, seed=0,
                                  schedule=Confidence(8, 0.99))
-    # The unlike drafter is never 99 % sure: each round drafts one token, then stops.
-    assert all(len(r.drafts) == 1 for r in trace.rounds)
+    # A round drafts while the drafted token's q is at least 0.99 and stops after the first draft
+    # below it; the unlike drafter is seldom that sure, so most rounds draft one token.
+    for r in trace.rounds:
+        assert all(d.q >= 0.99 for d in r.drafts[:-1]) and (r.drafts[-1].q < 0.99 or len(r.drafts) == 8 or r is trace.rounds[-1])
+    assert sum(len(r.drafts) == 1 for r in trace.rounds) >= 0.8 * len(trace.rounds)
     assert trace.settings["gamma_schedule"] == {"name": "confidence", "gamma": 8, "threshold": 0.99}
 
 
@@ -284,7 +287,8 @@ def test_planted_faults_are_caught_for_every_kind(kind, schedule, fault):
     """Control: the same harness with a known fault planted must reject."""
     drafter, target = models("different")
     sampling = Sampling(temperature=1.0, top_k=3) if fault == "drafter_only_filters" else Sampling(temperature=1.0)
-    stat, pvalue, _ = chi_square(_drafter(kind, drafter, target), target, sampling, 2, runs=2000, prompt=REPEATING, schedule=schedule,
+    # 4,000 runs: at 2,000 the early-exit control's power depended on the seed (p 0.003 with one stream)
+    stat, pvalue, _ = chi_square(_drafter(kind, drafter, target), target, sampling, 2, runs=4000, prompt=REPEATING, schedule=schedule,
                                  fault=fault)
     print(f"\nplanted {fault} with {kind}/{schedule}: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA

@@ -100,3 +100,36 @@ def test_a_fault_reaches_only_the_runs_it_is_passed_to():
     assert all(fault_steps(name) is not None for name in FAULTS)
     with pytest.raises(TypeError, match="unknown steps"):
         rejection.Steps(verify=lambda: None)
+
+
+def test_a_cpu_draw_is_distributed_as_its_row_and_never_draws_a_zero():
+    """Inverse transform sampling (one uniform per row): 200,000 draws from a row with zeros
+    between its masses never draw a zero and pass a chi-square against the row at 1e-4; the
+    control, the same draws moved one token later (a boundary off by one), is rejected."""
+    from scipy.stats import chisquare
+
+    p = torch.tensor([0.0, 0.15, 0.0, 0.0, 0.45, 0.1, 0.0, 0.3], dtype=torch.float64)
+    rows = p.repeat(200_000, 1)
+    draws = rejection.sample_rows(rows, False, torch.Generator().manual_seed(3))
+    counts = torch.bincount(draws, minlength=8).double()
+    assert counts[p == 0].sum() == 0
+    support = p > 0
+    expected = (p[support] * 200_000).numpy()
+    _, pvalue = chisquare(counts[support].numpy(), expected)
+    assert pvalue > 1e-4, pvalue
+    # control: a sampler that puts the boundary one token late (x - 1 -> x) is caught
+    shifted = torch.bincount((draws + 1).clamp_max(7), minlength=8).double()
+    observed = shifted[support].numpy()
+    _, control = chisquare(observed, expected * observed.sum() / expected.sum())
+    assert control < 1e-4
+
+
+def test_a_cpu_draw_refuses_rows_without_finite_mass_and_rows_follow_their_own_generators():
+    for bad in ([0.0, 0.0, 0.0], [float("nan"), 0.5, 0.5], [float("inf"), 0.0, 1.0]):
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            rejection.sample_rows(torch.tensor([bad]), False, torch.Generator().manual_seed(0))
+    probs = torch.softmax(torch.randn(3, 50, generator=torch.Generator().manual_seed(1)), dim=-1)
+    gens = [torch.Generator().manual_seed(s) for s in (5, 6, 7)]
+    together = rejection.sample_rows(probs, False, gens)
+    alone = [int(rejection.sample_rows(probs[i:i + 1], False, torch.Generator().manual_seed(s))) for i, s in enumerate((5, 6, 7))]
+    assert together.tolist() == alone
