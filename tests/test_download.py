@@ -1,5 +1,7 @@
 """Hub downloads run in the background within a time and a size limit (``specviz.pair.download``).
 
+Every test but one runs as the web page's loads do (inside ``in_background()``).
+
 The hub is never reached: every test passes a fake ``fetch`` (the download) and ``sizes`` (the hub's
 file list). Waits are bounded by events, never by assertions on wall-clock time.
 """
@@ -14,6 +16,13 @@ import pytest
 from specviz.pair import download
 from specviz.pair.download import DOWNLOAD_GB_ENV, DOWNLOAD_S_ENV, Downloads, Stopped
 from specviz.pair.errors import PairError
+
+
+@pytest.fixture(autouse=True)
+def answered_at_once():
+    """As the web page's loads are: a download under way is left to run in the background."""
+    with download.in_background():
+        yield
 
 
 def wait_for(condition, cap_s: float = 30.0) -> bool:
@@ -49,6 +58,22 @@ def test_the_caller_is_answered_while_the_download_goes_on(tmp_path):
     release.set()
     assert wait_for(lambda: hub._jobs[("someone/model", "abc")].done.is_set())
     assert hub.folder("someone/model", "abc") == str(tmp_path)
+
+
+def test_outside_the_web_page_a_load_waits_for_its_download(tmp_path):
+    release = threading.Event()
+
+    def fetch(repo, rev, stop):
+        release.wait(30)
+        return str(tmp_path)
+
+    hub = Downloads(fetch=fetch, sizes=lambda repo, rev: 1000, wait_s=0.01)
+    threading.Timer(0.2, release.set).start()
+    answers = []
+    worker = threading.Thread(target=lambda: answers.append(hub.folder("someone/model", None)))  # a thread outside in_background()
+    worker.start()
+    worker.join(60)
+    assert answers == [str(tmp_path)] and release.is_set()
 
 
 def test_a_download_past_its_time_limit_is_stopped_with_a_message_naming_the_limit(monkeypatch, tmp_path):
@@ -141,3 +166,35 @@ def test_a_hub_pair_loads_once_downloaded_and_the_load_does_not_wait_for_the_dow
     assert pair is not None and pair.drafter_id == "someone/drafter" and pair.target_id == "someone/target"
     assert [c[1] for c in hub.calls if c[0] == "download"] == ["someone/drafter", "someone/target"]
     assert all(c[2]["local_files_only"] for c in hub.loads())  # loaded from what was downloaded
+
+
+def test_the_pages_load_is_answered_while_the_download_goes_on(monkeypatch):
+    import gradio as gr
+
+    from specviz.pair import cache
+    from specviz.pair.catalogue import PRESETS
+    from specviz.ui.pairs import ensure_pair
+    from tests.test_pair import FakeHub
+
+    monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
+    hub = FakeHub(monkeypatch)
+    hub.add("someone/drafter", PRESETS["embedded"].drafter)
+    hub.add("someone/target", PRESETS["embedded"].target)
+    release = threading.Event()
+    monkeypatch.setattr(download, "HUB", Downloads(fetch=lambda repo, rev, stop: release.wait(30) and hub.fetch(repo, rev, stop),
+                                                   sizes=lambda repo, rev: 1000))
+    before = cache.resident_pairs()
+    answers = []
+
+    def page():  # a thread of its own: only ensure_pair's own in_background() applies
+        try:
+            ensure_pair("", "someone/drafter", "someone/target", lambda f, desc=None: None)
+        except gr.Error as err:
+            answers.append(err.message)
+
+    worker = threading.Thread(target=page)
+    worker.start()
+    worker.join(60)
+    release.set()
+    assert answers and "downloading in the background" in answers[0], answers
+    assert cache.resident_pairs() == before  # nothing unloaded for a pair still downloading

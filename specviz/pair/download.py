@@ -1,11 +1,12 @@
 """Downloading a model from the hub in the background, with a time limit and a size limit.
 
 A pair whose weights are not on this machine yet is fetched by ``snapshot_download`` (huggingface_hub)
-in a thread of its own, never in the caller's: the caller (a Generate or /run job, which holds the
-device's queue slot) waits at most ``wait_s`` seconds (enough for a model already in the cache to be
-checked) and is otherwise answered at once that the model is downloading, so the queue moves on
-while the download goes on. Asked again once the download is done, the model loads from its local
-folder.
+in a thread of its own, never in the caller's. Inside ``in_background()`` (the web page's and /run's
+loads, which hold the device's queue slot) the caller waits at most ``wait_s`` seconds (enough for a
+model already in the cache to be checked) and is otherwise answered that the model is downloading,
+so the queue moves on while the download goes on; asked again once it is done, the model loads from
+the local cache. Elsewhere (start-up preloads, the command line, the Python API) the caller waits
+for the download, within its time limit.
 
 Limits (read from the environment at each download):
 
@@ -25,7 +26,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +65,21 @@ def _env_float(name: str, default: float) -> float:
         return max(float(raw), 0.0)
     except ValueError:
         raise PairError(f"{name}={raw!r} is not a number; unset it or give a number (default {default:g})") from None
+
+
+_here = threading.local()
+
+
+@contextmanager
+def in_background() -> Iterator[None]:
+    """Within this block (in this thread), a download under way is left to run in the background:
+    ``Downloads.folder`` waits at most its ``wait_s`` and then raises PairError saying so."""
+    before = getattr(_here, "background", False)
+    _here.background = True
+    try:
+        yield
+    finally:
+        _here.background = before
 
 
 class Stopped(Exception):
@@ -126,7 +143,8 @@ class Downloads:
     def folder(self, repo_id: str, revision: str | None, say: Callable[[str], None] = lambda m: None) -> str:
         """The local folder of ``repo_id`` at ``revision``, once downloaded.
 
-        Starts the download when nothing is under way, then waits at most ``wait_s`` seconds.
+        Starts the download when nothing is under way, then waits for it: at most ``wait_s`` seconds
+        inside ``in_background()``, else until it ends (within its time limit).
 
         Raises:
             PairError: still downloading (try again), another model downloading, over the size limit
@@ -143,7 +161,7 @@ class Downloads:
                 if busy:
                     raise PairError(f"another model ({busy[0].key[0]}) is downloading now: one download at a time; try again in a few minutes")
                 job = self._start(key, say)
-        if not job.done.wait(self.wait_s):
+        if not job.done.wait(self.wait_s if getattr(_here, "background", False) else job.limit_s + 5):
             self._check_time(job)
             if not job.done.is_set():
                 raise PairError(
