@@ -6,7 +6,7 @@ request loop bounded in count and time.
   named by another; the folder goes when the session ends.
 - The queue: at most one waiting engine job per client address (with the one running); a visitor
   with nothing running goes ahead of a flooding address's waiting job.
-- A job whose client hung up stops within a round.
+- A job whose client hung up, or never opened its result stream, stops within a round.
 - A pair request that cannot be served leaves the resident pair loaded.
 - Uploads: a per-address and a total budget (429 past either).
 - Fields of the wrong type are refused with a message naming the field.
@@ -185,6 +185,56 @@ def test_a_job_whose_client_hung_up_stops_within_a_round(app):
     freed = time.monotonic() - start
     print(f"\na 256-token run whose client hung up freed the device after {freed:.1f} s")
     assert not device_busy(demo)
+
+
+def test_a_job_whose_result_stream_is_never_opened_stops(app, monkeypatch):
+    """POST /call/run and never GET its stream: the job stops at a round once the grace period is over,
+    and another address's 8-token run is served. The device is slowed to at least 0.1 s per round here
+    (a stand-in for a slow machine), so the 256-token job outlasts the grace period on any machine."""
+    from specviz.ui import api, listening
+
+    demo, url = app
+    wait_idle(demo)
+    real = api.run_on_device
+
+    def slowed(req):
+        for event in real(req):
+            time.sleep(0.1)
+            yield event
+
+    monkeypatch.setattr(api, "run_on_device", slowed)
+    monkeypatch.setattr(listening, "GRACE_S", 1.0)
+    with client(A) as a, client(B) as b:
+        r = a.post(f"{url}/gradio_api/call/run", json={"data": run_data(256)})
+        assert r.status_code == 200
+        event_id = r.json()["event_id"]  # and its stream is never opened
+        start = time.monotonic()
+        end = start + 60
+        while time.monotonic() < end and not device_busy(demo):
+            time.sleep(0.05)
+        r, session = join(b, url, run_data(8))
+        assert r.status_code == 200
+        seen = listen(b, url, session)
+        waited = time.monotonic() - start
+        assert seen and seen[-1].get("msg") == "process_completed" and seen[-1].get("success"), seen[-1:]
+        text = a.get(f"{url}/gradio_api/call/run/{event_id}", timeout=CAP_S).text  # read only now: how the job ended
+    print(f"\na 256-token /run nobody read stopped; the other address's 8-token run answered {waited:.1f} s after it was posted")
+    assert "event: error" in text and "the run stopped" in text, text[-300:]
+    wait_idle(demo)
+
+
+def test_event_streams_are_known_by_their_route():
+    from specviz.ui.listening import stream_key
+
+    def scope(path, query=b"", method="GET"):
+        return {"type": "http", "method": method, "path": path, "query_string": query}
+
+    assert stream_key(scope("/gradio_api/call/run/abc123")) == "abc123"
+    assert stream_key(scope("/gradio_api/call/v2/run/abc123")) == "abc123"
+    assert stream_key(scope("/gradio_api/queue/data", b"session_hash=s1")) == "s1"
+    assert stream_key(scope("/gradio_api/call/run", method="POST")) is None
+    assert stream_key(scope("/gradio_api/queue/data")) is None
+    assert stream_key(scope("/gradio_api/upload")) is None
 
 
 # ---- pairs ----------------------------------------------------------------------------------------

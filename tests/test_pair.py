@@ -34,6 +34,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from specviz import Sampling, autoregressive_generate, speculative_generate
 from specviz import pair as pairs
 from specviz.pair import EMBEDDED, ENGLISH, OOM_ERRORS, PRESETS, PairError, encode_prompt, load_pair, resolve
+from specviz.pair import download
 from tests.conftest import tiny_lm
 
 _http = sys.modules[Response.__module__]  # huggingface_hub's HTTP client module (httpx or its fork)
@@ -106,6 +107,14 @@ class FakeHub:
         monkeypatch.setattr(HfApi, "get_safetensors_metadata", lambda api, *a, **k: self.get_safetensors_metadata(api, *a, **k))
         monkeypatch.setattr(AutoTokenizer, "from_pretrained", self.tokenizer_from_pretrained)
         monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", self.model_from_pretrained)
+        # Downloads (specviz.pair.download): a fetch puts the repo in the "cache"; the waiting caller is answered when it is done.
+        monkeypatch.setattr(download, "HUB", download.Downloads(fetch=self.fetch, sizes=lambda repo_id, revision: 0, wait_s=60))
+
+    def fetch(self, repo_id, revision, stop):
+        self.calls.append(("download", repo_id, dict(revision=revision)))
+        repo = self._repo(repo_id, revision)
+        repo["cached"] = True
+        return repo["folder"]
 
     def add(self, repo_id, folder, params=1000, gated=False, safetensors=True, revisions=("main",), cached=False):
         self.repos[repo_id] = dict(folder=folder, params=params, sha=f"{abs(hash(repo_id)):040x}"[:40], gated=gated,

@@ -157,10 +157,13 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
             f"({MAX_MODEL_GB_ENV}); pick smaller models"
         )
 
+    # Weights still on the hub are downloaded in the background, within a time and a size limit
+    # (specviz.pair.download): this waits seconds at most, so the engine's queue is not held meanwhile.
+    dsrc, tsrc = (_downloaded(c, 0.1 + 0.02 * i, say) for i, c in enumerate(checked))
     say(0.15, "Loading the tokenizers")
-    d_tok = _load_tokenizer(dref, dc.revision, dc.offline)
+    d_tok = _load_tokenizer(dref, *dsrc)
     try:
-        t_tok = _load_tokenizer(tref, tc.revision, tc.offline)
+        t_tok = _load_tokenizer(tref, *tsrc)
     except PairError as err:
         if preset is None or preset.gguf is None or tref.local:
             raise
@@ -183,10 +186,10 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
             f"'{label}' needs about {need_gb:.1f} GB of memory on {dev.type} and {free / 1e9:.1f} GB is free; pick a smaller pair"
         )
 
-    say(0.3, f"Loading the drafter {dref.shown}" + ("" if dc.offline else " (downloading it if it is not cached)"))
-    d_model = _load_model(dref, dc.revision, dev, dc.offline, form)
-    say(0.6, f"Loading the target {tref.shown}" + ("" if tc.offline else " (downloading it if it is not cached)"))
-    t_model = _load_model(tref, tc.revision, dev, tc.offline, form)
+    say(0.3, f"Loading the drafter {dref.shown}")
+    d_model = _load_model(dref, dsrc[0], dev, dsrc[1], form)
+    say(0.6, f"Loading the target {tref.shown}")
+    t_model = _load_model(tref, tsrc[0], dev, tsrc[1], form)
     target_id = str(tref)
     if preset is not None and preset.gguf is not None:
         if tref.local:  # traces name the target by this: the packaged file, not a cache path
@@ -214,6 +217,24 @@ def _packaged_target(preset: Preset, hub_ref: ModelRef, say: Progress) -> tuple[
     source = (f"{gguf.name} from the {preset.gguf.distribution} package" + (f" {version}" if version else "")
               + " (dequantized to fp32, converted once and cached)")
     return ModelRef(str(folder), None, local=True), source
+
+
+def _downloaded(checked: Checked, at: float, say: Progress) -> tuple[str | None, bool]:
+    """How to load ``checked.ref``, as (revision, local files only): as checked when it is a local folder or
+    in the cache only (offline), else from the local cache once ``specviz.pair.download.HUB`` has downloaded
+    it at that revision (a commit: the download and the load read the same files).
+
+    Raises:
+        PairError: still downloading, over the download's time or size limit, or the hub's answer.
+    """
+    ref = checked.ref
+    if ref.local or checked.offline:
+        return checked.revision, checked.offline
+    from specviz.pair.download import HUB
+
+    revision = checked.revision or ref.revision
+    HUB.folder(ref.id, revision, lambda m: say(at, m))
+    return revision, True
 
 
 def _load_tokenizer(ref: ModelRef, revision: str | None, local_only: bool):

@@ -5,12 +5,15 @@ from __future__ import annotations
 import gradio as gr
 
 from specviz.pair import default_pair
-from specviz.ui import state
+from specviz.ui import listening, state
 from specviz.ui.checks import mistake
 from specviz.ui.device import run_on_device
 from specviz.ui.pairs import ensure_pair
 from specviz.ui.request import RunRequest
 from specviz.views import summary
+
+GONE = (f"Nobody read this job's results (its client hung up, or opened no result stream within {listening.GRACE_S:.0f} s "
+        "of joining the queue): the run stopped.")
 
 
 def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", gamma: int = 4, temperature: float = 0.7, top_k: int = 40,
@@ -38,10 +41,12 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
     """
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, "", "",
                              drafter_kind, gamma_schedule, repetition_penalty, tree)  # every field checked before any load
+    if state.client_gone(request):  # it waited in the queue with nobody reading: the engine never starts
+        raise mistake(GONE, title="Stopped")
     ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None)
     final = None
     for final in run_on_device(req):
         if final[0] != "done" and state.client_gone(request):
-            raise mistake("The client hung up: the run stopped.", title="Stopped")
+            raise mistake(GONE, title="Stopped")
     _, spec, baseline, _title, done = final
     return {"summary": summary(spec, baseline), "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}

@@ -9,6 +9,7 @@ import gradio as gr
 import torch
 
 from specviz.pair import Pair, PairError, encode_prompt, free_memory, load_pair, loaded_pair
+from specviz.pair.download import in_background
 from specviz.ui.checks import mistake
 
 log = logging.getLogger("specviz")
@@ -21,9 +22,11 @@ def pair_ids(pair_name, custom_drafter, custom_target) -> dict:
 
 
 def ensure_pair(pair_name, custom_drafter, custom_target, progress) -> Pair:
-    """Load (or reuse) the pair outside any GPU call, reporting progress to the page."""
+    """Load (or reuse) the pair outside any GPU call, reporting progress to the page. A model still on
+    the hub downloads in the background: the visitor is told so within seconds (``specviz.pair.download``)."""
     try:
-        return load_pair(**pair_ids(pair_name, custom_drafter, custom_target), progress=lambda f, m: progress(f, desc=m))
+        with in_background():
+            return load_pair(**pair_ids(pair_name, custom_drafter, custom_target), progress=lambda f, m: progress(f, desc=m))
     except PairError as err:
         raise mistake(str(err), title="Model pair unavailable") from err
 

@@ -11,6 +11,7 @@ from collections import deque
 import gradio as gr
 
 from specviz.recording import MAX_BYTES
+from specviz.ui.listening import StreamWatch
 from specviz.ui.css import CSS, HEAD
 from specviz.ui.limits import BODY_MAX_BYTES, CACHE_TTL_S, MAX_SESSIONS, UPLOAD_CLIENT_MAX_BYTES, UPLOAD_TOTAL_MAX_BYTES
 
@@ -152,7 +153,7 @@ def launch_kwargs(port: int | None = None) -> dict:
     from starlette.middleware import Middleware
 
     return dict(
-        app_kwargs={"middleware": [Middleware(Guard)]},
+        app_kwargs={"middleware": [Middleware(Guard), Middleware(StreamWatch)]},  # StreamWatch: specviz.ui.listening
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),

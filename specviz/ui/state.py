@@ -18,6 +18,8 @@ from contextlib import contextmanager
 
 import gradio as gr
 
+from specviz.ui import listening
+
 following: dict[str, bool] = {}
 running: dict[str, int] = {}
 stop_asked: set[str] = set()
@@ -48,9 +50,12 @@ def job(session: str | None) -> Iterator[None]:
 
 def client_gone(request: gr.Request | None) -> bool:
     """Whether nobody listens to this request's job any more: Gradio marks a job not alive when its
-    client's event stream closes (a tab closed, a client that hung up). A job checks between rounds and
-    stops, so an abandoned run holds the device for at most one more round. The job is found by its own
-    request (not by its session, whose earlier events may have ended); unknown, it counts as listened to."""
+    client's event stream closes (a tab closed, a client that hung up), and a job whose result stream
+    was never opened within ``specviz.ui.listening.GRACE_S`` of joining the queue counts as gone too
+    (Gradio keeps no trace of that; ``specviz.ui.listening`` does). A job checks before its engine starts
+    and between rounds and stops, so an abandoned run holds the device for at most one more round. The
+    job is found by its own request (not by its session, whose earlier events may have ended); unknown,
+    it counts as listened to."""
     inner = getattr(request, "request", None)
     app = getattr(inner, "app", None)
     get_blocks = getattr(app, "get_blocks", None)
@@ -59,7 +64,7 @@ def client_gone(request: gr.Request | None) -> bool:
     if queue is None or inner is None:
         return False
     mine = [e for jobs in queue.active_jobs if jobs for e in jobs if e.request is inner]
-    return bool(mine) and not any(e.alive for e in mine)
+    return bool(mine) and (not any(e.alive for e in mine) or all(listening.unheard(e) for e in mine))
 
 
 def should_stop(session: str | None) -> bool:
