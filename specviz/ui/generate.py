@@ -61,8 +61,11 @@ def _shown(event: tuple, req: RunRequest, session: str | None):
     kind, spec = event[0], event[1]
     if kind == "round":
         status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
-        yield dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), status=status, recording=Recording(spec, title=event[2]),
+        out = dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), status=status, recording=Recording(spec, title=event[2]),
                    **streaming(spec, session))
+        if len(spec.rounds) == 1:
+            out["export_file"] = None  # the previous run's HTML export is not this run's
+        yield out
     elif kind == "speculative_done":
         yield dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), acceptance_plot=acceptance_figure(spec),
                    timeline_plot=timeline_figure(spec), status="Finishing…", recording=Recording(spec, title=event[2]),

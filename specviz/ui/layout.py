@@ -253,7 +253,7 @@ def _wire(ui: dict) -> None:
     sweep_event = long_job(ui["sweep_button"].click, run_sweep,
                            ("pair_name", "prompt", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "recording", "chat",
                             "custom_drafter", "custom_target", "repetition_penalty", "drafter_kind", "gamma_schedule"),
-                           ("sweep_plot", "sweep_status", "recording"), SWEEP_SECONDS_MAX * 1.5, api_name="sweep")
+                           ("sweep_plot", "sweep_status", "recording", "download", "export_file"), SWEEP_SECONDS_MAX * 1.5, api_name="sweep")
     run_event.failure(keyed(failed, RUN_OUTPUTS), None, of(*RUN_OUTPUTS), api_visibility="private", show_progress="hidden")
     ui["lab_button"].click(guarded("lab", run_lab, LAB_SECONDS_MAX * 1.5, skip=skips(2), background=True),
                            of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),

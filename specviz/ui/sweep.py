@@ -7,6 +7,7 @@ import gradio as gr
 from specviz.recording import Recording
 from specviz.ui import state
 from specviz.ui.device import sweep_on_device
+from specviz.ui.downloads import save_for_download
 from specviz.ui.limits import SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 from specviz.ui.pairs import ensure_pair
 from specviz.ui.request import RunRequest
@@ -20,8 +21,11 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     """Decode the prompt with gamma = 1..8 (same seed, sampling, drafter kind and gamma schedule; a
     schedule starts each run at its gamma) and plot each against the theory.
 
-    Yields dicts keyed "sweep_plot", "sweep_status" and "recording" (with the sweep attached, at the end).
-    The Stop button ends it after the gamma in progress (``specviz.ui.state``).
+    Yields dicts keyed "sweep_plot", "sweep_status", and at the end "recording" (the shown run with the
+    sweep attached), "download" (that recording's JSON, so the download holds the sweep as README says)
+    and "export_file" (emptied: an HTML export made before the sweep would lack it). With no run shown,
+    the sweep is plotted but saved nowhere. The Stop button ends it after the gamma in progress
+    (``specviz.ui.state``).
     """
     req = RunRequest.checked(pair_name, prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed, chat,
                              custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty)
@@ -47,4 +51,6 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     out = dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep done ({sweep_label(sweep)}): fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).{cut}")
     if rec is not None:
         out["recording"] = Recording(rec.speculative, rec.baseline, sweep, rec.title, rec.prompt, rec.chat)
+        out["download"] = gr.DownloadButton(value=save_for_download(out["recording"], session), interactive=True)
+        out["export_file"] = None
     yield out

@@ -1,0 +1,83 @@
+"""The page's handlers without a server or a model: what the download holds after a sweep, what the
+export box offers after a load, what the page says while a long job starts and when a sweep runs
+out of time. The device halves are replaced by fakes that yield plain data, as the real ones do."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz import Sampling, speculative_generate
+from specviz.drafters import make_drafter
+from specviz.measure.sweep import Sweep, SweepPoint
+from specviz.recording import Recording
+from specviz.ui.limits import SWEEP_GAMMAS
+from tests.conftest import tiny_lm
+
+
+class Progress:
+    """A stand-in for gr.Progress that records every call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, progress, desc=None, **kw):
+        self.calls.append((progress, desc))
+
+
+def _point(gamma: int) -> SweepPoint:
+    accepted = 8 * gamma - 6  # 6 of the 8 rounds end in a rejection
+    return SweepPoint(gamma=gamma, tokens=accepted + 8, rounds=8, drafted=8 * gamma, accepted=accepted, total_ms=400.0, draft_ms=50.0, rejected=6,
+                      verify_ms=300.0, baseline_tokens_per_second=30.0, drafter_passes=8 * gamma)
+
+
+def _sweeps(gammas):
+    """What sweep_on_device yields: the growing sweep, first with the baseline alone."""
+    sweep = Sweep(baseline_tokens_per_second=30.0, target_step_ms=30.0, drafter="model", schedule="constant")
+    yield sweep
+    for g in gammas:
+        sweep.points.append(_point(g))
+        yield sweep
+
+
+@pytest.fixture
+def shown_run():
+    target = tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
+    drafter = tiny_lm(vocab=16, layers=1, seed=1, init=0.3)
+    spec = speculative_generate([1, 2, 3], make_drafter("model", drafter_model=drafter), target, gamma=2, sampling=Sampling(1.0),
+                                max_new_tokens=6, seed=0)
+    return Recording(spec, None, None, "a run", "the prompt", True)
+
+
+def _sweep(monkeypatch, rec, gammas, progress=None):
+    import specviz.ui.sweep as page
+
+    monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: None)
+    monkeypatch.setattr(page, "sweep_on_device", lambda req: _sweeps(gammas))
+    return list(page.run_sweep("embedded", "def f():", 0.7, 40, 0.9, 16, 0, rec, progress=progress or Progress()))
+
+
+def test_the_download_holds_a_sweep_run_after_generate(monkeypatch, shown_run):
+    """README: the JSON download holds the trace, the baseline and the sweep. A sweep run after
+    Generate writes a new download that holds it, and empties the HTML export made before it."""
+    last = _sweep(monkeypatch, shown_run, SWEEP_GAMMAS)[-1]
+    assert last["recording"].sweep is not None
+    saved = Recording.load(last["download"].value["path"])
+    assert [p.gamma for p in saved.sweep.points] == list(SWEEP_GAMMAS)
+    assert saved.speculative.output_ids == shown_run.speculative.output_ids and saved.title == "a run"
+    assert last["export_file"] is None
+
+
+def test_a_sweep_with_no_run_shown_saves_nothing(monkeypatch):
+    last = _sweep(monkeypatch, None, SWEEP_GAMMAS)[-1]
+    assert "download" not in last and "recording" not in last
+
+
+def test_loading_a_recording_empties_the_export_box():
+    """The export box offered the previous run's HTML after another recording was loaded: every
+    output of a loaded (or finished, or stopped) run now empties it."""
+    from specviz.ui.files import examples, load_example
+    from specviz.ui.outputs import RUN_OUTPUTS
+
+    assert "export_file" in RUN_OUTPUTS
+    out = load_example(examples()[0])
+    assert "export_file" in out and out["export_file"] is None
