@@ -81,3 +81,37 @@ def test_loading_a_recording_empties_the_export_box():
     assert "export_file" in RUN_OUTPUTS
     out = load_example(examples()[0])
     assert "export_file" in out and out["export_file"] is None
+
+
+def test_a_resident_pairs_loaded_message_gives_way_to_what_runs(monkeypatch):
+    """ "english is loaded - 100.0%" stood 4-12 s over a sweep, comparison or batch while nothing
+    loaded: after the pair is ready, the job's own words replace it, with no bar."""
+    import specviz.ui.pairs as pairs
+
+    monkeypatch.setattr(pairs, "load_pair", lambda progress=None, **ids: progress(1.0, "english is loaded") or "the pair")
+    progress = Progress()
+    assert pairs.ensure_pair("english", "", "", progress, "Sweep: the baseline…") == "the pair"
+    assert progress.calls[-1] == (None, "Sweep: the baseline…")
+
+
+@pytest.mark.parametrize("job", ["sweep", "compare", "batch"])
+def test_a_long_job_says_what_runs_before_its_first_measurement(monkeypatch, job):
+    """The first thing a sweep, a comparison or a batch shows, at once, is what it is running;
+    the same words stand in the progress line (no device work has started)."""
+    import importlib
+
+    page = importlib.import_module(f"specviz.ui.{job}")
+    progress = Progress()
+    monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: progress(None, desc=a[4]))
+    monkeypatch.setattr(page, f"{job}_on_device", lambda *a, **k: pytest.fail("the device half ran before the first words"))
+    fn = getattr(page, f"run_{job}")
+    if job == "sweep":
+        first = next(fn("embedded", "x", 0.7, 40, 0.9, 16, 0, None, progress=progress))["sweep_status"]
+        assert first.startswith("Sweep (drafter model, constant gamma): measuring the autoregressive baseline, then gamma 1..8")
+    elif job == "compare":
+        first = next(fn("embedded", "x", 4, 0.7, 40, 0.9, 16, 0, progress=progress))["compare_view"]
+        assert "Comparing drafters: the drafter model first" in first and "baseline" in first
+    else:
+        first = next(fn("embedded", "a\nb", 2, 4, 0.7, 40, 0.9, 16, 0, progress=progress))["batch_status"]
+        assert first.startswith("Decoding 2 rows together, then measuring batch sizes 1, 2")
+    assert progress.calls[-1][1] in first and "loaded" not in first

@@ -20,12 +20,19 @@ def pair_ids(pair_name, custom_drafter, custom_target) -> dict:
     return dict(drafter=drafter, target=target) if drafter or target else dict(name=pair_name)
 
 
-def ensure_pair(pair_name, custom_drafter, custom_target, progress) -> Pair:
-    """Load (or reuse) the pair outside any GPU call, reporting progress to the page."""
+def ensure_pair(pair_name, custom_drafter, custom_target, progress, doing: str | None = None) -> Pair:
+    """Load (or reuse) the pair outside any GPU call, reporting progress to the page.
+
+    ``doing`` (what the job runs next, in words) then replaces the loader's last message, with no
+    bar: a resident pair's "is loaded - 100%" stood for seconds over a sweep, a comparison or a batch
+    while nothing loaded."""
     try:
-        return load_pair(**pair_ids(pair_name, custom_drafter, custom_target), progress=lambda f, m: progress(f, desc=m))
+        pair = load_pair(**pair_ids(pair_name, custom_drafter, custom_target), progress=lambda f, m: progress(f, desc=m))
     except PairError as err:
         raise mistake(str(err), title="Model pair unavailable") from err
+    if doing:
+        progress(None, desc=doing)
+    return pair
 
 
 def resident(pair_name, custom_drafter, custom_target) -> Pair:

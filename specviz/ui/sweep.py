@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from specviz.measure.sweep import Sweep
 from specviz.recording import Recording
 from specviz.ui import state
 from specviz.ui.device import sweep_on_device
@@ -29,7 +30,11 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     """
     req = RunRequest.checked(pair_name, prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed, chat,
                              custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty)
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
+    label = sweep_label(Sweep(0.0, 0.0, drafter=req.drafter_kind, schedule=req.gamma_schedule))
+    doing = (f"Sweep ({label}): measuring the autoregressive baseline, then gamma {SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]}, "
+             "each in turns with a baseline of its own…")
+    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
+    yield dict(sweep_status=doing)  # what runs, at once (the first point comes after a whole baseline)
     session = state.session_of(request)
     sweep, by_you = None, False
     with state.job(session):
