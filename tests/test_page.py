@@ -115,3 +115,20 @@ def test_a_long_job_says_what_runs_before_its_first_measurement(monkeypatch, job
         first = next(fn("embedded", "a\nb", 2, 4, 0.7, 40, 0.9, 16, 0, progress=progress))["batch_status"]
         assert first.startswith("Decoding 2 rows together, then measuring batch sizes 1, 2")
     assert progress.calls[-1][1] in first and "loaded" not in first
+
+
+def test_a_sweep_at_its_time_limit_names_the_gammas_left_and_asks_for_fewer_tokens(monkeypatch, shown_run):
+    """The sweep ran out of time after gamma 4 on the English pair at 128 tokens and said only that it
+    stopped: now it names the gammas not measured and says fewer tokens would finish it."""
+    import specviz.ui.sweep as page
+
+    monkeypatch.setattr(page, "SWEEP_SECONDS_MAX", 90.0)
+    last = _sweep(monkeypatch, shown_run, (1, 2, 3, 4))[-1]
+    status = last["sweep_status"]
+    assert status.startswith("Sweep (drafter model, constant gamma) stopped at its time limit of 90 s after gamma 4: "), status
+    assert "gamma 5, 6, 7, 8 were not measured. Fewer max new tokens would finish it" in status
+    assert "At 16 tokens 4 of 8 gammas fit, so about 8 should fit all of them." in status
+    assert [p.gamma for p in last["recording"].sweep.points] == [1, 2, 3, 4]  # what was measured is kept
+    none = _sweep(monkeypatch, shown_run, ())[-1]["sweep_status"]
+    assert none == ("Sweep stopped at its time limit of 90 s before any gamma finished: gamma 1, 2, 3, 4, 5, 6, 7, 8 were not "
+                    "measured. Fewer max new tokens would finish it (each gamma decodes them twice, speculative and autoregressive).")
