@@ -411,3 +411,39 @@ def test_phone_viewport_reaches_every_tab(page, app_url):
         assert phone.evaluate("document.documentElement.scrollWidth") <= 400
     finally:
         phone.close()
+
+
+def test_the_output_is_where_the_eye_is(page, app_url):
+    """At 1920 x 1080 the output, its stats and the tabs fill the right beside the controls (the tabs
+    had started about 1,980 px down under an empty right column) and chart text is legible on a
+    projector; at 390 x 844 the output follows the prompt and Generate (it had started 3,400 px down
+    a 6,600 px page, under every setting)."""
+    where = """() => { const y = (s) => Math.round(document.querySelector(s).getBoundingClientRect().top + window.scrollY);
+                       const right = (s) => Math.round(document.querySelector(s).getBoundingClientRect().left);
+                       return {output: y('#sv-output'), tabs: y('[role=tablist]'), settings: y('#sv-settings'), run: y('#sv-run'),
+                               show_left: right('#sv-show'), run_left: right('#sv-run'), drafter: y('#sv-drafter-kind'),
+                               height: document.documentElement.scrollHeight}; }"""
+    for size, is_phone in (({"width": 1920, "height": 1080}, False), ({"width": 390, "height": 844}, True)):
+        other = page.context.browser.new_page(viewport=size, has_touch=is_phone, is_mobile=is_phone)
+        try:
+            other.goto(app_url)
+            other.locator("#sv-output").wait_for(timeout=30_000)
+            m = other.evaluate(where)
+            if not is_phone:
+                # after a run on the embedded pair (128 tokens fill the output and the stats)
+                other.locator("#sv-pair input").first.click()
+                other.get_by_role("option", name="embedded", exact=True).click()
+                other.get_by_role("button", name="Generate").click()
+                other.get_by_text("Done:").wait_for(timeout=120_000)
+                m = other.evaluate(where)
+                assert m["show_left"] > m["run_left"] + 300 and m["settings"] > m["run"], m  # beside the controls
+                assert m["output"] < 400 and m["tabs"] < 1300, m
+                other.get_by_role("tab", name="Charts").click()
+                other.locator("#sv-acceptance .main-svg .xtick text").first.wait_for(timeout=30_000)
+                font = other.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#sv-acceptance .main-svg .xtick text')).fontSize)")
+                assert font >= 14, font
+            else:
+                assert m["output"] < m["drafter"] and m["output"] < 1600, m  # before the settings, within two screens
+            other.screenshot(path=str(shots() / f"layout-{size['width']}.png"), full_page=True)
+        finally:
+            other.close()
