@@ -94,12 +94,16 @@ The lanes show one row each, one column per round of the batch: the row's tested
 token, and grey boxes for the draft slots it left as padding. The chart measures tokens/s over the whole batch at
 each batch size up to yours, speculative and autoregressive in turns, twice each.
 
-**Why the speedup changes with batch size.** Speculative decoding pays off when a target pass costs about the
-same for gamma + 1 tokens as for one: at batch 1 a pass is dominated by reading the weights, not by arithmetic.
-A batch gives the autoregressive baseline that same bargain: B tokens per weight read. The verify pass over
-B × (gamma + 1) positions then does (gamma + 1) times the arithmetic of a baseline step, so its cost *v* (in
-baseline steps) grows with B, and a batch runs until its slowest row is done, carrying the others' padding.
-The speedup is about E[tokens per round] / (gamma c + v) (Leviathan et al. 2023, Thm 3.8 with the verify pass
-costing *v* steps instead of 1): as *v* grows with the batch, the speedup falls. `python -m specviz bench
---batch-sizes 1,2,4,8` measures *c*, *v* and the rounds for each batch size.
+**When a batch gains, measured.** The speedup (speculative tokens/s over the batch / autoregressive tokens/s over
+the batch) is about E[tokens per round] / (gamma c + v) (Leviathan et al. 2023, Thm 3.8 with the verify pass costing
+*v* baseline steps instead of 1). A batch gives the autoregressive baseline B tokens per weight read too, while the
+verify pass over B × (gamma + 1) positions does (gamma + 1) times a baseline step's arithmetic, so *v* grows with B;
+and a batch runs until its slowest row is done, carrying the others' padding. So on this CPU, in the form the pairs
+run in now, **the speedup falls as the batch grows: batches of 2 gain a little, batches of 4 and more lose** (English
+pair, bf16, gamma 3, 32 tokens: 1.04×, 1.12×, 0.88×, 0.69× at batch 1, 2, 4, 8; embedded pair, gamma 4, 128 tokens:
+1.40×, 1.30×, 0.82×, 0.83×). Only where a single sequence's verify pass is itself slow does a small batch first help:
+the English target in fp32 paid about two steps for a pass over a handful of tokens, a batch made the baseline's step
+a matrix product as well, and batches of 2 and 4 gained (0.84×, 1.31×, 1.36×, 0.98× at batch 1, 2, 4, 8). The tables
+and their commands are in docs/benchmarks.md; `python -m specviz bench --batch-sizes 1,2,4,8` measures *c*, *v* and
+the rounds on your machine.
 """
