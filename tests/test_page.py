@@ -150,3 +150,55 @@ def test_the_batch_tab_and_readme_say_one_thing_and_quote_the_measured_tables():
     assert len(quoted) == 12
     for x in quoted:
         assert re.search(rf"\| {re.escape(x)}x \|", bench), x
+
+
+def _eq1(a: float, g: int) -> float:
+    """Leviathan et al. 2023, Eq. (1), written here: 1 + a + ... + a^g."""
+    return sum(a ** i for i in range(g + 1))
+
+
+def test_the_explanations_measured_figures_are_computed_from_the_recordings_given(shown_run):
+    """The Explanation tab stated the embedded pair's results as typed text ("within 1 % ... within 4 %"):
+    its figures now come from the recordings and logs it is given, each naming its pair."""
+    from specviz.views import explanation_markdown
+
+    sweep = list(_sweeps(range(1, 9)))[-1]
+    rec = Recording(shown_run.speculative, None, sweep, "t")
+    gaps = []
+    for g in range(1, 9):
+        alpha, tpr = (8 * g - 6) / (8 * g), (8 * g + 2) / 8  # _point's counts: accepted / (accepted + rejected), tokens / rounds
+        gaps.append(abs(_eq1(alpha, g) - tpr) / tpr)
+    worst = max(gaps)
+    logs = {"English drafter": {"held_out_mean_beta": {"greedy": {"mean_beta": 0.5, "positions": 10}, "t1": {"mean_beta": 2.0}}},
+            "EAGLE head": {"held_out_first_draft": {"greedy": {"first_draft_mean_beta": 0.25, "top1_agreement": 0.125}}}}
+    text = explanation_markdown([("mypair", "my-sweep", rec)], logs)
+    assert "**`mypair` pair**" in text and "`my-sweep`" in text
+    assert f"within {worst:.1%} (the largest gap, at gamma {gaps.index(worst) + 1}; mean gap {sum(gaps) / 8:.1%})" in text
+    assert "Alpha (accepted / tested drafts) 0.25–0.91" in text
+    assert "mean beta 0.500 (greedy) over 10 drafted positions each" in text and "2.000" not in text  # a share over 1 is refused
+    assert "greedy: mean beta 0.250, top-1 agreement 0.125" in text
+    assert "within 1 %" not in text and "What was measured" in explanation_markdown()
+
+
+def test_the_explanation_on_the_page_names_the_pairs_of_the_shipped_files():
+    """The page's Explanation reports every prepared recording with a sweep (the English and the
+    embedded pair's), from the files themselves."""
+    import json
+
+    from specviz.assets import ASSETS
+    from specviz.ui.evidence import explanation
+    from specviz.ui.limits import RECORDINGS
+
+    text = explanation()
+    rec = Recording.load(RECORDINGS / "english-greedy-gamma3-sweep.json")
+    gaps = [abs(_eq1(p.accepted / (p.accepted + p.rejected), p.gamma) - p.tokens / p.rounds) / (p.tokens / p.rounds) for p in rec.sweep.points]
+    assert f"**`english` pair**" in text and f"within {max(gaps):.1%}" in text.split("`english-greedy-gamma3-sweep`")[1]
+    assert "**`embedded` pair**" in text and "`greedy-gamma4-sweep`" in text and "`sampled-gamma4-sweep`" in text
+    beta = json.loads((ASSETS / "models" / "smollm2-drafter" / "training_log.json").read_text())["held_out_mean_beta"]["greedy"]["mean_beta"]
+    assert f"mean beta {beta:.3f} (greedy)" in text
+
+
+def test_names_from_files_reach_the_explanation_as_inert_code():
+    from specviz.views.explain import _code
+
+    assert _code("<img src=x onerror=alert(1)>`x`") == "`?img?src?x?onerror?alert?1???x?`"

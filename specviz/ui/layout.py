@@ -45,7 +45,8 @@ from specviz.ui.race import start_race
 from specviz.ui.replay import replay_next, replay_previous, replay_show
 from specviz.ui.tree import TREE_CHOICES, replay_tree
 from specviz.ui.sweep import run_sweep
-from specviz.views import BATCH_NOTE, THEORY_NOTE, explanation_markdown, legend_html, round_html, sweep_figure
+from specviz.ui.evidence import explanation
+from specviz.views import BATCH_NOTE, THEORY_NOTE, legend_html, round_html, sweep_figure
 from specviz.views.batch import batch_figure, batch_lanes_html
 from specviz.views.compare import compare_figure, compare_html
 from specviz.views.lab import lab_figure
@@ -188,7 +189,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                         ui["lab_verdict"] = gr.HTML(elem_id="sv-lab-verdict")
                         ui["lab_plot"] = gr.Plot(lab_figure(None), show_label=False, elem_id="sv-lab-plot")
                     with gr.Tab("Explanation", id="explain"):
-                        gr.Markdown(explanation_markdown(), latex_delimiters=latex, elem_id="sv-explain")
+                        gr.Markdown(explanation(), latex_delimiters=latex, elem_id="sv-explain")
             with gr.Column(scale=2, min_width=320, elem_id="sv-settings"):
                 if EXAMPLES is not CODE_EXAMPLES:
                     gr.Examples(EXAMPLES, inputs=ui["prompt"], label="Example prompts (English, held out from the drafter's training)")
