@@ -109,10 +109,15 @@ def test_outputs_include_replay_theory_race_and_a_download(client):
 
 
 def test_sweep_runs_gamma_1_to_8(client):
+    from specviz.recording import Recording
+
     call(client, max_new_tokens=8)
-    figure, status = client.predict("embedded", "def add(a, b):", 0.7, 40, 0.95, 16, 0, api_name="/sweep")
+    figure, status, download, _ = client.predict("embedded", "def add(a, b):", 0.7, 40, 0.95, 16, 0, api_name="/sweep")
     assert status.startswith("Sweep done")
     assert "measured speedup" in figure["plot"]
+    # The download now holds the run shown and the sweep (README: "trace, baseline and sweep").
+    rec = Recording.load(download["value"] if isinstance(download, dict) else download)
+    assert len(rec.speculative.output_ids) == 8 and [p.gamma for p in rec.sweep.points] == list(range(1, 9))
 
 
 def test_prepared_recording_and_bad_uploads(client, tmp_path):
@@ -424,7 +429,7 @@ def test_stop_during_a_comparison_leaves_the_app_serving(client):
 
 
 def test_sweep_runs_the_drafter_and_schedule_the_controls_say(client):
-    figure, status = client.predict("embedded", "x = 1\ny = 2\nx = 1\ny =", 0.0, 0, 1.0, 12, 0, True, "", "", 1.0, "ngram", "heuristic",
+    figure, status, *_ = client.predict("embedded", "x = 1\ny = 2\nx = 1\ny =", 0.0, 0, 1.0, 12, 0, True, "", "", 1.0, "ngram", "heuristic",
                                     api_name="/sweep")
     assert status.startswith("Sweep done (prompt lookup, heuristic gamma schedule)"), status
     assert "prompt lookup, heuristic gamma schedule" in figure["plot"]

@@ -28,9 +28,12 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
     reqs = [RunRequest.checked(pair_name, p, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
                                custom_target, drafter_kind, gamma_schedule, repetition_penalty) for p in prompts]
     req = reqs[0]
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
     size = int(batch_size)
     sizes = batch_sizes_up_to(size)
+    doing = (f"Decoding {size} row{'s' * (size > 1)} together, then measuring batch sizes {', '.join(map(str, sizes))} "
+             "(speculative and autoregressive in turns)…")
+    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
+    yield dict(batch_status=doing)  # what runs, at once
     session = state.session_of(request)
     try:
         with state.job(session):

@@ -12,6 +12,10 @@ from specviz.ui.pairs import ensure_pair
 from specviz.ui.request import RunRequest
 from specviz.views.compare import compare_figure, compare_html
 
+# What the page says while the first kind runs (its column comes only when it and its baseline are done).
+RUNNING = ("Comparing drafters: the drafter model first, then prompt lookup, early exit and the quantized target, "
+           "each beside its own autoregressive baseline…")
+
 
 def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True, custom_drafter="", custom_target="",
                 gamma_schedule="constant", repetition_penalty=1.0, tree="chain", progress=gr.Progress(), request: gr.Request = None):
@@ -23,7 +27,8 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
     """
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
                              custom_target, "model", gamma_schedule, repetition_penalty, tree)
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
+    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, RUNNING)
+    yield dict(compare_view=f'<div class="sv-compare" style="color:#666;">{RUNNING}</div>')  # what runs, at once
     session = state.session_of(request)
     comparison = None
     try:

@@ -18,3 +18,18 @@ CSS += """
 # Run once in the page's head: figures follow their box's width (one drawn in a hidden tab took
 # plotly's default 700 px), and a tapped token's details are placed inside the window.
 HEAD = f"<script>{FIT_SCRIPT}{TIP_SCRIPT}</script>"
+
+# The page's three columns (specviz.ui.layout): what to run, what it shows, the settings. On a wide
+# screen a grid puts what it shows (output, stats and the tabs) on the right beside the other two
+# (the tabs had started about 1,980 px down at 1920 x 1080 under an empty right column); narrower,
+# they stack in that order, so on a phone the output comes right after the prompt and Generate
+# (it had started 3,400 px down, under every setting).
+CSS += """
+@media (min-width: 1100px) {
+  #sv-main { display: grid !important; grid-template-columns: minmax(320px, 2fr) minmax(0, 3fr);
+             grid-template-rows: auto 1fr; gap: var(--layout-gap); align-items: start; }
+  #sv-main > #sv-run { grid-column: 1; grid-row: 1; min-width: 0; }
+  #sv-main > #sv-settings { grid-column: 1; grid-row: 2; min-width: 0; }
+  #sv-main > #sv-show { grid-column: 2; grid-row: 1 / span 2; min-width: 0; }
+}
+"""

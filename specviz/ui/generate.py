@@ -35,9 +35,13 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
         with state.job(session):  # from the start, so a Stop pressed while the pair loads is seen
             req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
                                      custom_target, drafter_kind, gamma_schedule, repetition_penalty, tree)
+<<<<<<< HEAD
             if state.client_gone(request):
                 return  # it waited in the queue with nobody reading: the engine never starts
             ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
+=======
+            ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, "Speculative decoding: the first round…")
+>>>>>>> wt-h-page
             if state.should_stop(session):
                 state.stopped[session] = stopped_outputs(None)
                 yield state.stopped[session]
@@ -63,8 +67,11 @@ def _shown(event: tuple, req: RunRequest, session: str | None):
     kind, spec = event[0], event[1]
     if kind == "round":
         status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
-        yield dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), status=status, recording=Recording(spec, title=event[2]),
+        out = dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), status=status, recording=Recording(spec, title=event[2]),
                    **streaming(spec, session))
+        if len(spec.rounds) == 1:
+            out["export_file"] = None  # the previous run's HTML export is not this run's
+        yield out
     elif kind == "speculative_done":
         yield dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), acceptance_plot=acceptance_figure(spec),
                    timeline_plot=timeline_figure(spec), status="Finishing…", recording=Recording(spec, title=event[2]),

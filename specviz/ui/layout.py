@@ -45,7 +45,8 @@ from specviz.ui.race import start_race
 from specviz.ui.replay import replay_next, replay_previous, replay_show
 from specviz.ui.tree import TREE_CHOICES, replay_tree
 from specviz.ui.sweep import run_sweep
-from specviz.views import BATCH_NOTE, THEORY_NOTE, explanation_markdown, legend_html, round_html, sweep_figure
+from specviz.ui.evidence import explanation
+from specviz.views import BATCH_NOTE, THEORY_NOTE, legend_html, round_html, sweep_figure
 from specviz.views.batch import batch_figure, batch_lanes_html
 from specviz.views.compare import compare_figure, compare_html
 from specviz.views.lab import lab_figure
@@ -85,8 +86,11 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
     with gr.Blocks(title="specviz: speculative decoding, round by round", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:
         ui["recording"] = gr.State(None, time_to_live=SESSION_TTL_S)
         gr.Markdown(INTRO)
-        with gr.Row():
-            with gr.Column(scale=2, min_width=320):
+        # Three columns in a grid (specviz.ui.css): what to run, what it shows, and the settings. On a wide screen
+        # the output and its tabs fill the right, beside the other two; on a phone they come right after the
+        # prompt and its Generate button, and the settings follow.
+        with gr.Row(elem_id="sv-main"):
+            with gr.Column(scale=2, min_width=320, elem_id="sv-run"):
                 ui["pair_name"] = CheckedDropdown(list(PRESETS), value=DEFAULT_PAIR, label="Model pair (drafter -> target)",
                                               info="Hub pairs are downloaded on first use; one pair stays loaded at a time.", elem_id="sv-pair")
                 ui["pair_info"] = gr.Markdown(pair_info(DEFAULT_PAIR), elem_id="sv-pair-info")
@@ -95,6 +99,98 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     ui["custom_drafter"] = CheckedTextbox("", label="Custom drafter (hub id[@revision])", placeholder="owner/name", max_length=200)
                     ui["custom_target"] = CheckedTextbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
                 ui["prompt"] = CheckedTextbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX)
+                with gr.Row():
+                    ui["run"] = gr.Button("Generate", variant="primary", scale=3)
+                    ui["stop"] = gr.Button("Stop", variant="stop", scale=1, elem_id="sv-stop")
+                gr.Markdown(caps(max_queue), elem_id="sv-caps")
+            with gr.Column(scale=3, min_width=400, elem_id="sv-show"):
+                gr.HTML(legend_html())
+                ui["tokens"] = gr.HTML(label="Output", elem_id="sv-output")
+                ui["status"] = gr.Markdown(elem_id="sv-status")
+                ui["stats"] = gr.HTML(elem_id="sv-stats")
+                with gr.Tabs(overflow_behavior="wrap"):  # on a phone every tab stays in view, on two rows
+                    with gr.Tab("Charts", id="charts"):  # one above the other, each the column's width: legible on a projector
+                        ui["acceptance_plot"] = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
+                        ui["timeline_plot"] = gr.Plot(label="Tokens over time", show_label=False, elem_id="sv-timeline")
+                    with gr.Tab("Replay", id="replay"):
+                        gr.Markdown("Step through the rounds: the drafts with q(x) and p(x), the uniform u against min(1, p/q), and where the correction or bonus token came from.")
+                        with gr.Row(equal_height=True):
+                            ui["prev_round"] = gr.Button("◀ Previous round", size="sm", elem_id="sv-prev", scale=1)
+                            ui["replay_slider"] = CheckedSlider(1, 2, value=1, interactive=False, step=1, label="round", elem_id="sv-round", scale=6)
+                            ui["next_round"] = gr.Button("Next round ▶", size="sm", elem_id="sv-next", scale=1)
+                        ui["replay"] = gr.HTML(round_html(Trace(mode="speculative", prompt_ids=[]), 0), elem_id="sv-replay")
+                        ui["replay_tree"] = gr.Plot(replay_tree(None, 1), show_label=False, elem_id="sv-replay-tree")
+                    with gr.Tab("Theory", id="theory"):
+                        gr.Markdown(THEORY_NOTE, latex_delimiters=[{"left": "$", "right": "$", "display": False}])
+                        ui["speedup_plot"] = gr.Plot(show_label=False, elem_id="sv-speedup")
+                        with gr.Row():
+                            ui["histogram_plot"] = gr.Plot(show_label=False, elem_id="sv-histogram")
+                            ui["position_plot"] = gr.Plot(show_label=False, elem_id="sv-position")
+                        with gr.Row(equal_height=True):
+                            ui["sweep_button"] = gr.Button(f"Run gamma sweep ({SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]})", elem_id="sv-sweep-button", scale=1)
+                            ui["sweep_status"] = gr.Markdown("Same prompt, seed, sampling, drafter and gamma schedule (the page's controls); one baseline, "
+                                                             "then each gamma in turns with a baseline of its own.",
+                                                             elem_id="sv-sweep-status")
+                        ui["sweep_plot"] = gr.Plot(sweep_figure(None), show_label=False, elem_id="sv-sweep")
+                    with gr.Tab("Race", id="race"):
+                        with gr.Row(equal_height=True):
+                            ui["pace"] = CheckedRadio(list(PACES), value=PACES[0], label="pace", scale=3)
+                            ui["race_button"] = gr.Button("Start race", elem_id="sv-race-button", scale=1)
+                        ui["race"] = gr.HTML(elem_id="sv-race")
+                    with gr.Tab("Save / load", id="files"):
+                        gr.Markdown(
+                            "Save a run as JSON and replay it later with no model: prepare runs on a GPU, show them on a laptop offline. "
+                            f"Files are checked against the trace schema; at most {MAX_BYTES // (1024 * 1024)} MB."
+                        )
+                        with gr.Row():
+                            ui["download"] = gr.DownloadButton("Download this run (JSON)", interactive=False, elem_id="sv-download")
+                            ui["upload"] = gr.File(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
+                        with gr.Row(equal_height=True):
+                            ui["example"] = CheckedDropdown(examples(), value=(examples() or [None])[0], label="Prepared recordings (each names its pair)", scale=3)
+                            ui["example_button"] = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)
+                        ui["load_status"] = gr.Markdown(elem_id="sv-load-status")  # what a load is doing, beside its buttons
+                        with gr.Row(equal_height=True):
+                            ui["export_button"] = gr.Button("Export this run as one HTML file", elem_id="sv-export-button", scale=1)
+                            ui["export_file"] = gr.File(label="A page that replays the run from disk: no server, no network (about 5 MB)",
+                                                        interactive=False, elem_id="sv-export", scale=3)
+                    with gr.Tab("Compare drafters", id="compare"):
+                        gr.Markdown("One prompt, seed and sampling (the page's controls), decoded with each drafter kind: which tokens "
+                                    "each one gets right, its tokens per round, alpha, cost and speedup. Each runs in turns with its own "
+                                    "baseline; the output text is the same for all of them when sampling is greedy. The quantized target (int8, CPU only) "
+                                    "shows why a drafter must be cheap as well as close: a high alpha, and a c near the target's own cost.")
+                        ui["compare_button"] = gr.Button("Compare drafters", variant="primary", elem_id="sv-compare-button")
+                        ui["compare_view"] = gr.HTML(compare_html(None), elem_id="sv-compare")
+                        ui["compare_plot"] = gr.Plot(compare_figure(None), show_label=False, elem_id="sv-compare-plot")
+                    with gr.Tab("Batch", id="batch"):
+                        gr.Markdown(BATCH_NOTE)
+                        ui["batch_prompts"] = CheckedTextbox(join_prompts(BATCH_EXAMPLES), label="Batch prompts (one per line; \\n inside a line is a newline)",
+                                                         lines=6, max_length=BATCH_MAX * PROMPT_CHARS_MAX, elem_id="sv-batch-prompts")
+                        with gr.Row(equal_height=True):
+                            ui["batch_size"] = CheckedSlider(1, BATCH_MAX, value=4, step=1, label="batch size (rows; beyond the prompts they repeat)",
+                                                             scale=3)
+                            ui["batch_button"] = gr.Button("Run batch", variant="primary", elem_id="sv-batch-button", scale=1)
+                        ui["batch_status"] = gr.Markdown(elem_id="sv-batch-status")
+                        ui["batch_view"] = gr.HTML(batch_lanes_html(None), elem_id="sv-batch")
+                        ui["batch_plot"] = gr.Plot(batch_figure(None), show_label=False, elem_id="sv-batch-plot")
+                    with gr.Tab("Exactness lab", id="lab"):
+                        gr.Markdown("Why is the output exactly the target's? Watch it: tiny models with a vocabulary of 8, the exact "
+                                    "law of the first two tokens enumerated from the target, and thousands of seeded speculative samples "
+                                    "counted as they come, with a chi-square test. Plant a fault seen in public code and watch it fail.")
+                        with gr.Row():
+                            ui["lab_kind"] = CheckedDropdown(list(LAB_KINDS), value="different", label="drafter")
+                            ui["lab_fault"] = CheckedDropdown([(f.name, k) for k, f in FAULTS.items()], value="none", label="planted fault")
+                        with gr.Row():
+                            ui["lab_temperature"] = CheckedSlider(0.1, 2.0, value=1.0, step=0.1, label="temperature")
+                            ui["lab_top_k"] = CheckedSlider(0, 8, value=5, step=1, label="top-k (0 = off)")
+                            ui["lab_top_p"] = CheckedSlider(0.1, 1.0, value=1.0, step=0.05, label="top-p")
+                            ui["lab_gamma"] = CheckedSlider(1, 8, value=3, step=1, label="gamma")
+                            ui["lab_runs"] = CheckedSlider(500, LAB_RUNS_MAX, value=2000, step=500, label="samples")
+                        ui["lab_button"] = gr.Button("Run the experiment", variant="primary", elem_id="sv-lab-run")
+                        ui["lab_verdict"] = gr.HTML(elem_id="sv-lab-verdict")
+                        ui["lab_plot"] = gr.Plot(lab_figure(None), show_label=False, elem_id="sv-lab-plot")
+                    with gr.Tab("Explanation", id="explain"):
+                        gr.Markdown(explanation(), latex_delimiters=latex, elem_id="sv-explain")
+            with gr.Column(scale=2, min_width=320, elem_id="sv-settings"):
                 if EXAMPLES is not CODE_EXAMPLES:
                     gr.Examples(EXAMPLES, inputs=ui["prompt"], label="Example prompts (English, held out from the drafter's training)")
                 gr.Examples(CODE_EXAMPLES, inputs=ui["prompt"], label="Example prompts (Python: the embedded pair was trained on the standard library)")
@@ -120,98 +216,6 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 with gr.Row():
                     ui["max_new_tokens"] = CheckedSlider(*MAX_NEW_TOKENS_RANGE, value=DEFAULTS["max_new_tokens"], step=1, label="max new tokens")
                     ui["seed"] = CheckedNumber(value=DEFAULTS["seed"], minimum=0, maximum=SEED_MAX, precision=0, label="seed")
-                with gr.Row():
-                    ui["run"] = gr.Button("Generate", variant="primary", scale=3)
-                    ui["stop"] = gr.Button("Stop", variant="stop", scale=1, elem_id="sv-stop")
-                gr.Markdown(caps(max_queue), elem_id="sv-caps")
-            with gr.Column(scale=3, min_width=400):
-                gr.HTML(legend_html())
-                ui["tokens"] = gr.HTML(label="Output", elem_id="sv-output")
-                ui["status"] = gr.Markdown(elem_id="sv-status")
-                ui["stats"] = gr.HTML(elem_id="sv-stats")
-        with gr.Tabs(overflow_behavior="wrap"):  # on a phone every tab stays in view, on two rows
-            with gr.Tab("Charts", id="charts"):
-                with gr.Row():
-                    ui["acceptance_plot"] = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
-                    ui["timeline_plot"] = gr.Plot(label="Tokens over time", show_label=False, elem_id="sv-timeline")
-            with gr.Tab("Replay", id="replay"):
-                gr.Markdown("Step through the rounds: the drafts with q(x) and p(x), the uniform u against min(1, p/q), and where the correction or bonus token came from.")
-                with gr.Row(equal_height=True):
-                    ui["prev_round"] = gr.Button("◀ Previous round", size="sm", elem_id="sv-prev", scale=1)
-                    ui["replay_slider"] = CheckedSlider(1, 2, value=1, interactive=False, step=1, label="round", elem_id="sv-round", scale=6)
-                    ui["next_round"] = gr.Button("Next round ▶", size="sm", elem_id="sv-next", scale=1)
-                ui["replay"] = gr.HTML(round_html(Trace(mode="speculative", prompt_ids=[]), 0), elem_id="sv-replay")
-                ui["replay_tree"] = gr.Plot(replay_tree(None, 1), show_label=False, elem_id="sv-replay-tree")
-            with gr.Tab("Theory", id="theory"):
-                gr.Markdown(THEORY_NOTE, latex_delimiters=[{"left": "$", "right": "$", "display": False}])
-                ui["speedup_plot"] = gr.Plot(show_label=False, elem_id="sv-speedup")
-                with gr.Row():
-                    ui["histogram_plot"] = gr.Plot(show_label=False, elem_id="sv-histogram")
-                    ui["position_plot"] = gr.Plot(show_label=False, elem_id="sv-position")
-                with gr.Row(equal_height=True):
-                    ui["sweep_button"] = gr.Button(f"Run gamma sweep ({SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]})", elem_id="sv-sweep-button", scale=1)
-                    ui["sweep_status"] = gr.Markdown("Same prompt, seed, sampling, drafter and gamma schedule (the controls on the left); one baseline, "
-                                                     "then each gamma in turns with a baseline of its own.",
-                                                     elem_id="sv-sweep-status")
-                ui["sweep_plot"] = gr.Plot(sweep_figure(None), show_label=False, elem_id="sv-sweep")
-            with gr.Tab("Race", id="race"):
-                with gr.Row(equal_height=True):
-                    ui["pace"] = CheckedRadio(list(PACES), value=PACES[0], label="pace", scale=3)
-                    ui["race_button"] = gr.Button("Start race", elem_id="sv-race-button", scale=1)
-                ui["race"] = gr.HTML(elem_id="sv-race")
-            with gr.Tab("Save / load", id="files"):
-                gr.Markdown(
-                    "Save a run as JSON and replay it later with no model: prepare runs on a GPU, show them on a laptop offline. "
-                    f"Files are checked against the trace schema; at most {MAX_BYTES // (1024 * 1024)} MB."
-                )
-                with gr.Row():
-                    ui["download"] = gr.DownloadButton("Download this run (JSON)", interactive=False, elem_id="sv-download")
-                    ui["upload"] = gr.File(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
-                with gr.Row(equal_height=True):
-                    ui["example"] = CheckedDropdown(examples(), value=(examples() or [None])[0], label="Prepared recordings (each names its pair)", scale=3)
-                    ui["example_button"] = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)
-                ui["load_status"] = gr.Markdown(elem_id="sv-load-status")  # what a load is doing, beside its buttons
-                with gr.Row(equal_height=True):
-                    ui["export_button"] = gr.Button("Export this run as one HTML file", elem_id="sv-export-button", scale=1)
-                    ui["export_file"] = gr.File(label="A page that replays the run from disk: no server, no network (about 5 MB)",
-                                                interactive=False, elem_id="sv-export", scale=3)
-            with gr.Tab("Compare drafters", id="compare"):
-                gr.Markdown("One prompt, seed and sampling (the controls on the left), decoded with each drafter kind: which tokens "
-                            "each one gets right, its tokens per round, alpha, cost and speedup. Each runs in turns with its own "
-                            "baseline; the output text is the same for all of them when sampling is greedy. The quantized target (int8, CPU only) "
-                            "shows why a drafter must be cheap as well as close: a high alpha, and a c near the target's own cost.")
-                ui["compare_button"] = gr.Button("Compare drafters", variant="primary", elem_id="sv-compare-button")
-                ui["compare_view"] = gr.HTML(compare_html(None), elem_id="sv-compare")
-                ui["compare_plot"] = gr.Plot(compare_figure(None), show_label=False, elem_id="sv-compare-plot")
-            with gr.Tab("Batch", id="batch"):
-                gr.Markdown(BATCH_NOTE)
-                ui["batch_prompts"] = CheckedTextbox(join_prompts(BATCH_EXAMPLES), label="Batch prompts (one per line; \\n inside a line is a newline)",
-                                                 lines=6, max_length=BATCH_MAX * PROMPT_CHARS_MAX, elem_id="sv-batch-prompts")
-                with gr.Row(equal_height=True):
-                    ui["batch_size"] = CheckedSlider(1, BATCH_MAX, value=4, step=1, label="batch size (rows; beyond the prompts they repeat)",
-                                                     scale=3)
-                    ui["batch_button"] = gr.Button("Run batch", variant="primary", elem_id="sv-batch-button", scale=1)
-                ui["batch_status"] = gr.Markdown(elem_id="sv-batch-status")
-                ui["batch_view"] = gr.HTML(batch_lanes_html(None), elem_id="sv-batch")
-                ui["batch_plot"] = gr.Plot(batch_figure(None), show_label=False, elem_id="sv-batch-plot")
-            with gr.Tab("Exactness lab", id="lab"):
-                gr.Markdown("Why is the output exactly the target's? Watch it: tiny models with a vocabulary of 8, the exact "
-                            "law of the first two tokens enumerated from the target, and thousands of seeded speculative samples "
-                            "counted as they come, with a chi-square test. Plant a fault seen in public code and watch it fail.")
-                with gr.Row():
-                    ui["lab_kind"] = CheckedDropdown(list(LAB_KINDS), value="different", label="drafter")
-                    ui["lab_fault"] = CheckedDropdown([(f.name, k) for k, f in FAULTS.items()], value="none", label="planted fault")
-                with gr.Row():
-                    ui["lab_temperature"] = CheckedSlider(0.1, 2.0, value=1.0, step=0.1, label="temperature")
-                    ui["lab_top_k"] = CheckedSlider(0, 8, value=5, step=1, label="top-k (0 = off)")
-                    ui["lab_top_p"] = CheckedSlider(0.1, 1.0, value=1.0, step=0.05, label="top-p")
-                    ui["lab_gamma"] = CheckedSlider(1, 8, value=3, step=1, label="gamma")
-                    ui["lab_runs"] = CheckedSlider(500, LAB_RUNS_MAX, value=2000, step=500, label="samples")
-                ui["lab_button"] = gr.Button("Run the experiment", variant="primary", elem_id="sv-lab-run")
-                ui["lab_verdict"] = gr.HTML(elem_id="sv-lab-verdict")
-                ui["lab_plot"] = gr.Plot(lab_figure(None), show_label=False, elem_id="sv-lab-plot")
-            with gr.Tab("Explanation", id="explain"):
-                gr.Markdown(explanation_markdown(), latex_delimiters=latex, elem_id="sv-explain")
         _wire(ui)
         demo.unload(session_ended)  # a visitor's files go when the session ends
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
@@ -253,7 +257,7 @@ def _wire(ui: dict) -> None:
     sweep_event = long_job(ui["sweep_button"].click, run_sweep,
                            ("pair_name", "prompt", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "recording", "chat",
                             "custom_drafter", "custom_target", "repetition_penalty", "drafter_kind", "gamma_schedule"),
-                           ("sweep_plot", "sweep_status", "recording"), SWEEP_SECONDS_MAX * 1.5, api_name="sweep")
+                           ("sweep_plot", "sweep_status", "recording", "download", "export_file"), SWEEP_SECONDS_MAX * 1.5, api_name="sweep")
     run_event.failure(keyed(failed, RUN_OUTPUTS), None, of(*RUN_OUTPUTS), api_visibility="private", show_progress="hidden")
     ui["lab_button"].click(guarded("lab", run_lab, LAB_SECONDS_MAX * 1.5, skip=skips(2), background=True),
                            of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),

@@ -26,7 +26,8 @@ from specviz.views import (
 )
 
 RUN_OUTPUTS = ("tokens", "stats", "acceptance_plot", "timeline_plot", "status", "recording", "replay_slider", "replay",
-               "speedup_plot", "histogram_plot", "position_plot", "sweep_plot", "race", "download", "replay_tree")
+               "speedup_plot", "histogram_plot", "position_plot", "sweep_plot", "race", "download", "replay_tree",
+               "export_file")
 
 
 def replay_slider(trace: Trace | None, value: int | None = None) -> gr.Slider:
@@ -46,6 +47,7 @@ def everything(rec: Recording, status: str, download: str | None) -> dict:
         speedup_plot=speedup_figure(spec, base), histogram_plot=accepted_histogram_figure(spec), position_plot=position_figure(spec),
         sweep_plot=sweep_figure(rec.sweep), race=race_html(spec, base, slowdown_for(spec, base), nonce()),
         download=gr.DownloadButton(value=download, interactive=download is not None), replay_tree=_tree(rec, 1),
+        export_file=None,  # an HTML export of the run shown before is not this run's
     )
 
 

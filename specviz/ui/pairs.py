@@ -21,14 +21,21 @@ def pair_ids(pair_name, custom_drafter, custom_target) -> dict:
     return dict(drafter=drafter, target=target) if drafter or target else dict(name=pair_name)
 
 
-def ensure_pair(pair_name, custom_drafter, custom_target, progress) -> Pair:
+def ensure_pair(pair_name, custom_drafter, custom_target, progress, doing: str | None = None) -> Pair:
     """Load (or reuse) the pair outside any GPU call, reporting progress to the page. A model still on
-    the hub downloads in the background: the visitor is told so within seconds (``specviz.pair.download``)."""
+    the hub downloads in the background: the visitor is told so within seconds (``specviz.pair.download``).
+
+    ``doing`` (what the job runs next, in words) then replaces the loader's last message, with no
+    bar: a resident pair's "is loaded - 100%" stood for seconds over a sweep, a comparison or a batch
+    while nothing loaded."""
     try:
         with in_background():
-            return load_pair(**pair_ids(pair_name, custom_drafter, custom_target), progress=lambda f, m: progress(f, desc=m))
+            pair = load_pair(**pair_ids(pair_name, custom_drafter, custom_target), progress=lambda f, m: progress(f, desc=m))
     except PairError as err:
         raise mistake(str(err), title="Model pair unavailable") from err
+    if doing:
+        progress(None, desc=doing)
+    return pair
 
 
 def resident(pair_name, custom_drafter, custom_target) -> Pair:

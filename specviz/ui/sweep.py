@@ -4,14 +4,33 @@ from __future__ import annotations
 
 import gradio as gr
 
+from specviz.measure.sweep import Sweep
 from specviz.recording import Recording
 from specviz.ui import state
 from specviz.ui.device import sweep_on_device
+from specviz.ui.downloads import save_for_download
 from specviz.ui.limits import SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 from specviz.ui.pairs import ensure_pair
 from specviz.ui.request import RunRequest
 from specviz.views import sweep_figure
 from specviz.views.theory import sweep_label
+
+
+def cut_short(points: list, max_new_tokens: int, by_you: bool) -> str:
+    """Why a sweep ended before its last gamma, which gammas were left, and (at the time limit) that
+    fewer tokens would finish it, with a guess: the sweep's time grows about in proportion to the
+    tokens, so the share of the gammas measured is the share of the tokens that fits."""
+    done = {p.gamma for p in points}
+    left = [g for g in SWEEP_GAMMAS if g not in done]
+    after = f"after gamma {points[-1].gamma}" if points else "before any gamma finished"
+    missing = f"gamma {', '.join(map(str, left))} {'was' if len(left) == 1 else 'were'} not measured."
+    if by_you:
+        return f"by you {after}: {missing}"
+    fits = max(1, max_new_tokens * len(done) // len(SWEEP_GAMMAS))
+    guess = (f" At {max_new_tokens} tokens {len(done)} of {len(SWEEP_GAMMAS)} gammas fit, so about {fits} should fit all of them."
+             if done else "")
+    return (f"at its time limit of {SWEEP_SECONDS_MAX:.0f} s {after}: {missing} Fewer max new tokens would finish it "
+            f"(each gamma decodes them twice, speculative and autoregressive).{guess}")
 
 
 def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec: Recording | None, chat=True,
@@ -20,12 +39,19 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     """Decode the prompt with gamma = 1..8 (same seed, sampling, drafter kind and gamma schedule; a
     schedule starts each run at its gamma) and plot each against the theory.
 
-    Yields dicts keyed "sweep_plot", "sweep_status" and "recording" (with the sweep attached, at the end).
-    The Stop button ends it after the gamma in progress (``specviz.ui.state``).
+    Yields dicts keyed "sweep_plot", "sweep_status", and at the end "recording" (the shown run with the
+    sweep attached), "download" (that recording's JSON, so the download holds the sweep as README says)
+    and "export_file" (emptied: an HTML export made before the sweep would lack it). With no run shown,
+    the sweep is plotted but saved nowhere. The Stop button ends it after the gamma in progress
+    (``specviz.ui.state``).
     """
     req = RunRequest.checked(pair_name, prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed, chat,
                              custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty)
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
+    label = sweep_label(Sweep(0.0, 0.0, drafter=req.drafter_kind, schedule=req.gamma_schedule))
+    doing = (f"Sweep ({label}): measuring the autoregressive baseline, then gamma {SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]}, "
+             "each in turns with a baseline of its own…")
+    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
+    yield dict(sweep_status=doing)  # what runs, at once (the first point comes after a whole baseline)
     session = state.session_of(request)
     sweep, by_you = None, False
     with state.job(session):
@@ -38,13 +64,19 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
             yield dict(sweep_plot=sweep_figure(sweep),
                        sweep_status=f"Sweep ({sweep_label(sweep)}): {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} "
                                     f"({done} of {len(SWEEP_GAMMAS)})…")
-    why = "by you" if by_you else f"at the time limit of {SWEEP_SECONDS_MAX:.0f} s"
-    if sweep is None or not sweep.points:
-        yield dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep stopped {why} before any gamma finished.")
+    points = sweep.points if sweep is not None else []
+    if not points:
+        yield dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep stopped {cut_short(points, req.max_new_tokens, by_you)}")
         return
-    best = max(sweep.points, key=lambda p: sweep.speedup(p) or 0.0)
-    cut = "" if len(sweep.points) == len(SWEEP_GAMMAS) else f" Stopped {why} after gamma {sweep.points[-1].gamma}."
-    out = dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep done ({sweep_label(sweep)}): fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×).{cut}")
+    best = max(points, key=lambda p: sweep.speedup(p) or 0.0)
+    fastest = f"fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×)"
+    if len(points) == len(SWEEP_GAMMAS):
+        status = f"Sweep done ({sweep_label(sweep)}): {fastest}."
+    else:
+        status = f"Sweep ({sweep_label(sweep)}) stopped {cut_short(points, req.max_new_tokens, by_you)} Of those measured: {fastest}."
+    out = dict(sweep_plot=sweep_figure(sweep), sweep_status=status)
     if rec is not None:
         out["recording"] = Recording(rec.speculative, rec.baseline, sweep, rec.title, rec.prompt, rec.chat)
+        out["download"] = gr.DownloadButton(value=save_for_download(out["recording"], session), interactive=True)
+        out["export_file"] = None
     yield out

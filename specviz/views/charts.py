@@ -45,13 +45,14 @@ def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go
     fig.update_layout(
         # The title sits below the band plotly's toolbar (the modebar) takes at the figure's top, so
         # the toolbar never covers it: on a phone it is always shown and the title spans the width.
-        title=dict(text=title, font=dict(size=15), x=0, xref="paper", xanchor="left", y=1, yref="container", yanchor="top",
+        title=dict(text=title, font=dict(size=18), x=0, xref="paper", xanchor="left", y=1, yref="container", yanchor="top",
                    pad=dict(t=TOOLBAR_PX)),
         template="plotly_white",
-        height=380,
-        margin=dict(l=50, r=20, t=TOOLBAR_PX + 40, b=95),
+        font=dict(size=15),  # read from the back of a room on a projector (plotly's 12 was too small)
+        height=420,
+        margin=dict(l=60, r=20, t=TOOLBAR_PX + 44, b=110),
         # below the axis title, so on a narrow screen the legend never covers the figure's title
-        legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0.0),
+        legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0.0),
         bargap=0.15,
     )
     return fig

@@ -45,7 +45,7 @@ def compare_html(comparison, kinds=None, tree: bool = False, stopped: bool = Fal
     model's token tree beside its chain). A kind not finished yet says it is running, or, once
     ``stopped``, that it was not run."""
     if comparison is None or not comparison.runs:
-        return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings on the left run with each '
+        return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings of the page run with each '
                 "drafter kind (drafter model, prompt lookup, early exit, quantized target), each beside its own baseline.</div>")
     kinds = kinds or getattr(comparison, "kinds", None) or tuple(LABELS)
     cols = []

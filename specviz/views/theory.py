@@ -48,7 +48,7 @@ def _label(fig: go.Figure, x: float, y: float, text: str, above: bool, **kw) -> 
     """A point's label, set off from it by a short leader line on a white ground, so it never
     sits on a curve it would have to be read through (above the curves' top, below their bottom)."""
     fig.add_annotation(x=x, y=y, text=text, showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#777", ax=0, ay=-34 if above else 34,
-                       bgcolor="rgba(255,255,255,0.9)", borderpad=2, font=dict(size=12, color="#222"), **kw)
+                       bgcolor="rgba(255,255,255,0.9)", borderpad=2, font=dict(size=14, color="#222"), **kw)
 
 
 def _verify_curve(fig: go.Figure, alpha: float, c: float, v: float, gamma_measured: float) -> int:
@@ -89,9 +89,9 @@ def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
         fig.add_trace(go.Scatter(x=[gamma], y=[measured], mode="markers", name=f"measured, gamma {gamma}",
                                  marker=dict(symbol="diamond", size=13, color=MEASURED)))
         fig.add_annotation(x=gamma, y=measured, text=f"measured {measured:.2f}×", showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#777",
-                           ax=40, ay=40, xanchor="left", bgcolor="rgba(255,255,255,0.9)", borderpad=2, font=dict(size=12, color=MEASURED))
+                           ax=40, ay=40, xanchor="left", bgcolor="rgba(255,255,255,0.9)", borderpad=2, font=dict(size=14, color=MEASURED))
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), annotation_text="no speedup", annotation_position="bottom right",
-                  annotation=dict(bgcolor="rgba(255,255,255,0.9)", font=dict(size=11, color="#666")))
+                  annotation=dict(bgcolor="rgba(255,255,255,0.9)", font=dict(size=13, color="#666")))
     top = max(tops + [measured or 0.0, 1.0])
     fig.update_yaxes(range=[0, top * 1.35])  # room above the top curve for the optimal gamma's label
     return style_figure(fig, title, "gamma (drafted tokens per round)", "speedup over autoregressive")
