@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from urllib.parse import parse_qs
 
-GRACE_S = 5.0  # seconds a queued job waits for its result stream to be opened
+GRACE_S = 10.0  # seconds a queued job waits for its result stream to be opened
 KEYS_MAX = 4096  # stream keys remembered (oldest forgotten first): bounded memory however many clients come
 
 _CALL_STREAM = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/([^/]+)/?$")
