@@ -35,13 +35,9 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
         with state.job(session):  # from the start, so a Stop pressed while the pair loads is seen
             req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
                                      custom_target, drafter_kind, gamma_schedule, repetition_penalty, tree)
-<<<<<<< HEAD
             if state.client_gone(request):
                 return  # it waited in the queue with nobody reading: the engine never starts
-            ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress)
-=======
             ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, "Speculative decoding: the first round…")
->>>>>>> wt-h-page
             if state.should_stop(session):
                 state.stopped[session] = stopped_outputs(None)
                 yield state.stopped[session]
