@@ -8,7 +8,8 @@ greedy decoding, cached and re-fed, chains and token trees (static and EAGLE-2's
 either cache compaction); every tree node's q equal, to fp32 tolerance, to the head's q recomputed
 without a cache along the node's own path from the target's true features (so the tree mask, the
 positions and the features the accepted path hands to the next round are right). The trees' law is
-tested in tests/test_tree_exactness.py. On the English pair, the shipped head's greedy output is compared
+tested in tests/test_tree_exactness.py. Batches: each row is its prompt's own run, and each row keeps its
+prompt's law (chi-square, as tests/test_batch.py; the batched harness's planted-fault controls are there). On the English pair, the shipped head's greedy output is compared
 with the target's in fp32 beside the other drafters (tests/test_english.py).
 """
 
@@ -69,12 +70,25 @@ def test_a_one_token_prompt_verifies_no_drafts_in_its_first_round():
     assert trace.rounds[0].drafts == [] and len(trace.output_ids) == 6
 
 
-def test_batches_and_untrained_targets_are_refused_with_a_message():
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_each_batch_row_is_its_prompts_own_run(temperature):
     from specviz.engine.batch import speculative_generate_batch
+    from tests.test_batch import EOS, PROMPTS, _same_run
 
     target = outlier_llama(outlier=20.0)
-    with pytest.raises(EagleUnsupported, match="batches"):
-        speculative_generate_batch([[1, 2], [3, 4]], tiny_eagle(target), target, gamma=2, max_new_tokens=4)
+    sampling = Sampling(temperature, top_k=6 if temperature else 0)
+    drafter = tiny_eagle(target)
+    batch = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=5,
+                                       eos_token_id=EOS, schedule="heuristic")
+    assert batch.drafter_passes == drafter.passes > 0 and sum(t.drafted for t in batch.traces) > 0
+    for b, prompt in enumerate(PROMPTS):
+        one = speculative_generate(prompt, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=5 + b,
+                                   eos_token_id=EOS, schedule="heuristic")
+        _same_run(one, batch.traces[b])
+
+
+def test_untrained_targets_are_refused_with_a_message():
+    target = outlier_llama(outlier=20.0)
     with pytest.raises(EagleUnsupported, match="no EAGLE head"):
         make_drafter("eagle", target=target)
 
@@ -156,3 +170,21 @@ def test_planted_fault_is_caught_with_eagle():
     stat, pvalue, _ = chi_square(tiny_eagle(target), target, Sampling(temperature=1.0), 3, runs=1000, fault="residual_is_p")
     print(f"\nplanted residual_is_p with eagle: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
+
+
+@pytest.mark.slow
+def test_batched_eagle_rows_keep_each_prompts_law():
+    """Three prompts of lengths 3, 2 and 4 decoded together, EOS on, each row against its own prompt's law
+    (as tests/test_batch.py; prompts where this target leaves at least 8 testable cells)."""
+    from specviz.lab import batch_results
+    from tests.test_batch import EOS
+
+    prompts = [[1, 2, 3], [7, 1], [6, 4, 1, 3]]
+    target = outlier_llama(outlier=20.0)
+    results = batch_results(tiny_eagle(target), target, Sampling(temperature=1.0), 2, runs=1500, prompts=prompts, eos=EOS)
+    for prompt, result in zip(prompts, results):
+        stat, pvalue = result.test()
+        print(f"\nbatched eagle row {prompt}: chi2={stat:.1f} p={pvalue:.3g}")
+        assert (result.exact * result.runs >= 5).sum() >= 8
+        assert pvalue > ALPHA
+    assert any(r.drafted > r.accepted > 0 for r in results)

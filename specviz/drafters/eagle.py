@@ -28,7 +28,9 @@ own ancestors only; ``specviz.engine.tree.draft`` ranks and keeps the nodes by t
 confidence. The target's tree pass returns the features of every node; the loop hands over those
 of the accepted path (``observe_target``), and the next round's catch-up feeds them.
 
-Batches are refused (``start_batch``): see its message.
+Batches: each row drafts through its own copy of the drafter (``fork``: the head shared, the
+cache and the features its own), and the batch loop hands each row the target's features of its
+own columns (``observe_target_batch``).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ HEAD_FOLDERS = (ASSETS / "models" / "smollm2-eagle",)
 
 
 class EagleUnsupported(ValueError):
-    """EAGLE was asked where it cannot draft (a batch, a target without a head)."""
+    """EAGLE was asked where it cannot draft (a target without a head)."""
 
 
 def _fits(folder: Path, target) -> bool:
@@ -82,11 +84,9 @@ class EagleDrafter(Drafter):
         head: an ``EagleHead``; it is given the target's input table and output rows here.
         target: the run's target (its features arrive through ``observe_target``).
 
-    Raises:
-        EagleUnsupported: from ``start_batch`` (batches are not supported).
-
-    Drafts chains (``propose``) and token trees (``catch_up``, ``tree_features``, through
-    ``specviz.engine.tree.draft``).
+    Drafts chains (``propose``), token trees (``catch_up``, ``tree_features``, through
+    ``specviz.engine.tree.draft``) and batches (each row through its own ``fork``, handed its row's
+    features by ``observe_target_batch``).
     """
 
     kind = "eagle"
@@ -119,7 +119,9 @@ class EagleDrafter(Drafter):
 
     @property
     def passes(self) -> int:
-        return self._passes
+        if self._forks is None:
+            return self._passes
+        return self._left_passes + sum(f.passes for f in self._forks)  # a batch's rows, those that left too
 
     def describe(self) -> dict:
         return {"kind": self.kind, "head_tokens": int(self.head.head_ids.numel())}
@@ -141,6 +143,7 @@ class EagleDrafter(Drafter):
     # ---- the Drafter verbs ----------------------------------------------------------------------
 
     def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+        self._forks = None
         self.cache = DynamicCache()
         self.fed = 0
         self.known = 0
@@ -226,6 +229,24 @@ class EagleDrafter(Drafter):
             self.cache.crop(self.fed - held)  # a negative count removes that many (transformers 5)
         self.known = min(self.known, length)
 
+    # ---- batches: each row drafts through its own copy (the default batching) -------------------
+
+    def fork(self) -> "EagleDrafter":
+        """A row's drafter: the head shared, its cache and the target's features its own."""
+        twin = super().fork()
+        twin.cache, twin.feat, twin.known, twin.fed = None, None, 0, 0
+        return twin
+
     def start_batch(self, seqs, lengths, vocab) -> None:
-        raise EagleUnsupported("the EAGLE drafter drafts single sequences: batches are not supported; "
-                               "choose the drafter model or prompt lookup for a batch")
+        self._left_passes = 0
+        super().start_batch(seqs, lengths, vocab)
+
+    def keep_rows(self, rows: list[int]) -> None:
+        self._left_passes += sum(f.passes for i, f in enumerate(self._forks) if i not in rows)
+        super().keep_rows(rows)
+
+    def observe_target_batch(self, rows: list[tuple[int, torch.Tensor]]) -> None:
+        """Per row still in the batch, (start, (k, H)): the target's features of that row's positions
+        start .. start + k - 1, handed to the row's drafter (``observe_target``)."""
+        for drafter, (start, hidden) in zip(self._forks, rows):
+            drafter.observe_target(start, hidden)
