@@ -85,6 +85,7 @@ def test_each_batch_row_is_its_prompts_own_run(temperature):
         one = speculative_generate(prompt, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=5 + b,
                                    eos_token_id=EOS, schedule="heuristic")
         _same_run(one, batch.traces[b])
+        assert [r.features_from for r in batch.traces[b].rounds] == [r.features_from for r in one.rounds]
 
 
 def test_untrained_targets_are_refused_with_a_message():

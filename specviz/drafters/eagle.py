@@ -219,7 +219,7 @@ class EagleDrafter(Drafter):
             if i + 1 >= r.gamma or not r.keep_drafting(torch.softmax(logits, dim=-1) if r.sampling.greedy else q):
                 break
             f = self._step(token, f, n - 1 + i)
-        return Proposal(q=torch.cat(q_rows))
+        return Proposal(q=torch.cat(q_rows), features_from=self.grew_from)
 
     def rollback(self, length: int) -> None:
         # Drop the inputs made of predicted features (every drafting step of the round) and the

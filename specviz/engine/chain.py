@@ -152,7 +152,8 @@ def speculative_stream(
             # 6. Record.
             if record:
                 trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
-                                           decode, top_k, allowed, draft_ms, verify_ms, clock.since_start()))
+                                           decode, top_k, allowed, draft_ms, verify_ms, clock.since_start(),
+                                           features_from=proposal.features_from))
             extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace

@@ -43,6 +43,8 @@ class DraftTree:
         rule: "with-replacement" (children i.i.d. from q) or "without-replacement" (distinct, fixed children).
         sources: prompt lookup's copy positions per node, else None.
         fed: per node, its slot in the drafter's cache after the prefix (fed to expand it), else -1.
+        features_from: an EAGLE head's tree: the sequence position whose target feature it grew
+            from; else None.
     """
 
     tokens: torch.Tensor
@@ -52,6 +54,7 @@ class DraftTree:
     rule: str
     sources: list[int] | None = None
     fed: list[int] | None = None
+    features_from: int | None = None
 
     @property
     def size(self) -> int:
@@ -261,6 +264,7 @@ def draft_tree(drafter: Drafter, r: DraftRequest, spec: TreeSpec, depth: int) ->
         x = _Expander(drafter, r)
     else:
         raise TypeError(f"token trees need a drafter model, early exit, an EAGLE head or prompt lookup, got {type(drafter).__name__}")
-    if spec.is_static:
-        return draft_static(x, r, spec, min(depth, spec.depth))
-    return draft_dynamic(x, r, spec, min(depth, spec.depth))
+    tree = (draft_static if spec.is_static else draft_dynamic)(x, r, spec, min(depth, spec.depth))
+    if isinstance(drafter, EagleDrafter) and tree.size:
+        tree.features_from = drafter.grew_from
+    return tree

@@ -195,6 +195,7 @@ def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[in
         final_prob=host["final_probs"][slot] if keeps_final else None, final_top=final_top,
         draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=None,  # a tree has a depth, not a gamma
         tree=TreeRecord(nodes=nodes, path=list(path), rule=drafted.rule, drafter_passes=drafter_passes),
+        features_from=drafted.features_from,
     )
 
 
