@@ -3,10 +3,14 @@
 The engine records it (``Round.features_from``) for chains, token trees and batch rows: the last
 position the target scored and kept, two before the round's first draft. Traces saved before schema
 7 load without it, a file's value is checked against the positions settled before its round, and the
-panel shows it with the token there (escaped: a recording is data from outside).
+panel shows it with the token there (escaped: a recording is data from outside). Compare drafters
+gives an EAGLE run its own column (label and colour); the Explanation tab says in two sentences why
+reading the target's features raises acceptance, and the drafter's description names its source.
 """
 
 from __future__ import annotations
+
+from html import escape
 
 import pytest
 
@@ -82,3 +86,35 @@ def test_a_files_features_from_must_be_a_position_scored_before_its_round():
         d["rounds"][i]["features_from"] = bad
         with pytest.raises(ValueError, match=rf"rounds\.{i}\.features_from|features_from"):
             Trace.from_dict(d)
+
+
+
+def test_compare_drafters_has_an_eagle_column():
+    """Every drafter kind has a label and a colour in Compare drafters; an EAGLE run gets its own column."""
+    from specviz import autoregressive_generate
+    from specviz.drafters import KINDS
+    from specviz.measure.comparison import Comparison
+    from specviz.views.compare import COLOURS, LABELS, compare_figure, compare_html
+
+    assert set(KINDS) <= set(COLOURS) and set(KINDS) <= set(LABELS)
+    target = outlier_llama(outlier=20.0)
+    spec = speculative_generate(PROMPT, tiny_eagle(target), target, gamma=3, max_new_tokens=8, seed=1)
+    base = autoregressive_generate(PROMPT, target, max_new_tokens=8, seed=1)
+    comparison = Comparison(runs={"eagle": (spec, base)}, kinds=("model", "eagle"))
+    html = compare_html(comparison)
+    assert escape(LABELS["eagle"]) in html and COLOURS["eagle"] in html and "running" in html  # the model column is still running
+    assert any(t.name == LABELS["eagle"] for t in compare_figure(comparison).data)
+
+
+def test_the_page_says_why_reading_the_targets_features_raises_acceptance_and_names_eagles_source():
+    import re
+
+    from specviz.drafters import DESCRIPTIONS
+    from specviz.views.explain import explanation_markdown
+
+    text = explanation_markdown()
+    para = text[text.index("**Why EAGLE accepts more.**"):].split("\n\n")[0]
+    body = para.replace("**Why EAGLE accepts more.**", "").replace("Li et al.", "Li et al")
+    assert len(re.findall(r"[.!?](?:\s|$)", body.strip())) == 2  # two sentences
+    assert "hidden state" in para and "Li et al. 2024" in para
+    assert "Li et al. 2024" in DESCRIPTIONS["eagle"]
