@@ -112,6 +112,13 @@ def test_tree_greedy_equals_the_targets_greedy(tree, cached, compaction):
     assert trace.drafter_forward_passes == drafter.passes
 
 
+def test_a_tree_over_a_static_cache_is_refused_with_a_message():
+    target = outlier_llama(outlier=20.0)
+    with pytest.raises(ValueError, match="reads the target's features over the dynamic cache"):
+        tree_generate([1, 2, 3], tiny_eagle(target), target, TreeSpec.dynamic(4, depth=2, topk=2), max_new_tokens=4,
+                      cached="static")
+
+
 def reference_q(drafter: EagleDrafter, target, prefix: list[int], path: list[int]) -> torch.Tensor:
     """The head's q (vocab,) at temperature 1 after ``prefix`` and the drafts ``path``, recomputed
     without any cache: the target's true features of prefix[:-1] from one causal pass, the head fed
