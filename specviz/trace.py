@@ -41,10 +41,12 @@ FinalKind = Literal["correction", "bonus", "target"]
 # 2 added Round.final_top; 3 added Draft.beta and Round.gamma; 4 added Draft.source and the
 # drafter and gamma_schedule settings; 5 added Round.tree (token trees) and the tree setting; 6
 # named the tree rules "with-replacement" / "without-replacement" (were "specinfer" / "one-hot"),
-# added TreeRecord.drafter_passes and left a tree round's gamma None (its depth is the tree's).
+# added TreeRecord.drafter_passes and left a tree round's gamma None (its depth is the tree's); 7
+# added Round.features_from (where an EAGLE round's drafts grew from).
 # Older files still load (with no top tokens, no beta, gamma read from the settings, a drafter
-# model with a constant gamma, chains, and the old rule names read as the new ones).
-SCHEMA_VERSION = 6
+# model with a constant gamma, chains, the old rule names read as the new ones, and no
+# features_from).
+SCHEMA_VERSION = 7
 
 # MAX_GAMMA: the most drafts a round holds (defined in specviz.limits, re-exported here).
 
@@ -114,6 +116,10 @@ class Round:
             traces saved before schema version 6 recorded the depth here).
         tree: a token tree round's whole tree (``specviz.engine.tree.record``); ``drafts`` then holds its
             accepted path. None for chains and in traces saved before schema version 5.
+        features_from: for a drafter that reads the target's features (EAGLE), the sequence
+            position (0-based over prompt and output) whose target feature the round's drafts grew
+            from: the last position the target scored and kept, two before the first draft. None for
+            other drafters, for a round that drafted nothing, and in traces saved before schema 7.
     """
 
     drafts: list[Draft]
@@ -128,6 +134,7 @@ class Round:
     final_top: list[TopToken] = field(default_factory=list)
     gamma: int | None = None
     tree: TreeRecord | None = None
+    features_from: int | None = None
 
     @property
     def accepted_count(self) -> int:

@@ -9,7 +9,8 @@
    largest valid file costs a fixed, small amount of work whatever its bytes hold.
 2. pydantic, field by field against the dataclasses (``specviz.trace.validate``).
 3. ``check_trace`` on the built Trace: every probability finite and in [0, 1], u in [0, 1),
-   times finite and >= 0, gamma a whole number in 1..MAX_GAMMA, verdicts in the engine's order
+   times finite and >= 0, gamma a whole number in 1..MAX_GAMMA, an EAGLE round's features_from a
+   position settled and scored before the round, verdicts in the engine's order
    (accepted, then at most one rejected, then discarded) and consistent with u and
    min(1, p/q), each round's emitted ids equal to its kept drafts and final token, and the
    output equal to the rounds' emitted ids in order.
@@ -192,6 +193,10 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
                 raise _fail(f"{at}.drafts", f"{len(r.drafts)} drafts in a round allowed gamma {r.gamma}")
         if trace.mode == "autoregressive" and r.drafts:
             raise _fail(f"{at}.drafts", "the autoregressive baseline drafts nothing")
+        if r.features_from is not None:
+            # The drafts grow from a position the target scored and kept before the round: at most
+            # two before the first draft (the pending token, the last one settled, is not yet scored).
+            _whole(r.features_from, 0, max(0, len(trace.prompt_ids) + len(emitted) - 2), f"{at}.features_from")
         verdicts = [d.verdict for d in r.drafts]
         n_acc = verdicts.count("accepted")
         if verdicts[:n_acc] != ["accepted"] * n_acc or verdicts.count("rejected") > 1 or (

@@ -286,8 +286,9 @@ def _with_stand_in_drafter(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_english_pair_greedy_equals_the_targets_generate(tmp_path, monkeypatch):
-    """Greedy speculative output of the English pair (its distilled drafter, and the quantized
-    drafter) equals transformers' greedy ``generate`` of the target, on a few held-out prompts."""
+    """Greedy speculative output of the English pair (its distilled drafter, the quantized
+    drafter, and the shipped EAGLE head in a chain and in an EAGLE-2 dynamic tree) equals
+    transformers' greedy ``generate`` of the target, on a few held-out prompts."""
     from specviz import Sampling, speculative_generate
     from specviz.drafters import make_drafter
     from specviz.pair.catalogue import ENGLISH_DRAFTER, SMOLLM2_GGUF
@@ -318,5 +319,13 @@ def test_english_pair_greedy_equals_the_targets_generate(tmp_path, monkeypatch):
                                              eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
                 assert_same_greedy(pair.target, ids, trace.output_ids, want, vocab=pair.vocab_size)
                 assert trace.drafted > 0
+                if kind == "eagle":  # and its EAGLE-2 dynamic tree
+                    from specviz.engine.tree.loop import tree_generate
+                    from specviz.engine.tree.spec import TreeSpec
+
+                    trace = tree_generate(ids, drafter, pair.target, TreeSpec.dynamic(16, depth=4, topk=4), sampling=Sampling(0.0),
+                                          max_new_tokens=24, eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
+                    assert_same_greedy(pair.target, ids, trace.output_ids, want, vocab=pair.vocab_size)
+                    assert trace.accepted > 0
     finally:
         unload_all()

@@ -11,6 +11,13 @@ distinct fixed children (top-k of q, static and EAGLE-2 dynamic trees) and with 
 (SpecInfer's multi-step speculative sampling) for children drawn i.i.d. from q; with top-k and
 top-p applied to q and p alike.
 
+The EAGLE drafter's trees (tests/test_eagle.py's tiny untrained head over five of the eight tokens, on
+a tiny Llama target): EAGLE-2's dynamic tree (its own confidence picks the nodes) and a static tree of
+children drawn from q; control: its top-k children verified with min(1, p/q) (``topk_ratio``), caught at
+500 runs with p = 0 where the correct rule gives p = 0.098 at 2,000. (``siblings_against_p`` and
+``residual_unnormalised`` are the same fault for distinct children and shift this head's law too little
+to be caught at that size: its first child is rarely accepted and p' at the second barely differs from p.)
+
 Controls: three faults seen in tree implementations are passed to the rules' own code path
 (specviz.lab.tree_faults, ``judge``'s fault argument) and the same test must reject them. At 2,000 correct runs the faults
 gave p-values below 1e-14 (1e-22 at 1,000); the controls use 500 runs, a quarter of the sample the correct rules pass at,
@@ -57,4 +64,36 @@ def test_planted_tree_faults_are_caught(fault, sampling, tree):
     drafter, target = models("different")
     stat, pvalue, _ = chi_square(drafter, target, sampling, 2, runs=CONTROL_RUNS, tree=tree, fault=fault)
     print(f"\nplanted {fault} {tree.label()}: chi2={stat:.1f} p={pvalue:.3g}")
+    assert pvalue < ALPHA
+
+
+EAGLE_CASES = [
+    ("eagle-dynamic", Sampling(temperature=1.0), TreeSpec.dynamic(8, depth=2, topk=3)),
+    ("eagle-dynamic-topk-topp", Sampling(temperature=0.8, top_k=6, top_p=0.9), TreeSpec.dynamic(6, depth=2, topk=2)),
+    ("eagle-static-with-replacement", Sampling(temperature=1.0), TreeSpec.static((3, 2), "sampled")),
+]
+
+
+def eagle_pair():
+    from tests.test_drafters import outlier_llama
+    from tests.test_eagle import tiny_eagle
+
+    target = outlier_llama(outlier=20.0)
+    return tiny_eagle(target), target
+
+
+@pytest.mark.parametrize("sampling, tree", [c[1:] for c in EAGLE_CASES], ids=[c[0] for c in EAGLE_CASES])
+def test_eagle_tree_output_distribution_is_the_targets(sampling, tree):
+    drafter, target = eagle_pair()
+    stat, pvalue, acceptance = chi_square(drafter, target, sampling, 2, runs=RUNS, tree=tree)
+    print(f"\neagle {sampling} {tree.label()}: chi2={stat:.1f} p={pvalue:.3g} draft acceptance rate={acceptance:.3f}")
+    assert acceptance > 0.0
+    assert pvalue > ALPHA
+
+
+def test_planted_tree_fault_is_caught_with_eagle():
+    drafter, target = eagle_pair()
+    stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 2, runs=CONTROL_RUNS,
+                                 tree=TreeSpec.dynamic(8, depth=2, topk=3), fault="topk_ratio")
+    print(f"\nplanted topk_ratio with eagle, dynamic tree: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA

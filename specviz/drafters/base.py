@@ -73,10 +73,13 @@ class Proposal:
         q: (count, vocab) float32 on the device: the distribution each draft was drawn from.
         sources: per draft, the position in the sequence it was copied from (prompt lookup),
             else None.
+        features_from: for a drafter that reads the target's features (EAGLE), the sequence
+            position whose target feature the drafts grew from, else None.
     """
 
     q: torch.Tensor
     sources: list[int] | None = None
+    features_from: int | None = None
 
     @property
     def count(self) -> int:

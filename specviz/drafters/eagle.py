@@ -21,8 +21,16 @@ q is the head's logits over its tokens, -inf elsewhere, through the run's sampli
 exactly 0 outside the head, so the residual norm(max(0, p - q)) supplies those tokens and the
 output is still exactly the target's (Leviathan et al. 2023, Appendix A.1).
 
-Chains only: a token tree and a batch need the features of tree nodes and padded rows, which
-this drafter does not read; the loops refuse it there with a message.
+Token trees (EAGLE-2, Li et al. 2024): after the same catch-up, ``tree_features`` feeds a whole
+level of tree nodes in one pass under the tree mask, each node with its parent's predicted feature
+(the root's children with f^_{n-1}) at position n - 2 + depth, so each sees the true prefix and its
+own ancestors only; ``specviz.engine.tree.draft`` ranks and keeps the nodes by the head's own
+confidence. The target's tree pass returns the features of every node; the loop hands over those
+of the accepted path (``observe_target``), and the next round's catch-up feeds them.
+
+Batches: each row drafts through its own copy of the drafter (``fork``: the head shared, the
+cache and the features its own), and the batch loop hands each row the target's features of its
+own columns (``observe_target_batch``).
 """
 
 from __future__ import annotations
@@ -37,13 +45,14 @@ from specviz.assets import ASSETS
 from specviz.drafters.base import Drafter, DraftRequest, Proposal
 from specviz.drafters.eagle_head import CONFIG, EagleHead
 from specviz.engine.sampling import contexts
+from specviz.engine.tree.attention import float_mask
 
 # Heads shipped with specviz, found by the target they were trained for (width, vocabulary).
 HEAD_FOLDERS = (ASSETS / "models" / "smollm2-eagle",)
 
 
 class EagleUnsupported(ValueError):
-    """EAGLE was asked where it cannot draft (a token tree, a batch, a target without a head)."""
+    """EAGLE was asked where it cannot draft (a target without a head)."""
 
 
 def _fits(folder: Path, target) -> bool:
@@ -75,8 +84,9 @@ class EagleDrafter(Drafter):
         head: an ``EagleHead``; it is given the target's input table and output rows here.
         target: the run's target (its features arrive through ``observe_target``).
 
-    Raises:
-        EagleUnsupported: from ``start_batch`` (batches are not supported).
+    Drafts chains (``propose``), token trees (``catch_up``, ``tree_features``, through
+    ``specviz.engine.tree.draft``) and batches (each row through its own ``fork``, handed its row's
+    features by ``observe_target_batch``).
     """
 
     kind = "eagle"
@@ -109,7 +119,9 @@ class EagleDrafter(Drafter):
 
     @property
     def passes(self) -> int:
-        return self._passes
+        if self._forks is None:
+            return self._passes
+        return self._left_passes + sum(f.passes for f in self._forks)  # a batch's rows, those that left too
 
     def describe(self) -> dict:
         return {"kind": self.kind, "head_tokens": int(self.head.head_ids.numel())}
@@ -131,6 +143,7 @@ class EagleDrafter(Drafter):
     # ---- the Drafter verbs ----------------------------------------------------------------------
 
     def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+        self._forks = None
         self.cache = DynamicCache()
         self.fed = 0
         self.known = 0
@@ -148,33 +161,65 @@ class EagleDrafter(Drafter):
         out = self.head.features(xs[None], feats[None], past_key_values=self.cache, position_ids=pos)
         return out[0, -1:]
 
-    def _logits(self, f: torch.Tensor) -> torch.Tensor:
-        """(1, vocab) logits: the head's tokens scored, -inf elsewhere (q exactly 0 there)."""
+    def head_logits(self, f: torch.Tensor) -> torch.Tensor:
+        """(k, vocab) float32 logits from predicted features f^ (k, H): the head's tokens scored, -inf
+        elsewhere (q exactly 0 there)."""
         small = self.head.head_logits(f).float()
-        logits = torch.full((1, self.vocab), float("-inf"), device=f.device)
-        logits[0, self._columns] = small[0, self._keep]
+        logits = torch.full((f.shape[0], self.vocab), float("-inf"), device=f.device)
+        logits[:, self._columns] = small[:, self._keep]
         return logits
 
-    def propose(self, request: DraftRequest) -> Proposal:
-        r, seq, n = request, request.seq, request.n
+    def catch_up(self, seq: torch.Tensor, n: int) -> torch.Tensor | None:
+        """Feed the head every settled input it lacks, with the target's true features, and return
+        f^_{n-1} (1, H), from which the round's first drafts are scored; None when no feature is
+        settled yet (a one-token prompt, or a first round without a prefill). Sets ``grew_from``."""
         last = n - 2  # the last position whose target feature is settled
-        if last < 0 or self.known <= last or r.gamma < 1:
-            return Proposal(q=self.empty(r))  # a one-token prompt: no feature yet
+        if last < 0 or self.known <= last:
+            return None
         t = torch.arange(self.fed, last + 1, device=seq.device)
         f = self._step(seq[t + 1], self.feat[self.fed : last + 1], self.fed)
         self.fed = last + 1
         self.grew_from = last
+        return f
+
+    def tree_features(self, xs: torch.Tensor, feats: torch.Tensor, positions: torch.Tensor, allow: torch.Tensor,
+                      new: int) -> torch.Tensor:
+        """One masked pass over a level of tree nodes; their predicted features f^ (new, H).
+
+        Args:
+            xs: (new,) long, the nodes' tokens; feats: (new, H) each node's parent's predicted feature
+                (f^_{n-1} for the root's children); positions: (new,) each input's position,
+                n - 2 + depth.
+            allow: (S, S) bool ancestor-or-self matrix of every node fed this round, the new ones
+                last (``specviz.engine.tree.attention.ancestor_matrix``), on the device.
+
+        The head's cache must hold the true inputs (``catch_up``) and the round's earlier nodes;
+        ``rollback`` drops the nodes after the round.
+        """
+        self._passes += 1
+        mask = float_mask(self.fed, allow[-new:], self.head.fc.weight.dtype)
+        out = self.head.features(xs[None], feats[None], past_key_values=self.cache, position_ids=positions[None],
+                                 attention_mask=mask)
+        return out[0]
+
+    def propose(self, request: DraftRequest) -> Proposal:
+        r, seq, n = request, request.seq, request.n
+        if r.gamma < 1:
+            return Proposal(q=self.empty(r))
+        f = self.catch_up(seq, n)
+        if f is None:
+            return Proposal(q=self.empty(r))  # a one-token prompt: no feature yet
         q_rows = []
         for i in range(r.gamma):
             ctx = contexts(seq, [n + i], r.vocab) if r.sampling.needs_context else None
-            logits = self._logits(f)
+            logits = self.head_logits(f)
             token, q = r.steps.draft_token(logits, r.sampling, r.warpers, r.gen, ctx)
             q_rows.append(q)
             seq[n + i] = token[0]
             if i + 1 >= r.gamma or not r.keep_drafting(torch.softmax(logits, dim=-1) if r.sampling.greedy else q):
                 break
             f = self._step(token, f, n - 1 + i)
-        return Proposal(q=torch.cat(q_rows))
+        return Proposal(q=torch.cat(q_rows), features_from=self.grew_from)
 
     def rollback(self, length: int) -> None:
         # Drop the inputs made of predicted features (every drafting step of the round) and the
@@ -184,6 +229,24 @@ class EagleDrafter(Drafter):
             self.cache.crop(self.fed - held)  # a negative count removes that many (transformers 5)
         self.known = min(self.known, length)
 
+    # ---- batches: each row drafts through its own copy (the default batching) -------------------
+
+    def fork(self) -> "EagleDrafter":
+        """A row's drafter: the head shared, its cache and the target's features its own."""
+        twin = super().fork()
+        twin.cache, twin.feat, twin.known, twin.fed = None, None, 0, 0
+        return twin
+
     def start_batch(self, seqs, lengths, vocab) -> None:
-        raise EagleUnsupported("the EAGLE drafter drafts single sequences: batches are not supported; "
-                               "choose the drafter model or prompt lookup for a batch")
+        self._left_passes = 0
+        super().start_batch(seqs, lengths, vocab)
+
+    def keep_rows(self, rows: list[int]) -> None:
+        self._left_passes += sum(f.passes for i, f in enumerate(self._forks) if i not in rows)
+        super().keep_rows(rows)
+
+    def observe_target_batch(self, rows: list[tuple[int, torch.Tensor]]) -> None:
+        """Per row still in the batch, (start, (k, H)): the target's features of that row's positions
+        start .. start + k - 1, handed to the row's drafter (``observe_target``)."""
+        for drafter, (start, hidden) in zip(self._forks, rows):
+            drafter.observe_target(start, hidden)

@@ -19,6 +19,10 @@ read again (at most gamma + 1 per round); a serving engine would use per-sequenc
 instead (vLLM), which a teaching engine can do without. Finished rows leave the batch. Models
 with a sliding attention window are refused where masked columns could count against it.
 
+**Drafters that read the target's features** (EAGLE, ``specviz.drafters.eagle``): the target's passes
+keep their last hidden states, and each row's drafter is handed its own row's valid columns
+(``observe_target_batch``); each row drafts through its own copy of the drafter.
+
 **Randomness.** Row b draws from its own ``torch.Generator`` seeded ``seed + b`` (``specviz.engine.seeds``), in the same
 order as ``speculative_generate`` draws (drafts, then u, then the final tokens), so a row's
 run is the single-sequence run of its prompt with that seed: the same tokens, up to float
@@ -214,11 +218,16 @@ def speculative_generate_batch(
         row.schedule = copy.deepcopy(template)
     result = BatchResult(traces=[r.trace for r in rows])
     clock = Clock(device)
-    target_runner = BatchRunner(target, vocab, len(rows))
+    # An EAGLE drafter reads the target's features of each row's positions from the target's passes.
+    reads_features = getattr(drafter, "reads_target_features", False)
+    target_runner = BatchRunner(target, vocab, len(rows), keep_features=reads_features)
 
     with torch.inference_mode():
         _prefill(target_runner, rows, result)
         drafter.start_batch([r.seq for r in rows], [r.n - 1 for r in rows], vocab)
+        if reads_features and target_runner.features is not None:  # each row's prompt, left-padded
+            valid = target_runner.mask.bool()
+            drafter.observe_target_batch([(0, target_runner.features[i][valid[i]]) for i in range(len(rows))])
         result.drafter_prefill_passes = drafter.passes
         for r in rows:
             r.trace.prefill_ms = clock.since_start()
@@ -246,6 +255,8 @@ def speculative_generate_batch(
             logits = target_runner.feed(tokens, valid, positions([r.n - 1 for r in active], valid, left=False), width)
             result.positions += width * len(active)
             result.padded_positions += int((~valid).sum())
+            if reads_features:  # row i's pending token and drafts, right-padded
+                drafter.observe_target_batch([(r.n - 1, target_runner.features[i, : counts[i] + 1]) for i, r in enumerate(active)])
 
             # 3-4. Accept and the final token, row by row, from each row's own generator.
             transfer = Transfer()
@@ -271,7 +282,8 @@ def speculative_generate_batch(
                 r.history.extend(emitted)
                 r.schedule.observe(g, n_acc, min(g, n_acc + 1), clock.ms(t0, t1), clock.ms(t1, t2))
                 r.trace.rounds.append(round_record(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, proposals[i].sources,
-                                             decode, top_k, r.allowed, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start()))
+                                             decode, top_k, r.allowed, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start(),
+                                             features_from=proposals[i].features_from))
                 if not extend_trace(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             # Both sides keep all but each row's newest token, which is fed next round.

@@ -31,12 +31,16 @@ class BatchRunner:
         rows: the batch's rows.
     """
 
-    def __init__(self, model, vocab: int, rows: int):
+    def __init__(self, model, vocab: int, rows: int, keep_features: bool = False):
         self.model = model
         self.vocab = vocab
         self.cache = DynamicCache()
         self.mask = torch.zeros(rows, 0, dtype=torch.long, device=model.device)
         self.passes = 0
+        self.keep_features = keep_features
+        # (rows, k, H) the last hidden states of the latest pass's columns, kept when ``keep_features``
+        # (an EAGLE drafter reads them)
+        self.features: torch.Tensor | None = None
 
     @property
     def columns(self) -> int:
@@ -45,9 +49,12 @@ class BatchRunner:
     def feed(self, tokens: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor, n_last: int) -> torch.Tensor:
         """Append (rows, k) tokens; return the logits of the last ``n_last`` columns, (rows, n_last, vocab)."""
         self.mask = torch.cat([self.mask, valid.long()], dim=1)
+        extra = {"output_hidden_states": True} if self.keep_features else {}
         out = self.model(input_ids=tokens, attention_mask=self.mask, position_ids=positions, past_key_values=self.cache,
-                         use_cache=True, logits_to_keep=n_last)
+                         use_cache=True, logits_to_keep=n_last, **extra)
         self.passes += 1
+        if self.keep_features:
+            self.features = out.hidden_states[-1]
         return widen(out.logits, self.vocab)
 
     def prefill(self, seqs: Sequence[torch.Tensor], lengths: Sequence[int]) -> None:

@@ -83,9 +83,6 @@ def speculative_stream(
         TypeError: sampling is not a Sampling, drafter is neither a Drafter nor a causal LM.
     """
     if tree is not None:
-        if getattr(drafter, "reads_target_features", False):
-            raise ValueError("the EAGLE drafter drafts chains: token trees read no tree node's features yet; "
-                             "choose the chain, or another drafter for a tree")
         from specviz.engine.tree.loop import tree_stream
 
         yield from tree_stream(input_ids, drafter, target, tree, sampling=sampling, max_new_tokens=max_new_tokens,
@@ -155,7 +152,8 @@ def speculative_stream(
             # 6. Record.
             if record:
                 trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
-                                           decode, top_k, allowed, draft_ms, verify_ms, clock.since_start()))
+                                           decode, top_k, allowed, draft_ms, verify_ms, clock.since_start(),
+                                           features_from=proposal.features_from))
             extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace

@@ -345,8 +345,10 @@ def extend_trace(trace: Trace, emitted: list[int], eos: frozenset[int], max_new_
 
 
 def round_record(host: dict, draft_ids: list[int], n_acc: int, final: int, kind: str, keeps_final: bool, emitted: list[int],
-           sources: list[int] | None, decode, top_k: int, allowed: int, draft_ms: float, verify_ms: float, end_ms: float) -> Round:
-    """The Round record from one round's transferred values (``host``, by name)."""
+           sources: list[int] | None, decode, top_k: int, allowed: int, draft_ms: float, verify_ms: float, end_ms: float,
+           features_from: int | None = None) -> Round:
+    """The Round record from one round's transferred values (``host``, by name); ``features_from``
+    as ``Proposal.features_from``."""
     g = len(draft_ids)
     texts = decode(draft_ids + [final])
     top = {key: host[key][n_acc * top_k : (n_acc + 1) * top_k] for key in ("top_ids", "top_prob", "top_p", "top_q")}
@@ -370,7 +372,7 @@ def round_record(host: dict, draft_ids: list[int], n_acc: int, final: int, kind:
             TopToken(token_id=t, text=x, prob=pr, p=pp, q=qq if kind == "correction" else None)
             for t, x, pr, pp, qq in zip(top_ids, decode(top_ids), top["top_prob"], top["top_p"], top["top_q"])
         ] if keeps_final else [],
-        draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=allowed,
+        draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=allowed, features_from=features_from if g else None,
     )
 
 

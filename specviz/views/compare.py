@@ -13,7 +13,8 @@ from specviz.views.charts import style_figure
 from specviz.views.text import run_label
 from specviz.views.tokens import tokens_html
 
-COLOURS = {"model": "#0072B2", "ngram": "#009E73", "early-exit": "#CC79A7", "quantized": "#E69F00", "tree": "#56B4E9"}
+COLOURS = {"model": "#0072B2", "ngram": "#009E73", "early-exit": "#CC79A7", "quantized": "#E69F00", "eagle": "#D55E00",
+           "tree": "#56B4E9"}
 LABELS = {**DRAFTER_LABELS, "tree": "drafter model, token tree"}  # the drafters' table, and the tree beside the chain
 
 
@@ -46,7 +47,8 @@ def compare_html(comparison, kinds=None, tree: bool = False, stopped: bool = Fal
     ``stopped``, that it was not run."""
     if comparison is None or not comparison.runs:
         return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings of the page run with each '
-                "drafter kind (drafter model, prompt lookup, early exit, quantized target), each beside its own baseline.</div>")
+                "drafter kind (drafter model, prompt lookup, early exit, quantized target, and the EAGLE head where one is trained for "
+                "the target), each beside its own baseline.</div>")
     kinds = kinds or getattr(comparison, "kinds", None) or tuple(LABELS)
     cols = []
     for kind in kinds:

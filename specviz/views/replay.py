@@ -54,6 +54,26 @@ def _context(trace: Trace, index: int) -> str:
     )
 
 
+def _features(trace: Trace, index: int) -> str:
+    """For an EAGLE round: which target position's feature the drafts grew from (``Round.features_from``)."""
+    r = trace.rounds[index]
+    if r.features_from is None:
+        return ""
+    pos, n_prompt = r.features_from, len(trace.prompt_ids)
+    if pos < n_prompt:
+        where = f"prompt token {pos + 1}"
+    else:
+        texts = [t for x in trace.rounds[:index] for t in x.emitted_texts]
+        k = pos - n_prompt
+        where = f"output token {k + 1}" + (f" {_chip(texts[k])}" if k < len(texts) else "")
+    return (
+        f'<p class="sv-features-from" style="margin:10px 0 0;color:#333;">The drafts grew from the target\'s own feature '
+        f"at <b>position {pos + 1}</b> ({where}): the last position its verify pass scored and kept. The EAGLE head read that "
+        "feature with the next token to predict the feature after it, and each later draft grew from the head's own "
+        "predicted features.</p>"
+    )
+
+
 def _verdict(d: Draft) -> str:
     label = {"accepted": "accepted", "rejected": "rejected", "discarded": "not tested"}[d.verdict]
     style = STYLES.get(d.verdict, "color:#888;")
@@ -160,9 +180,10 @@ def _final(r: Round, stop_reason: str | None) -> str:
 def round_html(trace: Trace, index: int) -> str:
     """Round ``index`` (0-based) of a speculative trace as an HTML panel.
 
-    Shows the context before the round (its last characters), each draft with bars of q(x)
-    and p(x), min(1, p/q) with the uniform u that decided it, the verdict, and the final
-    token with the top tokens of the distribution it was sampled from.
+    Shows the context before the round (its last characters), for an EAGLE round the target
+    position whose feature the drafts grew from (1-based over prompt and output), each draft with
+    bars of q(x) and p(x), min(1, p/q) with the uniform u that decided it, the verdict, and the
+    final token with the top tokens of the distribution it was sampled from.
 
     Raises:
         IndexError: ``index`` is outside 0 .. len(trace.rounds) - 1.
@@ -182,4 +203,4 @@ def round_html(trace: Trace, index: int) -> str:
         f'<span style="color:#555;">{drafted} · {r.accepted_count} accepted · '
         f'{emitted} token{"s" if emitted != 1 else ""} emitted · drafting {r.draft_ms:.1f} ms, target pass {r.verify_ms:.1f} ms</span></div>'
     )
-    return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_drafts_table(r, len(trace.prompt_ids))}{_final(r, trace.stop_reason if index == len(trace.rounds) - 1 else None)}</div>'
+    return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_features(trace, index)}{_drafts_table(r, len(trace.prompt_ids))}{_final(r, trace.stop_reason if index == len(trace.rounds) - 1 else None)}</div>'

@@ -60,16 +60,24 @@ def masked_logits(runner: ModelRunner, seq: torch.Tensor, prefix: int, tokens: t
     Returns:
         (new, vocab) logits in the model's dtype. Without a cache (the tests' reference path)
         the prefix and every slot are re-fed, the prefix under a causal mask.
+
+    A runner that ``keep_features`` (its drafter is an EAGLE head) keeps the pass's last hidden
+    states in ``runner.features``: (first position, (k, H)), the rows of positions first.. of the
+    re-fed prefix (none with a cache), then one row per fed slot (the new ones last).
     """
     if hasattr(runner, "tree_logits"):  # a static cache (specviz.engine.cache.StaticRunner)
         return runner.tree_logits(seq, prefix, tokens, positions, allow, new)
     model, dtype = runner.model, runner.model.dtype
+    keep = getattr(runner, "keep_features", False)
+    extra = {"output_hidden_states": True} if keep else {}
     if runner.cached:
         mask = float_mask(prefix, allow[-new:], dtype)
         out = model(input_ids=tokens[None, -new:], attention_mask=mask, position_ids=positions[None, -new:],
-                    past_key_values=runner.cache, use_cache=True)
+                    past_key_values=runner.cache, use_cache=True, **extra)
         runner.seen = prefix + tokens.shape[0]
         runner.passes += 1
+        if keep:
+            runner.features = (prefix, out.hidden_states[-1][0])
         return widen(out.logits[0], runner.vocab_size)
     device = tokens.device
     causal = torch.ones(prefix, prefix, dtype=torch.bool, device=device).tril()
@@ -78,8 +86,10 @@ def masked_logits(runner: ModelRunner, seq: torch.Tensor, prefix: int, tokens: t
     mask = float_mask(0, torch.cat([top, bottom]), dtype)
     ids = torch.cat([seq[:prefix], tokens])[None]
     pos = torch.cat([torch.arange(prefix, device=device), positions])[None]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, **extra)
     runner.passes += 1
+    if keep:
+        runner.features = (0, out.hidden_states[-1][0])
     return widen(out.logits[0, -new:], runner.vocab_size)
 
 

@@ -1,10 +1,17 @@
-"""Drafting a tree through the Drafter interface: a drafter model (static shape or EAGLE-2's
-dynamic tree) or prompt lookup (one branch per distinct earlier match).
+"""Drafting a tree through the Drafter interface: a drafter model or an EAGLE head (static shape or
+EAGLE-2's dynamic tree), or prompt lookup (one branch per distinct earlier match).
 
 A drafter model drafts a tree one depth at a time: one pass over every node of the level being
 expanded, under the tree mask (``specviz.engine.tree.attention``), gives each its q; its children are
 the top-k of q, or draws i.i.d. from q. Its cache then holds the prefix and every node it fed; the
 loop compacts it to the accepted path with the target's.
+
+An EAGLE head (``specviz.drafters.eagle``) drafts the same way at the feature level: the root's q
+comes from f^_{n-1}, predicted from the target's true features (its catch-up); each expanded node
+is fed with its parent's predicted feature, one masked pass per level, and its own predicted
+feature gives its q. Its confidence (the path product of its q, EAGLE-2) picks the nodes of a
+dynamic tree. Its cache drops the nodes after the round (``rollback``): the next round's catch-up
+feeds the target's features of the accepted path instead.
 
 Exactness asks only that the candidate list be fixed before the target's draws (recursive rejection
 sampling without replacement), or that the children be i.i.d. draws from the q they report (with
@@ -17,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.drafters import DraftRequest, Drafter, ModelDrafter, PromptLookupDrafter
+from specviz.drafters import DraftRequest, Drafter, EagleDrafter, ModelDrafter, PromptLookupDrafter
 from specviz.engine.tree.attention import ancestor_matrix, masked_logits
 from specviz.engine.tree.record import WITH_REPLACEMENT, WITHOUT_REPLACEMENT
 from specviz.engine.tree.spec import TreeSpec
@@ -36,6 +43,8 @@ class DraftTree:
         rule: "with-replacement" (children i.i.d. from q) or "without-replacement" (distinct, fixed children).
         sources: prompt lookup's copy positions per node, else None.
         fed: per node, its slot in the drafter's cache after the prefix (fed to expand it), else -1.
+        features_from: an EAGLE head's tree: the sequence position whose target feature it grew
+            from; else None.
     """
 
     tokens: torch.Tensor
@@ -45,6 +54,7 @@ class DraftTree:
     rule: str
     sources: list[int] | None = None
     fed: list[int] | None = None
+    features_from: int | None = None
 
     @property
     def size(self) -> int:
@@ -61,14 +71,19 @@ class _Expander:
 
     def __init__(self, drafter: ModelDrafter, r: DraftRequest):
         self.runner, self.r = drafter.runner, r
+        self._nodes()
+        # The pending token and anything not yet cached, fed causally: q at the root.
+        self._root(self.runner.logits(r.seq, r.n, 1))
+
+    def _nodes(self) -> None:
         self.parents: list[int] = []
         self.depths: list[int] = []
         self.tokens: list[int] = []
         self.slots: list[int] = []  # node ids fed, in cache order after the prefix
-        # The pending token and anything not yet cached, fed causally: q at the root.
-        logits = self.runner.logits(r.seq, r.n, 1)
-        self.root_q = r.sampling.probs(logits, r.warpers)  # (1, V)
-        self.root_rank = _ranking(logits, self.root_q, r.sampling.greedy)
+
+    def _root(self, logits: torch.Tensor) -> None:
+        self.root_q = self.r.sampling.probs(logits, self.r.warpers)  # (1, V)
+        self.root_rank = _ranking(logits, self.root_q, self.r.sampling.greedy)
 
     def add(self, parent: int, token: int) -> int:
         self.parents.append(parent)
@@ -76,14 +91,47 @@ class _Expander:
         self.tokens.append(token)
         return len(self.tokens) - 1
 
+    def _feed(self, nodes: list[int]) -> torch.Tensor:
+        """Append ``nodes`` to the fed slots; the (S, S) ancestor matrix of every fed slot, on the device."""
+        self.slots.extend(nodes)
+        slot_parents = [self.slots.index(self.parents[s]) if self.parents[s] >= 0 else -1 for s in self.slots]
+        return ancestor_matrix(slot_parents).to(self.r.seq.device)
+
     def expand(self, nodes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """One masked pass over ``nodes``: their (q, ranking), each (len(nodes), V)."""
-        self.slots.extend(nodes)
+        allow = self._feed(nodes)
         device = self.r.seq.device
-        slot_parents = [self.slots.index(self.parents[s]) if self.parents[s] >= 0 else -1 for s in self.slots]
         tokens = torch.tensor([self.tokens[s] for s in self.slots], dtype=torch.long, device=device)
         positions = torch.tensor([self.r.n + self.depths[s] - 1 for s in self.slots], dtype=torch.long, device=device)
-        logits = masked_logits(self.runner, self.r.seq, self.r.n, tokens, positions, ancestor_matrix(slot_parents).to(device), len(nodes))
+        logits = masked_logits(self.runner, self.r.seq, self.r.n, tokens, positions, allow, len(nodes))
+        q = self.r.sampling.probs(logits, self.r.warpers)
+        return q, _ranking(logits, q, self.r.sampling.greedy)
+
+
+class _EagleExpander(_Expander):
+    """An EAGLE head's passes over a growing tree (its cache: the true inputs, then fed nodes).
+
+    ``root``: f^_{n-1} (1, H) from the head's catch-up. Node j (token x at sequence position
+    n - 1 + depth) is fed as the input (f^ of its parent, x) at position n - 2 + depth, which
+    predicts its own feature; its children's q come from that.
+    """
+
+    def __init__(self, drafter: EagleDrafter, r: DraftRequest, root: torch.Tensor):
+        self.drafter, self.r = drafter, r
+        self._nodes()
+        self.feature: dict[int, torch.Tensor] = {-1: root[0]}  # node (-1: the root) -> its predicted feature (H,)
+        self._root(drafter.head_logits(root))
+
+    def expand(self, nodes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One masked pass of the head over ``nodes``: their (q, ranking), each (len(nodes), V)."""
+        allow = self._feed(nodes)
+        device = self.r.seq.device
+        xs = torch.tensor([self.tokens[i] for i in nodes], dtype=torch.long, device=device)
+        feats = torch.stack([self.feature[self.parents[i]] for i in nodes])
+        positions = torch.tensor([self.r.n - 2 + self.depths[i] for i in nodes], dtype=torch.long, device=device)
+        f = self.drafter.tree_features(xs, feats, positions, allow, len(nodes))
+        self.feature.update(zip(nodes, f))
+        logits = self.drafter.head_logits(f)
         q = self.r.sampling.probs(logits, self.r.warpers)
         return q, _ranking(logits, q, self.r.sampling.greedy)
 
@@ -108,9 +156,9 @@ def _finish(x: _Expander, keep: list[int], q_rows: dict[int, torch.Tensor], rule
                      depths=[x.depths[i] for i in order], q=q, rule=rule, fed=[fed_slot.get(i, -1) for i in order])
 
 
-def draft_static(drafter: ModelDrafter, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
-    """A tree of ``spec.shape[:depth]``: every node of a level gets the next branching's children."""
-    x = _Expander(drafter, r)
+def draft_static(x: _Expander, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
+    """A tree of ``spec.shape[:depth]`` grown by ``x`` (a drafter model's or an EAGLE head's passes):
+    every node of a level gets the next branching's children."""
     sampled = spec.children == "sampled"
     q_rows = {-1: x.root_q[0]}
     level = [x.add(-1, t) for t in _children(x.root_rank, x.root_q, spec.shape[0], sampled, r.gen)[0]]
@@ -122,11 +170,11 @@ def draft_static(drafter: ModelDrafter, r: DraftRequest, spec: TreeSpec, depth: 
     return _finish(x, list(range(len(x.tokens))), q_rows, WITH_REPLACEMENT if sampled else WITHOUT_REPLACEMENT, r)
 
 
-def draft_dynamic(drafter: ModelDrafter, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
-    """EAGLE-2's dynamic tree (Li et al. 2024, Sec. 4): expand the ``topk`` nodes of each depth with
-    the highest path product of drafter probabilities into their ``topk`` best children, then keep
-    the ``budget`` nodes of highest product (ties: shallower first, so the kept set is a tree)."""
-    x = _Expander(drafter, r)
+def draft_dynamic(x: _Expander, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
+    """EAGLE-2's dynamic tree (Li et al. 2024, Sec. 4), grown by ``x``: expand the ``topk`` nodes of
+    each depth with the highest path product of drafter probabilities (the drafter's own confidence)
+    into their ``topk`` best children, then rerank: keep the ``budget`` nodes of highest product
+    (ties: shallower first, so the kept set is a tree)."""
     k = spec.topk
     q_rows = {-1: x.root_q[0]}
     score: dict[int, float] = {}
@@ -202,12 +250,21 @@ def draft_tree(drafter: Drafter, r: DraftRequest, spec: TreeSpec, depth: int) ->
     """The round's tree from ``drafter``, no deeper than ``depth`` (>= 1).
 
     Raises:
-        TypeError: a drafter that is neither a drafter model (early exit included) nor prompt lookup.
+        TypeError: a drafter that is neither a drafter model (early exit included), an EAGLE head nor prompt lookup.
     """
     if isinstance(drafter, PromptLookupDrafter):
         return draft_lookup(drafter, r, min(depth, spec.depth), spec.topk if spec.is_static else max(1, spec.budget // spec.depth))
-    if not isinstance(drafter, ModelDrafter):
-        raise TypeError(f"token trees need a drafter model, early exit or prompt lookup, got {type(drafter).__name__}")
-    if spec.is_static:
-        return draft_static(drafter, r, spec, min(depth, spec.depth))
-    return draft_dynamic(drafter, r, spec, min(depth, spec.depth))
+    if isinstance(drafter, EagleDrafter):
+        root = drafter.catch_up(r.seq, r.n)
+        if root is None:  # no target feature settled yet: this round verifies no drafts
+            return DraftTree(tokens=torch.zeros(0, dtype=torch.long, device=r.seq.device), parents=[], depths=[],
+                             q=torch.zeros(0, r.vocab, device=r.seq.device), rule=WITHOUT_REPLACEMENT, fed=[])
+        x = _EagleExpander(drafter, r, root)
+    elif isinstance(drafter, ModelDrafter):
+        x = _Expander(drafter, r)
+    else:
+        raise TypeError(f"token trees need a drafter model, early exit, an EAGLE head or prompt lookup, got {type(drafter).__name__}")
+    tree = (draft_static if spec.is_static else draft_dynamic)(x, r, spec, min(depth, spec.depth))
+    if isinstance(drafter, EagleDrafter) and tree.size:
+        tree.features_from = drafter.grew_from
+    return tree

@@ -66,12 +66,16 @@ def tree_stream(
     trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens + tree.depth + 1,
                                               drafter=drafter.describe(), gamma_schedule={"kind": "constant"}, tree=tree.describe())
     n_prompt = len(input_ids)
-    runner = make_runner(target, vocab, cached)
+    # An EAGLE drafter reads the target's features: the prefill's, then the accepted path's each round.
+    reads_features = getattr(drafter, "reads_target_features", False)
+    runner = make_runner(target, vocab, cached, keep_features=reads_features)
     clock = Clock(device)
     top_k = min(TOP_TOKENS, vocab) if record else 0
     with torch.inference_mode():
         drafter.start(seq, n_prompt - 1, vocab, cached)
         runner.prefill(seq, n_prompt - 1)
+        if reads_features and runner.features is not None:
+            drafter.observe_target(*runner.features)
         trace.prefill_ms = clock.since_start()
 
     n = n_prompt
@@ -129,6 +133,8 @@ def tree_stream(
             seq[n : n + len(path)] = torch.tensor([node_tokens[i] for i in path], dtype=torch.long, device=device)
             seq[n + len(path)] = final
             keep = ([0] + [i + 1 for i in path])[: len(emitted)]
+            if reads_features:  # before compaction: "refeed" makes a pass of its own
+                _observe_path(drafter, runner.features, n - 1, len(slot_parents), keep)
             compact(runner, seq, n - 1, keep, compaction)
             if drafted.fed is not None and hasattr(drafter, "runner") and drafter.runner is not None:
                 fed = []
@@ -139,6 +145,8 @@ def tree_stream(
                 compact(drafter.runner, seq, n, fed, compaction)
             n += len(emitted)
             history.extend(emitted)
+            if reads_features:
+                drafter.rollback(n - 1)  # the head drops the round's nodes; it has the path's true features
 
             # 6. Record.
             if record:
@@ -187,7 +195,23 @@ def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[in
         final_prob=host["final_probs"][slot] if keeps_final else None, final_top=final_top,
         draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=None,  # a tree has a depth, not a gamma
         tree=TreeRecord(nodes=nodes, path=list(path), rule=drafted.rule, drafter_passes=drafter_passes),
+        features_from=drafted.features_from,
     )
+
+
+def _observe_path(drafter, features: tuple[int, torch.Tensor], pending: int, slots: int, keep: list[int]) -> None:
+    """Hand an EAGLE drafter the target's features of the verify pass that the round keeps.
+
+    ``features``: the pass's (first position, (k, H)) from ``masked_logits``: rows of re-fed prefix
+    positions first (the reference path without a cache), then one per slot (``slots`` of them, slot 0
+    the pending token at position ``pending``). ``keep``: the kept slots, the pending token's and the
+    accepted path's, which stand at positions pending, pending + 1, ... .
+    """
+    first, hidden = features
+    by_slot = hidden[hidden.shape[0] - slots :]
+    if first < pending:
+        drafter.observe_target(first, hidden[: pending - first])
+    drafter.observe_target(pending, by_slot[torch.tensor(keep, dtype=torch.long, device=hidden.device)])
 
 
 def _drafter_passes(drafter) -> int:
