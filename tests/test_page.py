@@ -202,3 +202,29 @@ def test_names_from_files_reach_the_explanation_as_inert_code():
     from specviz.views.explain import _code
 
     assert _code("<img src=x onerror=alert(1)>`x`") == "`?img?src?x?onerror?alert?1???x?`"
+
+
+def test_a_sweep_whose_client_has_gone_stops_after_the_point_under_way(monkeypatch, shown_run):
+    """A sweep, like Generate, ends when nobody reads it (stream closed or never opened): the
+    device half is not advanced past the point under way. Control: the same sweep with its client
+    listening runs every gamma."""
+    import specviz.ui.state as state
+
+    advanced = []
+
+    def counted(gammas):
+        for sweep in _sweeps(gammas):
+            advanced.append(len(sweep.points))
+            yield sweep
+
+    import specviz.ui.sweep as page
+
+    monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: None)
+    monkeypatch.setattr(page, "sweep_on_device", lambda req: counted(SWEEP_GAMMAS))
+    monkeypatch.setattr(state, "client_gone", lambda request: len(advanced) >= 3)
+    outputs = list(page.run_sweep("embedded", "def f():", 0.7, 40, 0.9, 16, 0, shown_run, progress=Progress()))
+    assert advanced == [0, 1, 2] and all("download" not in o for o in outputs)
+    advanced.clear()
+    monkeypatch.setattr(state, "client_gone", lambda request: False)
+    list(page.run_sweep("embedded", "def f():", 0.7, 40, 0.9, 16, 0, shown_run, progress=Progress()))
+    assert advanced == list(range(len(SWEEP_GAMMAS) + 1))

@@ -39,6 +39,8 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
         with state.job(session):
             for main, points in batch_on_device(req, prompts, size):
                 done = sum(len(p.speculative) for p in points)
+                if state.client_gone(request):
+                    return  # nobody listens: stop after the run under way, the device goes to the next visitor
                 if state.should_stop(session):
                     yield dict(batch_status=f"Stopped by you after measuring {done} of {2 * len(sizes)} batches.")
                     return

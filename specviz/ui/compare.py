@@ -34,6 +34,8 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
     try:
         with state.job(session):
             for comparison in compare_on_device(req):
+                if state.client_gone(request):
+                    return  # nobody listens: stop after the run under way, the device goes to the next visitor
                 if state.should_stop(session):
                     yield dict(compare_view=compare_html(comparison, tree=req.tree != "chain", stopped=True), compare_plot=compare_figure(comparison))
                     return

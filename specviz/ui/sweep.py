@@ -56,6 +56,8 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     sweep, by_you = None, False
     with state.job(session):
         for sweep in sweep_on_device(req):
+            if state.client_gone(request):
+                return  # nobody listens: stop after the run under way, the device goes to the next visitor
             if state.should_stop(session):
                 by_you = True
                 break
