@@ -30,6 +30,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="module")
+def app():
+    """The page served on a free port of 127.0.0.1, once per test module: (demo, base URL)."""
+    from specviz.ui import build_demo, launch_kwargs
+
+    demo = build_demo()
+    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, **launch_kwargs(free_port()))
+    try:
+        yield demo, url.rstrip("/")
+    finally:
+        demo.close()
+
+
 def download_index() -> int:
     """Where the run's JSON download sits among the Generate endpoint's API outputs (the page's
     state holding the recording is not one of them)."""

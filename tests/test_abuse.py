@@ -40,18 +40,6 @@ ANSWER_CAP_S = 240  # "still answered": generous on a busy two-core machine
 
 
 @pytest.fixture(scope="module")
-def app():
-    from specviz.ui import build_demo, launch_kwargs
-
-    demo = build_demo()
-    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, **launch_kwargs(free_port()))
-    try:
-        yield demo, url.rstrip("/")
-    finally:
-        demo.close()
-
-
-@pytest.fixture(scope="module")
 def client(app):
     return Client(app[1], verbose=False)
 

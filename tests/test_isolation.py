@@ -40,18 +40,6 @@ def client(address: str) -> httpx.Client:
     return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=60)
 
 
-@pytest.fixture(scope="module")
-def app():
-    from specviz.ui import build_demo, launch_kwargs
-
-    demo = build_demo()
-    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, **launch_kwargs(free_port()))
-    try:
-        yield demo, url.rstrip("/")
-    finally:
-        demo.close()
-
-
 @functools.lru_cache(maxsize=None)
 def fn_index(url: str, api_name: str) -> int:
     deps = httpx.get(f"{url}/config", timeout=30).json()["dependencies"]
