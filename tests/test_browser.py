@@ -133,7 +133,7 @@ def test_generate_with_defaults_shows_tokens_stats_and_charts(page):
     started = time.perf_counter()
     page.locator("#sv-output .sv-accepted, #sv-output .sv-correction, #sv-output .sv-bonus").first.wait_for(timeout=60_000)
     first_round_s = time.perf_counter() - started
-    page.get_by_text("Done:").wait_for(timeout=120_000)
+    expect(page.locator("#sv-status")).to_contain_text("Done:", timeout=120_000)
     assert page.locator("#sv-output .sv-accepted").count() > 0
     assert page.locator("#sv-output .sv-correction, #sv-output .sv-bonus").count() > 0
     stats = page.locator("#sv-stats").inner_text()
@@ -335,7 +335,8 @@ def test_bad_input_shows_a_message_and_the_page_keeps_working(page):
     page.screenshot(path=str(shots() / "empty-prompt.png"))
     box.fill("def add(a, b):\n")
     page.get_by_role("button", name="Generate").click()
-    page.get_by_text("Done:").first.wait_for(timeout=120_000)
+    # the status, not any "Done:" on the page: the next test must start after this run has ended
+    expect(page.locator("#sv-status")).to_contain_text("Done:", timeout=120_000)
 
 
 def test_stop_says_the_run_was_stopped(page):
@@ -343,10 +344,13 @@ def test_stop_says_the_run_was_stopped(page):
     say they need a baseline instead of '…', and the page takes the next run."""
     # A long run (gamma 1, 256 tokens), and Stop pressed the moment the first round shows: the
     # embedded pair is fast enough to finish a default run before a click from here arrives.
+    status = page.locator("#sv-status")
+    expect(status).not_to_contain_text("Speculative decoding: round", timeout=120_000)  # no run under way
     for label, value in (("number input for gamma (drafted tokens per round)", "1"), ("number input for max new tokens", "256")):
         box = page.get_by_label(label)
         box.fill(value)
         box.press("Enter")
+        expect(box).to_have_value(value)
     page.evaluate("""() => {
         const status = document.querySelector('#sv-status');
         const watch = new MutationObserver(() => {
@@ -355,7 +359,6 @@ def test_stop_says_the_run_was_stopped(page):
         watch.observe(status, {childList: true, subtree: true, characterData: true});
     }""")
     page.get_by_role("button", name="Generate").click()
-    status = page.locator("#sv-status")
     expect(status).to_contain_text("Stopped by you after", timeout=60_000)
     page.wait_for_timeout(2_000)  # nothing of the stopped run arrives later
     assert status.inner_text().startswith("Stopped by you after") and "Error" not in status.inner_text()
@@ -368,7 +371,7 @@ def test_stop_says_the_run_was_stopped(page):
         box.fill(value)
         box.press("Enter")
     page.get_by_role("button", name="Generate").click()
-    page.get_by_text("Done:").first.wait_for(timeout=120_000)
+    expect(status).to_contain_text("Done:", timeout=120_000)
 
 
 def test_phone_viewport_reaches_every_tab(page, app_url):
