@@ -54,7 +54,7 @@ class EagleConfig:
         c = target_config
         return cls(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
                    num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
-                   rms_norm_eps=c.rms_norm_eps, rope_theta=float(getattr(c, "rope_theta", None) or 10000.0),
+                   rms_norm_eps=c.rms_norm_eps, rope_theta=rope_theta(c),
                    max_position_embeddings=c.max_position_embeddings, head_size=head_size,
                    target_vocab_size=c.vocab_size)
 
@@ -65,6 +65,13 @@ class EagleConfig:
                            num_key_value_heads=self.num_key_value_heads, rms_norm_eps=self.rms_norm_eps,
                            rope_theta=self.rope_theta, max_position_embeddings=self.max_position_embeddings,
                            tie_word_embeddings=False)
+
+
+def rope_theta(config) -> float:
+    """The rotary base of a transformers config: ``rope_parameters["rope_theta"]`` (transformers 5),
+    else the legacy ``rope_theta`` field, else Llama's 10,000."""
+    params = getattr(config, "rope_parameters", None) or {}
+    return float(params.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0)
 
 
 class EagleHead(nn.Module):

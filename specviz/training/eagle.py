@@ -70,7 +70,7 @@ class EagleTrainConfig:
     device: str = "cpu"
     dtype: str = "bfloat16"
     threads: int = 0  # 0: torch's default
-    corpus: str = ""  # a saved corpus (token ids): skip generation
+    corpus: str = ""  # a saved corpus (token ids) to train on, added to by --gen-time-s (0: nothing generated)
     save_corpus: str = ""
 
 
@@ -238,16 +238,17 @@ def run(cfg: EagleTrainConfig, out: Path, target_source: str | None = None) -> d
     overlap = {p.strip().lower() for p in prompts} & {h.strip().lower() for h in held}
     assert not overlap, f"held-out prompts among the training prompts: {sorted(overlap)[:3]}"
     log["held_out_prompts_in_training"] = 0
+    # a saved corpus (--corpus) is used as it is, and new answers are added to it unless --gen-time-s is 0
+    data = [tuple(x) for x in torch.load(cfg.corpus)] if cfg.corpus else []
     if cfg.corpus:
-        data = [tuple(x) for x in torch.load(cfg.corpus)]
-        log["corpus"] = cfg.corpus
-    else:
+        log["corpus"] = {"file": Path(cfg.corpus).name, "samples": len(data)}
+    if cfg.gen_time_s > 0:
         dcfg = distill.DistillConfig(prompts=cfg.prompts, samples=1, max_new_tokens=cfg.max_new_tokens,
                                      gen_batch=cfg.gen_batch, seed=cfg.seed, device=cfg.device,
                                      settings=[{"name": "greedy", "do_sample": False},
                                                {"name": "t0.7-p0.9", "do_sample": True, "temperature": 0.7, "top_p": 0.9}])
         gen_log: dict = {}
-        data = distill.generate_answers(target, tokenizer, prompts, dcfg, time.time() + cfg.gen_time_s, gen_log)
+        data += distill.generate_answers(target, tokenizer, prompts, dcfg, time.time() + cfg.gen_time_s, gen_log)
         log["generation"] = gen_log
         if cfg.save_corpus:
             torch.save([list(x) for x in data], cfg.save_corpus)
