@@ -46,6 +46,7 @@ from specviz.drafters.base import Drafter, DraftRequest, Proposal
 from specviz.drafters.eagle_head import CONFIG, EagleHead
 from specviz.engine.sampling import contexts
 from specviz.engine.tree.attention import float_mask
+from specviz.pair.gqa import use_shared_kv_heads
 
 # Heads shipped with specviz, found by the target they were trained for (width, vocabulary).
 HEAD_FOLDERS = (ASSETS / "models" / "smollm2-eagle",)
@@ -95,6 +96,7 @@ class EagleDrafter(Drafter):
     def __init__(self, head: EagleHead, target):
         dtype = next(target.parameters()).dtype
         self.head = head.to(device=target.device, dtype=dtype).share(target)
+        use_shared_kv_heads(self.head.body)  # its tree passes are masked, as the target's (specviz.pair.gqa)
         self.target = target
         self.models = (target,)
         self.cache: DynamicCache | None = None

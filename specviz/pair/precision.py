@@ -246,10 +246,14 @@ def model_form(model) -> Form | None:
 
 
 def apply_form(model, form: Form):
-    """Cast ``model`` to ``form.dtype`` (in place) and remember the form on it; returns the model."""
+    """Cast ``model`` to ``form.dtype`` (in place) and remember the form on it; on a CPU, let its masked
+    passes share the key/value heads (``specviz.pair.gqa``). Returns the model."""
+    from specviz.pair.gqa import use_shared_kv_heads
+
     if next(model.parameters()).dtype != form.dtype:
         model.to(form.dtype)
     model.specviz_form = form
+    use_shared_kv_heads(model)
     return model
 
 
