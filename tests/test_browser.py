@@ -431,6 +431,9 @@ def test_the_output_is_where_the_eye_is(page, app_url):
         try:
             other.goto(app_url)
             other.locator("#sv-output").wait_for(timeout=30_000)
+            # every element measured is on the page (the output can show before the tabs and settings are built)
+            other.wait_for_function("""() => ['#sv-output', '[role=tablist]', '#sv-settings', '#sv-run', '#sv-show',
+                                                 '#sv-drafter-kind'].every(s => document.querySelector(s))""", timeout=30_000)
             m = other.evaluate(where)
             if not is_phone:
                 # after a run on the embedded pair (128 tokens fill the output and the stats)
