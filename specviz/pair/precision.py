@@ -39,6 +39,8 @@ from pathlib import Path
 
 import torch
 
+from specviz.pair.gqa import use_shared_kv_heads
+
 CPU_DTYPE_ENV = "SPECVIZ_CPU_DTYPE"
 CHOICES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86's two; Arm's Features line says "bf16"
@@ -248,8 +250,6 @@ def model_form(model) -> Form | None:
 def apply_form(model, form: Form):
     """Cast ``model`` to ``form.dtype`` (in place) and remember the form on it; on a CPU, let its masked
     passes share the key/value heads (``specviz.pair.gqa``). Returns the model."""
-    from specviz.pair.gqa import use_shared_kv_heads
-
     if next(model.parameters()).dtype != form.dtype:
         model.to(form.dtype)
     model.specviz_form = form

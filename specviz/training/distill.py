@@ -146,14 +146,13 @@ def choose_head(data: list[tuple[list[int], int]], vocab: int, size: int, always
 
 def build_drafter(target, cfg: DistillConfig, head: torch.Tensor):
     """A SmallHeadLM shaped by ``cfg``, its input table initialised by PCA of the target's."""
-    from specviz.drafters.eagle_head import rope_theta
     from specviz.pair.small_head import SmallHeadConfig, SmallHeadLM
 
     tc = target.config
     config = SmallHeadConfig(
         vocab_size=tc.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
-        max_position_embeddings=tc.max_position_embeddings, rope_theta=rope_theta(tc),
+        max_position_embeddings=tc.max_position_embeddings, rope_parameters=dict(tc.rope_parameters),
         rms_norm_eps=tc.rms_norm_eps, bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id,
         pad_token_id=tc.pad_token_id, tie_word_embeddings=False, embedding_size=cfg.embedding_size,
         head_size=cfg.head_size,

@@ -239,8 +239,9 @@ def run(cfg: EagleTrainConfig, out: Path, target_source: str | None = None) -> d
     assert not overlap, f"held-out prompts among the training prompts: {sorted(overlap)[:3]}"
     log["held_out_prompts_in_training"] = 0
     # a saved corpus (--corpus) is used as it is, and new answers are added to it unless --gen-time-s is 0
-    data = [tuple(x) for x in torch.load(cfg.corpus)] if cfg.corpus else []
+    data = []
     if cfg.corpus:
+        data = [tuple(x) for x in torch.load(cfg.corpus)]
         log["corpus"] = {"file": Path(cfg.corpus).name, "samples": len(data)}
     if cfg.gen_time_s > 0:
         dcfg = distill.DistillConfig(prompts=cfg.prompts, samples=1, max_new_tokens=cfg.max_new_tokens,
