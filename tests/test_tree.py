@@ -309,3 +309,36 @@ def test_tree_rules_carry_the_literatures_names_and_old_recordings_still_load():
     loaded = Trace.from_dict(old)
     assert {r.tree.rule for r in loaded.rounds} == {"with-replacement"} and old["rounds"][0]["tree"]["rule"] == "specinfer"
     assert loaded.output_ids == sampled.output_ids
+
+
+@pytest.mark.parametrize("rule", ["with-replacement", "without-replacement"])
+@pytest.mark.parametrize("with_q", [True, False], ids=["q", "no-q"])
+def test_greedy_judging_from_argmaxes_is_the_judging_of_one_hot_rows(rule, with_q):
+    """judge_greedy (each slot's argmax) gives exactly judge's verdicts and records on greedy's one-hot p, for
+    random trees whose children often hit the argmax, with tied logits, duplicated siblings and q one-hot at the
+    argmax (a rejection then leaves no mass: the siblings' mass record falls to 0)."""
+    from specviz.engine.tree.accept import judge, judge_greedy
+
+    rng = torch.Generator().manual_seed(3)
+    vocab, checked = 10, 0
+    for trial in range(60):
+        n = int(torch.randint(1, 16, (1,), generator=rng))
+        parents = [int(torch.randint(-1, i, (1,), generator=rng)) if i else -1 for i in range(n)]
+        logits = torch.randint(0, 3, (n + 1, vocab), generator=rng).float()  # ties at the top are common
+        p_all = Sampling(0.0).probs(logits)
+        best = logits.max(dim=-1).indices
+        assert torch.equal(best, p_all.argmax(dim=-1))
+        hit = torch.rand(n, generator=rng) < 0.4
+        tokens = torch.where(hit, best[torch.tensor(parents) + 1], torch.randint(0, vocab, (n,), generator=rng))
+        q = None
+        if with_q:
+            q_slot = torch.softmax(3 * torch.randn(n + 1, vocab, generator=rng), dim=-1)
+            q_slot[trial % (n + 1)] = torch.nn.functional.one_hot(best[trial % (n + 1)], vocab).float()
+            q = q_slot[torch.tensor(parents) + 1]  # siblings share their parent's q
+        slow = judge(p_all, tokens, parents, q, rule, True, torch.Generator().manual_seed(trial))
+        fast = judge_greedy(best, tokens, parents, q, rule, torch.Generator().manual_seed(trial))
+        assert set(fast) == set(slow) - {"residual"}
+        for key, value in fast.items():
+            assert torch.equal(value, slow[key]), (trial, key, value, slow[key])
+        checked += int(fast["accepted"].sum())
+    assert checked > 20  # accepted children were judged, not only rejections

@@ -20,7 +20,9 @@ first node where no child is accepted (from p at a leaf, from the last residual 
 
 Every node's siblings are judged at once on the device, whether or not the walk reaches the node
 (each node has its own u's, so judging unreached ones changes nothing of the law), and the round
-comes home in one transfer. ``judge`` takes a ``TreeFault`` (default: none), so the exactness lab
+comes home in one transfer. Greedy decoding has ``judge_greedy``: the same verdicts and records
+from each slot's argmax alone, without a vocabulary-wide row per node (with p one-hot at a, a
+rejected sibling x != a leaves p' at a, so every residual stays one-hot: nothing needs the rows). ``judge`` takes a ``TreeFault`` (default: none), so the exactness lab
 and its tests can run a known fault in their own runs (``specviz.lab.tree_faults``) without
 replacing anything another run calls.
 """
@@ -131,3 +133,60 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
     out.update(u=u, accepted_child=accepted_child, finals=finals, final_probs=residual.gather(1, finals[:, None])[:, 0],
                residual=residual)
     return out
+
+
+def judge_greedy(best: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torch.Tensor | None,
+                 rule: str, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """``judge`` for greedy decoding, from each slot's argmax: the same tensors but ``residual``.
+
+    With p one-hot at a (the slot's argmax, ``Sampling.probs``' choice on ties), either rule
+    accepts a child x exactly when x == a (u q(x) < 1 and u < 1 always hold; p'(x) = 0 never
+    passes), and a rejected x != a leaves p' one-hot at a: without replacement p' - e_x is p',
+    with replacement norm(max(0, e_a - q)) is e_a again, of mass 1 - q(a) (the siblings' ``mass``
+    record). So no row of the vocabulary is needed: a tree round's judging and its p for every
+    node (34 rows of 49,152 for the tree 3-2-2-1, about 12 ms on 2 CPU cores) become gathers of
+    N values. tests/test_tree_exactness.py checks it against ``judge`` on one-hot p.
+
+    Args:
+        best: (N + 1,) the target's argmax at every slot (0: the pending token; node i is slot i + 1).
+        tokens, parents, q, rule, gen: as ``judge`` (u is drawn from ``gen`` as there).
+
+    Returns:
+        As ``judge`` without ``residual``: u, p, p_residual, q, accept_prob, mass, accepted (N,);
+        accepted_child, finals, final_probs (N + 1,).
+    """
+    n, device = tokens.shape[0], best.device
+    u = torch.rand(n, generator=gen, device=device)
+    slot_of_parent = torch.tensor(parents, dtype=torch.long, device=device) + 1
+    a = best[slot_of_parent] if n else best[:0]  # each node's parent's argmax
+    p_x = (tokens == a).float()
+    q_x = q.gather(1, tokens[:, None])[:, 0].float() if q is not None else torch.ones_like(p_x)
+    if rule == WITH_REPLACEMENT:
+        passes = rejection.accept(u, q_x, p_x)
+        prob = torch.where(q_x > 0, (p_x / q_x.clamp_min(1e-30)).clamp_max(1.0), torch.zeros_like(q_x))
+        # mass of max(0, e_a - q) after a rejection (1 - p'(x) = 1 when q is one-hot at x, q None)
+        left = (1.0 - q.gather(1, a[:, None])[:, 0].float()).clamp(0.0, 1.0) if q is not None else 1.0 - p_x
+    else:
+        passes, prob, left = u < p_x, p_x, 1.0 - p_x
+    kids: dict[int, list[int]] = {}
+    for i, parent in enumerate(parents):
+        kids.setdefault(parent + 1, []).append(i)
+    slots = best.shape[0]
+    accepted_child = torch.full((slots,), -1, dtype=torch.long, device=device)
+    open_ = torch.ones(slots, dtype=torch.bool, device=device)
+    share = torch.ones(slots, device=device)
+    mass = torch.zeros(n, device=device)
+    accepted = torch.zeros(n, dtype=torch.bool, device=device)
+    for k in range(max((len(v) for v in kids.values()), default=0)):
+        rows_l = [s for s, v in kids.items() if len(v) > k]
+        rows = torch.tensor(rows_l, dtype=torch.long, device=device)
+        nodes = torch.tensor([kids[s][k] for s in rows_l], dtype=torch.long, device=device)
+        tested = open_[rows]
+        ok = passes[nodes] & tested
+        mass[nodes] = share[rows]
+        accepted[nodes] = ok
+        share[rows] = torch.where(tested & ~ok, share[rows] * left[nodes], share[rows])
+        accepted_child[rows] = torch.where(ok, nodes + 1, accepted_child[rows])
+        open_[rows] = open_[rows] & ~ok
+    return dict(u=u, p=p_x, p_residual=p_x, q=q_x, accept_prob=prob.float(), mass=mass, accepted=accepted,
+                accepted_child=accepted_child, finals=best, final_probs=torch.ones(slots, device=device))

@@ -21,7 +21,7 @@ from specviz.engine.rounds import TOP_TOKENS, Clock, extend_trace, Transfer, set
 from specviz.engine.runner import make_runner
 from specviz.engine.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
-from specviz.engine.tree.accept import NO_FAULT, TreeFault, judge
+from specviz.engine.tree.accept import NO_FAULT, TreeFault, judge, judge_greedy
 from specviz.engine.tree.attention import ancestor_matrix, compact, masked_logits
 from specviz.engine.tree.draft import DraftTree, draft_tree
 from specviz.engine.tree.record import TreeNode, TreeRecord
@@ -94,23 +94,8 @@ def tree_stream(
             tokens = torch.cat([seq[n - 1 : n], drafted.tokens])
             positions = torch.tensor([n - 1] + [n - 1 + d for d in drafted.depths], dtype=torch.long, device=device)
             logits = masked_logits(runner, seq, n - 1, tokens, positions, ancestor_matrix(slot_parents).to(device), len(slot_parents))
-            p_all = rejection.target_probs(logits, sampling, warpers)  # (N + 1, V)
             # 3. Judge every node's children; each node's final token.
-            judged = judge(p_all, drafted.tokens, drafted.parents, drafted.q, drafted.rule, sampling.greedy, gen, fault)
-            transfer = Transfer()
-            for key in ("u", "p", "p_residual", "q", "accept_prob", "mass", "accepted", "accepted_child", "finals", "final_probs"):
-                transfer.add(key, judged[key])
-            transfer.add("tokens", drafted.tokens)
-            transfer.add("finite", torch.isfinite(p_all).all())
-            if top_k:
-                top_prob, top_ids = judged["residual"].topk(top_k, dim=-1)
-                q_slot = torch.zeros_like(p_all)  # q at each slot, where its children came from
-                if drafted.q is not None and drafted.size:
-                    q_slot[torch.tensor(drafted.parents, device=device) + 1] = drafted.q
-                for key, value in (("top_ids", top_ids), ("top_prob", top_prob), ("top_p", p_all.gather(1, top_ids)),
-                                   ("top_q", q_slot.gather(1, top_ids))):
-                    transfer.add(key, value)
-            host = transfer.fetch()
+            host = _verdicts(logits, drafted, sampling, warpers, gen, fault, top_k).fetch()
             t2 = clock.mark()
             if not host["finite"][0]:
                 raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
@@ -159,6 +144,53 @@ def tree_stream(
         suspended = clock.suspend()
         yield trace
         clock.resume(suspended)
+
+
+def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warpers, gen, fault: TreeFault, top_k: int) -> Transfer:
+    """Step 3 of a round: every node's verdict, each slot's final token and, for the records, each
+    slot's ``top_k`` tokens of the p' its final token came from, packed for one transfer.
+
+    ``logits``: (N + 1, V) the verify pass's, slot 0 the pending token. Greedy runs (no fault
+    planted) judge from each slot's argmax alone (``judge_greedy``); the others through the
+    target's processed p at every slot (``judge``).
+    """
+    transfer = Transfer()
+    device = logits.device
+    if sampling.greedy and fault == NO_FAULT:
+        scores = logits.float()
+        top = scores.max(dim=-1)  # Sampling.probs' one-hot p: its argmax, the first index on ties
+        judged = judge_greedy(top.indices, drafted.tokens, drafted.parents, drafted.q, drafted.rule, gen)
+        finite = torch.isfinite(top.values).all()
+    else:
+        p_all = rejection.target_probs(logits, sampling, warpers)  # (N + 1, V)
+        judged = judge(p_all, drafted.tokens, drafted.parents, drafted.q, drafted.rule, sampling.greedy, gen, fault)
+        finite = torch.isfinite(p_all).all()
+    for key in ("u", "p", "p_residual", "q", "accept_prob", "mass", "accepted", "accepted_child", "finals", "final_probs"):
+        transfer.add(key, judged[key])
+    transfer.add("tokens", drafted.tokens)
+    transfer.add("finite", finite)
+    if not top_k:
+        return transfer
+    slots = logits.shape[0]
+    if "residual" in judged:
+        top_prob, top_ids = judged["residual"].topk(top_k, dim=-1)
+        top_p = p_all.gather(1, top_ids)
+    else:
+        # p' is one-hot at the argmax: it first, then the target's runners-up (p' 0 there)
+        best = top.indices[:, None]
+        rest = scores.scatter_(1, best, float("-inf")).topk(top_k - 1, dim=-1).indices
+        top_ids = torch.cat([best, rest], dim=1)
+        top_prob = top_p = (top_ids == best).float()
+    # q at each slot, where its children came from (siblings share their parent's q)
+    top_q = torch.zeros(slots, top_k, device=device)
+    if drafted.q is not None and drafted.size:
+        child = torch.full((slots,), -1, dtype=torch.long, device=device)
+        child[torch.tensor(drafted.parents, dtype=torch.long, device=device) + 1] = torch.arange(drafted.size, device=device)
+        has = child >= 0
+        top_q[has] = drafted.q[child[has][:, None], top_ids[has]].float()
+    for key, value in (("top_ids", top_ids), ("top_prob", top_prob), ("top_p", top_p), ("top_q", top_q)):
+        transfer.add(key, value)
+    return transfer
 
 
 def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[int], final: int, kind: str, keeps_final: bool,
