@@ -186,8 +186,8 @@ def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warp
     if drafted.q is not None and drafted.size:
         child = torch.full((slots,), -1, dtype=torch.long, device=device)
         child[torch.tensor(drafted.parents, dtype=torch.long, device=device) + 1] = torch.arange(drafted.size, device=device)
-        has = child >= 0
-        top_q[has] = drafted.q[child[has][:, None], top_ids[has]].float()
+        # gathered for every slot and zeroed where none has children: no boolean index, no device synchronisation
+        top_q = torch.where((child >= 0)[:, None], drafted.q[child.clamp_min(0)[:, None], top_ids].float(), top_q)
     for key, value in (("top_ids", top_ids), ("top_prob", top_prob), ("top_p", top_p), ("top_q", top_q)):
         transfer.add(key, value)
     return transfer
