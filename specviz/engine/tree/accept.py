@@ -20,15 +20,16 @@ first node where no child is accepted (from p at a leaf, from the last residual 
 
 Every node's siblings are judged at once on the device, whether or not the walk reaches the node
 (each node has its own u's, so judging unreached ones changes nothing of the law), and the round
-comes home in one transfer. Greedy decoding has ``judge_greedy``: the same verdicts and records
-from each slot's argmax alone, without a vocabulary-wide row per node (with p one-hot at a, a
-rejected sibling x != a leaves p' at a, so every residual stays one-hot: nothing needs the rows). ``judge`` takes a ``TreeFault`` (default: none), so the exactness lab
+comes home in one transfer. ``judge`` takes a ``TreeFault`` (default: none), so the exactness lab
 and its tests can run a known fault in their own runs (``specviz.lab.tree_faults``) without
-replacing anything another run calls.
+replacing anything another run calls. Greedy decoding has ``judge_greedy``: the same verdicts and
+records from each slot's argmax alone (with p one-hot at a, a rejected sibling x != a leaves p' at a,
+so every residual stays one-hot and no vocabulary-wide row is needed).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +65,18 @@ def normalise(r: torch.Tensor, fallback: torch.Tensor) -> tuple[torch.Tensor, to
     return torch.where(mass > 0, r / mass.clamp_min(1e-30), fallback), mass[:, 0]
 
 
+def sibling_levels(parents: list[int], device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Siblings in the order they are judged: for k = 0, 1, ..., the slots with a k-th child and
+    those children, as two (rows,) LongTensors; every node's earlier siblings come in earlier levels."""
+    kids: dict[int, list[int]] = {}
+    for i, parent in enumerate(parents):
+        kids.setdefault(parent + 1, []).append(i)
+    for k in range(max((len(v) for v in kids.values()), default=0)):
+        slots = [s for s, v in kids.items() if len(v) > k]
+        yield (torch.tensor(slots, dtype=torch.long, device=device),
+               torch.tensor([kids[s][k] for s in slots], dtype=torch.long, device=device))
+
+
 def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torch.Tensor | None, rule: str,
           greedy: bool, gen: torch.Generator, fault: TreeFault = NO_FAULT) -> dict[str, torch.Tensor]:
     """Judge every node's children and draw each node's final token.
@@ -86,21 +99,13 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
     n, device = tokens.shape[0], p_all.device
     rule = fault.rule or rule
     u = torch.rand(n, generator=gen, device=device)
-    kids: dict[int, list[int]] = {}
-    for i, parent in enumerate(parents):
-        kids.setdefault(parent + 1, []).append(i)
     residual = p_all.clone()
     accepted_child = torch.full((p_all.shape[0],), -1, dtype=torch.long, device=device)
     open_ = torch.ones(p_all.shape[0], dtype=torch.bool, device=device)  # no child accepted yet
     share = torch.ones(p_all.shape[0], device=device)  # share of p the rejected siblings left
     out = {key: torch.zeros(n, device=device) for key in ("p", "p_residual", "q", "accept_prob", "mass")}
     out["accepted"] = torch.zeros(n, dtype=torch.bool, device=device)
-    width = max((len(v) for v in kids.values()), default=0)
-    for k in range(width):
-        rows_l = [s for s, v in kids.items() if len(v) > k]
-        nodes_l = [kids[s][k] for s in rows_l]
-        rows = torch.tensor(rows_l, dtype=torch.long, device=device)
-        nodes = torch.tensor(nodes_l, dtype=torch.long, device=device)
+    for rows, nodes in sibling_levels(parents, device):
         x = tokens[nodes]
         p_x = p_all[rows, x]
         pres_x = residual[rows, x]
@@ -145,7 +150,7 @@ def judge_greedy(best: torch.Tensor, tokens: torch.Tensor, parents: list[int], q
     with replacement norm(max(0, e_a - q)) is e_a again, of mass 1 - q(a) (the siblings' ``mass``
     record). So no row of the vocabulary is needed: a tree round's judging and its p for every
     node (34 rows of 49,152 for the tree 3-2-2-1, about 12 ms on 2 CPU cores) become gathers of
-    N values. tests/test_tree_exactness.py checks it against ``judge`` on one-hot p.
+    N values. tests/test_tree.py checks it against ``judge`` on one-hot p.
 
     Args:
         best: (N + 1,) the target's argmax at every slot (0: the pending token; node i is slot i + 1).
@@ -158,7 +163,7 @@ def judge_greedy(best: torch.Tensor, tokens: torch.Tensor, parents: list[int], q
     n, device = tokens.shape[0], best.device
     u = torch.rand(n, generator=gen, device=device)
     slot_of_parent = torch.tensor(parents, dtype=torch.long, device=device) + 1
-    a = best[slot_of_parent] if n else best[:0]  # each node's parent's argmax
+    a = best[slot_of_parent]  # each node's parent's argmax
     p_x = (tokens == a).float()
     q_x = q.gather(1, tokens[:, None])[:, 0].float() if q is not None else torch.ones_like(p_x)
     if rule == WITH_REPLACEMENT:
@@ -168,19 +173,13 @@ def judge_greedy(best: torch.Tensor, tokens: torch.Tensor, parents: list[int], q
         left = (1.0 - q.gather(1, a[:, None])[:, 0].float()).clamp(0.0, 1.0) if q is not None else 1.0 - p_x
     else:
         passes, prob, left = u < p_x, p_x, 1.0 - p_x
-    kids: dict[int, list[int]] = {}
-    for i, parent in enumerate(parents):
-        kids.setdefault(parent + 1, []).append(i)
     slots = best.shape[0]
     accepted_child = torch.full((slots,), -1, dtype=torch.long, device=device)
     open_ = torch.ones(slots, dtype=torch.bool, device=device)
     share = torch.ones(slots, device=device)
     mass = torch.zeros(n, device=device)
     accepted = torch.zeros(n, dtype=torch.bool, device=device)
-    for k in range(max((len(v) for v in kids.values()), default=0)):
-        rows_l = [s for s, v in kids.items() if len(v) > k]
-        rows = torch.tensor(rows_l, dtype=torch.long, device=device)
-        nodes = torch.tensor([kids[s][k] for s in rows_l], dtype=torch.long, device=device)
+    for rows, nodes in sibling_levels(parents, device):
         tested = open_[rows]
         ok = passes[nodes] & tested
         mass[nodes] = share[rows]
@@ -188,5 +187,5 @@ def judge_greedy(best: torch.Tensor, tokens: torch.Tensor, parents: list[int], q
         share[rows] = torch.where(tested & ~ok, share[rows] * left[nodes], share[rows])
         accepted_child[rows] = torch.where(ok, nodes + 1, accepted_child[rows])
         open_[rows] = open_[rows] & ~ok
-    return dict(u=u, p=p_x, p_residual=p_x, q=q_x, accept_prob=prob.float(), mass=mass, accepted=accepted,
+    return dict(u=u, p=p_x, p_residual=p_x, q=q_x, accept_prob=prob, mass=mass, accepted=accepted,
                 accepted_child=accepted_child, finals=best, final_probs=torch.ones(slots, device=device))

@@ -156,7 +156,8 @@ def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warp
     """
     transfer = Transfer()
     device = logits.device
-    if sampling.greedy and fault == NO_FAULT:
+    greedy = sampling.greedy and fault == NO_FAULT
+    if greedy:
         scores = logits.float()
         top = scores.max(dim=-1)  # Sampling.probs' one-hot p: its argmax, the first index on ties
         judged = judge_greedy(top.indices, drafted.tokens, drafted.parents, drafted.q, drafted.rule, gen)
@@ -172,15 +173,15 @@ def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warp
     if not top_k:
         return transfer
     slots = logits.shape[0]
-    if "residual" in judged:
-        top_prob, top_ids = judged["residual"].topk(top_k, dim=-1)
-        top_p = p_all.gather(1, top_ids)
-    else:
+    if greedy:
         # p' is one-hot at the argmax: it first, then the target's runners-up (p' 0 there)
         best = top.indices[:, None]
         rest = scores.scatter_(1, best, float("-inf")).topk(top_k - 1, dim=-1).indices
         top_ids = torch.cat([best, rest], dim=1)
         top_prob = top_p = (top_ids == best).float()
+    else:
+        top_prob, top_ids = judged["residual"].topk(top_k, dim=-1)
+        top_p = p_all.gather(1, top_ids)
     # q at each slot, where its children came from (siblings share their parent's q)
     top_q = torch.zeros(slots, top_k, device=device)
     if drafted.q is not None and drafted.size:
