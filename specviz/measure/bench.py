@@ -4,11 +4,13 @@ Methods, all on the same pair, held-out prompts, settings and number of new toke
 ignored so every run generates exactly max_new_tokens); the pair runs in its form for this machine
 (``specviz.pair.precision``: bf16 on a CPU with bf16 instructions, else fp32; said in the header):
   autoregressive        specviz's baseline loop (the one the demo shows), the same target in the same form
-  autoregressive_fp32   the same loop with the target loaded again in fp32 (only where the form is not
-                        fp32): the comparison is not won by slowing the baseline
+  autoregressive_fp32   the same loop with the target loaded again in fp32 with transformers' own products
+                        (only where the form is not that): the comparison is not won by slowing the baseline
   speculative           specviz's speculative loop with the full trace
   speculative_untraced  the same loop with recording off (the trace's cost)
-  hf_generate           transformers ``target.generate`` (greedy or sampled), the same weights in the same form
+  hf_generate           transformers ``target.generate`` (greedy or sampled), the same weights in the same form,
+                        with transformers' own products (where specviz routes the target's fp32 products,
+                        ``specviz.pair.kernels``, this row runs the unrouted fp32 twin)
   hf_assisted           transformers' counterpart of the drafter kind and schedule (``hf_method``):
                         assisted generation with the same drafter model (``num_assistant_tokens=gamma``,
                         the same schedule where transformers has it), ``prompt_lookup_num_tokens``
@@ -125,23 +127,27 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
     if method == "hf_assisted":
         hf.update(hf_counterpart(kind, schedule, pair, gamma, ngram_max, exit_layer, confidence)[1])
 
+    model = hf_target(pair) if method == "hf_generate" else pair.target
+
     def run(ids, seed):
         torch.manual_seed(seed)
         x = torch.tensor([ids], device=pair.device)
-        out = pair.target.generate(x, attention_mask=torch.ones_like(x), **hf)
+        out = model.generate(x, attention_mask=torch.ones_like(x), **hf)
         return out.shape[1] - len(ids), None
 
     return run
 
 
 def fp32_target(pair):
-    """The pair's target loaded again from its weights in fp32 (kept while the pair lives); the target
-    itself where it already is fp32.
+    """The pair's target with transformers' own fp32 products: the target itself where it already runs
+    fp32 through ``torch.nn.functional.linear``, else its weights loaded again in fp32 with no routed
+    kernels (``specviz.pair.kernels``), kept while the pair lives.
 
     Raises:
         PairError: as loading the target.
     """
-    if next(pair.target.parameters()).dtype == torch.float32 or pair.target_ref is None:
+    plain = next(pair.target.parameters()).dtype == torch.float32 and getattr(pair.target, "specviz_kernels", None) is None
+    if plain or pair.target_ref is None:
         return pair.target
     twin = getattr(pair, "_fp32_target", None)
     if twin is None:
@@ -149,9 +155,45 @@ def fp32_target(pair):
         from specviz.pair.precision import Form
 
         twin = _load_model(pair.target_ref, pair.revisions[1], pair.device, True,
-                           Form(torch.float32, "fp32: loaded for comparison"))
+                           Form(torch.float32, "fp32: loaded for comparison"), kernels=False)
         pair._fp32_target = twin
     return twin
+
+
+def hf_target(pair):
+    """The model ``hf_generate`` runs: the pair's target in its form where transformers runs that form
+    itself (fp32 or bf16 products through ``torch.nn.functional.linear``); where specviz routed the
+    target's fp32 products (``specviz.pair.kernels``), the unrouted fp32 twin (``fp32_target``), so that
+    row is transformers' own greedy ``generate`` of the same weights."""
+    return fp32_target(pair) if getattr(pair.target, "specviz_kernels", None) is not None else pair.target
+
+
+def memory_floor(model, size_mb: int = 256, repeats: int = 5) -> dict:
+    """How far a one-token step is from the machine's limit: the bytes of ``model``'s weights (each read
+    once per step) over a measured memory copy rate.
+
+    Returns:
+        {"weight_mb": MB, "copy_gb_s": GB/s (bytes read + written per second by ``Tensor.copy_`` of
+        ``size_mb`` MB, median of ``repeats``), "floor_ms": weight bytes / (copy rate / 2), the time
+        to read the weights once at the rate one side of the copy ran}. CPU only; {} elsewhere.
+    """
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        return {}
+    import statistics
+    import time
+
+    weight = sum(p.numel() * p.element_size() for p in model.parameters())
+    src = torch.ones(size_mb * 2**20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    rate = 2 * src.numel() * 4 / statistics.median(times)  # read + written
+    return {"weight_mb": weight / 1e6, "copy_gb_s": rate / 1e9, "floor_ms": 1000 * weight / (rate / 2)}
 
 
 def measure_pass_costs(pair, repeats: int = 9) -> dict:
@@ -162,7 +204,7 @@ def measure_pass_costs(pair, repeats: int = 9) -> dict:
     costs = {form: pass_costs(pair.target, pair.vocab_size, repeats=repeats)}
     fp32 = fp32_target(pair)
     if fp32 is not pair.target:
-        costs["fp32 (for comparison)"] = pass_costs(fp32, pair.vocab_size, repeats=repeats)
+        costs["fp32, transformers' own products (for comparison)"] = pass_costs(fp32, pair.vocab_size, repeats=repeats)
     return costs
 
 
@@ -205,6 +247,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     if "autoregressive" in methods and fp32_target(pair) is not pair.target:
         methods.insert(methods.index("autoregressive") + 1, "autoregressive_fp32")
     pass_table = measure_pass_costs(pair) if pass_costs else None
+    floor = memory_floor(pair.target)
     runners = {m: _runner(m, pair, sampling, gamma, max_new_tokens, **options) for m in methods}
     tps: dict[str, list[float]] = {m: [] for m in methods}
     traces: dict[str, list] = {m: [] for m in methods}
@@ -295,6 +338,9 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     }
     if pass_table is not None:
         report["pass_costs"] = pass_table
+    if floor and base:
+        floor["step_ms"] = theory.target_step_ms(*base)
+        report["memory_floor"] = floor
     return report
 
 
@@ -302,6 +348,11 @@ def format_report(report: dict) -> str:
     """A plain-text table of the report: the form first, then the v(n) table, then the methods."""
     settings = report["settings"]
     lines = [f"form: {settings.get('dtype')} on {settings.get('device')}" + (f" ({settings['dtype_reason']})" if settings.get("dtype_reason") else "")]
+    if report.get("memory_floor"):
+        f = report["memory_floor"]
+        lines.append(f"step: {f['step_ms']:.1f} ms measured; reading the target's {f['weight_mb']:.0f} MB of weights once at the measured "
+                     f"memory copy rate ({f['copy_gb_s']:.1f} GB/s read + written) takes {f['floor_ms']:.1f} ms, "
+                     f"so the step runs at {f['floor_ms'] / f['step_ms']:.0%} of that limit")
     if report.get("pass_costs"):
         from specviz.measure.pass_cost import format_pass_costs
 

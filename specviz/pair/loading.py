@@ -26,7 +26,7 @@ from specviz.pair.converted import ensure_converted
 from specviz.pair.errors import OOM_ERRORS, PairError, explain, root_cause
 from specviz.pair.hub import Checked, check_hub_model, local_params
 from specviz.pair.memory import available_memory_bytes
-from specviz.pair.precision import Form, apply_form, form_for
+from specviz.pair.precision import Form, apply_form, form_for, model_form
 from specviz.pair.settings import ALLOW_CUSTOM_ENV, MAX_MODEL_GB_ENV, custom_models_allowed, max_model_gb
 
 Progress = Callable[[float, str], None]
@@ -197,6 +197,7 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
         else:
             source = f"the model hub: {tref.id}" + (f"@{tc.revision[:12]}" if tc.revision else "")
     instruct = preset.instruct if preset is not None else bool(getattr(t_tok, "chat_template", None))
+    form = model_form(t_model) or form  # with the target's product kernels named (specviz.pair.kernels)
     return Pair(label, d_model, t_model, t_tok, dev, instruct=instruct, preset=preset, drafter_id=str(dref),
                 target_id=target_id, revisions=(dc.revision, tc.revision), target_source=source, form=form,
                 target_ref=tref)
@@ -291,8 +292,9 @@ _registered = False
 _register_lock = threading.Lock()
 
 
-def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local_only: bool, form: Form):
-    """The model in ``form`` on ``device``, in eval mode, with no parameter asking for gradients.
+def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local_only: bool, form: Form, kernels: bool = True):
+    """The model in ``form`` on ``device``, in eval mode, with no parameter asking for gradients; ``kernels``
+    as ``apply_form`` takes it.
 
     Raises:
         PairError: as ``explain`` words the loading error.
@@ -313,7 +315,7 @@ def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local
     try:
         # On ZeroGPU this runs outside @spaces.GPU, as its docs require: the weights are placed
         # on "cuda" once, at load time, and the GPU is attached when a decorated function runs.
-        return apply_form(model.to(device).eval(), form)
+        return apply_form(model.to(device).eval(), form, kernels=kernels)
     except OOM_ERRORS as err:
         del model
         raise explain(str(ref), err) from err

@@ -42,6 +42,7 @@ import torch
 from specviz.pair.gqa import use_shared_kv_heads
 
 CPU_DTYPE_ENV = "SPECVIZ_CPU_DTYPE"
+KERNELS_ENV = "SPECVIZ_CPU_KERNELS"  # auto (default) | on | off: routed fp32 products (specviz.pair.kernels)
 CHOICES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86's two; Arm's Features line says "bf16"
 PROBE_SHAPE = (576, 16384)  # in, out features of the timed product
@@ -101,6 +102,27 @@ def bf16_instructions(flags: set[str]) -> list[str]:
     return sorted(f for f in BF16_FLAGS if f in flags)
 
 
+def torch_capability() -> str:
+    """The vector instruction set torch's CPU kernels run at ("AVX2", "AVX512", "DEFAULT", ...; Arm's "SVE256" ...).
+
+    ``ATEN_CPU_CAPABILITY=avx2`` lowers it on a CPU that has more (and ``ONEDNN_MAX_CPU_ISA`` lowers
+    oneDNN's), which is how a CPU without bf16 instructions is imitated on one that has them.
+    """
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        return "unknown"
+
+
+def usable_bf16(instructions: list[str], capability: str) -> list[str]:
+    """The bf16 instruction sets torch can use: on x86 they are AVX-512 instructions, used only when torch
+    runs at an AVX-512 capability; elsewhere (Arm) the flags stand as reported."""
+    x86 = [i for i in instructions if i in ("avx512_bf16", "amx_bf16")]
+    if x86 and not capability.upper().startswith("AVX512"):
+        return [i for i in instructions if i not in x86]
+    return instructions
+
+
 def requested() -> str:
     """SPECVIZ_CPU_DTYPE: "fp32", "bf16" or "auto" (default).
 
@@ -139,8 +161,12 @@ def probe(repeats: int = PROBE_REPEATS) -> dict[str, dict[int, float]]:
     return out
 
 
-def judge(instructions: list[str], timing: dict[str, dict[int, float]] | None) -> Form:
-    """The CPU's form from its bf16 instruction sets and ``probe``'s timing (None: not timed)."""
+def judge(instructions: list[str], timing: dict[str, dict[int, float]] | None, capability: str | None = None) -> Form:
+    """The CPU's form from its bf16 instruction sets, the capability torch runs at (``torch_capability``;
+    None: not asked) and ``probe``'s timing (None: not timed)."""
+    if capability is not None and instructions and not usable_bf16(instructions, capability):
+        return Form(torch.float32, f"fp32: this CPU reports bf16 instructions ({', '.join(instructions)}) but torch runs at "
+                                   f"{capability[:20]} here (ATEN_CPU_CAPABILITY), so bf16 products would be emulated and slower")
     if not instructions:
         return Form(torch.float32, "fp32: this CPU reports no bf16 instructions (avx512_bf16, amx_bf16 or Arm bf16), "
                                    "so bf16 products would be emulated and slower")
@@ -157,8 +183,14 @@ def judge(instructions: list[str], timing: dict[str, dict[int, float]] | None) -
 
 
 def _machine_key(flags: set[str]) -> str:
-    text = json.dumps([cpu_model(), sorted(flags), torch.__version__, torch.get_num_threads(), platform.machine()])
+    text = json.dumps([cpu_model(), sorted(flags), torch.__version__, torch.get_num_threads(), platform.machine(),
+                       torch_capability(), os.environ.get("ONEDNN_MAX_CPU_ISA", ""), os.environ.get("MKL_ENABLE_INSTRUCTIONS", "")])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def machine_key() -> str:
+    """A short hash naming this machine's CPU, flags, torch version, threads and instruction-set limits (cache keys)."""
+    return _machine_key(cpu_flags())
 
 
 def _cache_file() -> Path:
@@ -197,14 +229,15 @@ def _store_timing(key: str, timing: dict) -> None:
 def _auto_cpu_form() -> Form:
     flags = cpu_flags()
     instructions = bf16_instructions(flags)
-    if not instructions:
-        return judge(instructions, None)
+    capability = torch_capability()
+    if not usable_bf16(instructions, capability):
+        return judge(instructions, None, capability)
     key = _machine_key(flags)
     timing = _cached_timing(key)
     if timing is None:
         timing = probe()
         _store_timing(key, timing)
-    return judge(instructions, timing)
+    return judge(instructions, timing, capability)
 
 
 def cpu_form(target_params: int | None = None) -> Form:
@@ -247,14 +280,39 @@ def model_form(model) -> Form | None:
     return getattr(model, "specviz_form", None)
 
 
-def apply_form(model, form: Form):
+def apply_form(model, form: Form, kernels: bool = True):
     """Cast ``model`` to ``form.dtype`` (in place) and remember the form on it; on a CPU, let its masked
-    passes share the key/value heads (``specviz.pair.gqa``). Returns the model."""
+    passes share the key/value heads (``specviz.pair.gqa``) and, in fp32, give its linear layers the
+    product kernels timed fastest per row count (``specviz.pair.kernels.choose``; ``kernels=False``
+    or ``SPECVIZ_CPU_KERNELS=off`` keeps transformers' own), whose sentence is added to the form's
+    reason. Returns the model."""
     if next(model.parameters()).dtype != form.dtype:
         model.to(form.dtype)
+    if kernels and form.dtype == torch.float32 and _route_kernels(model):
+        from specviz.pair.kernels import choose
+
+        routed = choose(model)
+        if routed is not None:
+            form = Form(form.dtype, f"{form.reason}; {routed.summary}")
+            model.specviz_kernels = routed
     model.specviz_form = form
     use_shared_kv_heads(model)
     return model
+
+
+def _route_kernels(model) -> bool:
+    """SPECVIZ_CPU_KERNELS: "off" never routes, "on" always, "auto" (default) models of MIN_AUTO_PARAMS
+    parameters or more (a smaller one is bound by per-pass overhead, not by its products).
+
+    Raises:
+        ValueError: any other value.
+    """
+    raw = os.environ.get(KERNELS_ENV, "").strip().lower() or "auto"
+    if raw not in ("auto", "on", "off"):
+        raise ValueError(f"{KERNELS_ENV} must be auto, on or off, got {raw[:20]!r}")
+    if raw != "auto":
+        return raw == "on"
+    return sum(p.numel() for p in model.parameters()) >= MIN_AUTO_PARAMS
 
 
 def form_settings(model) -> dict:
