@@ -80,20 +80,25 @@ def test_the_choice_is_timed_once_per_machine_and_cached(tmp_path, monkeypatch):
 
 
 def test_a_one_row_product_keeps_transformers_own_unless_another_is_faster():
-    ms = {"linear": [1.0] * 6, "w_xt": [0.97] * 6, "onednn": [2.0] * 6}
-    assert kernels._pick(ms)[0] == "linear" and kernels._pick(ms)[1:] == ["w_xt"] * 5
-    ms["onednn"] = [0.5] * 6
-    assert kernels._pick(ms) == ["onednn"] * 6
+    n = len(kernels.ROWS)
+    ms = {"linear": [1.0] * n, "w_xt": [0.97] * n, "onednn": [2.0] * n}
+    assert kernels._pick(ms)[0] == "linear" and kernels._pick(ms)[1:] == ["w_xt"] * (n - 1)
+    ms["onednn"] = [0.5] * n
+    assert kernels._pick(ms) == ["onednn"] * n
 
 
-def test_apply_form_routes_large_fp32_models_only(monkeypatch, tmp_path):
+def test_apply_form_routes_the_pairs_of_large_targets_only(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(precision.KERNELS_ENV, raising=False)
-    small = precision.apply_form(tiny_llama(), precision.Form(torch.float32, "fp32: test"))
-    assert getattr(small, "specviz_kernels", None) is None and small.specviz_form.reason == "fp32: test"
+    small = precision.apply_form(tiny_llama(), precision.cpu_form(5_000_000))  # a pair whose target is overhead-bound
+    assert getattr(small, "specviz_kernels", None) is None and "5.0 M parameters" in small.specviz_form.reason
+    routed = precision.apply_form(tiny_llama(), precision.Form(torch.float32, "fp32: test"))  # a large target's pair
+    assert routed.specviz_kernels is not None
+    monkeypatch.setenv(precision.KERNELS_ENV, "off")
+    assert getattr(precision.apply_form(tiny_llama(), precision.Form(torch.float32, "fp32: test")), "specviz_kernels", None) is None
     monkeypatch.setenv(precision.KERNELS_ENV, "on")
-    routed = precision.apply_form(tiny_llama(), precision.Form(torch.float32, "fp32: test"))
-    assert routed.specviz_kernels is not None and routed.specviz_form.reason.startswith("fp32: test; matrix products")
+    routed = precision.apply_form(tiny_llama(), precision.cpu_form(5_000_000))
+    assert routed.specviz_kernels is not None and "; matrix products chosen per row count" in routed.specviz_form.reason
     monkeypatch.setenv(precision.KERNELS_ENV, "bf16")
     with pytest.raises(ValueError, match=precision.KERNELS_ENV):
         precision.apply_form(tiny_llama(), precision.Form(torch.float32, "fp32: test"))

@@ -40,7 +40,7 @@ def test_judge_needs_the_instructions_and_a_timing_that_agrees():
 
 def test_the_environment_overrides_and_small_targets_keep_fp32(monkeypatch):
     monkeypatch.setenv(CPU_DTYPE_ENV, "bf16")
-    assert cpu_form(1000) == Form(torch.bfloat16, f"bf16: set by {CPU_DTYPE_ENV}=bf16")
+    assert cpu_form(1000) == Form(torch.bfloat16, f"bf16: set by {CPU_DTYPE_ENV}=bf16", routed=False)
     monkeypatch.setenv(CPU_DTYPE_ENV, "fp32")
     assert cpu_form().dtype == torch.float32
     monkeypatch.setenv(CPU_DTYPE_ENV, "auto")

@@ -18,8 +18,8 @@ So every ``nn.Linear`` of a model on a CPU in fp32 gets a route per row count, c
   weights on a CPU), so no call repacks it; the reordered copy is kept beside the weight.
 
 ``choose`` times each route over the model's own weights, layer after layer as a pass reads them
-(so the weights stream from memory as in a pass, not from a warm cache), for 1, 2, 3, 5, 9 and 17
-rows, interleaving the routes so that other load on the machine falls on all alike, and keeps the
+(so the weights stream from memory as in a pass, not from a warm cache), for 1, 2, 3, 5, 9, 17, 33
+and 65 rows (a chain's verify pass, a tree's, a batch's), interleaving the routes so that other load on the machine falls on all alike, and keeps the
 fastest per row count. A one-row product (the autoregressive step) keeps ``linear`` unless another
 route is faster there too, so the step is never slower than transformers' own. The timing (a few
 seconds, once) is cached per machine (CPU model and flags, torch version, threads) and per weight
@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROWS = (1, 2, 3, 5, 9, 17)  # timed row counts; a call with r rows takes the choice of the first >= r
+ROWS = (1, 2, 3, 5, 9, 17, 33, 65)  # timed row counts (trees and batches reach 33-65); a call with r rows takes the choice of the first >= r
 REPEATS = 3  # timed sweeps over a shape's layers per route and row count (after one untimed sweep)
 MAX_TIMED_BYTES = 64e6  # per shape, the weights one timed sweep reads (enough to leave the cache)
 ROUTES = ("linear", "w_xt", "onednn")
@@ -211,8 +211,9 @@ def _describe(choices: dict[tuple, Choice], counts: dict[tuple, int]) -> Kernels
     ref_ratio = {r: reference[r] / reference[1] for r in ROWS} if reference[1] else {}
     weight_of = {route: 0 for route in ROUTES}
     for key, c in choices.items():
-        for route in c.by_rows[1:]:
-            weight_of[route] += counts[key] * key[0] * key[1]
+        for rows, route in zip(ROWS[1:], c.by_rows[1:]):
+            if rows <= 17:
+                weight_of[route] += counts[key] * key[0] * key[1]
     main = max(weight_of, key=weight_of.get)
     summary = f"matrix products chosen per row count, timed at load (2-17 rows mostly {_NAMES[main]})"
     if ratio:
@@ -282,7 +283,7 @@ def choose(model, repeats: int = REPEATS, force: str | None = None) -> Kernels |
 def _pack(layer: torch.nn.Linear) -> None:
     if getattr(layer, "specviz_packed", None) is None:
         with torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach(), max(ROWS))
+            packed = torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach(), 17)  # a verify pass's rows
         layer.register_buffer("specviz_packed", packed, persistent=False)
 
 

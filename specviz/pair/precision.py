@@ -59,10 +59,14 @@ class Form:
     Attributes:
         dtype: the weights' and activations' dtype (logits are upcast to float32 before softmax).
         reason: one plain sentence, shown on the page, in the trace's settings and in bench's header.
+        routed: whether ``apply_form`` routes an fp32 model's products (``specviz.pair.kernels``): a
+            pair's drafter and target alike, unless the target is small enough to be bound by
+            per-pass overhead (MIN_AUTO_PARAMS).
     """
 
     dtype: torch.dtype
     reason: str
+    routed: bool = True  # fp32 products routed per row count (specviz.pair.kernels); False for small targets
 
     @property
     def name(self) -> str:
@@ -252,11 +256,12 @@ def cpu_form(target_params: int | None = None) -> Form:
         ValueError: SPECVIZ_CPU_DTYPE is neither fp32, bf16 nor auto.
     """
     choice = requested()
+    small = target_params is not None and target_params < MIN_AUTO_PARAMS
     if choice != "auto":
-        return Form(CHOICES[choice], f"{choice}: set by {CPU_DTYPE_ENV}={choice}")
-    if target_params is not None and target_params < MIN_AUTO_PARAMS:
+        return Form(CHOICES[choice], f"{choice}: set by {CPU_DTYPE_ENV}={choice}", routed=not small)
+    if small:
         return Form(torch.float32, f"fp32: a target this small ({target_params / 1e6:.1f} M parameters) is bound by "
-                                   "per-pass overhead, not by its matrix products, so bf16 would gain nothing")
+                                   "per-pass overhead, not by its matrix products, so bf16 would gain nothing", routed=False)
     return _auto_cpu_form()
 
 
@@ -288,21 +293,21 @@ def apply_form(model, form: Form, kernels: bool = True):
     reason. Returns the model."""
     if next(model.parameters()).dtype != form.dtype:
         model.to(form.dtype)
-    if kernels and form.dtype == torch.float32 and _route_kernels(model):
+    if kernels and form.dtype == torch.float32 and _route_kernels(form):
         from specviz.pair.kernels import choose
 
         routed = choose(model)
         if routed is not None:
-            form = Form(form.dtype, f"{form.reason}; {routed.summary}")
+            form = Form(form.dtype, f"{form.reason}; {routed.summary}", form.routed)
             model.specviz_kernels = routed
     model.specviz_form = form
     use_shared_kv_heads(model)
     return model
 
 
-def _route_kernels(model) -> bool:
-    """SPECVIZ_CPU_KERNELS: "off" never routes, "on" always, "auto" (default) models of MIN_AUTO_PARAMS
-    parameters or more (a smaller one is bound by per-pass overhead, not by its products).
+def _route_kernels(form: Form) -> bool:
+    """SPECVIZ_CPU_KERNELS: "off" never routes, "on" always, "auto" (default) as ``form.routed`` says
+    (not for a pair whose target is bound by per-pass overhead rather than by its products).
 
     Raises:
         ValueError: any other value.
@@ -312,7 +317,7 @@ def _route_kernels(model) -> bool:
         raise ValueError(f"{KERNELS_ENV} must be auto, on or off, got {raw[:20]!r}")
     if raw != "auto":
         return raw == "on"
-    return sum(p.numel() for p in model.parameters()) >= MIN_AUTO_PARAMS
+    return form.routed
 
 
 def form_settings(model) -> dict:
