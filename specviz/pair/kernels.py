@@ -226,7 +226,8 @@ def choose(model, repeats: int = REPEATS, force: str | None = None) -> Kernels |
 
     Each linear layer's ``forward`` is replaced (on the instance) by one that picks the route of its
     call's row count; a layer whose routes include ``onednn`` keeps its reordered weight in a
-    non-persistent buffer ``specviz_packed`` (as many bytes again as the weight; not saved).
+    non-persistent buffer ``specviz_packed`` (as many bytes again as the weight; not saved), offered
+    only where such copies of every weight fit in half the free memory.
 
     Args:
         model: a transformers model (any module) whose ``nn.Linear`` layers are routed in place.
@@ -246,7 +247,7 @@ def choose(model, repeats: int = REPEATS, force: str | None = None) -> Kernels |
     from specviz.pair.precision import machine_key
 
     machine = machine_key()
-    routes = ROUTES if _onednn_available() else tuple(r for r in ROUTES if r != "onednn")
+    routes = ROUTES if _onednn_available() and _room_for_copies(linears) else tuple(r for r in ROUTES if r != "onednn")
     if force is not None and force not in routes:
         raise ValueError(f"force must be one of {', '.join(routes)}")
     groups: dict[tuple, list[torch.nn.Linear]] = {}
@@ -278,6 +279,16 @@ def choose(model, repeats: int = REPEATS, force: str | None = None) -> Kernels |
     if fresh:
         _store_cached(fresh)
     return _describe(choices, {k: len(v) for k, v in groups.items()})
+
+
+def _room_for_copies(linears: list[torch.nn.Linear]) -> bool:
+    """Whether reordered copies of every linear weight fit in half the memory free now (else ``onednn``
+    is not offered: the pair must not be pushed out of memory for speed)."""
+    from specviz.pair.memory import available_memory_bytes
+
+    need = sum(m.weight.numel() * m.weight.element_size() for m in linears)
+    free = available_memory_bytes(torch.device("cpu"))
+    return free is None or need <= free / 2
 
 
 def _pack(layer: torch.nn.Linear) -> None:
