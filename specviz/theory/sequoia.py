@@ -43,6 +43,8 @@ def acceptance_by_rank(*traces: Trace) -> list[list[tuple[int, int]]]:
                 continue
             for depth, parent in enumerate([-1, *r.tree.path], start=1):
                 kids = r.tree.children(parent)
+                if not kids:  # the path ended at a leaf: nothing offered below it
+                    continue
                 while len(counts) < depth:
                     counts.append([])
                 row = counts[depth - 1]
