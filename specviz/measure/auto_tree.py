@@ -1,0 +1,175 @@
+"""The ``auto`` tree: measure this pair on this device, then let ``specviz.theory.sequoia`` choose.
+
+A short calibration on held-out prompts (the prompt set's last ones, which a benchmark's first
+prompts do not reach) measures every input of the choice:
+- the target's one-token step (an autoregressive run), the unit of every cost;
+- the chain's acceptance by depth and drafter step, from a chain of gamma ``max_depth``;
+- the acceptance by depth and sibling rank and the drafter's pass per tree level, from a wide
+  calibration tree (``sequoia.prior_tree``);
+- the verify cost v(n), a target pass over the pending token and n nodes
+  (``specviz.measure.tree_bench.verify_cost_curve``), measured, never assumed.
+The calibration is cached per (pair key, drafter, sampling regime) for the process's life.
+
+``auto_tree(...)`` returns an ``AutoTree``: the TreeSpec to draft (None: the chain won) and the
+gamma to run a chain at, with the choice and its inputs to state.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import torch
+
+from specviz import theory as chain_theory
+from specviz.engine.sampling import Sampling
+from specviz.engine.tree.spec import TreeSpec
+from specviz.theory import sequoia
+from specviz.theory import tree as tree_theory
+
+AUTO = "auto"
+NS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+CALIBRATION_PROMPTS = 3
+_CACHE: dict[tuple, "Calibration"] = {}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a calibration measured (costs in target steps: ms / the target's one-token step in ms).
+
+    Attributes:
+        rank_counts: ``sequoia.acceptance_by_rank`` of the calibration tree's rounds.
+        chain_counts: ``tree_theory.acceptance_by_depth`` of the chain's rounds (offered, accepted).
+        verify_curve: {n: v(n)}.
+        tree_pass_cost: drafting ms per drafter pass in tree rounds / target step ms (c_tree).
+        chain_step_cost: drafting ms per drafter pass in chain rounds / target step ms (c).
+        target_step_ms: the unit.
+        calibration_tree: the parents of the tree it drafted.
+        prompts, tokens: held-out prompts used, tokens generated per run.
+    """
+
+    rank_counts: list
+    chain_counts: list
+    verify_curve: dict
+    tree_pass_cost: float
+    chain_step_cost: float
+    target_step_ms: float
+    calibration_tree: tuple
+    prompts: int
+    tokens: int
+
+    def rank_acceptance(self) -> sequoia.RankAcceptance:
+        return sequoia.RankAcceptance.from_counts(self.rank_counts)
+
+    def chain_rates(self) -> list[float]:
+        return tree_theory.depth_rates(self.chain_counts)
+
+
+@dataclass(frozen=True)
+class AutoTree:
+    """The auto choice: ``tree`` (None: a chain) and ``gamma`` (the chain's; a tree's depth), the
+    sequoia ``choice`` and the ``calibration`` it came from."""
+
+    tree: TreeSpec | None
+    gamma: int
+    choice: sequoia.AutoChoice
+    calibration: Calibration
+
+    def describe(self) -> dict:
+        """JSON-ready: the choice, its prediction, the best chain, and the inputs."""
+        b, c = self.choice.best, self.choice.best_chain
+        cal = self.calibration
+        return {
+            "chosen": b.label(), "kind": b.kind, "nodes": b.nodes, "depth": b.depth,
+            "parents": list(b.parents) if b.parents else None,
+            "predicted_tokens_per_round": b.tokens_per_round, "predicted_cost": b.cost, "predicted_speedup": b.speedup,
+            "best_chain": {"gamma": c.depth, "predicted_tokens_per_round": c.tokens_per_round, "predicted_cost": c.cost,
+                           "predicted_speedup": c.speedup},
+            "speedup_by_budget": sequoia.speedup_by_budget(self.choice),
+            "inputs": {"acceptance_by_rank": cal.rank_counts, "chain_acceptance_by_depth": cal.chain_counts,
+                       "verify_cost_by_nodes": cal.verify_curve, "tree_pass_cost": cal.tree_pass_cost,
+                       "chain_step_cost": cal.chain_step_cost, "target_step_ms": cal.target_step_ms,
+                       "calibration_prompts": cal.prompts, "calibration_tokens": cal.tokens},
+            "sentence": self.choice.sentence(),
+        }
+
+
+def calibration_prompt_ids(tokenize, texts: list[str], reserved: int, count: int = CALIBRATION_PROMPTS) -> list[list[int]]:
+    """The last ``count`` of ``texts`` tokenised by ``tokenize`` (text -> ids), held out from the
+    first ``reserved`` (a benchmark's prompts).
+
+    Raises:
+        ValueError: fewer than ``reserved + count`` prompts."""
+    if len(texts) < reserved + count:
+        raise ValueError(f"the auto tree calibrates on {count} prompts after the {reserved} measured; the set has {len(texts)}")
+    return [tokenize(t) for t in texts[len(texts) - count:]]
+
+
+def _cost(ms: float | None, step_ms: float) -> float:
+    return ms / step_ms if ms else 0.0
+
+
+def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
+              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True) -> Calibration:
+    """Measure every input of the choice on ``prompts`` (see the module docstring).
+
+    Args:
+        drafter: a ``specviz.drafters.Drafter`` that drafts trees (model, early exit, EAGLE, prompt lookup).
+        target: the target model; ``vocab_size``: the tokenizer's size.
+        max_new_tokens: tokens per calibration run; ``max_depth``: the chain's gamma and the deepest tree weighed;
+            ``max_nodes``: the widest verify pass timed (and the calibration tree's size, at most 40).
+        cached: the KV cache v(n) is timed over (as ``specviz.engine.cache.make_runner``).
+
+    Raises:
+        ValueError: no prompts, or a run that never drafted (no acceptance to measure).
+    """
+    from specviz import autoregressive_generate, speculative_generate
+    from specviz.measure.tree_bench import verify_cost_curve
+
+    if not prompts:
+        raise ValueError("calibration needs at least one prompt")
+    common = dict(sampling=sampling, max_new_tokens=max_new_tokens, vocab_size=vocab_size, eos_token_id=None)
+    calib_tree = sequoia.prior_tree(min(40, max_nodes), max_depth)
+    with torch.inference_mode():
+        autoregressive_generate(prompts[0], target, **(common | {"max_new_tokens": 4}))  # warm-up
+        base = [autoregressive_generate(ids, target, seed=seed + i, **(common | {"max_new_tokens": min(32, max_new_tokens)})) for i, ids in enumerate(prompts)]
+        chains = [speculative_generate(ids, drafter, target, gamma=max_depth, seed=seed + i, **common) for i, ids in enumerate(prompts)]
+        trees = [speculative_generate(ids, drafter, target, tree=TreeSpec.explicit(calib_tree), seed=seed + i, **common)
+                 for i, ids in enumerate(prompts)]
+        curve = verify_cost_curve(target, prompts[0], sorted({n for n in NS if n < max_nodes} | {max_nodes}), vocab_size, cached=cached)
+    step = chain_theory.target_step_ms(*base)
+    chain_counts = tree_theory.acceptance_by_depth(*chains)
+    if not chain_counts:
+        raise ValueError("the calibration's chain drafted nothing: no acceptance to measure")
+    return Calibration(rank_counts=sequoia.acceptance_by_rank(*trees), chain_counts=chain_counts, verify_curve=curve,
+                       tree_pass_cost=_cost(chain_theory.drafter_step_ms(*trees), step),
+                       chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step), target_step_ms=step,
+                       calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens)
+
+
+def decide(cal: Calibration, max_nodes: int = 64, max_depth: int = 8) -> AutoTree:
+    """The choice from a calibration (no model runs): ``sequoia.choose``."""
+    choice = sequoia.choose(cal.rank_acceptance(), cal.chain_rates(), cal.verify_curve, cal.tree_pass_cost, cal.chain_step_cost,
+                            max_nodes=max_nodes, max_depth=max_depth)
+    best = choice.best
+    tree = TreeSpec.explicit(best.parents) if best.kind == "tree" else None
+    return AutoTree(tree=tree, gamma=best.depth, choice=choice, calibration=cal)
+
+
+def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, key=None, max_new_tokens: int = 64,
+              max_nodes: int = 64, max_depth: int = 8, seed: int = 0, cached=True) -> AutoTree:
+    """Calibrate (or reuse this process's calibration for the same ``key``, drafter and sampling) and choose.
+
+    ``key``: what names the pair and device (e.g. (pair name, device)); None: never cached.
+    Raises as ``calibrate``."""
+    cache_key = None
+    if key is not None:
+        who = json.dumps(drafter.describe(), sort_keys=True, default=str) if hasattr(drafter, "describe") else id(drafter)
+        cache_key = (key, who, json.dumps(sampling.to_dict(), sort_keys=True),
+                     max_new_tokens, max_depth, max_nodes, str(cached))
+    cal = _CACHE.get(cache_key) if cache_key else None
+    if cal is None:
+        cal = calibrate(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached)
+        if cache_key:
+            _CACHE[cache_key] = cal
+    return decide(cal, max_nodes, max_depth)
