@@ -123,7 +123,7 @@ def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
     Raises:
         ValueError: no prompts, or a run that never drafted (no acceptance to measure).
     """
-    from specviz import autoregressive_generate, speculative_generate
+    from specviz.engine.chain import autoregressive_generate, speculative_generate
     from specviz.measure.tree_bench import verify_cost_curve
 
     if not prompts:
@@ -173,3 +173,72 @@ def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
         if cache_key:
             _CACHE[cache_key] = cal
     return decide(cal, max_nodes, max_depth)
+
+
+# bench: the auto choice, the chain it was weighed against, and what the timed runs measured.
+BENCH_METHODS = ("speculative_auto", "speculative_best_chain")
+
+
+def bench_methods(auto: AutoTree, gamma: int) -> list[str]:
+    """The methods ``--tree auto`` adds to bench's rotation: the choice, and the predicted best chain
+    where its gamma is not bench's own (bench's ``speculative`` chain is then that chain)."""
+    return ["speculative_auto"] + (["speculative_best_chain"] if auto.choice.best_chain.depth != gamma else [])
+
+
+def bench_run_args(auto: AutoTree, method: str) -> tuple[int, TreeSpec | None]:
+    """(gamma, tree) of a method of BENCH_METHODS."""
+    if method == "speculative_auto":
+        return auto.gamma, auto.tree
+    return auto.choice.best_chain.depth, None
+
+
+def bench_report(auto: AutoTree, traces: dict[str, list], medians: dict[str, float], gamma: int) -> dict:
+    """The choice (``AutoTree.describe``) with what the run measured: tokens per round (emitted /
+    rounds) and speedup (median tokens/s over the autoregressive median) of the chosen tree and of
+    each chain measured (bench's gamma, and the predicted best chain's), and their ratios."""
+    def measured(method: str) -> dict | None:
+        ts = traces.get(method) or []
+        rounds = sum(len(t.rounds) for t in ts)
+        if not rounds or method not in medians:
+            return None
+        return {"tokens_per_round": sum(len(t.output_ids) for t in ts) / rounds, "rounds": rounds,
+                "nodes_per_round": sum(t.drafted for t in ts) / rounds, "speedup": medians[method] / medians["autoregressive"]}
+
+    out = auto.describe()
+    chains = {f"chain of gamma {gamma}": measured("speculative")}
+    best_gamma = auto.choice.best_chain.depth
+    if best_gamma != gamma:
+        chains[f"chain of gamma {best_gamma}"] = measured("speculative_best_chain")
+    out["measured"] = measured("speculative_auto")
+    out["measured_chains"] = {k: v for k, v in chains.items() if v}
+    m = out["measured"]
+    if m:
+        out["tokens_per_round_error"] = m["tokens_per_round"] / out["predicted_tokens_per_round"] - 1.0
+        if out["measured_chains"]:
+            best = max(out["measured_chains"].values(), key=lambda c: c["speedup"])
+            out["speedup_vs_best_measured_chain"] = m["speedup"] / best["speedup"]
+    return out
+
+
+def format_bench_report(r: dict) -> list[str]:
+    """Plain-text lines of ``bench_report``."""
+    lines = [r["sentence"]]
+    cand = [("auto: " + r["chosen"], r["predicted_tokens_per_round"], r["predicted_speedup"], r.get("measured"))]
+    for label, m in r["measured_chains"].items():
+        pred = r["best_chain"] if label.endswith(f"gamma {r['best_chain']['gamma']}") else None
+        cand.append((label, pred and pred["predicted_tokens_per_round"], pred and pred["predicted_speedup"], m))
+    lines.append(f"{'':<40}{'tokens/round pred':>18}{'measured':>10}{'speedup pred':>14}{'measured':>10}")
+    for label, tpr, sp, m in cand:
+        f = lambda x, d=2: f"{x:.{d}f}" if isinstance(x, (int, float)) else "-"  # noqa: E731
+        lines.append(f"{label[:40]:<40}{f(tpr):>18}{f(m and m['tokens_per_round']):>10}{f(sp):>14}{f(m and m['speedup']):>10}")
+    if r.get("tokens_per_round_error") is not None:
+        lines.append(f"auto: measured / predicted tokens per round - 1: {r['tokens_per_round_error']:+.1%}")
+    if r.get("speedup_vs_best_measured_chain") is not None:
+        lines.append(f"auto / best measured chain speedup: {r['speedup_vs_best_measured_chain']:.2f}")
+    inp = r["inputs"]
+    lines.append("acceptance by depth and sibling rank (accepted/offered): " + "; ".join(
+        f"d{d}: " + " ".join(f"{a}/{o}" for o, a in row) for d, row in enumerate(inp["acceptance_by_rank"], 1)))
+    lines.append("chain acceptance by depth (accepted/offered): " + " ".join(f"{a}/{o}" for o, a in inp["chain_acceptance_by_depth"]))
+    lines.append(f"c_tree {inp['tree_pass_cost']:.3f}, c {inp['chain_step_cost']:.3f} target steps per drafter pass; v(n): "
+                 + ", ".join(f"{n}: {v:.2f}" for n, v in inp["verify_cost_by_nodes"].items()))
+    return lines

@@ -267,10 +267,11 @@ class AutoChoice:
     def sentence(self) -> str:
         """One line: the choice, its prediction, against the best chain, and why this size."""
         b, c = self.best, self.best_chain
-        why = (f"c_tree {self.inputs['tree_pass_cost']:.2f} and v({b.nodes}) {self.inputs['v_at_best']:.2f} target steps"
-               if "tree_pass_cost" in self.inputs else "")
+        drafting = ("c_tree", "tree_pass_cost") if b.kind == "tree" else ("c", "chain_step_cost")
+        why = (f"{drafting[0]} {self.inputs[drafting[1]]:.2f} per drafter pass and v({b.nodes}) {self.inputs['v_at_best']:.2f}, "
+               f"in target steps" if drafting[1] in self.inputs else "")
         return (f"auto: {b.label()}, predicted {b.tokens_per_round:.2f} tokens per round at {b.cost:.2f} target steps "
-                f"({b.speedup:.2f}x); best chain {c.label()}: {c.tokens_per_round:.2f} at {c.cost:.2f} ({c.speedup:.2f}x)"
+                f"({b.speedup:.2f}x); best chain (gamma {c.depth}): {c.tokens_per_round:.2f} at {c.cost:.2f} ({c.speedup:.2f}x)"
                 + (f"; {why}" if why else ""))
 
 
