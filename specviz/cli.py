@@ -93,12 +93,9 @@ def tree_and_gamma(args, pair, drafter, sampling):
     tree = tree_for(args)
     if tree != "auto":
         return tree, args.gamma
-    from specviz.measure import auto_tree
-    from specviz.measure.common import benchmark_prompts, prompt_token_ids
+    from specviz.measure.auto_tree import auto_for_pair
 
-    ids = auto_tree.calibration_prompt_ids(lambda t: prompt_token_ids(pair, [t], "held-out")[0], benchmark_prompts(10**6), 0)
-    auto = auto_tree.auto_tree(drafter, pair.target, ids, sampling, pair.vocab_size, key=(pair.name, str(pair.device)),
-                               max_new_tokens=min(64, args.max_new_tokens))
+    auto = auto_for_pair(pair, drafter, sampling, max_new_tokens=min(64, args.max_new_tokens))
     print(auto.choice.sentence(), file=sys.stderr)
     return auto.tree, auto.gamma
 

@@ -122,3 +122,24 @@ def test_bench_report_puts_prediction_beside_measurement():
     assert r["tokens_per_round_error"] == pytest.approx(3.3 / auto.choice.best.tokens_per_round - 1)
     text = "\n".join(auto_tree.format_bench_report(r))
     assert "auto: tree of" in text and "chain of gamma 99" in text and "d1: 55/100 25/100 8/100" in text
+
+
+@pytest.mark.slow
+def test_the_pages_auto_choice_runs_and_keeps_the_targets_greedy_output(embedded):
+    """The page's "auto" menu entry on the embedded pair: calibrated once (the second call is the
+    cache's), stated in one sentence, and a greedy run with it emits the target's own tokens."""
+    from specviz import speculative_generate
+    from specviz.drafters import make_drafter
+    from specviz.ui.tree import AUTO, TREES, resolve_tree
+
+    assert AUTO in TREES
+    drafter = make_drafter("model", drafter_model=embedded.drafter, target=embedded.target)
+    tree, gamma, sentence = resolve_tree(AUTO, embedded, drafter, Sampling(0.0), 4)
+    assert resolve_tree(AUTO, embedded, drafter, Sampling(0.0), 4)[1:] == (gamma, sentence)
+    assert sentence.startswith("auto: ") and "best chain (gamma" in sentence and 1 <= gamma <= 8
+    assert resolve_tree("chain", embedded, drafter, Sampling(0.0), 4) == (None, 4, "")
+    ids = embedded.tokenizer("def fibonacci(n):\n    ", add_special_tokens=False)["input_ids"]
+    plain = autoregressive_generate(ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=32, vocab_size=embedded.vocab_size)
+    trace = speculative_generate(ids, drafter, embedded.target, gamma=gamma, tree=tree, sampling=Sampling(0.0), max_new_tokens=32,
+                                 vocab_size=embedded.vocab_size)
+    assert trace.output_ids == plain.output_ids

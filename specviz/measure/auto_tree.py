@@ -242,3 +242,13 @@ def format_bench_report(r: dict) -> list[str]:
     lines.append(f"c_tree {inp['tree_pass_cost']:.3f}, c {inp['chain_step_cost']:.3f} target steps per drafter pass; v(n): "
                  + ", ".join(f"{n}: {v:.2f}" for n, v in inp["verify_cost_by_nodes"].items()))
     return lines
+
+
+def auto_for_pair(pair, drafter, sampling: Sampling, max_new_tokens: int = 64, max_nodes: int = 64, cached=True) -> AutoTree:
+    """``auto_tree`` for a loaded pair, calibrated on the last held-out prompts (never a visitor's
+    or a user's own prompt), cached per (pair, device, drafter, sampling)."""
+    from specviz.measure.common import benchmark_prompts, prompt_token_ids
+
+    ids = calibration_prompt_ids(lambda t: prompt_token_ids(pair, [t], "held-out")[0], benchmark_prompts(10**6), 0)
+    return auto_tree(drafter, pair.target, ids, sampling, pair.vocab_size, key=(pair.name, str(pair.device)),
+                     max_new_tokens=max_new_tokens, max_nodes=max_nodes, cached=cached)
