@@ -143,3 +143,21 @@ def test_the_pages_auto_choice_runs_and_keeps_the_targets_greedy_output(embedded
     trace = speculative_generate(ids, drafter, embedded.target, gamma=gamma, tree=tree, sampling=Sampling(0.0), max_new_tokens=32,
                                  vocab_size=embedded.vocab_size)
     assert trace.output_ids == plain.output_ids
+
+
+def test_the_budget_figure_and_the_rank_table_show_the_choice_and_its_counts():
+    from specviz.views.tree_budget import budget_figure, rank_table_html
+
+    d = auto_tree.decide(_calibration(0.002)).describe()
+    fig = budget_figure(d, {"nodes_per_round": 20.0, "speedup": 1.4})
+    names = [t.name for t in fig.data]
+    assert names[0].startswith("best tree") and any(n.startswith("best chain, gamma") for n in names) and names[-1] == "measured"
+    assert list(fig.data[0].x) == [n for n, _ in d["speedup_by_budget"]]
+    assert fig.data[2].y[0] == d["predicted_speedup"]
+    drafter, target = models("different")
+    trace = tree_generate(PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(1.0), max_new_tokens=12, seed=4)
+    html = rank_table_html(trace)
+    counts = sequoia.acceptance_by_rank(trace)
+    o, a = counts[0][0]
+    assert f"<td>{a} / {o} ({a / o:.2f})</td>" in html and "depth 1" in html
+    assert rank_table_html(autoregressive_generate(PROMPT, target, max_new_tokens=4)) == ""
