@@ -161,3 +161,21 @@ def test_the_budget_figure_and_the_rank_table_show_the_choice_and_its_counts():
     o, a = counts[0][0]
     assert f"<td>{a} / {o} ({a / o:.2f})</td>" in html and "depth 1" in html
     assert rank_table_html(autoregressive_generate(PROMPT, target, max_new_tokens=4)) == ""
+
+
+def test_the_eagle_head_drafts_an_auto_shape_and_keeps_the_targets_greedy_output():
+    import torch
+
+    from tests.test_drafters import outlier_llama
+    from tests.conftest import assert_same_greedy
+    from tests.test_eagle import tiny_eagle
+
+    target = outlier_llama(outlier=20.0)
+    ids = [1, 2, 3, 4, 5]
+    drafter = tiny_eagle(target)
+    trace = tree_generate(ids, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=24)
+    ref = target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
+                          max_new_tokens=24, pad_token_id=0, eos_token_id=None)
+    assert_same_greedy(target, ids, trace.output_ids, ref[0, len(ids):].tolist())
+    assert trace.drafted > 0 and trace.accepted > 0
+    assert trace.drafter_forward_passes == drafter.passes
