@@ -155,3 +155,13 @@ def test_verify_cost_interpolates_measured_points():
     assert sequoia.verify_cost_at(curve, 28) == pytest.approx(3.7)
     with pytest.raises(ValueError):
         sequoia.verify_cost_at({}, 3)
+
+
+def test_a_round_overhead_growing_with_the_nodes_shrinks_the_choice():
+    acc = sequoia.RankAcceptance.from_rates([[0.7, 0.15, 0.07]] * 8)
+    curve = {1: 1.0, 64: 1.05}
+    plain = sequoia.choose(acc, [0.7], curve, 0.05, 0.05, 64, 8)
+    loaded = sequoia.choose(acc, [0.7], curve, 0.05, 0.05, 64, 8, overhead={4: 0.05, 40: 1.5})
+    assert loaded.best.nodes < plain.best.nodes
+    assert loaded.best.cost == pytest.approx(loaded.best.depth * 0.05 + sequoia.verify_cost_at(curve, loaded.best.nodes)
+                                             + max(0.0, sequoia.verify_cost_at({4: 0.05, 40: 1.5}, loaded.best.nodes)))

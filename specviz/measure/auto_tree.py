@@ -43,6 +43,8 @@ class Calibration:
         verify_curve: {n: v(n)}.
         tree_pass_cost: drafting ms per drafter pass in tree rounds / target step ms (c_tree).
         chain_step_cost: drafting ms per drafter pass in chain rounds / target step ms (c).
+        overhead: {mean nodes per round: a round's time outside drafting and verifying / target step ms},
+            from the chain's and the tree's runs (judging, recording: it grows with the nodes).
         target_step_ms: the unit.
         calibration_tree: the parents of the tree it drafted.
         prompts, tokens: held-out prompts used, tokens generated per run.
@@ -57,6 +59,7 @@ class Calibration:
     calibration_tree: tuple
     prompts: int
     tokens: int
+    overhead: dict | None = None
 
     def rank_acceptance(self) -> sequoia.RankAcceptance:
         return sequoia.RankAcceptance.from_counts(self.rank_counts)
@@ -89,6 +92,7 @@ class AutoTree:
             "inputs": {"acceptance_by_rank": cal.rank_counts, "chain_acceptance_by_depth": cal.chain_counts,
                        "verify_cost_by_nodes": cal.verify_curve, "tree_pass_cost": cal.tree_pass_cost,
                        "chain_step_cost": cal.chain_step_cost, "target_step_ms": cal.target_step_ms,
+                       "overhead_by_nodes": cal.overhead,
                        "calibration_prompts": cal.prompts, "calibration_tokens": cal.tokens},
             "sentence": self.choice.sentence(),
         }
@@ -107,6 +111,19 @@ def calibration_prompt_ids(tokenize, texts: list[str], reserved: int, count: int
 
 def _cost(ms: float | None, step_ms: float) -> float:
     return ms / step_ms if ms else 0.0
+
+
+def _overhead(chains, trees, step_ms: float) -> dict[float, float] | None:
+    """{mean nodes per round: ms per round outside the draft and verify phases / step_ms} for the
+    chain's and the tree's runs (two points of a line in n); None when they drafted as many nodes."""
+    points = {}
+    for ts in (chains, trees):
+        rounds = sum(len(t.rounds) for t in ts)
+        phases = sum(r.draft_ms + r.verify_ms for t in ts for r in t.rounds)
+        walls = sum(t.total_ms - t.prefill_ms for t in ts)
+        if rounds:
+            points[sum(t.drafted for t in ts) / rounds] = max(0.0, (walls - phases) / rounds) / step_ms
+    return points if len(points) == 2 else None
 
 
 def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
@@ -144,13 +161,14 @@ def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
     return Calibration(rank_counts=sequoia.acceptance_by_rank(*trees), chain_counts=chain_counts, verify_curve=curve,
                        tree_pass_cost=_cost(chain_theory.drafter_step_ms(*trees), step),
                        chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step), target_step_ms=step,
-                       calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens)
+                       calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens,
+                       overhead=_overhead(chains, trees, step))
 
 
 def decide(cal: Calibration, max_nodes: int = 64, max_depth: int = 8) -> AutoTree:
     """The choice from a calibration (no model runs): ``sequoia.choose``."""
     choice = sequoia.choose(cal.rank_acceptance(), cal.chain_rates(), cal.verify_curve, cal.tree_pass_cost, cal.chain_step_cost,
-                            max_nodes=max_nodes, max_depth=max_depth)
+                            max_nodes=max_nodes, max_depth=max_depth, overhead=cal.overhead)
     best = choice.best
     tree = TreeSpec.explicit(best.parents) if best.kind == "tree" else None
     return AutoTree(tree=tree, gamma=best.depth, choice=choice, calibration=cal)
@@ -241,6 +259,9 @@ def format_bench_report(r: dict) -> list[str]:
     lines.append("chain acceptance by depth (accepted/offered): " + " ".join(f"{a}/{o}" for o, a in inp["chain_acceptance_by_depth"]))
     lines.append(f"c_tree {inp['tree_pass_cost']:.3f}, c {inp['chain_step_cost']:.3f} target steps per drafter pass; v(n): "
                  + ", ".join(f"{n}: {v:.2f}" for n, v in inp["verify_cost_by_nodes"].items()))
+    if inp.get("overhead_by_nodes"):
+        lines.append("round time outside drafting and verifying, target steps: "
+                     + ", ".join(f"{n:.1f} nodes: {v:.2f}" for n, v in inp["overhead_by_nodes"].items()))
     return lines
 
 

@@ -13,7 +13,8 @@ the chance depends on the child's depth and sibling rank only, not on which pare
 ``best_trees`` solves, by dynamic programming over (depth, rank, nodes), for the tree (any shape:
 each node's children are a prefix of its ranking) maximising that sum under a node budget n and a
 depth cap D. ``choose`` then divides by a round's cost in target steps, D c_tree + v(n) (a drafter
-pass per level, Sequoia's Sec. 3.3 with both costs measured), and compares with the chain's
+pass per level, Sequoia's Sec. 3.3 with both costs measured; plus, where measured, the round's time
+outside drafting and verifying), and compares with the chain's
 E[tokens] / (gamma c_chain + v(gamma)) from its own measured acceptance by depth: the chain is a
 candidate, so the choice never predicts worse than the best chain.
 """
@@ -277,7 +278,7 @@ class AutoChoice:
 
 def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_curve: dict[int, float],
            tree_pass_cost: float, chain_step_cost: float, max_nodes: int = 64, max_depth: int = 8,
-           max_rank: int | None = None) -> AutoChoice:
+           max_rank: int | None = None, overhead: dict[int, float] | None = None) -> AutoChoice:
     """The chain or tree with the largest predicted E[tokens per round] / (drafting + v(nodes)).
 
     Args:
@@ -289,6 +290,9 @@ def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_cur
         chain_step_cost: a chain's drafter step, in target steps (the cost coefficient c).
         max_nodes, max_depth: the trees and chains weighed (depth and gamma 1..max_depth).
         max_rank: the widest sibling list (default: the widest measured).
+        overhead: a round's time outside drafting and the verify pass (judging, recording), in target
+            steps, measured at a few node counts {nodes: steps}; interpolated as v(n) is, never below 0.
+            None: left out.
 
     Raises:
         ValueError: no chain rate, an empty v(n) curve, or bounds under 1.
@@ -297,10 +301,13 @@ def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_cur
         raise ValueError("choosing a tree needs the chain's acceptance by depth")
     if max_nodes < 1 or max_depth < 1:
         raise ValueError("max_nodes and max_depth must be at least 1")
+    def extra(n: int) -> float:
+        return max(0.0, verify_cost_at(overhead, n)) if overhead else 0.0
+
     chains = []
     for g in range(1, max_depth + 1):
         rates = [chain_rates[min(i, len(chain_rates) - 1)] for i in range(g)]
-        chains.append(Candidate("chain", g, g, expected_tokens_per_round(rates), g * chain_step_cost + verify_cost_at(verify_curve, g)))
+        chains.append(Candidate("chain", g, g, expected_tokens_per_round(rates), g * chain_step_cost + verify_cost_at(verify_curve, g) + extra(g)))
     best_chain = max(chains, key=lambda c: c.speedup)
     rank = max_rank or max(1, rank_acceptance.max_rank)
     trees: dict[int, Candidate] = {}
@@ -309,7 +316,7 @@ def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_cur
             if t.nodes == 0:
                 continue
             cand = Candidate("tree", t.nodes, t.depth, t.tokens_per_round,
-                             t.depth * tree_pass_cost + verify_cost_at(verify_curve, t.nodes), t.parents)
+                             t.depth * tree_pass_cost + verify_cost_at(verify_curve, t.nodes) + extra(t.nodes), t.parents)
             if t.budget not in trees or cand.speedup > trees[t.budget].speedup:
                 trees[t.budget] = cand
     per_budget, best_so_far = [], None
@@ -320,6 +327,7 @@ def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_cur
     best = max([best_chain, *(c for _, c in per_budget)], key=lambda c: c.speedup)
     inputs = {"chain_rates": list(chain_rates), "verify_curve": dict(verify_curve), "tree_pass_cost": tree_pass_cost,
               "chain_step_cost": chain_step_cost, "v_at_best": verify_cost_at(verify_curve, best.nodes),
+              "overhead": dict(overhead or {}),
               "max_nodes": max_nodes, "max_depth": max_depth, "max_rank": rank}
     return AutoChoice(best=best, best_chain=best_chain, trees=tuple(per_budget), inputs=inputs)
 
