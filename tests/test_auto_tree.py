@@ -60,6 +60,9 @@ def test_an_explicit_tree_describes_itself_and_round_trips():
     # Every round drafted the spec's tree (or a part of it near the token budget).
     assert all(len(r.tree.nodes) <= spec.max_nodes for r in trace.rounds)
     assert max(len(r.tree.nodes) for r in trace.rounds) == spec.max_nodes
+    from specviz.views.text import run_label
+
+    assert "tree of 9 nodes, any shape, depth 3" in run_label(trace)
 
 
 @pytest.mark.parametrize("kind", ["similar", "different"])
