@@ -62,7 +62,8 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confidence", type=float, default=0.4, help="confidence schedule: stop drafting when the drafter's largest q is below this")
     tree = p.add_mutually_exclusive_group()
     tree.add_argument("--tree", metavar="SHAPE", default=None,
-                      help="draft a token tree of this shape, one branching per depth (e.g. 3,2,2,1), verified in one target pass")
+                      help="draft a token tree of this shape, one branching per depth (e.g. 3,2,2,1), verified in one target pass; "
+                           "'auto': the tree (or chain) this pair and device predict fastest, from a short calibration on held-out prompts")
     tree.add_argument("--tree-dynamic", metavar="NODES", type=int, default=None,
                       help="draft an EAGLE-2 dynamic tree of at most NODES nodes (see --tree-depth, --tree-topk)")
     p.add_argument("--tree-children", choices=["topk", "sampled"], default="topk",
@@ -80,10 +81,23 @@ def drafter_for(args, pair):
 
 
 def tree_for(args):
-    """The TreeSpec the options ask for, or None for a chain (``TreeSpec.from_args``)."""
+    """The TreeSpec the options ask for, None for a chain (``TreeSpec.from_args``), or "auto" (``tree_and_gamma``)."""
     from specviz.engine.tree.spec import TreeSpec
 
-    return TreeSpec.from_args(args)
+    return "auto" if getattr(args, "tree", None) == "auto" else TreeSpec.from_args(args)
+
+
+def tree_and_gamma(args, pair, drafter, sampling):
+    """(tree, gamma) for a run: the options' own, or for ``--tree auto`` the choice of
+    ``specviz.measure.auto_tree`` (calibrated on the held-out prompts; the choice and its inputs go to stderr)."""
+    tree = tree_for(args)
+    if tree != "auto":
+        return tree, args.gamma
+    from specviz.measure.auto_tree import auto_for_pair
+
+    auto = auto_for_pair(pair, drafter, sampling, max_new_tokens=min(64, args.max_new_tokens))
+    print(auto.choice.sentence(), file=sys.stderr)
+    return auto.tree, auto.gamma
 
 
 def schedule_for(args):
@@ -235,8 +249,9 @@ def _generate(args) -> int:
                 raise ValueError("--prompts-file decodes a batch of chains; token trees run one prompt at a time")
             return _generate_batch(args, pair, ids, common)
         if args.mode == "speculative":
-            trace = speculative_generate(ids, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=schedule_for(args),
-                                         tree=tree, **common)
+            drafter = drafter_for(args, pair)
+            tree, gamma = tree_and_gamma(args, pair, drafter, common["sampling"])
+            trace = speculative_generate(ids, drafter, pair.target, gamma=gamma, schedule=schedule_for(args), tree=tree, **common)
         else:
             trace = autoregressive_generate(ids, pair.target, **common)
     except (ValueError, RuntimeError) as err:  # a PairError is a ValueError
@@ -303,8 +318,8 @@ def _record(args) -> int:
         autoregressive_generate(ids, pair.target, **(common | {"max_new_tokens": 4}))  # warm-up: first calls are slow
         drafter = drafter_for(args, pair)
         # In turns, as the page measures: machine noise falls on both runs alike.
-        spec, baseline = with_baseline(ids, drafter, pair.target, gamma=args.gamma, schedule=schedule_for(args),
-                                       tree=tree_for(args), **common)
+        tree, gamma = tree_and_gamma(args, pair, drafter, common["sampling"])
+        spec, baseline = with_baseline(ids, drafter, pair.target, gamma=gamma, schedule=schedule_for(args), tree=tree, **common)
         sweep = None
         if args.sweep:
             from tqdm.auto import tqdm

@@ -97,3 +97,30 @@ def test_planted_tree_fault_is_caught_with_eagle():
                                  tree=TreeSpec.dynamic(8, depth=2, topk=3), fault="topk_ratio")
     print(f"\nplanted topk_ratio with eagle, dynamic tree: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
+
+
+# An auto tree's shape (specviz.theory.sequoia's DP, from depth-dependent rank rates): irregular, any
+# shape; two levels, as deep as a two-token law can see. Its children are top-k: judged without replacement.
+def _auto_shape():
+    from specviz.theory import sequoia
+
+    rates = sequoia.RankAcceptance.from_rates([[0.45, 0.3, 0.1], [0.6, 0.2]])
+    return sequoia.best_trees(rates.p, 6, 2, 3)[6].parents
+
+
+@pytest.mark.parametrize("sampling", [Sampling(temperature=1.0, top_k=5), Sampling(temperature=0.7, top_p=0.9)], ids=["topk", "topp"])
+def test_auto_tree_output_distribution_is_the_targets(sampling):
+    shape = _auto_shape()
+    assert shape.count(-1) == 3 and len({shape.count(i) for i in range(3)}) > 1  # not one branching per depth
+    drafter, target = models("different")
+    stat, pvalue, acceptance = chi_square(drafter, target, sampling, 2, runs=RUNS, tree=TreeSpec.explicit(shape))
+    print(f"\nauto shape {shape} {sampling}: chi2={stat:.1f} p={pvalue:.3g} draft acceptance rate={acceptance:.3f}")
+    assert pvalue > ALPHA
+
+
+def test_planted_tree_fault_is_caught_on_an_auto_tree():
+    drafter, target = models("different")
+    stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 2, runs=CONTROL_RUNS, tree=TreeSpec.explicit(_auto_shape()),
+                                 fault="topk_ratio")
+    print(f"\nplanted topk_ratio on the auto shape: chi2={stat:.1f} p={pvalue:.3g}")
+    assert pvalue < ALPHA

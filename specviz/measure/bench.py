@@ -101,9 +101,9 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
 
 
 def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str = "model", schedule: str = "constant",
-            ngram_max: int = 3, exit_layer: int | None = None, confidence: float = 0.4, tree=None, cached=True):
+            ngram_max: int = 3, exit_layer: int | None = None, confidence: float = 0.4, tree=None, cached=True, auto=None):
     """A callable(prompt_ids, seed) -> (tokens generated, trace or None) for one method; ``cached``
-    the KV cache of specviz's loops (True, "static", "graphs")."""
+    the KV cache of specviz's loops (True, "static", "graphs"); ``auto`` the AutoTree of ``--tree auto``."""
     common = dict(sampling=sampling, max_new_tokens=n, eos_token_id=None)
     if method == "autoregressive_eager":
         return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, **common)
@@ -116,6 +116,12 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
     if method == "speculative_tree":
         drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, seed=seed, vocab_size=pair.vocab_size, tree=tree, **common)
+    if auto is not None and method in ("speculative_auto", "speculative_best_chain"):
+        from specviz.measure.auto_tree import bench_run_args
+
+        drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
+        g, t = bench_run_args(auto, method)
+        return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=g, tree=t, seed=seed, vocab_size=pair.vocab_size, **common)
     if method in ("speculative", "speculative_untraced"):
         record = method == "speculative"
         drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
@@ -218,7 +224,9 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     ``specviz.engine.schedules``); ``prompt_set`` one of PROMPT_SETS ("held-out": the pair's own, see
     ``prompt_set_for``). Tokens/s are per run (prefill included); speedups are ratios of medians
     within this one run. ``tree`` (a TreeSpec) adds a token tree with the same drafter to the
-    rotation, reported beside the chain (``specviz.measure.tree_bench``). ``cache`` (a key of CACHES) picks
+    rotation, reported beside the chain (``specviz.measure.tree_bench``); ``tree="auto"`` first
+    calibrates on held-out prompts past the measured ones and adds the auto choice and the predicted
+    best chain (``specviz.measure.auto_tree``). ``cache`` (a key of CACHES) picks
     specviz's KV cache; "static" and "graphs" add CACHE_METHODS, and "graphs" captures every model's
     graphs before the timed runs (``capture_ms``). ``pass_costs`` adds the v(n)
     table (``measure_pass_costs``). Progress goes to stderr.
@@ -234,9 +242,22 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
     prompt_set = prompt_set_for(prompt_set, pair.name)
     prompt_ids = prompt_token_ids(pair, benchmark_prompts(prompts, prompt_set), prompt_set)
+    auto = None
+    if tree == "auto":
+        from specviz.measure import auto_tree
+
+        drafter_for_auto = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
+        calibration = auto_tree.calibration_prompt_ids(lambda t: prompt_token_ids(pair, [t], prompt_set)[0],
+                                                       benchmark_prompts(10**6, prompt_set), len(prompt_ids))
+        auto = auto_tree.auto_tree(drafter_for_auto, pair.target, calibration, sampling, pair.vocab_size, key=(pair.name, str(pair.device), cache),
+                                   max_new_tokens=max_new_tokens, cached=CACHES[cache])
+        print(auto.choice.sentence(), file=sys.stderr)
+        tree = None
     options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence, tree=tree,
-                   cached=CACHES[cache])
+                   cached=CACHES[cache], auto=auto)
     methods = [*methods, "speculative_tree"] if tree is not None else list(methods)
+    if auto is not None:
+        methods += auto_tree.bench_methods(auto, gamma)
     capture_ms = None
     if cache != "dynamic":
         methods += [m for m in CACHE_METHODS if m == "autoregressive_eager" or pair.device.type == "cuda"]
@@ -328,9 +349,14 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         from specviz.measure.tree_bench import tree_report
 
         report["tree"] = tree_report(pair, spec, traces["speculative_tree"], base, med, prompt_ids[0], tree.label())
+    if auto is not None:
+        report["auto"] = auto_tree.bench_report(auto, traces, med, gamma)
+        for m in auto_tree.BENCH_METHODS:
+            if m in med:
+                report[m]["speedup"] = med[m] / med["autoregressive"]
     report["settings"] = {
         "pair": pair.name, "gamma": gamma, "drafter_kind": kind, "gamma_schedule": schedule, "prompt_set": prompt_set,
-        "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens, "tree": tree.describe() if tree is not None else None,
+        "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens, "tree": tree.describe() if tree is not None else "auto" if auto is not None else None,
         "repeats": repeats, "prompts": len(prompt_ids), "device": str(pair.device), "cache": cache,
         "dtype": str(pair.target.dtype).removeprefix("torch."), "dtype_reason": pair.form.reason if pair.form else None,
         "torch_threads": torch.get_num_threads(),
@@ -387,6 +413,10 @@ def format_report(report: dict) -> str:
         from specviz.measure.tree_bench import format_tree_report
 
         lines += format_tree_report(report["tree"])
+    if report.get("auto"):
+        from specviz.measure.auto_tree import format_bench_report
+
+        lines += format_bench_report(report["auto"])
     lines.append(f"settings: {json.dumps(report['settings'])}")
     return "\n".join(lines)
 
@@ -398,4 +428,4 @@ def run(args) -> int:
     return run_command(args, lambda a, sampling: benchmark(
         a.pair, a.drafter, a.target, a.device, a.gamma, sampling, a.max_new_tokens, a.repeats, a.prompts, kind=a.drafter_kind,
         schedule=a.gamma_schedule, ngram_max=a.ngram_max, exit_layer=a.exit_layer, confidence=a.confidence, prompt_set=a.prompt_set,
-        tree=TreeSpec.from_args(a), cache=a.cache), format_report)
+        tree="auto" if a.tree == "auto" else TreeSpec.from_args(a), cache=a.cache), format_report)

@@ -23,6 +23,7 @@ from specviz.ui.checks import number
 from specviz.ui.limits import BATCH_MAX, COMPARE_SECONDS_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 from specviz.ui.pairs import encode, failure, resident
 from specviz.ui.request import RunRequest
+from specviz.ui.tree import resolve_tree
 from specviz.views.text import markdown_literal, run_label
 from specviz.views.verdict import verdict
 
@@ -65,8 +66,9 @@ def run_on_device(req: RunRequest):
     try:
         last_draw = 0.0
         spec = baseline = None
-        runs = interleave(speculative_stream(ids, drafter, pair.target, gamma=req.gamma, max_new_tokens=req.max_new_tokens,
-                                             schedule=make_schedule(req.gamma_schedule, req.gamma), tree=req.tree_spec, **common),
+        tree, gamma, chosen = resolve_tree(req.tree, pair, drafter, req.sampling, req.gamma)
+        runs = interleave(speculative_stream(ids, drafter, pair.target, gamma=gamma, max_new_tokens=req.max_new_tokens,
+                                             schedule=make_schedule(req.gamma_schedule, gamma), tree=tree, **common),
                           autoregressive_stream(ids, pair.target, max_new_tokens=req.max_new_tokens, **common))
         for spec, baseline in runs:
             if time.monotonic() > deadline and spec is not None and not spec.stop_reason:
@@ -90,6 +92,8 @@ def run_on_device(req: RunRequest):
         done += f" Target: {markdown_literal(pair.target_source)}."
     if getattr(pair, "form", None) is not None:  # the dtype both models ran in on this machine, and why
         done += f" Form: {markdown_literal(pair.form.reason)}."
+    if chosen:  # the auto tree: what was chosen, from which measurements
+        done += f" {markdown_literal(chosen)}."
     if (why := verdict(spec, baseline)):
         done += f" {markdown_literal(why)}"
     yield "done", spec, baseline, name, done
@@ -126,8 +130,10 @@ def compare_on_device(req: RunRequest):
     ids = encode(pair, req.prompt, req.chat)
     deadline = time.monotonic() + COMPARE_SECONDS_MAX
     try:
+        tree = resolve_tree(req.tree, pair, make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target), req.sampling,
+                            req.gamma)[0]
         for comparison in compare_stream(ids, pair.drafter, pair.target, kinds=usable_kinds(pair.target), gamma=req.gamma, schedule=req.gamma_schedule,
-                                         max_new_tokens=req.max_new_tokens, tree=req.tree_spec, **_common(req, pair)):
+                                         max_new_tokens=req.max_new_tokens, tree=tree, **_common(req, pair)):
             yield comparison
             if time.monotonic() > deadline:  # the kinds not run yet are left out
                 return

@@ -14,7 +14,9 @@ TREES = {
     "tree 3-2-2-1, sampled children": lambda: TreeSpec.static((3, 2, 2, 1), "sampled"),
     "dynamic tree, 16 nodes": lambda: TreeSpec.dynamic(16),
     "dynamic tree, 32 nodes": lambda: TreeSpec.dynamic(32),
+    "auto: fastest for this device": None,  # chosen per pair by ``resolve_tree`` (a short calibration, then cached)
 }
+AUTO = "auto: fastest for this device"
 TREE_CHOICES = list(TREES)
 
 
@@ -28,9 +30,21 @@ def check_tree(choice) -> str:
 
 
 def tree_spec(choice: str) -> TreeSpec | None:
-    """The TreeSpec of a checked choice; None for the chain."""
+    """The TreeSpec of a checked choice; None for the chain (and for auto: see ``resolve_tree``)."""
     build = TREES.get(choice)
     return build() if build else None
+
+
+def resolve_tree(choice: str, pair, drafter, sampling, gamma: int) -> tuple[TreeSpec | None, int, str]:
+    """(tree, gamma, sentence) a run drafts with: the choice's own and ``gamma``, or for auto the tree
+    or chain ``specviz.measure.auto_tree`` predicts fastest for this pair, drafter, sampling and device,
+    with the sentence that states it and its inputs ("" otherwise)."""
+    if choice != AUTO:
+        return tree_spec(choice), gamma, ""
+    from specviz.measure.auto_tree import auto_for_pair
+
+    auto = auto_for_pair(pair, drafter, sampling, max_new_tokens=32, max_nodes=32)
+    return auto.tree, auto.gamma, auto.choice.sentence()
 
 
 def replay_tree(rec: Recording | None, index: int):

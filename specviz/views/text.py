@@ -35,7 +35,8 @@ def run_label(trace) -> str:
     tree = s.get("tree")
     if isinstance(tree, dict):  # a token tree: a shape or a node budget, and a depth, no gamma
         shape = tree.get("shape")
-        what = f"tree {str(shape).replace(',', '-')}" if shape else f"dynamic tree of {tree.get('nodes')} nodes"
+        what = (f"tree {str(shape).replace(',', '-')}" if shape else f"tree of {tree.get('nodes')} nodes, any shape"
+                if tree.get("kind") == "explicit" else f"dynamic tree of {tree.get('nodes')} nodes")
         return f"{label}, {what}, depth {tree.get('depth')}"
     gamma = s.get("gamma")
     name = schedule.get("name")

@@ -170,6 +170,34 @@ def draft_static(x: _Expander, r: DraftRequest, spec: TreeSpec, depth: int) -> D
     return _finish(x, list(range(len(x.tokens))), q_rows, WITH_REPLACEMENT if sampled else WITHOUT_REPLACEMENT, r)
 
 
+def draft_explicit(x: _Expander, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
+    """The tree ``spec.parents`` (any shape, Sequoia's) grown by ``x``, level by level down to ``depth``:
+    one pass over the level's nodes that have children, each given the top-k of its q, k its number
+    of children in the spec (fewer where q gives fewer tokens mass: their subtrees are dropped)."""
+    kids: dict[int, list[int]] = {}
+    for i, par in enumerate(spec.parents):
+        kids.setdefault(par, []).append(i)
+    q_rows = {-1: x.root_q[0]}
+    made: dict[int, int] = {}  # spec node -> drafted node
+    level = []
+    for s, t in zip(kids[-1], _children(x.root_rank, x.root_q, len(kids[-1]), False, r.gen)[0]):
+        made[s] = x.add(-1, t)
+        level.append(s)
+    for _ in range(1, depth):
+        grow = [s for s in level if s in kids]
+        if not grow:
+            break
+        q, rank = x.expand([made[s] for s in grow])
+        q_rows.update(zip([made[s] for s in grow], q))
+        rows = _children(rank, q, max(len(kids[s]) for s in grow), False, r.gen)
+        level = []
+        for s, row in zip(grow, rows):
+            for c, t in zip(kids[s], row):
+                made[c] = x.add(made[s], t)
+                level.append(c)
+    return _finish(x, list(range(len(x.tokens))), q_rows, WITHOUT_REPLACEMENT, r)
+
+
 def draft_dynamic(x: _Expander, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
     """EAGLE-2's dynamic tree (Li et al. 2024, Sec. 4), grown by ``x``: expand the ``topk`` nodes of
     each depth with the highest path product of drafter probabilities (the drafter's own confidence)
@@ -264,7 +292,8 @@ def draft_tree(drafter: Drafter, r: DraftRequest, spec: TreeSpec, depth: int) ->
         x = _Expander(drafter, r)
     else:
         raise TypeError(f"token trees need a drafter model, early exit, an EAGLE head or prompt lookup, got {type(drafter).__name__}")
-    tree = (draft_static if spec.is_static else draft_dynamic)(x, r, spec, min(depth, spec.depth))
+    grow = draft_static if spec.is_static else draft_explicit if spec.parents is not None else draft_dynamic
+    tree = grow(x, r, spec, min(depth, spec.depth))
     if isinstance(drafter, EagleDrafter) and tree.size:
         tree.features_from = drafter.grew_from
     return tree

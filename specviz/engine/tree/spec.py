@@ -3,6 +3,9 @@
 - Static (Medusa's and EAGLE's fixed trees): ``TreeSpec.static((3, 2, 2, 1))`` gives the pending
   token 3 children, each of them 2, ... : 3 + 6 + 12 + 12 = 33 nodes, depth 4. The chain of
   Leviathan et al. is the shape (1, 1, ..., 1) with children sampled from q.
+- Explicit (Sequoia, Chen et al. 2024): any shape, given as each node's parent; a node's children
+  are the top-k of its q, k its number of children. ``specviz.theory.sequoia`` chooses one from the
+  measured acceptance by depth and sibling rank and the device's verify cost (the ``auto`` tree).
 - Dynamic (EAGLE-2, Li et al. 2024, Sec. 4): expand, depth by depth, the ``topk`` nodes whose
   path has the highest product of drafter probabilities, each into its ``topk`` most likely
   children; then keep the ``budget`` nodes of highest path product (an ancestor's product is never
@@ -46,18 +49,21 @@ class TreeSpec:
 
     Attributes:
         shape: branching per depth (static trees), else None.
-        budget: the most nodes of a dynamic tree, else None.
+        budget: the most nodes of a dynamic tree (an explicit tree's node count), else None.
+        parents: an explicit tree: per node, its parent's index (-1: the pending token), nodes in
+            depth order; its children are the top-k of its q in node order. Else None.
         depth: the deepest level (len(shape) for a static tree).
         topk: a dynamic tree's children per expanded node and nodes expanded per depth; for prompt
             lookup, the most branches (distinct earlier matches).
         children: "topk" (distinct, deterministic: judged without replacement) or "sampled" (i.i.d.
             from q: with replacement, SpecInfer's rule; static trees of a drafter model only).
 
-    Build with ``static`` or ``dynamic``, which check the ranges (ValueError).
+    Build with ``static``, ``explicit`` or ``dynamic``, which check the ranges (ValueError).
     """
 
     shape: tuple[int, ...] | None = None
     budget: int | None = None
+    parents: tuple[int, ...] | None = None
     depth: int = 4
     topk: int = 4
     children: str = "topk"
@@ -90,6 +96,26 @@ class TreeSpec:
         return cls(shape=shape, depth=len(shape), topk=shape[0], children=children)
 
     @classmethod
+    def explicit(cls, parents) -> "TreeSpec":
+        """A tree of any shape: ``parents[i]`` is node i's parent (-1: the pending token), every
+        parent before its children, depths never decreasing; children are top-k (distinct)."""
+        parents = tuple(parents)
+        if not parents or len(parents) > MAX_TREE_NODES:
+            raise ValueError(f"an explicit tree has 1 to {MAX_TREE_NODES} nodes")
+        depths: list[int] = []
+        for i, par in enumerate(parents):
+            if isinstance(par, bool) or not isinstance(par, int) or not -1 <= par < i:
+                raise ValueError(f"node {i}'s parent must be -1 (the pending token) or an earlier node")
+            depths.append(1 if par < 0 else depths[par] + 1)
+        if depths != sorted(depths):
+            raise ValueError("an explicit tree lists its nodes by depth")
+        if depths[-1] > MAX_GAMMA:
+            raise ValueError(f"a tree has at most {MAX_GAMMA} depths")
+        if max(parents.count(p) for p in set(parents)) > 16:
+            raise ValueError("a node has at most 16 children")
+        return cls(parents=parents, budget=len(parents), depth=depths[-1], topk=parents.count(-1))
+
+    @classmethod
     def dynamic(cls, budget: int, depth: int = 6, topk: int = 4) -> "TreeSpec":
         if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_TREE_NODES:
             raise ValueError(f"--tree-dynamic (the node budget) must be a whole number from 1 to {MAX_TREE_NODES}")
@@ -113,12 +139,16 @@ class TreeSpec:
         """"tree 3-2-2-1" or "dynamic tree, 24 nodes"."""
         if self.shape is not None:
             return f"tree {'-'.join(map(str, self.shape))}" + (", sampled children" if self.children == "sampled" else "")
+        if self.parents is not None:
+            return f"tree of {self.budget} nodes, depth {self.depth}"
         return f"dynamic tree, {self.budget} nodes"
 
     def describe(self) -> dict:
         """What the trace's settings record (JSON-ready names and numbers)."""
-        d = {"kind": "static" if self.shape is not None else "dynamic", "depth": self.depth, "topk": self.topk,
+        d = {"kind": "static" if self.shape is not None else "explicit" if self.parents is not None else "dynamic", "depth": self.depth, "topk": self.topk,
              "children": self.children, "nodes": self.max_nodes}
         if self.shape is not None:
             d["shape"] = ",".join(map(str, self.shape))
+        if self.parents is not None:
+            d["parents"] = ",".join(map(str, self.parents))
         return d
