@@ -163,3 +163,35 @@ def test_a_tree_round_leaves_every_column_in_a_plain_cache():
     runner.prefill(seq, len(seq))
     assert all(type(layer) is DynamicLayer for layer in runner.cache.layers)
     assert runner.cache.get_seq_length() == len(seq) > window
+
+
+def tiny_qwen2_mixed(window: int = 2, seed: int = 0):
+    """A Qwen2 whose first layer attends to everything and whose second slides (``max_window_layers`` = 1)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=1, max_position_embeddings=64, use_sliding_window=True, sliding_window=window,
+                         max_window_layers=1, initializer_range=0.5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["dynamic-cache", "refed"])
+def test_trees_over_a_model_mixing_sliding_and_full_layers_equal_its_generate(cached):
+    """Each layer kind gets its own mask (a dict by ``layer_types``); the static cache, one mask for every
+    layer, refuses such a model before any pass and names the window."""
+    target = tiny_qwen2_mixed()
+    assert target.config.layer_types == ["full_attention", "sliding_attention"]
+    drafter = noisy_copy(target, 0.1, seed=1)
+    prompt = WINDOWS[2][1]
+    expected = targets_generate(target, prompt)
+    assert len(set(expected)) >= 4
+    for spec in [TreeSpec.static((2, 2, 1)), TreeSpec.dynamic(8, depth=3, topk=3)]:
+        trace = tree_generate(prompt, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=NEW, cached=cached)
+        assert trace.output_ids == expected, spec.label()
+        assert trace.accepted >= 3, spec.label()
+        broken = tree_generate(prompt, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=NEW, cached=cached,
+                               fault=TreeFault(window_ignored=True))
+        assert broken.output_ids != expected, spec.label()
+    with pytest.raises(ValueError, match="sliding window of 2 tokens"):
+        tree_generate(prompt, drafter, target, TreeSpec.static((2, 2, 1)), max_new_tokens=4, cached="static")

@@ -143,11 +143,15 @@ class StaticRunner:
         capacity: positions to preallocate; None: the length of the first ``seq`` fed (the loops
             allocate their token buffer with room for the whole run and its largest chain round)
             plus ``MAX_TREE_NODES`` (a token tree's slots are fed past the settled prefix).
+
+    Raises:
+        ValueError: a model mixing sliding and full layers, here before any pass.
     """
 
     cached = True
 
     def __init__(self, model, vocab_size: int, capacity: int | None = None):
+        _window(model.config)  # refuse a model one mask cannot serve now, not at its first pass
         self.model = model
         self.vocab_size = vocab_size
         self.capacity = capacity
