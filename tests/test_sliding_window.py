@@ -195,3 +195,19 @@ def test_trees_over_a_model_mixing_sliding_and_full_layers_equal_its_generate(ca
         assert broken.output_ids != expected, spec.label()
     with pytest.raises(ValueError, match="sliding window of 2 tokens"):
         tree_generate(prompt, drafter, target, TreeSpec.static((2, 2, 1)), max_new_tokens=4, cached="static")
+
+
+def test_layer_windows_name_each_layer_kind_and_its_window():
+    from transformers import Gemma2Config, LlamaConfig, Qwen2Config
+
+    from specviz.engine.window import layer_windows, within
+
+    assert layer_windows(tiny_mistral(3).config) == {"sliding_attention": 3}
+    assert layer_windows(LlamaConfig()) == {"full_attention": None}
+    assert layer_windows(Qwen2Config(num_hidden_layers=2)) == {"full_attention": None}  # use_sliding_window off
+    assert layer_windows(tiny_qwen2_mixed(2).config) == {"full_attention": None, "sliding_attention": 2}
+    assert layer_windows(Gemma2Config(num_hidden_layers=2, sliding_window=5)) == {"full_attention": None, "sliding_attention": 5}
+    # transformers' overlay: the key at k is inside the window of the query at q when q - w < k (<= q, the caller's causality)
+    q, k = torch.tensor([4, 6]), torch.arange(7)
+    assert within(q, k, 3).tolist() == [[k_ > q_ - 3 for k_ in range(7)] for q_ in (4, 6)]
+    assert within(q, k, None).all()
