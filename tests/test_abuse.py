@@ -9,6 +9,8 @@ endpoints a client uses (queue join and cancel included), against the app launch
   figure infinite) are refused with a message naming the field.
 - Every input of every endpoint has its type checked (a message naming the control, never a bare "Error").
 - Request bodies are capped; responses carry the security headers.
+- A malformed upload (a multipart part without a file name, which Gradio's parser fails on) gets a 400
+  and at most one short log line, and one address can make the server log at most a few lines of them.
 
 No test asserts a wall-clock time beyond "answered within a generous cap".
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import time
 import uuid
@@ -349,6 +352,70 @@ def test_request_bodies_are_capped(app, client):
     r = httpx.post(f"{url}/gradio_api/queue/join", content=chunks(), headers={"content-type": "application/json"}, timeout=60)
     assert r.status_code == 413
     assert generate_answered(client) < ANSWER_CAP_S
+
+
+class LogCount(logging.Handler):
+    """Every record a logger passes on, counted with its formatted text (a traceback included)."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self.chars = 0
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+
+    def emit(self, record):
+        self.records.append(record)
+        self.chars += len(self.format(record))
+
+
+MALFORMED_BODIES = [
+    # (query, body): a part without a file name, with an upload id (AttributeError in Gradio) and without (TypeError)
+    ("?upload_id=abc", b'--xx\r\nContent-Disposition: form-data; name="files"\r\n\r\nhello\r\n--xx--\r\n'),
+    ("", b'--xx\r\nContent-Disposition: form-data; name="files"\r\n\r\nhello\r\n--xx--\r\n'),
+]
+
+
+def test_malformed_uploads_get_a_400_and_a_bounded_log(app, capfd):
+    """200 malformed uploads from one address: each answered 400 with a fixed text; the log grows by at most
+    LOG_CLIENT_MAX_LINES short lines and no traceback, counted both at the loggers (the app's and uvicorn's)
+    and on the process's stderr (before the fix: 200 tracebacks, about 7 kB each)."""
+    from specviz.ui import server
+    from specviz.ui.limits import LOG_CLIENT_MAX_LINES
+
+    url = app[1]
+    counter = LogCount()
+    loggers = [logging.getLogger(), logging.getLogger("uvicorn"), logging.getLogger("uvicorn.error")]
+    for logger in loggers:
+        logger.addHandler(counter)
+    capfd.readouterr()
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.3"), timeout=30) as http:
+            for i in range(200):
+                query, body = MALFORMED_BODIES[i % 2]
+                r = http.post(f"{url}/gradio_api/upload{query}", content=body,
+                              headers={"content-type": "multipart/form-data; boundary=xx"})
+                assert r.status_code == 400 and r.text == server.MALFORMED
+            # A well-formed upload from the same address is still taken.
+            good = http.post(f"{url}/gradio_api/upload", files={"files": ("a.json", b"{}", "application/json")})
+            assert good.status_code == 200, good.text
+    finally:
+        for logger in loggers:
+            logger.removeHandler(counter)
+    err = capfd.readouterr().err
+    lines = [r for r in counter.records if "malformed upload" in r.getMessage()]
+    assert 1 <= len(lines) <= LOG_CLIENT_MAX_LINES
+    assert not any(r.exc_info for r in counter.records)
+    assert len(counter.records) <= LOG_CLIENT_MAX_LINES + 5 and counter.chars < 4000  # a few other lines may come from the app
+    assert "Traceback" not in err and len(err) < 4000
+
+
+def test_the_log_budget_caps_each_address_and_everyone():
+    from specviz.ui.server import LogBudget
+
+    budget = LogBudget(per_client=2, total=3, window_s=600)
+    assert [budget.take("a"), budget.take("a"), budget.take("a")] == [1, 2, None]
+    assert budget.take("b") == 1
+    assert budget.take("c") is None  # everyone's budget spent: an address never seen is not logged either
 
 
 def test_security_headers(app):

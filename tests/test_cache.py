@@ -77,6 +77,8 @@ def test_the_mask_hides_stale_entries_and_applies_a_window():
 def test_a_model_mixing_sliding_and_full_layers_is_refused():
     model = _llama()
     model.config.layer_types = ["sliding_attention", "full_attention"]
+    StaticKV(model, 8)  # layers called sliding without a window all see the whole context: one mask serves
+    model.config.sliding_window = 4
     with pytest.raises(ValueError, match="mixes"):
         StaticKV(model, 8)
 

@@ -18,6 +18,12 @@ children drawn from q; control: its top-k children verified with min(1, p/q) (``
 ``residual_unnormalised`` are the same fault for distinct children and shift this head's law too little
 to be caught at that size: its first child is rarely accepted and p' at the second barely differs from p.)
 
+A target with a sliding window (tests/test_sliding_window.py's tiny Mistral, vocabulary 8, window 2:
+shorter than the prompt, so the pending token and every node see only part of their path) and a drafter
+close to it with the same window: the law is enumerated from the target's own passes, whose mask
+applies the window; control: the tree mask blind to the window (``window_ignored``, the fault the trees
+had), which shifts the first token's law already.
+
 Controls: three faults seen in tree implementations are passed to the rules' own code path
 (specviz.lab.tree_faults, ``judge``'s fault argument) and the same test must reject them. At 2,000 correct runs the faults
 gave p-values below 1e-14 (1e-22 at 1,000); the controls use 500 runs, a quarter of the sample the correct rules pass at,
@@ -123,4 +129,32 @@ def test_planted_tree_fault_is_caught_on_an_auto_tree():
     stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 2, runs=CONTROL_RUNS, tree=TreeSpec.explicit(_auto_shape()),
                                  fault="topk_ratio")
     print(f"\nplanted topk_ratio on the auto shape: chi2={stat:.1f} p={pvalue:.3g}")
+    assert pvalue < ALPHA
+
+
+def window_pair():
+    from specviz.lab.models import noisy_copy
+    from tests.test_sliding_window import tiny_mistral
+
+    target = tiny_mistral(window=2, seed=0, vocab=8, eos=None, init=0.1)
+    return noisy_copy(target, 0.05, seed=1), target
+
+
+def test_tree_output_distribution_over_a_sliding_window_is_the_targets():
+    drafter, target = window_pair()
+    sampling = Sampling(temperature=1.0)
+    stat, pvalue, acceptance = chi_square(drafter, target, sampling, 2, runs=RUNS, tree=TreeSpec.static((3, 2)))
+    print(f"\nsliding window 2, tree 3-2: chi2={stat:.1f} p={pvalue:.3g} draft acceptance rate={acceptance:.3f}")
+    assert acceptance > 0.05  # 0.087 of the 9 nodes: most runs accept a child, the path the window shapes
+    assert pvalue > ALPHA
+
+
+def test_planted_window_ignored_fault_is_caught():
+    """At 500 runs this fault gave chi2 = 100.3, p = 4.3e-6 (the window shifts the tiny target's logits less
+    than the rule faults shift their laws), at 1,000 chi2 = 288.5, p = 1.4e-30: the control runs 1,000, half
+    the correct rule's sample, to be caught with room to spare."""
+    drafter, target = window_pair()
+    stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 2, runs=2 * CONTROL_RUNS, tree=TreeSpec.static((3, 2)),
+                                 fault="window_ignored")
+    print(f"\nplanted window_ignored, tree 3-2: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA

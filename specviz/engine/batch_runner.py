@@ -9,7 +9,9 @@ through ``DynamicCache.batch_select_indices``.
 
 The cache is built without the model's config, as ``specviz.engine.runner`` explains; a batch of a
 sliding-window model is refused (``check_window``) where masked columns could count against the
-window, because the model's window is measured in columns, not in the row's own tokens.
+window, because the model's own mask measures the window in columns, not in the row's own tokens
+(left padding alone shifts nothing: a row's tokens stay contiguous, so columns and positions differ
+by a constant).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from transformers import DynamicCache
 
 from specviz.engine.runner import widen
+from specviz.engine.window import SLIDING, layer_windows
 
 
 class BatchRunner:
@@ -99,13 +102,9 @@ def positions(starts: list[int], valid: torch.Tensor, left: bool) -> torch.Tenso
 
 
 def sliding_window(model) -> int | None:
-    """The model's attention window in tokens, or None when every layer attends to the whole context."""
-    config = model.config
-    window = getattr(config, "sliding_window", None)
-    types = getattr(config, "layer_types", None)
-    if not window or (isinstance(types, (list, tuple)) and "sliding_attention" not in types):
-        return None
-    return int(window)
+    """The model's attention window in tokens, or None when every layer attends to the whole context
+    (``specviz.engine.window.layer_windows``)."""
+    return layer_windows(model.config).get(SLIDING)
 
 
 def check_window(models, columns: int) -> None:

@@ -16,7 +16,8 @@ The masks:
 - a chain (``causal_mask``): the token at position p sees positions 0..p (and, for a model with
   a sliding window w on every layer, only those above p - w, as the model's own mask would);
 - a tree (``tree_mask``): every node sees the settled prefix and its own ancestors, never a sibling
-  or a cousin (Miao et al. 2024, SpecInfer, Sec. 4.2); the accepted path is compacted in place
+  or a cousin (Miao et al. 2024, SpecInfer, Sec. 4.2), and with a sliding window only those inside
+  it from the node's own position (prefix + depth - 1); the accepted path is compacted in place
   (``StaticKV.compact``).
 
 The re-fed uncached path (``specviz.engine.runner.ModelRunner(cached=False)``) stays the tests' reference;
@@ -29,6 +30,7 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer
 
 from specviz.engine.vocab import widen
+from specviz.engine.window import SLIDING, layer_windows, within
 
 
 def _window(config) -> int | None:
@@ -37,13 +39,11 @@ def _window(config) -> int | None:
     Raises:
         ValueError: layers of different kinds (sliding and full), which one mask cannot serve.
     """
-    config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    kinds = set(getattr(config, "layer_types", None) or [])
-    if len(kinds) > 1:
-        raise ValueError(f"the static cache takes one mask for every layer; this model mixes {sorted(kinds)}")
-    if kinds == {"full_attention"}:
-        return None
-    return getattr(config, "sliding_window", None) or None
+    windows = layer_windows(config)
+    if len(windows) > 1:
+        raise ValueError(f"the static cache takes one mask for every layer; this model mixes {sorted(windows)} "
+                         f"(a sliding window of {windows[SLIDING]} tokens on some layers): use the dynamic cache")
+    return next(iter(windows.values()))
 
 
 def _layers(config) -> int:
@@ -95,18 +95,26 @@ class StaticKV:
         """(1, 1, len(positions), capacity) mask: the token at position p sees keys 0..p
         (and only those above p - window with a sliding window)."""
         keys = torch.arange(self.capacity, device=positions.device)
-        allow = keys[None, :] <= positions[:, None]
-        if self.window is not None:
-            allow &= keys[None, :] > positions[:, None] - self.window
+        allow = (keys[None, :] <= positions[:, None]) & within(positions, keys, self.window)
         return self._blocked(allow)[None, None]
 
-    def tree_mask(self, prefix: int, allow: torch.Tensor) -> torch.Tensor:
+    def tree_mask(self, prefix: int, allow: torch.Tensor, positions: torch.Tensor, windowed: bool = True) -> torch.Tensor:
         """(1, 1, rows, capacity) mask: every row sees keys 0..prefix-1, and key prefix + j where
-        ``allow[row, j]`` (rows, slots: the ancestor-or-self matrix's rows of the nodes fed)."""
+        ``allow[row, j]`` (rows, slots: the ancestor-or-self matrix's rows of the nodes fed), and with
+        a sliding window only the keys inside it, measured in positions: ``positions`` (slots,) holds
+        each slot's position id (prefix + depth - 1), the fed rows last (``specviz.engine.window``).
+        ``windowed`` False ignores the window (a planted fault of the exactness tests only)."""
         rows, slots = allow.shape
-        full = torch.zeros(rows, self.capacity, dtype=torch.bool, device=allow.device)
+        device = allow.device
+        full = torch.zeros(rows, self.capacity, dtype=torch.bool, device=device)
         full[:, :prefix] = True
         full[:, prefix : prefix + slots] = allow
+        if self.window is not None and windowed:
+            # Key columns past the slots are blocked above; their position (0 here) does not matter.
+            keys = torch.zeros(self.capacity, dtype=torch.long, device=device)
+            keys[:prefix] = torch.arange(prefix, device=device)
+            keys[prefix : prefix + slots] = positions
+            full &= within(positions[-rows:], keys, self.window)
         return self._blocked(full)[None, None]
 
     def compact(self, prefix: int, keep: list[int]) -> None:
@@ -135,11 +143,15 @@ class StaticRunner:
         capacity: positions to preallocate; None: the length of the first ``seq`` fed (the loops
             allocate their token buffer with room for the whole run and its largest chain round)
             plus ``MAX_TREE_NODES`` (a token tree's slots are fed past the settled prefix).
+
+    Raises:
+        ValueError: a model mixing sliding and full layers, here before any pass.
     """
 
     cached = True
 
     def __init__(self, model, vocab_size: int, capacity: int | None = None):
+        _window(model.config)  # refuse a model one mask cannot serve now, not at its first pass
         self.model = model
         self.vocab_size = vocab_size
         self.capacity = capacity
@@ -191,12 +203,14 @@ class StaticRunner:
                 self.kv.set_length(length)
 
     def tree_logits(self, seq: torch.Tensor, prefix: int, tokens: torch.Tensor, positions: torch.Tensor,
-                    allow: torch.Tensor, new: int) -> torch.Tensor:
+                    allow: torch.Tensor, new: int, windowed: bool = True) -> torch.Tensor:
         """``specviz.engine.tree.attention.masked_logits`` over the static cache: the last ``new`` slots of
-        ``tokens`` (S,) fed at cache positions prefix + S - new.., each under its ancestors; (new, vocab)."""
+        ``tokens`` (S,) fed at cache positions prefix + S - new.., each under its ancestors inside the
+        model's window; (new, vocab)."""
         kv = self._kv(seq)
         start = prefix + tokens.shape[0] - new
-        out = self.forward(tokens[None, -new:], positions[-new:], kv.tree_mask(prefix, allow[-new:]), start, new)
+        mask = kv.tree_mask(prefix, allow[-new:], positions, windowed)
+        out = self.forward(tokens[None, -new:], positions[-new:], mask, start, new)
         self.seen = prefix + tokens.shape[0]
         return out
 

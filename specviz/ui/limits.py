@@ -52,6 +52,11 @@ SESSION_TTL_S = 1800
 MAX_SESSIONS = 36  # sessions whose state is kept at once (SPECVIZ_MAX_SESSIONS): 36 x 25.7 MB, the largest measured, is under 1 GB
 CACHE_TTL_S = 300  # Gradio's cache sweep: uploads and cached files older than this go, checked as often
 # Uploads (recordings to replay) per client address and in all within CACHE_TTL_S, after which the sweep removes them.
+# Log lines a malformed upload (a body Gradio's multipart parser cannot read) may cost: per client address
+# and from everyone within LOG_WINDOW_S; past either budget the refusal (HTTP 400) is not logged.
+LOG_CLIENT_MAX_LINES = 5
+LOG_TOTAL_MAX_LINES = 100
+LOG_WINDOW_S = 600
 UPLOAD_CLIENT_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_CLIENT_MB", "48")) * 1024 * 1024)
 UPLOAD_TOTAL_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_TOTAL_MB", "512")) * 1024 * 1024)
 

@@ -1,8 +1,9 @@
-"""Server settings: the middleware (security headers, a cap on request bodies) and the arguments
-``demo.launch`` takes."""
+"""Server settings: the middleware (security headers, a cap on request bodies, malformed uploads
+answered 400 in one bounded log line) and the arguments ``demo.launch`` takes."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -13,7 +14,10 @@ import gradio as gr
 from specviz.recording import MAX_BYTES
 from specviz.ui.listening import StreamWatch
 from specviz.ui.css import CSS, HEAD
-from specviz.ui.limits import BODY_MAX_BYTES, CACHE_TTL_S, MAX_SESSIONS, UPLOAD_CLIENT_MAX_BYTES, UPLOAD_TOTAL_MAX_BYTES
+from specviz.ui.limits import (BODY_MAX_BYTES, CACHE_TTL_S, LOG_CLIENT_MAX_LINES, LOG_TOTAL_MAX_LINES, LOG_WINDOW_S, MAX_SESSIONS,
+                               UPLOAD_CLIENT_MAX_BYTES, UPLOAD_TOTAL_MAX_BYTES)
+
+log = logging.getLogger("specviz")
 
 # Content-Security-Policy on every response: the page may load and connect only to its own
 # origin (and data: or blob: URLs), so markup that slipped into a page could not fetch an outside
@@ -68,13 +72,64 @@ class UploadBudget:
 UPLOADS = UploadBudget()
 
 
+class LogBudget:
+    """Log lines per client address and in all over the last ``window_s`` seconds, so no visitor can
+    grow the server's log without bound: past either budget an event is still answered, only not logged.
+    Only addresses with a line in the window are remembered (at most ``total`` of them)."""
+
+    def __init__(self, per_client: int = LOG_CLIENT_MAX_LINES, total: int = LOG_TOTAL_MAX_LINES, window_s: float = LOG_WINDOW_S):
+        self.per_client, self.total, self.window_s = per_client, total, window_s
+        self._log: deque[tuple[float, str]] = deque()
+        self._per: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def take(self, address: str) -> int | None:
+        """Count one more line from ``address``: its number in the window (1..per_client), or None past a budget."""
+        now = time.monotonic()
+        with self._lock:
+            while self._log and now - self._log[0][0] > self.window_s:
+                _, old = self._log.popleft()
+                self._per[old] -= 1
+                if not self._per[old]:
+                    del self._per[old]
+            mine = self._per.get(address, 0) + 1
+            if mine > self.per_client or len(self._log) >= self.total:
+                return None
+            self._log.append((now, address))
+            self._per[address] = mine
+            return mine
+
+
+MALFORMED_LOGS = LogBudget()
+MALFORMED = ("Upload refused: the body is not a well-formed multipart/form-data upload "
+             "(every part must carry a file name).")
+
+
+# What Gradio's multipart parser raises on a body it cannot read (a part without a file name:
+# AttributeError with an upload_id, TypeError without); anything else keeps its traceback.
+PARSE_ERRORS = (AttributeError, TypeError, ValueError, LookupError)
+
+
+def note_malformed(address: str, exc: Exception, budget: LogBudget | None = None) -> None:
+    """One short log line for a malformed upload (no traceback, nothing of the body), within ``budget``
+    (None: ``MALFORMED_LOGS``)."""
+    budget = budget or MALFORMED_LOGS
+    n = budget.take(address)
+    if n is not None:
+        log.warning("malformed upload refused (400) from %s: %s [line %d of at most %d per address in %d min]",
+                    ascii(address[:64]), type(exc).__name__, n, budget.per_client, int(budget.window_s // 60))
+
+
 class Guard:
     """ASGI middleware: the security headers on every HTTP response, a cap on request bodies, and
     the upload budget.
 
     A body longer than BODY_MAX_BYTES (declared, or counted as it arrives) is answered with 413
     before the app reads it, except on the upload route, where Gradio's ``max_file_size`` applies
-    to one file and ``UPLOADS`` to a visitor's and everyone's bytes (429 past either)."""
+    to one file and ``UPLOADS`` to a visitor's and everyone's bytes (429 past either). An upload
+    Gradio's multipart parser fails on (a part without a file name raises AttributeError or
+    TypeError inside Gradio, which the server would log as a full traceback) is answered 400 and
+    logged in one line within ``MALFORMED_LOGS``."""
 
     def __init__(self, app, body_max: int = BODY_MAX_BYTES):
         self.app, self.body_max = app, body_max
@@ -89,12 +144,14 @@ class Guard:
             if declared is not None and (not declared.isdigit() or int(declared) > self.body_max):
                 return await _too_large(send, self.body_max)
 
-        refused = False
+        refused = started = False
 
         async def with_headers(message):
+            nonlocal started
             if refused:  # a 413 went out already: the app's own answer is dropped
                 return
             if message["type"] == "http.response.start":
+                started = True
                 message["headers"] = [h for h in message.get("headers", []) if h[0].lower() not in {k for k, _ in HEADERS}] + HEADERS
             await send(message)
 
@@ -118,7 +175,14 @@ class Guard:
                         return {"type": "http.disconnect"}
                 return message
 
-            return await self.app(scope, budgeted, with_headers)
+            try:
+                return await self.app(scope, budgeted, with_headers)
+            except PARSE_ERRORS as exc:  # Gradio's parser on a malformed body: a 400, not a traceback
+                if not (refused or started):
+                    await _refused(send, 400, MALFORMED)
+                if not refused:
+                    note_malformed(address, exc)
+                return
         seen = 0
 
         async def counted():

@@ -48,11 +48,15 @@ class TreeFault:
             earlier siblings left.
         rule: judge the children by this rule whatever they were drafted for (None: their own).
         unnormalised: leave the residual after a rejected sibling unnormalised.
+        window_ignored: the target's verify pass ignores its sliding window (its tree mask lets a
+            node see prefix positions and ancestors further back than the window; read by the tree
+            loop, not by ``judge``).
     """
 
     against_p: bool = False
     rule: str | None = None
     unnormalised: bool = False
+    window_ignored: bool = False
 
 
 NO_FAULT = TreeFault()

@@ -93,7 +93,8 @@ def tree_stream(
             slot_parents = [-1] + [p + 1 for p in drafted.parents]
             tokens = torch.cat([seq[n - 1 : n], drafted.tokens])
             positions = torch.tensor([n - 1] + [n - 1 + d for d in drafted.depths], dtype=torch.long, device=device)
-            logits = masked_logits(runner, seq, n - 1, tokens, positions, ancestor_matrix(slot_parents).to(device), len(slot_parents))
+            logits = masked_logits(runner, seq, n - 1, tokens, positions, ancestor_matrix(slot_parents).to(device), len(slot_parents),
+                                   windowed=not fault.window_ignored)
             # 3. Judge every node's children; each node's final token.
             host = _verdicts(logits, drafted, sampling, warpers, gen, fault, top_k).fetch()
             t2 = clock.mark()
