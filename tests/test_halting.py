@@ -222,3 +222,30 @@ def test_a_sweep_at_its_time_limit_ends_within_a_round(stub, monkeypatch):
     assert 300 <= passes.n <= 300 + 8 + 1, passes.n
     status = outputs[-1]["sweep_status"]
     assert "stopped at its time limit of 300 s after gamma" in status and "were not measured" in status, status
+
+
+# --- the exactness lab and the stream check ------------------------------------------------------
+
+
+def test_the_lab_stops_between_chunks_once_nobody_listens(monkeypatch):
+    """Issue 39: a /call/lab never read ran its full 120 s; the lab never asked whether its client
+    listened. Now it ends at the chunk after the client is gone. Control: a listened-to lab runs on."""
+    import specviz.ui.lab as page
+    import specviz.ui.state as state
+
+    chunks = []
+    real = page.lab_stream
+
+    def counted(*args, **kwargs):
+        for result in real(*args, **kwargs):
+            chunks.append(result.runs)
+            yield result
+
+    monkeypatch.setattr(page, "lab_stream", counted)
+    monkeypatch.setattr(state, "client_gone", lambda request: len(chunks) >= 2)
+    list(page.run_lab("identical", "none", 1.0, 0, 1.0, 2, 1000, request=REQUEST))
+    assert len(chunks) == 2  # 1000 samples are 20 chunks of 50
+    chunks.clear()
+    monkeypatch.setattr(state, "client_gone", lambda request: False)
+    list(page.run_lab("identical", "none", 1.0, 0, 1.0, 2, 200, request=REQUEST))
+    assert chunks[-1] == 200
