@@ -249,3 +249,41 @@ def test_the_lab_stops_between_chunks_once_nobody_listens(monkeypatch):
     monkeypatch.setattr(state, "client_gone", lambda request: False)
     list(page.run_lab("identical", "none", 1.0, 0, 1.0, 2, 200, request=REQUEST))
     assert chunks[-1] == 200
+
+
+# --- the long jobs' size on a CPU ----------------------------------------------------------------
+
+
+def test_on_a_cpu_the_long_jobs_defaults_are_estimated_to_finish_within_their_caps():
+    """Issue 38: at the page's defaults (128 tokens, gamma 4, batch size 4, the English pair's four or
+    five drafter kinds) Compare, Batch and the sweep ran into their caps on a 2-core CPU. Their tokens
+    per run on a CPU are sized from the per-step estimate (specviz.ui.sizing) to fill at most FILL of
+    each cap; a GPU takes the tokens asked."""
+    from specviz.ui import sizing
+    from specviz.ui.limits import BATCH_SECONDS_MAX, COMPARE_SECONDS_MAX, DEFAULTS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
+
+    asked = DEFAULTS["max_new_tokens"]
+    jobs = [(sizing.compare_steps(k), COMPARE_SECONDS_MAX) for k in (4, 5)] + [(sizing.batch_steps(b), BATCH_SECONDS_MAX) for b in (1, 4, 8)]
+    jobs.append((sizing.sweep_steps(len(SWEEP_GAMMAS)), SWEEP_SECONDS_MAX))
+    for steps, cap in jobs:
+        tokens = sizing.cpu_tokens(steps, cap, asked)
+        assert sizing.MIN_TOKENS <= tokens <= asked
+        assert steps * tokens * sizing.CPU_STEP_S <= sizing.FILL * cap or tokens == sizing.MIN_TOKENS
+    assert [sizing.cpu_tokens(sizing.batch_steps(b), BATCH_SECONDS_MAX, asked) for b in (1, 2, 4, 8)] == [125, 50, 25, 13]
+    gpu = SimpleNamespace(device=torch.device("meta"))
+    req = SimpleNamespace(max_new_tokens=asked)
+    assert sizing.sized(req, gpu, 100.0, 10.0) == (req, "")
+
+
+def test_a_batch_on_a_cpu_decodes_the_tokens_that_fit_and_says_so(stub, monkeypatch):
+    import specviz.ui.batch as page
+    from specviz.ui import sizing
+    from specviz.ui.limits import BATCH_SECONDS_MAX
+
+    passes, pair = stub
+    monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: pair)  # the stub pair is on the CPU
+    outputs = list(page.run_batch(*BATCH_ARGS, request=REQUEST))
+    tokens = sizing.cpu_tokens(sizing.batch_steps(ROWS), BATCH_SECONDS_MAX, TOKENS)
+    assert tokens == 13
+    assert f"On this CPU each run decodes {tokens} tokens (not {TOKENS})" in outputs[0]["batch_status"]
+    assert outputs[-1]["batch_status"].startswith("Done:") and outputs[-1]["batch_view"].count(f"{tokens} tokens,") == ROWS

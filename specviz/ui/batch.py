@@ -13,6 +13,7 @@ from specviz.ui.device import batch_on_device
 from specviz.ui.halting import GONE, Halt
 from specviz.ui.limits import BATCH_SECONDS_MAX
 from specviz.ui.pairs import ensure_pair
+from specviz.ui.sizing import batch_steps, sized
 from specviz.ui.request import RunRequest
 from specviz.views.batch import batch_figure, batch_lanes_html
 
@@ -24,7 +25,8 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
     measure throughput at the smaller batch sizes.
 
     Yields dicts keyed "batch_view" (lanes HTML), "batch_plot" (throughput against batch size) and
-    "batch_status" (Markdown) as measurements come. The Stop button, a client that hung up and
+    "batch_status" (Markdown) as measurements come. On a CPU each row decodes the tokens that fit
+    BATCH_SECONDS_MAX (``specviz.ui.sizing``), and the first status says so. The Stop button, a client that hung up and
     BATCH_SECONDS_MAX end it within the round under way (``specviz.ui.halting``); then the status says
     what stopped it and how many batches were measured, and a full batch stopped while under way
     shows each row as far as it got (nothing more is sent to a client that is gone).
@@ -38,8 +40,9 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
     listed = ", ".join(map(str, sizes))
     doing = (f"Decoding {size} row{'s' * (size > 1)} together, then measuring batch sizes {listed} "
              "(speculative and autoregressive in turns)…")
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
-    yield dict(batch_status=doing)  # what runs, at once
+    pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
+    req, note = sized(req, pair, batch_steps(size), BATCH_SECONDS_MAX)  # on a CPU: the tokens per row that fit its cap
+    yield dict(batch_status=doing + note)  # what runs, at once
     halt = Halt(request, BATCH_SECONDS_MAX)
     main, points = None, []
     try:

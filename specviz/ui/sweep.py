@@ -12,6 +12,7 @@ from specviz.ui.downloads import save_for_download
 from specviz.ui.halting import BY_YOU, GONE, Halt
 from specviz.ui.limits import SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 from specviz.ui.pairs import ensure_pair
+from specviz.ui.sizing import sized, sweep_steps
 from specviz.ui.request import RunRequest
 from specviz.views import sweep_figure
 from specviz.views.theory import sweep_label
@@ -51,8 +52,9 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     label = sweep_label(Sweep(0.0, 0.0, drafter=req.drafter_kind, schedule=req.gamma_schedule))
     doing = (f"Sweep ({label}): measuring the autoregressive baseline, then gamma {SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]}, "
              "each in turns with a baseline of its own…")
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
-    yield dict(sweep_status=doing)  # what runs, at once (the first point comes after a whole baseline)
+    pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
+    req, note = sized(req, pair, sweep_steps(len(SWEEP_GAMMAS)), SWEEP_SECONDS_MAX)  # on a CPU: the tokens that fit its cap
+    yield dict(sweep_status=doing + note)  # what runs, at once (the first point comes after a whole baseline)
     halt = Halt(request, SWEEP_SECONDS_MAX)
     session = halt.session
     sweep = None
