@@ -191,7 +191,7 @@ def test_an_export_too_large_is_refused_before_it_is_written(monkeypatch):
     from specviz.ui.limits import RECORDINGS
 
     rec = Recording.load(RECORDINGS / f"{examples()[0]}.json")
-    monkeypatch.setattr(downloads, "EXPORT_MAX_DRAFTS", downloads.drafts_in(rec) - 1)
+    monkeypatch.setattr(downloads, "EXPORT_MAX_UNITS", downloads.export_units(rec) - 1)
     monkeypatch.setattr(downloads, "export_html", lambda rec: pytest.fail("rendered although too large"))
     with pytest.raises(Exception, match="too large to export"):
         downloads.save_export(rec)

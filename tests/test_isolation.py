@@ -223,6 +223,33 @@ def test_event_streams_are_known_by_their_route():
     assert stream_key(scope("/gradio_api/call/run", method="POST")) is None
     assert stream_key(scope("/gradio_api/queue/data")) is None
     assert stream_key(scope("/gradio_api/upload")) is None
+    # Anchored (issue 39): a 404 path that merely ends like a stream route is no stream.
+    assert stream_key(scope("/x/gradio_api/call/run/abc123")) is None
+    assert stream_key(scope("/gradio_api/call/run/abc123/more")) is None
+    assert stream_key(scope("/x/gradio_api/queue/data", b"session_hash=s1")) is None
+    assert stream_key({**scope("/x/gradio_api/call/run/abc123"), "root_path": "/x"}) == "abc123"  # mounted under /x
+
+
+@pytest.mark.parametrize("status", [200, 404])
+def test_a_stream_counts_as_opened_only_when_the_app_answers_it(status):
+    """A GET the app refuses (404: no such event) opens no stream: its job stays unheard."""
+    import asyncio
+
+    from specviz.ui import listening
+
+    key = f"event-{status}"
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def send(message):
+        pass
+
+    scope = {"type": "http", "method": "GET", "path": f"/gradio_api/call/run/{key}", "query_string": b""}
+    asyncio.run(listening.StreamWatch(app)(scope, None, send))
+    event = type("Event", (), dict(session_hash=key, _id=key, enqueue_time=0.0))()
+    assert listening.heard(event) == (status == 200)
 
 
 # ---- pairs ----------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from specviz.engine.rounds import TOP_TOKENS, Clock, extend_trace, judge_chain, 
 from specviz.engine.sampling import Sampling, contexts, row_contexts
 from specviz.engine.schedules import GammaSchedule, make_schedule
 from specviz.engine.seeds import check_seed, generator
+from specviz.engine.stopping import StopCheck, asked, mark_stopped
 from specviz.trace import MAX_GAMMA, Round, Trace
 
 # The most rows one batch may hold (the page offers up to 8).
@@ -72,6 +73,8 @@ class BatchResult:
             drafted fewer than the widest row).
         total_ms: wall time of the whole batch, in ms.
         rounds: per round of the batch, the indices of the rows in it (rows leave as they finish).
+        stopped: the caller's stop check ended the batch early (``specviz.engine.stopping``): the rows
+            still in it then have ``stop_reason == "stopped"`` and fewer tokens than asked.
     """
 
     traces: list[Trace]
@@ -84,6 +87,7 @@ class BatchResult:
     padded_positions: int = 0
     total_ms: float = 0.0
     rounds: list[list[int]] = field(default_factory=list)
+    stopped: bool = False
 
     @property
     def tokens(self) -> int:
@@ -167,6 +171,17 @@ def _prefill(runner: BatchRunner, rows: list[_Row], result: BatchResult) -> None
     result.padded_positions += int((runner.mask == 0).sum())
 
 
+def _stopped(active: list[_Row], result: BatchResult, stop: StopCheck | None, clock: Clock, tokenizer) -> bool:
+    """Whether ``stop`` asks the batch to end before its next round; if so, the rows still in it
+    are marked stopped (their text decoded) and so is ``result``."""
+    if not active or not asked(stop):
+        return False
+    for r in active:
+        mark_stopped(r.trace, clock.since_start(), tokenizer)
+    result.stopped = True
+    return True
+
+
 def speculative_generate_batch(
     prompts: Sequence[Sequence[int]],
     drafter,
@@ -180,6 +195,7 @@ def speculative_generate_batch(
     vocab_size: int | None = None,
     schedule: str | GammaSchedule = "constant",
     steps: rejection.Steps = rejection.EXACT,
+    stop: StopCheck | None = None,
 ) -> BatchResult:
     """Speculative sampling over a batch of prompts of different lengths.
 
@@ -193,6 +209,8 @@ def speculative_generate_batch(
         schedule: a gamma schedule name, or a fresh GammaSchedule (a confidence threshold, say)
             that each row copies; each row runs its own (see the module docstring).
         steps: the round's steps, as in ``specviz.engine.speculative_stream``.
+        stop: asked before each round (``specviz.engine.stopping``); when it answers True the batch ends
+            there, its unfinished rows marked "stopped" and ``BatchResult.stopped`` set.
 
     Returns:
         A BatchResult: one Trace per prompt (row b is the run ``speculative_generate`` gives its
@@ -233,7 +251,7 @@ def speculative_generate_batch(
             r.trace.prefill_ms = clock.since_start()
 
         active = list(rows)
-        while active:
+        while active and not _stopped(active, result, stop, clock, tokenizer):
             t0 = clock.mark()
             # 1. Draft, for every row at once: up to each row's allowed gamma into its seq.
             for r in active:
@@ -309,11 +327,12 @@ def autoregressive_generate_batch(
     seed: int = 0,
     tokenizer=None,
     vocab_size: int | None = None,
+    stop: StopCheck | None = None,
 ) -> BatchResult:
     """The batched baseline: one target pass per step for every unfinished row.
 
-    Arguments, returns and errors as ``speculative_generate_batch`` without drafter, gamma and
-    schedule; row b is the run ``autoregressive_generate`` gives its prompt with seed ``seed + b``.
+    Arguments, returns and errors as ``speculative_generate_batch`` (``stop`` asked before each step)
+    without drafter, gamma and schedule; row b is the run ``autoregressive_generate`` gives its prompt with seed ``seed + b``.
     """
     prompts = _check_prompts(prompts)
     run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
@@ -328,7 +347,7 @@ def autoregressive_generate_batch(
         for r in rows:
             r.trace.prefill_ms = clock.since_start()
         active = list(rows)
-        while active:
+        while active and not _stopped(active, result, stop, clock, tokenizer):
             t0 = clock.mark()
             pending = torch.stack([r.seq[r.n - 1] for r in active])[:, None]
             positions = torch.tensor([[r.n - 1] for r in active], device=device)

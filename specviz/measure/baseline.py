@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from specviz.engine.chain import autoregressive_stream, speculative_stream
 from specviz.engine.schedules import GammaSchedule
+from specviz.engine.stopping import StopCheck, asked, mark_stopped
 from specviz.measure.speedup import interleave
 from specviz.trace import Trace
 
@@ -32,9 +33,19 @@ def with_baseline_stream(input_ids: list[int], drafter, target, gamma: int = 4, 
 
 
 def with_baseline(input_ids: list[int], drafter, target, gamma: int = 4, schedule: str | GammaSchedule = "constant",
-                  tree=None, **common) -> tuple[Trace, Trace]:
-    """Both runs of ``with_baseline_stream`` to the end: (speculative trace, baseline trace)."""
+                  tree=None, stop: StopCheck | None = None, **common) -> tuple[Trace | None, Trace | None]:
+    """Both runs of ``with_baseline_stream`` to the end: (speculative trace, baseline trace).
+
+    ``stop`` (``specviz.engine.stopping``) is asked before each step of either run; when it answers True
+    both end there: each unfinished trace is marked "stopped", and a run not started yet is None.
+    """
+    steps = with_baseline_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, tree=tree, **common)
     spec = base = None
-    for spec, base in with_baseline_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, tree=tree, **common):
-        pass
+    while not asked(stop):
+        step = next(steps, None)
+        if step is None:
+            return spec, base
+        spec, base = step
+    for trace in (spec, base):
+        mark_stopped(trace, tokenizer=common.get("tokenizer"))
     return spec, base

@@ -13,21 +13,25 @@ from dataclasses import dataclass, field
 from specviz.measure.baseline import with_baseline
 from specviz.drafters import KINDS, make_drafter
 from specviz.engine.schedules import make_schedule
+from specviz.engine.stopping import STOPPED, StopCheck
 from specviz.trace import Trace
 
 
 @dataclass
 class Comparison:
-    """Finished runs so far: ``runs[kind] = (speculative trace, its baseline)``, in the order of
-    ``kinds``, the kinds the comparison runs."""
+    """Runs so far: ``runs[kind] = (speculative trace, its baseline)``, in the order of ``kinds``, the
+    kinds the comparison runs. ``stopped``: the caller's stop check ended the comparison; the kind under
+    way then is in ``runs`` with its unfinished traces marked "stopped" (its baseline None if it had not
+    started), and the kinds after it are not."""
 
-    runs: dict[str, tuple[Trace, Trace]] = field(default_factory=dict)
+    runs: dict[str, tuple[Trace, Trace | None]] = field(default_factory=dict)
     kinds: tuple[str, ...] = KINDS
+    stopped: bool = False
 
 
 def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[str] = KINDS, gamma: int = 4,
                    schedule: str = "constant", ngram_max: int = 3, exit_layer: int | None = None, tree=None,
-                   **common) -> Iterator[Comparison]:
+                   stop: StopCheck | None = None, **common) -> Iterator[Comparison]:
     """Run each drafter kind on the same prompt; yield the growing Comparison after each.
 
     Args:
@@ -36,6 +40,8 @@ def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[
         gamma, schedule: every kind's gamma and schedule name (a fresh schedule per run).
         tree: a ``specviz.engine.tree.spec.TreeSpec``: also run the drafter model with this token tree,
             under the key "tree", beside the chain.
+        stop: asked before each step of every run (``specviz.engine.stopping``); when it answers True the
+            comparison yields once more, ``stopped`` set, and ends.
         common: sampling, max_new_tokens, eos_token_id, seed, tokenizer, shared by every run.
 
     Raises:
@@ -45,6 +51,11 @@ def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[
     for kind in [*kinds, *(["tree"] if tree is not None else [])]:
         drafter = make_drafter("model" if kind == "tree" else kind, drafter_model=drafter_model, target=target, ngram_max=ngram_max,
                                exit_layer=exit_layer)
-        comparison.runs[kind] = with_baseline(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma),
-                                              tree=tree if kind == "tree" else None, **common)
+        spec, base = with_baseline(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma),
+                                   tree=tree if kind == "tree" else None, stop=stop, **common)
+        if spec is not None:
+            comparison.runs[kind] = (spec, base)
+        comparison.stopped = spec is None or STOPPED in (spec.stop_reason, base.stop_reason if base is not None else None)
         yield comparison
+        if comparison.stopped:
+            return

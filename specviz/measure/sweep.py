@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 from specviz import metrics, theory
 from specviz.measure.baseline import with_baseline
-from specviz.engine.chain import autoregressive_generate
+from specviz.engine.chain import autoregressive_stream
 from specviz.engine.schedules import make_schedule
+from specviz.engine.stopping import STOPPED, StopCheck, asked
 from specviz.trace import Trace
 
 
@@ -122,7 +123,8 @@ class Sweep:
 
 
 def sweep_stream(
-    input_ids: list[int], drafter, target, gammas: Sequence[int] = range(1, 9), schedule: str = "constant", **common
+    input_ids: list[int], drafter, target, gammas: Sequence[int] = range(1, 9), schedule: str = "constant",
+    stop: StopCheck | None = None, **common
 ) -> Iterator[Sweep]:
     """Run the baseline once (its target step time), then one speculative run per gamma, each in
     turns with a baseline run of its own (``specviz.measure.baseline.with_baseline``), so machine noise falls on
@@ -132,22 +134,29 @@ def sweep_stream(
         input_ids, drafter, target: as ``speculative_stream``.
         gammas: the gammas to try, each >= 1.
         schedule: the gamma schedule's name (``specviz.engine.schedules.SCHEDULES``); each point starts at its gamma.
+        stop: asked before each step of every run (``specviz.engine.stopping``); when it answers True the
+            sweep ends there, without the point under way (a point is a whole run).
         common: sampling, max_new_tokens, eos_token_id, seed, tokenizer: shared by every run,
             so the runs differ in gamma alone.
 
     Yields:
-        The Sweep after the baseline and after each gamma.
+        The Sweep after the baseline and after each gamma (nothing when stopped during the baseline).
 
     Raises:
         ValueError: as ``speculative_stream``.
     """
-    baseline = autoregressive_generate(input_ids, target, **common)
+    baseline = None
+    for baseline in autoregressive_stream(input_ids, target, **common):
+        if not baseline.stop_reason and asked(stop):
+            return
     sweep = Sweep(baseline_tokens_per_second=baseline.tokens_per_second or 0.0, target_step_ms=theory.target_step_ms(baseline) or 0.0,
                   schedule=schedule)
     yield sweep
     for gamma in gammas:
         spec, base = with_baseline(input_ids, drafter, target, gamma=int(gamma),
-                                   schedule=make_schedule(schedule, int(gamma)), **common)
+                                   schedule=make_schedule(schedule, int(gamma)), stop=stop, **common)
+        if spec is None or STOPPED in (spec.stop_reason, base.stop_reason if base is not None else None):
+            return
         sweep.drafter = (spec.settings.get("drafter") or {}).get("kind", sweep.drafter)
         sweep.points.append(SweepPoint.of(spec, base))
         yield sweep

@@ -6,11 +6,11 @@ The command line's fuller benchmark (with transformers' batched ``generate``) is
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from specviz.engine.batch import autoregressive_generate_batch, speculative_generate_batch
+from specviz.engine.batch import BatchResult, autoregressive_generate_batch, speculative_generate_batch
+from specviz.engine.stopping import StopCheck
 
 
 @dataclass
@@ -33,14 +33,17 @@ def batch_sizes_up_to(size: int) -> list[int]:
 
 
 def throughput_stream(prompts: list[list[int]], drafter, target, batch_size: int, gamma: int = 4, schedule: str = "constant",
-                      repeats: int = 2, deadline: float | None = None, **common) -> Iterator[tuple[object, list[BatchPoint]]]:
+                      repeats: int = 2, stop: StopCheck | None = None, **common) -> Iterator[tuple[BatchResult | None, list[BatchPoint]]]:
     """The Batch tab's measurement: batched speculative and autoregressive decoding at each of
     ``batch_sizes_up_to(batch_size)`` (rows: ``prompts`` cycled), ``repeats`` times each, the two
     methods in turns with the order alternating, so machine noise falls on both.
 
     Yields (the speculative BatchResult at ``batch_size``, or None before it is run; the points
-    so far) after each measurement, the full batch first. ``deadline`` (time.monotonic())
-    ends the measurement early. ``common``: sampling, max_new_tokens, eos_token_id, seed,
+    so far) after each measurement, the full batch first. ``stop`` (``specviz.engine.stopping``) is asked
+    before every round of every batch; when it answers True the batch under way ends there and the
+    measurement yields once more and ends: a stopped batch is no measurement (its points are left
+    out), but the full batch, stopped while it was under way, is yielded so its rows show how far they
+    got (``BatchResult.stopped``). ``common``: sampling, max_new_tokens, eos_token_id, seed,
     tokenizer, as ``speculative_generate_batch`` takes them.
 
     Raises:
@@ -53,14 +56,16 @@ def throughput_stream(prompts: list[list[int]], drafter, target, batch_size: int
         for b in [batch_size] + [s for s in sizes if s != batch_size]:
             rows = [prompts[i % len(prompts)] for i in range(b)]
             order = ("speculative", "autoregressive") if (r + b) % 2 == 0 else ("autoregressive", "speculative")
+            done = {}
             for method in order:
                 if method == "speculative":
-                    res = speculative_generate_batch(rows, drafter, target, gamma=gamma, schedule=schedule, **common)
-                    main = main or (res if b == batch_size else None)
-                    points[b].speculative.append(res.tokens_per_s)
+                    done[method] = speculative_generate_batch(rows, drafter, target, gamma=gamma, schedule=schedule, stop=stop, **common)
+                    main = main or (done[method] if b == batch_size else None)
                 else:
-                    res = autoregressive_generate_batch(rows, target, **common)
-                    points[b].autoregressive.append(res.tokens_per_s)
+                    done[method] = autoregressive_generate_batch(rows, target, stop=stop, **common)
+                if done[method].stopped:
+                    yield main, list(points.values())
+                    return
+            points[b].speculative.append(done["speculative"].tokens_per_s)
+            points[b].autoregressive.append(done["autoregressive"].tokens_per_s)
             yield main, list(points.values())
-            if deadline is not None and time.monotonic() > deadline:
-                return

@@ -10,7 +10,10 @@ from specviz.pair import free_memory
 from specviz.ui import state
 from specviz.ui.checks import check_batch_prompts
 from specviz.ui.device import batch_on_device
+from specviz.ui.halting import GONE, Halt
+from specviz.ui.limits import BATCH_SECONDS_MAX
 from specviz.ui.pairs import ensure_pair
+from specviz.ui.sizing import batch_steps, sized
 from specviz.ui.request import RunRequest
 from specviz.views.batch import batch_figure, batch_lanes_html
 
@@ -22,7 +25,11 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
     measure throughput at the smaller batch sizes.
 
     Yields dicts keyed "batch_view" (lanes HTML), "batch_plot" (throughput against batch size) and
-    "batch_status" (Markdown) as measurements come. The Stop button ends it after the batch under way.
+    "batch_status" (Markdown) as measurements come. On a CPU each row decodes the tokens that fit
+    BATCH_SECONDS_MAX (``specviz.ui.sizing``), and the first status says so. The Stop button, a client that hung up and
+    BATCH_SECONDS_MAX end it within the round under way (``specviz.ui.halting``); then the status says
+    what stopped it and how many batches were measured, and a full batch stopped while under way
+    shows each row as far as it got (nothing more is sent to a client that is gone).
     """
     prompts = check_batch_prompts(prompts_text, batch_size)
     reqs = [RunRequest.checked(pair_name, p, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
@@ -30,25 +37,44 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
     req = reqs[0]
     size = int(batch_size)
     sizes = batch_sizes_up_to(size)
-    doing = (f"Decoding {size} row{'s' * (size > 1)} together, then measuring batch sizes {', '.join(map(str, sizes))} "
+    listed = ", ".join(map(str, sizes))
+    doing = (f"Decoding {size} row{'s' * (size > 1)} together, then measuring batch sizes {listed} "
              "(speculative and autoregressive in turns)…")
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
-    yield dict(batch_status=doing)  # what runs, at once
-    session = state.session_of(request)
+    pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
+    req, note = sized(req, pair, batch_steps(size), BATCH_SECONDS_MAX)  # on a CPU: the tokens per row that fit its cap
+    yield dict(batch_status=doing + note)  # what runs, at once
+    halt = Halt(request, BATCH_SECONDS_MAX)
+    main, points = None, []
     try:
-        with state.job(session):
-            for main, points in batch_on_device(req, prompts, size):
-                done = sum(len(p.speculative) for p in points)
-                if state.client_gone(request):
-                    return  # nobody listens: stop after the run under way, the device goes to the next visitor
-                if state.should_stop(session):
-                    yield dict(batch_status=f"Stopped by you after measuring {done} of {2 * len(sizes)} batches.")
-                    return
-                status = (f"Measured {done} of {2 * len(sizes)} batches (batch sizes {', '.join(map(str, sizes))}, two runs each, "
+        with state.job(halt.session):
+            for main, points in batch_on_device(req, prompts, size, halt.for_device()):
+                if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
+                    break
+                status = (f"Measured {_measured(points)} of {2 * len(sizes)} batches (batch sizes {listed}, two runs each, "
                           "speculative and autoregressive in turns)…")
-                main_point = next((p for p in points if p.batch_size == size), None)
-                shown = dict(batch_view=batch_lanes_html(main, main_point), batch_plot=batch_figure(points))
-                yield shown | dict(batch_status=status)
-        yield shown | dict(batch_status=f"Done: batch sizes {', '.join(map(str, sizes))}, each measured twice.")
+                yield _shown(main, points, size, halt) | dict(batch_status=status)
+        if halt.reason == GONE:
+            return  # nobody listens
+        if halt.reason is None:
+            yield _shown(main, points, size, halt) | dict(batch_status=f"Done: batch sizes {listed}, each measured twice.")
+            return
+        status = f"Stopped {halt.said()} after measuring {_measured(points)} of {2 * len(sizes)} batches."
+        if main is not None and main.stopped:
+            status += (f" The batch of {size} rows was stopped after {len(main.rounds)} rounds: each row shows the tokens "
+                       "it had by then.")
+        elif main is None:
+            status += f" The batch of {size} rows did not finish a round before it: nothing to show."
+        yield _shown(main, points, size, halt) | dict(batch_status=status)
     finally:
         free_memory(None if not on_zerogpu() else "cpu")
+
+
+def _measured(points) -> int:
+    """Batches measured: pairs of runs (speculative and autoregressive) finished, over the batch sizes."""
+    return sum(len(p.speculative) for p in points)
+
+
+def _shown(main, points, size: int, halt: Halt) -> dict:
+    main_point = next((p for p in points if p.batch_size == size), None)
+    why = f"stopped {halt.said()}" if halt.reason else "stopped"
+    return dict(batch_view=batch_lanes_html(main, main_point, stopped=why), batch_plot=batch_figure(points))

@@ -8,7 +8,11 @@ from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
 from specviz.ui import state
 from specviz.ui.device import compare_on_device
+from specviz.ui.halting import GONE, Halt
+from specviz.ui.limits import COMPARE_SECONDS_MAX
+from specviz.drafters import usable_kinds
 from specviz.ui.pairs import ensure_pair
+from specviz.ui.sizing import compare_steps, sized
 from specviz.ui.request import RunRequest
 from specviz.views.compare import compare_figure, compare_html
 
@@ -22,23 +26,33 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
     """Decode the prompt with each drafter kind (same seed and settings); stream the columns as each finishes.
 
     Yields dicts keyed "compare_view" (HTML) and "compare_plot" (acceptance by draft position). With a
-    token tree chosen in the controls, the drafter model's tree runs too, in a column beside the chains. The
-    Stop button ends it after the kind under way; the kinds not run say so.
+    token tree chosen in the controls, the drafter model's tree runs too, in a column beside the chains.
+    On a CPU each run decodes the tokens that fit COMPARE_SECONDS_MAX (``specviz.ui.sizing``), and the
+    first words say so. The Stop button, a client that hung up and COMPARE_SECONDS_MAX end it within the round under way
+    (``specviz.ui.halting``); then the kind it stopped says how far it got and why, the kinds after it
+    that they were not run (nothing more is sent to a client that is gone).
     """
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
                              custom_target, "model", gamma_schedule, repetition_penalty, tree)
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, RUNNING)
-    yield dict(compare_view=f'<div class="sv-compare" style="color:#666;">{RUNNING}</div>')  # what runs, at once
-    session = state.session_of(request)
+    pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, RUNNING)
+    kinds = len(usable_kinds(pair.target)) + (req.tree != "chain") if pair is not None else 1
+    req, note = sized(req, pair, compare_steps(kinds), COMPARE_SECONDS_MAX)  # on a CPU: the tokens that fit its cap
+    yield dict(compare_view=f'<div class="sv-compare" style="color:#666;">{RUNNING}{note}</div>')  # what runs, at once
+    halt = Halt(request, COMPARE_SECONDS_MAX)
+    tree_on = req.tree != "chain"
     comparison = None
     try:
-        with state.job(session):
-            for comparison in compare_on_device(req):
-                if state.client_gone(request):
-                    return  # nobody listens: stop after the run under way, the device goes to the next visitor
-                if state.should_stop(session):
-                    yield dict(compare_view=compare_html(comparison, tree=req.tree != "chain", stopped=True), compare_plot=compare_figure(comparison))
-                    return
-                yield dict(compare_view=compare_html(comparison, tree=req.tree != "chain"), compare_plot=compare_figure(comparison))
+        with state.job(halt.session):
+            for comparison in compare_on_device(req, halt.for_device()):
+                if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
+                    break
+                yield dict(compare_view=compare_html(comparison, tree=tree_on), compare_plot=compare_figure(comparison))
+        if halt.reason is None or halt.reason == GONE:
+            return  # finished (the last columns are shown), or nobody listens
+        if comparison is None or not comparison.runs:
+            yield dict(compare_view=f'<div class="sv-compare" style="color:#a33;">Compare drafters stopped {halt.said()} before its '
+                                    "first run had a round.</div>", compare_plot=compare_figure(None))
+            return
+        yield dict(compare_view=compare_html(comparison, tree=tree_on, stopped=halt.said()), compare_plot=compare_figure(comparison))
     finally:
         free_memory(None if not on_zerogpu() else "cpu")

@@ -17,10 +17,11 @@ from specviz.drafters import KINDS as DRAFTER_KINDS, make_drafter, usable_kinds
 from specviz.serving.gpu import gpu_task
 from specviz.serving.gpu_duration import generate_duration, sweep_duration
 from specviz.engine.schedules import make_schedule
+from specviz.engine.stopping import StopCheck
 from specviz.measure.speedup import interleave
 from specviz.measure.sweep import sweep_stream
 from specviz.ui.checks import number
-from specviz.ui.limits import BATCH_MAX, COMPARE_SECONDS_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
+from specviz.ui.limits import BATCH_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS, SWEEP_GAMMAS
 from specviz.ui.pairs import encode, failure, resident
 from specviz.ui.request import RunRequest
 from specviz.ui.tree import resolve_tree
@@ -99,7 +100,7 @@ def run_on_device(req: RunRequest):
     yield "done", spec, baseline, name, done
 
 
-def sweep_seconds(req: RunRequest) -> int:
+def sweep_seconds(req: RunRequest, stop: StopCheck | None = None) -> int:
     """ZeroGPU seconds for the sweep: one speculative run per gamma, the first baseline, and one baseline
     in turns with each gamma's run (``specviz.measure.sweep.sweep_stream``): nine baselines for gamma 1..8."""
     return sweep_duration(req.pair_name, SWEEP_GAMMAS, req.max_new_tokens, baseline_runs=1 + len(SWEEP_GAMMAS),
@@ -107,36 +108,30 @@ def sweep_seconds(req: RunRequest) -> int:
 
 
 @gpu_task(duration=sweep_seconds)
-def sweep_on_device(req: RunRequest):
-    """The device half of the gamma sweep: yields the growing Sweep (plain data); errors leave as gr.Error."""
+def sweep_on_device(req: RunRequest, stop: StopCheck | None = None):
+    """The device half of the gamma sweep: yields the growing Sweep (plain data); ``stop`` is asked every
+    round (``specviz.measure.sweep.sweep_stream``); errors leave as gr.Error."""
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
-    deadline = time.monotonic() + SWEEP_SECONDS_MAX
     try:
         drafter = make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target)
-        for sweep in sweep_stream(ids, drafter, pair.target, gammas=SWEEP_GAMMAS, schedule=req.gamma_schedule,
-                                  max_new_tokens=req.max_new_tokens, **_common(req, pair)):
-            yield sweep
-            if time.monotonic() > deadline:
-                break
+        yield from sweep_stream(ids, drafter, pair.target, gammas=SWEEP_GAMMAS, schedule=req.gamma_schedule, stop=stop,
+                                max_new_tokens=req.max_new_tokens, **_common(req, pair))
     except Exception as err:
         raise failure(err, pair) from err
 
 
-@gpu_task(duration=lambda req: req.duration(runs=len(DRAFTER_KINDS) + (req.tree != "chain")))
-def compare_on_device(req: RunRequest):
-    """The device half of Compare drafters: yields the growing Comparison (plain data)."""
+@gpu_task(duration=lambda req, stop=None: req.duration(runs=len(DRAFTER_KINDS) + (req.tree != "chain")))
+def compare_on_device(req: RunRequest, stop: StopCheck | None = None):
+    """The device half of Compare drafters: yields the growing Comparison (plain data); ``stop`` is asked
+    every round (``specviz.measure.comparison.compare_stream``): the kinds not run then are left out."""
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
-    deadline = time.monotonic() + COMPARE_SECONDS_MAX
     try:
         tree = resolve_tree(req.tree, pair, make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target), req.sampling,
                             req.gamma)[0]
-        for comparison in compare_stream(ids, pair.drafter, pair.target, kinds=usable_kinds(pair.target), gamma=req.gamma, schedule=req.gamma_schedule,
-                                         max_new_tokens=req.max_new_tokens, tree=tree, **_common(req, pair)):
-            yield comparison
-            if time.monotonic() > deadline:  # the kinds not run yet are left out
-                return
+        yield from compare_stream(ids, pair.drafter, pair.target, kinds=usable_kinds(pair.target), gamma=req.gamma, schedule=req.gamma_schedule,
+                                  max_new_tokens=req.max_new_tokens, tree=tree, stop=stop, **_common(req, pair))
     except Exception as err:
         raise failure(err, pair) from err
 
@@ -151,21 +146,21 @@ def batch_duration(pair_name, prompts_text=None, batch_size=BATCH_MAX, gamma=4, 
     return 2 * len(batch_sizes_up_to(size)) * one
 
 
-def _batch_seconds(req: RunRequest, prompts: list[str], batch_size: int) -> int:
+def _batch_seconds(req: RunRequest, prompts: list[str], batch_size: int, stop: StopCheck | None = None) -> int:
     s = req.sampling
     return batch_duration(req.pair_name, None, batch_size, req.gamma, s.temperature, s.top_k, s.top_p, req.max_new_tokens, req.seed,
                           req.chat, req.custom_drafter, req.custom_target)
 
 
 @gpu_task(duration=_batch_seconds)
-def batch_on_device(req: RunRequest, prompts: list[str], batch_size: int):
-    """The device half of the Batch tab: yields (BatchResult or None, [BatchPoint]) (plain data)."""
+def batch_on_device(req: RunRequest, prompts: list[str], batch_size: int, stop: StopCheck | None = None):
+    """The device half of the Batch tab: yields (BatchResult or None, [BatchPoint]) (plain data); ``stop``
+    is asked every round of every batch (``specviz.measure.throughput.throughput_stream``)."""
     pair = _pair_of(req)
     ids = [encode(pair, p, req.chat) for p in prompts]
     drafter = make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target)
     try:
         yield from throughput_stream(ids, drafter, pair.target, batch_size, gamma=req.gamma, schedule=req.gamma_schedule,
-                                     deadline=time.monotonic() + 2 * RUN_SECONDS_MAX, max_new_tokens=req.max_new_tokens,
-                                     **_common(req, pair))
+                                     stop=stop, max_new_tokens=req.max_new_tokens, **_common(req, pair))
     except Exception as err:
         raise failure(err, pair) from err

@@ -31,16 +31,17 @@ from gradio.utils import get_upload_folder
 
 from specviz.recording import Recording
 from specviz.ui.checks import mistake
-from specviz.views.export import export_html
+from specviz.views.export import export_bytes, export_html, export_units
 
 KEEP_DOWNLOADS = 16  # JSON copies kept in all (newest first)
 KEEP_EXPORTS = 8  # HTML exports kept in all
 KEEP_PER_SESSION = 2  # of each kind, per session: the shown run's and the one before
 TOTAL_MAX_BYTES = int(float(os.environ.get("SPECVIZ_DOWNLOADS_MB", "256")) * 1024 * 1024)  # the whole folder
-# An export holds every round twice (the replay and the charts' data): about 1.9 kB per draft.
-# The page records at most 256 rounds x 16 drafts = 4,096 drafts (about 8 MB exported).
-EXPORT_MAX_DRAFTS = 8192
-EXPORT_MAX_BYTES = 32 * 1024 * 1024
+# An export renders each round, draft and tree node (specviz.views.export.export_units). The page's
+# largest runs: 256 rounds of 33-node trees with their baseline, 256 + 8,448 + 256 = 8,960 parts
+# (about 17 MB exported, at most a minute's work); a chain of 256 rounds x 16 drafts, 4,608.
+EXPORT_MAX_UNITS = 10_000
+EXPORT_MAX_BYTES = 32 * 1024 * 1024  # the page, estimated before it is built and measured after
 _nonce = itertools.count(1)
 _folder: Path | None = None
 _sessions: dict[str, Path] = {}  # Gradio session hash -> its folder
@@ -157,25 +158,27 @@ def save_for_download(rec: Recording, session: str | None = None) -> str:
     return str(path)
 
 
-def drafts_in(rec: Recording) -> int:
-    """Drafts and rounds of both runs: what an export's size grows with."""
-    return sum(len(r.drafts) + 1 for t in (rec.speculative, rec.baseline) if t is not None for r in t.rounds)
-
-
 def save_export(rec: Recording, session: str | None = None) -> str:
     """Write ``rec`` as one self-contained HTML page (specviz.views.export) in ``session``'s folder; returns its path.
 
+    The work is bounded before it starts: the parts to render (rounds, drafts and tree nodes) and the
+    page's estimated size are checked from counts alone, and the built page's size once more.
+
     Raises:
-        gr.Error: the run has more than EXPORT_MAX_DRAFTS drafts and rounds, or its page would be
-            larger than EXPORT_MAX_BYTES.
+        gr.Error: the run has more than EXPORT_MAX_UNITS rounds, drafts and tree nodes, or its page
+            would be (or, built, is) larger than EXPORT_MAX_BYTES.
     """
-    if drafts_in(rec) > EXPORT_MAX_DRAFTS:
-        raise mistake(f"This run is too large to export as one page: at most {EXPORT_MAX_DRAFTS} drafts and rounds "
-                      "(the page records at most 4,096). Download its JSON instead.", title="Too large to export")
+    units = export_units(rec)
+    if units > EXPORT_MAX_UNITS:
+        raise mistake(f"This run is too large to export as one page: it has {units:,} rounds, drafts and tree nodes, and an "
+                      f"export takes at most {EXPORT_MAX_UNITS:,}. Download its JSON instead.", title="Too large to export")
+    mb = EXPORT_MAX_BYTES // (1024 * 1024)
+    if (estimate := export_bytes(rec)) > EXPORT_MAX_BYTES:
+        raise mistake(f"This run is too large to export as one page: it would be about {estimate / 2**20:.0f} MB, over {mb} MB. "
+                      "Download its JSON instead.", title="Too large to export")
     page = export_html(rec)
     if len(page) > EXPORT_MAX_BYTES:
-        raise mistake(f"This run's page would be over {EXPORT_MAX_BYTES // (1024 * 1024)} MB: download its JSON instead.",
-                      title="Too large to export")
+        raise mistake(f"This run's page would be over {mb} MB: download its JSON instead.", title="Too large to export")
     path = _name(session, ".html")
     path.write_text(page, encoding="utf-8")
     prune()

@@ -14,14 +14,18 @@ from specviz.lab.faults import FAULTS
 from specviz.lab.models import KINDS as LAB_KINDS
 from specviz.lab.models import models as lab_models
 from specviz.pair.precision import cpu_form
+from specviz.ui import state
 from specviz.ui.checks import mistake, number
 from specviz.ui.limits import LAB_CHUNK, LAB_DRAW_EVERY, LAB_RUNS_MAX, LAB_SECONDS_MAX
 from specviz.views.lab import lab_figure, lab_html
 
 
-def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs):
+def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs, request: gr.Request = None):
     """The exactness lab: stream seeded speculative samples of tiny models against the exact law,
-    with one teaching fault planted (or none); yields (figure, verdict HTML) every 250 samples."""
+    with one teaching fault planted (or none); yields (figure, verdict HTML) every 250 samples.
+
+    Between chunks of LAB_CHUNK samples it ends at LAB_SECONDS_MAX, and, sending nothing more, when
+    nobody listens (``specviz.ui.state.client_gone``: its stream closed, or never opened)."""
     if not isinstance(kind, str) or not isinstance(fault, str) or kind not in LAB_KINDS or fault not in FAULTS:
         raise mistake("Pick a drafter and a fault from the menus.", title="Unknown lab setting")
     for value, lo, hi, name in ((gamma, 1, 8, "gamma"), (top_k, 0, 8, "top-k"), (runs, 100, LAB_RUNS_MAX, "samples")):
@@ -42,7 +46,7 @@ def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs):
     start = time.monotonic()
     while True:
         result = next(results, None)
-        if result is None:
+        if result is None or state.client_gone(request):
             return
         capped = time.monotonic() - start > LAB_SECONDS_MAX
         if result.runs % LAB_DRAW_EVERY == 0 or result.runs == int(runs) or capped:

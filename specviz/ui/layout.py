@@ -243,7 +243,9 @@ def _wire(ui: dict) -> None:
     view = dict(concurrency_limit=None, show_progress="hidden")
 
     def long_job(trigger, fn, inputs, outputs, cap_s, **kwargs):
-        """A long job: keyed outputs, the "long" slot held by its thread, a wall-clock cap."""
+        """A long job: keyed outputs, the "long" slot held by its thread, a wall-clock cap. The job ends itself
+        at its own cap within a round and says so (``specviz.ui.halting``); ``cap_s``, half as long again, is
+        the backstop for a round that never ends."""
         job = guarded("long", keyed(fn, outputs), cap_s, skip=skips(len(outputs)))
         return trigger(job, inputs=of(*inputs), outputs=of(*outputs), **long, **kwargs)
 
@@ -265,11 +267,11 @@ def _wire(ui: dict) -> None:
                            show_progress="hidden")
     gr.api(run_api, api_name="run", **device)
     compare_event = long_job(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty", "tree"),
-                             ("compare_view", "compare_plot"), COMPARE_SECONDS_MAX, api_name="compare")
+                             ("compare_view", "compare_plot"), COMPARE_SECONDS_MAX * 1.5, api_name="compare")
     batch_event = long_job(ui["batch_button"].click, run_batch,
                            ("pair_name", "batch_prompts", "batch_size", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed",
                             "chat", "custom_drafter", "custom_target", "drafter_kind", "gamma_schedule", "repetition_penalty"),
-                           ("batch_view", "batch_plot", "batch_status"), BATCH_SECONDS_MAX, api_name="batch")
+                           ("batch_view", "batch_plot", "batch_status"), BATCH_SECONDS_MAX * 1.5, api_name="batch")
     # Stop asks a run, sweep, comparison or batch to end after its step under way; each then shows what it did
     # and says it was stopped (specviz.ui.state). Then the event after it cancels what is left: a job of this
     # session still waiting in the queue, or one that did not end in time.

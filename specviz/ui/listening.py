@@ -10,7 +10,9 @@ opened leaves no trace at all: the job stays alive and runs to its end with nobo
 messages piling up in ``pending_messages_per_session``.
 
 So ``StreamWatch`` (ASGI middleware) counts the event streams opened, by the key their route names
-(the session hash or the event id) and the time the last one opened; ``unheard`` says a job has had
+(the session hash or the event id) and the time the last one opened. A stream counts only on its
+route's whole path (after the app's root path: ``/x/gradio_api/call/run/<id>`` is no stream, it is a
+404) and only once the app answers it with status 200, so a request the app refuses opens nothing; ``unheard`` says a job has had
 no stream for its session or its own id since it joined the queue, for longer than ``GRACE_S``
 seconds. ``specviz.ui.state.client_gone`` counts such a job as abandoned: it stops at its next round
 (or before its engine starts, when it waited longer than that in the queue).
@@ -27,8 +29,9 @@ from urllib.parse import parse_qs
 GRACE_S = 10.0  # seconds a queued job waits for its result stream to be opened
 KEYS_MAX = 4096  # stream keys remembered (oldest forgotten first): bounded memory however many clients come
 
-_CALL_STREAM = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/([^/]+)/?$")
-_QUEUE_STREAM = re.compile(r"/gradio_api/queue/data/?$")
+# Matched against the whole path (re.fullmatch), after the app's root path.
+_CALL_STREAM = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/([^/]+)/?")
+_QUEUE_STREAM = re.compile(r"/gradio_api/queue/data/?")
 
 _lock = threading.Lock()
 _open: dict[str, int] = {}  # streams open now, per key
@@ -39,10 +42,12 @@ def stream_key(scope) -> str | None:
     """The session hash or event id an HTTP request's event stream reads, or None when it is no such stream."""
     if scope.get("type") != "http" or scope.get("method") != "GET":
         return None
-    path = scope.get("path", "")
-    if match := _CALL_STREAM.search(path):
+    path, root = scope.get("path", ""), (scope.get("root_path") or "").rstrip("/")
+    if root and path.startswith(root + "/"):
+        path = path[len(root):]
+    if match := _CALL_STREAM.fullmatch(path):
         return match.group(1)
-    if _QUEUE_STREAM.search(path):
+    if _QUEUE_STREAM.fullmatch(path):
         query = parse_qs((scope.get("query_string") or b"").decode("latin-1"))
         session = query.get("session_hash", [""])[0]
         return session or None
@@ -66,7 +71,8 @@ def _leave(key: str) -> None:
 
 
 class StreamWatch:
-    """ASGI middleware: notes each event stream a client opens (see the module docstring); passes everything through."""
+    """ASGI middleware: notes each event stream a client opens, from the moment the app answers it with
+    status 200 until the request ends (see the module docstring); passes everything through."""
 
     def __init__(self, app):
         self.app = app
@@ -75,11 +81,20 @@ class StreamWatch:
         key = stream_key(scope)
         if key is None:
             return await self.app(scope, receive, send)
-        _enter(key)
+        opened = False
+
+        async def watched(message):
+            nonlocal opened
+            if message.get("type") == "http.response.start" and message.get("status") == 200 and not opened:
+                _enter(key)
+                opened = True
+            await send(message)
+
         try:
-            return await self.app(scope, receive, send)
+            return await self.app(scope, receive, watched)
         finally:
-            _leave(key)
+            if opened:
+                _leave(key)
 
 
 def heard(event) -> bool:

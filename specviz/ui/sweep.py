@@ -9,8 +9,10 @@ from specviz.recording import Recording
 from specviz.ui import state
 from specviz.ui.device import sweep_on_device
 from specviz.ui.downloads import save_for_download
+from specviz.ui.halting import BY_YOU, GONE, Halt
 from specviz.ui.limits import SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 from specviz.ui.pairs import ensure_pair
+from specviz.ui.sizing import sized, sweep_steps
 from specviz.ui.request import RunRequest
 from specviz.views import sweep_figure
 from specviz.views.theory import sweep_label
@@ -42,30 +44,32 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     Yields dicts keyed "sweep_plot", "sweep_status", and at the end "recording" (the shown run with the
     sweep attached), "download" (that recording's JSON, so the download holds the sweep as README says)
     and "export_file" (emptied: an HTML export made before the sweep would lack it). With no run shown,
-    the sweep is plotted but saved nowhere. The Stop button ends it after the gamma in progress
-    (``specviz.ui.state``).
+    the sweep is plotted but saved nowhere. The Stop button, a client that hung up and SWEEP_SECONDS_MAX
+    end it within the round under way (``specviz.ui.halting``), without the gamma under way.
     """
     req = RunRequest.checked(pair_name, prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed, chat,
                              custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty)
     label = sweep_label(Sweep(0.0, 0.0, drafter=req.drafter_kind, schedule=req.gamma_schedule))
     doing = (f"Sweep ({label}): measuring the autoregressive baseline, then gamma {SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]}, "
              "each in turns with a baseline of its own…")
-    ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
-    yield dict(sweep_status=doing)  # what runs, at once (the first point comes after a whole baseline)
-    session = state.session_of(request)
-    sweep, by_you = None, False
+    pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
+    req, note = sized(req, pair, sweep_steps(len(SWEEP_GAMMAS)), SWEEP_SECONDS_MAX)  # on a CPU: the tokens that fit its cap
+    yield dict(sweep_status=doing + note)  # what runs, at once (the first point comes after a whole baseline)
+    halt = Halt(request, SWEEP_SECONDS_MAX)
+    session = halt.session
+    sweep = None
     with state.job(session):
-        for sweep in sweep_on_device(req):
-            if state.client_gone(request):
-                return  # nobody listens: stop after the run under way, the device goes to the next visitor
-            if state.should_stop(session):
-                by_you = True
+        for sweep in sweep_on_device(req, halt.for_device()):
+            if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                 break
             done = len(sweep.points)
             sweep.drafter = sweep.drafter or req.drafter_kind  # labelled from the first yield on
             yield dict(sweep_plot=sweep_figure(sweep),
                        sweep_status=f"Sweep ({sweep_label(sweep)}): {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} "
                                     f"({done} of {len(SWEEP_GAMMAS)})…")
+    if halt.reason == GONE:
+        return  # nobody listens: the device went to the next visitor within a round
+    by_you = halt.reason == BY_YOU
     points = sweep.points if sweep is not None else []
     if not points:
         yield dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep stopped {cut_short(points, req.max_new_tokens, by_you)}")

@@ -16,6 +16,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
+from specviz.engine.stopping import STOPPED
 from specviz.measure.throughput import BatchPoint
 from specviz.views.charts import BLUE, GREY, ORANGE, style_figure
 from specviz.views.scroll import scroll_x
@@ -26,8 +27,9 @@ _PAD = ('<span title="padding: a draft slot this row did not use (the batch is a
         'background:repeating-linear-gradient(45deg,#ddd,#ddd 2px,#f6f6f6 2px,#f6f6f6 4px);border-radius:2px;"></span>')
 
 
-def batch_lanes_html(result, speedup: BatchPoint | None = None) -> str:
-    """Lanes of a ``specviz.engine.batch.BatchResult`` (None: a prompt to press Run)."""
+def batch_lanes_html(result, speedup: BatchPoint | None = None, stopped: str = "stopped") -> str:
+    """Lanes of a ``specviz.engine.batch.BatchResult`` (None: a prompt to press Run). A row its caller
+    stopped early (``specviz.engine.stopping``) says ``stopped`` (what stopped it, in words) beside its counts."""
     if result is None:
         return ('<div class="sv-batch" style="color:#666;">Press Run batch: the prompts above are decoded together, one '
                 "target pass per round for the whole batch, and each row appears as a lane.</div>")
@@ -50,7 +52,7 @@ def batch_lanes_html(result, speedup: BatchPoint | None = None) -> str:
         start = start if len(start) <= 28 else start[:27] + "\u2026"
         label = (f"row {b + 1} <span style='color:#444;font-weight:400;'>{escape(start)}</span><br>"
                  f"<span style='color:#666;font-size:11px;font-weight:400;'>{len(trace.output_ids)} tokens, {len(trace.rounds)} rounds, "
-                 f"{escape((trace.stop_reason or '').replace('_', ' '))}</span>")
+                 f"{escape(stopped if trace.stop_reason == STOPPED else (trace.stop_reason or '').replace('_', ' '))}</span>")
         cells = "".join(
             f'<td style="padding:3px 4px;border-left:1px solid #eee;white-space:pre;vertical-align:top;">{col[b]}</td>' if b in col
             else '<td style="background:#fafafa;border-left:1px solid #eee;"></td>'

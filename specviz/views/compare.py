@@ -23,8 +23,9 @@ def _num(value, digits: int = 2, suffix: str = "") -> str:
 
 
 def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
-    c = theory.cost_coefficient(spec, baseline)
-    est = estimate(spec, baseline)
+    # A run stopped before its baseline started has no baseline: no c and no speedup.
+    c = theory.cost_coefficient(spec, baseline) if baseline is not None else None
+    est = estimate(spec, baseline) if baseline is not None else None
     speed = "–"
     if est is not None:  # the decoding speedup and its spread: one quantity (specviz.measure.speedup)
         speed = f"{est.decode_speedup:.2f}×"
@@ -40,11 +41,12 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     ]
 
 
-def compare_html(comparison, kinds=None, tree: bool = False, stopped: bool = False) -> str:
+def compare_html(comparison, kinds=None, tree: bool = False, stopped: str | None = None) -> str:
     """Columns, one per kind the comparison runs (``kinds``, default ``comparison.kinds``): its label,
     the numbers with their denominators, the coloured output (with ``tree``, a column for the drafter
-    model's token tree beside its chain). A kind not finished yet says it is running, or, once
-    ``stopped``, that it was not run."""
+    model's token tree beside its chain). A kind not finished yet says it is running; once the
+    comparison was ``stopped`` (how, in words: "by you", "at its time limit of 180 s"), the kind it
+    stopped says how far its run got, and the kinds after it that they were not run."""
     if comparison is None or not comparison.runs:
         return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings of the page run with each '
                 "drafter kind (drafter model, prompt lookup, early exit, quantized target, and the EAGLE head where one is trained for "
@@ -53,10 +55,11 @@ def compare_html(comparison, kinds=None, tree: bool = False, stopped: bool = Fal
     cols = []
     for kind in kinds:
         if kind not in comparison.runs:
-            doing = "not run: stopped by you" if stopped else "running…"
+            doing = f"not run: the comparison was stopped {escape(stopped)}" if stopped else "running…"
             cols.append(f'<div class="sv-compare-col" style="flex:1 1 300px;min-width:0;color:#888;">{LABELS[kind]}: {doing}</div>')
             continue
         spec, baseline = comparison.runs[kind]
+        cut = _cut_short(spec, baseline, stopped)
         rows = "".join(
             f'<tr><td style="padding:2px 6px;">{escape(name)}</td><td style="padding:2px 6px;font-weight:600;">{escape(value)}</td>'
             f'<td style="padding:2px 6px;color:#666;font-size:12px;">{escape(note)}</td></tr>'
@@ -64,11 +67,22 @@ def compare_html(comparison, kinds=None, tree: bool = False, stopped: bool = Fal
         )
         cols.append(
             f'<div class="sv-compare-col" style="flex:1 1 300px;min-width:0;border-top:4px solid {COLOURS[kind]};padding-top:6px;">'
-            f'<b>{escape(LABELS[kind])}</b><div style="color:#555;font-size:12px;">{escape(run_label(spec))}</div>'
+            f'<b>{escape(LABELS[kind])}</b><div style="color:#555;font-size:12px;">{escape(run_label(spec))}</div>{cut}'
             f'<table style="border-collapse:collapse;margin:6px 0;font-size:13px;">{rows}</table>'
             f'<div style="max-height:360px;overflow:auto;">{tokens_html(spec, show_prompt=False)}</div></div>'
         )
     return f'<div class="sv-compare" style="display:flex;flex-wrap:wrap;gap:16px;">{"".join(cols)}</div>'
+
+
+def _cut_short(spec, baseline, how: str | None) -> str:
+    """A line saying how far a run stopped before its end got (empty for a finished run)."""
+    if "stopped" not in (spec.stop_reason, getattr(baseline, "stop_reason", None)):
+        return ""
+    asked = spec.settings.get("max_new_tokens")
+    of = f" of {asked}" if asked else ""
+    base = (f"its baseline {len(baseline.output_ids)}" if baseline is not None else "its baseline had not started")
+    return (f'<div style="color:#a33;font-size:12px;">Stopped {escape(how or "early")} after {len(spec.output_ids)}{of} tokens in '
+            f"{len(spec.rounds)} rounds ({escape(base)}): the numbers below are of those rounds.</div>")
 
 
 def compare_figure(comparison) -> go.Figure:

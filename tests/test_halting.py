@@ -1,0 +1,289 @@
+"""Stop, a client that hung up and the time caps end a batch, a comparison and a sweep within the round
+under way, and the page then says how far each got and what stopped it (issues 38 and 39).
+
+A slow stub pair stands in for the models: tiny GPT-2s from a config whose every forward pass is
+counted (and, for the caps, advances a fake clock by one second), so a test says how many passes ran
+after the stop without timing anything.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import GPT2LMHeadModel
+
+from specviz import Sampling
+from specviz.drafters import make_drafter
+from specviz.engine.batch import autoregressive_generate_batch, speculative_generate_batch
+from specviz.engine.stopping import STOPPED
+from tests.conftest import tiny_lm
+
+SESSION = "halting-test-session"
+ROWS, TOKENS, GAMMA = 8, 256, 4
+
+
+class Passes:
+    """Forward passes of both stub models, and a hook run before each (a Stop press, a clock tick)."""
+
+    def __init__(self):
+        self.n = 0
+        self.hook = lambda n: None
+
+
+class SlowLM(GPT2LMHeadModel):
+    """A tiny GPT-2 that counts its forward passes in ``passes`` and calls its hook first."""
+
+    passes: Passes
+
+    def forward(self, *args, **kwargs):
+        self.passes.n += 1
+        self.passes.hook(self.passes.n)
+        return super().forward(*args, **kwargs)
+
+
+def slow_lm(passes: Passes, seed: int):
+    base = tiny_lm(vocab=32, seed=seed, n_positions=1024, eos=31)
+    model = SlowLM(base.config).eval()
+    model.load_state_dict(base.state_dict())
+    model.passes = passes
+    return model
+
+
+@pytest.fixture
+def stub(monkeypatch):
+    """A stub pair behind the page's device halves: (passes, pair). It has no eos token, so every
+    row runs to its token budget unless it is stopped."""
+    import specviz.ui.batch as batch_page
+    import specviz.ui.compare as compare_page
+    import specviz.ui.device as device
+    import specviz.ui.sweep as sweep_page
+
+    passes = Passes()
+    pair = SimpleNamespace(name="stub", drafter=slow_lm(passes, 1), target=slow_lm(passes, 2), tokenizer=None, eos_token_ids=[],
+                           target_source=None, device=torch.device("cpu"), form=None)
+    monkeypatch.setattr(device, "_pair_of", lambda req: pair)
+    monkeypatch.setattr(device, "encode", lambda pair, prompt, chat: [1 + len(prompt) % 7, 2, 3])
+    monkeypatch.setattr(device, "usable_kinds", lambda target: ("model", "ngram"))
+    for page in (batch_page, compare_page, sweep_page):
+        monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: None)
+        monkeypatch.setattr(page, "free_memory", lambda *a, **k: None, raising=False)
+    return passes, pair
+
+
+def press_stop_at(passes: Passes, at: int) -> dict:
+    """Press Stop in SESSION once the ``at``-th forward pass starts; returns where the passes stood then."""
+    import specviz.ui.state as state
+
+    seen = {}
+
+    def hook(n):
+        if n == at:
+            state.stop_asked.add(SESSION)
+            seen["at"] = n
+
+    passes.hook = hook
+    return seen
+
+
+def fake_clock(monkeypatch, passes: Passes) -> None:
+    """Every forward pass takes one second of the jobs' clock."""
+    import specviz.ui.halting as halting
+
+    monkeypatch.setattr(halting, "_now", lambda: float(passes.n))
+
+
+REQUEST = SimpleNamespace(session_hash=SESSION)
+BATCH_ARGS = ("embedded", "one\ntwo\nthree", ROWS, GAMMA, 1.0, 0, 1.0, TOKENS, 0)
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+
+def test_a_batch_asks_its_stop_check_before_every_round_and_keeps_the_rounds_done():
+    """8 rows x 256 tokens: a stop check that answers True at its 4th asking ends the batch after 3
+    rounds, every row marked stopped with its tokens so far. Control: without the check it runs to its budget."""
+    target, drafter = tiny_lm(vocab=32, seed=2, n_positions=1024, eos=31), tiny_lm(vocab=32, seed=1, n_positions=1024, eos=31)
+    prompts = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10], [1], [2], [3], [4]]
+    asked = []
+
+    def stop():
+        asked.append(1)
+        return len(asked) >= 4
+
+    kw = dict(sampling=Sampling(1.0), max_new_tokens=TOKENS, eos_token_id=[], seed=0)
+    res = speculative_generate_batch(prompts, make_drafter("model", drafter_model=drafter), target, gamma=GAMMA, stop=stop, **kw)
+    assert res.stopped and len(res.rounds) == 3 and len(asked) == 4
+    assert all(t.stop_reason == STOPPED and len(t.rounds) == 3 and 3 <= len(t.output_ids) <= 3 * (GAMMA + 1) for t in res.traces)
+    asked.clear()
+    base = autoregressive_generate_batch(prompts, target, stop=stop, **kw)
+    assert base.stopped and len(base.rounds) == 3 and all(len(t.output_ids) == 3 and t.stop_reason == STOPPED for t in base.traces)
+    full = autoregressive_generate_batch(prompts[:2], target, stop=lambda: False, **{**kw, "max_new_tokens": 16})
+    assert not full.stopped and all(t.stop_reason == "max_new_tokens" and len(t.output_ids) == 16 for t in full.traces)
+
+
+# --- the Batch tab -------------------------------------------------------------------------------
+
+
+def test_stop_ends_a_batch_of_8_rows_by_256_tokens_within_one_round(stub):
+    """Stop pressed during the first batch's 10th forward pass: at most the rest of that round runs
+    (gamma drafter passes and one target pass), the status says it was stopped by you and how many
+    batches were measured, and every row of the lanes says how far it got. Before the fix the
+    check ran only after a whole batch (about 2 x 256 passes more)."""
+    import specviz.ui.batch as page
+    import specviz.ui.state as state
+
+    passes, _ = stub
+    press_stop_at(passes, 10)
+    try:
+        outputs = list(page.run_batch(*BATCH_ARGS, request=REQUEST))
+    finally:
+        state.stop_asked.discard(SESSION)
+    assert passes.n - 10 <= GAMMA + 1, passes.n
+    last = outputs[-1]
+    assert last["batch_status"].startswith("Stopped by you after measuring 0 of 8 batches.")
+    assert "each row shows the tokens it had by then" in last["batch_status"]
+    assert last["batch_view"].count("stopped by you") == ROWS
+
+
+def test_a_batch_at_its_time_limit_ends_within_a_round_and_says_so(stub, monkeypatch):
+    """The cap (a fake clock: one second per forward pass) ends the batch within the round that
+    crossed it; the status names the limit (issue 38: "Measured 1 of 6 batches" stayed forever)."""
+    import specviz.ui.batch as page
+
+    passes, _ = stub
+    fake_clock(monkeypatch, passes)
+    monkeypatch.setattr(page, "BATCH_SECONDS_MAX", 40.0)
+    outputs = list(page.run_batch(*BATCH_ARGS, request=REQUEST))
+    assert 40 <= passes.n <= 40 + GAMMA + 1, passes.n
+    status = outputs[-1]["batch_status"]
+    assert status.startswith("Stopped at its time limit of 40 s after measuring 0 of 8 batches."), status
+    assert outputs[-1]["batch_view"].count("stopped at its time limit of 40 s") == ROWS
+
+
+def test_a_batch_whose_client_hung_up_stops_within_a_round_and_sends_nothing_more(stub, monkeypatch):
+    import specviz.ui.batch as page
+    import specviz.ui.state as state
+
+    passes, _ = stub
+    monkeypatch.setattr(state, "client_gone", lambda request: passes.n >= 10)
+    outputs = list(page.run_batch(*BATCH_ARGS, request=REQUEST))
+    assert passes.n - 10 <= GAMMA + 1, passes.n
+    assert outputs == [dict(batch_status=outputs[0]["batch_status"])]  # only the first "what runs" line
+
+
+# --- Compare drafters ----------------------------------------------------------------------------
+
+
+def test_compare_at_its_time_limit_says_in_every_column_how_far_it_got(stub, monkeypatch):
+    """Issue 38: at its cap, Compare left "running…" in the columns it had not reached. Now the kind
+    it stopped says how far its run got and why, the kinds after it that they were not run, and it
+    ends within the round that crossed the cap."""
+    import specviz.ui.compare as page
+
+    passes, _ = stub
+    fake_clock(monkeypatch, passes)
+    monkeypatch.setattr(page, "COMPARE_SECONDS_MAX", 30.0)
+    outputs = list(page.run_compare("embedded", "one", GAMMA, 1.0, 0, 1.0, TOKENS, 0, request=REQUEST))
+    assert 30 <= passes.n <= 30 + GAMMA + 1, passes.n
+    view = outputs[-1]["compare_view"]
+    assert "running…" not in view
+    assert "Stopped at its time limit of 30 s after" in view and f"of {TOKENS} tokens in" in view
+    assert "prompt lookup: not run: the comparison was stopped at its time limit of 30 s" in view
+
+
+def test_stop_ends_compare_within_a_round(stub):
+    import specviz.ui.compare as page
+    import specviz.ui.state as state
+
+    passes, _ = stub
+    press_stop_at(passes, 12)
+    try:
+        outputs = list(page.run_compare("embedded", "one", GAMMA, 1.0, 0, 1.0, TOKENS, 0, request=REQUEST))
+    finally:
+        state.stop_asked.discard(SESSION)
+    assert passes.n - 12 <= GAMMA + 1, passes.n
+    assert "Stopped by you after" in outputs[-1]["compare_view"] and "running…" not in outputs[-1]["compare_view"]
+
+
+# --- the gamma sweep -----------------------------------------------------------------------------
+
+
+def test_a_sweep_at_its_time_limit_ends_within_a_round(stub, monkeypatch):
+    """The sweep's cap is asked every round (before: after each whole gamma), the gamma under way is
+    left out and the status names the limit."""
+    import specviz.ui.sweep as page
+
+    passes, _ = stub
+    fake_clock(monkeypatch, passes)
+    monkeypatch.setattr(page, "SWEEP_SECONDS_MAX", 300.0)
+    outputs = list(page.run_sweep("embedded", "one", 1.0, 0, 1.0, 64, 0, None, request=REQUEST))
+    assert 300 <= passes.n <= 300 + 8 + 1, passes.n
+    status = outputs[-1]["sweep_status"]
+    assert "stopped at its time limit of 300 s after gamma" in status and "were not measured" in status, status
+
+
+# --- the exactness lab and the stream check ------------------------------------------------------
+
+
+def test_the_lab_stops_between_chunks_once_nobody_listens(monkeypatch):
+    """Issue 39: a /call/lab never read ran its full 120 s; the lab never asked whether its client
+    listened. Now it ends at the chunk after the client is gone. Control: a listened-to lab runs on."""
+    import specviz.ui.lab as page
+    import specviz.ui.state as state
+
+    chunks = []
+    real = page.lab_stream
+
+    def counted(*args, **kwargs):
+        for result in real(*args, **kwargs):
+            chunks.append(result.runs)
+            yield result
+
+    monkeypatch.setattr(page, "lab_stream", counted)
+    monkeypatch.setattr(state, "client_gone", lambda request: len(chunks) >= 2)
+    list(page.run_lab("identical", "none", 1.0, 0, 1.0, 2, 1000, request=REQUEST))
+    assert len(chunks) == 2  # 1000 samples are 20 chunks of 50
+    chunks.clear()
+    monkeypatch.setattr(state, "client_gone", lambda request: False)
+    list(page.run_lab("identical", "none", 1.0, 0, 1.0, 2, 200, request=REQUEST))
+    assert chunks[-1] == 200
+
+
+# --- the long jobs' size on a CPU ----------------------------------------------------------------
+
+
+def test_on_a_cpu_the_long_jobs_defaults_are_estimated_to_finish_within_their_caps():
+    """Issue 38: at the page's defaults (128 tokens, gamma 4, batch size 4, the English pair's four or
+    five drafter kinds) Compare, Batch and the sweep ran into their caps on a 2-core CPU. Their tokens
+    per run on a CPU are sized from the per-step estimate (specviz.ui.sizing) to fill at most FILL of
+    each cap; a GPU takes the tokens asked."""
+    from specviz.ui import sizing
+    from specviz.ui.limits import BATCH_SECONDS_MAX, COMPARE_SECONDS_MAX, DEFAULTS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
+
+    asked = DEFAULTS["max_new_tokens"]
+    jobs = [(sizing.compare_steps(k), COMPARE_SECONDS_MAX) for k in (4, 5)] + [(sizing.batch_steps(b), BATCH_SECONDS_MAX) for b in (1, 4, 8)]
+    jobs.append((sizing.sweep_steps(len(SWEEP_GAMMAS)), SWEEP_SECONDS_MAX))
+    for steps, cap in jobs:
+        tokens = sizing.cpu_tokens(steps, cap, asked)
+        assert sizing.MIN_TOKENS <= tokens <= asked
+        assert steps * tokens * sizing.CPU_STEP_S <= sizing.FILL * cap or tokens == sizing.MIN_TOKENS
+    assert [sizing.cpu_tokens(sizing.batch_steps(b), BATCH_SECONDS_MAX, asked) for b in (1, 2, 4, 8)] == [125, 50, 25, 13]
+    gpu = SimpleNamespace(device=torch.device("meta"))
+    req = SimpleNamespace(max_new_tokens=asked)
+    assert sizing.sized(req, gpu, 100.0, 10.0) == (req, "")
+
+
+def test_a_batch_on_a_cpu_decodes_the_tokens_that_fit_and_says_so(stub, monkeypatch):
+    import specviz.ui.batch as page
+    from specviz.ui import sizing
+    from specviz.ui.limits import BATCH_SECONDS_MAX
+
+    passes, pair = stub
+    monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: pair)  # the stub pair is on the CPU
+    outputs = list(page.run_batch(*BATCH_ARGS, request=REQUEST))
+    tokens = sizing.cpu_tokens(sizing.batch_steps(ROWS), BATCH_SECONDS_MAX, TOKENS)
+    assert tokens == 13
+    assert f"On this CPU each run decodes {tokens} tokens (not {TOKENS})" in outputs[0]["batch_status"]
+    assert outputs[-1]["batch_status"].startswith("Done:") and outputs[-1]["batch_view"].count(f"{tokens} tokens,") == ROWS
