@@ -50,6 +50,8 @@ from specviz.views import BATCH_NOTE, THEORY_NOTE, legend_html, round_html, swee
 from specviz.views.batch import batch_figure, batch_lanes_html
 from specviz.views.compare import compare_figure, compare_html
 from specviz.views.lab import lab_figure
+from specviz.views.theory import sweep_note
+from specviz.views.verdict import headline_html
 
 
 def pair_info(name: str | None) -> str:
@@ -104,6 +106,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     ui["stop"] = gr.Button("Stop", variant="stop", scale=1, elem_id="sv-stop")
                 gr.Markdown(caps(max_queue), elem_id="sv-caps")
             with gr.Column(scale=3, min_width=400, elem_id="sv-show"):
+                ui["headline"] = gr.HTML(headline_html(None, None), elem_id="sv-headline")  # the verdict, where the eye is first
                 gr.HTML(legend_html())
                 ui["tokens"] = gr.HTML(label="Output", elem_id="sv-output")
                 ui["status"] = gr.Markdown(elem_id="sv-status")
@@ -128,9 +131,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                             ui["position_plot"] = gr.Plot(show_label=False, elem_id="sv-position")
                         with gr.Row(equal_height=True):
                             ui["sweep_button"] = gr.Button(f"Run gamma sweep ({SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]})", elem_id="sv-sweep-button", scale=1)
-                            ui["sweep_status"] = gr.Markdown("Same prompt, seed, sampling, drafter and gamma schedule (the page's controls); one baseline, "
-                                                             "then each gamma in turns with a baseline of its own.",
-                                                             elem_id="sv-sweep-status")
+                            ui["sweep_status"] = gr.Markdown(sweep_note(None), elem_id="sv-sweep-status")
                         ui["sweep_plot"] = gr.Plot(sweep_figure(None), show_label=False, elem_id="sv-sweep")
                     with gr.Tab("Race", id="race"):
                         with gr.Row(equal_height=True):

@@ -84,11 +84,14 @@ def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
     tops = [theory.predicted_speedup(alpha, g, c) for g in range(1, MAX_GAMMA + 1)]
     if v is not None and gamma:
         _verify_curve(fig, alpha, c, v, gamma)
-    measured = theory.measured_speedup(spec, baseline)
+    from specviz.views.stats import summary
+
+    s = summary(spec, baseline)  # the page's one measured speedup, as the status and the stats table name it
+    measured, basis = s["measured_speedup"], s["measured_speedup_basis"]
     if measured is not None and gamma:
-        fig.add_trace(go.Scatter(x=[gamma], y=[measured], mode="markers", name=f"measured, gamma {gamma}",
+        fig.add_trace(go.Scatter(x=[gamma], y=[measured], mode="markers", name=f"measured speedup ({basis}), gamma {gamma}",
                                  marker=dict(symbol="diamond", size=13, color=MEASURED)))
-        fig.add_annotation(x=gamma, y=measured, text=f"measured {measured:.2f}×", showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#777",
+        fig.add_annotation(x=gamma, y=measured, text=f"measured speedup {measured:.2f}×", showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#777",
                            ax=40, ay=40, xanchor="left", bgcolor="rgba(255,255,255,0.9)", borderpad=2, font=dict(size=14, color=MEASURED))
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), annotation_text="no speedup", annotation_position="bottom right",
                   annotation=dict(bgcolor="rgba(255,255,255,0.9)", font=dict(size=13, color="#666")))
@@ -104,7 +107,7 @@ def _tree_speedup_figure(spec: Trace, baseline: Trace) -> go.Figure:
 
     s = summary(spec, baseline)
     bars = [("predicted: E[tokens] / (drafting + v)", s["predicted_speedup_verify"], THEORY),
-            ("measured, whole run", s["speedup"], MEASURED), ("measured, decoding", s["decode_speedup"], MEASURED)]
+            (f"measured speedup ({s['measured_speedup_basis']})", s["measured_speedup"], MEASURED)]
     bars = [(name, y, colour) for name, y, colour in bars if y is not None]
     fig = go.Figure(go.Bar(x=[b[0] for b in bars], y=[b[1] for b in bars], marker_color=[b[2] for b in bars],
                            text=[f"{b[1]:.2f}×" for b in bars], textposition="outside", showlegend=False))
@@ -212,6 +215,16 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
     fig.update_layout(height=460, legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="center", x=0.5),
                       margin=dict(t=TOOLBAR_PX + 60, b=110))
     return fig
+
+
+def sweep_note(sweep: Sweep | None) -> str:
+    """The line beside the sweep button for a shown run (plain text): the run's own sweep, or what the
+    button does. A run or a loaded recording replaces whatever an earlier sweep left there."""
+    if sweep is None or not sweep.points:
+        return ("Same prompt, seed, sampling, drafter and gamma schedule (the page's controls); one baseline, "
+                "then each gamma in turns with a baseline of its own.")
+    gammas = ", ".join(str(p.gamma) for p in sweep.points)
+    return f"This run's sweep ({sweep_label(sweep)}): gamma {gammas}, {len(sweep.points)} point{'s' * (len(sweep.points) != 1)}."
 
 
 def sweep_label(sweep: Sweep) -> str:
