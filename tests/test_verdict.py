@@ -124,3 +124,16 @@ def test_the_prompt_and_its_chat_template_are_folded_one_click_away(runs):
         outside = html.replace(details.group(0), "")
         assert "im_start" not in outside
     assert "<details" not in tokens_html(spec, show_prompt=False)
+
+
+def test_the_histogram_counts_its_rounds_out_of_the_runs(runs):
+    from specviz import theory
+    from specviz.views import accepted_histogram_figure
+
+    spec, _, _ = runs
+    counted = len(theory.accepted_per_round(spec))
+    total = len(spec.rounds)
+    # This run's last round was cut by the token budget (it drafted fewer than gamma): counted out, and said so.
+    assert len(spec.rounds[-1].drafts) < 4 and counted == total - 1
+    name = accepted_histogram_figure(spec).data[0].name
+    assert f"{counted} of {total} rounds" in name and "drafted all 4" in name

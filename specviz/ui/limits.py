@@ -41,7 +41,7 @@ RUN_SECONDS_MAX = float(os.environ.get("SPECVIZ_RUN_SECONDS", "60"))
 SWEEP_SECONDS_MAX = float(os.environ.get("SPECVIZ_SWEEP_SECONDS", "120"))
 # Runs sharing the device at once (generate and sweep share this limit): 1 per GPU.
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "1"))
-PACES = ("slow motion (about 10 s)", "true timing")
+PACES = ("about 10 s (slow motion, or sped up for a run over 10 s)", "true timing")
 # Redraw the streamed text at most this often (ms): drawing is not free for the browser.
 STREAM_INTERVAL_MS = 80
 # How long the Stop button waits for a run to reach the end of its round and stop itself.

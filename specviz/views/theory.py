@@ -127,12 +127,21 @@ def _tree_histogram_figure(trace: Trace, title: str) -> go.Figure:
     rates = tree_theory.depth_rates(tree_theory.acceptance_by_depth(trace))
     ks = list(range(depth + 1))
     fig = go.Figure([
-        go.Bar(x=ks, y=[lengths.count(k) / len(lengths) for k in ks], name=f"measured ({len(lengths)} rounds of depth {depth})", marker_color=BLUE),
+        go.Bar(x=ks, y=[lengths.count(k) / len(lengths) for k in ks], name=_measured_rounds(len(lengths), len(trace.rounds), f"had depth {depth}"),
+               marker_color=BLUE),
         go.Scatter(x=ks, y=tree_theory.path_length_distribution(rates, depth), name="predicted from the acceptance by depth",
                    mode="lines+markers", line=dict(color=THEORY, width=2, dash="dash"), marker=dict(size=8)),
     ])
     fig.update_xaxes(dtick=1)
     return style_figure(fig, title, "accepted path length (nodes) in the round", "share of rounds")
+
+
+def _measured_rounds(counted: int, rounds: int, which: str) -> str:
+    """The histogram's legend entry: the rounds it counts out of the run's, and which ones (a run of 65
+    rounds whose last two were cut short by the token budget counts 63: "63 of 65 rounds")."""
+    if counted == rounds:
+        return f"measured (all {rounds} rounds)"
+    return f"measured ({counted} of {rounds} rounds: those that {which})"
 
 
 def accepted_histogram_figure(trace: Trace) -> go.Figure:
@@ -151,7 +160,7 @@ def accepted_histogram_figure(trace: Trace) -> go.Figure:
     share = [counts.count(k) / len(counts) for k in ks]
     predicted = theory.accepted_drafts_distribution(alpha, gamma)
     fig = go.Figure([
-        go.Bar(x=ks, y=share, name=f"measured ({len(counts)} rounds)", marker_color=BLUE),
+        go.Bar(x=ks, y=share, name=_measured_rounds(len(counts), len(trace.rounds), f"drafted all {gamma}"), marker_color=BLUE),
         go.Scatter(x=ks, y=predicted, name=f"predicted from alpha = {alpha:.2f}", mode="lines+markers", line=dict(color=THEORY, width=2, dash="dash"), marker=dict(size=8)),
     ])
     fig.update_xaxes(dtick=1)
