@@ -137,3 +137,46 @@ def test_the_histogram_counts_its_rounds_out_of_the_runs(runs):
     assert len(spec.rounds[-1].drafts) < 4 and counted == total - 1
     name = accepted_histogram_figure(spec).data[0].name
     assert f"{counted} of {total} rounds" in name and "drafted all 4" in name
+
+
+def _colours(fig) -> set[str]:
+    out = set()
+    for t in fig.data:
+        for part in (getattr(t, "marker", None), getattr(t, "line", None)):
+            colour = getattr(part, "color", None) if part is not None else None
+            out |= {c.upper() for c in (colour if isinstance(colour, (list, tuple)) else [colour]) if isinstance(c, str)}
+    return out
+
+
+def test_orange_and_green_mean_correction_and_bonus_only(runs):
+    """In the text orange is the correction token and green the bonus token: no chart or race lane uses them
+    for anything else (they had meant the autoregressive and speculative runs in the charts)."""
+    from specviz.views import accepted_histogram_figure, acceptance_figure, position_figure, race_html, sweep_figure, timeline_figure
+    from specviz.views.batch import batch_figure
+    from specviz.views.charts import AUTOREGRESSIVE, GREEN, ORANGE, SPECULATIVE
+
+    spec, base, sweep = runs
+    figures = [acceptance_figure(spec), timeline_figure(spec, base), speedup_figure(spec, base), accepted_histogram_figure(spec),
+               position_figure(spec), sweep_figure(sweep), batch_figure(None)]
+    for fig in figures:
+        assert not _colours(fig) & {ORANGE.upper(), GREEN.upper()}, fig.layout.title.text
+    runs_shown = {t.name: t.line.color for t in timeline_figure(spec, base).data}
+    assert runs_shown == {"speculative": SPECULATIVE, "autoregressive": AUTOREGRESSIVE}
+    race = race_html(spec, base)
+    assert f"color:{SPECULATIVE};" in race and f"color:{AUTOREGRESSIVE};" in race
+
+
+def test_a_legend_below_the_axis_has_a_row_per_entry(runs):
+    """A legend below the x axis sits at the figure's bottom edge with a row per entry in the margin, so a
+    phone's one-entry-per-row legend is not clipped and never covers an axis title (pixels, not shares)."""
+    from specviz.views import sweep_figure
+    from specviz.views.charts import AXIS_PX, LEGEND_ROW_PX, legend_entries
+
+    spec, base, sweep = runs
+    for fig in (speedup_figure(spec, base), sweep_figure(sweep)):
+        n = legend_entries(fig)
+        assert n >= 4
+        assert fig.layout.margin.b >= AXIS_PX + n * LEGEND_ROW_PX
+        assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0 and fig.layout.legend.yanchor == "bottom"
+        plot = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+        assert plot >= 230  # the plot keeps its height whatever the legend takes

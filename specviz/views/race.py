@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 
 from specviz.trace import Trace
+from specviz.views.charts import AUTOREGRESSIVE, SPECULATIVE
 from specviz.views.tokens import STYLES
 from specviz.views.text import run_label
 
@@ -85,9 +86,9 @@ def race_html(spec: Trace, baseline: Trace | None, slowdown: float = 1.0, nonce:
     longest = max(t.total_ms for t in runs)
     most = max(len(t.output_ids) for t in runs)
     bars = "".join(_progress_keyframes(f"{anim}p{i}", t, longest, most) for i, t in enumerate(runs))
-    lanes = _lane(spec, f"speculative ({run_label(spec)})", "#009E73", slowdown, longest, anim, f"{anim}p0")
+    lanes = _lane(spec, f"speculative ({run_label(spec)})", SPECULATIVE, slowdown, longest, anim, f"{anim}p0")
     if baseline is not None:
-        lanes += _lane(baseline, "autoregressive (target alone)", "#E69F00", slowdown, longest, anim, f"{anim}p1")
+        lanes += _lane(baseline, "autoregressive (target alone)", AUTOREGRESSIVE, slowdown, longest, anim, f"{anim}p1")
     pace = _pace(slowdown)
     style = f"<style>@keyframes {anim}f{{from{{opacity:0}}to{{opacity:1}}}}{bars}</style>"
     return (

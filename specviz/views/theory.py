@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from specviz import theory
 from specviz.measure.sweep import Sweep
 from specviz.trace import Trace
-from specviz.views.charts import BLUE, GREEN, ORANGE, TOOLBAR_PX, VERMILLION, style_figure
+from specviz.views.charts import BLUE, PURPLE, TOOLBAR_PX, VERMILLION, legend_room, style_figure
 
 THEORY, MEASURED, VERIFY = "#555555", VERMILLION, "#0072B2"
 MAX_GAMMA = 16
@@ -39,7 +39,7 @@ def _curve(fig: go.Figure, alpha: float, c: float, row=None, col=None, up_to: in
                              name=f"Thm 3.8, v = 1 (alpha {alpha:.2f}, c {c:.2f})", line=dict(color=THEORY, width=2), marker=dict(size=5)), **kw)
     top = theory.predicted_speedup(alpha, best, c)
     fig.add_trace(go.Scatter(x=[best], y=[top], mode="markers", name=f"optimal gamma, Thm 3.8 = {best}",
-                             marker=dict(symbol="star", size=16, color=ORANGE, line=dict(color="#333", width=1))), **kw)
+                             marker=dict(symbol="star", size=16, color=PURPLE, line=dict(color="#333", width=1))), **kw)
     _label(fig, best, top, f"optimal γ = {best}", above=True, **kw)
     return best
 
@@ -208,7 +208,7 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
         fig.add_trace(go.Scatter(x=curve, y=[theory.expected_tokens_per_round(alpha, g) for g in curve], mode="lines",
                                  name=f"Eq. (1), alpha {alpha:.2f}", line=dict(color=THEORY, dash="dash")), row=1, col=1)
     fig.add_trace(go.Scatter(x=gs, y=[p.tokens_per_round for p in sweep.points], mode="markers", name="measured tokens per round",
-                             marker=dict(size=10, color=GREEN, symbol="circle")), row=1, col=1)
+                             marker=dict(size=10, color=MEASURED, symbol="circle")), row=1, col=1)
     if alpha is not None and c is not None:
         _curve(fig, alpha, c, row=1, col=2, up_to=max(gs))
         with_v = [(p.gamma, theory.predicted_speedup_with_verify_cost(alpha, p.gamma, c, v))
@@ -221,9 +221,9 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
                              marker=dict(size=11, color=MEASURED, symbol="diamond")), row=1, col=2)
     fig.update_xaxes(title_text="gamma", dtick=1)
     fig = style_figure(fig, title, None, None)
-    fig.update_layout(height=460, legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="center", x=0.5),
-                      margin=dict(t=TOOLBAR_PX + 60, b=110))
-    return fig
+    # The legend below both x axes' titles, in pixels (a share of the plot's height put it over them).
+    fig.update_layout(legend=dict(xanchor="center", x=0.5), margin=dict(t=TOOLBAR_PX + 60))
+    return legend_room(fig, 260)
 
 
 def sweep_note(sweep: Sweep | None) -> str:
