@@ -232,3 +232,20 @@ def test_a_sweep_whose_client_has_gone_stops_after_the_point_under_way(monkeypat
     monkeypatch.setattr(state, "client_gone", lambda request: False)
     list(page.run_sweep("embedded", "def f():", 0.7, 40, 0.9, 16, 0, shown_run, progress=Progress()))
     assert advanced == list(range(len(SWEEP_GAMMAS) + 1))
+
+
+def test_each_pair_offers_its_own_kind_of_example_prompt():
+    """Python prompts only under the embedded pair (trained on the standard library); English chat prompts
+    under every other preset; switching the pair shows the matching box and hides the other."""
+    from specviz.pair import EMBEDDED, PRESETS
+    from specviz.ui.layout import example_boxes
+    from specviz.ui.limits import ENGLISH_EXAMPLES, example_kind
+
+    assert example_kind(EMBEDDED) == "code"
+    for name in PRESETS:
+        if name != EMBEDDED:
+            assert example_kind(name) == ("english" if ENGLISH_EXAMPLES else "code"), name
+    english, code = example_boxes("english")
+    assert english["visible"] is bool(ENGLISH_EXAMPLES) and code["visible"] is not bool(ENGLISH_EXAMPLES)
+    english, code = example_boxes(EMBEDDED)
+    assert english["visible"] is False and code["visible"] is True

@@ -35,10 +35,10 @@ from specviz.ui.generate import failed, generate, stop
 from specviz.ui.lab import run_lab
 from specviz.ui.limits import (
     BATCH_EXAMPLES, BATCH_MAX, BATCH_SECONDS_MAX, CACHE_TTL_S, CODE_EXAMPLES, COMPARE_SECONDS_MAX, CONCURRENCY, DEFAULT_PAIR, DEFAULTS,
-    DRAFTER_CHOICES, EXAMPLES, EXPORT_CONCURRENCY, GAMMA_RANGE, GREEDY_NOTE, INTRO, LAB_RUNS_MAX, LAB_SECONDS_MAX, LOAD_CONCURRENCY,
+    DRAFTER_CHOICES, ENGLISH_EXAMPLES, EXAMPLES, EXPORT_CONCURRENCY, GAMMA_RANGE, GREEDY_NOTE, INTRO, LAB_RUNS_MAX, LAB_SECONDS_MAX, LOAD_CONCURRENCY,
     SWEEP_SECONDS_MAX,
     MAX_NEW_TOKENS_RANGE, PACES, PENALTY_RANGE, PROMPT_CHARS_MAX, SCHEDULE_CHOICES, SEED_MAX, SESSION_TTL_S, SWEEP_GAMMAS,
-    TEMPERATURE_RANGE, TOP_K_MAX, caps,
+    TEMPERATURE_RANGE, TOP_K_MAX, caps, example_kind,
 )
 from specviz.ui.outputs import RUN_OUTPUTS, keyed
 from specviz.ui.race import start_race
@@ -60,6 +60,12 @@ def pair_info(name: str | None) -> str:
         return ""
     origin = target_origin(preset)
     return f"<small>{preset.summary}" + (f"<br>target here: {origin}" if origin else "") + "</small>"
+
+
+def example_boxes(name: str | None) -> tuple:
+    """The two example boxes' visibility for a pair: its own kind of prompt only (``example_kind``)."""
+    kind = example_kind(name)
+    return gr.update(visible=kind == "english"), gr.update(visible=kind == "code")
 
 
 def _preload() -> None:
@@ -192,9 +198,12 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     with gr.Tab("Explanation", id="explain"):
                         gr.Markdown(explanation(), latex_delimiters=latex, elem_id="sv-explain")
             with gr.Column(scale=2, min_width=320, elem_id="sv-settings"):
-                if EXAMPLES is not CODE_EXAMPLES:
-                    gr.Examples(EXAMPLES, inputs=ui["prompt"], label="Example prompts (English, held out from the drafter's training)")
-                gr.Examples(CODE_EXAMPLES, inputs=ui["prompt"], label="Example prompts (Python: the embedded pair was trained on the standard library)")
+                # The examples that fit the chosen pair only (Python prompts under an English chat pair read as a mistake).
+                with gr.Column(visible=example_kind(DEFAULT_PAIR) == "english") as ui["english_examples"]:
+                    if ENGLISH_EXAMPLES:
+                        gr.Examples(ENGLISH_EXAMPLES[:10], inputs=ui["prompt"], label="Example prompts (English, held out from the drafter's training)")
+                with gr.Column(visible=example_kind(DEFAULT_PAIR) == "code") as ui["code_examples"]:
+                    gr.Examples(CODE_EXAMPLES, inputs=ui["prompt"], label="Example prompts (Python: the embedded pair was trained on the standard library)")
                 ui["drafter_kind"] = CheckedRadio(DRAFTER_CHOICES, value=DEFAULTS["drafter_kind"], label="drafter", elem_id="sv-drafter-kind",
                                               info="the pair's drafter model; prompt lookup (copies from earlier text); the target's own early layers; "
                                                    "the target itself with int8 weights (CPU only); "
@@ -278,6 +287,7 @@ def _wire(ui: dict) -> None:
         lambda: None, None, None, cancels=[run_event, sweep_event, compare_event, batch_event], api_visibility="private",
         show_progress="hidden")
     ui["pair_name"].change(pair_info, ui["pair_name"], ui["pair_info"], api_visibility="private", **view)
+    ui["pair_name"].change(example_boxes, ui["pair_name"], of("english_examples", "code_examples"), api_visibility="private", **view)
     ui["race_button"].click(start_race, of("recording", "pace"), ui["race"], api_visibility="private", **view)
     # Loading runs in the queue with its own limit, so uploads cannot starve generation.
     loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")

@@ -9,7 +9,7 @@ import json
 import os
 
 from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS
-from specviz.pair import ASSETS, ENGLISH, default_pair
+from specviz.pair import ASSETS, EMBEDDED, ENGLISH, default_pair
 from specviz.engine.sampling import DEFAULT_SAMPLING, MIN_TEMPERATURE
 from specviz.engine.seeds import SEED_MAX  # noqa: F401  (re-exported: the page checks seeds against it)
 from specviz.engine.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
@@ -86,6 +86,13 @@ CODE_EXAMPLES = [
 # The examples shown first, and the first one in the prompt box: the default pair's kind of prompt.
 EXAMPLES = ENGLISH_EXAMPLES[:10] if DEFAULT_PAIR == ENGLISH and ENGLISH_EXAMPLES else CODE_EXAMPLES
 BATCH_EXAMPLES = EXAMPLES[:5]
+
+
+def example_kind(pair_name: str | None) -> str:
+    """Which example prompts fit a pair: "code" for the embedded pair (trained on the Python standard
+    library), "english" for every other preset (English chat models), or "code" where no English
+    prompt ships with this copy."""
+    return "code" if pair_name == EMBEDDED or not ENGLISH_EXAMPLES else "english"
 GREEDY_NOTE = ("0 = greedy. A lesson worth trying: greedy decoding makes SmolLM2-135M-Instruct loop on some prompts "
                "(\"Give me three tips for learning to cook.\" gives \"1. **1011111111...\"); sampling at 0.7 with top-p 0.9 reads well.")
 
