@@ -136,7 +136,8 @@ def test_the_histogram_counts_its_rounds_out_of_the_runs(runs):
     # This run's last round was cut by the token budget (it drafted fewer than gamma): counted out, and said so.
     assert len(spec.rounds[-1].drafts) < 4 and counted == total - 1
     name = accepted_histogram_figure(spec).data[0].name
-    assert f"{counted} of {total} rounds" in name and "drafted all 4" in name
+    bars = accepted_histogram_figure(spec).data[0]
+    assert f"{counted} of {total} rounds" in name and "drafted all 4" in bars.hovertemplate
 
 
 def _colours(fig) -> set[str]:

@@ -59,7 +59,7 @@ def _verify_curve(fig: go.Figure, alpha: float, c: float, v: float, gamma_measur
     best = theory.optimal_gamma(alpha, c, MAX_GAMMA, v=v, gamma_measured=gamma_measured)
     fig.add_trace(go.Scatter(x=gammas, y=ys, mode="lines+markers", name=f"with measured verify cost v = {v:.2f} at γ {gamma_measured:g}",
                              line=dict(color=VERIFY, width=2, dash="dash"), marker=dict(size=5)))
-    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers", name=f"optimal gamma with the measured v: gamma = {best}",
+    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers", name=f"optimal γ with the measured v = {best}",
                              marker=dict(symbol="star", size=14, color=VERIFY, line=dict(color="#333", width=1))))
     _label(fig, best, ys[best - 1], f"with v: γ = {best}", above=False)
     return best
@@ -127,8 +127,8 @@ def _tree_histogram_figure(trace: Trace, title: str) -> go.Figure:
     rates = tree_theory.depth_rates(tree_theory.acceptance_by_depth(trace))
     ks = list(range(depth + 1))
     fig = go.Figure([
-        go.Bar(x=ks, y=[lengths.count(k) / len(lengths) for k in ks], name=_measured_rounds(len(lengths), len(trace.rounds), f"had depth {depth}"),
-               marker_color=BLUE),
+        go.Bar(x=ks, y=[lengths.count(k) / len(lengths) for k in ks], name=_measured_rounds(len(lengths), len(trace.rounds)),
+               marker_color=BLUE, hovertemplate=f"%{{y:.2f}} of the {len(lengths)} rounds of depth {depth}<extra></extra>"),
         go.Scatter(x=ks, y=tree_theory.path_length_distribution(rates, depth), name="predicted from the acceptance by depth",
                    mode="lines+markers", line=dict(color=THEORY, width=2, dash="dash"), marker=dict(size=8)),
     ])
@@ -136,12 +136,13 @@ def _tree_histogram_figure(trace: Trace, title: str) -> go.Figure:
     return style_figure(fig, title, "accepted path length (nodes) in the round", "share of rounds")
 
 
-def _measured_rounds(counted: int, rounds: int, which: str) -> str:
-    """The histogram's legend entry: the rounds it counts out of the run's, and which ones (a run of 65
-    rounds whose last two were cut short by the token budget counts 63: "63 of 65 rounds")."""
+def _measured_rounds(counted: int, rounds: int) -> str:
+    """The histogram's legend entry: the rounds it counts out of the run's (a run of 65 rounds whose
+    last two were cut short by the token budget counts 63: "63 of 65 rounds"); which ones it counts
+    goes in the bars' hover."""
     if counted == rounds:
-        return f"measured (all {rounds} rounds)"
-    return f"measured ({counted} of {rounds} rounds: those that {which})"
+        return f"measured, all {rounds} rounds"
+    return f"measured, {counted} of {rounds} rounds"  # short enough for a phone's legend; the hover says which
 
 
 def accepted_histogram_figure(trace: Trace) -> go.Figure:
@@ -160,7 +161,8 @@ def accepted_histogram_figure(trace: Trace) -> go.Figure:
     share = [counts.count(k) / len(counts) for k in ks]
     predicted = theory.accepted_drafts_distribution(alpha, gamma)
     fig = go.Figure([
-        go.Bar(x=ks, y=share, name=_measured_rounds(len(counts), len(trace.rounds), f"drafted all {gamma}"), marker_color=BLUE),
+        go.Bar(x=ks, y=share, name=_measured_rounds(len(counts), len(trace.rounds)), marker_color=BLUE,
+               hovertemplate=f"%{{y:.2f}} of the {len(counts)} rounds that drafted all {gamma} (of {len(trace.rounds)} in the run)<extra></extra>"),
         go.Scatter(x=ks, y=predicted, name=f"predicted from alpha = {alpha:.2f}", mode="lines+markers", line=dict(color=THEORY, width=2, dash="dash"), marker=dict(size=8)),
     ])
     fig.update_xaxes(dtick=1)

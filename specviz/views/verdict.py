@@ -109,7 +109,7 @@ def headline_html(spec: Trace | None, baseline: Trace | None, pending: bool = Fa
     return (
         '<div class="sv-headline" style="display:flex;flex-wrap:wrap;align-items:center;gap:8px 24px;padding:4px 0 8px;">'
         '<div style="flex:1 1 300px;min-width:0;">'
-        f'<div class="sv-headline-speedup" style="font-size:38px;line-height:1.1;font-weight:700;color:{colour};">'
+        f'<div class="sv-headline-speedup" style="font-size:clamp(28px, 7vw, 38px);line-height:1.1;font-weight:700;color:{colour};">'
         f'{j.speedup:.2f}× <span style="font-size:20px;font-weight:600;">speedup: {word} than the target alone</span></div>'
         f'<div class="sv-headline-why" style="font-size:17px;color:#222;margin-top:4px;">{escape(_why_line(j))}</div>'
         f'<div style="font-size:12px;color:#666;">speedup = autoregressive time / speculative time, {escape(j.basis)}'
