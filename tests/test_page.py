@@ -249,3 +249,23 @@ def test_each_pair_offers_its_own_kind_of_example_prompt():
     assert english["visible"] is bool(ENGLISH_EXAMPLES) and code["visible"] is not bool(ENGLISH_EXAMPLES)
     english, code = example_boxes(EMBEDDED)
     assert english["visible"] is False and code["visible"] is True
+
+
+def test_readme_says_what_a_cpu_without_bf16_shows_and_states_the_defaults_as_the_code_has_them():
+    """README's Quick start says a CPU without bf16 instructions is slower than the target alone; SPECVIZ_PRELOAD's
+    default is the page's default pair (english where it loads offline, else embedded), and the pair table has that
+    pair's row."""
+    import re
+    from pathlib import Path
+
+    from specviz.pair import EMBEDDED, ENGLISH
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "without bf16 instructions" in quick and "slower than the target alone" in quick and "0.94x" in quick
+    preload = re.search(r"^\| `SPECVIZ_PRELOAD` \| (.*?) \|", readme, re.M).group(1)
+    assert f"`{ENGLISH}`" in preload and f"`{EMBEDDED}`" in preload
+    table = readme.split("| Pair (drafter → target) |", 1)[1].split("\n\n", 1)[0]
+    assert re.search(rf"^\| `{ENGLISH}` \(the default\) \|", table, re.M) and re.search(rf"^\| `{EMBEDDED}` \|", table, re.M)
+    speed = readme.split("## Speed", 1)[1].split("\n## ", 1)[0]
+    assert "31.5 minutes" in speed and "noisy" in speed
