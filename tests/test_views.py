@@ -106,7 +106,7 @@ def test_theory_figures_carry_the_formulas_numbers(runs):
 
     sw = sweep_figure(sweep)
     names = [t.name for t in sw.data]
-    assert "measured speedup" in names and "measured tokens per round" in names
+    assert "measured speedup (tok/s ratio)" in names and "measured tokens per round" in names
     assert [p.gamma for p in sweep.points] == [1, 2, 3]
 
 
@@ -311,4 +311,4 @@ def test_theory_legend_does_not_read_as_v_equal_to_gamma(runs):
 
     spec, base, _ = runs
     names = " ".join(str(t.name) for t in speedup_figure(spec, base).data)
-    assert "measured v = " not in names and ("optimal gamma with the measured v: gamma = " in names or "verify" not in names)
+    assert "measured v = " not in names and ("with the measured v: optimal γ = " in names or "verify" not in names)

@@ -59,7 +59,7 @@ def _verify_curve(fig: go.Figure, alpha: float, c: float, v: float, gamma_measur
     best = theory.optimal_gamma(alpha, c, MAX_GAMMA, v=v, gamma_measured=gamma_measured)
     fig.add_trace(go.Scatter(x=gammas, y=ys, mode="lines+markers", name=f"with measured verify cost v = {v:.2f} at γ {gamma_measured:g}",
                              line=dict(color=VERIFY, width=2, dash="dash"), marker=dict(size=5)))
-    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers", name=f"optimal γ with the measured v = {best}",
+    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers", name=f"with the measured v: optimal γ = {best}",
                              marker=dict(symbol="star", size=14, color=VERIFY, line=dict(color="#333", width=1))))
     _label(fig, best, ys[best - 1], f"with v: γ = {best}", above=False)
     return best
@@ -197,13 +197,11 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
     """Measured tokens per round and speedup for each gamma of a sweep, against Eq. (1) and
     Thm 3.8 with the sweep's pooled alpha and c, and each point's prediction with its own
     measured verify cost v."""
-    title = "Gamma sweep: measurement vs theory"
-    if sweep is not None and (sweep.drafter or sweep.schedule):
-        title = f"Gamma sweep ({sweep_label(sweep)}): measurement vs theory"
+    title = "Gamma sweep: measurement vs theory"  # short enough for a phone; the drafter and schedule go below it
     if sweep is None or not sweep.points:
         return _empty(title, "press “Run gamma sweep” to measure gamma = 1..8")
     alpha, c = sweep.alpha, sweep.cost_coefficient
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens per round", "speedup over autoregressive"), horizontal_spacing=0.1)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens per round", "speedup"), horizontal_spacing=0.1)
     gs = [p.gamma for p in sweep.points]
     if alpha is not None:
         curve = list(range(1, max(gs) + 1))
@@ -219,12 +217,14 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
             fig.add_trace(go.Scatter(x=[g for g, _ in with_v], y=[y for _, y in with_v], mode="lines+markers",
                                      name="with each gamma's measured verify cost", line=dict(color=VERIFY, dash="dash"),
                                      marker=dict(size=7)), row=1, col=2)
-    fig.add_trace(go.Scatter(x=gs, y=[sweep.speedup(p) for p in sweep.points], mode="markers", name="measured speedup",
+    fig.add_trace(go.Scatter(x=gs, y=[sweep.speedup(p) for p in sweep.points], mode="markers", name="measured speedup (tok/s ratio)",
                              marker=dict(size=11, color=MEASURED, symbol="diamond")), row=1, col=2)
     fig.update_xaxes(title_text="gamma", dtick=1)
     fig = style_figure(fig, title, None, None)
     # The legend below both x axes' titles, in pixels (a share of the plot's height put it over them).
-    fig.update_layout(legend=dict(xanchor="center", x=0.5), margin=dict(t=TOOLBAR_PX + 60))
+    if sweep.drafter or sweep.schedule:
+        fig.update_layout(title_subtitle=dict(text=sweep_label(sweep), font=dict(size=12, color="#555")))
+    fig.update_layout(legend=dict(xanchor="center", x=0.5), margin=dict(t=TOOLBAR_PX + 70))
     return legend_room(fig, 260)
 
 
