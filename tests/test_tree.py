@@ -254,7 +254,7 @@ def test_the_tree_figure_draws_every_node_and_escapes_token_text():
     assert sum(x.startswith("✓ ") for x in path[0].text) == len(trace.rounds[k].tree.path)
     final = [t for t in fig.data if t.name in ("correction token", "bonus token")]
     assert final and final[0].text[0].startswith(("correction: ", "bonus: "))
-    assert len(fig.layout.title.text) <= 48 and "rejection sampling" in fig.layout.title.subtitle.text
+    assert len(fig.layout.title.text) <= 34 and "rejection sampling" in fig.layout.title.subtitle.text
     assert depth_figure(trace).data
 
 

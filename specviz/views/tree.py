@@ -93,7 +93,7 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#c8c8c8", width=1.2), hoverinfo="skip", showlegend=False))
     fig.add_trace(go.Scatter(x=px, y=py, mode="lines", line=dict(color="#111", width=4), hoverinfo="skip", name="accepted path"))
     fig.add_trace(go.Scatter(x=[0], y=[pos[-1][1]], mode="markers+text", marker=dict(size=16, color="#555", symbol="square"),
-                             text=["pending"], textposition="middle left", hovertemplate="the pending token: its children are depth 1<extra></extra>",
+                             text=["pending"], textposition="top center", hovertemplate="the pending token: its children are depth 1<extra></extra>",
                              showlegend=False))
     for verdict, label in (("accepted", "accepted"), ("rejected", "rejected"), ("discarded", "never tested")):
         idx = [i for i, n in enumerate(tree.nodes) if n.verdict == verdict]
@@ -119,16 +119,19 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
         where = "last residual p'" if r.final_kind == "correction" else "p"
         fig.add_trace(go.Scatter(
             x=[fx], y=[fy], mode="markers+text", name=f"{r.final_kind} token", marker=dict(size=20, color=colour, symbol="diamond"),
-            text=[f"{r.final_kind}: " + (escape(_visible(r.final_text or "")) or "␀")], textposition="top center", textfont=dict(family="ui-monospace, monospace", size=12),
+            # a correction sits half a depth past the last accepted node, whose label is above: its own goes below
+            text=[f"{r.final_kind}: " + (escape(_visible(r.final_text or "")) or "␀")],
+            textposition="bottom center" if r.final_kind == "correction" else "top center", textfont=dict(family="ui-monospace, monospace", size=12),
             hovertext=[escape(f"{r.final_kind} token “{_visible(r.final_text or '')}”, sampled from {where}: probability {r.final_prob:.4f}")],
             hoverinfo="text"))
     rows = int(max(y for _, y in pos.values())) + 1
     fig.update_xaxes(title="depth", dtick=1, range=[-0.8, tree.depth + 1.8], zeroline=False)
     fig.update_yaxes(visible=False, range=[rows - 0.5, -0.5])
     # A short title that fits a phone's width; the rule below it in small type, wrapped (one long line was cut at the right).
-    title = f"Round {index + 1}: {len(tree.nodes)} nodes, depth {tree.depth}, {len(tree.path)} accepted"
+    title = f"Round {index + 1}: {len(tree.nodes)} nodes, {len(tree.path)} accepted"
+    rule = f"depth {tree.depth}; {RULES.get(tree.rule, tree.rule)}"
     style_figure(fig, title, None, None)
-    fig.update_layout(title_subtitle=dict(text="<br>".join(wrap(RULES.get(tree.rule, tree.rule), 56)), font=dict(size=12, color="#555")),
+    fig.update_layout(title_subtitle=dict(text="<br>".join(wrap(rule, 48)), font=dict(size=12, color="#555")),
                       margin=dict(t=TOOLBAR_PX + 44 + 34), hoverlabel=dict(align="left"))
     return legend_room(fig, max(160, 38 * rows + 40))  # a row clears a path label above its node
 
