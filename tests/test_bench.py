@@ -78,3 +78,19 @@ def test_prompt_sets_name_what_they_are():
     assert not hasattr(bench, "held_out_prompts")  # the grounded prompts were never held out of anything
     with pytest.raises(ValueError, match="prompt set must be one of"):
         benchmark_prompts(1, "train")
+
+
+def test_bench_says_how_long_it_ran_and_that_single_runs_are_noisy(capsys):
+    """The text report ends with its running time and the noise warning the page gives; JSON stays the report alone."""
+    import argparse
+    import json
+
+    from specviz.measure.common import NOISE_NOTE, run_command
+
+    args = argparse.Namespace(temperature=0.0, top_k=0, top_p=1.0, repetition_penalty=1.0, json=False)
+    assert run_command(args, lambda a, sampling: {"speedup": 1.0}, lambda report: "table") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("table\nRan in ") and " min " in out and NOISE_NOTE in out and "noisy" in NOISE_NOTE
+    args.json = True
+    assert run_command(args, lambda a, sampling: {"speedup": 1.0}, lambda report: "table") == 0
+    assert json.loads(capsys.readouterr().out) == {"speedup": 1.0}

@@ -232,3 +232,42 @@ def test_a_sweep_whose_client_has_gone_stops_after_the_point_under_way(monkeypat
     monkeypatch.setattr(state, "client_gone", lambda request: False)
     list(page.run_sweep("embedded", "def f():", 0.7, 40, 0.9, 16, 0, shown_run, progress=Progress()))
     assert advanced == list(range(len(SWEEP_GAMMAS) + 1))
+
+
+def test_each_pair_offers_its_own_kind_of_example_prompt():
+    """Python prompts only under the embedded pair (trained on the standard library); English chat prompts
+    under every other preset; switching the pair shows the matching box and hides the other."""
+    from specviz.pair import EMBEDDED, PRESETS
+    from specviz.ui.layout import example_boxes
+    from specviz.ui.limits import ENGLISH_EXAMPLES, example_kind
+
+    assert example_kind(EMBEDDED) == "code"
+    for name in PRESETS:
+        if name != EMBEDDED:
+            assert example_kind(name) == ("english" if ENGLISH_EXAMPLES else "code"), name
+    english, code = example_boxes("english")
+    assert english["visible"] is bool(ENGLISH_EXAMPLES) and code["visible"] is not bool(ENGLISH_EXAMPLES)
+    english, code = example_boxes(EMBEDDED)
+    assert english["visible"] is False and code["visible"] is True
+
+
+def test_readme_says_what_a_cpu_without_bf16_shows_and_states_the_defaults_as_the_code_has_them():
+    """README's Quick start says what a CPU without bf16 instructions shows (its speedup now, and the slowdown before
+    routed fp32 products); SPECVIZ_PRELOAD's
+    default is the page's default pair (english where it loads offline, else embedded), and the pair table has that
+    pair's row."""
+    import re
+    from pathlib import Path
+
+    from specviz.pair import EMBEDDED, ENGLISH
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "without bf16 instructions" in quick and "slower than the target alone" in quick and "0.94x" in quick
+    assert "routed" in quick and "1.24x" in quick
+    preload = re.search(r"^\| `SPECVIZ_PRELOAD` \| (.*?) \|", readme, re.M).group(1)
+    assert f"`{ENGLISH}`" in preload and f"`{EMBEDDED}`" in preload
+    table = readme.split("| Pair (drafter → target) |", 1)[1].split("\n\n", 1)[0]
+    assert re.search(rf"^\| `{ENGLISH}` \(the default\) \|", table, re.M) and re.search(rf"^\| `{EMBEDDED}` \|", table, re.M)
+    speed = readme.split("## Speed", 1)[1].split("\n## ", 1)[0]
+    assert "31.5 minutes" in speed and "noisy" in speed

@@ -247,7 +247,14 @@ def test_the_tree_figure_draws_every_node_and_escapes_token_text():
     shown = [n for t in fig.data if t.mode == "markers+text" and t.name in ("accepted", "rejected", "never tested") for n in t.x]
     assert len(shown) == len(rnd.tree.nodes)
     texts = [x for t in fig.data if t.text is not None for x in t.text]
-    assert '&lt;b&gt;"x"&lt;/b&gt;' in texts and not any("<b>" in x for x in texts)
+    assert any(x.endswith('&lt;b&gt;"x"&lt;/b&gt;') for x in texts) and not any("<b>" in x for x in texts)
+    # Labelled: the accepted path's nodes carry a tick, the final token names its kind; the title fits a phone.
+    k = next(k for k, x in enumerate(trace.rounds) if x.tree.path)
+    path = [t for t in tree_figure(trace, k).data if t.name == "accepted"]
+    assert sum(x.startswith("✓ ") for x in path[0].text) == len(trace.rounds[k].tree.path)
+    final = [t for t in fig.data if t.name in ("correction token", "bonus token")]
+    assert final and final[0].text[0].startswith(("correction: ", "bonus: "))
+    assert len(fig.layout.title.text) <= 34 and "rejection sampling" in fig.layout.title.subtitle.text
     assert depth_figure(trace).data
 
 

@@ -99,20 +99,30 @@ def pooled_acceptance(specs: list) -> dict:
     }
 
 
+NOISE_NOTE = ("Single runs are noisy, as the page says of its own: the same command's speedup has moved by several percent "
+              "between runs on an idle machine and by far more on a loaded one; compare the medians of repeated runs "
+              "(--repeats, and the command run again) with nothing else running.")
+
+
 def run_command(args, work, formatter) -> int:
-    """Run a benchmark for the command line: print its report (JSON with ``--json``) and return 0,
-    or print the error and return 2."""
+    """Run a benchmark for the command line: print its report (JSON with ``--json``; else the table,
+    then how long it ran and ``NOISE_NOTE``) and return 0, or print the error and return 2."""
     import sys
 
     from specviz.pair import PairError
 
+    started = time.monotonic()
     try:
         sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
         report = work(args, sampling)
     except (PairError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=1) if args.json else formatter(report))
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(formatter(report))
+        print(f"Ran in {(time.monotonic() - started) / 60:.1f} min (prompts x repeats x methods, each decoding --max-new-tokens). {NOISE_NOTE}")
     return 0
 
 

@@ -33,3 +33,11 @@ CSS += """
   #sv-main > #sv-show { grid-column: 2; grid-row: 1 / span 2; min-width: 0; }
 }
 """
+
+# On a phone plotly's toolbar (the modebar) is always shown, not only on hover, and lay over the
+# charts' titles; touch zooms and pans without it, so a narrow screen hides it.
+CSS += """
+@media (max-width: 700px) {
+  #sv-main .modebar-container { display: none !important; }
+}
+"""

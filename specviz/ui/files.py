@@ -17,6 +17,8 @@ from specviz.ui.downloads import save_export, save_for_download
 from specviz.ui.jobs import background_step, guarded_call
 from specviz.ui.limits import DEFAULTS, PROMPT_CHARS_MAX, RECORDINGS
 from specviz.ui.outputs import everything
+from specviz.views.text import markdown_literal
+from specviz.views.verdict import verdict
 
 
 def plain_title(text: str) -> str:
@@ -63,10 +65,18 @@ def load_recording(path, copy: bool = False) -> dict:
         free_memory("cpu")
 
 
+def replaying(rec: Recording, more: str = "") -> str:
+    """The status line of a loaded recording (Markdown): what it is, that no model ran (``more`` after
+    that), and its verdict: faster or slower than the target alone, and why, as the machine that
+    recorded it measured (``specviz.views.verdict``)."""
+    why = verdict(rec.speculative, rec.baseline)
+    why = f" As recorded: {markdown_literal(why)}" if why else " It holds no autoregressive baseline, so no speedup."
+    return f"Replaying a recording{': ' + plain_title(rec.title) if rec.title else ''}. No model was run.{more}{why}"
+
+
 def _shown(rec: Recording, path: str, copy: bool) -> dict:
     """Every output of a loaded recording; its download is ``path`` itself, or a copy."""
-    status = f"Replaying a recording{': ' + plain_title(rec.title) if rec.title else ''}. No model was run."
-    return everything(rec, status, save_for_download(rec) if copy else path)
+    return everything(rec, replaying(rec), save_for_download(rec) if copy else path)
 
 
 def load_example(name) -> dict:
@@ -116,7 +126,7 @@ def restore_controls(rec: Recording | None) -> dict:
     prompt = rec.prompt or rec.speculative.prompt_text
     models = " -> ".join(plain_title(str(m)) for m in s.get("models") or []) or "unknown models"
     where = "" if preset else f" It was recorded with {models}, which this app does not offer: the pair menu is unchanged."
-    status = f"Replaying a recording{': ' + plain_title(rec.title) if rec.title else ''}. No model was run. The controls are set to its settings.{where}"
+    status = replaying(rec, f" The controls are set to its settings.{where}")
     value = lambda key, default: s.get(key) if s.get(key) is not None else default  # noqa: E731
     out = dict(
         prompt=gr.update(value=prompt[:PROMPT_CHARS_MAX]),

@@ -17,6 +17,8 @@ from specviz.ui.outputs import everything
 from specviz.ui.pairs import ensure_pair
 from specviz.ui.replay import streaming
 from specviz.ui.request import RunRequest
+from specviz.views.theory import sweep_note
+from specviz.views.verdict import headline_html
 from specviz.views import acceptance_figure, accepted_histogram_figure, position_figure, stats_html, sweep_figure, timeline_figure, tokens_html
 
 
@@ -67,12 +69,13 @@ def _shown(event: tuple, req: RunRequest, session: str | None):
                    **streaming(spec, session))
         if len(spec.rounds) == 1:
             out["export_file"] = None  # the previous run's HTML export is not this run's
+            out["headline"] = headline_html(spec, None, pending=True)  # nor its speedup
         yield out
     elif kind == "speculative_done":
         yield dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), acceptance_plot=acceptance_figure(spec),
                    timeline_plot=timeline_figure(spec), status="Finishing…", recording=Recording(spec, title=event[2]),
                    **streaming(spec, session), histogram_plot=accepted_histogram_figure(spec), position_plot=position_figure(spec),
-                   sweep_plot=sweep_figure(None))
+                   sweep_plot=sweep_figure(None), sweep_status=sweep_note(None), headline=headline_html(spec, None, pending=True))
     else:  # "done"
         _, spec, baseline, title, done = event
         rec = Recording(spec, baseline, title=title, prompt=req.prompt, chat=req.chat)

@@ -35,10 +35,10 @@ from specviz.ui.generate import failed, generate, stop
 from specviz.ui.lab import run_lab
 from specviz.ui.limits import (
     BATCH_EXAMPLES, BATCH_MAX, BATCH_SECONDS_MAX, CACHE_TTL_S, CODE_EXAMPLES, COMPARE_SECONDS_MAX, CONCURRENCY, DEFAULT_PAIR, DEFAULTS,
-    DRAFTER_CHOICES, EXAMPLES, EXPORT_CONCURRENCY, GAMMA_RANGE, GREEDY_NOTE, INTRO, LAB_RUNS_MAX, LAB_SECONDS_MAX, LOAD_CONCURRENCY,
+    DRAFTER_CHOICES, ENGLISH_EXAMPLES, EXAMPLES, EXPORT_CONCURRENCY, GAMMA_RANGE, GREEDY_NOTE, INTRO, LAB_RUNS_MAX, LAB_SECONDS_MAX, LOAD_CONCURRENCY,
     SWEEP_SECONDS_MAX,
     MAX_NEW_TOKENS_RANGE, PACES, PENALTY_RANGE, PROMPT_CHARS_MAX, SCHEDULE_CHOICES, SEED_MAX, SESSION_TTL_S, SWEEP_GAMMAS,
-    TEMPERATURE_RANGE, TOP_K_MAX, caps,
+    TEMPERATURE_RANGE, TOP_K_MAX, caps, example_kind,
 )
 from specviz.ui.outputs import RUN_OUTPUTS, keyed
 from specviz.ui.race import start_race
@@ -50,6 +50,8 @@ from specviz.views import BATCH_NOTE, THEORY_NOTE, legend_html, round_html, swee
 from specviz.views.batch import batch_figure, batch_lanes_html
 from specviz.views.compare import compare_figure, compare_html
 from specviz.views.lab import lab_figure
+from specviz.views.theory import sweep_note
+from specviz.views.verdict import headline_html
 
 
 def pair_info(name: str | None) -> str:
@@ -58,6 +60,12 @@ def pair_info(name: str | None) -> str:
         return ""
     origin = target_origin(preset)
     return f"<small>{preset.summary}" + (f"<br>target here: {origin}" if origin else "") + "</small>"
+
+
+def example_boxes(name: str | None) -> tuple:
+    """The two example boxes' visibility for a pair: its own kind of prompt only (``example_kind``)."""
+    kind = example_kind(name)
+    return gr.update(visible=kind == "english"), gr.update(visible=kind == "code")
 
 
 def _preload() -> None:
@@ -103,11 +111,19 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     ui["run"] = gr.Button("Generate", variant="primary", scale=3)
                     ui["stop"] = gr.Button("Stop", variant="stop", scale=1, elem_id="sv-stop")
                 gr.Markdown(caps(max_queue), elem_id="sv-caps")
+                # One click away, so gamma and temperature stay in view under Generate at 1920 x 1080; the examples
+                # that fit the chosen pair only (Python prompts under an English chat pair read as a mistake).
+                with gr.Accordion("Example prompts", open=False, elem_id="sv-examples"):
+                    with gr.Column(visible=example_kind(DEFAULT_PAIR) == "english") as ui["english_examples"]:
+                        if ENGLISH_EXAMPLES:
+                            gr.Examples(ENGLISH_EXAMPLES[:10], inputs=ui["prompt"], label="English, held out from the drafter's training")
+                    with gr.Column(visible=example_kind(DEFAULT_PAIR) == "code") as ui["code_examples"]:
+                        gr.Examples(CODE_EXAMPLES, inputs=ui["prompt"], label="Python: the embedded pair was trained on the standard library")
             with gr.Column(scale=3, min_width=400, elem_id="sv-show"):
+                ui["headline"] = gr.HTML(headline_html(None, None), elem_id="sv-headline")  # the verdict, where the eye is first
                 gr.HTML(legend_html())
                 ui["tokens"] = gr.HTML(label="Output", elem_id="sv-output")
                 ui["status"] = gr.Markdown(elem_id="sv-status")
-                ui["stats"] = gr.HTML(elem_id="sv-stats")
                 with gr.Tabs(overflow_behavior="wrap"):  # on a phone every tab stays in view, on two rows
                     with gr.Tab("Charts", id="charts"):  # one above the other, each the column's width: legible on a projector
                         ui["acceptance_plot"] = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
@@ -128,9 +144,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                             ui["position_plot"] = gr.Plot(show_label=False, elem_id="sv-position")
                         with gr.Row(equal_height=True):
                             ui["sweep_button"] = gr.Button(f"Run gamma sweep ({SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]})", elem_id="sv-sweep-button", scale=1)
-                            ui["sweep_status"] = gr.Markdown("Same prompt, seed, sampling, drafter and gamma schedule (the page's controls); one baseline, "
-                                                             "then each gamma in turns with a baseline of its own.",
-                                                             elem_id="sv-sweep-status")
+                            ui["sweep_status"] = gr.Markdown(sweep_note(None), elem_id="sv-sweep-status")
                         ui["sweep_plot"] = gr.Plot(sweep_figure(None), show_label=False, elem_id="sv-sweep")
                     with gr.Tab("Race", id="race"):
                         with gr.Row(equal_height=True):
@@ -190,23 +204,24 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                         ui["lab_plot"] = gr.Plot(lab_figure(None), show_label=False, elem_id="sv-lab-plot")
                     with gr.Tab("Explanation", id="explain"):
                         gr.Markdown(explanation(), latex_delimiters=latex, elem_id="sv-explain")
+                # The numbers with their denominators, under the tabs: the headline above the output gives the
+                # speedup, so the charts come right after the output (they had started below the fold at 1920 x 1080).
+                ui["stats"] = gr.HTML(elem_id="sv-stats")
             with gr.Column(scale=2, min_width=320, elem_id="sv-settings"):
-                if EXAMPLES is not CODE_EXAMPLES:
-                    gr.Examples(EXAMPLES, inputs=ui["prompt"], label="Example prompts (English, held out from the drafter's training)")
-                gr.Examples(CODE_EXAMPLES, inputs=ui["prompt"], label="Example prompts (Python: the embedded pair was trained on the standard library)")
+                # gamma and temperature first: the two a class changes most, in view under Generate
+                ui["gamma"] = CheckedSlider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
+                ui["temperature"] = CheckedSlider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)",
+                                                   info=GREEDY_NOTE)
                 ui["drafter_kind"] = CheckedRadio(DRAFTER_CHOICES, value=DEFAULTS["drafter_kind"], label="drafter", elem_id="sv-drafter-kind",
                                               info="the pair's drafter model; prompt lookup (copies from earlier text); the target's own early layers; "
                                                    "the target itself with int8 weights (CPU only); "
                                                    "EAGLE: one layer reading the target's own features (Li et al. 2024; the English pair)")
-                ui["gamma"] = CheckedSlider(*GAMMA_RANGE, value=DEFAULTS["gamma"], step=1, label="gamma (drafted tokens per round)")
                 ui["gamma_schedule"] = CheckedDropdown(SCHEDULE_CHOICES, value=DEFAULTS["gamma_schedule"], label="gamma schedule",
                                                    info="constant, or gamma set each round (the first round uses the slider's gamma)",
                                                    elem_id="sv-schedule")
                 ui["tree"] = gr.Dropdown(TREE_CHOICES, value="chain", label="token tree", elem_id="sv-tree",
                                          info="draft a tree of candidates per round (shape: branching per depth, or EAGLE-2's dynamic "
                                               "tree under a node budget), verified in one target pass; gamma is then unused")
-                ui["temperature"] = CheckedSlider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)",
-                                                   info=GREEDY_NOTE)
                 with gr.Row():
                     ui["top_k"] = CheckedNumber(value=DEFAULTS["top_k"], minimum=0, maximum=TOP_K_MAX, precision=0, label="top-k (0 = off)")
                     ui["top_p"] = CheckedSlider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="top-p (1 = off)")
@@ -279,6 +294,7 @@ def _wire(ui: dict) -> None:
         lambda: None, None, None, cancels=[run_event, sweep_event, compare_event, batch_event], api_visibility="private",
         show_progress="hidden")
     ui["pair_name"].change(pair_info, ui["pair_name"], ui["pair_info"], api_visibility="private", **view)
+    ui["pair_name"].change(example_boxes, ui["pair_name"], of("english_examples", "code_examples"), api_visibility="private", **view)
     ui["race_button"].click(start_race, of("recording", "pace"), ui["race"], api_visibility="private", **view)
     # Loading runs in the queue with its own limit, so uploads cannot starve generation.
     loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")

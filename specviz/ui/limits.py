@@ -9,7 +9,7 @@ import json
 import os
 
 from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS
-from specviz.pair import ASSETS, ENGLISH, default_pair
+from specviz.pair import ASSETS, EMBEDDED, ENGLISH, default_pair
 from specviz.engine.sampling import DEFAULT_SAMPLING, MIN_TEMPERATURE
 from specviz.engine.seeds import SEED_MAX  # noqa: F401  (re-exported: the page checks seeds against it)
 from specviz.engine.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
@@ -41,7 +41,7 @@ RUN_SECONDS_MAX = float(os.environ.get("SPECVIZ_RUN_SECONDS", "60"))
 SWEEP_SECONDS_MAX = float(os.environ.get("SPECVIZ_SWEEP_SECONDS", "120"))
 # Runs sharing the device at once (generate and sweep share this limit): 1 per GPU.
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "1"))
-PACES = ("slow motion (about 10 s)", "true timing")
+PACES = ("about 10 s (slow motion, or sped up for a run over 10 s)", "true timing")
 # Redraw the streamed text at most this often (ms): drawing is not free for the browser.
 STREAM_INTERVAL_MS = 80
 # How long the Stop button waits for a run to reach the end of its round and stop itself.
@@ -91,6 +91,13 @@ CODE_EXAMPLES = [
 # The examples shown first, and the first one in the prompt box: the default pair's kind of prompt.
 EXAMPLES = ENGLISH_EXAMPLES[:10] if DEFAULT_PAIR == ENGLISH and ENGLISH_EXAMPLES else CODE_EXAMPLES
 BATCH_EXAMPLES = EXAMPLES[:5]
+
+
+def example_kind(pair_name: str | None) -> str:
+    """Which example prompts fit a pair: "code" for the embedded pair (trained on the Python standard
+    library), "english" for every other preset (English chat models), or "code" where no English
+    prompt ships with this copy."""
+    return "code" if pair_name == EMBEDDED or not ENGLISH_EXAMPLES else "english"
 GREEDY_NOTE = ("0 = greedy. A lesson worth trying: greedy decoding makes SmolLM2-135M-Instruct loop on some prompts "
                "(\"Give me three tips for learning to cook.\" gives \"1. **1011111111...\"); sampling at 0.7 with top-p 0.9 reads well.")
 

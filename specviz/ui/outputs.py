@@ -11,6 +11,8 @@ import gradio as gr
 from specviz.recording import Recording
 from specviz.trace import Trace
 from specviz.ui.downloads import nonce
+from specviz.views.theory import sweep_note
+from specviz.views.verdict import headline_html
 from specviz.views import (
     acceptance_figure,
     accepted_histogram_figure,
@@ -27,7 +29,7 @@ from specviz.views import (
 
 RUN_OUTPUTS = ("tokens", "stats", "acceptance_plot", "timeline_plot", "status", "recording", "replay_slider", "replay",
                "speedup_plot", "histogram_plot", "position_plot", "sweep_plot", "race", "download", "replay_tree",
-               "export_file")
+               "export_file", "headline", "sweep_status")
 
 
 def replay_slider(trace: Trace | None, value: int | None = None) -> gr.Slider:
@@ -48,6 +50,7 @@ def everything(rec: Recording, status: str, download: str | None) -> dict:
         sweep_plot=sweep_figure(rec.sweep), race=race_html(spec, base, slowdown_for(spec, base), nonce()),
         download=gr.DownloadButton(value=download, interactive=download is not None), replay_tree=_tree(rec, 1),
         export_file=None,  # an HTML export of the run shown before is not this run's
+        headline=headline_html(spec, base), sweep_status=sweep_note(rec.sweep),  # an earlier sweep's status is not this run's
     )
 
 

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from specviz.engine.stopping import STOPPED
 from specviz.measure.throughput import BatchPoint
-from specviz.views.charts import BLUE, GREY, ORANGE, style_figure
+from specviz.views.charts import AUTOREGRESSIVE, SPECULATIVE, VERMILLION, style_figure
 from specviz.views.scroll import scroll_x
 from specviz.views.tokens import round_spans
 
@@ -87,7 +87,7 @@ def batch_figure(points: list[BatchPoint] | None) -> go.Figure:
     fig = go.Figure()
     points = sorted(points or [], key=lambda p: p.batch_size)
     sizes = [p.batch_size for p in points]
-    for name, attr, colour in (("speculative", "speculative", BLUE), ("autoregressive", "autoregressive", GREY)):
+    for name, attr, colour in (("speculative", "speculative", SPECULATIVE), ("autoregressive", "autoregressive", AUTOREGRESSIVE)):
         xs = [p.batch_size for p in points for _ in getattr(p, attr)]
         ys = [v for p in points for v in getattr(p, attr)]
         medians = [statistics.median(getattr(p, attr)) if getattr(p, attr) else None for p in points]
@@ -95,7 +95,7 @@ def batch_figure(points: list[BatchPoint] | None) -> go.Figure:
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker=dict(color=colour, size=7), name=f"{name} (each run)",
                                  hovertemplate="batch %{x}: %{y:.1f} tokens/s<extra></extra>"))
     speed = [statistics.median(p.speedups) if p.speedups else None for p in points]
-    fig.add_trace(go.Scatter(x=sizes, y=speed, mode="lines+markers", yaxis="y2", line=dict(color=ORANGE, dash="dot"),
+    fig.add_trace(go.Scatter(x=sizes, y=speed, mode="lines+markers", yaxis="y2", line=dict(color=VERMILLION, dash="dot"),
                              name="speedup (right axis)", hovertemplate="batch %{x}: %{y:.2f}×<extra></extra>"))
     fig.update_layout(xaxis=dict(type="log", tickvals=sizes or [1, 2, 4, 8], ticktext=[str(s) for s in (sizes or [1, 2, 4, 8])]),
                       yaxis2=dict(overlaying="y", side="right", title="speedup (×)", rangemode="tozero", showgrid=False),

@@ -8,6 +8,10 @@ from specviz import metrics
 from specviz.trace import Trace
 
 BLUE, VERMILLION, ORANGE, GREEN, GREY = "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#BBBBBB"
+# Orange and green mean the correction and the bonus token in the text (specviz.views.tokens): the charts
+# use other colours for everything else, the two runs above all.
+SPECULATIVE, AUTOREGRESSIVE, PURPLE = "#0072B2", "#777777", "#CC79A7"
+SERIES = (SPECULATIVE, PURPLE, "#333333")  # several runs in one chart, in turn
 TOOLBAR_PX = 30  # the height of plotly's modebar, kept free of the title
 
 # plotly sizes a figure to its box when it draws it, and again only when the window resizes: a
@@ -55,7 +59,28 @@ def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go
         legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0.0),
         bargap=0.15,
     )
-    return fig
+    return legend_room(fig, 236)
+
+
+AXIS_PX = 66  # below the plot: the x axis's tick labels and its title
+LEGEND_ROW_PX = 22  # one legend entry's row at font size 15
+
+
+def legend_entries(fig: go.Figure) -> int:
+    """How many entries the figure's legend lists (named traces not hidden from it)."""
+    return sum(1 for t in fig.data if t.name and t.showlegend is not False)
+
+
+def legend_room(fig: go.Figure, plot_px: int) -> go.Figure:
+    """Keep the legend below the x axis's title at any width: the legend sits at the figure's bottom
+    edge (in pixels, not a share of the plot's height), and the bottom margin holds the axis and a row
+    for every entry (at least two), which a phone needs when each long entry takes a row of its own
+    (plotly clips a legend that overflows the margin: the Theory figure's lost its last three). The
+    plot itself keeps ``plot_px`` of height."""
+    bottom = AXIS_PX + 12 + max(2, legend_entries(fig)) * LEGEND_ROW_PX
+    top = fig.layout.margin.t or 0
+    return fig.update_layout(height=top + plot_px + bottom, margin=dict(b=bottom),
+                             legend=dict(yref="container", y=0, yanchor="bottom", valign="top"))
 
 
 def acceptance_figure(trace: Trace) -> go.Figure:
@@ -75,7 +100,7 @@ def acceptance_figure(trace: Trace) -> go.Figure:
     lines = [go.Scatter(x=rounds, y=running, name="alpha so far (accepted / tested)", yaxis="y2", mode="lines", line=dict(color="#333", width=2))]
     if any(b is not None for b in mean_beta):
         lines.append(go.Scatter(x=rounds, y=mean_beta, name="mean beta of the round", yaxis="y2", mode="lines+markers",
-                                line=dict(color=ORANGE, width=1.5, dash="dot"), marker=dict(size=4)))
+                                line=dict(color=PURPLE, width=1.5, dash="dot"), marker=dict(size=4)))
     gammas = [r.gamma for r in trace.rounds]
     if len({g for g in gammas if g is not None}) > 1:
         # A gamma schedule at work: each round's allowed drafts, as a step line over the bars.
@@ -104,7 +129,7 @@ def _steps(trace: Trace) -> tuple[list[float], list[int]]:
 
 def timeline_figure(spec: Trace, baseline: Trace | None = None) -> go.Figure:
     """Generated tokens against wall time (ms) for the speculative run and, if given, the baseline."""
-    traces = [(spec, "speculative", GREEN)] + ([(baseline, "autoregressive", ORANGE)] if baseline is not None else [])
+    traces = [(spec, "speculative", SPECULATIVE)] + ([(baseline, "autoregressive", AUTOREGRESSIVE)] if baseline is not None else [])
     fig = go.Figure(
         [
             go.Scatter(x=xs, y=ys, name=name, mode="lines", line=dict(shape="hv", color=color, width=2.5))

@@ -25,6 +25,7 @@ from specviz.views.stats import stats_html
 from specviz.views.theory import accepted_histogram_figure, alpha_html, position_figure, speedup_figure, sweep_figure
 from specviz.views.scroll import scroll_x
 from specviz.views.tree import tree_figure, verify_cost_figure
+from specviz.views.verdict import headline_html, verdict
 from specviz.views.tokens import TIP_CSS, TIP_SCRIPT, legend_html, tokens_html
 
 # Figures sit in a grid of columns at least 420 px wide (one column on a phone: min(100%, ...)
@@ -139,6 +140,12 @@ def _trees(spec, base) -> tuple[str, list[str]]:
     return box, extra
 
 
+def _verdict_sentence(spec, base) -> str:
+    """The recording's verdict as a paragraph: faster or slower than the target alone, and why (escaped)."""
+    text = verdict(spec, base) or "This recording holds no autoregressive baseline, so it measures no speedup."
+    return f'<p class="sv-verdict" style="color:#333;">{escape(text)}</p>'
+
+
 def export_html(rec: Recording) -> str:
     """The recording as one HTML document (str), plotly.js inlined: about 5 MB.
 
@@ -163,6 +170,7 @@ def export_html(rec: Recording) -> str:
 <h1>{title}</h1>
 <p>Speculative decoding, recorded by specviz: each draft accepted when u &lt; min(1, p/q), the first rejected one replaced by
 a correction sampled from norm(max(0, p − q)), a bonus token from p when every draft is accepted.</p>
+{headline_html(spec, base)}{_verdict_sentence(spec, base)}
 {legend_html()}{tokens_html(spec)}
 <h2>Numbers</h2>{_scroll_wide(stats_html(spec, base))}{alpha_html(spec, table=False)}
 <h2>Round by round</h2>

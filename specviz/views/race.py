@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 
 from specviz.trace import Trace
+from specviz.views.charts import AUTOREGRESSIVE, SPECULATIVE
 from specviz.views.tokens import STYLES
 from specviz.views.text import run_label
 
@@ -17,9 +18,22 @@ _MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
 
 
 def slowdown_for(spec: Trace, baseline: Trace | None, seconds: float = 10.0) -> float:
-    """The factor that makes the slower run take ``seconds`` to replay (at least 1: never faster than real)."""
+    """Replay time / recorded time that makes the slower run take ``seconds`` to replay: above 1 for
+    a run shorter than that (slow motion), below 1 for a longer one (sped up, so a class is not kept
+    waiting 44 s for a run recorded on a slow CPU); 1 for runs with no recorded time."""
     longest = max(spec.total_ms, baseline.total_ms if baseline is not None else 0.0)
-    return max(1.0, seconds * 1000.0 / longest) if longest > 0 else 1.0
+    return seconds * 1000.0 / longest if longest > 0 else 1.0
+
+
+def _pace(slowdown: float) -> str:
+    """The replay's pace in words: true timing, slowed down or sped up, with the factor."""
+    if abs(slowdown - 1.0) < 1e-9:
+        return "true timing"
+    factor = slowdown if slowdown > 1.0 else 1.0 / slowdown
+    digits = 0 if factor >= 10 else 1
+    if slowdown > 1.0:
+        return f"slowed down {factor:.{digits}f}× (recorded times × {factor:.{digits}f})"
+    return f"sped up {factor:.{digits}f}× (recorded times ÷ {factor:.{digits}f}), so the slower run plays in about 10 s"
 
 
 def _progress_keyframes(name: str, trace: Trace, longest_ms: float, most_tokens: int) -> str:
@@ -72,12 +86,10 @@ def race_html(spec: Trace, baseline: Trace | None, slowdown: float = 1.0, nonce:
     longest = max(t.total_ms for t in runs)
     most = max(len(t.output_ids) for t in runs)
     bars = "".join(_progress_keyframes(f"{anim}p{i}", t, longest, most) for i, t in enumerate(runs))
-    lanes = _lane(spec, f"speculative ({run_label(spec)})", "#009E73", slowdown, longest, anim, f"{anim}p0")
+    lanes = _lane(spec, f"speculative ({run_label(spec)})", SPECULATIVE, slowdown, longest, anim, f"{anim}p0")
     if baseline is not None:
-        lanes += _lane(baseline, "autoregressive (target alone)", "#E69F00", slowdown, longest, anim, f"{anim}p1")
-    pace = "true timing" if slowdown <= 1.0 else f"slowed down {slowdown:.0f}× (recorded times × {slowdown:.0f})"
-    if slowdown <= 1.0 and longest >= 10_000.0:
-        pace += f" (the slower run took {longest / 1000:.0f} s, already longer than slow motion's 10 s, so both paces play it as recorded)"
+        lanes += _lane(baseline, "autoregressive (target alone)", AUTOREGRESSIVE, slowdown, longest, anim, f"{anim}p1")
+    pace = _pace(slowdown)
     style = f"<style>@keyframes {anim}f{{from{{opacity:0}}to{{opacity:1}}}}{bars}</style>"
     return (
         f'{style}<div class="sv-race" style="font-family:ui-sans-serif,system-ui,sans-serif;background:#fff;color:#111;border:1px solid #ddd;border-radius:8px;padding:12px;">'

@@ -13,7 +13,7 @@ from html import escape
 from specviz.theory import round_gamma
 from specviz.trace import Draft, Round, Trace
 from specviz.views.scroll import scroll_x
-from specviz.views.tokens import STYLES, _visible
+from specviz.views.tokens import STYLES, _visible, prompt_details
 
 Q_COLOUR, P_COLOUR, RESIDUAL_COLOUR = "#CC79A7", "#0072B2", "#E69F00"  # Okabe-Ito purple, blue, orange
 PASS, FAIL = "#009E73", "#D55E00"
@@ -45,12 +45,12 @@ def _bar(value: float | None, colour: str, marker: float | None = None, width: i
 
 
 def _context(trace: Trace, index: int) -> str:
-    # The text so far: the prompt and every earlier round's emitted tokens, in order.
-    before = trace.prompt_text + "".join(t for r in trace.rounds[:index] for t in r.emitted_texts)
+    # The text so far: the prompt (folded: the chat template is one click away) and every earlier round's emitted tokens.
+    before = "".join(t for r in trace.rounds[:index] for t in r.emitted_texts)
     tail = ("…" + before[-CONTEXT_CHARS:]) if len(before) > CONTEXT_CHARS else before
     return (
         f'<div style="{_MONO}white-space:pre-wrap;font-size:13px;background:#fafafa;border:1px solid #eee;border-radius:6px;padding:8px;color:#555;overflow-wrap:anywhere;">'
-        f'{escape(tail)}<span style="background:#111;color:#fff;border-radius:2px;padding:0 3px;margin-left:1px;">▸ round {index + 1}</span></div>'
+        f'{prompt_details(trace.prompt_text, len(trace.prompt_ids))}{escape(tail)}<span style="background:#111;color:#fff;border-radius:2px;padding:0 3px;margin-left:1px;">▸ round {index + 1}</span></div>'
     )
 
 

@@ -25,6 +25,9 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     predicted_speedup_verify is ``specviz.theory.tree.predicted_speedup`` (E[tokens] from the measured
     acceptance by depth / (drafting + v), in target steps); it also has tree = True, nodes_per_round,
     acceptance_by_depth (list of a_d) and predicted_tokens_per_round.
+    measured_speedup and measured_speedup_basis: THE speedup the page names "speedup" everywhere
+    (status, headline, Theory's measured point, this table): decode_speedup ("decoding") where it
+    can be estimated, else the whole-run ratio ("whole run"); ``headline_speedup``.
     Keys whose inputs are missing (no baseline yet) are None.
     """
     alpha = spec.alpha
@@ -55,7 +58,23 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
         "predicted_speedup": theory.predicted_speedup(alpha, gamma, c) if known else None,
         "predicted_speedup_verify": theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v) if known and v is not None else None,
     }
+    out["measured_speedup"], out["measured_speedup_basis"] = headline_speedup(out)
     return out | _tree_predictions(spec, baseline, v) if spec.has_tree else out
+
+
+def headline_speedup(s: dict) -> tuple[float | None, str | None]:
+    """The one measured speedup the page shows, from a ``summary`` dict: (value, basis).
+
+    The decoding speedup (autoregressive ms / speculative ms over stretches of equal tokens, prefill
+    excluded; ``specviz.measure.speedup.estimate``) with basis "decoding" where it can be estimated,
+    else speculative tok/s / autoregressive tok/s over the whole runs with basis "whole run";
+    (None, None) without a baseline.
+    """
+    if s.get("decode_speedup") is not None:
+        return s["decode_speedup"], "decoding"
+    if s.get("speedup") is not None:
+        return s["speedup"], "whole run"
+    return None, None
 
 
 def _tree_predictions(spec: Trace, baseline: Trace | None, v: float | None) -> dict:
@@ -83,6 +102,13 @@ def _decode_note(spec: Trace, baseline: Trace | None) -> str:
     return note if est.readable else note + ": too spread to read, run again on a quieter machine"
 
 
+def _speedup_note(s: dict, spec: Trace, baseline: Trace | None) -> str:
+    """The formula of the one measured speedup, by its basis (``headline_speedup``)."""
+    if s["measured_speedup_basis"] == "whole run":
+        return "speculative tok/s / autoregressive tok/s over the whole runs, prefill included (too few rounds for stretches)"
+    return _decode_note(spec, baseline)
+
+
 def _fmt(value, unit: str = "", digits: int = 2, missing: str = "…") -> str:
     if value is None:
         return missing
@@ -90,8 +116,10 @@ def _fmt(value, unit: str = "", digits: int = 2, missing: str = "…") -> str:
 
 
 # The rows that need the autoregressive baseline, and what they say when there is none.
-_NEEDS_BASELINE = ("autoregressive", "speedup (decoding)", "speedup (whole run)", "cost coefficient c", "verify cost v",
-                   "predicted speedup", "predicted, measured v")
+SPEEDUP, WHOLE_RUN, THM_38, WITH_V = "speedup", "tok/s ratio, whole run", "Thm 3.8 prediction (v = 1)", "prediction with measured v"
+_NEEDS_BASELINE = ("autoregressive", SPEEDUP, WHOLE_RUN, "cost coefficient c", "verify cost v", THM_38, WITH_V)
+# Formulas and predictions: labelled with their formula and not bold, so the one measured speedup stands out.
+PLAIN = (WHOLE_RUN, THM_38, WITH_V)
 NO_BASELINE = "needs the autoregressive baseline, which this run does not have"
 
 
@@ -109,18 +137,18 @@ def stats_html(spec: Trace, baseline: Trace | None = None, pending: bool = False
         ("tokens per round", _fmt(s["mean_tokens_per_round"]), f"emitted tokens / rounds = {s['generated_tokens']} / {s['rounds']}"),
         ("speculative", _fmt(s["speculative_tokens_per_second"], " tok/s", 1), "generated tokens / wall time, prefill included"),
         ("autoregressive", _fmt(s["autoregressive_tokens_per_second"], " tok/s", 1), "same target, same settings, prefill included"),
-        ("speedup (decoding)", _fmt(s["decode_speedup"], "×"), _decode_note(spec, baseline)),
-        ("speedup (whole run)", _fmt(s["speedup"], "×"), "speculative tok/s / autoregressive tok/s, prefill included"),
+        (SPEEDUP, _fmt(s["measured_speedup"], "×"), _speedup_note(s, spec, baseline)),
+        (WHOLE_RUN, _fmt(s["speedup"], "×"), "speculative tok/s / autoregressive tok/s, prefill included"),
         ("cost coefficient c", _fmt(s["cost_coefficient"], "", 3), "drafter step / target step"),
         ("verify cost v", _fmt(s["verify_cost"]), "target pass over gamma + 1 tokens / target step"),
-        ("predicted speedup", _fmt(s["predicted_speedup"], "×"), "Thm 3.8 from alpha, gamma, c (assumes v = 1)"),
-        ("predicted, measured v", _fmt(s["predicted_speedup_verify"], "×"), "Eq. (1) tokens / (gamma c + v)"),
+        (THM_38, _fmt(s["predicted_speedup"], "×"), "(1 − α^(γ+1)) / ((1 − α)(γ c + 1)) from alpha, gamma, c: a verify pass taken as one step"),
+        (WITH_V, _fmt(s["predicted_speedup_verify"], "×"), "Eq. (1) tokens / (gamma c + v)"),
     ]
     if s.get("tree"):
         rows = _tree_rows(s, rows)
     if baseline is None and not pending:
         rows = [(k, "–", NO_BASELINE) if k in _NEEDS_BASELINE else (k, v, note) for k, v, note in rows]
-    return table_html(rows, "sv-stats")
+    return table_html(rows, "sv-stats", plain=PLAIN)
 
 
 def _tree_rows(s: dict, rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
@@ -129,14 +157,14 @@ def _tree_rows(s: dict, rows: list[tuple[str, str, str]]) -> list[tuple[str, str
     notes = {
         "alpha": f"accepted / tested nodes = {s['accepted']} / {s['accepted'] + s['rejected']} (siblings never tested not counted)",
         "verify cost v": "target pass over the tree's nodes and the pending token / target step",
-        "predicted speedup": "Thm 3.8 is a chain's (one draft per position); a tree's is the next row",
-        "predicted, measured v": "predicted tokens per round / (a round's drafting + v), both in target steps",
+        THM_38: "Thm 3.8 is a chain's (one draft per position); a tree's is the next row",
+        WITH_V: "predicted tokens per round / (a round's drafting + v), both in target steps",
     }
     if s["mean_beta"] is None:
         notes["mean beta"] = "not given for a tree: its siblings are tested against the residual p', not p"
     out = []
     for k, v, note in rows:
-        out.append((k, "–" if k == "predicted speedup" or (k == "mean beta" and s["mean_beta"] is None) else v, notes.get(k, note)))
+        out.append((k, "–" if k == THM_38 or (k == "mean beta" and s["mean_beta"] is None) else v, notes.get(k, note)))
         if k == "tokens per round":
             out += [
                 ("tokens per round, predicted", _fmt(s["predicted_tokens_per_round"]), "1 + Σ_d Π_{j≤d} a_j from the acceptance by depth"),
@@ -147,11 +175,13 @@ def _tree_rows(s: dict, rows: list[tuple[str, str, str]]) -> list[tuple[str, str
     return out
 
 
-def table_html(rows: list[tuple[str, str, str]], css_class: str) -> str:
-    """Rows of (name, value, note) as the page's numbers table; every string escaped."""
+def table_html(rows: list[tuple[str, str, str]], css_class: str, plain: tuple[str, ...] = ()) -> str:
+    """Rows of (name, value, note) as the page's numbers table, values bold except the rows named in
+    ``plain``; every string escaped."""
     cells = "".join(
         f'<tr><td style="padding:3px 10px 3px 0;color:#444;">{escape(k)}</td>'
-        f'<td style="padding:3px 10px;font-weight:600;font-variant-numeric:tabular-nums;" class="sv-stat" data-key="{escape(k)}">{escape(v)}</td>'
+        f'<td style="padding:3px 10px;font-weight:{400 if k in plain else 600};font-variant-numeric:tabular-nums;" class="sv-stat" '
+        f'data-key="{escape(k)}">{escape(v)}</td>'
         f'<td style="padding:3px 0;color:#777;font-size:12px;">{escape(note)}</td></tr>'
         for k, v, note in rows
     )

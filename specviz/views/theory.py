@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from specviz import theory
 from specviz.measure.sweep import Sweep
 from specviz.trace import Trace
-from specviz.views.charts import BLUE, GREEN, ORANGE, TOOLBAR_PX, VERMILLION, style_figure
+from specviz.views.charts import BLUE, PURPLE, TOOLBAR_PX, VERMILLION, legend_room, style_figure
 
 THEORY, MEASURED, VERIFY = "#555555", VERMILLION, "#0072B2"
 MAX_GAMMA = 16
@@ -39,7 +39,7 @@ def _curve(fig: go.Figure, alpha: float, c: float, row=None, col=None, up_to: in
                              name=f"Thm 3.8, v = 1 (alpha {alpha:.2f}, c {c:.2f})", line=dict(color=THEORY, width=2), marker=dict(size=5)), **kw)
     top = theory.predicted_speedup(alpha, best, c)
     fig.add_trace(go.Scatter(x=[best], y=[top], mode="markers", name=f"optimal gamma, Thm 3.8 = {best}",
-                             marker=dict(symbol="star", size=16, color=ORANGE, line=dict(color="#333", width=1))), **kw)
+                             marker=dict(symbol="star", size=16, color=PURPLE, line=dict(color="#333", width=1))), **kw)
     _label(fig, best, top, f"optimal γ = {best}", above=True, **kw)
     return best
 
@@ -59,7 +59,7 @@ def _verify_curve(fig: go.Figure, alpha: float, c: float, v: float, gamma_measur
     best = theory.optimal_gamma(alpha, c, MAX_GAMMA, v=v, gamma_measured=gamma_measured)
     fig.add_trace(go.Scatter(x=gammas, y=ys, mode="lines+markers", name=f"with measured verify cost v = {v:.2f} at γ {gamma_measured:g}",
                              line=dict(color=VERIFY, width=2, dash="dash"), marker=dict(size=5)))
-    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers", name=f"optimal gamma with the measured v: gamma = {best}",
+    fig.add_trace(go.Scatter(x=[best], y=[ys[best - 1]], mode="markers", name=f"with the measured v: optimal γ = {best}",
                              marker=dict(symbol="star", size=14, color=VERIFY, line=dict(color="#333", width=1))))
     _label(fig, best, ys[best - 1], f"with v: γ = {best}", above=False)
     return best
@@ -84,11 +84,14 @@ def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
     tops = [theory.predicted_speedup(alpha, g, c) for g in range(1, MAX_GAMMA + 1)]
     if v is not None and gamma:
         _verify_curve(fig, alpha, c, v, gamma)
-    measured = theory.measured_speedup(spec, baseline)
+    from specviz.views.stats import summary
+
+    s = summary(spec, baseline)  # the page's one measured speedup, as the status and the stats table name it
+    measured, basis = s["measured_speedup"], s["measured_speedup_basis"]
     if measured is not None and gamma:
-        fig.add_trace(go.Scatter(x=[gamma], y=[measured], mode="markers", name=f"measured, gamma {gamma}",
+        fig.add_trace(go.Scatter(x=[gamma], y=[measured], mode="markers", name=f"measured speedup ({basis}), gamma {gamma}",
                                  marker=dict(symbol="diamond", size=13, color=MEASURED)))
-        fig.add_annotation(x=gamma, y=measured, text=f"measured {measured:.2f}×", showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#777",
+        fig.add_annotation(x=gamma, y=measured, text=f"measured speedup {measured:.2f}×", showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#777",
                            ax=40, ay=40, xanchor="left", bgcolor="rgba(255,255,255,0.9)", borderpad=2, font=dict(size=14, color=MEASURED))
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), annotation_text="no speedup", annotation_position="bottom right",
                   annotation=dict(bgcolor="rgba(255,255,255,0.9)", font=dict(size=13, color="#666")))
@@ -104,7 +107,7 @@ def _tree_speedup_figure(spec: Trace, baseline: Trace) -> go.Figure:
 
     s = summary(spec, baseline)
     bars = [("predicted: E[tokens] / (drafting + v)", s["predicted_speedup_verify"], THEORY),
-            ("measured, whole run", s["speedup"], MEASURED), ("measured, decoding", s["decode_speedup"], MEASURED)]
+            (f"measured speedup ({s['measured_speedup_basis']})", s["measured_speedup"], MEASURED)]
     bars = [(name, y, colour) for name, y, colour in bars if y is not None]
     fig = go.Figure(go.Bar(x=[b[0] for b in bars], y=[b[1] for b in bars], marker_color=[b[2] for b in bars],
                            text=[f"{b[1]:.2f}×" for b in bars], textposition="outside", showlegend=False))
@@ -124,12 +127,22 @@ def _tree_histogram_figure(trace: Trace, title: str) -> go.Figure:
     rates = tree_theory.depth_rates(tree_theory.acceptance_by_depth(trace))
     ks = list(range(depth + 1))
     fig = go.Figure([
-        go.Bar(x=ks, y=[lengths.count(k) / len(lengths) for k in ks], name=f"measured ({len(lengths)} rounds of depth {depth})", marker_color=BLUE),
+        go.Bar(x=ks, y=[lengths.count(k) / len(lengths) for k in ks], name=_measured_rounds(len(lengths), len(trace.rounds)),
+               marker_color=BLUE, hovertemplate=f"%{{y:.2f}} of the {len(lengths)} rounds of depth {depth}<extra></extra>"),
         go.Scatter(x=ks, y=tree_theory.path_length_distribution(rates, depth), name="predicted from the acceptance by depth",
                    mode="lines+markers", line=dict(color=THEORY, width=2, dash="dash"), marker=dict(size=8)),
     ])
     fig.update_xaxes(dtick=1)
     return style_figure(fig, title, "accepted path length (nodes) in the round", "share of rounds")
+
+
+def _measured_rounds(counted: int, rounds: int) -> str:
+    """The histogram's legend entry: the rounds it counts out of the run's (a run of 65 rounds whose
+    last two were cut short by the token budget counts 63: "63 of 65 rounds"); which ones it counts
+    goes in the bars' hover."""
+    if counted == rounds:
+        return f"measured, all {rounds} rounds"
+    return f"measured, {counted} of {rounds} rounds"  # short enough for a phone's legend; the hover says which
 
 
 def accepted_histogram_figure(trace: Trace) -> go.Figure:
@@ -148,7 +161,8 @@ def accepted_histogram_figure(trace: Trace) -> go.Figure:
     share = [counts.count(k) / len(counts) for k in ks]
     predicted = theory.accepted_drafts_distribution(alpha, gamma)
     fig = go.Figure([
-        go.Bar(x=ks, y=share, name=f"measured ({len(counts)} rounds)", marker_color=BLUE),
+        go.Bar(x=ks, y=share, name=_measured_rounds(len(counts), len(trace.rounds)), marker_color=BLUE,
+               hovertemplate=f"%{{y:.2f}} of the {len(counts)} rounds that drafted all {gamma} (of {len(trace.rounds)} in the run)<extra></extra>"),
         go.Scatter(x=ks, y=predicted, name=f"predicted from alpha = {alpha:.2f}", mode="lines+markers", line=dict(color=THEORY, width=2, dash="dash"), marker=dict(size=8)),
     ])
     fig.update_xaxes(dtick=1)
@@ -183,20 +197,18 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
     """Measured tokens per round and speedup for each gamma of a sweep, against Eq. (1) and
     Thm 3.8 with the sweep's pooled alpha and c, and each point's prediction with its own
     measured verify cost v."""
-    title = "Gamma sweep: measurement vs theory"
-    if sweep is not None and (sweep.drafter or sweep.schedule):
-        title = f"Gamma sweep ({sweep_label(sweep)}): measurement vs theory"
+    title = "Gamma sweep: measurement vs theory"  # short enough for a phone; the drafter and schedule go below it
     if sweep is None or not sweep.points:
         return _empty(title, "press “Run gamma sweep” to measure gamma = 1..8")
     alpha, c = sweep.alpha, sweep.cost_coefficient
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens per round", "speedup over autoregressive"), horizontal_spacing=0.1)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens per round", "speedup"), horizontal_spacing=0.1)
     gs = [p.gamma for p in sweep.points]
     if alpha is not None:
         curve = list(range(1, max(gs) + 1))
         fig.add_trace(go.Scatter(x=curve, y=[theory.expected_tokens_per_round(alpha, g) for g in curve], mode="lines",
                                  name=f"Eq. (1), alpha {alpha:.2f}", line=dict(color=THEORY, dash="dash")), row=1, col=1)
     fig.add_trace(go.Scatter(x=gs, y=[p.tokens_per_round for p in sweep.points], mode="markers", name="measured tokens per round",
-                             marker=dict(size=10, color=GREEN, symbol="circle")), row=1, col=1)
+                             marker=dict(size=10, color=MEASURED, symbol="circle")), row=1, col=1)
     if alpha is not None and c is not None:
         _curve(fig, alpha, c, row=1, col=2, up_to=max(gs))
         with_v = [(p.gamma, theory.predicted_speedup_with_verify_cost(alpha, p.gamma, c, v))
@@ -205,13 +217,25 @@ def sweep_figure(sweep: Sweep | None) -> go.Figure:
             fig.add_trace(go.Scatter(x=[g for g, _ in with_v], y=[y for _, y in with_v], mode="lines+markers",
                                      name="with each gamma's measured verify cost", line=dict(color=VERIFY, dash="dash"),
                                      marker=dict(size=7)), row=1, col=2)
-    fig.add_trace(go.Scatter(x=gs, y=[sweep.speedup(p) for p in sweep.points], mode="markers", name="measured speedup",
+    fig.add_trace(go.Scatter(x=gs, y=[sweep.speedup(p) for p in sweep.points], mode="markers", name="measured speedup (tok/s ratio)",
                              marker=dict(size=11, color=MEASURED, symbol="diamond")), row=1, col=2)
     fig.update_xaxes(title_text="gamma", dtick=1)
     fig = style_figure(fig, title, None, None)
-    fig.update_layout(height=460, legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="center", x=0.5),
-                      margin=dict(t=TOOLBAR_PX + 60, b=110))
-    return fig
+    # The legend below both x axes' titles, in pixels (a share of the plot's height put it over them).
+    if sweep.drafter or sweep.schedule:
+        fig.update_layout(title_subtitle=dict(text=sweep_label(sweep), font=dict(size=12, color="#555")))
+    fig.update_layout(legend=dict(xanchor="center", x=0.5), margin=dict(t=TOOLBAR_PX + 70))
+    return legend_room(fig, 260)
+
+
+def sweep_note(sweep: Sweep | None) -> str:
+    """The line beside the sweep button for a shown run (plain text): the run's own sweep, or what the
+    button does. A run or a loaded recording replaces whatever an earlier sweep left there."""
+    if sweep is None or not sweep.points:
+        return ("Same prompt, seed, sampling, drafter and gamma schedule (the page's controls); one baseline, "
+                "then each gamma in turns with a baseline of its own.")
+    gammas = ", ".join(str(p.gamma) for p in sweep.points)
+    return f"This run's sweep ({sweep_label(sweep)}): gamma {gammas}, {len(sweep.points)} point{'s' * (len(sweep.points) != 1)}."
 
 
 def sweep_label(sweep: Sweep) -> str:

@@ -116,14 +116,26 @@ def round_spans(index: int, r: Round, one_line: bool = False) -> list[str]:
     return spans
 
 
+def prompt_details(prompt_text: str, n_tokens: int, style: str = "") -> str:
+    """The prompt as the target read it (chat template and system prompt included where applied),
+    folded away by default and one click from view: an HTML ``<details>`` element, text escaped."""
+    if not prompt_text:
+        return ""
+    return (f'<details class="sv-prompt-details" style="margin:0 0 6px;{style}"><summary style="cursor:pointer;color:#555;'
+            f'font-family:ui-sans-serif,system-ui,sans-serif;font-size:13px;">prompt as the target read it ({n_tokens} tokens, '
+            f'with the chat template and system prompt where applied): show</summary>'
+            f'<span class="sv-prompt" style="{STYLES["prompt"]}">{escape(prompt_text)}</span></details>')
+
+
 def tokens_html(trace: Trace, show_prompt: bool = True) -> str:
-    """The prompt (grey) and the output, one span per token, in a scrolling box.
+    """The output, one span per token, in a scrolling box; with ``show_prompt`` the prompt (grey) above
+    it, folded by default (``prompt_details``).
 
     Returns an HTML fragment with inline styles (no external CSS needed).
     """
     parts = []
     if show_prompt and trace.prompt_text:
-        parts.append(f'<span class="sv-prompt" style="{STYLES["prompt"]}">{escape(trace.prompt_text)}</span>')
+        parts.append(prompt_details(trace.prompt_text, len(trace.prompt_ids)))
     for i, r in enumerate(trace.rounds):
         parts.extend(round_spans(i, r))
     return f'<div class="sv-tokens" style="{_BOX}">{"".join(parts)}</div>'

@@ -9,13 +9,14 @@ so colour is never the only cue.
 from __future__ import annotations
 
 from html import escape as _escape
+from textwrap import wrap
 
 import plotly.graph_objects as go
 
 from specviz import theory as chain_theory
 from specviz.trace import Round, Trace
 from specviz.theory import tree as theory
-from specviz.views.charts import BLUE, GREEN, GREY, ORANGE, VERMILLION, style_figure
+from specviz.views.charts import BLUE, GREEN, GREY, ORANGE, SERIES, TOOLBAR_PX, VERMILLION, legend_room, style_figure
 from specviz.views.tokens import _visible
 
 VERDICT_COLOURS = {"accepted": BLUE, "rejected": VERMILLION, "discarded": GREY}
@@ -92,7 +93,7 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#c8c8c8", width=1.2), hoverinfo="skip", showlegend=False))
     fig.add_trace(go.Scatter(x=px, y=py, mode="lines", line=dict(color="#111", width=4), hoverinfo="skip", name="accepted path"))
     fig.add_trace(go.Scatter(x=[0], y=[pos[-1][1]], mode="markers+text", marker=dict(size=16, color="#555", symbol="square"),
-                             text=["pending"], textposition="middle left", hovertemplate="the pending token: its children are depth 1<extra></extra>",
+                             text=["pending"], textposition="top center", hovertemplate="the pending token: its children are depth 1<extra></extra>",
                              showlegend=False))
     for verdict, label in (("accepted", "accepted"), ("rejected", "rejected"), ("discarded", "never tested")):
         idx = [i for i, n in enumerate(tree.nodes) if n.verdict == verdict]
@@ -109,7 +110,8 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
             x=[pos[i][0] for i in idx], y=[pos[i][1] for i in idx], mode="markers+text", name=label,
             marker=dict(size=[20 if i in on_path else 14 for i in idx], color=VERDICT_COLOURS[verdict], symbol=VERDICT_SYMBOLS[verdict],
                         line=dict(width=[3 if i in on_path else 1 for i in idx], color="#111" if verdict == "accepted" else VERDICT_COLOURS[verdict])),
-            text=[escape(_visible(tree.nodes[i].text)) or "␀" for i in idx],
+            # the accepted path's nodes say so in their label (a tick), beside the legend and the bold line
+            text=[("✓ " if verdict == "accepted" and i in on_path else "") + (escape(_visible(tree.nodes[i].text)) or "␀") for i in idx],
             textposition=["top center" if i in on_path else "middle right" for i in idx],
             textfont=dict(family="ui-monospace, monospace", size=12), hovertext=hover, hoverinfo="text"))
     if r.final_token_id is not None:
@@ -117,17 +119,21 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
         where = "last residual p'" if r.final_kind == "correction" else "p"
         fig.add_trace(go.Scatter(
             x=[fx], y=[fy], mode="markers+text", name=f"{r.final_kind} token", marker=dict(size=20, color=colour, symbol="diamond"),
-            text=[escape(_visible(r.final_text or "")) or "␀"], textposition="top center", textfont=dict(family="ui-monospace, monospace", size=12),
+            # a correction sits half a depth past the last accepted node, whose label is above: its own goes below
+            text=[f"{r.final_kind}: " + (escape(_visible(r.final_text or "")) or "␀")],
+            textposition="bottom center" if r.final_kind == "correction" else "top center", textfont=dict(family="ui-monospace, monospace", size=12),
             hovertext=[escape(f"{r.final_kind} token “{_visible(r.final_text or '')}”, sampled from {where}: probability {r.final_prob:.4f}")],
             hoverinfo="text"))
     rows = int(max(y for _, y in pos.values())) + 1
     fig.update_xaxes(title="depth", dtick=1, range=[-0.8, tree.depth + 1.8], zeroline=False)
     fig.update_yaxes(visible=False, range=[rows - 0.5, -0.5])
-    title = (f"Round {index + 1}: {len(tree.nodes)} nodes, depth {tree.depth}, path of {len(tree.path)} accepted "
-             f"({RULES.get(tree.rule, tree.rule)})")
+    # A short title that fits a phone's width; the rule below it in small type, wrapped (one long line was cut at the right).
+    title = f"Round {index + 1}: {len(tree.nodes)} nodes, {len(tree.path)} accepted"
+    rule = f"depth {tree.depth}; {RULES.get(tree.rule, tree.rule)}"
     style_figure(fig, title, None, None)
-    fig.update_layout(height=max(320, 38 * rows + 150), hoverlabel=dict(align="left"))  # a row clears a path label above its node
-    return fig
+    fig.update_layout(title_subtitle=dict(text="<br>".join(wrap(rule, 48)), font=dict(size=12, color="#555")),
+                      margin=dict(t=TOOLBAR_PX + 44 + 34), hoverlabel=dict(align="left"))
+    return legend_room(fig, max(160, 38 * rows + 40))  # a row clears a path label above its node
 
 
 def depth_figure(*traces: Trace, names: list[str] | None = None) -> go.Figure:
@@ -138,7 +144,7 @@ def depth_figure(*traces: Trace, names: list[str] | None = None) -> go.Figure:
         counts = theory.acceptance_by_depth(trace)
         name = names[k] if names else f"run {k + 1}"
         fig.add_trace(go.Bar(x=list(range(1, len(counts) + 1)), y=[a / o if o else None for o, a in counts], name=name,
-                             marker_color=[BLUE, ORANGE, GREEN][k % 3],
+                             marker_color=SERIES[k % 3],
                              hovertext=[f"{a} of {o} rounds offered children at depth {d + 1} accepted one" for d, (o, a) in enumerate(counts)],
                              hoverinfo="text"))
     fig.update_yaxes(range=[0, 1.05])
@@ -154,6 +160,6 @@ def verify_cost_figure(baseline: Trace, *traces: Trace, names: list[str] | None 
         by_n = theory.verify_ms_by_nodes(trace)
         name = names[k] if names else f"run {k + 1}"
         fig.add_trace(go.Scatter(x=list(by_n), y=[ms / step for ms, _ in by_n.values()], mode="markers", name=name,
-                                 marker=dict(size=10, color=[BLUE, ORANGE, GREEN][k % 3]),
+                                 marker=dict(size=10, color=SERIES[k % 3]),
                                  hovertext=[f"{n} nodes: mean of {c} rounds" for n, (_, c) in by_n.items()], hoverinfo="text+y"))
     return style_figure(fig, "Verify cost v(n): target pass / target step", "drafted nodes verified", "v")
