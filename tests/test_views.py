@@ -301,7 +301,8 @@ def test_the_ten_second_pace_plays_a_long_run_in_ten_seconds(runs):
     assert long.total_ms * slow == pytest.approx(10_000, rel=1e-6) and slow < 1.0
     html = race_html(long, None, slow, nonce=3)
     delays = [float(x) for x in re.findall(r'svrace3f 1ms linear ([\d.]+)ms both;"', html)]
-    assert max(delays) == pytest.approx(long.rounds[-1].end_ms * slow, abs=1.0) and max(delays) <= 10_000.5
+    # the last token lands at the last round's end, or at the run's end where the two differ by the run's wrap-up
+    assert long.rounds[-1].end_ms * slow - 1.0 <= max(delays) <= 10_000.5
     assert "sped up 4.4×" in html and "true timing" in race_html(long, None, 1.0)
 
 
