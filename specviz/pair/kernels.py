@@ -221,7 +221,7 @@ def _describe(choices: dict[tuple, Choice], counts: dict[tuple, int]) -> Kernels
     return Kernels(summary, ratio, ref_ratio)
 
 
-def choose(model, repeats: int = REPEATS, force: str | None = None) -> Kernels | None:
+def choose(model, machine: str = "", repeats: int = REPEATS, force: str | None = None) -> Kernels | None:
     """Give every fp32 ``nn.Linear`` of ``model`` (on a CPU) its routes, timed or read from the cache.
 
     Each linear layer's ``forward`` is replaced (on the instance) by one that picks the route of its
@@ -231,6 +231,7 @@ def choose(model, repeats: int = REPEATS, force: str | None = None) -> Kernels |
 
     Args:
         model: a transformers model (any module) whose ``nn.Linear`` layers are routed in place.
+        machine: names this machine in the cache's keys (``specviz.pair.precision.machine_key``).
         repeats: timed sweeps per route and row count.
         force: one of ROUTES for every row count, untimed and not cached (tests, experiments).
 
@@ -244,9 +245,6 @@ def choose(model, repeats: int = REPEATS, force: str | None = None) -> Kernels |
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     if not linears or linears[0].weight.device.type != "cpu" or linears[0].weight.dtype != torch.float32:
         return None
-    from specviz.pair.precision import machine_key
-
-    machine = machine_key()
     routes = ROUTES if _onednn_available() and _room_for_copies(linears) else tuple(r for r in ROUTES if r != "onednn")
     if force is not None and force not in routes:
         raise ValueError(f"force must be one of {', '.join(routes)}")

@@ -296,7 +296,7 @@ def apply_form(model, form: Form, kernels: bool = True):
     if kernels and form.dtype == torch.float32 and _route_kernels(form):
         from specviz.pair.kernels import choose
 
-        routed = choose(model)
+        routed = choose(model, machine_key())
         if routed is not None:
             form = Form(form.dtype, f"{form.reason}; {routed.summary}", form.routed)
             model.specviz_kernels = routed
