@@ -13,13 +13,18 @@ Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
 - a visitor with no job of that kind at work goes ahead of the waiting jobs of visitors who have one,
   so a flood from one address delays another address by at most the one job already running.
 
-Refusals answer like a full queue (HTTP 503 with a message naming the limit).
+Refusals answer like a full queue (HTTP 503 with a message naming the limit); a job with fewer
+values in ``data`` than its endpoint takes is refused at once (HTTP 400 naming the count), where
+Gradio would queue it and fail it with ``error: null``.
 
 ``client_address`` is the TCP peer's address. Behind a proxy (a Space) every request comes from the
 proxy: set ``SPECVIZ_TRUSTED_PROXIES`` to the number of proxies in front of the app that each append
 the address they saw to ``X-Forwarded-For`` (1 on a Hugging Face Space), and the visitor's address is
-read from that header, counting that many entries from its right end (entries to the left of them are
-the client's own words, never trusted). Unset or 0, the header is ignored.
+read from that header, counting that many entries from its right end over every line of the header
+joined in order (RFC 9110 section 5.3: repeated lines are one comma-separated list; entries to the left
+of them are the client's own words, never trusted). Unset or 0, the header is ignored, from loopback
+too: ``specviz.ui.server.launch_kwargs`` turns off uvicorn's own reading of it (which trusts 127.0.0.1 by
+default and rewrites the peer before any middleware sees it).
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ def client_address(request, trusted_proxies: int | None = None) -> str:
         return ""
     if hops > 0:
         headers = getattr(request, "headers", None) or {}
-        forwarded = [a.strip() for a in (headers.get("x-forwarded-for") or "").split(",") if a.strip()]
+        getlist = getattr(headers, "getlist", None)  # starlette's Headers: every line; a plain dict holds one
+        lines = getlist("x-forwarded-for") if callable(getlist) else [headers.get("x-forwarded-for") or ""]
+        forwarded = [a.strip() for line in lines for a in line.split(",") if a.strip()]
         if len(forwarded) >= hops:
             return forwarded[-hops]
     client = getattr(request, "client", None)
@@ -69,6 +76,10 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
             fn = route_utils.get_fn(demo, None, body)
         except Exception:  # noqa: BLE001 - an unknown event: Gradio's own push answers it
             return await push(body, request, username)
+        if not isinstance(body.data, list) or len(body.data) < len(fn.inputs):
+            # Gradio would take the job and fail it with a bare "error: null"
+            return False, (f"This endpoint takes {len(fn.inputs)} values in \"data\" (its controls, in the order /info lists); "
+                           f"got {len(body.data) if isinstance(body.data, list) else 0}."), "error"
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         address = client_address(request)
         if events is not None:

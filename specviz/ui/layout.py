@@ -218,7 +218,9 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     ui["seed"] = CheckedNumber(value=DEFAULTS["seed"], minimum=0, maximum=SEED_MAX, precision=0, label="seed")
         _wire(ui)
         demo.unload(session_ended)  # a visitor's files go when the session ends
-    demo.queue(max_size=max_queue, default_concurrency_limit=1)
+    # api_open=False: every event goes through the queue and its admission rules (specviz.ui.admission);
+    # Gradio's default off a Space serves POST /gradio_api/run/<api> at once, outside every limit.
+    demo.queue(max_size=max_queue, default_concurrency_limit=1, api_open=False)
     admit(demo)
     return demo
 

