@@ -164,11 +164,11 @@ def test_exports_and_copies_are_bounded_in_count_and_bytes(app, client, tmp_path
 
     demo, url = app
     client.predict(examples()[0], api_name="/load_prepared")
-    for _ in range(downloads.KEEP_EXPORTS + 4):
+    for _ in range(downloads.KEEP_PER_SESSION + 4):
         path = client.predict(api_name="/export")
         assert path.endswith(".html")
-    html = list(downloads.folder().glob("*.html"))
-    assert len(html) <= downloads.KEEP_EXPORTS
+    html = list(downloads.folder().glob("*/*.html"))
+    assert len(html) <= downloads.KEEP_PER_SESSION
     assert sum(p.stat().st_size for p in downloads.folder().iterdir()) <= downloads.TOTAL_MAX_BYTES
     # A loaded upload is offered for download as it is: no copy is written.
     before = set(downloads.folder().glob("*.json"))

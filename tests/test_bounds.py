@@ -170,3 +170,59 @@ def test_client_address_joins_header_lines_and_counts_from_the_right():
     assert client_address(request, 1) == "203.0.113.7"
     assert client_address(request, 2) == "192.0.2.1"
     assert client_address(request, 5) == "127.0.0.1"  # fewer entries than proxies: the peer
+
+
+# ---- item 5: per-session retention of downloads --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    from specviz.recording import Recording
+    from specviz.ui.files import examples
+    from specviz.ui.limits import RECORDINGS
+
+    return Recording.load(RECORDINGS / f"{examples()[0]}.json")
+
+
+def test_no_visitor_can_prune_anothers_downloads(prepared):
+    from specviz.ui import downloads
+
+    mine = [downloads.save_for_download(prepared, "victim"), downloads.save_export(prepared, "victim")]
+    try:
+        for i in range(20):  # 20 prepared loads from one session, 3 exports from each of 4 (12 > the 8 once kept in all)
+            downloads.save_for_download(prepared, "flood")
+        for s in range(4):
+            for _ in range(3):
+                downloads.save_export(prepared, f"flood-{s}")
+        assert all(os.path.exists(p) for p in mine)
+        assert len(list(downloads.session_folder("flood").iterdir())) == downloads.KEEP_PER_SESSION
+    finally:
+        for s in ("victim", "flood", *(f"flood-{s}" for s in range(4))):
+            downloads.forget_session(s)
+
+
+def test_a_write_past_the_space_is_refused_and_nothing_of_anothers_goes(prepared, monkeypatch):
+    from specviz.ui import downloads
+
+    mine = downloads.save_for_download(prepared, "victim")
+    try:
+        monkeypatch.setattr(downloads, "TOTAL_MAX_BYTES", 3 * os.path.getsize(mine))
+        downloads.save_for_download(prepared, "other-1")
+        downloads.save_for_download(prepared, "other-2")
+        with pytest.raises(Exception, match="download space is full"):
+            downloads.save_for_download(prepared, "other-3")
+        assert os.path.exists(mine) and not list(downloads.session_folder("other-3").iterdir())
+    finally:
+        for s in ("victim", "other-1", "other-2", "other-3"):
+            downloads.forget_session(s)
+
+
+def test_a_prepared_load_is_saved_under_the_visitors_session():
+    from specviz.ui import downloads
+    from specviz.ui.files import examples, load_example
+
+    try:
+        load_example(examples()[0], type("R", (), {"session_hash": "visitor"})())
+        assert [p.suffix for p in downloads.session_folder("visitor").iterdir()] == [".json"]
+    finally:
+        downloads.forget_session("visitor")
