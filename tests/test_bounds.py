@@ -226,3 +226,38 @@ def test_a_prepared_load_is_saved_under_the_visitors_session():
         assert [p.suffix for p in downloads.session_folder("visitor").iterdir()] == [".json"]
     finally:
         downloads.forget_session("visitor")
+
+
+# ---- item 4: sessions a flood cannot evict ----------------------------------------------------------------
+
+
+def test_a_flood_of_fresh_sessions_and_heartbeats_leaves_a_shown_run(served):
+    from gradio_client import Client
+
+    from specviz.ui.sessions import SessionStore
+
+    demo, url = served
+    victim = Client(url, verbose=False)
+    tokens, *_, status = victim.predict("embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain",
+                                        api_name="/generate")[:5]
+    assert status.startswith("Done"), status
+    index = next(d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "stop")
+    joined = 0
+    with client(A) as http:
+        for _ in range(4 * SESSIONS):  # fresh session hashes, each joining a cheap event
+            body = {"data": [], "fn_index": index, "session_hash": uuid.uuid4().hex, "event_data": None, "trigger_id": None}
+            joined += http.post(f"{url}/gradio_api/queue/join", json=body).status_code == 200
+        for _ in range(4 * SESSIONS):  # heartbeats opened and closed: each closing runs the unload event in a session of its own
+            with http.stream("GET", f"{url}/gradio_api/heartbeat/{uuid.uuid4().hex}", timeout=30) as r:
+                next(r.iter_lines())
+    end = time.monotonic() + CAP_S
+    holder = demo.server_app.state_holder
+    while time.monotonic() < end and (demo._queue.active_jobs and any(demo._queue.active_jobs)):
+        time.sleep(0.2)
+    time.sleep(1)  # the unload events run as background tasks after each heartbeat closed
+    assert joined >= SESSIONS
+    path = victim.predict(api_name="/export")  # "nothing to export" once its session was evicted
+    assert path.endswith(".html") and os.path.getsize(path) > 0
+    assert isinstance(holder, SessionStore) and len(holder.session_data) <= SESSIONS
+    newcomer = Client(url, verbose=False)  # no room now: still answered
+    assert "Nothing to stop" in str(newcomer.predict(api_name="/stop"))

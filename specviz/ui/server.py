@@ -12,6 +12,7 @@ import gradio as gr
 
 from specviz.recording import MAX_BYTES
 from specviz.ui.listening import StreamWatch
+from specviz.ui.sessions import KeepSessions
 from specviz.ui.css import CSS, HEAD
 from specviz.ui.limits import BODY_MAX_BYTES, CACHE_TTL_S, MAX_SESSIONS, UPLOAD_CLIENT_MAX_BYTES, UPLOAD_TOTAL_MAX_BYTES
 
@@ -159,7 +160,8 @@ def launch_kwargs(port: int | None = None) -> dict:
     os.environ["FORWARDED_ALLOW_IPS"] = ""  # read by uvicorn.Config when launch builds the server
 
     return dict(
-        app_kwargs={"middleware": [Middleware(Guard), Middleware(StreamWatch)]},  # StreamWatch: specviz.ui.listening
+        # StreamWatch: specviz.ui.listening; KeepSessions: specviz.ui.sessions
+        app_kwargs={"middleware": [Middleware(Guard), Middleware(StreamWatch), Middleware(KeepSessions)]},
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
@@ -169,7 +171,8 @@ def launch_kwargs(port: int | None = None) -> dict:
         max_file_size=MAX_BYTES,  # uploads are recordings; Gradio refuses larger files itself
         # Gradio keeps each session's state (its Recording: about 1.2 MB of objects for the largest
         # recording the engine writes) and its last outputs (the rendered HTML) until the session
-        # expires (SESSION_TTL_S); past this many sessions the oldest are dropped, so memory is
+        # expires (SESSION_TTL_S); past this many sessions a newcomer takes the place of an idle session
+        # that shows no run, or is answered without being kept (specviz.ui.sessions), so memory is
         # bounded by design (measured: about 5 MB of RSS per session holding a 0.8 MB recording).
         state_session_capacity=int(os.environ.get("SPECVIZ_MAX_SESSIONS", str(MAX_SESSIONS))),
     )
