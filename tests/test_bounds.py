@@ -261,3 +261,38 @@ def test_a_flood_of_fresh_sessions_and_heartbeats_leaves_a_shown_run(served):
     assert isinstance(holder, SessionStore) and len(holder.session_data) <= SESSIONS
     newcomer = Client(url, verbose=False)  # no room now: still answered
     assert "Nothing to stop" in str(newcomer.predict(api_name="/stop"))
+
+
+# ---- item 9: the device shared while others wait --------------------------------------------------------
+
+
+def _device_busy(demo) -> bool:
+    return any(e.concurrency_id == "device" for jobs in demo._queue.active_jobs if jobs for e in jobs)
+
+
+def test_a_long_run_gives_the_device_up_to_a_waiting_visitor(served, monkeypatch):
+    import threading
+
+    from specviz.ui import share
+
+    demo, url = served
+    monkeypatch.setattr(share, "SHARE_S", 1.0)  # a short share keeps the test fast; the rule is the same
+    heavy: dict = {}
+
+    def hog():
+        with client(A) as http:
+            heavy["status"], heavy["text"] = call(http, url, "run", run_data(256) [:2] + [1] + run_data(256)[3:])
+
+    thread = threading.Thread(target=hog)
+    thread.start()
+    end = time.monotonic() + CAP_S
+    while time.monotonic() < end and not _device_busy(demo):
+        time.sleep(0.05)
+    time.sleep(1.5)  # the heavy run has had its share
+    with client(B) as http:
+        status, text = call(http, url, "run", run_data(8))
+    thread.join(CAP_S)
+    assert status == 200 and "event: complete" in text, text[-300:]
+    message = error_of(heavy["text"])
+    assert "another visitor" in message and "at most 1 s" in message, message
+    assert share.used(A) > 0 and share.used(B) > 0

@@ -11,7 +11,9 @@ Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
   and one waiting engine job per address (40 /run calls with fresh session hashes once filled the
   queue for everyone);
 - a visitor with no job of that kind at work goes ahead of the waiting jobs of visitors who have one,
-  so a flood from one address delays another address by at most the one job already running.
+  then visitors who used the device least in the last minutes (``specviz.ui.share``), so a flood from
+  one address or several delays another by at most the job already running, which gives the device up
+  after its share (``specviz.ui.share.SHARE_S``) while others wait.
 
 Refusals answer like a full queue (HTTP 503 with a message naming the limit); a job with fewer
 values in ``data`` than its endpoint takes is refused at once (HTTP 400 naming the count), where
@@ -34,6 +36,7 @@ import os
 import gradio as gr
 from gradio import route_utils
 
+from specviz.ui import share
 from specviz.ui.limits import QUEUE_MAX
 
 TRUSTED_PROXIES = int(os.environ.get("SPECVIZ_TRUSTED_PROXIES", "0") or 0)
@@ -94,9 +97,10 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
         result = await push(body, request, username)
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if result[0] and events is not None and len(events.queue) > 1:
-            # Fair order: visitors with nothing of this kind at work go first (stable otherwise).
+            # Fair order: visitors with nothing of this kind at work go first, then those who used the device least
+            # lately (specviz.ui.share; stable otherwise).
             busy = _running_addresses(queue, fn.concurrency_id)
-            events.queue.sort(key=lambda e: client_address(e.request) in busy)
+            events.queue.sort(key=lambda e: (client_address(e.request) in busy, share.used(client_address(e.request))))
         return result
 
     queue.push = admitted
