@@ -296,3 +296,90 @@ def test_a_long_run_gives_the_device_up_to_a_waiting_visitor(served, monkeypatch
     message = error_of(heavy["text"])
     assert "another visitor" in message and "at most 1 s" in message, message
     assert share.used(A) > 0 and share.used(B) > 0
+
+
+# ---- item 6: disk bounded for every file the server writes -------------------------------------------------
+
+
+def _top_files(root) -> set[str]:
+    return {p.name for p in root.iterdir() if p.is_file()}
+
+
+def _settled(root) -> None:
+    from specviz.ui.disk import UPLOADS_IN_FLIGHT
+
+    end = time.monotonic() + 30
+    while time.monotonic() < end and UPLOADS_IN_FLIGHT._in_flight:
+        time.sleep(0.05)
+
+
+def test_an_upload_cut_off_or_refused_leaves_no_temporary_file(served, monkeypatch):
+    import socket
+    from urllib.parse import urlparse
+
+    from specviz.ui import server
+    from specviz.ui.disk import cache_root
+
+    url = served[1]
+    root = cache_root()
+    before = _top_files(root)
+    where = urlparse(url)
+    boundary = "b0undary"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"x.json\"\r\n"
+            "Content-Type: application/json\r\n\r\n").encode()
+    with socket.create_connection((where.hostname, where.port)) as sock:  # 7 MB declared, 300 kB sent, then hung up
+        sock.sendall(f"POST /gradio_api/upload HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: multipart/form-data; boundary={boundary}"
+                     f"\r\nContent-Length: {7 * 2**20}\r\n\r\n".encode() + head + b"x" * 300_000)
+        time.sleep(1.0)
+    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=2**20, total=64 * 2**20, window_s=600))
+    with client(B) as http:  # refused by the budget part way
+        r = http.post(f"{url}/gradio_api/upload", files={"files": ("x.json", os.urandom(3 * 2**20), "application/json")})
+    assert r.status_code == 429
+    time.sleep(0.5)
+    _settled(root)
+    assert _top_files(root) - before == set()
+
+
+def test_one_upload_holds_a_few_files_and_empty_folders_go(served, monkeypatch):
+    from specviz.ui import disk
+
+    url = served[1]
+    root = disk.cache_root()
+    stale = root / ("0" * 64)
+    stale.mkdir()
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    monkeypatch.setattr(disk, "SWEEP_EVERY_S", 0.0)
+    files = [("files", (f"f{i}.json", b"{}", "application/json")) for i in range(20)]
+    with client(A) as http:
+        r = http.post(f"{url}/gradio_api/upload", files=files)
+    assert r.status_code == 429 and "files per upload" in r.text, r.text[:200]
+    _settled(root)
+    assert not stale.exists()
+
+
+def test_the_deep_link_route_writes_nothing(served):
+    from specviz.ui.disk import cache_root
+
+    url = served[1]
+    with client(A) as http:
+        r = http.get(f"{url}/gradio_api/deep_link", params={"session_hash": uuid.uuid4().hex})
+    assert r.status_code == 404 and not (cache_root() / "deep_links").exists()
+
+
+def test_a_load_writes_no_empty_file(served, prepared, tmp_path):
+    from gradio_client import Client, handle_file
+
+    from specviz.ui.disk import cache_root
+    from specviz.ui.files import examples
+    from specviz.ui.limits import RECORDINGS
+
+    root = cache_root()
+    good = tmp_path / "good.json"
+    good.write_bytes((RECORDINGS / f"{examples()[0]}.json").read_bytes())
+    visitor = Client(served[1], verbose=False)
+    _settled(root)
+    before = _top_files(root)
+    for _ in range(2):
+        visitor.predict(handle_file(str(good)), api_name="/load_recording")
+    _settled(root)
+    assert _top_files(root) - before == set()

@@ -203,3 +203,20 @@ class CheckedSlider(_Numeric, gr.Slider):
 class CheckedNumber(_Numeric, gr.Number):
     def get_block_name(self) -> str:
         return "number"
+
+
+class CheckedFile(gr.File):
+    """One uploaded file handed to the handler as its path. Gradio's own ``gr.File`` (``type="filepath"``)
+    also writes an empty temporary file into its cache for every file it hands over, never removed
+    (one per load); this one writes nothing."""
+
+    def preprocess(self, payload):
+        if payload is None:
+            return None
+        path = getattr(payload, "path", None)
+        if not isinstance(path, str) or (self.file_types and not path.lower().endswith(tuple(t.lower() for t in self.file_types))):
+            raise mistake(f"{self.label} must be one file of type {', '.join(self.file_types or ['any'])}.", title="Bad file")
+        return path
+
+    def get_block_name(self) -> str:
+        return "file"

@@ -36,6 +36,7 @@ from gradio.utils import get_upload_folder
 
 from specviz.recording import Recording
 from specviz.ui.checks import mistake
+from specviz.ui.disk import remove_cache
 from specviz.ui.limits import SESSION_TTL_S
 from specviz.views.export import export_html
 
@@ -65,13 +66,14 @@ def folder() -> Path:
 
 
 def remove() -> None:
-    """Delete the download folder and everything in it."""
+    """Delete the download folder and everything in it, and the app's whole cache folder (``specviz.ui.disk``)."""
     if _folder is not None:
         shutil.rmtree(_folder, ignore_errors=True)
+    remove_cache()
 
 
 def remove_on_signals() -> None:
-    """On SIGTERM or SIGINT remove the folder, then let the signal do what it did before (Python
+    """On SIGTERM or SIGINT remove the folder (and the app's cache), then let the signal do what it did before (Python
     runs no exit hooks when SIGTERM kills it). Call from the main thread."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         before = signal.getsignal(sig)

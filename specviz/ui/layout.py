@@ -24,7 +24,7 @@ from specviz.ui.batch import run_batch
 from specviz.ui.downloads import session_ended
 from specviz.ui.admission import admit
 from specviz.ui.checks import (
-    CheckedCheckbox, CheckedDropdown, CheckedNumber, CheckedRadio, CheckedSlider, CheckedTextbox,
+    CheckedCheckbox, CheckedDropdown, CheckedFile, CheckedNumber, CheckedRadio, CheckedSlider, CheckedTextbox,
 )
 from specviz.ui.jobs import SLOTS, guarded, skips
 from specviz.ui.compare import run_compare
@@ -144,7 +144,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                         )
                         with gr.Row():
                             ui["download"] = gr.DownloadButton("Download this run (JSON)", interactive=False, elem_id="sv-download")
-                            ui["upload"] = gr.File(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
+                            ui["upload"] = CheckedFile(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
                         with gr.Row(equal_height=True):
                             ui["example"] = CheckedDropdown(examples(), value=(examples() or [None])[0], label="Prepared recordings (each names its pair)", scale=3)
                             ui["example_button"] = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)

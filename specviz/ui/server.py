@@ -8,12 +8,14 @@ import threading
 import time
 from collections import deque
 
+import anyio
 import gradio as gr
 
 from specviz.recording import MAX_BYTES
 from specviz.ui.listening import StreamWatch
 from specviz.ui.sessions import KeepSessions
 from specviz.ui.css import CSS, HEAD
+from specviz.ui.disk import UPLOADS_IN_FLIGHT
 from specviz.ui.limits import BODY_MAX_BYTES, CACHE_TTL_S, MAX_SESSIONS, UPLOAD_CLIENT_MAX_BYTES, UPLOAD_TOTAL_MAX_BYTES
 
 # Content-Security-Policy on every response: the page may load and connect only to its own
@@ -27,6 +29,8 @@ CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; sty
        "object-src 'none'; base-uri 'self'; form-action 'self'")
 HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer")]
 UPLOAD_PATH = "/gradio_api/upload"  # file uploads: bounded by Gradio's max_file_size instead
+DEEP_LINK_PATH = "/gradio_api/deep_link"  # refused: the page offers no deep links
+UPLOAD_FILES_MAX = 4  # files in one upload request (the page sends one recording)
 
 
 class UploadBudget:
@@ -70,8 +74,8 @@ UPLOADS = UploadBudget()
 
 
 class Guard:
-    """ASGI middleware: the security headers on every HTTP response, a cap on request bodies, and
-    the upload budget.
+    """ASGI middleware: the security headers on every HTTP response, a cap on request bodies, the
+    upload budget and file count, and no deep-link route.
 
     A body longer than BODY_MAX_BYTES (declared, or counted as it arrives) is answered with 413
     before the app reads it, except on the upload route, where Gradio's ``max_file_size`` applies
@@ -84,6 +88,8 @@ class Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
+        if path.rstrip("/").endswith(DEEP_LINK_PATH):  # the page offers no deep links: Gradio's route writes a file per call
+            return await _refused(send, 404, "Not found.")
         capped = not path.endswith(UPLOAD_PATH)
         if capped:
             declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -100,26 +106,7 @@ class Guard:
             await send(message)
 
         if not capped:
-            from starlette.requests import Request
-
-            from specviz.ui.admission import client_address
-
-            address = client_address(Request(scope))
-
-            async def budgeted():
-                nonlocal refused
-                if refused:
-                    return {"type": "http.disconnect"}
-                message = await receive()
-                if message["type"] == "http.request":
-                    over = UPLOADS.take(address, len(message.get("body", b"")))
-                    if over:
-                        refused = True
-                        await _refused(send, 429, f"Upload refused: {over}.")
-                        return {"type": "http.disconnect"}
-                return message
-
-            return await self.app(scope, budgeted, with_headers)
+            return await self._upload(scope, receive, send, with_headers)
         seen = 0
 
         async def counted():
@@ -136,6 +123,57 @@ class Guard:
             return message
 
         return await self.app(scope, counted, with_headers)
+
+
+    async def _upload(self, scope, receive, send, with_headers):
+        """The upload route: the budget (``UPLOADS``) and at most UPLOAD_FILES_MAX files per request,
+        counted as the bytes arrive; the uploads in flight counted for ``specviz.ui.disk``'s sweep."""
+        from starlette.requests import Request
+
+        from specviz.ui.admission import client_address
+
+        address = client_address(Request(scope))
+        marker = b"--" + _boundary(scope)
+        tail, delimiters, refused = b"", 0, False
+
+        async def budgeted():
+            nonlocal refused, tail, delimiters
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                body = message.get("body", b"")
+                over = UPLOADS.take(address, len(body))
+                if marker != b"--":  # delimiters seen so far: one per file and one to close
+                    delimiters += (tail + body).count(marker)
+                    tail = (tail + body)[-(len(marker) - 1):]
+                    if delimiters > UPLOAD_FILES_MAX + 1:
+                        over = f"at most {UPLOAD_FILES_MAX} files per upload"
+                if over:
+                    refused = True
+                    await _refused(send, 429, f"Upload refused: {over}.")
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def answered(message):
+            if not refused:
+                await with_headers(message)
+
+        UPLOADS_IN_FLIGHT.begin()
+        try:
+            return await self.app(scope, budgeted, answered)
+        finally:
+            await anyio.to_thread.run_sync(UPLOADS_IN_FLIGHT.end)
+
+
+def _boundary(scope) -> bytes:
+    """The multipart boundary a request's content-type names (b"" if none)."""
+    content_type = dict(scope.get("headers") or []).get(b"content-type", b"")
+    for part in content_type.split(b";"):
+        key, _, value = part.strip().partition(b"=")
+        if key.lower() == b"boundary":
+            return value.strip(b'"')
+    return b""
 
 
 async def _too_large(send, limit: int) -> None:
