@@ -167,11 +167,11 @@ def test_exports_and_copies_are_bounded_in_count_and_bytes(app, client, tmp_path
 
     demo, url = app
     client.predict(examples()[0], api_name="/load_prepared")
-    for _ in range(downloads.KEEP_EXPORTS + 4):
+    for _ in range(downloads.KEEP_PER_SESSION + 4):
         path = client.predict(api_name="/export")
         assert path.endswith(".html")
-    html = list(downloads.folder().glob("*.html"))
-    assert len(html) <= downloads.KEEP_EXPORTS
+    html = list(downloads.folder().glob("*/*.html"))
+    assert len(html) <= downloads.KEEP_PER_SESSION
     assert sum(p.stat().st_size for p in downloads.folder().iterdir()) <= downloads.TOTAL_MAX_BYTES
     # A loaded upload is offered for download as it is: no copy is written.
     before = set(downloads.folder().glob("*.json"))
@@ -212,12 +212,17 @@ def test_the_download_folder_is_removed_on_sigterm(tmp_path):
         assert wait_until(lambda: _up(f"http://127.0.0.1:{port}"), 180)
         from specviz.ui.files import examples
 
-        Client(f"http://127.0.0.1:{port}", verbose=False).predict(examples()[0], api_name="/load_prepared")
+        from specviz.ui.limits import RECORDINGS
+
+        visitor = Client(f"http://127.0.0.1:{port}", verbose=False)
+        visitor.predict(examples()[0], api_name="/load_prepared")
+        visitor.predict(handle_file(str(RECORDINGS / f"{examples()[0]}.json")), api_name="/load_recording")  # an upload too
         folders = list(tmp_path.glob("specviz-*"))
         assert folders and any(folders[0].iterdir())
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         assert not any(f.exists() for f in folders)
+        assert not any(tmp_path.rglob("*.json")), list(tmp_path.rglob("*"))  # uploads and downloads alike
     finally:
         proc.kill()
 

@@ -11,15 +11,22 @@ Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
   and one waiting engine job per address (40 /run calls with fresh session hashes once filled the
   queue for everyone);
 - a visitor with no job of that kind at work goes ahead of the waiting jobs of visitors who have one,
-  so a flood from one address delays another address by at most the one job already running.
+  then visitors who used the device least in the last minutes (``specviz.ui.share``), so a flood from
+  one address or several delays another by at most the job already running, which gives the device up
+  after its share (``specviz.ui.share.SHARE_S``) while others wait.
 
-Refusals answer like a full queue (HTTP 503 with a message naming the limit).
+Refusals answer like a full queue (HTTP 503 with a message naming the limit); a job with fewer
+values in ``data`` than its endpoint takes is refused at once (HTTP 400 naming the count), where
+Gradio would queue it and fail it with ``error: null``.
 
 ``client_address`` is the TCP peer's address. Behind a proxy (a Space) every request comes from the
 proxy: set ``SPECVIZ_TRUSTED_PROXIES`` to the number of proxies in front of the app that each append
 the address they saw to ``X-Forwarded-For`` (1 on a Hugging Face Space), and the visitor's address is
-read from that header, counting that many entries from its right end (entries to the left of them are
-the client's own words, never trusted). Unset or 0, the header is ignored.
+read from that header, counting that many entries from its right end over every line of the header
+joined in order (RFC 9110 section 5.3: repeated lines are one comma-separated list; entries to the left
+of them are the client's own words, never trusted). Unset or 0, the header is ignored, from loopback
+too: ``specviz.ui.server.launch_kwargs`` turns off uvicorn's own reading of it (which trusts 127.0.0.1 by
+default and rewrites the peer before any middleware sees it).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import os
 import gradio as gr
 from gradio import route_utils
 
+from specviz.ui import share
 from specviz.ui.limits import QUEUE_MAX
 
 TRUSTED_PROXIES = int(os.environ.get("SPECVIZ_TRUSTED_PROXIES", "0") or 0)
@@ -41,7 +49,9 @@ def client_address(request, trusted_proxies: int | None = None) -> str:
         return ""
     if hops > 0:
         headers = getattr(request, "headers", None) or {}
-        forwarded = [a.strip() for a in (headers.get("x-forwarded-for") or "").split(",") if a.strip()]
+        getlist = getattr(headers, "getlist", None)  # starlette's Headers: every line; a plain dict holds one
+        lines = getlist("x-forwarded-for") if callable(getlist) else [headers.get("x-forwarded-for") or ""]
+        forwarded = [a.strip() for line in lines for a in line.split(",") if a.strip()]
         if len(forwarded) >= hops:
             return forwarded[-hops]
     client = getattr(request, "client", None)
@@ -69,6 +79,10 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
             fn = route_utils.get_fn(demo, None, body)
         except Exception:  # noqa: BLE001 - an unknown event: Gradio's own push answers it
             return await push(body, request, username)
+        if not isinstance(body.data, list) or len(body.data) < len(fn.inputs):
+            # Gradio would take the job and fail it with a bare "error: null"
+            return False, (f"This endpoint takes {len(fn.inputs)} values in \"data\" (its controls, in the order /info lists); "
+                           f"got {len(body.data) if isinstance(body.data, list) else 0}."), "error"
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         address = client_address(request)
         if events is not None:
@@ -83,9 +97,10 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
         result = await push(body, request, username)
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if result[0] and events is not None and len(events.queue) > 1:
-            # Fair order: visitors with nothing of this kind at work go first (stable otherwise).
+            # Fair order: visitors with nothing of this kind at work go first, then those who used the device least
+            # lately (specviz.ui.share; stable otherwise).
             busy = _running_addresses(queue, fn.concurrency_id)
-            events.queue.sort(key=lambda e: client_address(e.request) in busy)
+            events.queue.sort(key=lambda e: (client_address(e.request) in busy, share.used(client_address(e.request))))
         return result
 
     queue.push = admitted

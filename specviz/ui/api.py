@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import gradio as gr
 
 from specviz.pair import default_pair
-from specviz.ui import listening, state
+from specviz.ui import listening, share, state
+from specviz.ui.admission import client_address
 from specviz.ui.checks import mistake
 from specviz.ui.device import run_on_device
 from specviz.ui.pairs import ensure_pair
@@ -37,7 +40,9 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
     and predicted_tokens_per_round, and its prediction is the tree's), "status", and "trace" and "baseline"
     (every round, as ``specviz.Trace.to_dict``; ``Trace.from_dict`` reads them back).
     Errors come back as messages naming the control and its allowed range. The default pair is the
-    page's (``default_pair()``), so a default call never switches the pair the page runs.
+    page's (``default_pair()``), so a default call never switches the pair the page runs. A run that has
+    held the device ``specviz.ui.share.SHARE_S`` seconds while another visitor waits stops with a message
+    saying so (``specviz.ui.share``).
     """
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, "", "",
                              drafter_kind, gamma_schedule, repetition_penalty, tree)  # every field checked before any load
@@ -45,8 +50,14 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
         raise mistake(GONE, title="Stopped")
     ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None)
     final = None
-    for final in run_on_device(req):
-        if final[0] != "done" and state.client_gone(request):
-            raise mistake(GONE, title="Stopped")
+    started = time.monotonic()
+    try:
+        for final in run_on_device(req):
+            if final[0] != "done" and state.client_gone(request):
+                raise mistake(GONE, title="Stopped")
+            if final[0] != "done" and share.must_yield(request, started):
+                raise mistake(share.yielded_note(time.monotonic() - started), title="Device shared")
+    finally:
+        share.charge(client_address(request), time.monotonic() - started)
     _, spec, baseline, _title, done = final
     return {"summary": summary(spec, baseline), "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}

@@ -22,6 +22,7 @@ from specviz.ui.limits import (
     MAX_NEW_TOKENS_RANGE,
     PENALTY_RANGE,
     PROMPT_CHARS_MAX,
+    PROMPT_TOKENS_MAX,
     SEED_MAX,
     TEMPERATURE_MIN,
     TEMPERATURE_RANGE,
@@ -30,6 +31,15 @@ from specviz.ui.limits import (
 
 log = logging.getLogger("specviz")
 
+MESSAGE_MAX_CHARS = 600  # a message's length at most: whatever part of it came from a value sent is an excerpt, never the value
+EXCERPT_CHARS = 60  # what of a value sent a message may quote at most
+
+
+def excerpt(text, n: int = EXCERPT_CHARS) -> str:
+    """``text`` (any value, as str) cut to ``n`` characters, with "…" where it was cut."""
+    text = str(text)
+    return text if len(text) <= n else text[: n - 1] + "…"
+
 
 def mistake(message: str, title: str) -> gr.Error:
     """A visitor's mistake (a bad setting, a file that is not a recording): the visitor gets the
@@ -37,7 +47,10 @@ def mistake(message: str, title: str) -> gr.Error:
 
     Gradio's error toast renders its message as HTML: the message is escaped here, so whatever part of
     it came from a visitor (a model id, a field's name in a recording) shows as text, never as markup.
-    Messages name the field and its allowed range; they do not repeat the value sent."""
+    Messages name the field and its allowed range; they do not repeat the value sent. One that quotes a
+    lower layer's message (a pair that could not load, a file's field) is cut to MESSAGE_MAX_CHARS, so a
+    100,000-character value sent comes back as an excerpt at most."""
+    message, title = excerpt(message, MESSAGE_MAX_CHARS), excerpt(title, EXCERPT_CHARS)
     log.info("%s: %s", title, message[:200])
     return gr.Error(html.escape(message, quote=False), title=html.escape(title, quote=False), print_exception=False)
 
@@ -65,7 +78,8 @@ def check_controls(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens
     if not prompt.strip():
         raise mistake("The prompt is empty: type some text (or pick an example) to continue.", title="Empty prompt")
     if len(prompt) > PROMPT_CHARS_MAX:
-        raise mistake(f"The prompt has {len(prompt)} characters; the limit is {PROMPT_CHARS_MAX}.", title="Prompt too long")
+        raise mistake(f"The prompt has {len(prompt)} characters; the limit is {PROMPT_CHARS_MAX} characters (and {PROMPT_TOKENS_MAX} tokens).",
+                      title="Prompt too long")
     if not text_ok(prompt):
         raise mistake("The prompt holds characters that are not valid text (a lone surrogate): retype or paste it again.", title="Bad prompt")
     checks = [
@@ -189,3 +203,20 @@ class CheckedSlider(_Numeric, gr.Slider):
 class CheckedNumber(_Numeric, gr.Number):
     def get_block_name(self) -> str:
         return "number"
+
+
+class CheckedFile(gr.File):
+    """One uploaded file handed to the handler as its path. Gradio's own ``gr.File`` (``type="filepath"``)
+    also writes an empty temporary file into its cache for every file it hands over, never removed
+    (one per load); this one writes nothing."""
+
+    def preprocess(self, payload):
+        if payload is None:
+            return None
+        path = getattr(payload, "path", None)
+        if not isinstance(path, str) or (self.file_types and not path.lower().endswith(tuple(t.lower() for t in self.file_types))):
+            raise mistake(f"{self.label} must be one file of type {', '.join(self.file_types or ['any'])}.", title="Bad file")
+        return path
+
+    def get_block_name(self) -> str:
+        return "file"

@@ -6,7 +6,11 @@ Each visitor's files live in a folder of that session, named by a random token
 path is shared between sessions or sequential, so no visitor can derive another's file (a shared
 counter and a timestamp once let a visitor fetch another's recording in a few guesses). The
 session's folder is removed when the session ends (``forget_session``, on the page's unload) and is
-capped at KEEP_PER_SESSION files of each kind; the whole folder is capped in count and bytes.
+capped at KEEP_PER_SESSION files of each kind. Retention is per session: a write prunes only its own
+session's folder, never another's (a global keep-newest-16 once let 16 prepared loads from one
+visitor turn another's download into a 403). The whole folder is bounded in bytes by refusal: a
+write that would take it past TOTAL_MAX_BYTES is removed again and refused with a message, and a
+folder untouched for SESSION_TTL_S (its session expired) or left empty goes at the next write.
 
 The folder lies inside Gradio's cache, so Gradio serves the files from where they are instead of
 copying each into its cache (a second copy on disk). A loaded recording needs no copy at all: its
@@ -24,6 +28,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -31,10 +36,11 @@ from gradio.utils import get_upload_folder
 
 from specviz.recording import Recording
 from specviz.ui.checks import mistake
+from specviz.ui.disk import remove_cache
+from specviz.ui.limits import SESSION_TTL_S
 from specviz.views.export import export_bytes, export_html, export_units
 
-KEEP_DOWNLOADS = 16  # JSON copies kept in all (newest first)
-KEEP_EXPORTS = 8  # HTML exports kept in all
+EMPTY_GRACE_S = 60  # an empty session folder is left this long (its first file may be on its way)
 KEEP_PER_SESSION = 2  # of each kind, per session: the shown run's and the one before
 TOTAL_MAX_BYTES = int(float(os.environ.get("SPECVIZ_DOWNLOADS_MB", "256")) * 1024 * 1024)  # the whole folder
 # An export renders each round, draft and tree node (specviz.views.export.export_units). The page's
@@ -61,13 +67,14 @@ def folder() -> Path:
 
 
 def remove() -> None:
-    """Delete the download folder and everything in it."""
+    """Delete the download folder and everything in it, and the app's whole cache folder (``specviz.ui.disk``)."""
     if _folder is not None:
         shutil.rmtree(_folder, ignore_errors=True)
+    remove_cache()
 
 
 def remove_on_signals() -> None:
-    """On SIGTERM or SIGINT remove the folder, then let the signal do what it did before (Python
+    """On SIGTERM or SIGINT remove the folder (and the app's cache), then let the signal do what it did before (Python
     runs no exit hooks when SIGTERM kills it). Call from the main thread."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         before = signal.getsignal(sig)
@@ -117,44 +124,63 @@ def _name(session: str | None, suffix: str) -> Path:
     return session_folder(session) / f"specviz-run-{secrets.token_urlsafe(16)}{suffix}"
 
 
-def prune() -> None:
-    """Keep KEEP_PER_SESSION files of each kind per session folder, the newest KEEP_DOWNLOADS JSON copies
-    and KEEP_EXPORTS exports in all, and the whole folder under TOTAL_MAX_BYTES, removing the oldest files
-    first; folders left empty that belong to no live session go too."""
+def _files(sub: Path) -> list[tuple[float, int, Path]]:
+    """(mtime, bytes, path) of each file in ``sub``, newest first."""
     files = []
+    for p in sub.iterdir():
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        files.append((st.st_mtime, st.st_size, p))
+    return sorted(files, reverse=True)
+
+
+def prune(written: Path) -> None:
+    """After ``written`` was written: keep the newest KEEP_PER_SESSION files of each kind in its own
+    folder (no other session's), remove other folders left empty for a minute or untouched for
+    SESSION_TTL_S (their session has expired), and if the whole folder is then over TOTAL_MAX_BYTES,
+    remove ``written`` again.
+
+    Raises:
+        gr.Error: the download space is full (``written`` was removed).
+    """
+    per: dict[str, int] = {}
+    for _, _, p in _files(written.parent):
+        per[p.suffix] = per.get(p.suffix, 0) + 1
+        if per[p.suffix] > KEEP_PER_SESSION:
+            p.unlink(missing_ok=True)
+    now, total = time.time(), 0
     for sub in folder().iterdir():
         if not sub.is_dir():
             continue
-        for p in sub.iterdir():
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            files.append((st.st_mtime, st.st_size, p))
-    files.sort(reverse=True)  # newest first
-    kept = {".json": 0, ".html": 0}
-    per: dict[tuple[Path, str], int] = {}
-    total = 0
-    for _, size, p in files:
-        kept[p.suffix] = kept.get(p.suffix, 0) + 1
-        per[(p.parent, p.suffix)] = per.get((p.parent, p.suffix), 0) + 1
-        total += size
-        over = kept[p.suffix] > (KEEP_EXPORTS if p.suffix == ".html" else KEEP_DOWNLOADS) or per[(p.parent, p.suffix)] > KEEP_PER_SESSION
-        if over or total > TOTAL_MAX_BYTES:
-            p.unlink(missing_ok=True)
-            total -= size
-    with _lock:
-        live = set(_sessions.values())
-    for sub in folder().iterdir():
-        if sub.is_dir() and sub not in live and not any(sub.iterdir()):
-            sub.rmdir()
+        files = _files(sub)
+        try:
+            age = now - max([sub.stat().st_mtime] + [mtime for mtime, _, _ in files])
+        except OSError:
+            continue
+        if sub != written.parent and (age > SESSION_TTL_S or (not files and age > EMPTY_GRACE_S)):
+            shutil.rmtree(sub, ignore_errors=True)
+            with _lock:
+                for key in [k for k, v in _sessions.items() if v == sub]:
+                    del _sessions[key]
+            continue
+        total += sum(size for _, size, _ in files)
+    if total > TOTAL_MAX_BYTES:
+        written.unlink(missing_ok=True)
+        raise mistake(f"The server's download space is full ({TOTAL_MAX_BYTES // (1024 * 1024)} MB for everyone's files): "
+                      "try again in a few minutes.", title="Busy")
 
 
 def save_for_download(rec: Recording, session: str | None = None) -> str:
-    """Write ``rec`` as JSON for the download button, in ``session``'s folder; returns its path."""
+    """Write ``rec`` as JSON for the download button, in ``session``'s folder; returns its path.
+
+    Raises:
+        gr.Error: the download space is full (``prune``).
+    """
     path = _name(session, ".json")
     rec.save(path)
-    prune()
+    prune(path)
     return str(path)
 
 
@@ -166,7 +192,7 @@ def save_export(rec: Recording, session: str | None = None) -> str:
 
     Raises:
         gr.Error: the run has more than EXPORT_MAX_UNITS rounds, drafts and tree nodes, or its page
-            would be (or, built, is) larger than EXPORT_MAX_BYTES.
+            would be (or, built, is) larger than EXPORT_MAX_BYTES, or the download space is full (``prune``).
     """
     units = export_units(rec)
     if units > EXPORT_MAX_UNITS:
@@ -181,5 +207,5 @@ def save_export(rec: Recording, session: str | None = None) -> str:
         raise mistake(f"This run's page would be over {mb} MB: download its JSON instead.", title="Too large to export")
     path = _name(session, ".html")
     path.write_text(page, encoding="utf-8")
-    prune()
+    prune(path)
     return str(path)

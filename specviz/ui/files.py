@@ -46,16 +46,16 @@ def load_failed_note() -> str:
     return "Not loaded: the file was refused (its message is in the corner). The page still shows what it showed before."
 
 
-def load_recording(path, copy: bool = False) -> dict:
+def load_recording(path, copy: bool = False, session: str | None = None) -> dict:
     """Show a saved recording without any model. Its download is the uploaded file itself (it lies in
-    Gradio's upload folder already); ``copy`` writes a copy to the download folder instead (a prepared
-    recording, which lies in the package)."""
+    Gradio's upload folder already); ``copy`` writes a copy to ``session``'s download folder instead (a
+    prepared recording, which lies in the package)."""
     if not isinstance(path, str) or not path:
         raise mistake("Choose a recording first.", title="No file")
     try:
         with background_step():  # parsing and drawing the largest recording is seconds of Python
             rec = Recording.load(path)
-            return _shown(rec, path, copy)
+            return _shown(rec, path, copy, session)
     except (ValueError, OSError) as err:
         raise mistake(f"This file cannot be replayed: {err}", title="Not a specviz recording") from err
     finally:
@@ -74,16 +74,16 @@ def replaying(rec: Recording, more: str = "") -> str:
     return f"Replaying a recording{': ' + plain_title(rec.title) if rec.title else ''}. No model was run.{more}{why}"
 
 
-def _shown(rec: Recording, path: str, copy: bool) -> dict:
-    """Every output of a loaded recording; its download is ``path`` itself, or a copy."""
-    return everything(rec, replaying(rec), save_for_download(rec) if copy else path)
+def _shown(rec: Recording, path: str, copy: bool, session: str | None) -> dict:
+    """Every output of a loaded recording; its download is ``path`` itself, or a copy in ``session``'s folder."""
+    return everything(rec, replaying(rec), save_for_download(rec, session) if copy else path)
 
 
-def load_example(name) -> dict:
-    """Load one of the recordings shipped in assets/recordings."""
+def load_example(name, request: gr.Request = None) -> dict:
+    """Load one of the recordings shipped in assets/recordings; its download copy goes in the visitor's session folder."""
     if not isinstance(name, str) or name not in examples():
         raise mistake("Pick a prepared recording from the menu.", title="Unknown recording")
-    return load_recording(str(RECORDINGS / f"{name}.json"), copy=True)
+    return load_recording(str(RECORDINGS / f"{name}.json"), copy=True, session=getattr(request, "session_hash", None))
 
 
 def examples() -> list[str]:

@@ -9,7 +9,8 @@ import gradio as gr
 from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
 from specviz.recording import Recording
-from specviz.ui import state
+from specviz.ui import share, state
+from specviz.ui.admission import client_address
 from specviz.ui.device import run_on_device
 from specviz.ui.downloads import save_for_download
 from specviz.ui.limits import STOP_WAIT_S
@@ -29,7 +30,8 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
 
     Yields dicts keyed by ``specviz.ui.outputs.RUN_OUTPUTS``; while streaming, the outputs that do
     not change are left out. A run stops at RUN_SECONDS_MAX; the Stop button stops it between rounds
-    (``stop``), and its last outputs say so.
+    (``stop``), and its last outputs say so; so does a run that has held the device its share while
+    another visitor waits (``specviz.ui.share``).
     """
     session = state.session_of(request)
     state.following[session] = True
@@ -44,15 +46,22 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 state.stopped[session] = stopped_outputs(None)
                 yield state.stopped[session]
                 return
-            for event in run_on_device(req):
-                if event[0] != "done" and state.client_gone(request):
-                    return  # nobody listens: stop within a round, the device goes to the next visitor
-                if event[0] != "done" and state.should_stop(session):
-                    # The Stop button: end here, between rounds, and show the rounds done (a finished run shows as done).
-                    state.stopped[session] = stopped_outputs(Recording(event[1], title=event[2]))
-                    yield state.stopped[session]
-                    return
-                yield from _shown(event, req, session)
+            started = time.monotonic()
+            try:
+                for event in run_on_device(req):
+                    if event[0] != "done" and state.client_gone(request):
+                        return  # nobody listens: stop within a round, the device goes to the next visitor
+                    if event[0] != "done" and state.should_stop(session):
+                        # The Stop button: end here, between rounds, and show the rounds done (a finished run shows as done).
+                        state.stopped[session] = stopped_outputs(Recording(event[1], title=event[2]))
+                        yield state.stopped[session]
+                        return
+                    if event[0] != "done" and share.must_yield(request, started):
+                        yield stopped_outputs(Recording(event[1], title=event[2]), share.yielded_note(time.monotonic() - started))
+                        return
+                    yield from _shown(event, req, session)
+            finally:
+                share.charge(client_address(request), time.monotonic() - started)
     finally:
         state.following.pop(session, None)
         # A long-lived server gives each run's memory back: collect, then trim (measured: a trim
@@ -87,14 +96,16 @@ def _shown(event: tuple, req: RunRequest, session: str | None):
         yield final
 
 
-def stopped_outputs(rec: Recording | None) -> dict:
-    """What a run stopped by the Stop button shows: the rounds done (stats, charts, replay from
-    round 1) and a status saying it was stopped; the speedup needs the baseline, which it did not finish."""
+def stopped_outputs(rec: Recording | None, why: str | None = None) -> dict:
+    """What a run stopped by the Stop button (or giving the device up, ``why``) shows: the rounds done
+    (stats, charts, replay from round 1) and a status saying it was stopped; the speedup needs the
+    baseline, which it did not finish."""
     if rec is None or not rec.speculative.rounds:
-        return dict(status="Stopped by you before the first round.")
+        return dict(status=why or "Stopped by you before the first round.")
     spec = rec.speculative
-    status = (f"Stopped by you after {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds: the stats, charts and replay "
-              "show those rounds; the speedup needs a finished baseline, so it is left out.")
+    done = f"{len(spec.output_ids)} tokens in {len(spec.rounds)} rounds"
+    head = f"{why} It had {done}" if why else f"Stopped by you after {done}"
+    status = f"{head}: the stats, charts and replay show those rounds; the speedup needs a finished baseline, so it is left out."
     return everything(Recording(spec, None, rec.sweep, rec.title, rec.prompt, rec.chat), status, None)
 
 

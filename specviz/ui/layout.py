@@ -24,7 +24,7 @@ from specviz.ui.batch import run_batch
 from specviz.ui.downloads import session_ended
 from specviz.ui.admission import admit
 from specviz.ui.checks import (
-    CheckedCheckbox, CheckedDropdown, CheckedNumber, CheckedRadio, CheckedSlider, CheckedTextbox,
+    CheckedCheckbox, CheckedDropdown, CheckedFile, CheckedNumber, CheckedRadio, CheckedSlider, CheckedTextbox,
 )
 from specviz.ui.jobs import SLOTS, guarded, skips
 from specviz.ui.compare import run_compare
@@ -158,7 +158,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                         )
                         with gr.Row():
                             ui["download"] = gr.DownloadButton("Download this run (JSON)", interactive=False, elem_id="sv-download")
-                            ui["upload"] = gr.File(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
+                            ui["upload"] = CheckedFile(label="Load a recording (.json)", file_types=[".json"], type="filepath", elem_id="sv-upload")
                         with gr.Row(equal_height=True):
                             ui["example"] = CheckedDropdown(examples(), value=(examples() or [None])[0], label="Prepared recordings (each names its pair)", scale=3)
                             ui["example_button"] = gr.Button("Load prepared recording", elem_id="sv-example-button", scale=1)
@@ -233,7 +233,9 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     ui["seed"] = CheckedNumber(value=DEFAULTS["seed"], minimum=0, maximum=SEED_MAX, precision=0, label="seed")
         _wire(ui)
         demo.unload(session_ended)  # a visitor's files go when the session ends
-    demo.queue(max_size=max_queue, default_concurrency_limit=1)
+    # api_open=False: every event goes through the queue and its admission rules (specviz.ui.admission);
+    # Gradio's default off a Space serves POST /gradio_api/run/<api> at once, outside every limit.
+    demo.queue(max_size=max_queue, default_concurrency_limit=1, api_open=False)
     admit(demo)
     return demo
 

@@ -20,7 +20,10 @@ from specviz.trace import MAX_GAMMA  # noqa: F401
 MAX_NEW_TOKENS_RANGE = (1, 256)
 LOAD_CONCURRENCY = 1  # recordings loaded at once: a load of the largest is seconds of pure Python holding the GIL (measured: 2 at once took an 8-token generate from 2 s to 25 s)
 TEMPERATURE_MIN = MIN_TEMPERATURE  # one constant with the engine's (specviz.engine.sampling)
-PROMPT_CHARS_MAX = 2000
+PROMPT_CHARS_MAX = 2000  # a cheap bound checked before tokenizing
+# The prompt's real limit, in the pair's tokens (chat template included): a prefill's cost grows with tokens,
+# not characters (500 emoji are 1,530 SmolLM2 tokens, 2,000 on the embedded pair's byte-level tokenizer).
+PROMPT_TOKENS_MAX = int(os.environ.get("SPECVIZ_PROMPT_TOKENS", "512"))
 SWEEP_GAMMAS = tuple(range(1, 9))
 BATCH_MAX = 8  # rows the Batch tab decodes together at most
 LAB_RUNS_MAX = 5000  # samples one lab run draws at most
@@ -115,7 +118,7 @@ is the target itself with 8-bit weights: it agrees often but costs most of a tar
 def caps(max_queue: int) -> str:
     """The limits line under the controls."""
     return (
-        f"<small>Limits here: prompt up to {PROMPT_CHARS_MAX} characters · gamma {GAMMA_RANGE[0]}–{GAMMA_RANGE[1]} · "
+        f"<small>Limits here: prompt up to {PROMPT_TOKENS_MAX} tokens ({PROMPT_CHARS_MAX} characters) · gamma {GAMMA_RANGE[0]}–{GAMMA_RANGE[1]} · "
         f"up to {MAX_NEW_TOKENS_RANGE[1]} new tokens · {RUN_SECONDS_MAX:.0f} s per run (and as long again for the baseline) · "
         f"{SWEEP_SECONDS_MAX:.0f} s per sweep · {CONCURRENCY} run at a time, up to {max_queue} waiting.</small>"
     )

@@ -10,7 +10,8 @@ import torch
 
 from specviz.pair import Pair, PairError, encode_prompt, free_memory, load_pair, loaded_pair
 from specviz.pair.download import in_background
-from specviz.ui.checks import mistake
+from specviz.ui.checks import excerpt, mistake
+from specviz.ui.limits import PROMPT_TOKENS_MAX
 
 log = logging.getLogger("specviz")
 
@@ -53,11 +54,20 @@ def resident(pair_name, custom_drafter, custom_target) -> Pair:
 
 
 def encode(pair: Pair, prompt: str, chat: bool) -> list[int]:
-    """The prompt's token ids, through the chat template when asked and the pair is instruct."""
+    """The prompt's token ids, through the chat template when asked and the pair is instruct.
+
+    Raises:
+        gr.Error: the pair has no chat template, or the prompt is over PROMPT_TOKENS_MAX tokens
+            (counted with the template), the limit that bounds a prefill's work.
+    """
     try:
-        return encode_prompt(pair, prompt, bool(chat) and pair.instruct)
+        ids = encode_prompt(pair, prompt, bool(chat) and pair.instruct)
     except PairError as err:
         raise mistake(str(err), title="Cannot use the chat template") from err
+    if len(ids) > PROMPT_TOKENS_MAX:
+        raise mistake(f"The prompt is {len(ids)} tokens for this pair's tokenizer (chat template included); the limit is "
+                      f"{PROMPT_TOKENS_MAX} tokens. Shorten it: emoji and rare characters take several tokens each.", title="Prompt too long")
+    return ids
 
 
 def failure(err: Exception, pair: Pair | None = None) -> gr.Error:
@@ -72,4 +82,5 @@ def failure(err: Exception, pair: Pair | None = None) -> gr.Error:
         return mistake("Out of memory: ask for fewer tokens, a shorter prompt or a smaller pair. The app is still running.", title="Out of memory")
     # the app must keep serving; the visitor gets what failed, the log gets the traceback
     log.exception("generation failed")
-    return gr.Error(f"Generation failed ({type(err).__name__}: {err}). The app is still running: try again or change the settings.", title="Generation failed")
+    return gr.Error(f"Generation failed ({type(err).__name__}: {excerpt(err, 200)}). The app is still running: try again or change the settings.",
+                    title="Generation failed")

@@ -15,11 +15,14 @@ from specviz.ui.checks import check_controls, check_drafting, mistake
 
 # The fields that are text, and how each is named in a message.
 _TEXT_FIELDS = {"pair_name": "pair", "custom_drafter": "custom drafter", "custom_target": "custom target", "tree": "token tree"}
+# Their length at most: a hub id is at most 96 characters ("owner/name"), the menus' choices shorter.
+TEXT_FIELD_MAX_CHARS = 200
 
 
 def check_types(**fields) -> None:
     """Refuse a field of the wrong type (a list or a dict where text is expected, anything but true or
-    false for chat) with a message naming the field, never repeating the value sent.
+    false for chat) or text longer than TEXT_FIELD_MAX_CHARS, with a message naming the field, never
+    repeating the value sent.
 
     Raises:
         gr.Error: the first field of the wrong type.
@@ -31,6 +34,10 @@ def check_types(**fields) -> None:
         elif key in _TEXT_FIELDS and not (isinstance(value, str) or (value is None and key.startswith("custom_"))):
             name = _TEXT_FIELDS[key]
             raise mistake(f"{name} must be text (one of the page's choices).", title=f"Invalid {name}")
+        elif key in _TEXT_FIELDS and value is not None and len(value) > TEXT_FIELD_MAX_CHARS:
+            name = _TEXT_FIELDS[key]
+            raise mistake(f"{name} must be at most {TEXT_FIELD_MAX_CHARS} characters (one of the page's choices, or a hub id).",
+                          title=f"Invalid {name}")
 
 
 @dataclass(frozen=True)

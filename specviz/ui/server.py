@@ -9,11 +9,14 @@ import threading
 import time
 from collections import deque
 
+import anyio
 import gradio as gr
 
 from specviz.recording import MAX_BYTES
 from specviz.ui.listening import StreamWatch
+from specviz.ui.sessions import KeepSessions
 from specviz.ui.css import CSS, HEAD
+from specviz.ui.disk import UPLOADS_IN_FLIGHT
 from specviz.ui.limits import (BODY_MAX_BYTES, CACHE_TTL_S, LOG_CLIENT_MAX_LINES, LOG_TOTAL_MAX_LINES, LOG_WINDOW_S, MAX_SESSIONS,
                                UPLOAD_CLIENT_MAX_BYTES, UPLOAD_TOTAL_MAX_BYTES)
 
@@ -30,6 +33,8 @@ CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; sty
        "object-src 'none'; base-uri 'self'; form-action 'self'")
 HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer")]
 UPLOAD_PATH = "/gradio_api/upload"  # file uploads: bounded by Gradio's max_file_size instead
+DEEP_LINK_PATH = "/gradio_api/deep_link"  # refused: the page offers no deep links
+UPLOAD_FILES_MAX = 4  # files in one upload request (the page sends one recording)
 
 
 class UploadBudget:
@@ -121,8 +126,8 @@ def note_malformed(address: str, exc: Exception, budget: LogBudget | None = None
 
 
 class Guard:
-    """ASGI middleware: the security headers on every HTTP response, a cap on request bodies, and
-    the upload budget.
+    """ASGI middleware: the security headers on every HTTP response, a cap on request bodies, the
+    upload budget and file count, and no deep-link route.
 
     A body longer than BODY_MAX_BYTES (declared, or counted as it arrives) is answered with 413
     before the app reads it, except on the upload route, where Gradio's ``max_file_size`` applies
@@ -138,51 +143,25 @@ class Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
+        if path.rstrip("/").endswith(DEEP_LINK_PATH):  # the page offers no deep links: Gradio's route writes a file per call
+            return await _refused(send, 404, "Not found.")
         capped = not path.endswith(UPLOAD_PATH)
         if capped:
             declared = dict(scope.get("headers") or []).get(b"content-length")
             if declared is not None and (not declared.isdigit() or int(declared) > self.body_max):
                 return await _too_large(send, self.body_max)
 
-        refused = started = False
+        refused = False
 
         async def with_headers(message):
-            nonlocal started
             if refused:  # a 413 went out already: the app's own answer is dropped
                 return
             if message["type"] == "http.response.start":
-                started = True
                 message["headers"] = [h for h in message.get("headers", []) if h[0].lower() not in {k for k, _ in HEADERS}] + HEADERS
             await send(message)
 
         if not capped:
-            from starlette.requests import Request
-
-            from specviz.ui.admission import client_address
-
-            address = client_address(Request(scope))
-
-            async def budgeted():
-                nonlocal refused
-                if refused:
-                    return {"type": "http.disconnect"}
-                message = await receive()
-                if message["type"] == "http.request":
-                    over = UPLOADS.take(address, len(message.get("body", b"")))
-                    if over:
-                        refused = True
-                        await _refused(send, 429, f"Upload refused: {over}.")
-                        return {"type": "http.disconnect"}
-                return message
-
-            try:
-                return await self.app(scope, budgeted, with_headers)
-            except PARSE_ERRORS as exc:  # Gradio's parser on a malformed body: a 400, not a traceback
-                if not (refused or started):
-                    await _refused(send, 400, MALFORMED)
-                if not refused:
-                    note_malformed(address, exc)
-                return
+            return await self._upload(scope, receive, send, with_headers)
         seen = 0
 
         async def counted():
@@ -201,6 +180,66 @@ class Guard:
         return await self.app(scope, counted, with_headers)
 
 
+    async def _upload(self, scope, receive, send, with_headers):
+        """The upload route: the budget (``UPLOADS``) and at most UPLOAD_FILES_MAX files per request,
+        counted as the bytes arrive; the uploads in flight counted for ``specviz.ui.disk``'s sweep."""
+        from starlette.requests import Request
+
+        from specviz.ui.admission import client_address
+
+        address = client_address(Request(scope))
+        marker = b"--" + _boundary(scope)
+        tail, delimiters, refused = b"", 0, False
+
+        async def budgeted():
+            nonlocal refused, tail, delimiters
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                body = message.get("body", b"")
+                over = UPLOADS.take(address, len(body))
+                if marker != b"--":  # delimiters seen so far: one per file and one to close
+                    delimiters += (tail + body).count(marker)
+                    tail = (tail + body)[-(len(marker) - 1):]
+                    if delimiters > UPLOAD_FILES_MAX + 1:
+                        over = f"at most {UPLOAD_FILES_MAX} files per upload"
+                if over:
+                    refused = True
+                    await _refused(send, 429, f"Upload refused: {over}.")
+                    return {"type": "http.disconnect"}
+            return message
+
+        started = False
+
+        async def answered(message):
+            nonlocal started
+            if not refused:
+                started = started or message["type"] == "http.response.start"
+                await with_headers(message)
+
+        UPLOADS_IN_FLIGHT.begin()
+        try:
+            return await self.app(scope, budgeted, answered)
+        except PARSE_ERRORS as exc:  # Gradio's parser on a malformed body: a 400, not a traceback
+            if not (refused or started):
+                await _refused(send, 400, MALFORMED)
+            if not refused:
+                note_malformed(address, exc)
+        finally:
+            await anyio.to_thread.run_sync(UPLOADS_IN_FLIGHT.end)
+
+
+def _boundary(scope) -> bytes:
+    """The multipart boundary a request's content-type names (b"" if none)."""
+    content_type = dict(scope.get("headers") or []).get(b"content-type", b"")
+    for part in content_type.split(b";"):
+        key, _, value = part.strip().partition(b"=")
+        if key.lower() == b"boundary":
+            return value.strip(b'"')
+    return b""
+
+
 async def _too_large(send, limit: int) -> None:
     await _refused(send, 413, f"Request body too large: at most {limit // 1024} kB.")
 
@@ -213,11 +252,18 @@ async def _refused(send, status: int, text: str) -> None:
 
 
 def launch_kwargs(port: int | None = None) -> dict:
-    """Arguments for ``demo.launch``: local only, no share link, the app's theme, a Content-Security-Policy."""
+    """Arguments for ``demo.launch``: local only, no share link, the app's theme, a Content-Security-Policy.
+
+    Also turns off uvicorn's reading of X-Forwarded-For (``FORWARDED_ALLOW_IPS``, which trusts 127.0.0.1
+    by default and rewrites the client's address before any middleware runs): the app reads the header
+    itself, as deep as ``SPECVIZ_TRUSTED_PROXIES`` says (``specviz.ui.admission.client_address``)."""
     from starlette.middleware import Middleware
 
+    os.environ["FORWARDED_ALLOW_IPS"] = ""  # read by uvicorn.Config when launch builds the server
+
     return dict(
-        app_kwargs={"middleware": [Middleware(Guard), Middleware(StreamWatch)]},  # StreamWatch: specviz.ui.listening
+        # StreamWatch: specviz.ui.listening; KeepSessions: specviz.ui.sessions
+        app_kwargs={"middleware": [Middleware(Guard), Middleware(StreamWatch), Middleware(KeepSessions)]},
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
@@ -227,7 +273,8 @@ def launch_kwargs(port: int | None = None) -> dict:
         max_file_size=MAX_BYTES,  # uploads are recordings; Gradio refuses larger files itself
         # Gradio keeps each session's state (its Recording: about 1.2 MB of objects for the largest
         # recording the engine writes) and its last outputs (the rendered HTML) until the session
-        # expires (SESSION_TTL_S); past this many sessions the oldest are dropped, so memory is
+        # expires (SESSION_TTL_S); past this many sessions a newcomer takes the place of an idle session
+        # that shows no run, or is answered without being kept (specviz.ui.sessions), so memory is
         # bounded by design (measured: about 5 MB of RSS per session holding a 0.8 MB recording).
         state_session_capacity=int(os.environ.get("SPECVIZ_MAX_SESSIONS", str(MAX_SESSIONS))),
     )

@@ -1,0 +1,385 @@
+"""An attacker's second pass, each finding repeated against the app launched in this process and driven
+over HTTP from loopback addresses (127.0.0.2 and 127.0.0.3; 127.0.0.1 is the victim where one is needed):
+
+- Every route goes through the queue: POST /gradio_api/run/<api> is closed.
+- A flood of fresh session hashes or heartbeats cannot evict a session that shows a run.
+- One visitor's downloads can never prune another's; a prepared load is saved under its session.
+- Disk: no empty folders left behind, no file per load, the app's files removed when it stops.
+- X-Forwarded-For is read only as deep as the configured proxies, every header line joined; never from
+  loopback by default.
+- A job holding the device while another visitor waits yields it after its share of device time.
+- Messages quote at most an excerpt of a value sent; a call with too few values gets a message.
+- The prompt's limit is counted in tokens, and the message says the limit.
+
+No test asserts a wall-clock time beyond "answered within a generous cap".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+import httpx
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from tests.conftest import free_port  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+A, B = "127.0.0.2", "127.0.0.3"
+CAP_S = 240  # "answered": generous on a busy two-core machine
+SESSIONS = 6  # the served app's session capacity: small, so a flood fills it fast
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The page on a free port with room for SESSIONS sessions: (demo, base URL)."""
+    from specviz.ui import build_demo, launch_kwargs
+
+    before = os.environ.get("SPECVIZ_MAX_SESSIONS")
+    os.environ["SPECVIZ_MAX_SESSIONS"] = str(SESSIONS)
+    try:
+        demo = build_demo()
+        _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, **launch_kwargs(free_port()))
+    finally:
+        if before is None:
+            os.environ.pop("SPECVIZ_MAX_SESSIONS", None)
+        else:
+            os.environ["SPECVIZ_MAX_SESSIONS"] = before
+    try:
+        yield demo, url.rstrip("/")
+    finally:
+        demo.close()
+
+
+def client(address: str) -> httpx.Client:
+    """An HTTP client whose connections leave from ``address`` (the server sees that peer)."""
+    return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=60)
+
+
+def run_data(tokens: int, prompt: str = "def f(x):") -> list:
+    return ["embedded", prompt, 4, 0.0, 0, 1.0, tokens, 0, True, "model", "constant", 1.0, "chain"]
+
+
+def call(http: httpx.Client, url: str, api_name: str, data: list) -> tuple[int, str]:
+    """POST /gradio_api/call/<api_name> and read its event stream: (HTTP status of the post, the text)."""
+    r = http.post(f"{url}/gradio_api/call/{api_name}", json={"data": data})
+    if r.status_code != 200:
+        return r.status_code, r.text
+    return 200, http.get(f"{url}/gradio_api/call/{api_name}/{r.json()['event_id']}", timeout=CAP_S).text
+
+
+def error_of(text: str) -> str:
+    assert "event: error" in text, text[-300:]
+    return json.loads(text.split("event: error", 1)[1].split("data:", 1)[1].strip().splitlines()[0])["error"] or ""
+
+
+# ---- item 3: every route through the queue ------------------------------------------------------
+
+
+@pytest.mark.parametrize("route", ["run", "api"])
+def test_the_direct_run_route_is_closed(served, route):
+    demo, url = served
+    with client(A) as http:
+        r = http.post(f"{url}/gradio_api/{route}/run", json={"data": run_data(4)})
+    assert r.status_code == 404 and "queue" in r.text, r.text[:300]
+
+
+# ---- item 10: messages quote excerpts; too few values get a message ----------------------------------
+
+
+def test_a_huge_pair_name_comes_back_as_a_short_message(served):
+    url = served[1]
+    data = run_data(4)
+    data[0] = "x" * 100_000
+    with client(A) as http:
+        status, text = call(http, url, "run", data)
+    message = error_of(text)
+    assert "pair" in message and len(message) < 1000 and "x" * 100 not in message, message[:300]
+
+
+@pytest.mark.parametrize("api_name", ["run", "generate", "lab", "load_recording"])
+def test_a_call_with_no_values_gets_a_message_naming_the_count(served, api_name):
+    url = served[1]
+    with client(A) as http:
+        status, text = call(http, url, api_name, [])
+    assert status == 400 and "values" in text and "got 0" in text, text[:300]
+
+
+# ---- item 11: the prompt's limit in tokens -------------------------------------------------------
+
+
+def test_the_prompt_limit_is_counted_in_tokens_and_named(served):
+    from specviz.ui.limits import PROMPT_CHARS_MAX, PROMPT_TOKENS_MAX
+
+    url = served[1]
+    prompt = "\U0001F600" * 500  # 500 characters, four byte-level tokens each on the embedded pair
+    assert len(prompt) <= PROMPT_CHARS_MAX
+    with client(A) as http:
+        status, text = call(http, url, "run", run_data(1, prompt))
+    message = error_of(text)
+    assert f"{PROMPT_TOKENS_MAX} tokens" in message and "2000 tokens" in message, message
+
+
+# ---- item 8: X-Forwarded-For -----------------------------------------------------------------------
+
+
+def _upload_codes(url: str, headers_each: list[list[tuple[str, str]]], address: str = A) -> list[int]:
+    codes = []
+    blob = os.urandom(2**20)
+    for headers in headers_each:
+        with client(address) as http:
+            r = http.post(f"{url}/gradio_api/upload", files={"files": ("x.json", blob, "application/json")}, headers=headers)
+            codes.append(r.status_code)
+    return codes
+
+
+def test_a_spoofed_forwarded_header_from_loopback_is_not_trusted_by_default(served, monkeypatch):
+    from specviz.ui import admission, server
+
+    monkeypatch.setattr(admission, "TRUSTED_PROXIES", 0)
+    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600))
+    # From 127.0.0.1, the address uvicorn trusts the header from unless told otherwise.
+    codes = _upload_codes(served[1], [[("x-forwarded-for", f"198.51.100.{i}")] for i in range(4)], address="127.0.0.1")
+    assert codes[:2] == [200, 200] and codes[2:] == [429, 429], codes  # all counted against 127.0.0.1
+
+
+def test_every_forwarded_header_line_is_read_at_the_configured_depth(served, monkeypatch):
+    from specviz.ui import admission, server
+
+    monkeypatch.setattr(admission, "TRUSTED_PROXIES", 1)
+    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600))
+    # The client writes a line of its own each time; the one proxy appends the address it saw as another line.
+    lines = [[("x-forwarded-for", f"198.51.100.{i}"), ("x-forwarded-for", "203.0.113.7")] for i in range(4)]
+    codes = _upload_codes(served[1], lines)
+    assert codes[:2] == [200, 200] and codes[2:] == [429, 429], codes  # all counted against 203.0.113.7
+
+
+def test_client_address_joins_header_lines_and_counts_from_the_right():
+    from starlette.requests import Request
+
+    from specviz.ui.admission import client_address
+
+    headers = [(b"x-forwarded-for", b"10.0.0.1, 10.0.0.2"), (b"x-forwarded-for", b"192.0.2.1, 203.0.113.7")]
+    request = Request({"type": "http", "headers": headers, "client": ("127.0.0.1", 5)})
+    assert client_address(request, 0) == "127.0.0.1"
+    assert client_address(request, 1) == "203.0.113.7"
+    assert client_address(request, 2) == "192.0.2.1"
+    assert client_address(request, 5) == "127.0.0.1"  # fewer entries than proxies: the peer
+
+
+# ---- item 5: per-session retention of downloads --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    from specviz.recording import Recording
+    from specviz.ui.files import examples
+    from specviz.ui.limits import RECORDINGS
+
+    return Recording.load(RECORDINGS / f"{examples()[0]}.json")
+
+
+def test_no_visitor_can_prune_anothers_downloads(prepared):
+    from specviz.ui import downloads
+
+    mine = [downloads.save_for_download(prepared, "victim"), downloads.save_export(prepared, "victim")]
+    try:
+        for i in range(20):  # 20 prepared loads from one session, 3 exports from each of 4 (12 > the 8 once kept in all)
+            downloads.save_for_download(prepared, "flood")
+        for s in range(4):
+            for _ in range(3):
+                downloads.save_export(prepared, f"flood-{s}")
+        assert all(os.path.exists(p) for p in mine)
+        assert len(list(downloads.session_folder("flood").iterdir())) == downloads.KEEP_PER_SESSION
+    finally:
+        for s in ("victim", "flood", *(f"flood-{s}" for s in range(4))):
+            downloads.forget_session(s)
+
+
+def test_a_write_past_the_space_is_refused_and_nothing_of_anothers_goes(prepared, monkeypatch):
+    from specviz.ui import downloads
+
+    mine = downloads.save_for_download(prepared, "victim")
+    try:
+        monkeypatch.setattr(downloads, "TOTAL_MAX_BYTES", 3 * os.path.getsize(mine))
+        downloads.save_for_download(prepared, "other-1")
+        downloads.save_for_download(prepared, "other-2")
+        with pytest.raises(Exception, match="download space is full"):
+            downloads.save_for_download(prepared, "other-3")
+        assert os.path.exists(mine) and not list(downloads.session_folder("other-3").iterdir())
+    finally:
+        for s in ("victim", "other-1", "other-2", "other-3"):
+            downloads.forget_session(s)
+
+
+def test_a_prepared_load_is_saved_under_the_visitors_session():
+    from specviz.ui import downloads
+    from specviz.ui.files import examples, load_example
+
+    try:
+        load_example(examples()[0], type("R", (), {"session_hash": "visitor"})())
+        assert [p.suffix for p in downloads.session_folder("visitor").iterdir()] == [".json"]
+    finally:
+        downloads.forget_session("visitor")
+
+
+# ---- item 4: sessions a flood cannot evict ----------------------------------------------------------------
+
+
+def test_a_flood_of_fresh_sessions_and_heartbeats_leaves_a_shown_run(served):
+    from gradio_client import Client
+
+    from specviz.ui.sessions import SessionStore
+
+    demo, url = served
+    victim = Client(url, verbose=False)
+    tokens, *_, status = victim.predict("embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain",
+                                        api_name="/generate")[:5]
+    assert status.startswith("Done"), status
+    index = next(d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "stop")
+    joined = 0
+    with client(A) as http:
+        for _ in range(4 * SESSIONS):  # fresh session hashes, each joining a cheap event
+            body = {"data": [], "fn_index": index, "session_hash": uuid.uuid4().hex, "event_data": None, "trigger_id": None}
+            joined += http.post(f"{url}/gradio_api/queue/join", json=body).status_code == 200
+        for _ in range(4 * SESSIONS):  # heartbeats opened and closed: each closing runs the unload event in a session of its own
+            with http.stream("GET", f"{url}/gradio_api/heartbeat/{uuid.uuid4().hex}", timeout=30) as r:
+                next(r.iter_lines())
+    end = time.monotonic() + CAP_S
+    holder = demo.server_app.state_holder
+    while time.monotonic() < end and (demo._queue.active_jobs and any(demo._queue.active_jobs)):
+        time.sleep(0.2)
+    time.sleep(1)  # the unload events run as background tasks after each heartbeat closed
+    assert joined >= SESSIONS
+    path = victim.predict(api_name="/export")  # "nothing to export" once its session was evicted
+    assert path.endswith(".html") and os.path.getsize(path) > 0
+    assert isinstance(holder, SessionStore) and len(holder.session_data) <= SESSIONS
+    newcomer = Client(url, verbose=False)  # no room now: still answered
+    assert "Nothing to stop" in str(newcomer.predict(api_name="/stop"))
+
+
+# ---- item 9: the device shared while others wait --------------------------------------------------------
+
+
+def _device_busy(demo) -> bool:
+    return any(e.concurrency_id == "device" for jobs in demo._queue.active_jobs if jobs for e in jobs)
+
+
+def test_a_long_run_gives_the_device_up_to_a_waiting_visitor(served, monkeypatch):
+    import threading
+
+    from specviz.ui import share
+
+    demo, url = served
+    monkeypatch.setattr(share, "SHARE_S", 1.0)  # a short share keeps the test fast; the rule is the same
+    heavy: dict = {}
+
+    def hog():
+        with client(A) as http:
+            heavy["status"], heavy["text"] = call(http, url, "run", run_data(256) [:2] + [1] + run_data(256)[3:])
+
+    thread = threading.Thread(target=hog)
+    thread.start()
+    end = time.monotonic() + CAP_S
+    while time.monotonic() < end and not _device_busy(demo):
+        time.sleep(0.05)
+    time.sleep(1.5)  # the heavy run has had its share
+    with client(B) as http:
+        status, text = call(http, url, "run", run_data(8))
+    thread.join(CAP_S)
+    assert status == 200 and "event: complete" in text, text[-300:]
+    message = error_of(heavy["text"])
+    assert "another visitor" in message and "at most 1 s" in message, message
+    assert share.used(A) > 0 and share.used(B) > 0
+
+
+# ---- item 6: disk bounded for every file the server writes -------------------------------------------------
+
+
+def _top_files(root) -> set[str]:
+    return {p.name for p in root.iterdir() if p.is_file()}
+
+
+def _settled(root) -> None:
+    from specviz.ui.disk import UPLOADS_IN_FLIGHT
+
+    end = time.monotonic() + 30
+    while time.monotonic() < end and UPLOADS_IN_FLIGHT._in_flight:
+        time.sleep(0.05)
+
+
+def test_an_upload_cut_off_or_refused_leaves_no_temporary_file(served, monkeypatch):
+    import socket
+    from urllib.parse import urlparse
+
+    from specviz.ui import server
+    from specviz.ui.disk import cache_root
+
+    url = served[1]
+    root = cache_root()
+    before = _top_files(root)
+    where = urlparse(url)
+    boundary = "b0undary"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"x.json\"\r\n"
+            "Content-Type: application/json\r\n\r\n").encode()
+    with socket.create_connection((where.hostname, where.port)) as sock:  # 7 MB declared, 300 kB sent, then hung up
+        sock.sendall(f"POST /gradio_api/upload HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: multipart/form-data; boundary={boundary}"
+                     f"\r\nContent-Length: {7 * 2**20}\r\n\r\n".encode() + head + b"x" * 300_000)
+        time.sleep(1.0)
+    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=2**20, total=64 * 2**20, window_s=600))
+    with client(B) as http:  # refused by the budget part way
+        r = http.post(f"{url}/gradio_api/upload", files={"files": ("x.json", os.urandom(3 * 2**20), "application/json")})
+    assert r.status_code == 429
+    time.sleep(0.5)
+    _settled(root)
+    assert _top_files(root) - before == set()
+
+
+def test_one_upload_holds_a_few_files_and_empty_folders_go(served, monkeypatch):
+    from specviz.ui import disk
+
+    url = served[1]
+    root = disk.cache_root()
+    stale = root / ("0" * 64)
+    stale.mkdir()
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    monkeypatch.setattr(disk, "SWEEP_EVERY_S", 0.0)
+    files = [("files", (f"f{i}.json", b"{}", "application/json")) for i in range(20)]
+    with client(A) as http:
+        r = http.post(f"{url}/gradio_api/upload", files=files)
+    assert r.status_code == 429 and "files per upload" in r.text, r.text[:200]
+    _settled(root)
+    assert not stale.exists()
+
+
+def test_the_deep_link_route_writes_nothing(served):
+    from specviz.ui.disk import cache_root
+
+    url = served[1]
+    with client(A) as http:
+        r = http.get(f"{url}/gradio_api/deep_link", params={"session_hash": uuid.uuid4().hex})
+    assert r.status_code == 404 and not (cache_root() / "deep_links").exists()
+
+
+def test_a_load_writes_no_empty_file(served, prepared, tmp_path):
+    from gradio_client import Client, handle_file
+
+    from specviz.ui.disk import cache_root
+    from specviz.ui.files import examples
+    from specviz.ui.limits import RECORDINGS
+
+    root = cache_root()
+    good = tmp_path / "good.json"
+    good.write_bytes((RECORDINGS / f"{examples()[0]}.json").read_bytes())
+    visitor = Client(served[1], verbose=False)
+    _settled(root)
+    before = _top_files(root)
+    for _ in range(2):
+        visitor.predict(handle_file(str(good)), api_name="/load_recording")
+    _settled(root)
+    assert _top_files(root) - before == set()
