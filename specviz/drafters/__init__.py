@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from specviz.drafters.base import Drafter, DraftRequest, Proposal
+from specviz.engine.drafter import Drafter, DraftRequest, Proposal
 from specviz.drafters.eagle import EagleDrafter, EagleUnsupported, head_folder
 from specviz.drafters.early_exit import EarlyExitDrafter, early_exit_model, layer_count
 from specviz.drafters.model import ModelDrafter

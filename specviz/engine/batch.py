@@ -44,7 +44,7 @@ import torch
 
 from specviz.engine import rejection
 from specviz.engine.batch_runner import BatchRunner, check_window, positions
-from specviz.drafters import DraftRequest
+from specviz.engine.drafter import DraftRequest
 from specviz.engine.rounds import TOP_TOKENS, Clock, extend_trace, judge_chain, round_record, run_settings, settle, Transfer, validate_inputs, new_trace, set_up
 from specviz.engine.sampling import Sampling, contexts, row_contexts
 from specviz.engine.schedules import GammaSchedule, make_schedule
@@ -219,7 +219,7 @@ def speculative_generate_batch(
     result = BatchResult(traces=[r.trace for r in rows])
     clock = Clock(device)
     # An EAGLE drafter reads the target's features of each row's positions from the target's passes.
-    reads_features = getattr(drafter, "reads_target_features", False)
+    reads_features = drafter.reads_target_features
     target_runner = BatchRunner(target, vocab, len(rows), keep_features=reads_features)
 
     with torch.inference_mode():

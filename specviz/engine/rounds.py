@@ -20,7 +20,8 @@ from typing import NamedTuple
 import torch
 
 from specviz.engine import rejection
-from specviz.drafters import Drafter, as_drafter
+from specviz.drafters import as_drafter  # a causal LM given as the drafter becomes a drafter model
+from specviz.engine.drafter import Drafter
 from specviz.engine.sampling import Sampling
 from specviz.engine.seeds import generator
 from specviz.trace import Draft, Round, TopToken, Trace
