@@ -283,7 +283,8 @@ def speculative_generate_batch(
                 r.schedule.observe(g, n_acc, min(g, n_acc + 1), clock.ms(t0, t1), clock.ms(t1, t2))
                 r.trace.rounds.append(round_record(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, proposals[i].sources,
                                              decode, top_k, r.allowed, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start(),
-                                             features_from=proposals[i].features_from))
+                                             features_from=proposals[i].features_from,
+                                             own_tokens=proposals[i].own_tokens, shared_mass=proposals[i].shared_mass))
                 if not extend_trace(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             # Both sides keep all but each row's newest token, which is fed next round.

@@ -153,7 +153,8 @@ def speculative_stream(
             if record:
                 trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
                                            decode, top_k, allowed, draft_ms, verify_ms, clock.since_start(),
-                                           features_from=proposal.features_from))
+                                           features_from=proposal.features_from,
+                                           own_tokens=proposal.own_tokens, shared_mass=proposal.shared_mass))
             extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace

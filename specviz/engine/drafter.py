@@ -89,11 +89,15 @@ class Proposal:
             else None.
         features_from: for a drafter that reads the target's features (EAGLE), the sequence
             position whose target feature the drafts grew from, else None.
+        own_tokens, shared_mass: for a drafter with its own tokenizer, per draft its own id of the
+            token and the mass its distribution put on the tokens both vocabularies share, else None.
     """
 
     q: torch.Tensor
     sources: list[int] | None = None
     features_from: int | None = None
+    own_tokens: list[int] | None = None
+    shared_mass: list[float] | None = None
 
     @property
     def count(self) -> int:
