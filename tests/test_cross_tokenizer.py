@@ -192,3 +192,10 @@ def test_the_bench_runs_ours_beside_transformers_assistant_tokenizer_path():
     ours = [r for r in rows if r.method == "ours: intersection"]
     assert all(r.alpha is not None and 0 <= r.alpha <= 1 and r.c is not None for r in ours)
     assert "vs hf assist" in table(rows)
+
+
+def test_a_repetition_penalty_reads_each_sides_own_context(word_pair):
+    drafter, target, drafter_tok, target_tok = word_pair
+    trace = speculative_generate(PROMPT, CrossTokenizerDrafter(drafter, drafter_tok, target_tok), target, gamma=3,
+                                 sampling=Sampling(1.0, repetition_penalty=1.3), max_new_tokens=10, seed=3)
+    assert len(trace.output_ids) == 10 and all(d.shared_mass is not None for r in trace.rounds for d in r.drafts)

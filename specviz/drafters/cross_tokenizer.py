@@ -225,7 +225,9 @@ class CrossTokenizerDrafter(Drafter):
             logits[:, self._t_cols] = own[:, self._d_cols]
             ctx = contexts(seq, [n + i], r.vocab) if r.sampling.needs_context else None
             token, q = r.steps.draft_token(logits, r.sampling, r.warpers, r.gen, ctx)
-            own_probs = torch.softmax(own, dim=-1) if r.sampling.greedy else r.sampling.probs(own, r.warpers)
+            # The drafter's own distribution (its own context for a repetition penalty); greedy: its softmax.
+            own_ctx = contexts(self._dseq, [m], self.shared.drafter_size) if r.sampling.needs_context else None
+            own_probs = torch.softmax(own, dim=-1) if r.sampling.greedy else r.sampling.probs(own, r.warpers, own_ctx)
             mass = own_probs[0, self._d_cols].sum()
             if self.fault == UNNORMALISED:
                 q = q * mass  # the fault: q restricted to the shared vocabulary, not renormalised
