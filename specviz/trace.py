@@ -42,11 +42,12 @@ FinalKind = Literal["correction", "bonus", "target"]
 # drafter and gamma_schedule settings; 5 added Round.tree (token trees) and the tree setting; 6
 # named the tree rules "with-replacement" / "without-replacement" (were "specinfer" / "one-hot"),
 # added TreeRecord.drafter_passes and left a tree round's gamma None (its depth is the tree's); 7
-# added Round.features_from (where an EAGLE round's drafts grew from).
+# added Round.features_from (where an EAGLE round's drafts grew from); 8 added Draft.own_token_id
+# and Draft.shared_mass (a drafter with its own tokenizer).
 # Older files still load (with no top tokens, no beta, gamma read from the settings, a drafter
 # model with a constant gamma, chains, the old rule names read as the new ones, and no
-# features_from).
-SCHEMA_VERSION = 7
+# features_from, own_token_id or shared_mass).
+SCHEMA_VERSION = 8
 
 # MAX_GAMMA: the most drafts a round holds (defined in specviz.limits, re-exported here).
 
@@ -61,6 +62,9 @@ class Draft:
     accepted before it is drawn (Leviathan et al. 2023, Def. 3.1); None in traces saved
     before schema version 3. ``source``: for a draft copied by prompt lookup, the position in
     the sequence (prompt and output, 0-based) it was copied from; None for other drafters.
+    ``own_token_id`` and ``shared_mass``: for a drafter with its own tokenizer under token-level
+    intersection, the drafter's id of the same token string, and the mass its distribution put on
+    the tokens both vocabularies share (q is that part, renormalised); None otherwise.
     """
 
     token_id: int
@@ -72,6 +76,8 @@ class Draft:
     verdict: Verdict
     beta: float | None = None
     source: int | None = None
+    own_token_id: int | None = None
+    shared_mass: float | None = None
 
     @property
     def accepted(self) -> bool:

@@ -216,6 +216,10 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
             if d.source is not None:
                 # A prompt-lookup draft is copied from the sequence settled before its round.
                 _whole(d.source, 0, max(0, len(trace.prompt_ids) + len(emitted) - 1), f"{dw}.source")
+            if d.own_token_id is not None:
+                _token(d.own_token_id, f"{dw}.own_token_id")
+            if d.shared_mass is not None:
+                _probability(d.shared_mass, f"{dw}.shared_mass")
             if d.verdict != "discarded" and r.tree is None:
                 if d.q > 0 and abs(d.accept_prob - min(1.0, d.p / d.q)) > VERDICT_TOLERANCE:
                     raise _fail(f"{dw}.accept_prob", f"{d.accept_prob!r} is not min(1, p/q) = {min(1.0, d.p / d.q)!r}")

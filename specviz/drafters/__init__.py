@@ -5,22 +5,25 @@
 - ``EarlyExitDrafter``: the target's own first layers (LayerSkip, Elhoushi et al. 2024).
 - ``QuantizedDrafter``: the target itself with int8 weights (self-speculation; CPU only).
 - ``EagleDrafter``: a one-layer head over the target's own features (EAGLE, Li et al. 2024).
+- ``CrossTokenizerDrafter``: a smaller model with a tokenizer of its own (token-level intersection,
+  Timor et al. 2025; or greedy drafts re-encoded through text).
 
 ``make_drafter`` builds one from a kind name, as the command line and the demo do.
 """
 
 from __future__ import annotations
 
-from specviz.drafters.base import Drafter, DraftRequest, Proposal
+from specviz.drafters.cross_tokenizer import CrossTokenizerDrafter, CrossTokenizerError
+from specviz.engine.drafter import Drafter, DraftRequest, Proposal
 from specviz.drafters.eagle import EagleDrafter, EagleUnsupported, head_folder
 from specviz.drafters.early_exit import EarlyExitDrafter, early_exit_model, layer_count
 from specviz.drafters.model import ModelDrafter
 from specviz.drafters.prompt_lookup import PromptLookupDrafter, find_continuation
 from specviz.drafters.quantized import QuantizedDrafter, quantize_target
 
-KINDS = ("model", "ngram", "early-exit", "quantized", "eagle")
+KINDS = ("model", "ngram", "early-exit", "quantized", "eagle", "cross-tokenizer")
 LABELS = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit", "quantized": "quantized target (int8)",
-          "eagle": "EAGLE head (reads the target's features)"}
+          "eagle": "EAGLE head (reads the target's features)", "cross-tokenizer": "drafter model with its own tokenizer"}
 # One line each, with its source, for the drafter menu's help.
 DESCRIPTIONS = {
     "model": "a smaller model of the same tokenizer drafts each token (Leviathan et al. 2023; Chen et al. 2023)",
@@ -28,6 +31,7 @@ DESCRIPTIONS = {
     "early-exit": "the target's own first layers and its output layer (LayerSkip, Elhoushi et al. 2024)",
     "quantized": "the target itself with int8 weights (self-speculation)",
     "eagle": "one decoder layer fed the target's own hidden states and the next token (EAGLE, Li et al. 2024)",
+    "cross-tokenizer": "a smaller model with another tokenizer, its q kept on the tokens both vocabularies share (Timor et al. 2025)",
 }
 
 
@@ -49,24 +53,28 @@ def default_exit_layer(target) -> int:
     return max(1, layer_count(target) // 2)
 
 
-def usable_kinds(target) -> tuple[str, ...]:
+def usable_kinds(target, cross_tokenizer: bool = False) -> tuple[str, ...]:
     """The kinds that can draft for ``target``: every kind, but "quantized" only for a target on the CPU
-    (a bf16 one is quantized from an fp32 copy) and "eagle" only for a target a shipped EAGLE head
-    was trained for."""
+    (a bf16 one is quantized from an fp32 copy), "eagle" only for a target a shipped EAGLE head
+    was trained for, and "cross-tokenizer" only where the pair's drafter has a tokenizer of its own
+    (``cross_tokenizer``)."""
     param = next(target.parameters(), None)
     on_cpu = param is not None and param.device.type == "cpu"
     eagle = head_folder(target) is not None
-    return tuple(k for k in KINDS if (k != "quantized" or on_cpu) and (k != "eagle" or eagle))
+    return tuple(k for k in KINDS if (k != "quantized" or on_cpu) and (k != "eagle" or eagle) and (k != "cross-tokenizer" or cross_tokenizer))
 
 
-def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None) -> Drafter:
+def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None,
+                 drafter_tokenizer=None, target_tokenizer=None, scheme: str = "intersection") -> Drafter:
     """The drafter of ``kind``: "model" (needs ``drafter_model``), "ngram" (``ngram_max``),
-    "early-exit" (needs ``target``; ``exit_layer`` defaults to ``default_exit_layer``) or
-    "quantized" (needs a ``target`` on the CPU).
+    "early-exit" (needs ``target``; ``exit_layer`` defaults to ``default_exit_layer``),
+    "quantized" (needs a ``target`` on the CPU), "eagle" (needs ``target``) or "cross-tokenizer"
+    (needs ``drafter_model`` and both tokenizers; ``scheme`` "intersection" or "string").
 
     Raises:
         ValueError: an unknown kind, a parameter out of range, or a quantized drafter asked of a
-            target off the CPU.
+            target off the CPU; ``CrossTokenizerError`` (a ValueError) for a pair whose
+            vocabularies cannot serve (``specviz.drafters.cross_tokenizer.shared_vocabulary``).
     """
     if kind == "model":
         if drafter_model is None:
@@ -86,9 +94,13 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
         if target is None:
             raise ValueError("the EAGLE drafter needs the target")
         return EagleDrafter.for_target(target)
+    if kind == "cross-tokenizer":
+        if drafter_model is None or drafter_tokenizer is None or target_tokenizer is None:
+            raise ValueError("the cross-tokenizer drafter needs a drafter model and both tokenizers")
+        return CrossTokenizerDrafter(drafter_model, drafter_tokenizer, target_tokenizer, scheme=scheme)
     raise ValueError(f"drafter kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-__all__ = ["DESCRIPTIONS", "KINDS", "LABELS", "Drafter", "DraftRequest", "EagleDrafter", "EagleUnsupported", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
+__all__ = ["DESCRIPTIONS", "KINDS", "LABELS", "CrossTokenizerDrafter", "CrossTokenizerError", "Drafter", "DraftRequest", "EagleDrafter", "EagleUnsupported", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
            "QuantizedDrafter", "as_drafter", "default_exit_layer", "early_exit_model", "find_continuation", "layer_count", "make_drafter",
            "quantize_target", "usable_kinds"]

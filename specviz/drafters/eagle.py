@@ -24,8 +24,9 @@ output is still exactly the target's (Leviathan et al. 2023, Appendix A.1).
 Token trees (EAGLE-2, Li et al. 2024): after the same catch-up, ``tree_features`` feeds a whole
 level of tree nodes in one pass under the tree mask, each node with its parent's predicted feature
 (the root's children with f^_{n-1}) at position n - 2 + depth, so each sees the true prefix and its
-own ancestors only; ``specviz.engine.tree.draft`` ranks and keeps the nodes by the head's own
-confidence. The target's tree pass returns the features of every node; the loop hands over those
+own ancestors only (``_EagleExpander``); ``propose_tree`` grows the tree with
+``specviz.engine.tree.draft``, which ranks and keeps the nodes by the head's own confidence. The
+target's tree pass returns the features of every node; the loop hands over those
 of the accepted path (``observe_target``), and the next round's catch-up feeds them.
 
 Batches: each row drafts through its own copy of the drafter (``fork``: the head shared, the
@@ -42,10 +43,12 @@ import torch
 from transformers import DynamicCache
 
 from specviz.assets import ASSETS
-from specviz.drafters.base import Drafter, DraftRequest, Proposal
 from specviz.drafters.eagle_head import CONFIG, EagleHead
+from specviz.engine.drafter import Drafter, DraftRequest, Proposal
 from specviz.engine.sampling import contexts
 from specviz.engine.tree.attention import float_mask
+from specviz.engine.tree.draft import DraftTree, Expander, empty_tree, grow_tree
+from specviz.engine.tree.spec import TreeSpec
 from specviz.pair.gqa import use_shared_kv_heads
 
 # Heads shipped with specviz, found by the target they were trained for (width, vocabulary).
@@ -223,6 +226,21 @@ class EagleDrafter(Drafter):
             f = self._step(token, f, n - 1 + i)
         return Proposal(q=torch.cat(q_rows), features_from=self.grew_from)
 
+    def propose_tree(self, request: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
+        """After the catch-up, a static or EAGLE-2 dynamic tree grown from f^_{n-1} (no nodes when no
+        target feature is settled yet); ``features_from`` set to the position it grew from."""
+        root = self.catch_up(request.seq, request.n)
+        if root is None:  # no target feature settled yet: this round verifies no drafts
+            return empty_tree(request)
+        tree = grow_tree(_EagleExpander(self, request, root), request, spec, depth)
+        if tree.size:
+            tree.features_from = self.grew_from
+        return tree
+
+    def settle_tree(self, seq: torch.Tensor, n: int, fed: list[int], length: int, compaction: str) -> None:
+        """Drop the round's nodes: the loop has handed over the accepted path's true features."""
+        self.rollback(length - 1)
+
     def rollback(self, length: int) -> None:
         # Drop the inputs made of predicted features (every drafting step of the round) and the
         # features of positions the target scored but did not keep.
@@ -247,8 +265,28 @@ class EagleDrafter(Drafter):
         self._left_passes += sum(f.passes for i, f in enumerate(self._forks) if i not in rows)
         super().keep_rows(rows)
 
-    def observe_target_batch(self, rows: list[tuple[int, torch.Tensor]]) -> None:
-        """Per row still in the batch, (start, (k, H)): the target's features of that row's positions
-        start .. start + k - 1, handed to the row's drafter (``observe_target``)."""
-        for drafter, (start, hidden) in zip(self._forks, rows):
-            drafter.observe_target(start, hidden)
+
+class _EagleExpander(Expander):
+    """An EAGLE head's passes over a growing tree (its cache: the true inputs, then fed nodes).
+
+    ``root``: f^_{n-1} (1, H) from the head's catch-up. Node j (token x at sequence position
+    n - 1 + depth) is fed as the input (f^ of its parent, x) at position n - 2 + depth, which
+    predicts its own feature; its children's q come from that.
+    """
+
+    def __init__(self, drafter: EagleDrafter, r: DraftRequest, root: torch.Tensor):
+        super().__init__(r)
+        self.drafter = drafter
+        self.feature: dict[int, torch.Tensor] = {-1: root[0]}  # node (-1: the root) -> its predicted feature (H,)
+        self._root(drafter.head_logits(root))
+
+    def expand(self, nodes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One masked pass of the head over ``nodes``: their (q, ranking), each (len(nodes), V)."""
+        allow = self.feed(nodes)
+        device = self.r.seq.device
+        xs = torch.tensor([self.tokens[i] for i in nodes], dtype=torch.long, device=device)
+        feats = torch.stack([self.feature[self.parents[i]] for i in nodes])
+        positions = torch.tensor([self.r.n - 2 + self.depths[i] for i in nodes], dtype=torch.long, device=device)
+        f = self.drafter.tree_features(xs, feats, positions, allow, len(nodes))
+        self.feature.update(zip(nodes, f))
+        return self.scored(self.drafter.head_logits(f))

@@ -5,9 +5,12 @@ from __future__ import annotations
 import torch
 
 from specviz.engine.batch_runner import BatchRunner, left_padded, positions
-from specviz.drafters.base import Drafter, DraftRequest, Proposal
+from specviz.engine.drafter import Drafter, DraftRequest, Proposal
 from specviz.engine.runner import ModelRunner, make_runner
 from specviz.engine.sampling import contexts, row_contexts
+from specviz.engine.tree.attention import compact
+from specviz.engine.tree.draft import DraftTree, ModelExpander, grow_tree
+from specviz.engine.tree.spec import TreeSpec
 
 
 class ModelDrafter(Drafter):
@@ -19,7 +22,8 @@ class ModelDrafter(Drafter):
     Each draft is drawn from the model's q after the run's sampling processors (the same ones the
     target's p goes through), through ``rejection.draft_token`` (via the request's ``steps``), which returns
     the q it drew from.
-    In a batch, every row drafts in the same passes (``propose_batch``).
+    In a batch, every row drafts in the same passes (``propose_batch``). A token tree grows one
+    masked pass per level (``specviz.engine.tree.draft.ModelExpander``).
     """
 
     kind = "model"
@@ -59,6 +63,15 @@ class ModelDrafter(Drafter):
 
     def rollback(self, length: int) -> None:
         self.runner.rollback(length)
+
+    # ---- token trees: one masked pass per level --------------------------------------------
+
+    def propose_tree(self, request: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
+        return grow_tree(ModelExpander(self.runner, request), request, spec, depth)
+
+    def settle_tree(self, seq: torch.Tensor, n: int, fed: list[int], length: int, compaction: str) -> None:
+        """Compact the cache to the prefix and the accepted nodes it fed (``specviz.engine.tree.attention.compact``)."""
+        compact(self.runner, seq, n, fed, compaction)
 
     # ---- batches: one pass per draft step for every row ------------------------------------
 

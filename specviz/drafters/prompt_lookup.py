@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from specviz.drafters.base import Drafter, DraftRequest, Proposal
+from specviz.engine.drafter import Drafter, DraftRequest, Proposal
+from specviz.engine.tree.draft import DraftTree, draft_lookup, lookup_branches
+from specviz.engine.tree.spec import TreeSpec
 
 
 def find_continuation(history: list[int], max_ngram: int, min_ngram: int, gamma: int) -> tuple[int, list[int]] | None:
@@ -71,6 +73,10 @@ class PromptLookupDrafter(Drafter):
         request.seq[request.n:request.n + len(tokens)] = drafts
         q = torch.zeros(len(tokens), request.vocab, device=drafts.device).scatter_(1, drafts[:, None], 1.0)  # one-hot
         return Proposal(q=q, sources=list(range(start, start + len(tokens))))
+
+    def propose_tree(self, request: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
+        """One branch per distinct earlier match, merged into a trie (``specviz.engine.tree.draft.draft_lookup``)."""
+        return draft_lookup(request, self.max_ngram, self.min_ngram, min(depth, spec.depth), lookup_branches(spec))
 
     def describe(self) -> dict:
         return {"kind": self.kind, "max_ngram": self.max_ngram, "min_ngram": self.min_ngram}

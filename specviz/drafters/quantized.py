@@ -35,7 +35,7 @@ import weakref
 
 import torch
 
-from specviz.drafters.base import Drafter
+from specviz.engine.drafter import Drafter
 from specviz.drafters.model import ModelDrafter
 
 BITS = 8

@@ -44,7 +44,7 @@ import torch
 
 from specviz.engine import rejection
 from specviz.engine.batch_runner import BatchRunner, check_window, positions
-from specviz.drafters import DraftRequest
+from specviz.engine.drafter import DraftRequest
 from specviz.engine.rounds import TOP_TOKENS, Clock, extend_trace, judge_chain, round_record, run_settings, settle, Transfer, validate_inputs, new_trace, set_up
 from specviz.engine.sampling import Sampling, contexts, row_contexts
 from specviz.engine.schedules import GammaSchedule, make_schedule
@@ -237,7 +237,7 @@ def speculative_generate_batch(
     result = BatchResult(traces=[r.trace for r in rows])
     clock = Clock(device)
     # An EAGLE drafter reads the target's features of each row's positions from the target's passes.
-    reads_features = getattr(drafter, "reads_target_features", False)
+    reads_features = drafter.reads_target_features
     target_runner = BatchRunner(target, vocab, len(rows), keep_features=reads_features)
 
     with torch.inference_mode():
@@ -301,7 +301,8 @@ def speculative_generate_batch(
                 r.schedule.observe(g, n_acc, min(g, n_acc + 1), clock.ms(t0, t1), clock.ms(t1, t2))
                 r.trace.rounds.append(round_record(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, proposals[i].sources,
                                              decode, top_k, r.allowed, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start(),
-                                             features_from=proposals[i].features_from))
+                                             features_from=proposals[i].features_from,
+                                             own_tokens=proposals[i].own_tokens, shared_mass=proposals[i].shared_mass))
                 if not extend_trace(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             # Both sides keep all but each row's newest token, which is fed next round.

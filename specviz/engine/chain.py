@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from specviz.engine import rejection
-from specviz.drafters import DraftRequest
+from specviz.engine.drafter import DraftRequest
 from specviz.engine.runner import make_runner
 from specviz.engine.sampling import Sampling, contexts
 from specviz.engine.schedules import GammaSchedule, make_schedule
@@ -96,7 +96,7 @@ def speculative_stream(
                                               drafter=drafter.describe(), gamma_schedule=schedule.describe())
     n_prompt = len(input_ids)
     # An EAGLE drafter reads the target's features at the positions each target pass scores.
-    reads_features = getattr(drafter, "reads_target_features", False)
+    reads_features = drafter.reads_target_features
     target_runner = make_runner(target, vocab, cached, keep_features=reads_features)
     clock = Clock(device)
     top_k = min(TOP_TOKENS, vocab)
@@ -153,7 +153,8 @@ def speculative_stream(
             if record:
                 trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
                                            decode, top_k, allowed, draft_ms, verify_ms, clock.since_start(),
-                                           features_from=proposal.features_from))
+                                           features_from=proposal.features_from,
+                                           own_tokens=proposal.own_tokens, shared_mass=proposal.shared_mass))
             extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
         if trace.stop_reason:
             yield trace

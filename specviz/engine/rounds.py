@@ -20,7 +20,8 @@ from typing import NamedTuple
 import torch
 
 from specviz.engine import rejection
-from specviz.drafters import Drafter, as_drafter
+from specviz.drafters import as_drafter  # a causal LM given as the drafter becomes a drafter model
+from specviz.engine.drafter import Drafter
 from specviz.engine.sampling import Sampling
 from specviz.engine.seeds import generator
 from specviz.trace import Draft, Round, TopToken, Trace
@@ -346,9 +347,9 @@ def extend_trace(trace: Trace, emitted: list[int], eos: frozenset[int], max_new_
 
 def round_record(host: dict, draft_ids: list[int], n_acc: int, final: int, kind: str, keeps_final: bool, emitted: list[int],
            sources: list[int] | None, decode, top_k: int, allowed: int, draft_ms: float, verify_ms: float, end_ms: float,
-           features_from: int | None = None) -> Round:
-    """The Round record from one round's transferred values (``host``, by name); ``features_from``
-    as ``Proposal.features_from``."""
+           features_from: int | None = None, own_tokens: list[int] | None = None, shared_mass: list[float] | None = None) -> Round:
+    """The Round record from one round's transferred values (``host``, by name); ``features_from``,
+    ``own_tokens`` and ``shared_mass`` as the Proposal's fields."""
     g = len(draft_ids)
     texts = decode(draft_ids + [final])
     top = {key: host[key][n_acc * top_k : (n_acc + 1) * top_k] for key in ("top_ids", "top_prob", "top_p", "top_q")}
@@ -359,6 +360,7 @@ def round_record(host: dict, draft_ids: list[int], n_acc: int, final: int, kind:
             token_id=draft_ids[i], text=texts[i], q=host["q"][i], p=host["p"][i],
             accept_prob=min(1.0, host["p"][i] / host["q"][i]) if host["q"][i] > 0 else 0.0, u=host["u"][i],
             verdict=verdicts[i], beta=min(1.0, host["beta"][i]), source=sources[i] if sources else None,
+            own_token_id=own_tokens[i] if own_tokens else None, shared_mass=min(1.0, shared_mass[i]) if shared_mass else None,
         )
         for i in range(g)
     ]

@@ -11,7 +11,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from specviz.measure.baseline import with_baseline
-from specviz.drafters import KINDS, make_drafter
+from specviz.drafters import KINDS as ALL_KINDS, make_drafter
+
+KINDS = tuple(k for k in ALL_KINDS if k != "cross-tokenizer")  # the kinds that draft from the pair's own drafter and target
 from specviz.engine.schedules import make_schedule
 from specviz.engine.stopping import STOPPED, StopCheck
 from specviz.trace import Trace

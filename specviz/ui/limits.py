@@ -66,7 +66,8 @@ UPLOAD_TOTAL_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_TOTAL_MB", "51
 DEFAULTS = dict(gamma=4, temperature=DEFAULT_SAMPLING.temperature, top_k=DEFAULT_SAMPLING.top_k, top_p=DEFAULT_SAMPLING.top_p,
                 max_new_tokens=128, seed=0, drafter_kind="model", gamma_schedule="constant",
                 repetition_penalty=DEFAULT_SAMPLING.repetition_penalty)
-DRAFTER_CHOICES = [(DRAFTER_LABELS[k], k) for k in DRAFTER_KINDS]
+# A drafter with its own tokenizer needs a pair that brings one; the page's pairs share theirs.
+DRAFTER_CHOICES = [(DRAFTER_LABELS[k], k) for k in DRAFTER_KINDS if k != "cross-tokenizer"]
 SCHEDULE_CHOICES = [(SCHEDULE_LABELS[k], k) for k in SCHEDULES]
 RECORDINGS = ASSETS / "recordings"
 # The pair the page starts on: the English pair where it loads offline, else the embedded pair.

@@ -14,7 +14,7 @@ from specviz.views.text import run_label
 from specviz.views.tokens import tokens_html
 
 COLOURS = {"model": "#0072B2", "ngram": "#009E73", "early-exit": "#CC79A7", "quantized": "#E69F00", "eagle": "#D55E00",
-           "tree": "#56B4E9"}
+           "tree": "#56B4E9", "cross-tokenizer": "#000000"}
 LABELS = {**DRAFTER_LABELS, "tree": "drafter model, token tree"}  # the drafters' table, and the tree beside the chain
 
 
@@ -31,7 +31,10 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
         speed = f"{est.decode_speedup:.2f}×"
         if len(est.windows) >= 2:
             speed += f" (middle half {est.low:.2f}–{est.high:.2f}×)"
-    return [
+    masses = [d.shared_mass for r in spec.rounds for d in r.drafts if d.shared_mass is not None]
+    shared = [("shared-vocabulary mass", _num(sum(masses) / len(masses), 3),
+               f"mean over {len(masses)} drafts of the drafter's mass on the tokens both vocabularies share")] if masses else []
+    return shared + [
         ("tokens per round", _num(spec.mean_tokens_per_round), f"{len(spec.output_ids)} tokens / {len(spec.rounds)} rounds"),
         ("alpha", _num(spec.alpha, 3), f"accepted / tested = {spec.accepted} / {spec.accepted + spec.rejected}"),
         ("draft acceptance rate", _num(spec.acceptance_rate, 3), f"accepted / drafted = {spec.accepted} / {spec.drafted}"),

@@ -57,6 +57,13 @@ drafter reads the target's own last hidden state, the feature its output layer t
 the target scored, so it only has to predict how that feature moves one token on (Li et al. 2024). The verify pass
 computes those features anyway, so the higher acceptance costs no extra target pass.
 
+**A drafter with another tokenizer.** Token-level intersection keeps the drafter's distribution on the token strings
+both vocabularies hold, renormalised and moved to the target's ids, so $q$ is again a distribution over target tokens
+that each draft is really drawn from, and the same test $u < \min(1, p/q)$ keeps the output exactly the target's at
+every temperature (Timor et al., ICML 2025, "Accelerating LLM inference with lossless speculative decoding algorithms
+for heterogeneous vocabularies"). What the drafter put outside the shared tokens is lost (the replay shows that
+shared-vocabulary mass per draft), so a pair whose vocabularies barely meet drafts little that the target accepts.
+
 **Which alpha.** $\alpha$ is the chance that a *tested* draft is accepted. A round tests its drafts up to the first
 rejection; the drafts after it are discarded untested. So $\alpha$ is estimated as accepted / (accepted + rejected),
 or as the mean of $\beta$ over the tested drafts, never as accepted / drafted: that draft acceptance rate is lower,

@@ -96,6 +96,14 @@ def _source(d: Draft, n_prompt: int) -> str:
     return f'<td style="padding:4px 8px;color:#555;font-size:12px;">{escape(where)}</td>'
 
 
+def _shared(d: Draft) -> str:
+    """A cross-tokenizer draft: the drafter's own id of the token and the mass of its distribution on the shared tokens."""
+    if d.shared_mass is None:
+        return ""
+    own = f"drafter's id {d.own_token_id} · " if d.own_token_id is not None else ""
+    return f'<td style="padding:4px 8px;">{escape(own)}{_bar(d.shared_mass, Q_COLOUR, width=70)}</td>'
+
+
 def _drafts_table(r: Round, n_prompt: int = 0) -> str:
     if not r.drafts and r.tree is not None and r.tree.nodes:
         return ('<div style="margin-top:10px;color:#555;">No child of the pending token was accepted: the tree below shows '
@@ -108,6 +116,9 @@ def _drafts_table(r: Round, n_prompt: int = 0) -> str:
              "min(1, p/q) and u", '<span title="beta = Σ min(p, q) at this position: the chance a draft here is accepted">β = Σ min(p, q)</span>', "verdict"]
     if copied:
         heads.append('<span title="prompt lookup copies the tokens that followed an earlier occurrence of the last n tokens; q is 1 at the copy">copied from</span>')
+    if any(d.shared_mass is not None for d in r.drafts):
+        heads.append('<span title="the drafter has its own tokenizer: q is its distribution on the tokens both vocabularies share, '
+                     'renormalised; this is the mass it put there (Timor et al. 2025)">shared-vocabulary mass</span>')
     head = "".join(f'<th style="text-align:left;padding:4px 8px;font-weight:600;color:#444;">{h}</th>' for h in heads)
     rows = []
     for i, d in enumerate(r.drafts):
@@ -117,7 +128,7 @@ def _drafts_table(r: Round, n_prompt: int = 0) -> str:
             f'<td style="padding:4px 8px;color:#666;">{i + 1}</td><td style="padding:4px 8px;">{_chip(d.text)}</td>'
             f'<td style="padding:4px 8px;">{_bar(d.q, Q_COLOUR)}</td><td style="padding:4px 8px;">{_bar(d.p, P_COLOUR)}</td>'
             f'<td style="padding:4px 8px;">{_test(d)}</td><td style="padding:4px 8px;">{_bar(d.beta, BETA_COLOUR, width=70)}</td>'
-            f'<td style="padding:4px 8px;">{_verdict(d)}</td>{_source(d, n_prompt)}</tr>'
+            f'<td style="padding:4px 8px;">{_verdict(d)}</td>{_source(d, n_prompt)}{_shared(d)}</tr>'
         )
     # On a narrow screen the table scrolls inside its box (a shadow at the edge says so) instead of being clipped.
     return scroll_x(f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;min-width:640px;margin-top:10px;">'

@@ -16,14 +16,14 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from specviz.engine import rejection
-from specviz.drafters import DraftRequest
+from specviz.engine.drafter import DraftRequest
 from specviz.engine.rounds import TOP_TOKENS, Clock, extend_trace, Transfer, set_up, start_sequence
 from specviz.engine.runner import make_runner
 from specviz.engine.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
 from specviz.engine.tree.accept import NO_FAULT, TreeFault, judge, judge_greedy
 from specviz.engine.tree.attention import ancestor_matrix, compact, masked_logits
-from specviz.engine.tree.draft import DraftTree, draft_tree
+from specviz.engine.tree.draft import DraftTree
 from specviz.engine.tree.record import TreeNode, TreeRecord
 from specviz.engine.tree.spec import TreeSpec
 
@@ -67,7 +67,7 @@ def tree_stream(
                                               drafter=drafter.describe(), gamma_schedule={"kind": "constant"}, tree=tree.describe())
     n_prompt = len(input_ids)
     # An EAGLE drafter reads the target's features: the prefill's, then the accepted path's each round.
-    reads_features = getattr(drafter, "reads_target_features", False)
+    reads_features = drafter.reads_target_features
     runner = make_runner(target, vocab, cached, keep_features=reads_features)
     clock = Clock(device)
     top_k = min(TOP_TOKENS, vocab) if record else 0
@@ -86,7 +86,7 @@ def tree_stream(
             # 1. Draft a tree no deeper than the tokens still allowed.
             request = DraftRequest(seq, n, min(tree.depth, remaining), history, sampling, warpers, gen, vocab, lambda q: True)
             passes_before = _drafter_passes(drafter)
-            drafted = draft_tree(drafter, request, tree, min(tree.depth, remaining))
+            drafted = drafter.propose_tree(request, tree, min(tree.depth, remaining))
             drafted_passes = _drafter_passes(drafter) - passes_before
             t1 = clock.mark()
             # 2. Verify: the pending token (slot 0) and every node, one pass, each under its own path.
@@ -122,17 +122,9 @@ def tree_stream(
             if reads_features:  # before compaction: "refeed" makes a pass of its own
                 _observe_path(drafter, runner.features, n - 1, len(slot_parents), keep)
             compact(runner, seq, n - 1, keep, compaction)
-            if drafted.fed is not None and hasattr(drafter, "runner") and drafter.runner is not None:
-                fed = []
-                for i in path[: len(emitted) - 1]:
-                    if drafted.fed[i] < 0:
-                        break
-                    fed.append(drafted.fed[i])
-                compact(drafter.runner, seq, n, fed, compaction)
+            drafter.settle_tree(seq, n, _fed_path(drafted, path[: len(emitted) - 1]), n + len(emitted), compaction)
             n += len(emitted)
             history.extend(emitted)
-            if reads_features:
-                drafter.rollback(n - 1)  # the head drops the round's nodes; it has the path's true features
 
             # 6. Record.
             if record:
@@ -246,6 +238,16 @@ def _observe_path(drafter, features: tuple[int, torch.Tensor], pending: int, slo
     if first < pending:
         drafter.observe_target(first, hidden[: pending - first])
     drafter.observe_target(pending, by_slot[torch.tensor(keep, dtype=torch.long, device=hidden.device)])
+
+
+def _fed_path(drafted: DraftTree, path: list[int]) -> list[int]:
+    """The drafter's cache slots of the accepted nodes it fed, in path order, up to the first it did not feed."""
+    fed = []
+    for i in path:
+        if drafted.fed is None or drafted.fed[i] < 0:
+            break
+        fed.append(drafted.fed[i])
+    return fed
 
 
 def _drafter_passes(drafter) -> int:
