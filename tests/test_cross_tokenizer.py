@@ -90,15 +90,36 @@ def test_intersection_keeps_the_targets_distribution(word_pair, sampling):
     assert acceptance > 0.05  # the drafts are tested, not all refused
 
 
+class _OffVocabularyLM(type(tiny_lm())):
+    """A tiny GPT-2 drafter that puts most of its mass on the tokens the target lacks (x, y, z, w), so
+    the shared vocabulary holds little of q: a planted missing renormalisation inflates q's ratio by
+    1 / (shared mass), and the control has power."""
+
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        out.logits[..., OFF_VOCABULARY] += 2.0
+        return out
+
+
+OFF_VOCABULARY = [DRAFTER_WORDS.index(w) for w in ("x", "y", "z", "w")]
+
+
 def test_the_unnormalised_q_fault_is_caught(word_pair):
-    drafter, target, drafter_tok, target_tok = word_pair
+    _, target, drafter_tok, target_tok = word_pair
+    base = tiny_lm(vocab=len(DRAFTER_WORDS), layers=1, seed=2, init=0.5)
+    drafter = _OffVocabularyLM(base.config).eval()
+    drafter.load_state_dict(base.state_dict())
+    correct = CrossTokenizerDrafter(drafter, drafter_tok, target_tok)
+    stat, pvalue, _ = chi_square(correct, target, Sampling(1.0), gamma=2, runs=FAULT_RUNS)
+    print(f"\nthe control's drafter, correct rule: chi2={stat:.1f} p={pvalue:.3g}")
+    assert pvalue > ALPHA
     faulty = CrossTokenizerDrafter(drafter, drafter_tok, target_tok, fault=UNNORMALISED)
-    stat, pvalue, _ = chi_square(faulty, target, Sampling(1.0), gamma=2)
+    stat, pvalue, _ = chi_square(faulty, target, Sampling(1.0), gamma=2, runs=FAULT_RUNS)
     print(f"\nplanted {UNNORMALISED}: chi2={stat:.1f} p={pvalue:.3g}")
-    # Weak control: at 3,000 runs this fault gave chi2 64.8, p = 0.0104 (seeds 0..2999), short of
-    # ALPHA = 1e-4; the drafter puts most of its mass on the shared tokens, so the inflation 1 / mass
-    # is small. Until a pair with less shared mass gives it power, the threshold here is 0.05.
-    assert pvalue < 0.05
+    assert pvalue < ALPHA
+
+
+FAULT_RUNS = 1500
 
 
 def test_intersection_drafts_only_shared_tokens_and_the_trace_keeps_the_shared_mass(word_pair):
