@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import statistics
 import threading
 import time
@@ -148,7 +149,7 @@ def _store_cached(entries: dict) -> None:
         data.update(entries)
         data = dict(list(data.items())[-64:])  # a few machines and models at most
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(path)
     except OSError:
