@@ -58,7 +58,7 @@ def test_greedy_in_the_app_is_the_targets_greedy(client, embedded):
     text = autoregressive_generate(ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=32, eos_token_id=embedded.eos_token_id, tokenizer=embedded.tokenizer).output_text
     import html, re
 
-    shown = html.unescape(re.sub(r"<[^>]+>", "", re.sub(r'<span class="sv-(rejected|prompt)"[^>]*>.*?</span>', "", tokens, flags=re.S))).replace("\u2400", "")
+    shown = html.unescape(re.sub(r"<[^>]+>", "", re.sub(r'<span class="sv-(rejected|prompt)"[^>]*>.*?</span>|<details class="sv-prompt-details".*?</details>', "", tokens, flags=re.S))).replace("\u2400", "")
     assert shown == text
 
 
