@@ -8,7 +8,7 @@ import gradio as gr
 
 from specviz.pair import default_pair
 from specviz.ui import listening, share, state
-from specviz.ui.admission import client_address
+from specviz.ui.address import client_address
 from specviz.ui.checks import mistake
 from specviz.ui.device import run_on_device
 from specviz.ui.pairs import ensure_pair

@@ -10,7 +10,7 @@ from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
 from specviz.recording import Recording
 from specviz.ui import share, state
-from specviz.ui.admission import client_address
+from specviz.ui.address import client_address
 from specviz.ui.device import run_on_device
 from specviz.ui.downloads import save_for_download
 from specviz.ui.limits import STOP_WAIT_S

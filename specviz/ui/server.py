@@ -185,7 +185,7 @@ class Guard:
         counted as the bytes arrive; the uploads in flight counted for ``specviz.ui.disk``'s sweep."""
         from starlette.requests import Request
 
-        from specviz.ui.admission import client_address
+        from specviz.ui.address import client_address
 
         address = client_address(Request(scope))
         marker = b"--" + _boundary(scope)
@@ -256,7 +256,7 @@ def launch_kwargs(port: int | None = None) -> dict:
 
     Also turns off uvicorn's reading of X-Forwarded-For (``FORWARDED_ALLOW_IPS``, which trusts 127.0.0.1
     by default and rewrites the client's address before any middleware runs): the app reads the header
-    itself, as deep as ``SPECVIZ_TRUSTED_PROXIES`` says (``specviz.ui.admission.client_address``)."""
+    itself, as deep as ``SPECVIZ_TRUSTED_PROXIES`` says (``specviz.ui.address.client_address``)."""
     from starlette.middleware import Middleware
 
     os.environ["FORWARDED_ALLOW_IPS"] = ""  # read by uvicorn.Config when launch builds the server

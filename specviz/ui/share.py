@@ -19,6 +19,8 @@ import threading
 import time
 from collections import deque
 
+from specviz.ui.address import client_address
+
 SHARE_S = float(os.environ.get("SPECVIZ_SHARE_SECONDS", "10"))  # device seconds a job keeps while another visitor waits
 WINDOW_S = 600.0  # device time is remembered this long
 DEVICE = "device"  # the concurrency id of Generate and /run (specviz.ui.layout)
@@ -54,8 +56,6 @@ def used(address: str) -> float:
 
 def others_waiting(request) -> bool:
     """Whether a job of another address than ``request``'s waits in the device queue (False outside a served app)."""
-    from specviz.ui.admission import client_address
-
     inner = getattr(request, "request", request)
     get_blocks = getattr(getattr(inner, "app", None), "get_blocks", None)
     queue = getattr(get_blocks() if callable(get_blocks) else None, "_queue", None)
