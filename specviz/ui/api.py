@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import gradio as gr
 
 from specviz.pair import default_pair
 from specviz.ui import listening, share, state
-from specviz.ui.address import client_address
 from specviz.ui.checks import mistake
 from specviz.ui.device import run_on_device
 from specviz.ui.pairs import ensure_pair
@@ -50,14 +47,11 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
         raise mistake(GONE, title="Stopped")
     ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None)
     final = None
-    started = time.monotonic()
-    try:
+    with share.Held(request) as held:
         for final in run_on_device(req):
             if final[0] != "done" and state.client_gone(request):
                 raise mistake(GONE, title="Stopped")
-            if final[0] != "done" and share.must_yield(request, started):
-                raise mistake(share.yielded_note(time.monotonic() - started), title="Device shared")
-    finally:
-        share.charge(client_address(request), time.monotonic() - started)
+            if final[0] != "done" and held.over():
+                raise mistake(held.note(), title="Device shared")
     _, spec, baseline, _title, done = final
     return {"summary": summary(spec, baseline), "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}

@@ -10,7 +10,6 @@ from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
 from specviz.recording import Recording
 from specviz.ui import share, state
-from specviz.ui.address import client_address
 from specviz.ui.device import run_on_device
 from specviz.ui.downloads import save_for_download
 from specviz.ui.limits import STOP_WAIT_S
@@ -46,8 +45,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 state.stopped[session] = stopped_outputs(None)
                 yield state.stopped[session]
                 return
-            started = time.monotonic()
-            try:
+            with share.Held(request) as held:
                 for event in run_on_device(req):
                     if event[0] != "done" and state.client_gone(request):
                         return  # nobody listens: stop within a round, the device goes to the next visitor
@@ -56,12 +54,10 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                         state.stopped[session] = stopped_outputs(Recording(event[1], title=event[2]))
                         yield state.stopped[session]
                         return
-                    if event[0] != "done" and share.must_yield(request, started):
-                        yield stopped_outputs(Recording(event[1], title=event[2]), share.yielded_note(time.monotonic() - started))
+                    if event[0] != "done" and held.over():
+                        yield stopped_outputs(Recording(event[1], title=event[2]), held.note())
                         return
                     yield from _shown(event, req, session)
-            finally:
-                share.charge(client_address(request), time.monotonic() - started)
     finally:
         state.following.pop(session, None)
         # A long-lived server gives each run's memory back: collect, then trim (measured: a trim

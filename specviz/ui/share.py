@@ -76,3 +76,27 @@ def yielded_note(seconds: float) -> str:
     """What a job that gave the device up says."""
     return (f"Stopped after {seconds:.0f} s on the device so that another visitor waiting could run: while others wait, each "
             f"job keeps the device at most {SHARE_S:.0f} s. Ask for fewer tokens, or try again when the queue is empty.")
+
+
+class Held:
+    """One device job's hold, for the handlers that run jobs (Generate, /run): ``over()`` once it has had
+    its share while another address waits, ``note()`` what it then says, and on leaving the ``with``
+    block its seconds are charged to its address.
+
+    Usage: ``with Held(request) as held: ... if held.over(): ...``.
+    """
+
+    def __init__(self, request):
+        self.request, self.started = request, time.monotonic()
+
+    def over(self) -> bool:
+        return must_yield(self.request, self.started)
+
+    def note(self) -> str:
+        return yielded_note(time.monotonic() - self.started)
+
+    def __enter__(self) -> "Held":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        charge(client_address(self.request), time.monotonic() - self.started)
