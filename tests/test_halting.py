@@ -251,6 +251,61 @@ def test_the_lab_stops_between_chunks_once_nobody_listens(monkeypatch):
     assert chunks[-1] == 200
 
 
+
+def _counted_lab_runs(monkeypatch, at: int, press) -> list[int]:
+    """Count the lab's speculative runs (one per sample); ``press()`` is called as run ``at`` starts."""
+    import specviz.lab.experiment as experiment
+
+    runs = []
+    real = experiment.speculative_generate
+
+    def counted(*args, **kwargs):
+        runs.append(len(runs) + 1)
+        if len(runs) == at:
+            press()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "speculative_generate", counted)
+    return runs
+
+
+def test_stop_ends_the_lab_between_its_runs_and_it_says_so(monkeypatch):
+    """Issue 39: the lab never heard the Stop button (it ran on to its 5,000 samples or 120 s); nor was it
+    found by it. Now the Stop button finds it running in its session and it ends before its next sample's run,
+    mid-chunk, saying how many samples it has."""
+    import specviz.ui.lab as page
+    import specviz.ui.state as state
+
+    found = []
+
+    def press():
+        found.append(SESSION in state.running)  # what the Stop button's handler looks for
+        state.stop_asked.add(SESSION)
+
+    runs = _counted_lab_runs(monkeypatch, 70, press)
+    monkeypatch.setattr(state, "client_gone", lambda request: False)
+    try:
+        outputs = list(page.run_lab("identical", "none", 1.0, 0, 1.0, 2, 1000, request=REQUEST))
+    finally:
+        state.stop_asked.discard(SESSION)
+    assert found == [True]
+    assert len(runs) == 70  # the run under way when Stop came finished; none after it
+    assert "Stopped by you after 70 samples" in outputs[-1][1], outputs[-1][1]
+    assert SESSION not in state.running
+
+
+def test_the_lab_hears_its_listener_go_between_runs(monkeypatch):
+    """A client that hangs up mid-chunk: the lab ends before its next run (before: at the chunk's end) and sends nothing more."""
+    import specviz.ui.lab as page
+    import specviz.ui.state as state
+
+    gone = []
+    runs = _counted_lab_runs(monkeypatch, 70, lambda: gone.append(True))
+    monkeypatch.setattr(state, "client_gone", lambda request: bool(gone))
+    outputs = list(page.run_lab("identical", "none", 1.0, 0, 1.0, 2, 1000, request=REQUEST))
+    assert len(runs) == 70
+    assert all("Stopped" not in str(o) for o in outputs)
+
 # --- the long jobs' size on a CPU ----------------------------------------------------------------
 
 

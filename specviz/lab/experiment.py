@@ -26,6 +26,7 @@ from specviz.lab.tree_faults import tree_fault
 from specviz.engine.tree.accept import NO_FAULT
 from specviz.engine.tree.loop import tree_generate
 from specviz.engine.sampling import Sampling
+from specviz.engine.stopping import StopCheck, asked
 
 VOCAB = 8
 PROMPT = [1, 2, 3]
@@ -108,9 +109,13 @@ class Result:
 
 
 def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: int = 250, first_seed: int = 0,
-           prompt: list[int] = PROMPT, schedule="constant", tree=None, fault: str = "none") -> Iterator[Result]:
+           prompt: list[int] = PROMPT, schedule="constant", tree=None, fault: str = "none",
+           stop: StopCheck | None = None) -> Iterator[Result]:
     """Run ``runs`` seeded speculative generations of gamma + 1 tokens (so the first round drafts
     all gamma) and yield the growing Result every ``every`` runs and at the end.
+
+    ``stop`` (``specviz.engine.stopping``) is asked before every run: when it answers True the
+    experiment yields the runs done so far (if any since the last yield) once more and ends.
 
     ``drafter`` is a causal LM or a ``specviz.drafters.Drafter``; ``schedule`` a schedule name or a
     function returning a fresh GammaSchedule (each run starts its own); ``prompt`` the context
@@ -135,6 +140,10 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
                                     schedule=schedule if isinstance(schedule, str) else schedule(), steps=steps)
 
     for seed in range(first_seed, first_seed + runs):
+        if asked(stop):
+            if result.runs % every:  # runs since the last yield
+                yield result
+            return
         trace = run(seed)
         result.counts[outcome(trace.output_ids)] += 1
         result.runs += 1

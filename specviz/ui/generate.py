@@ -106,7 +106,7 @@ def stopped_outputs(rec: Recording | None, why: str | None = None) -> dict:
 
 
 def stop(request: gr.Request = None) -> dict:
-    """The Stop button: ask this session's jobs (run, sweep, comparison, batch) to stop at their next step, wait until they have
+    """The Stop button: ask this session's jobs (run, sweep, comparison, batch, lab experiment) to stop at their next step, wait until they have
     (at most STOP_WAIT_S), and return the outputs the run ended with. With nothing streaming, only
     the status changes (a run still waiting in the queue is then cancelled by the event after this)."""
     session = state.session_of(request)

@@ -3,7 +3,6 @@ teaching fault planted or none."""
 
 from __future__ import annotations
 
-import time
 from html import escape
 
 import gradio as gr
@@ -16,6 +15,7 @@ from specviz.lab.models import models as lab_models
 from specviz.pair.precision import cpu_form
 from specviz.ui import state
 from specviz.ui.checks import mistake, number
+from specviz.ui.halting import GONE, Halt
 from specviz.ui.limits import LAB_CHUNK, LAB_DRAW_EVERY, LAB_RUNS_MAX, LAB_SECONDS_MAX
 from specviz.views.lab import lab_figure, lab_html
 
@@ -24,8 +24,10 @@ def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs, request: gr.Req
     """The exactness lab: stream seeded speculative samples of tiny models against the exact law,
     with one teaching fault planted (or none); yields (figure, verdict HTML) every 250 samples.
 
-    Between chunks of LAB_CHUNK samples it ends at LAB_SECONDS_MAX, and, sending nothing more, when
-    nobody listens (``specviz.ui.state.client_gone``: its stream closed, or never opened)."""
+    Before every sample's run it asks its stop check (``specviz.ui.halting``), as Generate does between rounds:
+    the Stop button and LAB_SECONDS_MAX end it there and its last output says so with the samples it has; a
+    client that is gone (``specviz.ui.state.client_gone``: its stream closed, or never opened) ends it
+    sending nothing more."""
     if not isinstance(kind, str) or not isinstance(fault, str) or kind not in LAB_KINDS or fault not in FAULTS:
         raise mistake("Pick a drafter and a fault from the menus.", title="Unknown lab setting")
     for value, lo, hi, name in ((gamma, 1, 8, "gamma"), (top_k, 0, 8, "top-k"), (runs, 100, LAB_RUNS_MAX, "samples")):
@@ -38,22 +40,30 @@ def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs, request: gr.Req
     # specviz.pair.precision), so its verdict is about that form's arithmetic.
     form = cpu_form()
     drafter, target = lab_models(kind, dtype=form.dtype)
-    # Chunks of LAB_CHUNK samples: the job can be cancelled (or reach its time cap) between chunks;
-    # the chart is redrawn every LAB_DRAW_EVERY samples.
+    # The stop check (the Stop button, a client gone, LAB_SECONDS_MAX) is asked before every sample's run;
+    # the chart is redrawn every LAB_DRAW_EVERY samples, and Gradio's cancel lands between chunks of LAB_CHUNK.
     # The fault goes to these runs only (their steps, see lab.faults.fault_steps): nothing global changes.
-    results = lab_stream(drafter, target, sampling, int(gamma), int(runs), every=LAB_CHUNK, fault=fault)
+    halt = Halt(request, LAB_SECONDS_MAX)
     planted_fault = FAULTS[fault]
-    start = time.monotonic()
-    while True:
-        result = next(results, None)
-        if result is None or state.client_gone(request):
-            return
-        capped = time.monotonic() - start > LAB_SECONDS_MAX
-        if result.runs % LAB_DRAW_EVERY == 0 or result.runs == int(runs) or capped:
-            note = f"<p>Stopped at the time limit of {LAB_SECONDS_MAX:.0f} s after {result.runs} samples.</p>" if capped else ""
-            note += f"<p>Models in {escape(form.name)} ({escape(form.reason)}); probabilities in float32.</p>"
-            yield lab_figure(result), lab_html(result, planted_fault) + note
-        else:
-            yield gr.skip(), gr.skip()
-        if capped:
-            return
+    form_note = f"<p>Models in {escape(form.name)} ({escape(form.reason)}); probabilities in float32.</p>"
+    result, said = None, False
+    with state.job(halt.session):  # the Stop button finds the lab as it finds a run
+        for result in lab_stream(drafter, target, sampling, int(gamma), int(runs), every=LAB_CHUNK, fault=fault, stop=halt):
+            if halt.reason == GONE:
+                return  # nobody listens: nothing more is sent
+            if result.runs % LAB_DRAW_EVERY == 0 or result.runs == int(runs) or halt.reason:
+                said = halt.reason is not None
+                yield lab_figure(result), lab_html(result, planted_fault) + _stopped(halt, result.runs) + form_note
+            else:
+                yield gr.skip(), gr.skip()
+    if halt.reason in (None, GONE) or said:
+        return
+    if result is None:  # stopped before its first sample
+        yield lab_figure(None), f"<p>The experiment stopped {escape(halt.said())} before its first sample.</p>"
+        return
+    yield lab_figure(result), lab_html(result, planted_fault) + _stopped(halt, result.runs) + form_note
+
+
+def _stopped(halt: Halt, samples: int) -> str:
+    """The note of a lab run that ended early (empty while it has not)."""
+    return f"<p>Stopped {escape(halt.said())} after {samples} samples.</p>" if halt.reason else ""

@@ -278,10 +278,10 @@ def _wire(ui: dict) -> None:
                             "custom_drafter", "custom_target", "repetition_penalty", "drafter_kind", "gamma_schedule"),
                            ("sweep_plot", "sweep_status", "recording", "download", "export_file"), SWEEP_SECONDS_MAX * 1.5, api_name="sweep")
     run_event.failure(keyed(failed, RUN_OUTPUTS), None, of(*RUN_OUTPUTS), api_visibility="private", show_progress="hidden")
-    ui["lab_button"].click(guarded("lab", run_lab, LAB_SECONDS_MAX * 1.5, skip=skips(2), background=True),
-                           of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),
-                           of("lab_plot", "lab_verdict"), api_name="lab", concurrency_limit=SLOTS["lab"].n, concurrency_id="lab",
-                           show_progress="hidden")
+    lab_event = ui["lab_button"].click(guarded("lab", run_lab, LAB_SECONDS_MAX * 1.5, skip=skips(2), background=True),
+                                       of("lab_kind", "lab_fault", "lab_temperature", "lab_top_k", "lab_top_p", "lab_gamma", "lab_runs"),
+                                       of("lab_plot", "lab_verdict"), api_name="lab", concurrency_limit=SLOTS["lab"].n,
+                                       concurrency_id="lab", show_progress="hidden")
     gr.api(run_api, api_name="run", **device)
     compare_event = long_job(ui["compare_button"].click, run_compare, (*controls, "gamma_schedule", "repetition_penalty", "tree"),
                              ("compare_view", "compare_plot"), COMPARE_SECONDS_MAX * 1.5, api_name="compare")
@@ -289,11 +289,11 @@ def _wire(ui: dict) -> None:
                            ("pair_name", "batch_prompts", "batch_size", "gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed",
                             "chat", "custom_drafter", "custom_target", "drafter_kind", "gamma_schedule", "repetition_penalty"),
                            ("batch_view", "batch_plot", "batch_status"), BATCH_SECONDS_MAX * 1.5, api_name="batch")
-    # Stop asks a run, sweep, comparison or batch to end after its step under way; each then shows what it did
+    # Stop asks a run, sweep, comparison, batch or lab experiment to end after its step under way; each then shows what it did
     # and says it was stopped (specviz.ui.state). Then the event after it cancels what is left: a job of this
     # session still waiting in the queue, or one that did not end in time.
     on(ui["stop"].click, stop, (), RUN_OUTPUTS, api_name="stop", **view).then(
-        lambda: None, None, None, cancels=[run_event, sweep_event, compare_event, batch_event], api_visibility="private",
+        lambda: None, None, None, cancels=[run_event, sweep_event, compare_event, batch_event, lab_event], api_visibility="private",
         show_progress="hidden")
     ui["pair_name"].change(pair_info, ui["pair_name"], ui["pair_info"], api_visibility="private", **view)
     ui["pair_name"].change(example_boxes, ui["pair_name"], of("english_examples", "code_examples"), api_visibility="private", **view)
