@@ -263,6 +263,57 @@ def test_a_flood_of_fresh_sessions_and_heartbeats_leaves_a_shown_run(served):
     assert "Nothing to stop" in str(newcomer.predict(api_name="/stop"))
 
 
+
+def _page_call(http: httpx.Client, url: str, api_name: str, data: list, session: str) -> dict:
+    """Join the queue as the page does (``session`` names the session) and read the job's last message."""
+    config = httpx.get(f"{url}/config", timeout=30).json()
+    index = next(d["id"] for d in config["dependencies"] if d.get("api_name") == api_name)
+    body = {"data": data, "fn_index": index, "session_hash": session, "event_data": None, "trigger_id": None}
+    r = http.post(f"{url}/gradio_api/queue/join", json=body)
+    if r.status_code != 200:
+        return {"refused": r.status_code, "detail": r.json().get("detail", r.text)}
+    last = {}
+    with http.stream("GET", f"{url}/gradio_api/queue/data", params={"session_hash": session}, timeout=CAP_S) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                last = json.loads(line[5:])
+                if last.get("msg") == "process_completed":
+                    break
+    return last
+
+
+def test_a_flood_of_fresh_sessions_from_one_address_leaves_room_for_others(served, monkeypatch):
+    """Issue 39: fresh session hashes from one address (not idle yet, showing no run) filled the store, and a
+    newcomer from another address was then answered from a state not kept: its run shown, then "nothing to
+    export". Each address now holds at most ``per_address`` sessions; past it, its own sessions that show no
+    run give their place, and a new session from an address whose sessions all show runs is refused, saying why."""
+    from specviz.ui.sessions import SessionStore
+
+    demo, url = served
+    holder = demo.server_app.state_holder
+    monkeypatch.setattr(SessionStore, "per_address", 2, raising=False)
+    with holder.lock:  # start from an empty store: other tests of this module leave sessions in it
+        holder.session_data.clear()
+        holder.time_last_used.clear()
+    index = next(d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "stop")
+    with client(A) as http:
+        for _ in range(4 * SESSIONS):
+            body = {"data": [], "fn_index": index, "session_hash": uuid.uuid4().hex, "event_data": None, "trigger_id": None}
+            http.post(f"{url}/gradio_api/queue/join", json=body)
+    generate = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
+    with client(B) as http:
+        shown = []
+        for _ in range(2):
+            session = uuid.uuid4().hex
+            done = _page_call(http, url, "generate", generate, session)
+            assert done.get("success"), str(done)[-300:]
+            exported = _page_call(http, url, "export", [None], session)  # its run is remembered
+            assert exported.get("success"), str(exported)[-300:]
+            shown.append(session)
+        refused = _page_call(http, url, "generate", generate, uuid.uuid4().hex)  # a third, while both show runs
+    assert "Too many sessions" in str(refused) and "at most 2" in str(refused), refused
+    assert all(s in holder.session_data for s in shown)
+
 # ---- item 9: the device shared while others wait --------------------------------------------------------
 
 

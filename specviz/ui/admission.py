@@ -15,6 +15,10 @@ Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
   one address or several delays another by at most the job already running, which gives the device up
   after its share (``specviz.ui.share.SHARE_S``) while others wait.
 
+A job from an address that already holds its cap of sessions, each showing a run, naming a session the
+server does not keep yet, is refused with a message saying so (``specviz.ui.sessions``): its run would not
+be remembered.
+
 Refusals answer like a full queue (HTTP 503 with a message naming the limit); a job with fewer
 values in ``data`` than its endpoint takes is refused at once (HTTP 400 naming the count), where
 Gradio would queue it and fail it with ``error: null``.
@@ -30,6 +34,7 @@ from gradio import route_utils
 from specviz.ui import share
 from specviz.ui.address import client_address
 from specviz.ui.limits import QUEUE_MAX
+from specviz.ui.sessions import SessionStore
 
 def waiting(demo: gr.Blocks, concurrency_id: str) -> int:
     """Jobs of ``concurrency_id`` waiting in the queue now."""
@@ -48,6 +53,11 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
     push = queue.push
 
     async def admitted(body, request, username):
+        address = client_address(request)
+        store = getattr(demo, "state_holder", None)
+        if isinstance(store, SessionStore) and not store.admits(getattr(body, "session_hash", None), address):
+            return False, (f"Too many sessions of this page from your address: at most {store.per_address} are kept at once, and each "
+                           "of yours shows a run. Close one of your tabs of this page and reload, or try again later."), "queue_full"
         try:
             fn = route_utils.get_fn(demo, None, body)
         except Exception:  # noqa: BLE001 - an unknown event: Gradio's own push answers it
@@ -57,7 +67,6 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
             return False, (f"This endpoint takes {len(fn.inputs)} values in \"data\" (its controls, in the order /info lists); "
                            f"got {len(body.data) if isinstance(body.data, list) else 0}."), "error"
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
-        address = client_address(request)
         if events is not None:
             bound = limits.get(fn.concurrency_id)
             if bound is not None and len(events.queue) >= bound:

@@ -14,18 +14,38 @@ expiry (``SESSION_TTL_S`` on the state) frees it. A session that finds no room i
 from a state of its own that is not kept (its page works; what it shows is not remembered until
 room frees up). So the store never holds more than its capacity, and no newcomer evicts a run.
 
+A flood of fresh session hashes from one address made sessions that show no run but are not yet idle:
+they filled the store within seconds, and every newcomer from any other address was then answered from
+a state not kept (its run shown, then "nothing to export"). So each address (``specviz.ui.address``)
+holds at most ``PER_ADDRESS`` sessions (``SPECVIZ_SESSIONS_PER_ADDRESS``): a new session from an address
+at its cap takes the place of that address's own least recently used session that shows no run, and
+when all of them show runs it is not kept, and the queue refuses its jobs with a message saying so
+(``admits``, asked by ``specviz.ui.admission``). No other address's session is touched, so a flood fills
+at most ``PER_ADDRESS`` places. Behind one shared address (a classroom behind one router) raise it.
+
 ``KeepSessions`` (ASGI middleware) puts the store in place of the app's ``StateHolder`` at the first
-request, keeping everything in it.
+request, keeping everything in it, and tells the store the address of the request under way (a context
+variable, read where Gradio makes a session: joining the queue, a heartbeat's unload event); a session
+made outside any request (Gradio's queue worker) has no address and only the store's capacity bounds it.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import threading
+from contextvars import ContextVar
 
 from gradio.state_holder import SessionState, StateHolder
+from starlette.requests import HTTPConnection
+
+from specviz.ui.address import client_address
 
 IDLE_S = 60.0  # a session that shows no run may give its place to a newcomer after this long unused
+PER_ADDRESS = int(os.environ.get("SPECVIZ_SESSIONS_PER_ADDRESS", "8"))  # sessions one address holds at most
+
+# The address of the request being served (set by KeepSessions); "" outside a request.
+current_address: ContextVar[str] = ContextVar("specviz_session_address", default="")
 
 
 def shows_run(session: SessionState) -> bool:
@@ -34,16 +54,30 @@ def shows_run(session: SessionState) -> bool:
 
 
 class SessionStore(StateHolder):
-    """Gradio's ``StateHolder`` with the admission rule of the module docstring instead of LRU eviction."""
+    """Gradio's ``StateHolder`` with the admission rules of the module docstring instead of LRU eviction."""
 
     idle_s = IDLE_S
+    per_address = PER_ADDRESS
+
+    @property
+    def owners(self) -> dict[str, str]:
+        """The address each kept session was made from (sessions made outside a request have none)."""
+        owners = self.__dict__.get("_owners")
+        if owners is None:  # the class is swapped in on a live holder (``install``): no __init__ ran
+            owners = self.__dict__["_owners"] = {}
+        return owners
 
     def __getitem__(self, session_id: str) -> SessionState:
         with self.lock:
             if session_id not in self.session_data:
+                address = current_address.get()
+                if address and not self._room_for(address):
+                    return SessionState(self.blocks)  # answered, not kept
                 if len(self.session_data) >= self.capacity and not self._make_room():
                     return SessionState(self.blocks)  # answered, not kept
                 self.session_data[session_id] = SessionState(self.blocks)
+                if address:
+                    self.owners[session_id] = address
             self.session_data.move_to_end(session_id)
             self.time_last_used[session_id] = datetime.datetime.now()
             return self.session_data[session_id]
@@ -53,14 +87,44 @@ class SessionStore(StateHolder):
             if session_id in self.session_data:
                 self.session_data.move_to_end(session_id)
 
+    def held_by(self, address: str) -> list[str]:
+        """The sessions ``address`` holds, least recently used first."""
+        owners = self.owners
+        return [s for s in self.session_data if owners.get(s) == address]
+
+    def admits(self, session_id: str | None, address: str) -> bool:
+        """Whether a job naming ``session_id`` from ``address`` would find its session kept, as far as the
+        per-address cap goes: the session exists, or the address is under its cap or holds a session
+        that shows no run (whose place the new one takes)."""
+        with self.lock:
+            if not session_id or not address or session_id in self.session_data:
+                return True
+            mine = self.held_by(address)
+            return len(mine) < self.per_address or any(not shows_run(self.session_data[s]) for s in mine)
+
+    def _drop(self, session_id: str) -> None:
+        del self.session_data[session_id]
+        self.time_last_used.pop(session_id, None)
+        self.owners.pop(session_id, None)
+
+    def _room_for(self, address: str) -> bool:
+        """Under ``address``'s cap, or made so by dropping its own least recently used session that shows no run."""
+        mine = self.held_by(address)
+        if len(mine) < self.per_address:
+            return True
+        for session_id in mine:
+            if not shows_run(self.session_data[session_id]):
+                self._drop(session_id)
+                return True
+        return False
+
     def _make_room(self) -> bool:
         """Drop the least recently used session that shows no run and is idle or closed; whether one went."""
         now = datetime.datetime.now()
         for session_id, session in self.session_data.items():
             idle = (now - self.time_last_used.get(session_id, now)).total_seconds()
             if not shows_run(session) and (session.is_closed or idle > self.idle_s):
-                del self.session_data[session_id]
-                self.time_last_used.pop(session_id, None)
+                self._drop(session_id)
                 return True
         return False
 
@@ -80,11 +144,18 @@ def install(app) -> None:
 
 
 class KeepSessions:
-    """ASGI middleware: installs the ``SessionStore`` in the app (``scope["app"]``) before the first request is served."""
+    """ASGI middleware: installs the ``SessionStore`` in the app (``scope["app"]``) before the first request is
+    served, and names the request's address to the store while the request is served."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
         install(scope.get("app"))
-        return await self.app(scope, receive, send)
+        if scope.get("type") not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        token = current_address.set(client_address(HTTPConnection(scope)))
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            current_address.reset(token)
