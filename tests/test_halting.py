@@ -173,6 +173,106 @@ def test_a_batch_whose_client_hung_up_stops_within_a_round_and_sends_nothing_mor
     assert outputs == [dict(batch_status=outputs[0]["batch_status"])]  # only the first "what runs" line
 
 
+
+# --- the device shared with other visitors (issue 39) --------------------------------------------
+
+
+def _served(me: str = "10.0.0.1"):
+    """A request served from ``me`` and the queue it sees: (request, device queue, long queue, running jobs)."""
+    device, long, running = SimpleNamespace(queue=[]), SimpleNamespace(queue=[]), []
+    queue = SimpleNamespace(event_queue_per_concurrency_id={"device": device, "long": long}, active_jobs=[running])
+    app = SimpleNamespace(get_blocks=lambda: SimpleNamespace(_queue=queue))
+    inner = SimpleNamespace(app=app, client=SimpleNamespace(host=me), headers={})
+    return SimpleNamespace(session_hash=SESSION, request=inner), device, long, running
+
+
+def _job(address: str, concurrency_id: str = "device"):
+    return SimpleNamespace(request=SimpleNamespace(client=SimpleNamespace(host=address), headers={}), concurrency_id=concurrency_id,
+                           alive=True, session_hash=address, _id=address)
+
+
+def test_a_batch_gives_the_device_up_within_a_round_once_another_visitor_waits(stub, monkeypatch):
+    """Issue 39: the device share served Generate and /run only; a heavy batch (or comparison, or sweep) from
+    one address held the device beside every other visitor's runs for its whole time limit. Now once it has had
+    its share (SHARE_S, 0 here: the rule is the same) and another address's run waits, it ends within the round
+    under way and says why; its device time is charged to its address."""
+    import specviz.ui.batch as page
+    from specviz.ui import share
+
+    passes, _ = stub
+    monkeypatch.setattr(share, "SHARE_S", 0.0)
+    request, device, _, _ = _served()
+    passes.hook = lambda n: device.queue.append(_job("10.0.0.2")) if n == 12 else None
+    before = share.used("10.0.0.1")
+    outputs = list(page.run_batch(*BATCH_ARGS, request=request))
+    assert passes.n - 12 <= GAMMA + 1, passes.n
+    status = outputs[-1]["batch_status"]
+    assert status.startswith("Stopped to give the device to another visitor's job"), status
+    assert share.used("10.0.0.1") > before
+
+
+def test_compare_and_the_sweep_give_the_device_up_too(stub, monkeypatch):
+    import specviz.ui.compare as compare_page
+    import specviz.ui.sweep as sweep_page
+    from specviz.ui import share
+
+    passes, _ = stub
+    monkeypatch.setattr(share, "SHARE_S", 0.0)
+    request, _, long, running = _served()
+    passes.hook = lambda n: running.append(_job("10.0.0.3")) if n == 12 else None  # a run of another address, beside it
+    outputs = list(compare_page.run_compare("embedded", "one", GAMMA, 1.0, 0, 1.0, TOKENS, 0, request=request))
+    assert passes.n - 12 <= GAMMA + 1, passes.n
+    assert "to give the device to another visitor" in outputs[-1]["compare_view"]
+    running.clear()
+    start = passes.n
+    passes.hook = lambda n: long.queue.append(_job("10.0.0.4", "long")) if n == start + 12 else None  # another's long job waits
+    outputs = list(sweep_page.run_sweep("embedded", "one", 1.0, 0, 1.0, 64, 0, None, request=request))
+    assert passes.n - start - 12 <= 8 + 1, passes.n
+    assert "stopped to give the device to another visitor" in outputs[-1]["sweep_status"], outputs[-1]["sweep_status"]
+
+
+def test_a_batch_waits_for_its_turn_while_another_visitors_run_is_on_the_device(stub, monkeypatch):
+    """A long job does not start beside another address's Generate or /run job: it waits (no forward pass),
+    counted as waiting for the device, so the run beside it would give the device up after its share; it starts
+    once that run is gone. Stop ends the wait."""
+    import threading
+
+    import specviz.ui.batch as page
+    from specviz.ui import share
+
+    passes, _ = stub
+    monkeypatch.setattr(share, "SHARE_S", 0.0)
+    monkeypatch.setattr(share, "TURN_POLL_S", 0.01)
+    request, _, _, running = _served()
+    victim, _, _, _ = _served("10.0.0.5")
+    victim.request.app = request.request.app  # the same queue, seen from the run's address
+    running.append(_job("10.0.0.5"))
+    outputs = []
+    short = ("embedded", "one", 2, GAMMA, 1.0, 0, 1.0, 8, 0)
+    worker = threading.Thread(target=lambda: outputs.extend(page.run_batch(*short, request=request)))
+    worker.start()
+    waited = False
+    for _ in range(50000):
+        if share._turns.get("10.0.0.1"):
+            waited = share.Held(victim).over()  # the run beside it sees a visitor waiting for the device
+            break
+        worker.join(0.001)
+    assert waited and passes.n == 0
+    running.clear()
+    worker.join(120)
+    assert not worker.is_alive() and passes.n > 0
+    assert outputs[-1]["batch_status"].startswith("Done"), outputs[-1]["batch_status"]
+    import specviz.ui.state as state
+
+    running.append(_job("10.0.0.5"))
+    done = passes.n
+    state.stop_asked.add(SESSION)  # Stop pressed while it waits for its turn
+    try:
+        outputs = list(page.run_batch(*short, request=request))
+    finally:
+        state.stop_asked.discard(SESSION)
+    assert passes.n == done and outputs[-1]["batch_status"].startswith("Stopped by you"), outputs[-1]["batch_status"]
+
 # --- Compare drafters ----------------------------------------------------------------------------
 
 

@@ -27,7 +27,9 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
     Yields dicts keyed "batch_view" (lanes HTML), "batch_plot" (throughput against batch size) and
     "batch_status" (Markdown) as measurements come. On a CPU each row decodes the tokens that fit
     BATCH_SECONDS_MAX (``specviz.ui.sizing``), and the first status says so. The Stop button, a client that hung up and
-    BATCH_SECONDS_MAX end it within the round under way (``specviz.ui.halting``); then the status says
+    BATCH_SECONDS_MAX end it within the round under way (``specviz.ui.halting``), and so does its share of the
+    device once another visitor's job runs or waits (``specviz.ui.share``: it starts only when no other
+    visitor's run is on the device); then the status says
     what stopped it and how many batches were measured, and a full batch stopped while under way
     shows each row as far as it got (nothing more is sent to a client that is gone).
     """
@@ -46,8 +48,8 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
     halt = Halt(request, BATCH_SECONDS_MAX)
     main, points = None, []
     try:
-        with state.job(halt.session):
-            for main, points in batch_on_device(req, prompts, size, halt.for_device()):
+        with state.job(halt.session), halt.device_turn() as turn:  # its turn and share of the device (specviz.ui.share)
+            for main, points in batch_on_device(req, prompts, size, halt.for_device()) if turn.started else ():
                 if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                     break
                 status = (f"Measured {_measured(points)} of {2 * len(sizes)} batches (batch sizes {listed}, two runs each, "

@@ -29,7 +29,8 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
     token tree chosen in the controls, the drafter model's tree runs too, in a column beside the chains.
     On a CPU each run decodes the tokens that fit COMPARE_SECONDS_MAX (``specviz.ui.sizing``), and the
     first words say so. The Stop button, a client that hung up and COMPARE_SECONDS_MAX end it within the round under way
-    (``specviz.ui.halting``); then the kind it stopped says how far it got and why, the kinds after it
+    (``specviz.ui.halting``), and so does its share of the device once another visitor's job runs or waits
+(``specviz.ui.share``: it starts only when no other visitor's run is on the device); then the kind it stopped says how far it got and why, the kinds after it
     that they were not run (nothing more is sent to a client that is gone).
     """
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
@@ -42,8 +43,8 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
     tree_on = req.tree != "chain"
     comparison = None
     try:
-        with state.job(halt.session):
-            for comparison in compare_on_device(req, halt.for_device()):
+        with state.job(halt.session), halt.device_turn() as turn:  # its turn and share of the device (specviz.ui.share)
+            for comparison in compare_on_device(req, halt.for_device()) if turn.started else ():
                 if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                     break
                 yield dict(compare_view=compare_html(comparison, tree=tree_on), compare_plot=compare_figure(comparison))

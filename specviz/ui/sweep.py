@@ -9,7 +9,7 @@ from specviz.recording import Recording
 from specviz.ui import state
 from specviz.ui.device import sweep_on_device
 from specviz.ui.downloads import save_for_download
-from specviz.ui.halting import BY_YOU, GONE, Halt
+from specviz.ui.halting import BY_YOU, GONE, SHARED, Halt, shared_said
 from specviz.ui.limits import SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 from specviz.ui.pairs import ensure_pair
 from specviz.ui.sizing import sized, sweep_steps
@@ -18,7 +18,7 @@ from specviz.views import sweep_figure
 from specviz.views.theory import sweep_label
 
 
-def cut_short(points: list, max_new_tokens: int, by_you: bool) -> str:
+def cut_short(points: list, max_new_tokens: int, by_you: bool, shared: bool = False) -> str:
     """Why a sweep ended before its last gamma, which gammas were left, and (at the time limit) that
     fewer tokens would finish it, with a guess: the sweep's time grows about in proportion to the
     tokens, so the share of the gammas measured is the share of the tokens that fits."""
@@ -28,6 +28,8 @@ def cut_short(points: list, max_new_tokens: int, by_you: bool) -> str:
     missing = f"gamma {', '.join(map(str, left))} {'was' if len(left) == 1 else 'were'} not measured."
     if by_you:
         return f"by you {after}: {missing}"
+    if shared:
+        return f"{shared_said()} {after}: {missing}"
     fits = max(1, max_new_tokens * len(done) // len(SWEEP_GAMMAS))
     guess = (f" At {max_new_tokens} tokens {len(done)} of {len(SWEEP_GAMMAS)} gammas fit, so about {fits} should fit all of them."
              if done else "")
@@ -45,7 +47,9 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     sweep attached), "download" (that recording's JSON, so the download holds the sweep as README says)
     and "export_file" (emptied: an HTML export made before the sweep would lack it). With no run shown,
     the sweep is plotted but saved nowhere. The Stop button, a client that hung up and SWEEP_SECONDS_MAX
-    end it within the round under way (``specviz.ui.halting``), without the gamma under way.
+    end it within the round under way (``specviz.ui.halting``), without the gamma under way, and so does its
+    share of the device once another visitor's job runs or waits (``specviz.ui.share``: it starts only when no
+    other visitor's run is on the device).
     """
     req = RunRequest.checked(pair_name, prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed, chat,
                              custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty)
@@ -58,8 +62,8 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     halt = Halt(request, SWEEP_SECONDS_MAX)
     session = halt.session
     sweep = None
-    with state.job(session):
-        for sweep in sweep_on_device(req, halt.for_device()):
+    with state.job(session), halt.device_turn() as turn:  # its turn and share of the device (specviz.ui.share)
+        for sweep in sweep_on_device(req, halt.for_device()) if turn.started else ():
             if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                 break
             done = len(sweep.points)
@@ -69,17 +73,17 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
                                     f"({done} of {len(SWEEP_GAMMAS)})…")
     if halt.reason == GONE:
         return  # nobody listens: the device went to the next visitor within a round
-    by_you = halt.reason == BY_YOU
     points = sweep.points if sweep is not None else []
+    why = cut_short(points, req.max_new_tokens, halt.reason == BY_YOU, halt.reason == SHARED)
     if not points:
-        yield dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep stopped {cut_short(points, req.max_new_tokens, by_you)}")
+        yield dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep stopped {why}")
         return
     best = max(points, key=lambda p: sweep.speedup(p) or 0.0)
     fastest = f"fastest measured gamma {best.gamma} ({sweep.speedup(best):.2f}×)"
     if len(points) == len(SWEEP_GAMMAS):
         status = f"Sweep done ({sweep_label(sweep)}): {fastest}."
     else:
-        status = f"Sweep ({sweep_label(sweep)}) stopped {cut_short(points, req.max_new_tokens, by_you)} Of those measured: {fastest}."
+        status = f"Sweep ({sweep_label(sweep)}) stopped {why} Of those measured: {fastest}."
     out = dict(sweep_plot=sweep_figure(sweep), sweep_status=status)
     if rec is not None:
         out["recording"] = Recording(rec.speculative, rec.baseline, sweep, rec.title, rec.prompt, rec.chat)
