@@ -1,0 +1,316 @@
+"""``python -m specviz.measure.attack``: a victim's short run under each flood an attacker tried, how fast long
+jobs halt on Stop and on a hang-up, and the app's disk and memory before and after.
+
+Launches the app (``app.py``) in a process of its own on 127.0.0.1, with a fresh Gradio temporary folder and
+``SPECVIZ_TRUSTED_PROXIES=1`` (so a request carrying ``X-Forwarded-For`` counts as the address it names, as
+behind a Space's proxy), and drives it over HTTP as visitors would, from loopback addresses:
+
+1. **Victim baseline.** An 8-token greedy Generate on the embedded pair from 127.0.0.1 (a page session of its
+   own, joined through the queue and read to its end), ``--victims`` times: the median wall time.
+2. **Each flood**, bounded in time (``--flood-s`` at most, plus the victim's runs), while the victim runs again:
+   fresh session hashes joining the queue (127.0.0.2); heartbeat connections opened and closed (127.0.0.3);
+   concurrent ``/call/run`` posts of 128-token runs, two at a time from each of three addresses
+   (127.0.0.21-23); 1 MB uploads until refused, and on (127.0.0.5); a heavy batch (8 rows, the most tokens)
+   re-submitted as soon as it ends, from another address named by ``X-Forwarded-For`` (10.9.9.9). The ratio is
+   the victim's median under the flood over its baseline median, measured minutes apart on the same machine.
+3. **Stop and hang-up.** A heavy batch is stopped by its session's Stop button once it has streamed; printed:
+   seconds from the Stop request to the batch's last message. A comparison's client hangs up once it has
+   streamed; printed: seconds from the hang-up until the next long job (a one-row batch from another address)
+   starts, which it can only once the comparison has halted.
+4. **Disk and memory**: the bytes and files under the Gradio temporary folder (uploads, downloads, exports) and
+   the app's resident set size (``/proc``), before and after each flood, and what is left in the folder after the
+   app stops.
+
+The figures depend on the machine and on what else it runs; nothing here asserts them. Linux only. Takes a few
+minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from specviz.measure.sessions import _free_port, _wait_up, client, fn_index, rss_mb
+
+VICTIM = "127.0.0.1"
+GENERATE = ["embedded", "def is_prime(n):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
+RUN = ["embedded", "def parse(text):", 4, 0.7, 40, 0.9, 128, 0, True, "model", "constant", 1.0, "chain"]
+HEAVY_BATCH = ["embedded", "def f(x):\nclass Stack:\nimport os\ndef g(y):", 8, 4, 0.7, 40, 0.9, 256, 0, True, "", "", "model", "constant",
+               1.0]
+SMALL_BATCH = ["embedded", "def f(x):", 1, 4, 0.0, 0, 1.0, 4, 0, True, "", "", "model", "constant", 1.0]
+COMPARE = ["embedded", "def is_prime(n):", 4, 0.7, 40, 0.9, 256, 0, True, "", "", "constant", 1.0, "chain"]
+
+
+class App:
+    """The app in a subprocess: its URL, process and temporary folder; its endpoints' indices."""
+
+    def __init__(self, root: Path, temp: Path, log: Path):
+        self.temp, self.log = temp, log
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        env = os.environ | {"GRADIO_TEMP_DIR": str(temp), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
+                            "SPECVIZ_TRUSTED_PROXIES": "1", "SPECVIZ_PRELOAD": "embedded"}
+        self._log = open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=root, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+        if not _wait_up(self.url, self.proc, 300):
+            self.stop()
+            raise SystemExit(f"the app did not start: {log.read_text()[-2000:]}")
+        self.fn = {name: fn_index(self.url, name) for name in ("generate", "stop", "batch", "compare")}
+
+    def disk(self) -> tuple[float, int]:
+        """(MB, files) under the temporary folder."""
+        files = [p for p in self.temp.rglob("*") if p.is_file()]
+        return sum(p.stat().st_size for p in files) / 2**20, len(files)
+
+    def rss(self) -> float:
+        return rss_mb(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._log.close()
+
+
+def join(http: httpx.Client, app: App, api_name: str, data: list, session: str, headers: dict | None = None) -> str | None:
+    """Join the queue as the page does: the job's event id, or None when it was refused."""
+    body = {"data": data, "fn_index": app.fn[api_name], "session_hash": session, "event_data": None, "trigger_id": None}
+    r = http.post(f"{app.url}/gradio_api/queue/join", json=body, headers=headers or {})
+    return r.json().get("event_id") if r.status_code == 200 else None
+
+
+def messages(http: httpx.Client, app: App, session: str, headers: dict | None = None):
+    """The session's queue messages as they come (dicts), until the stream ends."""
+    with http.stream("GET", f"{app.url}/gradio_api/queue/data", params={"session_hash": session}, headers=headers or {}) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                yield json.loads(line[5:])
+
+
+def page_call(http: httpx.Client, app: App, api_name: str, data: list, headers: dict | None = None) -> dict:
+    """One job of a fresh page session, read to its end: its last message ({} if it was refused)."""
+    session = uuid.uuid4().hex
+    if not join(http, app, api_name, data, session, headers):
+        return {}
+    for message in messages(http, app, session, headers):
+        if message.get("msg") == "process_completed":
+            return message
+    return {}
+
+
+def victim_runs(app: App, n: int) -> list[float]:
+    """Wall seconds of ``n`` 8-token Generate runs from the victim's address (a failed run counts as inf)."""
+    times = []
+    with client(VICTIM) as http:
+        for _ in range(n):
+            start = time.monotonic()
+            done = page_call(http, app, "generate", GENERATE)
+            times.append(time.monotonic() - start if done.get("success") else float("inf"))
+    return times
+
+
+# ---- the floods: each a function (app, stopping event, clients list) run in threads until the event is set ----
+
+
+def _forever(halt: threading.Event, step) -> None:
+    while not halt.is_set():
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - a refused or cut connection: the flood goes on
+            time.sleep(0.05)
+
+
+def fresh_sessions(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+    http = client("127.0.0.2")
+    clients.append(http)
+    return [threading.Thread(target=_forever, args=(halt, lambda: join(http, app, "stop", [], uuid.uuid4().hex)))]
+
+
+def heartbeats(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+    http = client("127.0.0.3")
+    clients.append(http)
+
+    def one():
+        with http.stream("GET", f"{app.url}/gradio_api/heartbeat/{uuid.uuid4().hex}", timeout=30) as r:
+            next(r.iter_lines())
+
+    return [threading.Thread(target=_forever, args=(halt, one))]
+
+
+def run_posts(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+    threads = []
+    for k in range(3):
+        for _ in range(2):
+            http = client(f"127.0.0.{21 + k}")
+            clients.append(http)
+
+            def one(http=http):
+                r = http.post(f"{app.url}/gradio_api/call/run", json={"data": RUN})
+                if r.status_code != 200:
+                    time.sleep(0.2)
+                    return
+                with http.stream("GET", f"{app.url}/gradio_api/call/run/{r.json()['event_id']}") as stream:
+                    for _ in stream.iter_lines():
+                        pass
+
+            threads.append(threading.Thread(target=_forever, args=(halt, one)))
+    return threads
+
+
+def uploads(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+    http = client("127.0.0.5")
+    clients.append(http)
+    blob = os.urandom(2**20)
+
+    def one():
+        r = http.post(f"{app.url}/gradio_api/upload", files={"files": ("flood.json", blob, "application/json")})
+        if r.status_code != 200:
+            time.sleep(0.05)
+
+    return [threading.Thread(target=_forever, args=(halt, one))]
+
+
+def heavy_batches(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+    http = client(VICTIM)  # the same peer as the victim: the proxy header alone tells them apart
+    clients.append(http)
+    headers = {"X-Forwarded-For": "10.9.9.9"}
+    return [threading.Thread(target=_forever, args=(halt, lambda: page_call(http, app, "batch", HEAVY_BATCH, headers)))]
+
+
+FLOODS = {
+    "fresh session hashes": fresh_sessions,
+    "heartbeats": heartbeats,
+    "/run posts (3 addresses x 2)": run_posts,
+    "uploads (1 MB)": uploads,
+    "heavy batch (X-Forwarded-For)": heavy_batches,
+}
+
+
+def under_flood(app: App, flood, victims: int, ramp_s: float, flood_s: float) -> list[float]:
+    halt, clients = threading.Event(), []
+    threads = flood(app, halt, clients)
+    for t in threads:
+        t.daemon = True
+        t.start()
+    time.sleep(ramp_s)
+    end = time.monotonic() + flood_s
+    times = []
+    while len(times) < victims and time.monotonic() < end:
+        times += victim_runs(app, 1)
+    halt.set()
+    for http in clients:
+        http.close()  # streams cut: their jobs see their client gone and stop within a round
+    for t in threads:
+        t.join(30)
+    time.sleep(3)  # the cut jobs end
+    return times
+
+
+# ---- Stop and hang-up ------------------------------------------------------------------------------------
+
+
+def stop_to_halt(app: App) -> float:
+    """Seconds from a Stop request to the last message of a heavy batch stopped once it had streamed."""
+    headers = {"X-Forwarded-For": "10.8.8.8"}
+    session = uuid.uuid4().hex
+    with client(VICTIM) as http, client(VICTIM) as other:
+        event, pressed = join(http, app, "batch", HEAVY_BATCH, session, headers), None
+        for message in messages(http, app, session, headers):
+            if message.get("event_id") != event:
+                continue  # the Stop button's own messages come on the same stream
+            if message.get("msg") == "process_generating" and pressed is None:
+                time.sleep(3)  # well under way
+                pressed = time.monotonic()
+                threading.Thread(target=join, args=(other, app, "stop", [], session, headers), daemon=True).start()
+            if message.get("msg") == "process_completed":
+                return time.monotonic() - pressed if pressed is not None else float("nan")
+    return float("nan")
+
+
+def hangup_to_next(app: App) -> float:
+    """Seconds from a comparison's client hanging up to the start of the next long job (from another address)."""
+    session = uuid.uuid4().hex
+    headers = {"X-Forwarded-For": "10.7.7.7"}
+    with client(VICTIM) as http:
+        if not join(http, app, "compare", COMPARE, session, headers):
+            return float("nan")
+        seen = 0
+        for message in messages(http, app, session, headers):
+            seen += message.get("msg") == "process_generating"
+            if seen >= 1:
+                time.sleep(3)
+                break  # hang up: the stream closes here
+    left = time.monotonic()
+    nxt = {"X-Forwarded-For": "10.6.6.6"}
+    with client(VICTIM) as http:
+        session = uuid.uuid4().hex
+        if not join(http, app, "batch", SMALL_BATCH, session, nxt):
+            return float("nan")
+        for message in messages(http, app, session, nxt):
+            if message.get("msg") in ("process_starts", "process_generating"):
+                return time.monotonic() - left
+    return float("nan")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--victims", type=int, default=3, help="victim runs per measurement (default 3)")
+    parser.add_argument("--flood-s", type=float, default=60.0, help="most seconds of victim runs under one flood (default 60)")
+    parser.add_argument("--ramp-s", type=float, default=3.0, help="seconds a flood runs before the victim's first run (default 3)")
+    args = parser.parse_args(argv)
+    root = Path(__file__).resolve().parents[2]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="specviz-attack-") as tmp:
+        temp = Path(tmp) / "gradio"
+        temp.mkdir()
+        app = App(root, temp, Path(tmp) / "server.log")
+        try:
+            disk0, rss0 = app.disk(), app.rss()
+            print(f"app up: disk {disk0[0]:.1f} MB in {disk0[1]} files, RSS {rss0:.0f} MB", flush=True)
+            victim_runs(app, 1)  # warm-up
+            base = victim_runs(app, args.victims)
+            b = statistics.median(base)
+            print(f"victim baseline: {' '.join(f'{t:.2f}' for t in base)} s (median {b:.2f} s)", flush=True)
+            for name, flood in FLOODS.items():
+                d0, r0 = app.disk(), app.rss()
+                times = under_flood(app, flood, args.victims, args.ramp_s, args.flood_s)
+                d1, r1 = app.disk(), app.rss()
+                m = statistics.median(times) if times else float("inf")
+                rows.append((name, b, m, m / b, d0, d1, r0, r1))
+                print(f"{name}: victim {' '.join(f'{t:.2f}' for t in times)} s", flush=True)
+            halted = stop_to_halt(app)
+            print(f"Stop -> heavy batch's last message: {halted:.2f} s", flush=True)
+            hung = hangup_to_next(app)
+            print(f"hang-up of a comparison -> next long job starts: {hung:.2f} s", flush=True)
+            disk1, rss1 = app.disk(), app.rss()
+        finally:
+            app.stop()
+        left = sum(1 for p in temp.rglob("*") if p.is_file())
+    print()
+    print(f"| flood | victim baseline s | under flood s | ratio | disk MB (files) before -> after | RSS MB before -> after |")
+    print("|---|---|---|---|---|---|")
+    for name, b, m, ratio, d0, d1, r0, r1 in rows:
+        print(f"| {name} | {b:.2f} | {m:.2f} | {ratio:.2f}x | {d0[0]:.1f} ({d0[1]}) -> {d1[0]:.1f} ({d1[1]}) | {r0:.0f} -> {r1:.0f} |")
+    print()
+    print(f"| Stop -> last message of a heavy batch | {halted:.2f} s |")
+    print(f"| hang-up of a comparison -> next long job starts | {hung:.2f} s |")
+    print(f"| whole attack: disk MB (files) | {disk0[0]:.1f} ({disk0[1]}) -> {disk1[0]:.1f} ({disk1[1]}); after the app stopped: {left} files |")
+    print(f"| whole attack: RSS MB | {rss0:.0f} -> {rss1:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
