@@ -314,6 +314,29 @@ def test_a_flood_of_fresh_sessions_from_one_address_leaves_room_for_others(serve
     assert "Too many sessions" in str(refused) and "at most 2" in str(refused), refused
     assert all(s in holder.session_data for s in shown)
 
+
+def test_an_address_makes_few_new_sessions_a_minute(served, monkeypatch):
+    """Issue 39: a flood of fresh session hashes from one address cost the server an event each and took a
+    victim's 8-token run from 0.8 s to 12 s. Past its budget of new sessions a minute an address's joins naming
+    fresh hashes are refused at once, saying so; its existing session is still served."""
+    from specviz.ui import admission
+
+    demo, url = served
+    monkeypatch.setattr(admission, "NEW_SESSIONS", admission.LogBudget(per_client=5, total=10**9, window_s=60))
+    index = next(d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "stop")
+    kept = uuid.uuid4().hex
+    answers = []
+    with client("127.0.0.4") as http:
+        for k in range(12):
+            session = kept if k == 0 else uuid.uuid4().hex
+            body = {"data": [], "fn_index": index, "session_hash": session, "event_data": None, "trigger_id": None}
+            answers.append(http.post(f"{url}/gradio_api/queue/join", json=body))
+        body = {"data": [], "fn_index": index, "session_hash": kept, "event_data": None, "trigger_id": None}
+        again = http.post(f"{url}/gradio_api/queue/join", json=body)
+    refused = [a for a in answers if a.status_code != 200]
+    assert len(refused) == 7 and all("at most 5 a minute" in a.text for a in refused), [a.text for a in answers]
+    assert again.status_code == 200
+
 # ---- item 9: the device shared while others wait --------------------------------------------------------
 
 

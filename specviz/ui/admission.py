@@ -17,7 +17,8 @@ Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
 
 A job from an address that already holds its cap of sessions, each showing a run, naming a session the
 server does not keep yet, is refused with a message saying so (``specviz.ui.sessions``): its run would not
-be remembered.
+be remembered; and an address makes at most ``NEW_SESSIONS.per_client`` new sessions a minute
+(``SPECVIZ_NEW_SESSIONS_PER_MINUTE``), past which its jobs naming fresh session hashes are refused.
 
 Refusals answer like a full queue (HTTP 503 with a message naming the limit); a job with fewer
 values in ``data`` than its endpoint takes is refused at once (HTTP 400 naming the count), where
@@ -28,13 +29,21 @@ Gradio would queue it and fail it with ``error: null``.
 
 from __future__ import annotations
 
+import os
+
 import gradio as gr
 from gradio import route_utils
 
 from specviz.ui import share
 from specviz.ui.address import client_address
 from specviz.ui.limits import QUEUE_MAX
+from specviz.ui.server import LogBudget
 from specviz.ui.sessions import SessionStore
+
+# New sessions (page loads, fresh session hashes) per address per minute: a flood of fresh hashes costs the
+# server an event each (its session made, its job run), which slowed everyone's runs.
+NEW_SESSIONS = LogBudget(per_client=int(os.environ.get("SPECVIZ_NEW_SESSIONS_PER_MINUTE", "120")), total=10**9, window_s=60)
+
 
 def waiting(demo: gr.Blocks, concurrency_id: str) -> int:
     """Jobs of ``concurrency_id`` waiting in the queue now."""
@@ -55,7 +64,12 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
     async def admitted(body, request, username):
         address = client_address(request)
         store = getattr(demo, "state_holder", None)
-        if isinstance(store, SessionStore) and not store.admits(getattr(body, "session_hash", None), address):
+        session = getattr(body, "session_hash", None)
+        if isinstance(store, SessionStore) and session and address and session not in store.session_data \
+                and NEW_SESSIONS.take(address) is None:
+            return False, (f"Too many new sessions from your address: at most {NEW_SESSIONS.per_client} a minute. "
+                           "Try again in a minute."), "queue_full"
+        if isinstance(store, SessionStore) and not store.admits(session, address):
             return False, (f"Too many sessions of this page from your address: at most {store.per_address} are kept at once, and each "
                            "of yours shows a run. Close one of your tabs of this page and reload, or try again later."), "queue_full"
         try:
