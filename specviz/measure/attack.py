@@ -67,6 +67,7 @@ class App:
         if not _wait_up(self.url, self.proc, 300):
             self.stop()
             raise SystemExit(f"the app did not start: {log.read_text()[-2000:]}")
+        self.victim = uuid.uuid4().hex  # the victim's page session
         self.fn = {name: fn_index(self.url, name) for name in ("generate", "stop", "batch", "compare")}
 
     def disk(self) -> tuple[float, int]:
@@ -101,9 +102,9 @@ def messages(http: httpx.Client, app: App, session: str, headers: dict | None = 
                 yield json.loads(line[5:])
 
 
-def page_call(http: httpx.Client, app: App, api_name: str, data: list, headers: dict | None = None) -> dict:
-    """One job of a fresh page session, read to its end: its last message ({} if it was refused)."""
-    session = uuid.uuid4().hex
+def page_call(http: httpx.Client, app: App, api_name: str, data: list, headers: dict | None = None, session: str | None = None) -> dict:
+    """One job of a page session (default: a fresh one), read to its end: its last message ({} if it was refused)."""
+    session = session or uuid.uuid4().hex
     if not join(http, app, api_name, data, session, headers):
         return {}
     for message in messages(http, app, session, headers):
@@ -113,12 +114,13 @@ def page_call(http: httpx.Client, app: App, api_name: str, data: list, headers: 
 
 
 def victim_runs(app: App, n: int) -> list[float]:
-    """Wall seconds of ``n`` 8-token Generate runs from the victim's address (a failed run counts as inf)."""
+    """Wall seconds of ``n`` 8-token Generate runs from the victim's page (one session, as a visitor's tab;
+    a failed run counts as inf)."""
     times = []
     with client(VICTIM) as http:
         for _ in range(n):
             start = time.monotonic()
-            done = page_call(http, app, "generate", GENERATE)
+            done = page_call(http, app, "generate", GENERATE, session=app.victim)
             times.append(time.monotonic() - start if done.get("success") else float("inf"))
     return times
 
