@@ -10,10 +10,13 @@ Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
   names itself, has at most one job of each kind waiting: with the one running, at most one running
   and one waiting engine job per address (40 /run calls with fresh session hashes once filled the
   queue for everyone);
-- a visitor with no job of that kind at work goes ahead of the waiting jobs of visitors who have one,
-  then visitors who used the device least in the last minutes (``specviz.ui.share``), so a flood from
-  one address or several delays another by at most the job already running, which gives the device up
-  after its share (``specviz.ui.share.SHARE_S``) while others wait.
+- a visitor with no job of that kind at work goes ahead of the waiting jobs of visitors who have one;
+  then Generate and /run jobs go by arrival plus expected device time (``specviz.ui.share.place``: a short
+  run ahead of long ones, a long one passed only by jobs that arrive less than its size after it), and the
+  other kinds by the device time their address used in the last minutes (``specviz.ui.share``). A running
+  Generate or /run job gives the device up at its next round to a much shorter waiting one of another
+  address, and any job after its share (``specviz.ui.share.SHARE_S``) while others wait, so a flood from
+  one address or several delays a short run by about a round of the job already running.
 
 A job from an address that already holds its cap of sessions, each showing a run, naming a session the
 server does not keep yet, is refused with a message saying so (``specviz.ui.sessions``): its run would not
@@ -56,6 +59,18 @@ def _running_addresses(queue, concurrency_id: str) -> set[str]:
             if e.concurrency_id == concurrency_id and e.alive}
 
 
+def order(queue, waiting: list, concurrency_id: str) -> None:
+    """Sort ``waiting`` (the jobs of ``concurrency_id`` in ``queue``, Gradio's) in place, first to run first:
+    visitors with nothing of this kind at work first; then Generate and /run jobs by arrival plus expected device
+    time (short ones first, long ones aged: ``specviz.ui.share.place``), the other kinds by the device time their
+    address used lately (stable otherwise)."""
+    busy = _running_addresses(queue, concurrency_id)
+    if concurrency_id == share.DEVICE:
+        waiting.sort(key=lambda e: (client_address(e.request) in busy, share.place(e)))
+    else:
+        waiting.sort(key=lambda e: (client_address(e.request) in busy, share.used(client_address(e.request))))
+
+
 def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
     """Install the admission rules on ``demo``'s queue (after ``demo.queue()``)."""
     queue = demo._queue
@@ -93,10 +108,7 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
         result = await push(body, request, username)
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if result[0] and events is not None and len(events.queue) > 1:
-            # Fair order: visitors with nothing of this kind at work go first, then those who used the device least
-            # lately (specviz.ui.share; stable otherwise).
-            busy = _running_addresses(queue, fn.concurrency_id)
-            events.queue.sort(key=lambda e: (client_address(e.request) in busy, share.used(client_address(e.request))))
+            order(queue, events.queue, fn.concurrency_id)
         return result
 
     queue.push = admitted

@@ -38,8 +38,8 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
     (every round, as ``specviz.Trace.to_dict``; ``Trace.from_dict`` reads them back).
     Errors come back as messages naming the control and its allowed range. The default pair is the
     page's (``default_pair()``), so a default call never switches the pair the page runs. A run that has
-    held the device ``specviz.ui.share.SHARE_S`` seconds while another visitor waits stops with a message
-    saying so (``specviz.ui.share``).
+    held the device ``specviz.ui.share.SHARE_S`` seconds while another visitor waits, or that gives way to a much
+    shorter job of another visitor, stops with a message saying so (``specviz.ui.share``).
     """
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, "", "",
                              drafter_kind, gamma_schedule, repetition_penalty, tree)  # every field checked before any load
@@ -47,11 +47,13 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
         raise mistake(GONE, title="Stopped")
     ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None)
     final = None
-    with share.Held(request) as held:
+    with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree)) as held:
         for final in run_on_device(req):
             if final[0] != "done" and state.client_gone(request):
                 raise mistake(GONE, title="Stopped")
             if final[0] != "done" and held.over():
-                raise mistake(held.note(), title="Device shared")
+                spec = final[1]
+                kept = f" It had {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds; /run returns finished runs only." if spec else ""
+                raise mistake(held.note() + kept, title="Device shared")
     _, spec, baseline, _title, done = final
     return {"summary": summary(spec, baseline), "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}

@@ -30,7 +30,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
     Yields dicts keyed by ``specviz.ui.outputs.RUN_OUTPUTS``; while streaming, the outputs that do
     not change are left out. A run stops at RUN_SECONDS_MAX; the Stop button stops it between rounds
     (``stop``), and its last outputs say so; so does a run that has held the device its share while
-    another visitor waits (``specviz.ui.share``).
+    another visitor waits, or that gives way to a much shorter job of another visitor (``specviz.ui.share``).
     """
     session = state.session_of(request)
     state.following[session] = True
@@ -45,7 +45,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 state.stopped[session] = stopped_outputs(None)
                 yield state.stopped[session]
                 return
-            with share.Held(request) as held:
+            with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree)) as held:
                 for event in run_on_device(req):
                     if event[0] != "done" and state.client_gone(request):
                         return  # nobody listens: stop within a round, the device goes to the next visitor

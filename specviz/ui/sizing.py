@@ -70,3 +70,34 @@ def sized(req, pair, steps_per_token: float, cap_s: float):
         return req, ""
     tokens = cpu_tokens(steps_per_token, cap_s, req.max_new_tokens)
     return dataclasses.replace(req, max_new_tokens=tokens), sized_note(tokens, req.max_new_tokens, cap_s)
+
+
+# ---- a Generate or /run job's size, known before it starts (the device queue's order, specviz.ui.share) ----
+
+AUTO_NODES = 32  # the auto tree picks among trees of at most this many nodes (specviz.ui.tree.resolve_tree)
+
+
+def drafted_per_round(gamma: int, tree: str = "chain") -> int:
+    """Tokens a round drafts and verifies: ``gamma`` for the chain, the tree's nodes for a token tree."""
+    from specviz.ui.tree import AUTO, tree_spec
+
+    if tree == AUTO:
+        return AUTO_NODES
+    spec = tree_spec(tree) if tree != "chain" else None
+    if spec is None:
+        return gamma
+    if spec.shape:
+        nodes, width = 0, 1
+        for branching in spec.shape:
+            width *= branching
+            nodes += width
+        return nodes
+    return spec.budget or gamma
+
+
+def run_seconds(max_new_tokens: int, gamma: int = 4, tree: str = "chain") -> float:
+    """Expected device seconds of a Generate or /run job on a CPU, priced as the long jobs are: per token its
+    baseline's step and the speculative run's SPEC_STEPS (measured at gamma 3-4), that part growing with the
+    tokens a round drafts past 4 (a longer chain or a tree). A size to order jobs by, not a promise."""
+    drafted = drafted_per_round(gamma, tree)
+    return max_new_tokens * (1 + SPEC_STEPS * max(1.0, drafted / 4)) * CPU_STEP_S

@@ -1,0 +1,174 @@
+"""The device queue by size (issue 39): a short Generate or /run job goes ahead of long ones whoever used the
+device before, a running long job gives the device up at its next round to a much shorter job of another
+address, and neither rule starves long jobs or lets many tiny jobs end every run.
+
+Under a flood of /run posts from three fresh addresses, the order by device time used put a victim who had used
+a few seconds behind each attacker's 128-token job (35.75 s for an 8-token run against 1.12 s alone). Order
+and giving way are asserted by positions and forward-pass counts (a stub pair), never by wall-clock time.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tests.test_halting import GAMMA, SESSION, stub  # noqa: F401  (the stub pair fixture)
+
+VICTIM, ATTACKERS = "10.0.0.1", ("10.0.0.21", "10.0.0.22", "10.0.0.23")
+
+
+def run_data(tokens: int, gamma: int = GAMMA, tree: str = "chain") -> list:
+    return ["embedded", "def f(x):", gamma, 0.0, 0, 1.0, tokens, 0, True, "model", "constant", 1.0, tree]
+
+
+def queued(address: str, tokens: int, arrived: float, api_name: str = "run", data: list | None = None):
+    """A waiting Gradio queue event of ``address``: a /run (or Generate) job of ``tokens`` tokens that joined at ``arrived``."""
+    return SimpleNamespace(request=SimpleNamespace(client=SimpleNamespace(host=address), headers={}), concurrency_id="device",
+                           alive=True, session_hash=address, _id=address, enqueue_time=arrived,
+                           fn=SimpleNamespace(api_name=api_name), data=SimpleNamespace(data=data or run_data(tokens)))
+
+
+def fake_queue(running: list | None = None):
+    return SimpleNamespace(event_queue_per_concurrency_id={}, active_jobs=[running or []])
+
+
+@pytest.fixture(autouse=True)
+def fresh_share(monkeypatch):
+    from specviz.ui import share
+
+    monkeypatch.setattr(share, "_log", __import__("collections").deque())
+    monkeypatch.setattr(share, "_used", {})
+    monkeypatch.setattr(share, "_yields", {})
+
+
+# ---- the order of waiting jobs --------------------------------------------------------------------------
+
+
+def test_a_short_run_goes_ahead_of_long_ones_whoever_used_the_device():
+    """The victim has used 5 s; three fresh attacker addresses nothing, their 128-token jobs queued before it.
+    Before: the victim went last (least used first). Now it goes first."""
+    from specviz.ui import share
+    from specviz.ui.admission import order
+
+    share.charge(VICTIM, 5.0)
+    waiting = [queued(a, 128, arrived=100.0 + k) for k, a in enumerate(ATTACKERS)] + [queued(VICTIM, 8, arrived=104.0)]
+    order(fake_queue(), waiting, "device")
+    assert [e._id for e in waiting] == [VICTIM, *ATTACKERS]
+
+
+def test_a_long_job_is_passed_only_by_jobs_that_arrive_within_its_size():
+    """Aging: a 128-token job that has waited longer than its expected size stays ahead of a newer 8-token job;
+    a newer one within its size goes ahead. So a long job is never starved by a stream of short ones."""
+    from specviz.ui import share
+    from specviz.ui.admission import order
+
+    long_s = share.sized(GAMMA, 128)
+    early, late = queued("10.0.0.2", 8, arrived=100.0 + long_s + 1), queued("10.0.0.3", 8, arrived=100.0 + 1)
+    waiting = [queued(VICTIM, 128, arrived=100.0), early, late]
+    order(fake_queue(), waiting, "device")
+    assert [e._id for e in waiting] == ["10.0.0.3", VICTIM, "10.0.0.2"]
+
+
+def test_sizes_grow_with_tokens_gamma_and_tree_and_bad_inputs_count_as_largest():
+    from specviz.ui import share
+
+    assert share.sized(4, 8) < share.sized(4, 128) < share.sized(4, 256)
+    assert share.sized(4, 128) < share.sized(8, 128) < share.sized(4, 128, "tree 3-2-2-1 (33 nodes)")
+    for bad in ((True, 8, "chain"), (4, 8.5, "chain"), (4, 0, "chain"), (4, 8, "a tree"), ("4", 8, "chain"), (99, 8, "chain")):
+        assert share.sized(*bad) is None, bad
+    odd = queued(VICTIM, 8, 0.0, data=["embedded", "x"])  # too few values: the job fails at once, it never jumps the queue
+    assert share.job_seconds(odd) is None and share.place(odd) == share.LARGEST_S
+    generate = ["embedded", "def f(x):", GAMMA, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
+    assert share.job_seconds(queued(VICTIM, 8, 0.0, "generate", generate)) == share.sized(GAMMA, 8)
+
+
+def test_a_bad_yields_setting_is_refused_naming_it(monkeypatch):
+    from specviz.ui import share
+
+    monkeypatch.setenv("SPECVIZ_YIELDS_PER_MINUTE", "many")
+    with pytest.raises(ValueError, match="SPECVIZ_YIELDS_PER_MINUTE must be a number of at least 0"):
+        share._setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
+    monkeypatch.setenv("SPECVIZ_YIELDS_PER_MINUTE", "-1")
+    with pytest.raises(ValueError, match="SPECVIZ_YIELDS_PER_MINUTE"):
+        share._setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
+
+
+# ---- a running job gives way to a much shorter one ---------------------------------------------------------
+
+
+def _served(me: str = VICTIM):
+    """A request from ``me``, the device queue it sees: (request, waiting list)."""
+    device = SimpleNamespace(queue=[])
+    queue = SimpleNamespace(event_queue_per_concurrency_id={"device": device}, active_jobs=[[]])
+    app = SimpleNamespace(get_blocks=lambda: SimpleNamespace(_queue=queue))
+    inner = SimpleNamespace(app=app, client=SimpleNamespace(host=me), headers={})
+    return SimpleNamespace(session_hash=SESSION, request=inner), device.queue
+
+
+@pytest.fixture
+def api(stub, monkeypatch):  # noqa: F811
+    """/run on the stub pair, a round event after every step (no redraw interval), the share rule out of the way
+    (SHARE_S unbounded: only the size rule is under test): (passes, run_api)."""
+    import specviz.ui.api as api_page
+    import specviz.ui.device as device
+    from specviz.ui import share
+
+    monkeypatch.setattr(share, "SHARE_S", float("inf"))
+    monkeypatch.setattr(device, "STREAM_INTERVAL_MS", 0)
+    monkeypatch.setattr(api_page, "ensure_pair", lambda *a, **k: None)
+    monkeypatch.setattr(api_page, "summary", lambda spec, baseline: {"tokens": len(spec.output_ids)})
+    passes, _ = stub
+    return passes, api_page.run_api
+
+
+def _run(run_api, request, tokens: int):
+    """(result, message): /run's result, or the message it stopped with."""
+    import gradio as gr
+
+    try:
+        return run_api("embedded", "def f(x):", GAMMA, 0.0, 0, 1.0, tokens, request=request), None
+    except gr.Error as err:
+        return None, err.message
+
+
+def test_a_long_run_gives_the_device_to_a_much_shorter_waiting_job_within_a_round(api):
+    """A 128-token /run from an attacker; an 8-token job of the victim joins at its 12th pass. Before: it ran on
+    for its whole share (SHARE_S, 10 s). Now it stops within the round under way, says why and what it had."""
+    passes, run_api = api
+    request, waiting = _served(ATTACKERS[0])
+    passes.hook = lambda n: waiting.append(queued(VICTIM, 8, 0.0)) if n == 12 else None
+    result, message = _run(run_api, request, 128)
+    assert result is None and passes.n - 12 <= 2 * (GAMMA + 1), passes.n
+    assert "a shorter job of another visitor" in message and "tokens in" in message and "finished runs only" in message, message
+
+
+def test_no_giving_way_to_a_job_of_the_same_address_a_similar_size_or_an_8_token_run(api):
+    """Control: the same 128-token run goes to its end while a job of its own address or one of 128 tokens
+    waits, and an 8-token run never gives way, even to a 1-token job."""
+    from specviz.ui import share
+
+    passes, run_api = api
+    for mine, theirs, who in ((128, 8, ATTACKERS[0]), (128, 128, VICTIM), (8, 1, VICTIM)):
+        request, waiting = _served(ATTACKERS[0])
+        waiting.append(queued(who, theirs, 0.0))
+        passes.n = 0
+        result, message = _run(run_api, request, mine)
+        assert message is None and result["summary"]["tokens"] == mine, (mine, theirs, who, message)
+    assert share.SHORT_S >= share.sized(GAMMA, 8)
+
+
+def test_an_address_makes_others_give_way_a_few_times_a_minute_at_most(api, monkeypatch):
+    """Many short jobs from one address cannot end every long run: past YIELDS_PER_MINUTE its jobs still go
+    first in the queue but the running job keeps the device (until its share)."""
+    from specviz.ui import share
+
+    monkeypatch.setattr(share, "YIELDS_PER_MINUTE", 2)
+    passes, run_api = api
+    outcomes = []
+    for _ in range(3):
+        request, waiting = _served(ATTACKERS[0])
+        waiting.append(queued(VICTIM, 8, 0.0))
+        result, message = _run(run_api, request, 64)
+        outcomes.append(message is not None)
+    assert outcomes == [True, True, False]
