@@ -87,11 +87,14 @@ def test_a_bad_yields_setting_is_refused_naming_it(monkeypatch):
     from specviz.ui import share
 
     monkeypatch.setenv("SPECVIZ_YIELDS_PER_MINUTE", "many")
-    with pytest.raises(ValueError, match="SPECVIZ_YIELDS_PER_MINUTE must be a number of at least 0"):
+    with pytest.raises(ValueError, match="SPECVIZ_YIELDS_PER_MINUTE must be a whole number of at least 0"):
         share._setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
-    monkeypatch.setenv("SPECVIZ_YIELDS_PER_MINUTE", "-1")
-    with pytest.raises(ValueError, match="SPECVIZ_YIELDS_PER_MINUTE"):
-        share._setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
+    for bad in ("-1", "2.5"):
+        monkeypatch.setenv("SPECVIZ_YIELDS_PER_MINUTE", bad)
+        with pytest.raises(ValueError, match="SPECVIZ_YIELDS_PER_MINUTE"):
+            share._setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
+    monkeypatch.setenv("SPECVIZ_YIELDS_PER_MINUTE", "0")
+    assert share._setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0) == 0
 
 
 # ---- a running job gives way to a much shorter one ---------------------------------------------------------

@@ -17,7 +17,9 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
    seconds from the Stop request to the batch's last message. A comparison's client hangs up once it has
    streamed; printed: seconds from the hang-up until the next long job (a one-row batch from another address)
    starts, which it can only once the comparison has halted.
-4. **Disk and memory**: the bytes and files under the Gradio temporary folder (uploads, downloads, exports) and
+4. **CPU**: the cores the app and this attack client kept busy during each flood (CPU seconds over wall seconds,
+   from ``/proc`` and ``os.times``): on a machine of few cores the client's own work slows the app as a flood does.
+5. **Disk and memory**: the bytes and files under the Gradio temporary folder (uploads, downloads, exports) and
    the app's resident set size (``/proc``), before and after each flood, and what is left in the folder after the
    app stops.
 
@@ -85,6 +87,15 @@ class App:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self._log.close()
+
+
+def cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user and system) a process has used: ``pid``'s from /proc, or this one's own."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def join(http: httpx.Client, app: App, api_name: str, data: list, session: str, headers: dict | None = None) -> str | None:
@@ -289,11 +300,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"victim baseline: {' '.join(f'{t:.2f}' for t in base)} s (median {b:.2f} s)", flush=True)
             for name, flood in FLOODS.items():
                 d0, r0 = app.disk(), app.rss()
+                c0, a0, w0 = cpu_s(), cpu_s(app.proc.pid), time.monotonic()
                 times = under_flood(app, flood, args.victims, args.ramp_s, args.flood_s)
+                wall, mine, theirs = time.monotonic() - w0, cpu_s() - c0, cpu_s(app.proc.pid) - a0
                 d1, r1 = app.disk(), app.rss()
                 m = statistics.median(times) if times else float("inf")
-                rows.append((name, b, m, m / b, d0, d1, r0, r1))
-                print(f"{name}: victim {' '.join(f'{t:.2f}' for t in times)} s", flush=True)
+                rows.append((name, b, m, m / b, d0, d1, r0, r1, theirs / wall, mine / wall))
+                print(f"{name}: victim {' '.join(f'{t:.2f}' for t in times)} s; CPU cores busy: app {theirs / wall:.2f}, "
+                      f"attack client {mine / wall:.2f} (of {os.cpu_count()})", flush=True)
             halted = stop_to_halt(app)
             print(f"Stop -> heavy batch's last message: {halted:.2f} s", flush=True)
             hung = hangup_to_next(app)
@@ -303,10 +317,12 @@ def main(argv: list[str] | None = None) -> None:
             app.stop()
         left = sum(1 for p in temp.rglob("*") if p.is_file())
     print()
-    print(f"| flood | victim baseline s | under flood s | ratio | disk MB (files) before -> after | RSS MB before -> after |")
-    print("|---|---|---|---|---|---|")
-    for name, b, m, ratio, d0, d1, r0, r1 in rows:
-        print(f"| {name} | {b:.2f} | {m:.2f} | {ratio:.2f}x | {d0[0]:.1f} ({d0[1]}) -> {d1[0]:.1f} ({d1[1]}) | {r0:.0f} -> {r1:.0f} |")
+    print(f"| flood | victim baseline s | under flood s | ratio | disk MB (files) before -> after | RSS MB before -> after "
+          f"| cores busy: app, attack client (of {os.cpu_count()}) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, b, m, ratio, d0, d1, r0, r1, app_cores, client_cores in rows:
+        print(f"| {name} | {b:.2f} | {m:.2f} | {ratio:.2f}x | {d0[0]:.1f} ({d0[1]}) -> {d1[0]:.1f} ({d1[1]}) | {r0:.0f} -> {r1:.0f} "
+              f"| {app_cores:.2f}, {client_cores:.2f} |")
     print()
     print(f"| Stop -> last message of a heavy batch | {halted:.2f} s |")
     print(f"| hang-up of a comparison -> next long job starts | {hung:.2f} s |")

@@ -57,16 +57,17 @@ from specviz.ui.limits import GAMMA_RANGE, MAX_NEW_TOKENS_RANGE
 from specviz.ui.sizing import run_seconds
 
 
-def _setting(name: str, default: float, minimum: float) -> float:
+def _setting(name: str, default: int, minimum: int) -> int:
+    """A whole-number setting from the environment (``default`` when unset); ValueError naming it otherwise."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = float(raw)
+        value = int(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a number of at least {minimum:g} (default {default:g}); got {raw[:40]!r}") from None
-    if not value >= minimum:
-        raise ValueError(f"{name} must be a number of at least {minimum:g} (default {default:g}); got {raw[:40]!r}")
+        value = None
+    if value is None or value < minimum:
+        raise ValueError(f"{name} must be a whole number of at least {minimum} (default {default}); got {raw[:40]!r}")
     return value
 
 
@@ -77,7 +78,7 @@ LONG = "long"  # the concurrency id of Compare, Batch and the sweep
 TURN_POLL_S = 0.1  # how often a long job waiting for its turn looks again
 YIELD_RATIO = 2.0  # a running job gives way to a waiting one expected to take at most 1/YIELD_RATIO of its time
 SHORT_TOKENS = 8  # a run no longer than a chain of this many tokens never gives way to a shorter one: it ends soon anyway
-YIELDS_PER_MINUTE = int(_setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0))  # times one address may make others' jobs give way
+YIELDS_PER_MINUTE = _setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)  # times one address may make others' jobs give way (0: never)
 # The inputs of a device job that size it, by endpoint: (gamma, max new tokens, token tree) positions in its data.
 SIZED_FIELDS = {"generate": (2, 6, 14), "run": (2, 6, 12)}
 LARGEST_S = run_seconds(MAX_NEW_TOKENS_RANGE[1], GAMMA_RANGE[1], "chain")  # a job whose size cannot be read counts as this
