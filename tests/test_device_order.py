@@ -175,3 +175,50 @@ def test_an_address_makes_others_give_way_a_few_times_a_minute_at_most(api, monk
         result, message = _run(run_api, request, 64)
         outcomes.append(message is not None)
     assert outcomes == [True, True, False]
+
+
+# ---- heartbeat connections per address ---------------------------------------------------------------------
+
+
+def test_heartbeat_connections_are_counted_per_address_and_refused_past_the_budget(monkeypatch):
+    """A flood of heartbeat connections, each closed at once, had the server end a session per connection (its
+    unload handler) and doubled a victim's run; the attack client itself kept 0.05 of a core busy. Now an address
+    opens at most HEARTBEATS.per_client a minute: past it, 429 before the app sees the request; others go on."""
+    import anyio
+
+    from specviz.ui import server
+
+    monkeypatch.setattr(server, "HEARTBEATS", server.LogBudget(per_client=3, total=10**9, window_s=60))
+    reached, statuses = [], []
+
+    async def app(scope, receive, send):
+        reached.append(scope["client"][0])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    def open_one(address: str, path: str = "/gradio_api/heartbeat/abc") -> None:
+        scope = {"type": "http", "path": path, "headers": [], "client": (address, 1234), "method": "GET", "query_string": b""}
+        anyio.run(server.Guard(app), scope, receive, send)
+
+    for _ in range(5):
+        open_one("10.0.0.30")
+    open_one("10.0.0.31")
+    open_one("10.0.0.30", "/gradio_api/info")  # other routes are not counted
+    assert statuses == [200, 200, 200, 429, 429, 200, 200]
+    assert reached == ["10.0.0.30"] * 3 + ["10.0.0.31", "10.0.0.30"]
+
+
+def test_a_bad_heartbeats_setting_is_refused_naming_it(monkeypatch):
+    from specviz.ui import server
+
+    for bad in ("0", "lots", "1.5"):
+        monkeypatch.setenv("SPECVIZ_HEARTBEATS_PER_MINUTE", bad)
+        with pytest.raises(ValueError, match="SPECVIZ_HEARTBEATS_PER_MINUTE must be a whole number of at least 1"):
+            server._heartbeats_per_minute()

@@ -106,6 +106,19 @@ class LogBudget:
 
 
 MALFORMED_LOGS = LogBudget()
+HEARTBEAT_PATH = "/gradio_api/heartbeat/"
+
+
+def _heartbeats_per_minute() -> int:
+    raw = os.environ.get("SPECVIZ_HEARTBEATS_PER_MINUTE", "").strip() or "120"
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"SPECVIZ_HEARTBEATS_PER_MINUTE must be a whole number of at least 1 (default 120); got {raw[:40]!r}")
+    return int(raw)
+
+
+# Heartbeat connections one address opens a minute (a page opens one, and again after a network break): a flood of
+# them, each closed at once, had the server end a session per connection and doubled a victim's 8-token run.
+HEARTBEATS = LogBudget(per_client=_heartbeats_per_minute(), total=10**9, window_s=60)
 MALFORMED = ("Upload refused: the body is not a well-formed multipart/form-data upload "
              "(every part must carry a file name).")
 
@@ -145,6 +158,14 @@ class Guard:
         path = scope.get("path", "")
         if path.rstrip("/").endswith(DEEP_LINK_PATH):  # the page offers no deep links: Gradio's route writes a file per call
             return await _refused(send, 404, "Not found.")
+        if HEARTBEAT_PATH in path:
+            from starlette.requests import Request
+
+            from specviz.ui.address import client_address
+
+            if HEARTBEATS.take(client_address(Request(scope))) is None:
+                return await _refused(send, 429, f"Too many heartbeat connections from your address: at most {HEARTBEATS.per_client} "
+                                                 "a minute. Reload the page in a minute.")
         capped = not path.endswith(UPLOAD_PATH)
         if capped:
             declared = dict(scope.get("headers") or []).get(b"content-length")
