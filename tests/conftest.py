@@ -106,3 +106,17 @@ def assert_same_greedy(target, prompt: list[int], got: list[int], want: list[int
         f"with logits {top.values.tolist()} (gap {gap:.3g}): not a near-tie"
     )
     print(f"greedy outputs diverge at token {i} on an fp32 near-tie (logit gap {gap:.2g}); equal before it")
+
+
+@pytest.fixture(autouse=True)
+def fresh_request_budgets():
+    """Each test starts with the per-address, per-minute request budgets unspent: every test's client is
+    127.0.0.1, and one worker's tests together send more jobs a minute than one visitor may."""
+    import sys
+
+    server = sys.modules.get("specviz.ui.server")
+    if server is not None:
+        for name in ("JOINS", "HEARTBEATS"):
+            old = getattr(server, name)
+            setattr(server, name, server.LogBudget(per_client=old.per_client, total=old.total, window_s=old.window_s))
+    yield

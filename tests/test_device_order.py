@@ -222,3 +222,50 @@ def test_a_bad_heartbeats_setting_is_refused_naming_it(monkeypatch):
         monkeypatch.setenv("SPECVIZ_HEARTBEATS_PER_MINUTE", bad)
         with pytest.raises(ValueError, match="SPECVIZ_HEARTBEATS_PER_MINUTE must be a whole number of at least 1"):
             server._heartbeats_per_minute()
+
+
+def test_jobs_sent_into_the_queue_are_counted_per_address_and_refused_past_the_budget(monkeypatch):
+    """A flood of joins naming fresh session hashes, each refused by the queue, still cost the server a parsed
+    request and a session lookup each and slowed a victim's 8-token run past 2x on 2 cores. Now an address sends
+    at most JOINS.per_client jobs a minute (queue joins and /gradio_api/call/<api> posts alike): past it, 429
+    before the app reads the body; other addresses and other routes go on."""
+    import anyio
+
+    from specviz.ui import server
+
+    monkeypatch.setattr(server, "JOINS", server.LogBudget(per_client=2, total=10**9, window_s=60))
+    reached, statuses = [], []
+
+    async def app(scope, receive, send):
+        reached.append((scope["client"][0], scope["path"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    async def receive():
+        return {"type": "http.request", "body": b"{}"}
+
+    def post(address: str, path: str, method: str = "POST") -> None:
+        scope = {"type": "http", "path": path, "headers": [], "client": (address, 1234), "method": method, "query_string": b""}
+        anyio.run(server.Guard(app), scope, receive, send)
+
+    post("10.0.0.40", "/gradio_api/queue/join")
+    post("10.0.0.40", "/gradio_api/call/run")
+    post("10.0.0.40", "/gradio_api/queue/join")  # the third job this minute: refused
+    post("10.0.0.41", "/gradio_api/queue/join")  # another address: its own budget
+    post("10.0.0.40", "/gradio_api/call/run/abc", "GET")  # reading a result is not a job sent
+    post("10.0.0.40", "/gradio_api/info")
+    assert statuses == [200, 200, 429, 200, 200, 200]
+    assert [a for a, _ in reached] == ["10.0.0.40", "10.0.0.40", "10.0.0.41", "10.0.0.40", "10.0.0.40"]
+
+
+def test_a_bad_joins_setting_is_refused_naming_it(monkeypatch):
+    from specviz.ui import server
+
+    for bad in ("0", "many"):
+        monkeypatch.setenv("SPECVIZ_JOINS_PER_MINUTE", bad)
+        with pytest.raises(ValueError, match="SPECVIZ_JOINS_PER_MINUTE must be a whole number of at least 1"):
+            server._per_minute("SPECVIZ_JOINS_PER_MINUTE", 240)

@@ -109,16 +109,44 @@ MALFORMED_LOGS = LogBudget()
 HEARTBEAT_PATH = "/gradio_api/heartbeat/"
 
 
-def _heartbeats_per_minute() -> int:
-    raw = os.environ.get("SPECVIZ_HEARTBEATS_PER_MINUTE", "").strip() or "120"
+def _per_minute(name: str, default: int) -> int:
+    """A per-address, per-minute limit read from the environment variable ``name``.
+
+    Raises:
+        ValueError: a value that is not a whole number of at least 1 (the message names the variable).
+    """
+    raw = os.environ.get(name, "").strip() or str(default)
     if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"SPECVIZ_HEARTBEATS_PER_MINUTE must be a whole number of at least 1 (default 120); got {raw[:40]!r}")
+        raise ValueError(f"{name} must be a whole number of at least 1 (default {default}); got {raw[:40]!r}")
     return int(raw)
 
 
-# Heartbeat connections one address opens a minute (a page opens one, and again after a network break): a flood of
-# them, each closed at once, had the server end a session per connection and doubled a victim's 8-token run.
+def _heartbeats_per_minute() -> int:
+    return _per_minute("SPECVIZ_HEARTBEATS_PER_MINUTE", 120)
+
+
+# Heartbeat connections one address opens a minute (a page opens one, and again after a network break): past it they
+# are answered 429 before Gradio makes or ends a session for them.
 HEARTBEATS = LogBudget(per_client=_heartbeats_per_minute(), total=10**9, window_s=60)
+# Jobs one address sends into the queue a minute (a click on the page is one; /gradio_api/call/<api> is one): a flood of
+# joins refused by the queue still cost the server a request parsed and a session looked up each, and slowed a victim's
+# run past 2x on 2 cores; refused here, before Gradio reads the body, they cost next to nothing.
+JOINS = LogBudget(per_client=_per_minute("SPECVIZ_JOINS_PER_MINUTE", 240), total=10**9, window_s=60)
+JOIN_PATH = "/gradio_api/queue/join"
+CALL_PATH = "/gradio_api/call/"
+
+
+def _budget_for(path: str, method: str) -> tuple[LogBudget, str] | None:
+    """The per-address budget a request to ``path`` draws on, with the refusal's text, or None."""
+    if HEARTBEAT_PATH in path:
+        return HEARTBEATS, (f"Too many heartbeat connections from your address: at most {HEARTBEATS.per_client} a minute. "
+                            "Reload the page in a minute.")
+    if method == "POST" and (path.rstrip("/").endswith(JOIN_PATH) or CALL_PATH in path):
+        return JOINS, (f"Too many jobs sent from your address: at most {JOINS.per_client} a minute. "
+                       "Try again in a minute.")
+    return None
+
+
 MALFORMED = ("Upload refused: the body is not a well-formed multipart/form-data upload "
              "(every part must carry a file name).")
 
@@ -158,14 +186,14 @@ class Guard:
         path = scope.get("path", "")
         if path.rstrip("/").endswith(DEEP_LINK_PATH):  # the page offers no deep links: Gradio's route writes a file per call
             return await _refused(send, 404, "Not found.")
-        if HEARTBEAT_PATH in path:
+        budget = _budget_for(path, scope.get("method", ""))
+        if budget is not None:
             from starlette.requests import Request
 
             from specviz.ui.address import client_address
 
-            if HEARTBEATS.take(client_address(Request(scope))) is None:
-                return await _refused(send, 429, f"Too many heartbeat connections from your address: at most {HEARTBEATS.per_client} "
-                                                 "a minute. Reload the page in a minute.")
+            if budget[0].take(client_address(Request(scope))) is None:
+                return await _refused(send, 429, budget[1])
         capped = not path.endswith(UPLOAD_PATH)
         if capped:
             declared = dict(scope.get("headers") or []).get(b"content-length")
