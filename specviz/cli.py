@@ -7,6 +7,8 @@
     python -m specviz generate --prompts-file prompts.txt --temperature 0
     python -m specviz record --prompt "def is_prime(n):" --sweep --out run.json
     python -m specviz bench --pair embedded --gamma 4 --temperature 0 --max-new-tokens 128 --json
+    python -m specviz generate --pair cross --drafter-kind cross-tokenizer --prompt "def is_prime(n):"
+    python -m specviz bench --pair cross --drafter-kind cross-tokenizer --prompts 4 --max-new-tokens 32
     python -m specviz train
 """
 
@@ -51,9 +53,13 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
     from specviz.drafters import KINDS
     from specviz.engine.schedules import SCHEDULES
 
-    p.add_argument("--drafter-kind", choices=KINDS, default="model",
-                   help="where drafts come from: the pair's drafter model, prompt lookup (n-gram), the target's early exit, "
-                        "or the target itself with int8 weights (quantized; CPU only)")
+    p.add_argument("--drafter-kind", choices=KINDS, default=None,
+                   help="where drafts come from: the pair's drafter model (model; cross-tokenizer for a drafter with a tokenizer "
+                        "of its own, such as --pair cross), prompt lookup (n-gram), the target's early exit, the target itself with "
+                        "int8 weights (quantized; CPU only), or an EAGLE head (None: the pair's drafter model, as model or cross-tokenizer)")
+    p.add_argument("--cross-scheme", choices=["intersection", "string"], default="intersection",
+                   help="cross-tokenizer: token-level intersection (exact at every sampling setting) or transformers' string-level "
+                        "greedy drafts re-encoded through text")
     p.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram searched for")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target layers the drafter keeps (None: half of them)")
     p.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
@@ -75,9 +81,9 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
 
 def drafter_for(args, pair):
     """The Drafter the options ask for, on ``pair`` (ValueError when out of range)."""
-    from specviz.drafters import make_drafter
+    from specviz.drafters import pair_drafter
 
-    return make_drafter(args.drafter_kind, drafter_model=pair.drafter, target=pair.target, ngram_max=args.ngram_max, exit_layer=args.exit_layer)
+    return pair_drafter(args.drafter_kind, pair, ngram_max=args.ngram_max, exit_layer=args.exit_layer, scheme=args.cross_scheme)
 
 
 def tree_for(args):
@@ -218,7 +224,8 @@ def _setup(args):
 
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
     # The person at the terminal is the operator: custom ids and local folders are theirs to use.
-    pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True)
+    pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True,
+                     own_tokenizer=args.drafter_kind == "cross-tokenizer")
     chat = {"auto": None, "on": True, "off": False}[args.chat_template]
     prompts = read_prompts(args.prompts_file) if getattr(args, "prompts_file", None) else [args.prompt]
     encoded = [encode_prompt(pair, p, chat) for p in prompts]
@@ -354,6 +361,18 @@ def _export(args) -> int:
     return 0
 
 
+def cross_tokenizer_bench(args) -> bool:
+    """Whether bench's options name a drafter with its own tokenizer (``--drafter-kind cross-tokenizer``, or no
+    kind and a preset marked ``own_tokenizer``): its bench is ``specviz.measure.cross_bench``, greedy and
+    sampled against transformers' ``assistant_tokenizer`` path."""
+    from specviz.pair import PRESETS
+
+    if args.drafter_kind is not None:
+        return args.drafter_kind == "cross-tokenizer"
+    preset = PRESETS.get(args.pair)
+    return not (args.drafter or args.target) and preset is not None and preset.own_tokenizer
+
+
 def quiet() -> None:
     """No progress bars or library warnings on the terminal: transformers' and huggingface_hub's
     bars and log messages below errors, and Python warnings, are turned off (``--verbose`` keeps them)."""
@@ -392,6 +411,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "export":
         sys.exit(_export(args))
     if args.command == "bench":
+        if cross_tokenizer_bench(args):
+            from specviz.measure import cross_bench
+
+            sys.exit(cross_bench.run(args))
         if args.batch_sizes:
             from specviz.measure import batch_bench as bench_batch
 

@@ -216,6 +216,32 @@ def test_the_bench_runs_ours_beside_transformers_assistant_tokenizer_path():
     ours = [r for r in rows if r.method == "ours: intersection"]
     assert all(r.alpha is not None and 0 <= r.alpha <= 1 and r.c is not None for r in ours)
     assert "vs hf assist" in table(rows)
+    # transformers' sampled path prunes its assistant's output layer in place: the bench gave it a copy
+    assert drafter.get_output_embeddings().weight.shape[0] == len(drafter_tok)
+    # bench's report: each row with both speedups, and the header naming the pair and the sampled setting
+    from types import SimpleNamespace
+
+    from specviz.measure.cross_bench import format_report, report
+
+    pair = SimpleNamespace(name="tiny", drafter_id="d", target_id="t", device=torch.device("cpu"), drafter_tokenizer=drafter_tok,
+                           tokenizer=target_tok)
+    rep = report(pair, rows, 3, 6, Sampling(1.0), "held-out")
+    assert all({"alpha", "c", "v", "speedup_vs_our_autoregressive", "speedup_vs_hf_assistant_tokenizer"} <= set(r) for r in rep["rows"])
+    ar = [r for r in rep["rows"] if r["method"] == "ours: autoregressive"]
+    assert all(r["speedup_vs_our_autoregressive"] == pytest.approx(1.0) for r in ar)
+    text = format_report(rep)
+    assert text.startswith(f"tiny: drafter d ({len(drafter_tok)} tokens) -> target t ({len(target_tok)} tokens)") and "temperature 1.0" in text
+    json.dumps({k: v for k, v in rep.items() if k != "_rows"})  # --json prints it
+
+
+def test_bench_takes_the_cross_tokenizer_path_for_such_a_kind_or_pair():
+    from specviz.cli import build_parser, cross_tokenizer_bench
+
+    parse = build_parser().parse_args
+    assert cross_tokenizer_bench(parse(["bench", "--pair", "cross"]))
+    assert cross_tokenizer_bench(parse(["bench", "--pair", "embedded", "--drafter-kind", "cross-tokenizer"]))
+    assert not cross_tokenizer_bench(parse(["bench", "--pair", "cross", "--drafter-kind", "ngram"]))
+    assert not cross_tokenizer_bench(parse(["bench", "--pair", "embedded"]))
 
 
 def test_a_repetition_penalty_reads_each_sides_own_context(word_pair):

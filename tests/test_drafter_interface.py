@@ -45,7 +45,7 @@ def _offences(source: str, kinds: set[str]) -> list[str]:
 
 def test_the_drafter_kinds_are_found():
     kinds = _drafter_kinds()
-    assert {"ModelDrafter", "PromptLookupDrafter", "EagleDrafter", "EarlyExitDrafter", "QuantizedDrafter"} <= kinds
+    assert {"ModelDrafter", "PromptLookupDrafter", "EagleDrafter", "EarlyExitDrafter", "QuantizedDrafter", "CrossTokenizerDrafter"} <= kinds
 
 
 def test_no_engine_module_tests_or_imports_a_drafter_kind():

@@ -234,16 +234,29 @@ def test_a_sweep_whose_client_has_gone_stops_after_the_point_under_way(monkeypat
     assert advanced == list(range(len(SWEEP_GAMMAS) + 1))
 
 
+def test_the_drafter_menu_follows_a_pair_whose_drafter_has_its_own_tokenizer():
+    """Picking a pair whose drafter has its own tokenizer picks the cross-tokenizer kind ("model" would be refused);
+    leaving it goes back to the drafter model; other kinds stay as chosen."""
+    from specviz.pair import CROSS, EMBEDDED
+    from specviz.ui.layout import kind_for_pair
+    from specviz.ui.limits import DRAFTER_CHOICES
+
+    assert ("drafter model with its own tokenizer", "cross-tokenizer") in DRAFTER_CHOICES
+    assert kind_for_pair(CROSS, "model")["value"] == "cross-tokenizer"
+    assert kind_for_pair(EMBEDDED, "cross-tokenizer")["value"] == "model"
+    assert "value" not in kind_for_pair(CROSS, "ngram") and "value" not in kind_for_pair(EMBEDDED, "early-exit")
+
+
 def test_each_pair_offers_its_own_kind_of_example_prompt():
-    """Python prompts only under the embedded pair (trained on the standard library); English chat prompts
+    """Python prompts only under the embedded pair and the cross pair (its code drafter); English chat prompts
     under every other preset; switching the pair shows the matching box and hides the other."""
-    from specviz.pair import EMBEDDED, PRESETS
+    from specviz.pair import CROSS, EMBEDDED, PRESETS
     from specviz.ui.layout import example_boxes
     from specviz.ui.limits import ENGLISH_EXAMPLES, example_kind
 
-    assert example_kind(EMBEDDED) == "code"
+    assert example_kind(EMBEDDED) == "code" and example_kind(CROSS) == "code"
     for name in PRESETS:
-        if name != EMBEDDED:
+        if name not in (EMBEDDED, CROSS):
             assert example_kind(name) == ("english" if ENGLISH_EXAMPLES else "code"), name
     english, code = example_boxes("english")
     assert english["visible"] is bool(ENGLISH_EXAMPLES) and code["visible"] is not bool(ENGLISH_EXAMPLES)

@@ -33,7 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from specviz import Sampling, autoregressive_generate, speculative_generate
 from specviz import pair as pairs
-from specviz.pair import EMBEDDED, ENGLISH, OOM_ERRORS, PRESETS, PairError, encode_prompt, load_pair, resolve
+from specviz.pair import CROSS, EMBEDDED, ENGLISH, OOM_ERRORS, PRESETS, PairError, encode_prompt, load_pair, resolve
 from specviz.pair import download
 from tests.conftest import tiny_lm
 
@@ -216,10 +216,16 @@ def test_presets_are_described_and_resolve_to_ids():
         assert p.summary.startswith(p.licence)
         label, drafter, target = resolve(name)
         assert (label, drafter, target) == (name, p.drafter, p.target)
-    hub_pairs = [p for n, p in PRESETS.items() if n not in (EMBEDDED, ENGLISH)]
-    assert len(hub_pairs) == 7 and PRESETS[ENGLISH].instruct and PRESETS[ENGLISH].gguf is not None
-    assert [p.gated for p in hub_pairs].count(True) == 1 and PRESETS[LLAMA].gated
+    hub_pairs = [p for n, p in PRESETS.items() if n not in (EMBEDDED, ENGLISH, CROSS)]
+    assert len(hub_pairs) == 9 and PRESETS[ENGLISH].instruct and PRESETS[ENGLISH].gguf is not None
+    assert [p.gated for p in hub_pairs].count(True) == 2 and PRESETS[LLAMA].gated
     assert all(p.instruct == ("Instruct" in p.target) for p in hub_pairs)
+    # The offline cross-tokenizer pair: the embedded drafter (code, its own tokenizer) for the English target, on code prompts.
+    cross = PRESETS[CROSS]
+    assert cross.own_tokenizer and cross.drafter == PRESETS[EMBEDDED].drafter and cross.gguf == PRESETS[ENGLISH].gguf
+    assert not cross.instruct and "own tokenizer" in cross.summary
+    assert sorted(n for n, p in PRESETS.items() if p.own_tokenizer) == sorted([CROSS, "Qwen2.5-0.5B-Instruct -> SmolLM2-1.7B-Instruct",
+                                                                              "gpt2 -> Llama-3.2-3B-Instruct"])
 
 
 def test_unknown_preset_and_half_a_pair():

@@ -8,7 +8,9 @@
 - ``CrossTokenizerDrafter``: a smaller model with a tokenizer of its own (token-level intersection,
   Timor et al. 2025; or greedy drafts re-encoded through text).
 
-``make_drafter`` builds one from a kind name, as the command line and the demo do.
+``make_drafter`` builds one from a kind name; ``pair_drafter`` builds it on a loaded pair, as the
+command line, bench and the demo do (the pair's tokenizers decide whether its drafter model drafts
+as "model" or as "cross-tokenizer").
 """
 
 from __future__ import annotations
@@ -56,12 +58,34 @@ def default_exit_layer(target) -> int:
 def usable_kinds(target, cross_tokenizer: bool = False) -> tuple[str, ...]:
     """The kinds that can draft for ``target``: every kind, but "quantized" only for a target on the CPU
     (a bf16 one is quantized from an fp32 copy), "eagle" only for a target a shipped EAGLE head
-    was trained for, and "cross-tokenizer" only where the pair's drafter has a tokenizer of its own
-    (``cross_tokenizer``)."""
+    was trained for, and the pair's drafter model as "model" where it shares the target's tokenizer,
+    as "cross-tokenizer" where it has a tokenizer of its own (``cross_tokenizer``)."""
     param = next(target.parameters(), None)
     on_cpu = param is not None and param.device.type == "cpu"
     eagle = head_folder(target) is not None
-    return tuple(k for k in KINDS if (k != "quantized" or on_cpu) and (k != "eagle" or eagle) and (k != "cross-tokenizer" or cross_tokenizer))
+    drafter_kind = "cross-tokenizer" if cross_tokenizer else "model"
+    return tuple(k for k in KINDS if (k != "quantized" or on_cpu) and (k != "eagle" or eagle)
+                 and (k not in ("model", "cross-tokenizer") or k == drafter_kind))
+
+
+def default_kind(pair) -> str:
+    """The kind a loaded pair drafts with unless told otherwise: its drafter model, as "model", or as
+    "cross-tokenizer" where the drafter has a tokenizer of its own (``Pair.own_tokenizer``)."""
+    return "cross-tokenizer" if getattr(pair, "own_tokenizer", False) else "model"
+
+
+def pair_drafter(kind: str | None, pair, ngram_max: int = 3, exit_layer: int | None = None, scheme: str = "intersection") -> Drafter:
+    """The drafter of ``kind`` (None: ``default_kind``) on a loaded ``specviz.pair.Pair``, with the
+    pair's tokenizers: the target's, and the drafter's own where it has one.
+
+    Raises:
+        ValueError: as ``make_drafter``; "model" asked of a pair whose drafter has its own tokenizer
+            (its ids are not the target's: the message names the cross-tokenizer kind).
+    """
+    target_tok = pair.tokenizer
+    drafter_tok = getattr(pair, "drafter_tokenizer", None) or target_tok
+    return make_drafter(kind or default_kind(pair), drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max,
+                        exit_layer=exit_layer, drafter_tokenizer=drafter_tok, target_tokenizer=target_tok, scheme=scheme)
 
 
 def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None,
@@ -71,14 +95,22 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
     "quantized" (needs a ``target`` on the CPU), "eagle" (needs ``target``) or "cross-tokenizer"
     (needs ``drafter_model`` and both tokenizers; ``scheme`` "intersection" or "string").
 
+    Given both tokenizers, "model" refuses a drafter whose vocabulary is not the target's: its token
+    ids would be read as the target's.
+
     Raises:
-        ValueError: an unknown kind, a parameter out of range, or a quantized drafter asked of a
-            target off the CPU; ``CrossTokenizerError`` (a ValueError) for a pair whose
-            vocabularies cannot serve (``specviz.drafters.cross_tokenizer.shared_vocabulary``).
+        ValueError: an unknown kind, a parameter out of range, a quantized drafter asked of a
+            target off the CPU, or "model" with two different tokenizers; ``CrossTokenizerError`` (a
+            ValueError) for a pair whose vocabularies cannot serve
+            (``specviz.drafters.cross_tokenizer.shared_vocabulary``).
     """
     if kind == "model":
         if drafter_model is None:
             raise ValueError("the drafter model kind needs a drafter model")
+        if (drafter_tokenizer is not None and target_tokenizer is not None and drafter_tokenizer is not target_tokenizer
+                and drafter_tokenizer.get_vocab() != target_tokenizer.get_vocab()):
+            raise ValueError("this pair's drafter has a tokenizer of its own, so its token ids are not the target's: "
+                             f"draft with the cross-tokenizer kind ({LABELS['cross-tokenizer']})")
         return ModelDrafter(drafter_model)
     if kind == "ngram":
         return PromptLookupDrafter(max_ngram=ngram_max)
@@ -102,5 +134,5 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
 
 
 __all__ = ["DESCRIPTIONS", "KINDS", "LABELS", "CrossTokenizerDrafter", "CrossTokenizerError", "Drafter", "DraftRequest", "EagleDrafter", "EagleUnsupported", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
-           "QuantizedDrafter", "as_drafter", "default_exit_layer", "early_exit_model", "find_continuation", "layer_count", "make_drafter",
+           "QuantizedDrafter", "as_drafter", "default_exit_layer", "default_kind", "early_exit_model", "find_continuation", "layer_count", "make_drafter", "pair_drafter",
            "quantize_target", "usable_kinds"]

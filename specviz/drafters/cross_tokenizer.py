@@ -76,7 +76,7 @@ def shared_vocabulary(drafter_tokenizer, target_tokenizer, min_fraction: float =
     """The token strings both tokenizers hold (``get_vocab`` keys, compared exactly), with their ids.
 
     A string special in both (the same end-of-text marker, say) is shared; an ordinary token of
-    both is shared.
+    both is shared. Special means named by the tokenizer or added as a special token (``_specials``).
 
     Raises:
         CrossTokenizerError: no shared tokens; fewer than ``min_fraction`` of the drafter's
@@ -88,7 +88,7 @@ def shared_vocabulary(drafter_tokenizer, target_tokenizer, min_fraction: float =
     if not common:
         raise CrossTokenizerError("the drafter's and the target's vocabularies share no token string: token-level intersection "
                                   "has nothing to draft (a tokenizer that marks spaces differently, such as ▁ against Ġ, shares none)")
-    d_special, t_special = set(drafter_tokenizer.all_special_tokens), set(target_tokenizer.all_special_tokens)
+    d_special, t_special = _specials(drafter_tokenizer), _specials(target_tokenizer)
     differing = [s for s in common if (s in d_special) != (s in t_special)]
     if differing:
         named = ", ".join(repr(s) for s in differing[:3])
@@ -103,6 +103,13 @@ def shared_vocabulary(drafter_tokenizer, target_tokenizer, min_fraction: float =
     return SharedVocabulary(drafter_ids=torch.tensor([d_vocab[s] for s in common], dtype=torch.long),
                             target_ids=torch.tensor([t_vocab[s] for s in common], dtype=torch.long),
                             target_size=t_size, drafter_size=d_size)
+
+
+def _specials(tokenizer) -> set[str]:
+    """The tokenizer's special tokens: those it names (bos, eos, ...) and every added token marked special
+    (a chat marker such as ``<|im_start|>`` may be only the latter)."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return set(tokenizer.all_special_tokens) | {t.content for t in added.values() if getattr(t, "special", False)}
 
 
 def _text(tokenizer, ids: list[int]) -> str:

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from specviz import Sampling, metrics, theory
 from specviz.engine.batch import MAX_BATCH, autoregressive_generate_batch, speculative_generate_batch
 from specviz.measure.common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
-from specviz.drafters import make_drafter
+from specviz.drafters import default_kind, pair_drafter
 from specviz.pair import default_pair, load_pair
 from specviz.engine.schedules import make_schedule
 
@@ -73,11 +73,12 @@ def batch_benchmark(pair_name=None, drafter=None, target=None, device=None, gamm
     make_schedule(schedule, gamma, confidence)  # refuses a bad name, gamma or threshold before the pair loads
     if pair_name is None and not (drafter or target):
         pair_name = default_pair()
-    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
+    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer")
+    kind = kind or default_kind(pair)
     prompt_set = prompt_set_for(prompt_set, pair.name)
     ids = prompt_token_ids(pair, benchmark_prompts(8, prompt_set), prompt_set)
     batches = {b: [ids[i % len(ids)] for i in range(b)] for b in batch_sizes}
-    the_drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
+    the_drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
     common = dict(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=None, vocab_size=pair.vocab_size)
 
     def counted(run):

@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 
 from specviz import Sampling, autoregressive_generate, metrics, speculative_generate, theory
 from specviz.measure.common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
-from specviz.drafters import default_exit_layer, early_exit_model, make_drafter, quantize_target
+from specviz.drafters import default_exit_layer, default_kind, early_exit_model, pair_drafter, quantize_target
 from specviz.pair import default_pair, load_pair
 from specviz.engine.schedules import make_schedule
 
@@ -87,6 +87,10 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
         name = f"assisted generation, assistant = the target's first {assistant.config.num_hidden_layers} layers"
     elif kind == "quantized":
         assistant, name = quantize_target(pair.target), "assisted generation, assistant = the target's int8 copy"
+    elif kind == "cross-tokenizer":  # a copy: transformers' sampled path prunes the assistant's output layer in place
+        assistant = copy.deepcopy(pair.drafter)
+        name = "assisted generation with the same drafter and both tokenizers (assistant_tokenizer)"
+        extra = dict(tokenizer=pair.tokenizer, assistant_tokenizer=pair.drafter_tokenizer or pair.tokenizer)
     elif kind == "eagle":
         assistant = _assistant(pair.drafter)
         name = "assisted generation with the pair's drafter model (transformers has no EAGLE drafter)"
@@ -97,7 +101,7 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
     if schedule == "optimal":
         name += " (transformers has no theory-guided schedule: its heuristic is the nearest)"
     return name, dict(assistant_model=assistant, num_assistant_tokens=gamma, num_assistant_tokens_schedule=hf_schedule,
-                      assistant_confidence_threshold=threshold)
+                      assistant_confidence_threshold=threshold, **(extra if kind == "cross-tokenizer" else {}))
 
 
 def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str = "model", schedule: str = "constant",
@@ -114,17 +118,17 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
         fp32 = fp32_target(pair)
         return lambda ids, seed: autoregressive_generate(ids, fp32, seed=seed, vocab_size=pair.vocab_size, **common)
     if method == "speculative_tree":
-        drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
+        drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, seed=seed, vocab_size=pair.vocab_size, tree=tree, **common)
     if auto is not None and method in ("speculative_auto", "speculative_best_chain"):
         from specviz.measure.auto_tree import bench_run_args
 
-        drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
+        drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
         g, t = bench_run_args(auto, method)
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=g, tree=t, seed=seed, vocab_size=pair.vocab_size, **common)
     if method in ("speculative", "speculative_untraced"):
         record = method == "speculative"
-        drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
+        drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=gamma, seed=seed, vocab_size=pair.vocab_size,
                                                       record=record, schedule=make_schedule(schedule, gamma, confidence), **common)
     hf = hf_kwargs(pair, sampling, n)
@@ -239,14 +243,15 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
     if pair_name is None and not (drafter or target):
         pair_name = default_pair()
-    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True)
+    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer")
+    kind = kind or default_kind(pair)
     prompt_set = prompt_set_for(prompt_set, pair.name)
     prompt_ids = prompt_token_ids(pair, benchmark_prompts(prompts, prompt_set), prompt_set)
     auto = None
     if tree == "auto":
         from specviz.measure import auto_tree
 
-        drafter_for_auto = make_drafter(kind, drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max, exit_layer=exit_layer)
+        drafter_for_auto = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
         calibration = auto_tree.calibration_prompt_ids(lambda t: prompt_token_ids(pair, [t], prompt_set)[0],
                                                        benchmark_prompts(10**6, prompt_set), len(prompt_ids))
         auto = auto_tree.auto_tree(drafter_for_auto, pair.target, calibration, sampling, pair.vocab_size, key=(pair.name, str(pair.device), cache),

@@ -33,7 +33,7 @@ class Comparison:
 
 def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[str] = KINDS, gamma: int = 4,
                    schedule: str = "constant", ngram_max: int = 3, exit_layer: int | None = None, tree=None,
-                   stop: StopCheck | None = None, **common) -> Iterator[Comparison]:
+                   stop: StopCheck | None = None, drafter_tokenizer=None, **common) -> Iterator[Comparison]:
     """Run each drafter kind on the same prompt; yield the growing Comparison after each.
 
     Args:
@@ -42,6 +42,8 @@ def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[
         gamma, schedule: every kind's gamma and schedule name (a fresh schedule per run).
         tree: a ``specviz.engine.tree.spec.TreeSpec``: also run the drafter model with this token tree,
             under the key "tree", beside the chain.
+        drafter_tokenizer: the drafter's own tokenizer where it has one (kind "cross-tokenizer"; the
+            target's is ``common["tokenizer"]``), else None.
         stop: asked before each step of every run (``specviz.engine.stopping``); when it answers True the
             comparison yields once more, ``stopped`` set, and ends.
         common: sampling, max_new_tokens, eos_token_id, seed, tokenizer, shared by every run.
@@ -52,7 +54,8 @@ def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[
     comparison = Comparison(kinds=(*kinds, *(["tree"] if tree is not None else [])))
     for kind in [*kinds, *(["tree"] if tree is not None else [])]:
         drafter = make_drafter("model" if kind == "tree" else kind, drafter_model=drafter_model, target=target, ngram_max=ngram_max,
-                               exit_layer=exit_layer)
+                               exit_layer=exit_layer, drafter_tokenizer=drafter_tokenizer or common.get("tokenizer"),
+                               target_tokenizer=common.get("tokenizer"))
         spec, base = with_baseline(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma),
                                    tree=tree if kind == "tree" else None, stop=stop, **common)
         if spec is not None:

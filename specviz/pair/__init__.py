@@ -22,6 +22,7 @@ caller decides how to show it. Whether this is a ZeroGPU Space is asked of ``spe
 from specviz.pair.cache import loaded_pair, load_pair, preload, preload_names, resident_pairs, unload_all
 from specviz.pair.catalogue import (
     ASSETS,
+    CROSS,
     EMBEDDED,
     ENGLISH,
     PRESETS,
@@ -34,7 +35,7 @@ from specviz.pair.catalogue import (
 )
 from specviz.pair.errors import OOM_ERRORS, PairError
 from specviz.pair.hub import HUB_TIMEOUT_S
-from specviz.pair.loading import Pair, Progress, check_same_tokenizer
+from specviz.pair.loading import Pair, Progress, check_same_tokenizer, check_shared_vocabulary
 from specviz.pair.memory import default_device, free_memory
 from specviz.pair.prompt import encode_prompt
 from specviz.pair.settings import (
@@ -50,9 +51,9 @@ from specviz.pair.settings import (
 )
 
 __all__ = [
-    "ALLOW_CUSTOM_ENV", "ASSETS", "DEFAULT_MAX_MODEL_GB", "DEFAULT_RESIDENT_PAIRS", "EMBEDDED", "ENGLISH", "HUB_TIMEOUT_S",
+    "ALLOW_CUSTOM_ENV", "ASSETS", "CROSS", "DEFAULT_MAX_MODEL_GB", "DEFAULT_RESIDENT_PAIRS", "EMBEDDED", "ENGLISH", "HUB_TIMEOUT_S",
     "MAX_MODEL_GB_ENV", "OOM_ERRORS", "PRELOAD_ENV", "PRESETS", "RESIDENT_PAIRS_ENV", "ModelRef", "Pair", "PairError",
-    "Preset", "Progress", "check_same_tokenizer", "custom_models_allowed", "default_device", "default_pair", "encode_prompt", "english_available",
+    "Preset", "Progress", "check_same_tokenizer", "check_shared_vocabulary", "custom_models_allowed", "default_device", "default_pair", "encode_prompt", "english_available",
     "free_memory", "load_pair", "loaded_pair", "max_model_gb", "parse_model_ref", "preload", "preload_names",
     "resident_limit", "resident_pairs", "resolve", "unload_all",
 ]

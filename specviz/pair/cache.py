@@ -132,7 +132,7 @@ def _reclaimable_bytes(dev: torch.device) -> int:
 
 def load_pair(name: str | None = None, drafter: str | None = None, target: str | None = None,
               device: str | torch.device | None = None, *, progress: Progress | None = None,
-              allow_custom: bool | None = None) -> Pair:
+              allow_custom: bool | None = None, own_tokenizer: bool = False) -> Pair:
     """Load a pair once and share it across callers and threads.
 
     Up to ``SPECVIZ_RESIDENT_PAIRS`` pairs (default 1) stay loaded; loading another frees the least
@@ -148,11 +148,15 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
             when the operator set SPECVIZ_ALLOW_CUSTOM_MODELS=1 (the web demo). True: hub ids and
             local folders (the command line and the Python API, where the caller is the operator).
             False: presets only.
+        own_tokenizer: the caller drafts with the cross-tokenizer kind, so a drafter whose tokenizer
+            differs from the target's is accepted when the two share enough tokens (presets marked
+            ``own_tokenizer`` always are); the Pair then carries both tokenizers.
 
     Raises:
         PairError: unknown preset, custom ids turned off, malformed id, model or revision not found,
             hub unreachable (with no cached copy), gated model without a token, no safetensors
-            weights, custom pair over the size limit, tokenizers that differ, not enough memory.
+            weights, custom pair over the size limit, tokenizers that differ (unless the drafter may
+            bring its own, and then too little shared vocabulary), not enough memory.
     """
     say = progress or (lambda fraction, message: None)
     label, refs, preset = plan(name, drafter, target, allow_custom)
@@ -184,7 +188,8 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
             say(0.0, "Waiting for another pair to finish loading")
             _load_lock.acquire()
         try:
-            job.pair = load(label, refs, dev, preset, say, make_room=_evict_for_one_more, reclaimable=_reclaimable_bytes)
+            job.pair = load(label, refs, dev, preset, say, make_room=_evict_for_one_more, reclaimable=_reclaimable_bytes,
+                            own_tokenizer=own_tokenizer)
             with _state_lock:  # still under the load lock: no other load evicts in between
                 _resident[key] = job.pair
         finally:

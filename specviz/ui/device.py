@@ -13,7 +13,7 @@ import time
 from specviz import Trace, autoregressive_stream, speculative_stream
 from specviz.measure.throughput import batch_sizes_up_to, throughput_stream
 from specviz.measure.comparison import compare_stream
-from specviz.drafters import KINDS as DRAFTER_KINDS, make_drafter, usable_kinds
+from specviz.drafters import KINDS as DRAFTER_KINDS, pair_drafter, usable_kinds
 from specviz.serving.gpu import gpu_task
 from specviz.serving.gpu_duration import generate_duration, sweep_duration
 from specviz.engine.schedules import make_schedule
@@ -60,7 +60,7 @@ def run_on_device(req: RunRequest):
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
     common = _common(req, pair)
-    drafter = make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target)
+    drafter = pair_drafter(req.drafter_kind, pair)
     # The two runs share the time of both: RUN_SECONDS_MAX each, taken in turns.
     deadline = time.monotonic() + 2 * RUN_SECONDS_MAX
     timed_out = False
@@ -114,7 +114,7 @@ def sweep_on_device(req: RunRequest, stop: StopCheck | None = None):
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
     try:
-        drafter = make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target)
+        drafter = pair_drafter(req.drafter_kind, pair)
         yield from sweep_stream(ids, drafter, pair.target, gammas=SWEEP_GAMMAS, schedule=req.gamma_schedule, stop=stop,
                                 max_new_tokens=req.max_new_tokens, **_common(req, pair))
     except Exception as err:
@@ -128,9 +128,10 @@ def compare_on_device(req: RunRequest, stop: StopCheck | None = None):
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
     try:
-        tree = resolve_tree(req.tree, pair, make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target), req.sampling,
+        tree = resolve_tree(req.tree, pair, pair_drafter(req.drafter_kind, pair), req.sampling,
                             req.gamma)[0]
-        yield from compare_stream(ids, pair.drafter, pair.target, kinds=usable_kinds(pair.target), gamma=req.gamma, schedule=req.gamma_schedule,
+        yield from compare_stream(ids, pair.drafter, pair.target, kinds=usable_kinds(pair.target, pair.own_tokenizer),
+                                  drafter_tokenizer=pair.drafter_tokenizer, gamma=req.gamma, schedule=req.gamma_schedule,
                                   max_new_tokens=req.max_new_tokens, tree=tree, stop=stop, **_common(req, pair))
     except Exception as err:
         raise failure(err, pair) from err
@@ -158,7 +159,7 @@ def batch_on_device(req: RunRequest, prompts: list[str], batch_size: int, stop: 
     is asked every round of every batch (``specviz.measure.throughput.throughput_stream``)."""
     pair = _pair_of(req)
     ids = [encode(pair, p, req.chat) for p in prompts]
-    drafter = make_drafter(req.drafter_kind, drafter_model=pair.drafter, target=pair.target)
+    drafter = pair_drafter(req.drafter_kind, pair)
     try:
         yield from throughput_stream(ids, drafter, pair.target, batch_size, gamma=req.gamma, schedule=req.gamma_schedule,
                                      stop=stop, max_new_tokens=req.max_new_tokens, **_common(req, pair))

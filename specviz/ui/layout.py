@@ -54,6 +54,18 @@ from specviz.views.theory import sweep_note
 from specviz.views.verdict import headline_html
 
 
+def kind_for_pair(name: str | None, kind: str | None):
+    """The drafter menu after the pair menu changed: a pair whose drafter has its own tokenizer drafts as
+    "cross-tokenizer" (its ids are not the target's, so "model" would be refused); leaving such a pair
+    goes back to "model"; any other choice stays."""
+    preset = PRESETS.get(name or EMBEDDED)
+    if preset is not None and preset.own_tokenizer and kind in ("model", None):
+        return gr.update(value="cross-tokenizer")
+    if (preset is None or not preset.own_tokenizer) and kind == "cross-tokenizer":
+        return gr.update(value="model")
+    return gr.update()
+
+
 def pair_info(name: str | None) -> str:
     preset = PRESETS.get(name or EMBEDDED)
     if not preset:
@@ -215,7 +227,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 ui["drafter_kind"] = CheckedRadio(DRAFTER_CHOICES, value=DEFAULTS["drafter_kind"], label="drafter", elem_id="sv-drafter-kind",
                                               info="the pair's drafter model; prompt lookup (copies from earlier text); the target's own early layers; "
                                                    "the target itself with int8 weights (CPU only); "
-                                                   "EAGLE: one layer reading the target's own features (Li et al. 2024; the English pair)")
+                                                   "EAGLE: one layer reading the target's own features (Li et al. 2024; the English pair); "
+                                                   "the drafter model with its own tokenizer (pairs across tokenizers, such as cross)")
                 ui["gamma_schedule"] = CheckedDropdown(SCHEDULE_CHOICES, value=DEFAULTS["gamma_schedule"], label="gamma schedule",
                                                    info="constant, or gamma set each round (the first round uses the slider's gamma)",
                                                    elem_id="sv-schedule")
@@ -297,6 +310,7 @@ def _wire(ui: dict) -> None:
         show_progress="hidden")
     ui["pair_name"].change(pair_info, ui["pair_name"], ui["pair_info"], api_visibility="private", **view)
     ui["pair_name"].change(example_boxes, ui["pair_name"], of("english_examples", "code_examples"), api_visibility="private", **view)
+    ui["pair_name"].change(kind_for_pair, of("pair_name", "drafter_kind"), ui["drafter_kind"], api_visibility="private", **view)
     ui["race_button"].click(start_race, of("recording", "pace"), ui["race"], api_visibility="private", **view)
     # Loading runs in the queue with its own limit, so uploads cannot starve generation.
     loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")

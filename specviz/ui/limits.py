@@ -9,7 +9,7 @@ import json
 import os
 
 from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS
-from specviz.pair import ASSETS, EMBEDDED, ENGLISH, default_pair
+from specviz.pair import ASSETS, CROSS, EMBEDDED, ENGLISH, default_pair
 from specviz.engine.sampling import DEFAULT_SAMPLING, MIN_TEMPERATURE
 from specviz.engine.seeds import SEED_MAX  # noqa: F401  (re-exported: the page checks seeds against it)
 from specviz.engine.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
@@ -66,8 +66,9 @@ UPLOAD_TOTAL_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_TOTAL_MB", "51
 DEFAULTS = dict(gamma=4, temperature=DEFAULT_SAMPLING.temperature, top_k=DEFAULT_SAMPLING.top_k, top_p=DEFAULT_SAMPLING.top_p,
                 max_new_tokens=128, seed=0, drafter_kind="model", gamma_schedule="constant",
                 repetition_penalty=DEFAULT_SAMPLING.repetition_penalty)
-# A drafter with its own tokenizer needs a pair that brings one; the page's pairs share theirs.
-DRAFTER_CHOICES = [(DRAFTER_LABELS[k], k) for k in DRAFTER_KINDS if k != "cross-tokenizer"]
+# Every kind; a drafter with its own tokenizer needs a pair that brings one (the presets marked own_tokenizer),
+# and picking such a pair picks that kind (specviz.ui.layout.kind_for_pair).
+DRAFTER_CHOICES = [(DRAFTER_LABELS[k], k) for k in DRAFTER_KINDS]
 SCHEDULE_CHOICES = [(SCHEDULE_LABELS[k], k) for k in SCHEDULES]
 RECORDINGS = ASSETS / "recordings"
 # The pair the page starts on: the English pair where it loads offline, else the embedded pair.
@@ -98,10 +99,10 @@ BATCH_EXAMPLES = EXAMPLES[:5]
 
 
 def example_kind(pair_name: str | None) -> str:
-    """Which example prompts fit a pair: "code" for the embedded pair (trained on the Python standard
-    library), "english" for every other preset (English chat models), or "code" where no English
-    prompt ships with this copy."""
-    return "code" if pair_name == EMBEDDED or not ENGLISH_EXAMPLES else "english"
+    """Which example prompts fit a pair: "code" for the embedded pair and the pair whose drafter is its
+    code model (``cross``; trained on the Python standard library), "english" for every other preset
+    (English chat models), or "code" where no English prompt ships with this copy."""
+    return "code" if pair_name in (EMBEDDED, CROSS) or not ENGLISH_EXAMPLES else "english"
 GREEDY_NOTE = ("0 = greedy. A lesson worth trying: greedy decoding makes SmolLM2-135M-Instruct loop on some prompts "
                "(\"Give me three tips for learning to cook.\" gives \"1. **1011111111...\"); sampling at 0.7 with top-p 0.9 reads well.")
 
