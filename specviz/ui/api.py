@@ -53,5 +53,5 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
                 raise mistake(GONE, title="Stopped")
             if final[0] != "done" and held.over():
                 raise mistake(held.note(), title="Device shared")
-    _, spec, baseline, _title, done = final
+    spec, baseline, done = final[1], final[2], final[4]
     return {"summary": summary(spec, baseline), "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}
