@@ -328,3 +328,27 @@ def test_whole_rounds_leave_out_the_rounds_the_token_budget_cut():
         left -= len(r.emitted_ids)
     assert (emitted, rounds) == want and 0 < rounds < len(trace.rounds)
     assert all(len(r.emitted_ids) <= spec.depth + 1 for r in trace.rounds)
+
+
+def test_refined_counts_put_the_chosen_shapes_own_rounds_in_place_of_the_wide_runs():
+    cal = _calibration(0.01)
+    drafter, target = models("similar")
+    chain = [tree_generate(PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=24, seed=0)]
+    best = auto_tree.decide(cal).choice
+    tree = sequoia.Candidate("tree", 9, 3, 2.0, 1.0, auto_shape())
+    out = auto_tree.refined_counts(cal, tree, chain)
+    mine = sequoia.acceptance_by_rank(*chain)
+    for d, row in enumerate(mine):
+        for k, (o, a) in enumerate(row):
+            base = cal.rank_counts[d][k] if d < len(cal.rank_counts) and k < len(cal.rank_counts[d]) else (0, 0)
+            assert out.rank_counts[d][k] == ((o, a) if o >= sequoia.MIN_COUNT else (base[0] + o, base[1] + a))
+    assert out.refined == "tree of 9 nodes, depth 3" and out.chain_counts == cal.chain_counts
+    from specviz import speculative_generate
+
+    runs = [speculative_generate(PROMPT, drafter, target, gamma=2, sampling=Sampling(0.0), max_new_tokens=20)]
+    out = auto_tree.refined_counts(out, best.chains[1], runs)
+    from specviz.theory.tree import acceptance_by_depth
+
+    assert out.chain_counts[:2] == list(acceptance_by_depth(*runs))[:2] and out.chain_counts[2:] == cal.chain_counts[2:]
+    assert out.refined == "tree of 9 nodes, depth 3; chain of gamma 2"
+    assert auto_tree.Calibration.from_dict(json.loads(json.dumps(out.to_dict()))) == out

@@ -59,6 +59,8 @@ class Calibration:
         chain_step_cost: drafting ms per drafter pass in chain rounds / target step ms (c).
         overhead: {mean nodes per round: a round's time outside drafting and verifying / target step ms},
             from the chain's and the tree's runs (judging, recording: it grows with the nodes).
+        refined: the shape whose own rounds replaced the wide runs' counts where it measured them
+            (``calibrate``'s refinement), "" where none did.
         target_step_ms: the unit.
         calibration_tree: the parents of the tree it drafted.
         prompts, tokens: held-out prompts used, tokens generated per run.
@@ -74,6 +76,7 @@ class Calibration:
     prompts: int
     tokens: int
     overhead: dict | None = None
+    refined: str = ""
 
     def rank_acceptance(self) -> sequoia.RankAcceptance:
         return sequoia.RankAcceptance.from_counts(self.rank_counts)
@@ -85,7 +88,8 @@ class Calibration:
                 "verify_curve": {str(n): v for n, v in self.verify_curve.items()}, "tree_pass_cost": self.tree_pass_cost,
                 "chain_step_cost": self.chain_step_cost, "target_step_ms": self.target_step_ms,
                 "calibration_tree": list(self.calibration_tree), "prompts": self.prompts, "tokens": self.tokens,
-                "overhead": {repr(float(n)): v for n, v in self.overhead.items()} if self.overhead else None}
+                "overhead": {repr(float(n)): v for n, v in self.overhead.items()} if self.overhead else None,
+                "refined": self.refined}
 
     @classmethod
     def from_dict(cls, d) -> "Calibration":
@@ -148,12 +152,15 @@ class Calibration:
         if not isinstance(tree, list):
             raise ValueError("calibration_tree: must be a list of parents")
         TreeSpec.explicit(tree)  # raises ValueError naming what is wrong
+        refined = d.get("refined", "")
+        if not isinstance(refined, str) or len(refined) > 80:
+            raise ValueError("refined: must be text of at most 80 characters")
         return cls(rank_counts=rank_counts, chain_counts=chain_counts, verify_curve=verify_curve,
                    tree_pass_cost=real(d.get("tree_pass_cost"), 0, MAX_COST, "tree_pass_cost"),
                    chain_step_cost=real(d.get("chain_step_cost"), 0, MAX_COST, "chain_step_cost"),
                    target_step_ms=real(d.get("target_step_ms"), 0, 1e7, "target_step_ms", open_low=True),
                    calibration_tree=tuple(tree), prompts=whole(d.get("prompts"), 1, 1000, "prompts"),
-                   tokens=whole(d.get("tokens"), 1, 10**6, "tokens"), overhead=overhead or None)
+                   tokens=whole(d.get("tokens"), 1, 10**6, "tokens"), overhead=overhead or None, refined=refined)
 
     def chain_rates(self) -> list[float]:
         return tree_theory.depth_rates(self.chain_counts)
@@ -192,7 +199,7 @@ class AutoTree:
                        "verify_cost_by_nodes": cal.verify_curve, "tree_pass_cost": cal.tree_pass_cost,
                        "chain_step_cost": cal.chain_step_cost, "target_step_ms": cal.target_step_ms,
                        "overhead_by_nodes": cal.overhead,
-                       "calibration_prompts": cal.prompts, "calibration_tokens": cal.tokens},
+                       "calibration_prompts": cal.prompts, "calibration_tokens": cal.tokens, "refined_with": cal.refined},
             "sentence": self.choice.sentence(),
             "device": self.device,
         }
@@ -274,8 +281,16 @@ def _overhead(chains, trees, step_ms: float) -> dict[float, float] | None:
 
 
 def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True) -> Calibration:
-    """Measure every input of the choice on ``prompts`` (see the module docstring).
+              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2) -> Calibration:
+    """Measure every input of the choice on ``prompts`` (see the module docstring), then refine it.
+
+    The wide runs (a chain of gamma ``max_depth``, the 40-node calibration tree) start their rounds at
+    other places than a smaller shape's do: after a run of 8 accepted drafts, say, where a 4-draft chain
+    would have started a round after a rejection, at a harder token. On the embedded pair their depth
+    rates predicted 3.68 tokens per round for a chain of gamma 4 whose own rounds gave 3.38 (its own
+    counts: 3.42). So the shape the wide runs choose is run on the same prompts, and its own counts
+    replace theirs where it measured them (``refined_counts``); then the choice is made again, up to
+    ``refine`` times while it changes.
 
     Args:
         drafter: a ``specviz.drafters.Drafter`` that drafts trees (model, early exit, EAGLE, prompt lookup).
@@ -305,11 +320,53 @@ def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
     chain_counts = tree_theory.acceptance_by_depth(*chains)
     if not chain_counts:
         raise ValueError("the calibration's chain drafted nothing: no acceptance to measure")
-    return Calibration(rank_counts=sequoia.acceptance_by_rank(*trees), chain_counts=chain_counts, verify_curve=curve,
-                       tree_pass_cost=_cost(chain_theory.drafter_step_ms(*trees), step),
-                       chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step), target_step_ms=step,
-                       calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens,
-                       overhead=_overhead(chains, trees, step))
+    cal = Calibration(rank_counts=sequoia.acceptance_by_rank(*trees), chain_counts=chain_counts, verify_curve=curve,
+                      tree_pass_cost=_cost(chain_theory.drafter_step_ms(*trees), step),
+                      chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step), target_step_ms=step,
+                      calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens,
+                      overhead=_overhead(chains, trees, step))
+    tried: set = set()
+    for _ in range(refine):
+        best = decide(cal, max_nodes, max_depth).choice.best
+        shape = best.parents if best.kind == "tree" else best.depth
+        if shape in tried:
+            break
+        tried.add(shape)
+        with torch.inference_mode():
+            own = [speculative_generate(ids, drafter, target, seed=seed + i, **common,
+                                        **(dict(tree=TreeSpec.explicit(best.parents)) if best.kind == "tree" else dict(gamma=best.depth)))
+                   for i, ids in enumerate(prompts)]
+        cal = refined_counts(cal, best, own)
+    return cal
+
+
+def refined_counts(cal: Calibration, best: sequoia.Candidate, own: list) -> Calibration:
+    """``cal`` with the counts of ``best``'s own rounds (traces ``own``) in place of the wide runs':
+    a chain's acceptance by depth for depths 1..gamma; a tree's (depth, rank) cells it offered at least
+    ``sequoia.MIN_COUNT`` times (a rarer cell adds its counts to the wide tree's)."""
+    from dataclasses import replace
+
+    if best.kind != "tree":
+        mine = tree_theory.acceptance_by_depth(*own)
+        if not mine:
+            return cal
+        counts = list(mine[: best.depth]) + list(cal.chain_counts[len(mine[: best.depth]):])
+        return replace(cal, chain_counts=counts, refined=_joined(cal.refined, best.label()))
+    mine = sequoia.acceptance_by_rank(*own)
+    rows = [list(row) for row in cal.rank_counts]
+    for d, row in enumerate(mine):
+        while len(rows) <= d:
+            rows.append([])
+        for k, (o, a) in enumerate(row):
+            while len(rows[d]) <= k:
+                rows[d].append((0, 0))
+            base = rows[d][k]
+            rows[d][k] = (o, a) if o >= sequoia.MIN_COUNT else (base[0] + o, base[1] + a)
+    return replace(cal, rank_counts=rows, refined=_joined(cal.refined, best.label()))
+
+
+def _joined(before: str, label: str) -> str:
+    return f"{before}; {label}"[:80] if before else label
 
 
 def decide(cal: Calibration, max_nodes: int = 64, max_depth: int = 8, device: str = "") -> AutoTree:
@@ -517,6 +574,9 @@ def format_bench_report(r: dict) -> list[str]:
     lines.append("acceptance by depth and sibling rank (accepted/offered): " + "; ".join(
         f"d{d}: " + " ".join(f"{a}/{o}" for o, a in row) for d, row in enumerate(inp["acceptance_by_rank"], 1)))
     lines.append("chain acceptance by depth (accepted/offered): " + " ".join(f"{a}/{o}" for o, a in inp["chain_acceptance_by_depth"]))
+    if inp.get("refined_with"):
+        lines.append(f"counts refined with the own rounds of: {inp['refined_with']} (on the same {inp['calibration_prompts']} "
+                     "calibration prompts; the wide runs start their rounds elsewhere)")
     lines.append(f"c_tree {inp['tree_pass_cost']:.3f}, c {inp['chain_step_cost']:.3f} target steps per drafter pass; v(n): "
                  + ", ".join(f"{n}: {v:.2f}" for n, v in inp["verify_cost_by_nodes"].items()))
     if inp.get("overhead_by_nodes"):

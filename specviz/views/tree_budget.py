@@ -150,7 +150,9 @@ def auto_note_markdown(choice: dict | None, measured: dict | None, run_label: st
     lines.append(f"<small>{escape(FORMULA)} Inputs measured on {inp.get('calibration_prompts')} held-out prompts × "
                  f"{inp.get('calibration_tokens')} tokens: c_tree = {inp.get('tree_pass_cost', 0):.3f} and c = {inp.get('chain_step_cost', 0):.3f} "
                  f"target steps per drafter pass; {curve}; one target step = {inp.get('target_step_ms', 0):.1f} ms; "
-                 "p(depth, rank) from the table below (a cell offered fewer than 20 times takes its rank's rate over all depths).</small>")
+                 "p(depth, rank) from the table below (a cell offered fewer than 20 times takes its rank's rate over all depths)"
+                 + (f"; the counts of {escape(inp['refined_with'])}, run on the same prompts, replace the wide runs' where it measured them"
+                    if inp.get("refined_with") else "") + ".</small>")
     return "\n".join(lines)
 
 
