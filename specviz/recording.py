@@ -36,6 +36,8 @@ class Recording:
         prompt: the prompt as the visitor typed it, before any chat template ("" when unknown:
             then the trace's prompt_text stands in).
         chat: whether the chat template was applied (None when unknown).
+        auto: the auto tree's record when the run's tree was chosen by it (``specviz.measure.auto_tree.AutoTree.record``:
+            the calibration's measurements and bounds; loading checks it and decides again), else None.
     """
 
     speculative: Trace
@@ -44,6 +46,7 @@ class Recording:
     title: str = ""
     prompt: str = ""
     chat: bool | None = None
+    auto: dict | None = None
 
     def to_json(self) -> str:
         """The recording as JSON text (traces as ``Trace.to_dict``)."""
@@ -57,6 +60,7 @@ class Recording:
                 "speculative": self.speculative.to_dict(),
                 "baseline": self.baseline.to_dict() if self.baseline is not None else None,
                 "sweep": asdict(self.sweep) if self.sweep is not None else None,
+                **({"auto": self.auto} if self.auto is not None else {}),
             },
             separators=(",", ":"),
         )
@@ -112,7 +116,15 @@ class Recording:
             raise ValueError(f"not a specviz recording: prompt: must be text of at most {validation.MAX_TEXT} characters")
         if chat is not None and not isinstance(chat, bool):
             raise ValueError("not a specviz recording: chat: must be true, false or null")
-        return cls(speculative=spec, baseline=baseline, sweep=sweep, title=title, prompt=prompt, chat=chat)
+        auto = d.get("auto")
+        if auto is not None:
+            from specviz.measure.auto_tree import from_record
+
+            try:
+                from_record(auto)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"not a specviz recording: {e}") from None
+        return cls(speculative=spec, baseline=baseline, sweep=sweep, title=title, prompt=prompt, chat=chat, auto=auto)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

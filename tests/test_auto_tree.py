@@ -154,9 +154,16 @@ def test_the_budget_figure_and_the_rank_table_show_the_choice_and_its_counts():
     d = auto_tree.decide(_calibration(0.002)).describe()
     fig = budget_figure(d, {"nodes_per_round": 20.0, "speedup": 1.4})
     names = [t.name for t in fig.data]
-    assert names[0].startswith("best tree") and any(n.startswith("best chain, gamma") for n in names) and names[-1] == "measured"
-    assert list(fig.data[0].x) == [n for n, _ in d["speedup_by_budget"]]
-    assert fig.data[2].y[0] == d["predicted_speedup"]
+    assert names[0].startswith("best tree of n nodes") and any(n.startswith("best chain, gamma") for n in names)
+    assert names[-1].startswith("this run, measured") and fig.data[-1].x[0] == 20.0
+    assert list(fig.data[0].x) == [c["budget"] for c in d["by_budget"]] == list(range(1, 65))
+    chosen = next(t for t in fig.data if t.name.startswith("chosen: "))
+    assert chosen.y[0] == d["predicted_speedup"] and chosen.x[0] == d["nodes"]
+    # The hand-made shapes are points on the same terms (3-2-2-1: 33 nodes, 2-2-2-1: 22).
+    hand = {t.name.split(" (")[0]: t for t in fig.data if t.name.startswith("tree ")}
+    assert set(hand) == {"tree 3-2-2-1", "tree 2-2-2-1"} and hand["tree 3-2-2-1"].x[0] == 33 and hand["tree 2-2-2-1"].x[0] == 22
+    # The chosen tree is the fastest tree of every budget, and no slower than any chain or hand-made shape.
+    assert d["predicted_speedup"] >= max(c["speedup"] for c in d["by_budget"] + d["chains"] + d["hand_made"]) - 1e-12
     drafter, target = models("different")
     trace = tree_generate(PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(1.0), max_new_tokens=12, seed=4)
     html = rank_table_html(trace)
@@ -182,3 +189,166 @@ def test_the_eagle_head_drafts_an_auto_shape_and_keeps_the_targets_greedy_output
     assert_same_greedy(target, ids, trace.output_ids, ref[0, len(ids):].tolist())
     assert trace.drafted > 0 and trace.accepted > 0
     assert trace.drafter_forward_passes == drafter.passes
+
+
+def test_a_calibration_round_trips_through_its_checked_form():
+    cal = _calibration(0.01)
+    cal = auto_tree.Calibration(**{**cal.__dict__, "overhead": {1.5: 0.2, 9.0: 0.4}, "calibration_tree": (-1, -1, 0)})
+    again = auto_tree.Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert again == cal
+    assert auto_tree.decide(again).describe() == auto_tree.decide(cal).describe()
+
+
+@pytest.mark.parametrize("field, value", [
+    ("format", 0), ("rank_counts", [[[5, 6]]]), ("rank_counts", [[[-1, 0]]]), ("rank_counts", [[[1.5, 1]]]),
+    ("rank_counts", "x"), ("rank_counts", [[[1, 1]]] * 40), ("chain_counts", []), ("chain_counts", [[3, True]]),
+    ("verify_curve", {}), ("verify_curve", {"1": 0.0}), ("verify_curve", {"1": float("nan")}), ("verify_curve", {"x": 1.0}),
+    ("verify_curve", {"1": 1e300}), ("tree_pass_cost", -0.1), ("tree_pass_cost", "0.1"), ("target_step_ms", 0),
+    ("calibration_tree", [0]), ("calibration_tree", None), ("prompts", 0), ("tokens", None), ("overhead", {"a": 1.0}),
+    ("overhead", {"1.0": -2.0}),
+])
+def test_a_stored_calibration_is_checked_as_data_from_outside(field, value):
+    d = _calibration(0.01).to_dict() | {field: value}
+    with pytest.raises(ValueError):
+        auto_tree.Calibration.from_dict(d)
+
+
+def test_the_disk_cache_keeps_a_calibration_per_key_refuses_bad_files_and_stays_bounded(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    cal = _calibration(0.01)
+    key = auto_tree.disk_key(("embedded", "cpu"), "cpu")
+    assert key != auto_tree.disk_key(("embedded", "cpu"), "cuda: a GPU") and key != auto_tree.disk_key(("english", "cpu"), "cpu")
+    assert auto_tree.load_cached(key) is None
+    auto_tree.store_cached(key, cal)
+    assert auto_tree.load_cached(key) == cal
+    path = tmp_path / "auto_tree.json"
+    # A corrupt entry, a corrupt file, a file that is not an object, one too large: each reads as "not cached".
+    data = json.loads(path.read_text())
+    data[key]["chain_counts"] = [[1, 2]]
+    path.write_text(json.dumps(data))
+    assert auto_tree.load_cached(key) is None
+    for text in ("{not json", "[1, 2]", "{" + " " * (auto_tree.DISK_BYTES + 1) + "}"):
+        path.write_text(text)
+        assert auto_tree.load_cached(key) is None
+    auto_tree.store_cached(key, cal)  # a bad file is replaced by a good one
+    assert auto_tree.load_cached(key) == cal
+    for i in range(auto_tree.DISK_ENTRIES + 5):
+        auto_tree.store_cached(f"k{i}", cal)
+    data = json.loads(path.read_text())
+    assert len(data) == auto_tree.DISK_ENTRIES and f"k{auto_tree.DISK_ENTRIES + 4}" in data and key not in data
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_auto_tree_calibrates_once_then_reads_the_disk_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(auto_tree, "_CACHE", {})
+    from specviz.drafters import make_drafter
+
+    model, target = models("similar")
+    drafter = make_drafter("model", drafter_model=model, target=target)  # a drafter that names its kind (a bare model is never stored)
+    calls = []
+    real = auto_tree.calibrate
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(auto_tree, "calibrate", counted)
+    args = dict(max_new_tokens=8, max_nodes=6, max_depth=3)
+    first = auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
+    auto_tree._CACHE.clear()  # a new process: only the disk remembers
+    second = auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
+    assert len(calls) == 1 and second.describe() == first.describe()
+    auto_tree._CACHE.clear()
+    auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(1.0), 8, key=("lab", "cpu"), **args)  # another regime
+    assert len(calls) == 2
+    path = tmp_path / "auto_tree.json"
+    path.write_text(path.read_text().replace('"format": 1', '"format": "x"'))  # every entry corrupt: measured again
+    auto_tree._CACHE.clear()
+    auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
+    assert len(calls) == 3
+
+
+def test_the_theory_tabs_tree_section_draws_an_auto_run_and_says_how_to_get_one_otherwise():
+    from specviz.recording import Recording
+    from specviz.ui.outputs import RUN_OUTPUTS, auto_tree_outputs
+
+    assert {"auto_note", "budget_plot", "auto_tree_plot", "rank_table"} <= set(RUN_OUTPUTS)
+    auto = auto_tree.decide(_calibration(0.02), max_nodes=16, max_depth=4, device="cpu")
+    drafter, target = models("different")
+    spec = tree_generate(PROMPT, drafter, target, auto.tree, sampling=Sampling(1.0, top_k=5), max_new_tokens=16, seed=3)
+    base = autoregressive_generate(PROMPT, target, sampling=Sampling(1.0, top_k=5), max_new_tokens=16, seed=3)
+    rec = Recording(spec, base, auto=auto.record())
+    # The record survives a file: checked on load, decided again to the same choice.
+    again = Recording.from_json(rec.to_json())
+    assert again.auto == json.loads(json.dumps(rec.auto)) and auto_tree.from_record(again.auto).describe() == auto.describe()
+    out = auto_tree_outputs(again)
+    note = out["auto_note"]
+    rounds, emitted = len(spec.rounds), len(spec.output_ids)
+    # Every number names its denominator; the prediction its formula and inputs; the sentence says why this size.
+    assert f"{emitted} tokens / {rounds} rounds" in note and f"{spec.drafted} nodes / {rounds} rounds" in note
+    assert "Chosen: " in note and "E[tokens per round]" in note and "held-out prompts" in note and "v(1) = 1.00" in note
+    assert "On this cpu, v(n) " in note and "-node tree wins" in note
+    names = [t.name for t in out["budget_plot"].data]
+    assert names[-1].startswith("this run, measured")
+    assert out["budget_plot"].data[-1].x[0] == pytest.approx(spec.drafted / rounds)
+    assert "Calibration (what the choice used)" in out["rank_table"] and "55 / 100 (0.55)" in out["rank_table"]
+    assert "This run: accepted / offered" in out["rank_table"]
+    assert out["auto_tree_plot"].layout.title.text.startswith("The tree as drafted in round ")
+    # A chain run without auto: the note says how to get the section; no tree, no table.
+    from specviz import speculative_generate
+
+    chain = speculative_generate(PROMPT, drafter, target, gamma=3, max_new_tokens=8)
+    out = auto_tree_outputs(Recording(chain))
+    assert out["auto_note"].startswith("This run drafted a chain") and "auto: fastest for this device" in out["auto_note"]
+    assert out["rank_table"] == "" and "drafted a chain" in out["auto_tree_plot"].layout.title.text
+
+
+@pytest.mark.parametrize("bad", [{"calibration": {}, "max_nodes": 8, "max_depth": 4}, {"max_nodes": 8}, [],
+                                 {"calibration": None, "max_nodes": 0, "max_depth": 4}, {"extra": 1}])
+def test_a_recording_with_a_bad_auto_record_is_refused(bad):
+    from specviz.recording import Recording
+
+    drafter, target = models("different")
+    spec = tree_generate(PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=6, seed=0)
+    text = json.loads(Recording(spec).to_json()) | {"auto": bad}
+    with pytest.raises(ValueError, match="not a specviz recording: auto"):
+        Recording.from_json(json.dumps(text))
+
+
+def test_whole_rounds_leave_out_the_rounds_the_token_budget_cut():
+    drafter, target = models("similar")
+    spec = TreeSpec.explicit(auto_shape())  # depth 3
+    trace = tree_generate(PROMPT, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=13, seed=0)
+    emitted, rounds = auto_tree.untruncated([trace], spec.depth)
+    left, want = 13, (0, 0)
+    for r in trace.rounds:
+        if left >= spec.depth + 1:
+            want = (want[0] + len(r.emitted_ids), want[1] + 1)
+        left -= len(r.emitted_ids)
+    assert (emitted, rounds) == want and 0 < rounds < len(trace.rounds)
+    assert all(len(r.emitted_ids) <= spec.depth + 1 for r in trace.rounds)
+
+
+def test_refined_counts_put_the_chosen_shapes_own_rounds_in_place_of_the_wide_runs():
+    cal = _calibration(0.01)
+    drafter, target = models("similar")
+    chain = [tree_generate(PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=24, seed=0)]
+    best = auto_tree.decide(cal).choice
+    tree = sequoia.Candidate("tree", 9, 3, 2.0, 1.0, auto_shape())
+    out = auto_tree.refined_counts(cal, tree, chain)
+    mine = sequoia.acceptance_by_rank(*chain)
+    for d, row in enumerate(mine):
+        for k, (o, a) in enumerate(row):
+            base = cal.rank_counts[d][k] if d < len(cal.rank_counts) and k < len(cal.rank_counts[d]) else (0, 0)
+            assert out.rank_counts[d][k] == ((o, a) if o >= sequoia.MIN_COUNT else (base[0] + o, base[1] + a))
+    assert out.refined == "tree of 9 nodes, depth 3" and out.chain_counts == cal.chain_counts
+    from specviz import speculative_generate
+
+    runs = [speculative_generate(PROMPT, drafter, target, gamma=2, sampling=Sampling(0.0), max_new_tokens=20)]
+    out = auto_tree.refined_counts(out, best.chains[1], runs)
+    from specviz.theory.tree import acceptance_by_depth
+
+    assert out.chain_counts[:2] == list(acceptance_by_depth(*runs))[:2] and out.chain_counts[2:] == cal.chain_counts[2:]
+    assert out.refined == "tree of 9 nodes, depth 3; chain of gamma 2"
+    assert auto_tree.Calibration.from_dict(json.loads(json.dumps(out.to_dict()))) == out

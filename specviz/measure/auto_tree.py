@@ -8,7 +8,10 @@ prompts do not reach) measures every input of the choice:
   calibration tree (``sequoia.prior_tree``);
 - the verify cost v(n), a target pass over the pending token and n nodes
   (``specviz.measure.tree_bench.verify_cost_curve``), measured, never assumed.
-The calibration is cached per (pair key, drafter, sampling regime) for the process's life.
+The calibration is cached per (pair key, drafter, sampling regime) for the process's life, and on
+disk per (pair key, drafter, sampling regime, machine key) across processes (``cache_dir()``'s
+auto_tree.json, a few dozen entries at most, written atomically). The file is data from outside:
+every entry is checked on reading (``Calibration.from_dict``) and one that fails is measured again.
 
 ``auto_tree(...)`` returns an ``AutoTree``: the TreeSpec to draft (None: the chain won) and the
 gamma to run a chain at, with the choice and its inputs to state.
@@ -16,8 +19,13 @@ gamma to run a chain at, with the choice and its inputs to state.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -30,7 +38,13 @@ from specviz.theory import tree as tree_theory
 AUTO = "auto"
 NS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CALIBRATION_PROMPTS = 3
+HAND_MADE = ((3, 2, 2, 1), (2, 2, 2, 1))  # the page's hand-made shapes, predicted beside the choice
 _CACHE: dict[tuple, "Calibration"] = {}
+DISK_ENTRIES = 32  # calibrations the disk cache keeps (the newest), over pairs, drafters, regimes and machines
+DISK_BYTES = 2 * 1024 * 1024  # a cache file larger than this is not ours: it is ignored (and rewritten)
+FORMAT = 1  # the stored calibration's layout; a change makes older entries miss
+MAX_COUNT = 10**9  # offered / accepted counts a stored calibration may hold
+MAX_COST = 1e4  # target steps: any stored cost or v(n) beyond this is not a measurement
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,8 @@ class Calibration:
         chain_step_cost: drafting ms per drafter pass in chain rounds / target step ms (c).
         overhead: {mean nodes per round: a round's time outside drafting and verifying / target step ms},
             from the chain's and the tree's runs (judging, recording: it grows with the nodes).
+        refined: the shape whose own rounds replaced the wide runs' counts where it measured them
+            (``calibrate``'s refinement), "" where none did.
         target_step_ms: the unit.
         calibration_tree: the parents of the tree it drafted.
         prompts, tokens: held-out prompts used, tokens generated per run.
@@ -60,9 +76,91 @@ class Calibration:
     prompts: int
     tokens: int
     overhead: dict | None = None
+    refined: str = ""
 
     def rank_acceptance(self) -> sequoia.RankAcceptance:
         return sequoia.RankAcceptance.from_counts(self.rank_counts)
+
+    def to_dict(self) -> dict:
+        """JSON-ready (dict keys as text); ``from_dict`` reads it back."""
+        return {"format": FORMAT, "rank_counts": [[list(c) for c in row] for row in self.rank_counts],
+                "chain_counts": [list(c) for c in self.chain_counts],
+                "verify_curve": {str(n): v for n, v in self.verify_curve.items()}, "tree_pass_cost": self.tree_pass_cost,
+                "chain_step_cost": self.chain_step_cost, "target_step_ms": self.target_step_ms,
+                "calibration_tree": list(self.calibration_tree), "prompts": self.prompts, "tokens": self.tokens,
+                "overhead": {repr(float(n)): v for n, v in self.overhead.items()} if self.overhead else None,
+                "refined": self.refined}
+
+    @classmethod
+    def from_dict(cls, d) -> "Calibration":
+        """A calibration from ``to_dict``'s data, checked as data from outside: counts whole numbers with
+        0 <= accepted <= offered, at most ``MAX_TREE_NODES`` ranks and ``MAX_GAMMA`` depths; costs and
+        v(n) finite and in range (v(n) > 0); the calibration tree a valid explicit tree.
+
+        Raises:
+            ValueError: naming the first field that is wrong."""
+        from specviz.limits import MAX_GAMMA, MAX_TREE_NODES
+
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ValueError("not a stored calibration of this version")
+
+        def whole(x, lo, hi, what):
+            if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
+                raise ValueError(f"{what}: must be a whole number from {lo} to {hi}")
+            return x
+
+        def real(x, lo, hi, what, open_low=False):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or not lo <= x <= hi or (open_low and x <= lo):
+                raise ValueError(f"{what}: must be a finite number in [{lo}, {hi}]")
+            return float(x)
+
+        def counts(rows, what, width):
+            if not isinstance(rows, list) or len(rows) > width:
+                raise ValueError(f"{what}: must be a list of at most {width} (offered, accepted) pairs")
+            out = []
+            for c in rows:
+                if not isinstance(c, list) or len(c) != 2:
+                    raise ValueError(f"{what}: each entry is [offered, accepted]")
+                o = whole(c[0], 0, MAX_COUNT, what)
+                out.append((o, whole(c[1], 0, o, what)))
+            return out
+
+        rank = d.get("rank_counts")
+        if not isinstance(rank, list) or len(rank) > MAX_GAMMA:
+            raise ValueError(f"rank_counts: must be a list of at most {MAX_GAMMA} depths")
+        rank_counts = [counts(row, "rank_counts", MAX_TREE_NODES) for row in rank]
+        chain_counts = counts(d.get("chain_counts"), "chain_counts", MAX_GAMMA)
+        if not chain_counts:
+            raise ValueError("chain_counts: empty (no acceptance measured)")
+        curve = d.get("verify_curve")
+        if not isinstance(curve, dict) or not 1 <= len(curve) <= 64:
+            raise ValueError("verify_curve: must map 1 to 64 node counts to v(n)")
+        verify_curve = {}
+        for n, v in curve.items():
+            if not isinstance(n, str) or not n.isdigit() or len(n) > 4:
+                raise ValueError("verify_curve: its keys are node counts")
+            verify_curve[whole(int(n), 1, MAX_TREE_NODES, "verify_curve")] = real(v, 0, MAX_COST, "verify_curve", open_low=True)
+        overhead = d.get("overhead")
+        if overhead is not None:
+            if not isinstance(overhead, dict) or len(overhead) > 8:
+                raise ValueError("overhead: must map at most 8 node counts to target steps")
+            try:
+                overhead = {real(float(n), 0, MAX_TREE_NODES, "overhead"): real(v, 0, MAX_COST, "overhead") for n, v in overhead.items()}
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"overhead: {e}") from None
+        tree = d.get("calibration_tree")
+        if not isinstance(tree, list):
+            raise ValueError("calibration_tree: must be a list of parents")
+        TreeSpec.explicit(tree)  # raises ValueError naming what is wrong
+        refined = d.get("refined", "")
+        if not isinstance(refined, str) or len(refined) > 80:
+            raise ValueError("refined: must be text of at most 80 characters")
+        return cls(rank_counts=rank_counts, chain_counts=chain_counts, verify_curve=verify_curve,
+                   tree_pass_cost=real(d.get("tree_pass_cost"), 0, MAX_COST, "tree_pass_cost"),
+                   chain_step_cost=real(d.get("chain_step_cost"), 0, MAX_COST, "chain_step_cost"),
+                   target_step_ms=real(d.get("target_step_ms"), 0, 1e7, "target_step_ms", open_low=True),
+                   calibration_tree=tuple(tree), prompts=whole(d.get("prompts"), 1, 1000, "prompts"),
+                   tokens=whole(d.get("tokens"), 1, 10**6, "tokens"), overhead=overhead or None, refined=refined)
 
     def chain_rates(self) -> list[float]:
         return tree_theory.depth_rates(self.chain_counts)
@@ -77,6 +175,9 @@ class AutoTree:
     gamma: int
     choice: sequoia.AutoChoice
     calibration: Calibration
+    max_nodes: int = 64
+    max_depth: int = 8
+    device: str = ""  # what it was measured on ("cpu", "cuda: <GPU name>"), for the sentence that says why
 
     def describe(self) -> dict:
         """JSON-ready: the choice, its prediction, the best chain, and the inputs."""
@@ -84,18 +185,71 @@ class AutoTree:
         cal = self.calibration
         return {
             "chosen": b.label(), "kind": b.kind, "nodes": b.nodes, "depth": b.depth,
+            "nodes_by_depth": nodes_by_depth(b.parents) if b.parents else [1] * b.depth,
             "parents": list(b.parents) if b.parents else None,
             "predicted_tokens_per_round": b.tokens_per_round, "predicted_cost": b.cost, "predicted_speedup": b.speedup,
             "best_chain": {"gamma": c.depth, "predicted_tokens_per_round": c.tokens_per_round, "predicted_cost": c.cost,
                            "predicted_speedup": c.speedup},
             "speedup_by_budget": sequoia.speedup_by_budget(self.choice),
+            "by_budget": [dict(_cand(c), budget=n) for n, c in self.choice.by_budget],
+            "chains": [_cand(c) for c in self.choice.chains],
+            "hand_made": [dict(_cand(self.predict(sequoia.static_parents(shape))), label=f"tree {'-'.join(map(str, shape))}")
+                          for shape in HAND_MADE],
             "inputs": {"acceptance_by_rank": cal.rank_counts, "chain_acceptance_by_depth": cal.chain_counts,
                        "verify_cost_by_nodes": cal.verify_curve, "tree_pass_cost": cal.tree_pass_cost,
                        "chain_step_cost": cal.chain_step_cost, "target_step_ms": cal.target_step_ms,
                        "overhead_by_nodes": cal.overhead,
-                       "calibration_prompts": cal.prompts, "calibration_tokens": cal.tokens},
+                       "calibration_prompts": cal.prompts, "calibration_tokens": cal.tokens, "refined_with": cal.refined},
             "sentence": self.choice.sentence(),
+            "device": self.device,
         }
+
+    def predict(self, parents) -> sequoia.Candidate:
+        """Any tree's prediction from this calibration, on the choice's terms (``sequoia.tree_candidate``)."""
+        cal = self.calibration
+        return sequoia.tree_candidate(parents, cal.rank_acceptance().p, cal.verify_curve, cal.tree_pass_cost, cal.overhead)
+
+    def record(self) -> dict:
+        """What a recording keeps of the choice: the calibration and the bounds it was decided under
+        (``from_record`` decides again, so a file cannot carry a choice its measurements do not give)."""
+        return {"calibration": self.calibration.to_dict(), "max_nodes": self.max_nodes, "max_depth": self.max_depth,
+                "device": self.device}
+
+
+def from_record(d) -> AutoTree:
+    """``AutoTree.record``'s data, checked (``Calibration.from_dict``, bounds in range) and decided again.
+
+    Raises:
+        ValueError: naming the first field that is wrong."""
+    from specviz.limits import MAX_GAMMA
+
+    if not isinstance(d, dict) or set(d) - {"calibration", "max_nodes", "max_depth", "device"}:
+        raise ValueError("auto: must be an object of calibration, max_nodes, max_depth and device")
+    nodes, depth, device = d.get("max_nodes"), d.get("max_depth"), d.get("device", "")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 64:
+        raise ValueError("auto.max_nodes: must be a whole number from 1 to 64")
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= min(MAX_GAMMA, 8):
+        raise ValueError("auto.max_depth: must be a whole number from 1 to 8")
+    if not isinstance(device, str) or len(device) > 80:
+        raise ValueError("auto.device: must be text of at most 80 characters")
+    try:
+        cal = Calibration.from_dict(d.get("calibration"))
+    except ValueError as e:
+        raise ValueError(f"auto.calibration: {e}") from None
+    return decide(cal, nodes, depth, device)
+
+
+def nodes_by_depth(parents) -> list[int]:
+    """How many nodes a tree has at depth 1, 2, ... (its shape in one line: 4-6-5-3-2)."""
+    depth: list[int] = []
+    for par in parents:
+        depth.append(1 if par < 0 else depth[par] + 1)
+    return [depth.count(d) for d in range(1, max(depth, default=0) + 1)]
+
+
+def _cand(c: sequoia.Candidate) -> dict:
+    return {"kind": c.kind, "nodes": c.nodes, "depth": c.depth, "tokens_per_round": c.tokens_per_round, "cost": c.cost,
+            "speedup": c.speedup}
 
 
 def calibration_prompt_ids(tokenize, texts: list[str], reserved: int, count: int = CALIBRATION_PROMPTS) -> list[list[int]]:
@@ -127,8 +281,16 @@ def _overhead(chains, trees, step_ms: float) -> dict[float, float] | None:
 
 
 def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True) -> Calibration:
-    """Measure every input of the choice on ``prompts`` (see the module docstring).
+              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2) -> Calibration:
+    """Measure every input of the choice on ``prompts`` (see the module docstring), then refine it.
+
+    The wide runs (a chain of gamma ``max_depth``, the 40-node calibration tree) start their rounds at
+    other places than a smaller shape's do: after a run of 8 accepted drafts, say, where a 4-draft chain
+    would have started a round after a rejection, at a harder token. On the embedded pair their depth
+    rates predicted 3.68 tokens per round for a chain of gamma 4 whose own rounds gave 3.38 (its own
+    counts: 3.42). So the shape the wide runs choose is run on the same prompts, and its own counts
+    replace theirs where it measured them (``refined_counts``); then the choice is made again, up to
+    ``refine`` times while it changes.
 
     Args:
         drafter: a ``specviz.drafters.Drafter`` that drafts trees (model, early exit, EAGLE, prompt lookup).
@@ -158,20 +320,62 @@ def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
     chain_counts = tree_theory.acceptance_by_depth(*chains)
     if not chain_counts:
         raise ValueError("the calibration's chain drafted nothing: no acceptance to measure")
-    return Calibration(rank_counts=sequoia.acceptance_by_rank(*trees), chain_counts=chain_counts, verify_curve=curve,
-                       tree_pass_cost=_cost(chain_theory.drafter_step_ms(*trees), step),
-                       chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step), target_step_ms=step,
-                       calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens,
-                       overhead=_overhead(chains, trees, step))
+    cal = Calibration(rank_counts=sequoia.acceptance_by_rank(*trees), chain_counts=chain_counts, verify_curve=curve,
+                      tree_pass_cost=_cost(chain_theory.drafter_step_ms(*trees), step),
+                      chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step), target_step_ms=step,
+                      calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens,
+                      overhead=_overhead(chains, trees, step))
+    tried: set = set()
+    for _ in range(refine):
+        best = decide(cal, max_nodes, max_depth).choice.best
+        shape = best.parents if best.kind == "tree" else best.depth
+        if shape in tried:
+            break
+        tried.add(shape)
+        with torch.inference_mode():
+            own = [speculative_generate(ids, drafter, target, seed=seed + i, **common,
+                                        **(dict(tree=TreeSpec.explicit(best.parents)) if best.kind == "tree" else dict(gamma=best.depth)))
+                   for i, ids in enumerate(prompts)]
+        cal = refined_counts(cal, best, own)
+    return cal
 
 
-def decide(cal: Calibration, max_nodes: int = 64, max_depth: int = 8) -> AutoTree:
-    """The choice from a calibration (no model runs): ``sequoia.choose``."""
+def refined_counts(cal: Calibration, best: sequoia.Candidate, own: list) -> Calibration:
+    """``cal`` with the counts of ``best``'s own rounds (traces ``own``) in place of the wide runs':
+    a chain's acceptance by depth for depths 1..gamma; a tree's (depth, rank) cells it offered at least
+    ``sequoia.MIN_COUNT`` times (a rarer cell adds its counts to the wide tree's)."""
+    from dataclasses import replace
+
+    if best.kind != "tree":
+        mine = tree_theory.acceptance_by_depth(*own)
+        if not mine:
+            return cal
+        counts = list(mine[: best.depth]) + list(cal.chain_counts[len(mine[: best.depth]):])
+        return replace(cal, chain_counts=counts, refined=_joined(cal.refined, best.label()))
+    mine = sequoia.acceptance_by_rank(*own)
+    rows = [list(row) for row in cal.rank_counts]
+    for d, row in enumerate(mine):
+        while len(rows) <= d:
+            rows.append([])
+        for k, (o, a) in enumerate(row):
+            while len(rows[d]) <= k:
+                rows[d].append((0, 0))
+            base = rows[d][k]
+            rows[d][k] = (o, a) if o >= sequoia.MIN_COUNT else (base[0] + o, base[1] + a)
+    return replace(cal, rank_counts=rows, refined=_joined(cal.refined, best.label()))
+
+
+def _joined(before: str, label: str) -> str:
+    return f"{before}; {label}"[:80] if before else label
+
+
+def decide(cal: Calibration, max_nodes: int = 64, max_depth: int = 8, device: str = "") -> AutoTree:
+    """The choice from a calibration (no model runs): ``sequoia.choose``; ``device`` names where it was measured."""
     choice = sequoia.choose(cal.rank_acceptance(), cal.chain_rates(), cal.verify_curve, cal.tree_pass_cost, cal.chain_step_cost,
                             max_nodes=max_nodes, max_depth=max_depth, overhead=cal.overhead)
     best = choice.best
     tree = TreeSpec.explicit(best.parents) if best.kind == "tree" else None
-    return AutoTree(tree=tree, gamma=best.depth, choice=choice, calibration=cal)
+    return AutoTree(tree=tree, gamma=best.depth, choice=choice, calibration=cal, max_nodes=max_nodes, max_depth=max_depth, device=device)
 
 
 def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, key=None, max_new_tokens: int = 64,
@@ -186,11 +390,84 @@ def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
         cache_key = (key, who, json.dumps(sampling.to_dict(), sort_keys=True),
                      max_new_tokens, max_depth, max_nodes, str(cached))
     cal = _CACHE.get(cache_key) if cache_key else None
+    disk = disk_key(cache_key, _device_of(target)) if cache_key and hasattr(drafter, "describe") else None
+    if cal is None and disk:
+        cal = load_cached(disk)
     if cal is None:
         cal = calibrate(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached)
-        if cache_key:
-            _CACHE[cache_key] = cal
-    return decide(cal, max_nodes, max_depth)
+        if disk:
+            store_cached(disk, cal)
+    if cache_key:
+        _CACHE[cache_key] = cal
+    return decide(cal, max_nodes, max_depth, _device_of(target))
+
+
+def _device_of(model) -> str:
+    """The device a model runs on, with the GPU's name on CUDA (the machine key names the CPU only)."""
+    try:
+        device = next(model.parameters()).device
+    except (AttributeError, StopIteration, TypeError):
+        return "unknown"
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return device.type
+
+
+def disk_key(cache_key: tuple, device: str) -> str:
+    """The disk cache's key: a hash of the in-process key (pair, drafter, sampling regime, bounds), the
+    device and the machine's key (``specviz.pair.precision.machine_key``: CPU, flags, torch, threads)."""
+    from specviz.pair.precision import machine_key
+
+    return hashlib.sha256(json.dumps([FORMAT, machine_key(), device, repr(cache_key)]).encode()).hexdigest()[:24]
+
+
+def _cache_file() -> Path:
+    from specviz.pair.settings import cache_dir
+
+    return cache_dir() / "auto_tree.json"
+
+
+def _read_file() -> dict:
+    """The cache file's entries, or {} (missing, unreadable, too large, not a JSON object)."""
+    path = _cache_file()
+    try:
+        if path.stat().st_size > DISK_BYTES:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_cached(key: str) -> Calibration | None:
+    """The stored calibration under ``key``, or None: none stored, or one that fails ``Calibration.from_dict``'s
+    checks (a corrupt or tampered entry is measured again, and the new one replaces it)."""
+    entry = _read_file().get(key)
+    try:
+        return Calibration.from_dict(entry) if entry is not None else None
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+
+
+def store_cached(key: str, cal: Calibration) -> None:
+    """Store ``cal`` under ``key``, keeping the newest DISK_ENTRIES entries (and none the file cannot
+    read back); written to a temporary file named by process and thread, then renamed over the file."""
+    path = _cache_file()
+    try:
+        data = {k: v for k, v in _read_file().items() if isinstance(k, str) and len(k) <= 64}
+        data.pop(key, None)
+        data[key] = cal.to_dict()
+        data = dict(list(data.items())[-DISK_ENTRIES:])
+        text = json.dumps(data)
+        while len(text) > DISK_BYTES and len(data) > 1:  # never more than the reader accepts
+            data.pop(next(iter(data)))
+            text = json.dumps(data)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home: calibrate again in the next process
 
 
 # bench: the auto choice, the chain it was weighed against, and what the timed runs measured.
@@ -214,49 +491,92 @@ def bench_report(auto: AutoTree, traces: dict[str, list], medians: dict[str, flo
     """The choice (``AutoTree.describe``) with what the run measured: tokens per round (emitted /
     rounds) and speedup (median tokens/s over the autoregressive median) of the chosen tree and of
     each chain measured (bench's gamma, and the predicted best chain's), and their ratios."""
-    def measured(method: str) -> dict | None:
+    def measured(method: str, depth: int) -> dict | None:
         ts = traces.get(method) or []
         rounds = sum(len(t.rounds) for t in ts)
         if not rounds or method not in medians:
             return None
-        return {"tokens_per_round": sum(len(t.output_ids) for t in ts) / rounds, "rounds": rounds,
-                "nodes_per_round": sum(t.drafted for t in ts) / rounds, "speedup": medians[method] / medians["autoregressive"]}
+        emitted = sum(len(t.output_ids) for t in ts)
+        full = untruncated(ts, depth)
+        return {"tokens_per_round": emitted / rounds, "rounds": rounds, "emitted": emitted,
+                "nodes_per_round": sum(t.drafted for t in ts) / rounds, "speedup": medians[method] / medians["autoregressive"],
+                "full_rounds": full and full[1], "full_emitted": full and full[0],
+                "tokens_per_full_round": full[0] / full[1] if full and full[1] else None}
 
     out = auto.describe()
-    chains = {f"chain of gamma {gamma}": measured("speculative")}
+    chains = {f"chain of gamma {gamma}": measured("speculative", gamma)}
     best_gamma = auto.choice.best_chain.depth
     if best_gamma != gamma:
-        chains[f"chain of gamma {best_gamma}"] = measured("speculative_best_chain")
-    out["measured"] = measured("speculative_auto")
+        chains[f"chain of gamma {best_gamma}"] = measured("speculative_best_chain", best_gamma)
+    out["measured"] = measured("speculative_auto", auto.gamma)
     out["measured_chains"] = {k: v for k, v in chains.items() if v}
     m = out["measured"]
     if m:
-        out["tokens_per_round_error"] = m["tokens_per_round"] / out["predicted_tokens_per_round"] - 1.0
+        # The prediction is E[tokens] of a whole round: the rounds the token budget cut short are left out of the check.
+        measured_tpr = m["tokens_per_full_round"] if m["tokens_per_full_round"] is not None else m["tokens_per_round"]
+        out["tokens_per_round_error"] = measured_tpr / out["predicted_tokens_per_round"] - 1.0
+        chain = out["measured_chains"].get(f"chain of gamma {best_gamma}")
+        if chain and chain["tokens_per_full_round"] is not None:
+            out["best_chain_tokens_per_round_error"] = chain["tokens_per_full_round"] / out["best_chain"]["predicted_tokens_per_round"] - 1.0
         if out["measured_chains"]:
             best = max(out["measured_chains"].values(), key=lambda c: c["speedup"])
             out["speedup_vs_best_measured_chain"] = m["speedup"] / best["speedup"]
     return out
 
 
+def untruncated(traces, depth: int) -> tuple[int, int] | None:
+    """(tokens emitted, rounds) over the rounds the token budget did not cut: those that started with at
+    least ``depth`` + 1 tokens of ``max_new_tokens`` left (a whole tree or chain of that depth and its
+    final token fit). None where a trace does not say its budget."""
+    emitted = rounds = 0
+    for t in traces:
+        budget = (getattr(t, "settings", None) or {}).get("max_new_tokens")
+        if not isinstance(budget, int):
+            return None
+        done = 0
+        for r in t.rounds:
+            if budget - done >= depth + 1:
+                emitted += len(r.emitted_ids)
+                rounds += 1
+            done += len(r.emitted_ids)
+    return emitted, rounds
+
+
 def format_bench_report(r: dict) -> list[str]:
     """Plain-text lines of ``bench_report``."""
     lines = [r["sentence"]]
+    if r.get("nodes_by_depth"):
+        shape = "-".join(map(str, r["nodes_by_depth"]))
+        lines.append(f"auto's shape: {r['nodes']} nodes, depth {r['depth']}, nodes per depth {shape}"
+                     + (f"; parents {','.join(map(str, r['parents']))}" if r.get("parents") else " (a chain)"))
     cand = [("auto: " + r["chosen"], r["predicted_tokens_per_round"], r["predicted_speedup"], r.get("measured"))]
     for label, m in r["measured_chains"].items():
         pred = r["best_chain"] if label.endswith(f"gamma {r['best_chain']['gamma']}") else None
         cand.append((label, pred and pred["predicted_tokens_per_round"], pred and pred["predicted_speedup"], m))
-    lines.append(f"{'':<40}{'tokens/round pred':>18}{'measured':>10}{'speedup pred':>14}{'measured':>10}")
+    lines.append(f"{'':<40}{'tokens/round pred':>18}{'whole rounds':>14}{'all rounds':>12}{'speedup pred':>14}{'measured':>10}")
     for label, tpr, sp, m in cand:
         f = lambda x, d=2: f"{x:.{d}f}" if isinstance(x, (int, float)) else "-"  # noqa: E731
-        lines.append(f"{label[:40]:<40}{f(tpr):>18}{f(m and m['tokens_per_round']):>10}{f(sp):>14}{f(m and m['speedup']):>10}")
+        lines.append(f"{label[:40]:<40}{f(tpr):>18}{f(m and m.get('tokens_per_full_round')):>14}{f(m and m['tokens_per_round']):>12}"
+                     f"{f(sp):>14}{f(m and m['speedup']):>10}")
+    for label, _, _, m in cand:
+        if m and m.get("full_rounds") is not None:
+            lines.append(f"  {label[:40]}: whole rounds {m['full_emitted']} tokens / {m['full_rounds']}, all rounds {m['emitted']} / {m['rounds']}")
+    lines.append("tokens/round: emitted / rounds, the correction or bonus token included; 'whole rounds' leaves out the rounds that began "
+                 "with fewer than depth + 1 tokens of the budget left (the prediction is a whole round's). Speedup: median tokens/s / "
+                 "autoregressive's median")
     if r.get("tokens_per_round_error") is not None:
-        lines.append(f"auto: measured / predicted tokens per round - 1: {r['tokens_per_round_error']:+.1%}")
+        lines.append(f"auto: measured (whole rounds) / predicted tokens per round - 1: {r['tokens_per_round_error']:+.1%}")
+    if r.get("best_chain_tokens_per_round_error") is not None:
+        lines.append(f"best chain: measured (whole rounds) / predicted tokens per round - 1: {r['best_chain_tokens_per_round_error']:+.1%}")
     if r.get("speedup_vs_best_measured_chain") is not None:
         lines.append(f"auto / best measured chain speedup: {r['speedup_vs_best_measured_chain']:.2f}")
     inp = r["inputs"]
     lines.append("acceptance by depth and sibling rank (accepted/offered): " + "; ".join(
         f"d{d}: " + " ".join(f"{a}/{o}" for o, a in row) for d, row in enumerate(inp["acceptance_by_rank"], 1)))
     lines.append("chain acceptance by depth (accepted/offered): " + " ".join(f"{a}/{o}" for o, a in inp["chain_acceptance_by_depth"]))
+    if inp.get("refined_with"):
+        lines.append(f"counts refined with the own rounds of: {inp['refined_with']} (on the same {inp['calibration_prompts']} "
+                     "calibration prompts; the wide runs start their rounds elsewhere)")
     lines.append(f"c_tree {inp['tree_pass_cost']:.3f}, c {inp['chain_step_cost']:.3f} target steps per drafter pass; v(n): "
                  + ", ".join(f"{n}: {v:.2f}" for n, v in inp["verify_cost_by_nodes"].items()))
     if inp.get("overhead_by_nodes"):

@@ -264,6 +264,8 @@ class AutoChoice:
     best_chain: Candidate
     trees: tuple[tuple[int, Candidate], ...]  # (node budget n, the fastest tree of at most n nodes)
     inputs: dict = field(default_factory=dict)
+    by_budget: tuple[tuple[int, Candidate], ...] = ()  # (n, the fastest tree the DP builds with budget n): rises, then falls
+    chains: tuple[Candidate, ...] = ()  # the chain of every gamma weighed
 
     def sentence(self) -> str:
         """One line: the choice, its prediction, against the best chain, and why this size."""
@@ -302,7 +304,7 @@ def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_cur
     if max_nodes < 1 or max_depth < 1:
         raise ValueError("max_nodes and max_depth must be at least 1")
     def extra(n: int) -> float:
-        return max(0.0, verify_cost_at(overhead, n)) if overhead else 0.0
+        return _extra(overhead, n)
 
     chains = []
     for g in range(1, max_depth + 1):
@@ -319,6 +321,7 @@ def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_cur
                              t.depth * tree_pass_cost + verify_cost_at(verify_curve, t.nodes) + extra(t.nodes), t.parents)
             if t.budget not in trees or cand.speedup > trees[t.budget].speedup:
                 trees[t.budget] = cand
+    exact = tuple((n, trees[n]) for n in sorted(trees))
     per_budget, best_so_far = [], None
     for n in sorted(trees):
         if best_so_far is None or trees[n].speedup > best_so_far.speedup:
@@ -329,7 +332,37 @@ def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_cur
               "chain_step_cost": chain_step_cost, "v_at_best": verify_cost_at(verify_curve, best.nodes),
               "overhead": dict(overhead or {}),
               "max_nodes": max_nodes, "max_depth": max_depth, "max_rank": rank}
-    return AutoChoice(best=best, best_chain=best_chain, trees=tuple(per_budget), inputs=inputs)
+    return AutoChoice(best=best, best_chain=best_chain, trees=tuple(per_budget), inputs=inputs, by_budget=exact, chains=tuple(chains))
+
+
+def _extra(overhead: dict | None, n: float) -> float:
+    """A round's time outside drafting and verifying at n nodes (``choose``'s ``overhead``), never below 0."""
+    return max(0.0, verify_cost_at(overhead, n)) if overhead else 0.0
+
+
+def tree_candidate(parents, p: Callable[[int, int], float], verify_curve: dict[int, float], tree_pass_cost: float,
+                   overhead: dict | None = None) -> Candidate:
+    """Any tree's prediction on the same terms as ``choose``'s: E[tokens per round] = 1 + ``expected_accepted``,
+    cost = depth c_tree + v(nodes) + overhead(nodes) (a hand-made shape, for comparison with the choice)."""
+    parents = tuple(parents)
+    n, d = len(parents), tree_depth(parents)
+    return Candidate("tree", n, d, 1.0 + expected_accepted(parents, p),
+                     d * tree_pass_cost + verify_cost_at(verify_curve, n) + _extra(overhead, n), parents)
+
+
+def static_parents(shape) -> tuple[int, ...]:
+    """The parents of a branching-per-depth shape (3-2-2-1: 3 children of the pending token, 2 of each of those, ...),
+    nodes by depth, siblings together."""
+    parents: list[int] = []
+    level = [-1]
+    for branching in shape:
+        nxt = []
+        for par in level:
+            for _ in range(branching):
+                parents.append(par)
+                nxt.append(len(parents) - 1)
+        level = nxt
+    return tuple(parents)
 
 
 def prior_tree(budget: int = 40, depth_cap: int = 8) -> tuple[int, ...]:

@@ -55,5 +55,5 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
                 spec = final[1]
                 kept = f" It had {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds; /run returns finished runs only." if spec else ""
                 raise mistake(held.note() + kept, title="Device shared")
-    _, spec, baseline, _title, done = final
+    spec, baseline, done = final[1], final[2], final[4]
     return {"summary": summary(spec, baseline), "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}

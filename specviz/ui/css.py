@@ -41,3 +41,12 @@ CSS += """
   #sv-main .modebar-container { display: none !important; }
 }
 """
+
+# The Theory tab's acceptance tables (specviz.views.tree_budget): captions read as titles, cells as
+# counts, and a wide table scrolls inside its box on a phone.
+CSS += """
+#sv-rank-table .sv-rank-tables { overflow-x: auto; }
+#sv-rank-table table.sv-rank-table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-variant-numeric: tabular-nums; }
+#sv-rank-table table.sv-rank-table caption { text-align: left; font-weight: 600; padding-bottom: 0.3em; }
+#sv-rank-table table.sv-rank-table th, #sv-rank-table table.sv-rank-table td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; white-space: nowrap; }
+"""

@@ -24,7 +24,7 @@ from specviz.ui.checks import number
 from specviz.ui.limits import BATCH_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS, SWEEP_GAMMAS
 from specviz.ui.pairs import encode, failure, resident
 from specviz.ui.request import RunRequest
-from specviz.ui.tree import resolve_tree
+from specviz.ui.tree import resolve, resolve_tree
 from specviz.views.text import markdown_literal, run_label
 from specviz.views.verdict import verdict
 
@@ -55,7 +55,8 @@ def run_on_device(req: RunRequest):
     the baseline stops at the speculative run's token count (equal work).
 
     Yields plain data: ("round", spec, title) at most every STREAM_INTERVAL_MS, ("speculative_done",
-    spec, title), then ("done", spec, baseline, title, status). Errors leave as gr.Error.
+    spec, title), then ("done", spec, baseline, title, status, auto): ``auto`` the auto tree's record
+    (``specviz.measure.auto_tree.AutoTree.record``) or None. Errors leave as gr.Error.
     """
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
@@ -67,7 +68,7 @@ def run_on_device(req: RunRequest):
     try:
         last_draw = 0.0
         spec = baseline = None
-        tree, gamma, chosen = resolve_tree(req.tree, pair, drafter, req.sampling, req.gamma)
+        tree, gamma, chosen, auto = resolve(req.tree, pair, drafter, req.sampling, req.gamma)
         runs = interleave(speculative_stream(ids, drafter, pair.target, gamma=gamma, max_new_tokens=req.max_new_tokens,
                                              schedule=make_schedule(req.gamma_schedule, gamma), tree=tree, **common),
                           autoregressive_stream(ids, pair.target, max_new_tokens=req.max_new_tokens, **common))
@@ -97,7 +98,7 @@ def run_on_device(req: RunRequest):
         done += f" {markdown_literal(chosen)}."
     if (why := verdict(spec, baseline)):
         done += f" {markdown_literal(why)}"
-    yield "done", spec, baseline, name, done
+    yield "done", spec, baseline, name, done, auto
 
 
 def sweep_seconds(req: RunRequest, stop: StopCheck | None = None) -> int:

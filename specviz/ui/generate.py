@@ -82,8 +82,8 @@ def _shown(event: tuple, req: RunRequest, session: str | None):
                    **streaming(spec, session), histogram_plot=accepted_histogram_figure(spec), position_plot=position_figure(spec),
                    sweep_plot=sweep_figure(None), sweep_status=sweep_note(None), headline=headline_html(spec, None, pending=True))
     else:  # "done"
-        _, spec, baseline, title, done = event
-        rec = Recording(spec, baseline, title=title, prompt=req.prompt, chat=req.chat)
+        _, spec, baseline, title, done, auto = event
+        rec = Recording(spec, baseline, title=title, prompt=req.prompt, chat=req.chat, auto=auto)
         final = everything(rec, done, save_for_download(rec, session))
         if not state.following.get(session, True):  # the visitor is reading an earlier round: leave it in view
             n = len(spec.rounds)
@@ -102,7 +102,7 @@ def stopped_outputs(rec: Recording | None, why: str | None = None) -> dict:
     done = f"{len(spec.output_ids)} tokens in {len(spec.rounds)} rounds"
     head = f"{why} It had {done}" if why else f"Stopped by you after {done}"
     status = f"{head}: the stats, charts and replay show those rounds; the speedup needs a finished baseline, so it is left out."
-    return everything(Recording(spec, None, rec.sweep, rec.title, rec.prompt, rec.chat), status, None)
+    return everything(Recording(spec, None, rec.sweep, rec.title, rec.prompt, rec.chat, rec.auto), status, None)
 
 
 def stop(request: gr.Request = None) -> dict:

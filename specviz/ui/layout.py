@@ -51,6 +51,7 @@ from specviz.views.batch import batch_figure, batch_lanes_html
 from specviz.views.compare import compare_figure, compare_html
 from specviz.views.lab import lab_figure
 from specviz.views.theory import sweep_note
+from specviz.views.tree_budget import auto_note_markdown, chosen_tree_figure, placeholder_figure
 from specviz.views.verdict import headline_html
 
 
@@ -158,6 +159,14 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                             ui["sweep_button"] = gr.Button(f"Run gamma sweep ({SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]})", elem_id="sv-sweep-button", scale=1)
                             ui["sweep_status"] = gr.Markdown(sweep_note(None), elem_id="sv-sweep-status")
                         ui["sweep_plot"] = gr.Plot(sweep_figure(None), show_label=False, elem_id="sv-sweep")
+                        gr.Markdown("### Which tree for this device?\nA tree verifies many guesses in one target pass, but that pass "
+                                    "costs more the more nodes it holds: v(n), measured here. The auto tree weighs both.",
+                                    elem_id="sv-auto-head")
+                        ui["auto_note"] = gr.Markdown(auto_note_markdown(None, None), elem_id="sv-auto-note")
+                        ui["budget_plot"] = gr.Plot(placeholder_figure("Speedup against the node budget: choose the auto tree to draw it"),
+                                                    show_label=False, elem_id="sv-budget")
+                        ui["auto_tree_plot"] = gr.Plot(chosen_tree_figure(None), show_label=False, elem_id="sv-auto-tree")
+                        ui["rank_table"] = gr.HTML(elem_id="sv-rank-table")
                     with gr.Tab("Race", id="race"):
                         with gr.Row(equal_height=True):
                             ui["pace"] = CheckedRadio(list(PACES), value=PACES[0], label="pace", scale=3)

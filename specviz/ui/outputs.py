@@ -29,7 +29,7 @@ from specviz.views import (
 
 RUN_OUTPUTS = ("tokens", "stats", "acceptance_plot", "timeline_plot", "status", "recording", "replay_slider", "replay",
                "speedup_plot", "histogram_plot", "position_plot", "sweep_plot", "race", "download", "replay_tree",
-               "export_file", "headline", "sweep_status")
+               "export_file", "headline", "sweep_status", "auto_note", "budget_plot", "auto_tree_plot", "rank_table")
 
 
 def replay_slider(trace: Trace | None, value: int | None = None) -> gr.Slider:
@@ -51,7 +51,39 @@ def everything(rec: Recording, status: str, download: str | None) -> dict:
         download=gr.DownloadButton(value=download, interactive=download is not None), replay_tree=_tree(rec, 1),
         export_file=None,  # an HTML export of the run shown before is not this run's
         headline=headline_html(spec, base), sweep_status=sweep_note(rec.sweep),  # an earlier sweep's status is not this run's
+        **auto_tree_outputs(rec),
     )
+
+
+def auto_tree_outputs(rec: Recording | None) -> dict:
+    """The Theory tab's token-tree section for a recording: the auto choice decided again from the
+    recording's calibration (``specviz.measure.auto_tree.from_record``), drawn with this run's measurement;
+    a run without auto gets the note that says how to get it, and its own tree and counts where it drafted trees."""
+    from specviz.views.tree_budget import (
+        auto_note_markdown, budget_figure, chosen_tree_figure, measured_point, placeholder_figure, tree_tables_html,
+    )
+
+    spec = rec.speculative if rec is not None else None
+    choice = None
+    if rec is not None and rec.auto is not None:
+        from specviz.measure.auto_tree import from_record
+
+        choice = from_record(rec.auto).describe()
+    measured = measured_point(spec, rec.baseline if rec is not None else None)
+    return dict(
+        auto_note=auto_note_markdown(choice, measured, _drafted(spec)),
+        budget_plot=budget_figure(choice, measured) if choice is not None
+        else placeholder_figure("Speedup against the node budget: choose the auto tree to draw it"),
+        auto_tree_plot=chosen_tree_figure(spec), rank_table=tree_tables_html(choice, spec))
+
+
+def _drafted(spec: Trace | None) -> str:
+    """What a run drafted, for the note: "a chain (drafter model, gamma 4)", "a token tree (...)"; "" before any round."""
+    from specviz.views.text import run_label
+
+    if spec is None or not spec.rounds:
+        return ""
+    return f"{'a token tree' if spec.has_tree else 'a chain'} ({run_label(spec)})"
 
 
 def _tree(rec: Recording, index: int):

@@ -39,12 +39,18 @@ def resolve_tree(choice: str, pair, drafter, sampling, gamma: int) -> tuple[Tree
     """(tree, gamma, sentence) a run drafts with: the choice's own and ``gamma``, or for auto the tree
     or chain ``specviz.measure.auto_tree`` predicts fastest for this pair, drafter, sampling and device,
     with the sentence that states it and its inputs ("" otherwise)."""
+    return resolve(choice, pair, drafter, sampling, gamma)[:3]
+
+
+def resolve(choice: str, pair, drafter, sampling, gamma: int) -> tuple[TreeSpec | None, int, str, dict | None]:
+    """``resolve_tree``'s three, and for auto the choice's record (``AutoTree.record``: plain data a
+    recording keeps and the Theory tab draws from; None otherwise)."""
     if choice != AUTO:
-        return tree_spec(choice), gamma, ""
+        return tree_spec(choice), gamma, "", None
     from specviz.measure.auto_tree import auto_for_pair
 
     auto = auto_for_pair(pair, drafter, sampling, max_new_tokens=32, max_nodes=32)
-    return auto.tree, auto.gamma, auto.choice.sentence()
+    return auto.tree, auto.gamma, auto.choice.sentence(), auto.record()
 
 
 def replay_tree(rec: Recording | None, index: int):
