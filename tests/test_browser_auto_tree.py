@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 def test_an_auto_tree_run_fills_the_theory_tabs_tree_section(page):  # noqa: F811
     from specviz.ui.tree import AUTO
 
+    tab(page, "Theory")
     note = page.locator("#sv-auto-note")
     expect(note).to_contain_text("Choose auto: fastest for this device", timeout=30_000)  # before any run: how to get it
     page.locator("#sv-pair input").first.click()
