@@ -406,7 +406,7 @@ def test_stop_cancels_runs_sweeps_comparisons_and_batches(client):
     ids = {i for d in deps if any(d["targets"] == a["targets"] for a in [stop, *after]) for i in d.get("cancels") or []}
     ids |= {i for d in after for i in d.get("cancels") or []}
     cancelled = {d["api_name"] for d in deps if d["id"] in ids}
-    assert cancelled == {"generate", "sweep", "compare", "batch"}, cancelled
+    assert cancelled == {"generate", "sweep", "compare", "batch", "lab"}, cancelled
 
 
 def test_stop_during_a_comparison_leaves_the_app_serving(client):

@@ -62,10 +62,10 @@ def stub(monkeypatch):
 
     passes = Passes()
     pair = SimpleNamespace(name="stub", drafter=slow_lm(passes, 1), target=slow_lm(passes, 2), tokenizer=None, eos_token_ids=[],
-                           target_source=None, device=torch.device("cpu"), form=None)
+                           target_source=None, device=torch.device("cpu"), form=None, own_tokenizer=False, drafter_tokenizer=None)
     monkeypatch.setattr(device, "_pair_of", lambda req: pair)
     monkeypatch.setattr(device, "encode", lambda pair, prompt, chat: [1 + len(prompt) % 7, 2, 3])
-    monkeypatch.setattr(device, "usable_kinds", lambda target: ("model", "ngram"))
+    monkeypatch.setattr(device, "usable_kinds", lambda target, cross_tokenizer=False: ("model", "ngram"))
     for page in (batch_page, compare_page, sweep_page):
         monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: None)
         monkeypatch.setattr(page, "free_memory", lambda *a, **k: None, raising=False)

@@ -207,7 +207,9 @@ def test_a_job_whose_result_stream_is_never_opened_stops(app, monkeypatch):
         assert seen and seen[-1].get("msg") == "process_completed" and seen[-1].get("success"), seen[-1:]
         text = a.get(f"{url}/gradio_api/call/run/{event_id}", timeout=CAP_S).text  # read only now: how the job ended
     print(f"\na 256-token /run nobody read stopped; the other address's 8-token run answered {waited:.1f} s after it was posted")
-    assert "event: error" in text and "the run stopped" in text, text[-300:]
+    # Whichever comes first stops it: nobody reading it past the grace period, or (the device queue by size) the
+    # other address's much shorter run waiting for the device.
+    assert "event: error" in text and ("the run stopped" in text or "Device shared" in text), text[-300:]
     wait_idle(demo)
 
 

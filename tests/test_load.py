@@ -59,6 +59,9 @@ def server(tmp_path):
     port = free_port()
     env = os.environ | {
         "SPECVIZ_MAX_QUEUE": str(MAX_QUEUE),
+        # every simulated visitor shares 127.0.0.1: the per-address request budgets would refuse them as one flood
+        "SPECVIZ_JOINS_PER_MINUTE": "100000",
+        "SPECVIZ_HEARTBEATS_PER_MINUTE": "100000",
         "GRADIO_ANALYTICS_ENABLED": "False",
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "HF_HUB_OFFLINE": "1",  # the embedded pair needs no hub; nothing may try to reach one

@@ -123,7 +123,8 @@ def chains_and_trees(pair_name: str = "embedded", gammas=(2, 4, 6), trees=("3,2,
     target step), c_round (drafting per round / target step) and speedup (baseline time / its time,
     summed over the prompts). Trees are "a,b,c" shapes or "dynamic:N".
     """
-    from specviz import Sampling, autoregressive_generate, speculative_generate
+    from specviz.engine.chain import autoregressive_generate, speculative_generate
+    from specviz.engine.sampling import Sampling
     from specviz.measure.common import benchmark_prompts
     from specviz.pair import load_pair
     from specviz.engine.tree.spec import TreeSpec, parse_shape
@@ -164,7 +165,7 @@ if __name__ == "__main__":
     import argparse
     import json
 
-    from specviz import Sampling
+    from specviz.engine.sampling import Sampling
 
     parser = argparse.ArgumentParser(prog="python -m specviz.measure.tree_bench", description="chains and trees on one pair, one run per prompt")
     parser.add_argument("--pair", default="embedded")
