@@ -62,6 +62,8 @@ def server(tmp_path):
         # every simulated visitor shares 127.0.0.1: the per-address request budgets would refuse them as one flood
         "SPECVIZ_JOINS_PER_MINUTE": "100000",
         "SPECVIZ_HEARTBEATS_PER_MINUTE": "100000",
+        "SPECVIZ_NEW_SESSIONS_PER_MINUTE": "100000",
+        "SPECVIZ_SESSIONS_PER_ADDRESS": "1000",
         "GRADIO_ANALYTICS_ENABLED": "False",
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "HF_HUB_OFFLINE": "1",  # the embedded pair needs no hub; nothing may try to reach one
