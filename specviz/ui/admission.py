@@ -32,20 +32,19 @@ Gradio would queue it and fail it with ``error: null``.
 
 from __future__ import annotations
 
-import os
 
 import gradio as gr
 from gradio import route_utils
 
 from specviz.ui import share
 from specviz.ui.address import client_address
-from specviz.ui.limits import QUEUE_MAX
+from specviz.ui.limits import QUEUE_MAX, whole_number
 from specviz.ui.server import LogBudget
 from specviz.ui.sessions import SessionStore
 
 # New sessions (page loads, fresh session hashes) per address per minute: a flood of fresh hashes costs the
 # server an event each (its session made, its job run), which slowed everyone's runs.
-NEW_SESSIONS = LogBudget(per_client=int(os.environ.get("SPECVIZ_NEW_SESSIONS_PER_MINUTE", "120")), total=10**9, window_s=60)
+NEW_SESSIONS = LogBudget(per_client=whole_number("SPECVIZ_NEW_SESSIONS_PER_MINUTE", 120, 1), total=10**9, window_s=60)
 
 
 def waiting(demo: gr.Blocks, concurrency_id: str) -> int:

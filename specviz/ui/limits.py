@@ -16,6 +16,24 @@ from specviz.engine.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
 from specviz.limits import GAMMA_RANGE, PENALTY_RANGE, TEMPERATURE_RANGE, TOP_K_MAX  # noqa: F401  (one set for every entry point)
 from specviz.trace import MAX_GAMMA  # noqa: F401
 
+
+def whole_number(name: str, default: int, minimum: int) -> int:
+    """A whole-number server setting from the environment variable ``name`` (``default`` when unset).
+
+    Raises:
+        ValueError: a value that is not a whole number of at least ``minimum`` (the message names the variable).
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise ValueError(f"{name} must be a whole number of at least {minimum} (default {default}); got {raw[:40]!r}")
+    return value
+
 # Caps shown in the UI and enforced again in the handler (a client can bypass sliders).
 MAX_NEW_TOKENS_RANGE = (1, 256)
 LOAD_CONCURRENCY = 1  # recordings loaded at once: a load of the largest is seconds of pure Python holding the GIL (measured: 2 at once took an 8-token generate from 2 s to 25 s)

@@ -17,7 +17,7 @@ from specviz.ui.listening import StreamWatch
 from specviz.ui.sessions import KeepSessions
 from specviz.ui.css import CSS, HEAD
 from specviz.ui.disk import UPLOADS_IN_FLIGHT
-from specviz.ui.limits import (BODY_MAX_BYTES, CACHE_TTL_S, LOG_CLIENT_MAX_LINES, LOG_TOTAL_MAX_LINES, LOG_WINDOW_S, MAX_SESSIONS,
+from specviz.ui.limits import (whole_number, BODY_MAX_BYTES, CACHE_TTL_S, LOG_CLIENT_MAX_LINES, LOG_TOTAL_MAX_LINES, LOG_WINDOW_S, MAX_SESSIONS,
                                UPLOAD_CLIENT_MAX_BYTES, UPLOAD_TOTAL_MAX_BYTES)
 
 log = logging.getLogger("specviz")
@@ -110,15 +110,8 @@ HEARTBEAT_PATH = "/gradio_api/heartbeat/"
 
 
 def _per_minute(name: str, default: int) -> int:
-    """A per-address, per-minute limit read from the environment variable ``name``.
-
-    Raises:
-        ValueError: a value that is not a whole number of at least 1 (the message names the variable).
-    """
-    raw = os.environ.get(name, "").strip() or str(default)
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{name} must be a whole number of at least 1 (default {default}); got {raw[:40]!r}")
-    return int(raw)
+    """A per-address, per-minute limit (``specviz.ui.limits.whole_number``, at least 1)."""
+    return whole_number(name, default, 1)
 
 
 def _heartbeats_per_minute() -> int:

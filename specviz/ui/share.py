@@ -53,22 +53,11 @@ from collections import deque
 
 from specviz.ui.address import client_address
 from specviz.ui.checks import number
-from specviz.ui.limits import GAMMA_RANGE, MAX_NEW_TOKENS_RANGE
+from specviz.ui.limits import GAMMA_RANGE, MAX_NEW_TOKENS_RANGE, whole_number
 from specviz.ui.sizing import run_seconds
 
 
-def _setting(name: str, default: int, minimum: int) -> int:
-    """A whole-number setting from the environment (``default`` when unset); ValueError naming it otherwise."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        raise ValueError(f"{name} must be a whole number of at least {minimum} (default {default}); got {raw[:40]!r}")
-    return value
+_setting = whole_number  # the one parser of whole-number settings (specviz.ui.limits)
 
 
 SHARE_S = float(os.environ.get("SPECVIZ_SHARE_SECONDS", "10"))  # device seconds a job keeps while another visitor waits
