@@ -152,3 +152,17 @@ def test_bench_runs_over_the_static_cache_and_refuses_graphs_off_cuda():
     for cache in ("graphs", "paged"):
         with pytest.raises(ValueError):
             benchmark("embedded", device="cpu", max_new_tokens=4, repeats=1, prompts=1, methods=["autoregressive"], cache=cache)
+
+
+def test_the_cache_index_moves_outside_inference_mode():
+    """A CUDA graph's capture rolls the cache back outside the passes' inference mode; the cache's lengths,
+    made by a pass inside it, must still move (on a GPU this refused the capture)."""
+    model = _llama()
+    seq = torch.randint(0, 16, (20,), generator=torch.Generator().manual_seed(2))
+    static = StaticRunner(model, 16)
+    with torch.inference_mode():
+        static.prefill(seq, 6)
+    static.kv.set_length(0)
+    static.kv.set_length(4)
+    assert static.kv.length == 4
+    assert all(int(layer.cumulative_length) == 4 for layer in static.kv.cache.layers)

@@ -76,7 +76,8 @@ def test_the_engine_on_the_embedded_pair():
 
 
 def test_timings_wait_for_the_device(monkeypatch):
-    """Every time the engine reads the clock on CUDA it synchronises first, so a pass's time is its GPU work."""
+    """On CUDA a round's end is read after a synchronisation (so it counts the GPU's work) and its phases from
+    CUDA events, so a round's draft and verify times fit inside it without one synchronisation per phase."""
     pair = load_pair(EMBEDDED, device=DEVICE)
     ids = encode_prompt(pair, "def add(a, b):")
     calls = []
@@ -87,8 +88,8 @@ def test_timings_wait_for_the_device(monkeypatch):
                                 tokenizer=pair.tokenizer)
     base = autoregressive_generate(ids, pair.target, sampling=Sampling(0.0), max_new_tokens=24, tokenizer=pair.tokenizer)
     if DEVICE.type == "cuda":
-        # three clock reads per round (start, drafts done, verify done) and two per baseline step
-        assert len(calls) >= 3 * len(spec.rounds) + 2 * len(base.rounds)
+        # at least the end of every round and of every baseline step (the phases come from events)
+        assert len(calls) >= len(spec.rounds) + len(base.rounds)
     for trace in (spec, base):
         ends = [r.end_ms for r in trace.rounds]
         assert ends == sorted(ends) and trace.total_ms >= ends[-1] > 0

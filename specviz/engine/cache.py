@@ -82,9 +82,11 @@ class StaticKV:
             raise ValueError(f"cache length {length} is outside 0..{self.capacity}")
         # In place (the tensors' addresses stay, as a graph needs), one fused kernel pair for every
         # layer on a GPU rather than a launch per layer.
+        # The lengths are made inside the passes' inference mode, so they may only change inside it.
         lengths = [layer.cumulative_length for layer in self.cache.layers]
-        torch._foreach_mul_(lengths, 0)
-        torch._foreach_add_(lengths, length)
+        with torch.inference_mode():
+            torch._foreach_mul_(lengths, 0)
+            torch._foreach_add_(lengths, length)
         self.length = length
 
     def _blocked(self, allow: torch.Tensor) -> torch.Tensor:
