@@ -37,7 +37,7 @@ from specviz.theory import tree as tree_theory
 
 AUTO = "auto"
 NS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-CALIBRATION_PROMPTS = 3
+CALIBRATION_PROMPTS = 8
 HAND_MADE = ((3, 2, 2, 1), (2, 2, 2, 1))  # the page's hand-made shapes, predicted beside the choice
 _CACHE: dict[tuple, "Calibration"] = {}
 DISK_ENTRIES = 32  # calibrations the disk cache keeps (the newest), over pairs, drafters, regimes and machines
