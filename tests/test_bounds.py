@@ -315,6 +315,51 @@ def test_a_flood_of_fresh_sessions_from_one_address_leaves_room_for_others(serve
     assert all(s in holder.session_data for s in shown)
 
 
+def test_sessions_unused_past_their_time_to_live_are_forgotten_whole_and_their_memory_handed_back(served, monkeypatch):
+    """Issue 39: after a flood the server's memory stayed up (550 -> 603 MB): Gradio frees an expired state's
+    value but keeps the session (its copy of the page's configuration, its last outputs) until a newcomer takes
+    its place. At Gradio's once-a-second expiry check the store now forgets every session unused for its time to
+    live, and hands the memory back to the system when any went; a session in use is kept."""
+    from specviz.ui import sessions
+    from specviz.ui.sessions import SessionStore
+
+    demo, url = served
+    holder = demo.server_app.state_holder
+    generate = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
+    with client("127.0.0.6") as http:
+        old = [uuid.uuid4().hex for _ in range(2)]
+        for session in old:
+            assert _page_call(http, url, "generate", generate, session).get("success")
+    assert all(s in holder.session_data for s in old)
+    released = []
+    monkeypatch.setattr(sessions, "release_memory", lambda: released.append(1))
+    monkeypatch.setattr(SessionStore, "ttl_s", 3, raising=False)
+    time.sleep(1.5)
+    with client("127.0.0.6") as http:
+        fresh = uuid.uuid4().hex
+        assert _page_call(http, url, "generate", generate, fresh).get("success")
+    end = time.monotonic() + 30
+    while time.monotonic() < end and any(s in holder.session_data for s in old):
+        time.sleep(0.2)
+    assert not any(s in holder.session_data for s in old) and released
+    assert fresh in holder.session_data  # used 3 s ago at most: kept
+    with client("127.0.0.6") as http:  # a forgotten session's page still works (a state of its own, empty)
+        assert "Nothing to export" in str(_page_call(http, url, "export", [None], old[0]))
+
+
+def test_the_time_to_live_settings_are_read_from_the_environment():
+    import subprocess
+    import sys
+
+    code = "from specviz.ui import limits; print(limits.SESSION_TTL_S, limits.CACHE_TTL_S)"
+    env = os.environ | {"SPECVIZ_SESSION_TTL_S": "120", "SPECVIZ_CACHE_TTL_S": "60"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["120", "60"], out.stderr[-500:]
+    bad = subprocess.run([sys.executable, "-c", code], env=env | {"SPECVIZ_SESSION_TTL_S": "<b>1</b>"}, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode != 0 and "SPECVIZ_SESSION_TTL_S must be a whole number of at least 10" in bad.stderr
+
+
 def test_an_address_makes_few_new_sessions_a_minute(served, monkeypatch):
     """Issue 39: a flood of fresh session hashes from one address cost the server an event each and took a
     victim's 8-token run from 0.8 s to 12 s. Past its budget of new sessions a minute an address's joins naming

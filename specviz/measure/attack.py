@@ -21,7 +21,11 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
    from ``/proc`` and ``os.times``): on a machine of few cores the client's own work slows the app as a flood does.
 5. **Disk and memory**: the bytes and files under the Gradio temporary folder (uploads, downloads, exports) and
    the app's resident set size (``/proc``), before and after each flood, and what is left in the folder after the
-   app stops.
+   app stops. With ``--ttl-s T`` the app forgets unused sessions and sweeps its cached files after T seconds
+   (``SPECVIZ_SESSION_TTL_S``, ``SPECVIZ_CACHE_TTL_S``; 1,800 and 300 by default), and after the last step the
+   attack waits, sending nothing, until both have run (2 T + 15 s), then measures disk and memory again: what
+   the floods left once their sessions and files have expired. With T at least each flood's length, the floods
+   meet the same limits as with the defaults.
 
 The figures depend on the machine and on what else it runs; nothing here asserts them. Linux only. Takes a few
 minutes.
@@ -57,12 +61,14 @@ COMPARE = ["embedded", "def is_prime(n):", 4, 0.7, 40, 0.9, 256, 0, True, "", ""
 class App:
     """The app in a subprocess: its URL, process and temporary folder; its endpoints' indices."""
 
-    def __init__(self, root: Path, temp: Path, log: Path):
+    def __init__(self, root: Path, temp: Path, log: Path, ttl_s: int | None = None):
         self.temp, self.log = temp, log
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = os.environ | {"GRADIO_TEMP_DIR": str(temp), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
                             "SPECVIZ_TRUSTED_PROXIES": "1", "SPECVIZ_PRELOAD": "embedded"}
+        if ttl_s is not None:
+            env |= {"SPECVIZ_SESSION_TTL_S": str(ttl_s), "SPECVIZ_CACHE_TTL_S": str(ttl_s)}
         self._log = open(log, "w")
         self.proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=root, env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT)
@@ -284,13 +290,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--victims", type=int, default=3, help="victim runs per measurement (default 3)")
     parser.add_argument("--flood-s", type=float, default=60.0, help="most seconds of victim runs under one flood (default 60)")
     parser.add_argument("--ramp-s", type=float, default=3.0, help="seconds a flood runs before the victim's first run (default 3)")
+    parser.add_argument("--rounds", type=int, default=1, help="times the whole attack is repeated on the same app (default 1)")
+    parser.add_argument("--ttl-s", type=int, default=None,
+                        help="the app's session and cached-file time to live, seconds (at least 10); then wait for both "
+                             "after the attack and measure again (default: the app's own, no wait)")
     args = parser.parse_args(argv)
+    if args.ttl_s is not None and args.ttl_s < 10:
+        parser.error("--ttl-s must be at least 10 seconds")
     root = Path(__file__).resolve().parents[2]
+    settled, ends = [], []
     rows = []
     with tempfile.TemporaryDirectory(prefix="specviz-attack-") as tmp:
         temp = Path(tmp) / "gradio"
         temp.mkdir()
-        app = App(root, temp, Path(tmp) / "server.log")
+        app = App(root, temp, Path(tmp) / "server.log", args.ttl_s)
         try:
             disk0, rss0 = app.disk(), app.rss()
             print(f"app up: disk {disk0[0]:.1f} MB in {disk0[1]} files, RSS {rss0:.0f} MB", flush=True)
@@ -298,21 +311,31 @@ def main(argv: list[str] | None = None) -> None:
             base = victim_runs(app, args.victims)
             b = statistics.median(base)
             print(f"victim baseline: {' '.join(f'{t:.2f}' for t in base)} s (median {b:.2f} s)", flush=True)
-            for name, flood in FLOODS.items():
-                d0, r0 = app.disk(), app.rss()
-                c0, a0, w0 = cpu_s(), cpu_s(app.proc.pid), time.monotonic()
-                times = under_flood(app, flood, args.victims, args.ramp_s, args.flood_s)
-                wall, mine, theirs = time.monotonic() - w0, cpu_s() - c0, cpu_s(app.proc.pid) - a0
-                d1, r1 = app.disk(), app.rss()
-                m = statistics.median(times) if times else float("inf")
-                rows.append((name, b, m, m / b, d0, d1, r0, r1, theirs / wall, mine / wall))
-                print(f"{name}: victim {' '.join(f'{t:.2f}' for t in times)} s; CPU cores busy: app {theirs / wall:.2f}, "
-                      f"attack client {mine / wall:.2f} (of {os.cpu_count()})", flush=True)
-            halted = stop_to_halt(app)
-            print(f"Stop -> heavy batch's last message: {halted:.2f} s", flush=True)
-            hung = hangup_to_next(app)
-            print(f"hang-up of a comparison -> next long job starts: {hung:.2f} s", flush=True)
-            disk1, rss1 = app.disk(), app.rss()
+            for attack in range(1, args.rounds + 1):
+                label = f" (round {attack})" if args.rounds > 1 else ""
+                for name, flood in FLOODS.items():
+                    d0, r0 = app.disk(), app.rss()
+                    c0, a0, w0 = cpu_s(), cpu_s(app.proc.pid), time.monotonic()
+                    times = under_flood(app, flood, args.victims, args.ramp_s, args.flood_s)
+                    wall, mine, theirs = time.monotonic() - w0, cpu_s() - c0, cpu_s(app.proc.pid) - a0
+                    d1, r1 = app.disk(), app.rss()
+                    m = statistics.median(times) if times else float("inf")
+                    rows.append((name + label, b, m, m / b, d0, d1, r0, r1, theirs / wall, mine / wall))
+                    print(f"{name}{label}: victim {' '.join(f'{t:.2f}' for t in times)} s; CPU cores busy: app {theirs / wall:.2f}, "
+                          f"attack client {mine / wall:.2f} (of {os.cpu_count()})", flush=True)
+                halted = stop_to_halt(app)
+                print(f"Stop -> heavy batch's last message: {halted:.2f} s", flush=True)
+                hung = hangup_to_next(app)
+                print(f"hang-up of a comparison -> next long job starts: {hung:.2f} s", flush=True)
+                disk1, rss1 = app.disk(), app.rss()
+                ends.append((label, halted, hung, disk1, rss1))
+                if args.ttl_s is not None:
+                    wait = 2 * args.ttl_s + 15
+                    print(f"waiting {wait} s with no requests, for the sessions and cached files to expire", flush=True)
+                    time.sleep(wait)
+                    settled.append((label, app.disk(), app.rss()))
+                    print(f"then: disk {settled[-1][1][0]:.1f} MB in {settled[-1][1][1]} files, RSS {settled[-1][2]:.0f} MB", flush=True)
+            warm = rows[0][6] if rows else rss0
         finally:
             app.stop()
         left = sum(1 for p in temp.rglob("*") if p.is_file())
@@ -324,10 +347,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {name} | {b:.2f} | {m:.2f} | {ratio:.2f}x | {d0[0]:.1f} ({d0[1]}) -> {d1[0]:.1f} ({d1[1]}) | {r0:.0f} -> {r1:.0f} "
               f"| {app_cores:.2f}, {client_cores:.2f} |")
     print()
-    print(f"| Stop -> last message of a heavy batch | {halted:.2f} s |")
-    print(f"| hang-up of a comparison -> next long job starts | {hung:.2f} s |")
-    print(f"| whole attack: disk MB (files) | {disk0[0]:.1f} ({disk0[1]}) -> {disk1[0]:.1f} ({disk1[1]}); after the app stopped: {left} files |")
-    print(f"| whole attack: RSS MB | {rss0:.0f} -> {rss1:.0f} |")
+    for label, halted, hung, disk1, rss1 in ends:
+        print(f"| Stop -> last message of a heavy batch{label} | {halted:.2f} s |")
+        print(f"| hang-up of a comparison -> next long job starts{label} | {hung:.2f} s |")
+        print(f"| whole attack{label}: disk MB (files) | {disk0[0]:.1f} ({disk0[1]}) -> {disk1[0]:.1f} ({disk1[1]}) |")
+        print(f"| whole attack{label}: RSS MB | {rss0:.0f} (app up), {warm:.0f} (after the victim's baseline runs) -> {rss1:.0f} |")
+    for label, (mb, files), rss2 in settled:
+        print(f"| {2 * args.ttl_s + 15} s later{label}, idle (time to live {args.ttl_s} s): disk MB (files), RSS MB | "
+              f"{mb:.1f} ({files}), {rss2:.0f} |")
+    print(f"| after the app stopped: files left | {left} |")
 
 
 if __name__ == "__main__":

@@ -68,10 +68,11 @@ STREAM_INTERVAL_MS = 80
 # How long the Stop button waits for a run to reach the end of its round and stop itself.
 STOP_WAIT_S = 30.0
 # A visitor's state (one compact Recording) and Gradio's cached copies of downloads and uploads
-# are dropped this long after last use, so memory and disk stay flat however many come.
-SESSION_TTL_S = 1800
+# are dropped this long after last use, so memory and disk stay flat however many come; a session
+# unused this long is forgotten whole (specviz.ui.sessions). SPECVIZ_SESSION_TTL_S, seconds.
+SESSION_TTL_S = whole_number("SPECVIZ_SESSION_TTL_S", 1800, 10)
 MAX_SESSIONS = 36  # sessions whose state is kept at once (SPECVIZ_MAX_SESSIONS): 36 x 25.7 MB, the largest measured, is under 1 GB
-CACHE_TTL_S = 300  # Gradio's cache sweep: uploads and cached files older than this go, checked as often
+CACHE_TTL_S = whole_number("SPECVIZ_CACHE_TTL_S", 300, 10)  # Gradio's cache sweep: uploads and cached files older than this go, checked as often
 # Uploads (recordings to replay) per client address and in all within CACHE_TTL_S, after which the sweep removes them.
 # Log lines a malformed upload (a body Gradio's multipart parser cannot read) may cost: per client address
 # and from everyone within LOG_WINDOW_S; past either budget the refusal (HTTP 400) is not logged.

@@ -23,6 +23,12 @@ when all of them show runs it is not kept, and the queue refuses its jobs with a
 (``admits``, asked by ``specviz.ui.admission``). No other address's session is touched, so a flood fills
 at most ``PER_ADDRESS`` places. Behind one shared address (a classroom behind one router) raise it.
 
+Gradio frees an expired state's value but keeps the session itself (its copy of the page's configuration
+and its last outputs) until it is evicted: after a flood, the sessions it made held their memory until
+newcomers took their places. The store forgets a session unused for ``SESSION_TTL_S`` whole, at Gradio's
+once-a-second expiry check, and then hands the freed memory back to the system (``release_memory``), so
+the server's memory returns to where it was once a flood's sessions have expired.
+
 ``KeepSessions`` (ASGI middleware) puts the store in place of the app's ``StateHolder`` at the first
 request, keeping everything in it, and tells the store the address of the request under way (a context
 variable, read where Gradio makes a session: joining the queue, a heartbeat's unload event); a session
@@ -31,7 +37,9 @@ made outside any request (Gradio's queue worker) has no address and only the sto
 
 from __future__ import annotations
 
+import ctypes
 import datetime
+import gc
 import os
 import threading
 from contextvars import ContextVar
@@ -40,12 +48,23 @@ from gradio.state_holder import SessionState, StateHolder
 from starlette.requests import HTTPConnection
 
 from specviz.ui.address import client_address
+from specviz.ui.limits import SESSION_TTL_S
 
 IDLE_S = 60.0  # a session that shows no run may give its place to a newcomer after this long unused
 PER_ADDRESS = int(os.environ.get("SPECVIZ_SESSIONS_PER_ADDRESS", "8"))  # sessions one address holds at most
 
 # The address of the request being served (set by KeepSessions); "" outside a request.
 current_address: ContextVar[str] = ContextVar("specviz_session_address", default="")
+
+
+def release_memory() -> None:
+    """Collect unreachable objects and return the C allocator's free pages to the system (glibc's
+    ``malloc_trim``; elsewhere only the collection): freed Python objects otherwise stay in the process."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def shows_run(session: SessionState) -> bool:
@@ -58,6 +77,7 @@ class SessionStore(StateHolder):
 
     idle_s = IDLE_S
     per_address = PER_ADDRESS
+    ttl_s = SESSION_TTL_S
 
     @property
     def owners(self) -> dict[str, str]:
@@ -101,6 +121,18 @@ class SessionStore(StateHolder):
                 return True
             mine = self.held_by(address)
             return len(mine) < self.per_address or any(not shows_run(self.session_data[s]) for s in mine)
+
+    def delete_all_expired_state(self) -> None:
+        """Gradio's expiry of states (called every second), then forget each session unused for ``ttl_s``
+        whole, and hand the memory back when any went."""
+        super().delete_all_expired_state()
+        now = datetime.datetime.now()
+        with self.lock:
+            stale = [s for s in self.session_data if (now - self.time_last_used.get(s, now)).total_seconds() > self.ttl_s]
+            for session_id in stale:
+                self._drop(session_id)
+        if stale:
+            release_memory()
 
     def _drop(self, session_id: str) -> None:
         del self.session_data[session_id]
