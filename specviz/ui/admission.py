@@ -44,7 +44,7 @@ from specviz.ui.sessions import SessionStore
 
 # New sessions (page loads, fresh session hashes) per address per minute: a flood of fresh hashes costs the
 # server an event each (its session made, its job run), which slowed everyone's runs.
-NEW_SESSIONS = LogBudget(per_client=whole_number("SPECVIZ_NEW_SESSIONS_PER_MINUTE", 120, 1), total=10**9, window_s=60)
+NEW_SESSIONS = LogBudget(per_client=whole_number("SPECVIZ_NEW_SESSIONS_PER_MINUTE", 60, 1), total=10**9, window_s=60)
 
 
 def waiting(demo: gr.Blocks, concurrency_id: str) -> int:
