@@ -358,6 +358,10 @@ def test_the_time_to_live_settings_are_read_from_the_environment():
     bad = subprocess.run([sys.executable, "-c", code], env=env | {"SPECVIZ_SESSION_TTL_S": "<b>1</b>"}, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode != 0 and "SPECVIZ_SESSION_TTL_S must be a whole number of at least 10" in bad.stderr
+    code = "from specviz.ui import sessions; print(sessions.PER_ADDRESS)"
+    bad = subprocess.run([sys.executable, "-c", code], env=env | {"SPECVIZ_SESSIONS_PER_ADDRESS": "0"}, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode != 0 and "SPECVIZ_SESSIONS_PER_ADDRESS must be a whole number of at least 1" in bad.stderr
 
 
 def test_an_address_makes_few_new_sessions_a_minute(served, monkeypatch):

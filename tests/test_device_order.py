@@ -88,13 +88,13 @@ def test_a_bad_yields_setting_is_refused_naming_it(monkeypatch):
 
     monkeypatch.setenv("SPECVIZ_YIELDS_PER_MINUTE", "many")
     with pytest.raises(ValueError, match="SPECVIZ_YIELDS_PER_MINUTE must be a whole number of at least 0"):
-        share._setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
+        share.whole_number("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
     for bad in ("-1", "2.5"):
         monkeypatch.setenv("SPECVIZ_YIELDS_PER_MINUTE", bad)
         with pytest.raises(ValueError, match="SPECVIZ_YIELDS_PER_MINUTE"):
-            share._setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
+            share.whole_number("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
     monkeypatch.setenv("SPECVIZ_YIELDS_PER_MINUTE", "0")
-    assert share._setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0) == 0
+    assert share.whole_number("SPECVIZ_YIELDS_PER_MINUTE", 6, 0) == 0
 
 
 # ---- a running job gives way to a much shorter one ---------------------------------------------------------

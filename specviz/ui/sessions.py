@@ -40,7 +40,6 @@ from __future__ import annotations
 import ctypes
 import datetime
 import gc
-import os
 import threading
 from contextvars import ContextVar
 
@@ -48,10 +47,10 @@ from gradio.state_holder import SessionState, StateHolder
 from starlette.requests import HTTPConnection
 
 from specviz.ui.address import client_address
-from specviz.ui.limits import SESSION_TTL_S
+from specviz.ui.limits import SESSION_TTL_S, whole_number
 
 IDLE_S = 60.0  # a session that shows no run may give its place to a newcomer after this long unused
-PER_ADDRESS = int(os.environ.get("SPECVIZ_SESSIONS_PER_ADDRESS", "8"))  # sessions one address holds at most
+PER_ADDRESS = whole_number("SPECVIZ_SESSIONS_PER_ADDRESS", 8, 1)  # sessions one address holds at most
 
 # The address of the request being served (set by KeepSessions); "" outside a request.
 current_address: ContextVar[str] = ContextVar("specviz_session_address", default="")

@@ -57,9 +57,6 @@ from specviz.ui.limits import GAMMA_RANGE, MAX_NEW_TOKENS_RANGE, whole_number
 from specviz.ui.sizing import run_seconds
 
 
-_setting = whole_number  # the one parser of whole-number settings (specviz.ui.limits)
-
-
 SHARE_S = float(os.environ.get("SPECVIZ_SHARE_SECONDS", "10"))  # device seconds a job keeps while another visitor waits
 WINDOW_S = 600.0  # device time is remembered this long
 DEVICE = "device"  # the concurrency id of Generate and /run (specviz.ui.layout)
@@ -67,7 +64,7 @@ LONG = "long"  # the concurrency id of Compare, Batch and the sweep
 TURN_POLL_S = 0.1  # how often a long job waiting for its turn looks again
 YIELD_RATIO = 2.0  # a running job gives way to a waiting one expected to take at most 1/YIELD_RATIO of its time
 SHORT_TOKENS = 8  # a run no longer than a chain of this many tokens never gives way to a shorter one: it ends soon anyway
-YIELDS_PER_MINUTE = _setting("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)  # times one address may make others' jobs give way (0: never)
+YIELDS_PER_MINUTE = whole_number("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)  # times one address may make others' jobs give way (0: never)
 # The inputs of a device job that size it, by endpoint: (gamma, max new tokens, token tree) positions in its data.
 SIZED_FIELDS = {"generate": (2, 6, 14), "run": (2, 6, 12)}
 LARGEST_S = run_seconds(MAX_NEW_TOKENS_RANGE[1], GAMMA_RANGE[1], "chain")  # a job whose size cannot be read counts as this
