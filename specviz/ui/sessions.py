@@ -26,7 +26,7 @@ at most ``PER_ADDRESS`` places. Behind one shared address (a classroom behind on
 Gradio frees an expired state's value but keeps the session itself (its copy of the page's configuration
 and its last outputs) until it is evicted: after a flood, the sessions it made held their memory until
 newcomers took their places. The store forgets a session unused for ``SESSION_TTL_S`` whole, at Gradio's
-once-a-second expiry check, and then hands the freed memory back to the system (``release_memory``), so
+once-a-second expiry check, and then hands the freed memory back to the system (``specviz.pair.free_memory``), so
 the server's memory returns to where it was once a flood's sessions have expired.
 
 ``KeepSessions`` (ASGI middleware) puts the store in place of the app's ``StateHolder`` at the first
@@ -37,15 +37,14 @@ made outside any request (Gradio's queue worker) has no address and only the sto
 
 from __future__ import annotations
 
-import ctypes
 import datetime
-import gc
 import threading
 from contextvars import ContextVar
 
 from gradio.state_holder import SessionState, StateHolder
 from starlette.requests import HTTPConnection
 
+from specviz.pair import free_memory
 from specviz.ui.address import client_address
 from specviz.ui.limits import SESSION_TTL_S, whole_number
 
@@ -54,16 +53,6 @@ PER_ADDRESS = whole_number("SPECVIZ_SESSIONS_PER_ADDRESS", 8, 1)  # sessions one
 
 # The address of the request being served (set by KeepSessions); "" outside a request.
 current_address: ContextVar[str] = ContextVar("specviz_session_address", default="")
-
-
-def release_memory() -> None:
-    """Collect unreachable objects and return the C allocator's free pages to the system (glibc's
-    ``malloc_trim``; elsewhere only the collection): freed Python objects otherwise stay in the process."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def shows_run(session: SessionState) -> bool:
@@ -131,7 +120,7 @@ class SessionStore(StateHolder):
             for session_id in stale:
                 self._drop(session_id)
         if stale:
-            release_memory()
+            free_memory("cpu")
 
     def _drop(self, session_id: str) -> None:
         del self.session_data[session_id]
