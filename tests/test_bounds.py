@@ -527,9 +527,9 @@ def heaps():
     return open(path).read().count("<heap nr=")
 
 
-from specviz.ui.server import launch_kwargs
-if sys.argv[1] == "launch":
-    launch_kwargs()
+from specviz.ui import build_demo
+if sys.argv[1] == "built":
+    build_demo(preload=False)
 before = heaps()
 blocks = []
 worker = threading.Thread(target=lambda: blocks.append(bytearray(300_000)))  # malloc'd, below the mmap threshold
@@ -542,8 +542,8 @@ print(before, heaps())
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's heaps (malloc_info) only")
 def test_the_servers_threads_allocate_from_one_heap():
     """glibc gives a new thread a heap of its own, where memory freed after a flood stays out of
-    malloc_trim's reach (the attack's RSS stayed 17-25 MB up). Once the server is set up, a new thread
-    allocates from the heaps there are; the control, without the set-up, shows one more heap."""
+    malloc_trim's reach (the attack's RSS stayed 17-25 MB up). Once the app is built, a new thread
+    allocates from the heaps there are; the control, without it, shows one more heap."""
     import subprocess
     import sys
 
@@ -554,5 +554,5 @@ def test_the_servers_threads_allocate_from_one_heap():
 
     before, after = counts("bare")
     assert after == before + 1, "control: a new thread's first allocation makes a heap"
-    before, after = counts("launch")
+    before, after = counts("built")
     assert after == before

@@ -77,12 +77,11 @@ M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 def one_heap() -> bool:
     """Have every thread allocate from glibc's main heap (``mallopt(M_ARENA_MAX, 1)``); True when set.
 
-    glibc gives each thread that allocates while another holds the heap's lock a heap of its own (up to
-    8 per core). A server's jobs run on a pool of worker threads, so tensors freed by one job are left in
+    glibc gives each new thread a heap of its own at its first allocation (up to 8 per core). A server's jobs run on a pool of worker threads, so tensors freed by one job are left in
     many heaps, where ``malloc_trim`` cannot give back pages that still hold a few live bytes: after an
     attack's floods and the expiry of their sessions, the demo's RSS stayed 17-25 MB above where it was
     before them; with one heap, 3 MB (``python -m specviz.measure.attack``). Threads that already have a
-    heap keep it, so call this before the server starts its threads. Not glibc (macOS, musl): False, nothing
+    heap keep it, so call this before any other thread allocates (``specviz.ui.build_demo`` does, first). Not glibc (macOS, musl): False, nothing
     changed."""
     try:
         return bool(ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, 1))

@@ -14,7 +14,7 @@ import gradio as gr
 from specviz import Trace, autoregressive_generate
 from specviz.lab.faults import FAULTS
 from specviz.lab.models import KINDS as LAB_KINDS
-from specviz.pair import EMBEDDED, PRESETS, PairError, custom_models_allowed
+from specviz.pair import EMBEDDED, PRESETS, PairError, custom_models_allowed, one_heap
 from specviz.pair import preload as preload_pairs
 from specviz.pair.catalogue import target_origin
 from specviz.pair.prompt import join_prompts
@@ -100,6 +100,9 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
             queue-full message (default: env ``SPECVIZ_MAX_QUEUE``, else 32).
     """
     max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
+    # Before any thread of the server's (the preload's torch workers included) allocates: every thread
+    # shares one C heap, so memory freed after a flood goes back to the system (specviz.pair.memory).
+    one_heap()
     if preload:
         _preload()
     latex = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]

@@ -12,7 +12,6 @@ from collections import deque
 import anyio
 import gradio as gr
 
-from specviz.pair import one_heap
 from specviz.recording import MAX_BYTES
 from specviz.ui.listening import StreamWatch
 from specviz.ui.sessions import KeepSessions
@@ -299,13 +298,10 @@ def launch_kwargs(port: int | None = None) -> dict:
 
     Also turns off uvicorn's reading of X-Forwarded-For (``FORWARDED_ALLOW_IPS``, which trusts 127.0.0.1
     by default and rewrites the client's address before any middleware runs): the app reads the header
-    itself, as deep as ``SPECVIZ_TRUSTED_PROXIES`` says (``specviz.ui.address.client_address``). And has
-    the server's threads, started by launch, share one C heap (``specviz.pair.one_heap``), so that memory
-    freed after a flood goes back to the system."""
+    itself, as deep as ``SPECVIZ_TRUSTED_PROXIES`` says (``specviz.ui.address.client_address``)."""
     from starlette.middleware import Middleware
 
     os.environ["FORWARDED_ALLOW_IPS"] = ""  # read by uvicorn.Config when launch builds the server
-    one_heap()
 
     return dict(
         # StreamWatch: specviz.ui.listening; KeepSessions: specviz.ui.sessions
