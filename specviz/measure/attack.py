@@ -13,8 +13,9 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
    (127.0.0.21-23); 1 MB uploads until refused, and on (127.0.0.5); a heavy batch (8 rows, the most tokens)
    re-submitted as soon as it ends, from another address named by ``X-Forwarded-For`` (10.9.9.9). The ratio is
    the victim's median under the flood over its baseline median, measured minutes apart on the same machine.
-3. **Stop and hang-up.** A heavy batch is stopped by its session's Stop button once it has streamed; printed:
-   seconds from the Stop request to the batch's last message. A comparison's client hangs up once it has
+3. **Stop and hang-up.** A heavy batch is stopped by its session's Stop button once it has streamed for a
+   second (its stream read all the while); printed: seconds from the Stop request to the batch's last message,
+   or "not measured" when the batch ended before the Stop was sent. A comparison's client hangs up once it has
    streamed; printed: seconds from the hang-up until the next long job (a one-row batch from another address)
    starts, which it can only once the comparison has halted.
 4. **CPU**: the cores the app and this attack client kept busy during each flood (CPU seconds over wall seconds,
@@ -242,21 +243,31 @@ def under_flood(app: App, flood, victims: int, ramp_s: float, flood_s: float) ->
 # ---- Stop and hang-up ------------------------------------------------------------------------------------
 
 
-def stop_to_halt(app: App) -> float:
-    """Seconds from a Stop request to the last message of a heavy batch stopped once it had streamed."""
+def stop_to_halt(app: App, under_way_s: float = 1.0) -> float:
+    """Seconds from a Stop request to the last message of a heavy batch, stopped once it has streamed for
+    ``under_way_s``; NaN when the batch ended before the Stop was sent (it was not stopped: nothing measured).
+
+    The stream is read all the while (a pause would let a batch that ends on its own within it look as if it
+    had halted at once)."""
     headers = {"X-Forwarded-For": "10.8.8.8"}
     session = uuid.uuid4().hex
+    stopper = None
     with client(VICTIM) as http, client(VICTIM) as other:
-        event, pressed = join(http, app, "batch", HEAVY_BATCH, session, headers), None
+        event, first, pressed = join(http, app, "batch", HEAVY_BATCH, session, headers), None, None
         for message in messages(http, app, session, headers):
             if message.get("event_id") != event:
                 continue  # the Stop button's own messages come on the same stream
-            if message.get("msg") == "process_generating" and pressed is None:
-                time.sleep(3)  # well under way
-                pressed = time.monotonic()
-                threading.Thread(target=join, args=(other, app, "stop", [], session, headers), daemon=True).start()
+            now = time.monotonic()
+            if message.get("msg") == "process_generating":
+                first = first if first is not None else now
+                if pressed is None and now - first >= under_way_s:
+                    pressed = now
+                    stopper = threading.Thread(target=join, args=(other, app, "stop", [], session, headers), daemon=True)
+                    stopper.start()
             if message.get("msg") == "process_completed":
-                return time.monotonic() - pressed if pressed is not None else float("nan")
+                if stopper is not None:
+                    stopper.join(30)  # its request done before the client closes
+                return now - pressed if pressed is not None else float("nan")
     return float("nan")
 
 
@@ -324,7 +335,8 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"{name}{label}: victim {' '.join(f'{t:.2f}' for t in times)} s; CPU cores busy: app {theirs / wall:.2f}, "
                           f"attack client {mine / wall:.2f} (of {os.cpu_count()})", flush=True)
                 halted = stop_to_halt(app)
-                print(f"Stop -> heavy batch's last message: {halted:.2f} s", flush=True)
+                print(f"Stop -> heavy batch's last message: {halted:.2f} s" if halted == halted
+                      else "Stop -> heavy batch's last message: not measured (the batch ended before Stop was sent)", flush=True)
                 hung = hangup_to_next(app)
                 print(f"hang-up of a comparison -> next long job starts: {hung:.2f} s", flush=True)
                 disk1, rss1 = app.disk(), app.rss()
@@ -348,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
               f"| {app_cores:.2f}, {client_cores:.2f} |")
     print()
     for label, halted, hung, disk1, rss1 in ends:
-        print(f"| Stop -> last message of a heavy batch{label} | {halted:.2f} s |")
+        print(f"| Stop -> last message of a heavy batch{label} | " + (f"{halted:.2f} s |" if halted == halted else "not measured: the batch ended first |"))
         print(f"| hang-up of a comparison -> next long job starts{label} | {hung:.2f} s |")
         print(f"| whole attack{label}: disk MB (files) | {disk0[0]:.1f} ({disk0[1]}) -> {disk1[0]:.1f} ({disk1[1]}) |")
         print(f"| whole attack{label}: RSS MB | {rss0:.0f} (app up), {warm:.0f} (after the victim's baseline runs) -> {rss1:.0f} |")
