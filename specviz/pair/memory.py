@@ -77,12 +77,15 @@ M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 def one_heap() -> bool:
     """Have every thread allocate from glibc's main heap (``mallopt(M_ARENA_MAX, 1)``); True when set.
 
-    glibc gives each new thread a heap of its own at its first allocation (up to 8 per core). A server's jobs run on a pool of worker threads, so tensors freed by one job are left in
-    many heaps, where ``malloc_trim`` cannot give back pages that still hold a few live bytes: after an
-    attack's floods and the expiry of their sessions, the demo's RSS stayed 17-25 MB above where it was
-    before them; with one heap, 3 MB (``python -m specviz.measure.attack``). Threads that already have a
-    heap keep it, so call this before any other thread allocates (``specviz.ui.build_demo`` does, first). Not glibc (macOS, musl): False, nothing
-    changed."""
+    glibc gives each new thread a heap of its own at its first allocation (up to 8 per core). A server's
+    jobs run on a pool of worker threads (and torch's own), so memory freed after a job is spread over
+    many heaps. Measured with ``python -m specviz.measure.attack --flood-s 30 --victims 3 --ttl-s 60
+    --rounds 2`` (2-core CPU): once the floods' sessions had expired, RSS stayed 23-36 MB above its warm
+    start with a heap per thread, 8-15 MB with one (the rest: live objects, Python's own arenas; the
+    heap's live bytes grew about 4 MB). Threads that already have a heap keep it, so call this before any
+    other thread allocates (``specviz.ui.build_demo`` does, first). Not glibc (macOS, musl): False,
+    nothing changed.
+    """
     try:
         return bool(ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, 1))
     except (OSError, AttributeError):
