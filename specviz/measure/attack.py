@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"{name}{label}: victim {' '.join(f'{t:.2f}' for t in times)} s; CPU cores busy: app {theirs / wall:.2f}, "
                           f"attack client {mine / wall:.2f} (of {os.cpu_count()})", flush=True)
                 halted = stop_to_halt(app)
-                print(f"Stop -> heavy batch's last message: {halted:.2f} s" if halted == halted
+                print(f"Stop -> heavy batch's last message: {halted:.2f} s" if not math.isnan(halted)
                       else "Stop -> heavy batch's last message: not measured (the batch ended before Stop was sent)", flush=True)
                 hung = hangup_to_next(app)
                 print(f"hang-up of a comparison -> next long job starts: {hung:.2f} s", flush=True)
@@ -360,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
               f"| {app_cores:.2f}, {client_cores:.2f} |")
     print()
     for label, halted, hung, disk1, rss1 in ends:
-        print(f"| Stop -> last message of a heavy batch{label} | " + (f"{halted:.2f} s |" if halted == halted else "not measured: the batch ended first |"))
+        print(f"| Stop -> last message of a heavy batch{label} | " + (f"{halted:.2f} s |" if not math.isnan(halted) else "not measured: the batch ended first |"))
         print(f"| hang-up of a comparison -> next long job starts{label} | {hung:.2f} s |")
         print(f"| whole attack{label}: disk MB (files) | {disk0[0]:.1f} ({disk0[1]}) -> {disk1[0]:.1f} ({disk1[1]}) |")
         print(f"| whole attack{label}: RSS MB | {rss0:.0f} (app up), {warm:.0f} (after the victim's baseline runs) -> {rss1:.0f} |")
