@@ -297,12 +297,35 @@ def hangup_to_next(app: App) -> float:
     return float("nan")
 
 
+def warm_up(app: App) -> None:
+    """One visitor's use of each job kind the attack floods with, once and from one address each: a session joining,
+    a heartbeat, a ``/call/run`` read to its end, a 1 MB upload, a heavy batch, a stopped batch and a comparison hung
+    up on. The first use of a kind leaves what any first visitor leaves (imported code, compiled kernels, caches);
+    the "start" figure is taken after this, so that what the floods leave is told apart from it."""
+    with client("127.0.0.31") as http:
+        join(http, app, "stop", [], uuid.uuid4().hex)
+        with http.stream("GET", f"{app.url}/gradio_api/heartbeat/{uuid.uuid4().hex}", timeout=30) as r:
+            next(r.iter_lines())
+        r = http.post(f"{app.url}/gradio_api/call/run", json={"data": RUN})
+        if r.status_code == 200:
+            with http.stream("GET", f"{app.url}/gradio_api/call/run/{r.json()['event_id']}") as stream:
+                for _ in stream.iter_lines():
+                    pass
+        http.post(f"{app.url}/gradio_api/upload", files={"files": ("warm.json", os.urandom(2**20), "application/json")})
+        page_call(http, app, "batch", HEAVY_BATCH)
+    stop_to_halt(app)
+    hangup_to_next(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--victims", type=int, default=3, help="victim runs per measurement (default 3)")
     parser.add_argument("--flood-s", type=float, default=60.0, help="most seconds of victim runs under one flood (default 60)")
     parser.add_argument("--ramp-s", type=float, default=3.0, help="seconds a flood runs before the victim's first run (default 3)")
     parser.add_argument("--rounds", type=int, default=1, help="times the whole attack is repeated on the same app (default 1)")
+    parser.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
+                        help="before the start figure, use each job kind once as one visitor would, then (with --ttl-s) "
+                             "wait for its session and files to expire (default: on)")
     parser.add_argument("--ttl-s", type=int, default=None,
                         help="the app's session and cached-file time to live, seconds (at least 10); then wait for both "
                              "after the attack and measure again (default: the app's own, no wait)")
@@ -320,6 +343,13 @@ def main(argv: list[str] | None = None) -> None:
             disk0, rss0 = app.disk(), app.rss()
             print(f"app up: disk {disk0[0]:.1f} MB in {disk0[1]} files, RSS {rss0:.0f} MB", flush=True)
             victim_runs(app, 1)  # warm-up
+            start = ("app up", rss0)
+            if args.warm_up:
+                warm_up(app)
+                if args.ttl_s is not None:
+                    time.sleep(2 * args.ttl_s + 15)
+                start = ("after one use of each job kind" + (", expired" if args.ttl_s is not None else ""), app.rss())
+                print(f"{start[0]}: disk {app.disk()[0]:.1f} MB in {app.disk()[1]} files, RSS {start[1]:.0f} MB", flush=True)
             base = victim_runs(app, args.victims)
             b = statistics.median(base)
             print(f"victim baseline: {' '.join(f'{t:.2f}' for t in base)} s (median {b:.2f} s)", flush=True)
@@ -364,7 +394,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| Stop -> last message of a heavy batch{label} | " + (f"{halted:.2f} s |" if not math.isnan(halted) else "not measured: the batch ended first |"))
         print(f"| hang-up of a comparison -> next long job starts{label} | {hung:.2f} s |")
         print(f"| whole attack{label}: disk MB (files) | {disk0[0]:.1f} ({disk0[1]}) -> {disk1[0]:.1f} ({disk1[1]}) |")
-        print(f"| whole attack{label}: RSS MB | {rss0:.0f} (app up), {warm:.0f} (after the victim's baseline runs) -> {rss1:.0f} |")
+        print(f"| whole attack{label}: RSS MB | {rss0:.0f} (app up), {start[1]:.0f} ({start[0]}), {warm:.0f} (after the victim's "
+              f"baseline runs) -> {rss1:.0f} |")
     for label, (mb, files), rss2 in settled:
         print(f"| {2 * args.ttl_s + 15} s later{label}, idle (time to live {args.ttl_s} s): disk MB (files), RSS MB | "
               f"{mb:.1f} ({files}), {rss2:.0f} |")
