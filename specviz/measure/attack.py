@@ -5,6 +5,9 @@ Launches the app (``app.py``) in a process of its own on 127.0.0.1, with a fresh
 ``SPECVIZ_TRUSTED_PROXIES=1`` (so a request carrying ``X-Forwarded-For`` counts as the address it names, as
 behind a Space's proxy), and drives it over HTTP as visitors would, from loopback addresses:
 
+0. **Start.** One visitor uses each job kind once (``warm_up``); with ``--ttl-s`` the attack then waits for its
+   session and files to expire. The app's RSS then is the "start" the floods' leftovers are measured from
+   (``--no-warm-up``: the app just up).
 1. **Victim baseline.** An 8-token greedy Generate on the embedded pair from 127.0.0.1 (a page session of its
    own, joined through the queue and read to its end), ``--victims`` times: the median wall time.
 2. **Each flood**, bounded in time (``--flood-s`` at most, plus the victim's runs), while the victim runs again:
