@@ -14,7 +14,7 @@ import gradio as gr
 from specviz import Trace, autoregressive_generate
 from specviz.lab.faults import FAULTS
 from specviz.lab.models import KINDS as LAB_KINDS
-from specviz.pair import EMBEDDED, PRESETS, PairError, custom_models_allowed, one_heap
+from specviz.pair import EMBEDDED, PRESETS, PairError, bound_kernel_caches, custom_models_allowed, one_heap
 from specviz.pair import preload as preload_pairs
 from specviz.pair.catalogue import target_origin
 from specviz.pair.prompt import join_prompts
@@ -101,8 +101,10 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
     """
     max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
     # Before any thread of the server's (the preload's torch workers included) allocates: every thread
-    # shares one C heap, so memory freed after a flood goes back to the system (specviz.pair.memory).
+    # shares one C heap, so memory freed after a flood goes back to the system; and before any model
+    # runs: the CPU's kernel caches keep a bounded number of prompt lengths' kernels (specviz.pair.memory).
     one_heap()
+    bound_kernel_caches()
     if preload:
         _preload()
     latex = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
