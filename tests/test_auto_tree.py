@@ -82,6 +82,8 @@ def test_calibration_measures_every_input_and_the_choice_states_them():
     assert cal.prompts == 2 and cal.tokens == 12
     assert set(cal.verify_curve) == {1, 2, 3, 4, 6, 8} and all(v > 0 for v in cal.verify_curve.values())
     assert cal.tree_pass_cost > 0 and cal.chain_step_cost > 0 and cal.target_step_ms > 0
+    # Greedy: the ranking is a softmax, so every child the calibration tree asks for exists.
+    assert cal.available and all(rounds == with_k for rounds, with_k in cal.available)
     for row in cal.rank_counts:
         assert all(0 <= a <= o for o, a in row)
     # At one reached parent at most one child is accepted: per depth, accepted over ranks <= offered at rank 1.
@@ -193,10 +195,14 @@ def test_the_eagle_head_drafts_an_auto_shape_and_keeps_the_targets_greedy_output
 
 def test_a_calibration_round_trips_through_its_checked_form():
     cal = _calibration(0.01)
-    cal = auto_tree.Calibration(**{**cal.__dict__, "overhead": {1.5: 0.2, 9.0: 0.4}, "calibration_tree": (-1, -1, 0)})
+    cal = auto_tree.Calibration(**{**cal.__dict__, "overhead": {1.5: 0.2, 9.0: 0.4}, "calibration_tree": (-1, -1, 0),
+                                   "available": ((10, 10), (10, 7))})
     again = auto_tree.Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
     assert again == cal
     assert auto_tree.decide(again).describe() == auto_tree.decide(cal).describe()
+    # Stored before availability was measured: every child then exists, as it did.
+    older = {k: v for k, v in cal.to_dict().items() if k != "available"}
+    assert auto_tree.Calibration.from_dict(older).available == ()
 
 
 @pytest.mark.parametrize("field, value", [
@@ -205,7 +211,7 @@ def test_a_calibration_round_trips_through_its_checked_form():
     ("verify_curve", {}), ("verify_curve", {"1": 0.0}), ("verify_curve", {"1": float("nan")}), ("verify_curve", {"x": 1.0}),
     ("verify_curve", {"1": 1e300}), ("tree_pass_cost", -0.1), ("tree_pass_cost", "0.1"), ("target_step_ms", 0),
     ("calibration_tree", [0]), ("calibration_tree", None), ("prompts", 0), ("tokens", None), ("overhead", {"a": 1.0}),
-    ("overhead", {"1.0": -2.0}),
+    ("overhead", {"1.0": -2.0}), ("available", [[3, 4]]), ("available", "x"), ("available", [[1.5, 1]]),
 ])
 def test_a_stored_calibration_is_checked_as_data_from_outside(field, value):
     d = _calibration(0.01).to_dict() | {field: value}

@@ -165,3 +165,34 @@ def test_a_round_overhead_growing_with_the_nodes_shrinks_the_choice():
     assert loaded.best.nodes < plain.best.nodes
     assert loaded.best.cost == pytest.approx(loaded.best.depth * 0.05 + sequoia.verify_cost_at(curve, loaded.best.nodes)
                                              + max(0.0, sequoia.verify_cost_at({4: 0.05, 40: 1.5}, loaded.best.nodes)))
+
+
+def test_children_available_counts_how_often_the_pending_token_got_k_children():
+    from specviz.engine.tree.record import TreeNode, TreeRecord
+
+    def rnd(width):
+        nodes = [TreeNode(token_id=k, text="a", parent=-1, depth=1, q=0.1, p=0.1, verdict="rejected") for k in range(width)]
+        return type("R", (), {"tree": TreeRecord(nodes=nodes, path=[])})()
+
+    class T:  # a shape asking 4 at the pending token; q's nucleus held 4, 2, 1 and 4 tokens
+        rounds = [rnd(4), rnd(2), rnd(1), rnd(4), type("R", (), {"tree": None})()]
+
+    assert sequoia.children_available(T) == [(4, 4), (4, 3), (4, 2), (4, 2)]
+
+
+def test_a_child_counts_as_often_as_it_exists():
+    """p(d, k) is the counts' rate given that the k-th child exists, times the chance that it does: the
+    predicted tokens per round of a shape equal, on the rounds that measured both, accepted / rounds (the
+    planted fault, the rate given existence alone, overstates them whenever a child is sometimes missing)."""
+    # 100 rounds; the shape asks 3 children of the pending token; the 2nd existed in 80, the 3rd in 50.
+    counts = [[(100, 40), (80, 16), (50, 5)]]
+    available = [(100, 100), (100, 80), (100, 50)]
+    acc = sequoia.RankAcceptance.from_counts(counts, min_count=1, available=available)
+    assert acc.p(1, 2) == pytest.approx(16 / 100) and acc.given(1, 2) == pytest.approx(16 / 80)
+    star = (-1, -1, -1)
+    assert 1 + sequoia.expected_accepted(star, acc.p) == pytest.approx(1 + (40 + 16 + 5) / 100)
+    fault = sequoia.RankAcceptance.from_counts(counts, min_count=1)
+    assert 1 + sequoia.expected_accepted(star, fault.p) == pytest.approx(1 + 0.4 + 0.2 + 0.1)
+    # Greedy: every child exists, and nothing changes.
+    full = sequoia.RankAcceptance.from_counts(counts, min_count=1, available=[(100, 100)] * 3)
+    assert full.p(1, 3) == fault.p(1, 3) == 0.1

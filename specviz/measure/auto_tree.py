@@ -57,8 +57,13 @@ class Calibration:
         verify_curve: {n: v(n)}.
         tree_pass_cost: drafting ms per drafter pass in tree rounds / target step ms (c_tree).
         chain_step_cost: drafting ms per drafter pass in chain rounds / target step ms (c).
-        overhead: {mean nodes per round: a round's time outside drafting and verifying / target step ms},
-            from the chain's and the tree's runs (judging, recording: it grows with the nodes).
+        overhead: {mean nodes per round: a round's time beyond its drafting and the bare verify pass v(n) /
+            target step ms}, from the chain's and the tree's runs: judging (the target's p at every node
+            under the run's sampling processors: a top-p sort of the vocabulary per node), recording; it
+            grows with the nodes.
+        available: ``sequoia.children_available`` of the calibration tree's rounds: how often a node's k-th
+            child exists at all (under top-p or top-k sampling q's nucleus may hold fewer tokens than the
+            shape asks); empty in calibrations stored before it was measured (every child then exists).
         refined: the shape whose own rounds replaced the wide runs' counts where it measured them
             (``calibrate``'s refinement), "" where none did.
         target_step_ms: the unit.
@@ -77,9 +82,10 @@ class Calibration:
     tokens: int
     overhead: dict | None = None
     refined: str = ""
+    available: tuple = ()
 
     def rank_acceptance(self) -> sequoia.RankAcceptance:
-        return sequoia.RankAcceptance.from_counts(self.rank_counts)
+        return sequoia.RankAcceptance.from_counts(self.rank_counts, available=self.available)
 
     def to_dict(self) -> dict:
         """JSON-ready (dict keys as text); ``from_dict`` reads it back."""
@@ -89,7 +95,7 @@ class Calibration:
                 "chain_step_cost": self.chain_step_cost, "target_step_ms": self.target_step_ms,
                 "calibration_tree": list(self.calibration_tree), "prompts": self.prompts, "tokens": self.tokens,
                 "overhead": {repr(float(n)): v for n, v in self.overhead.items()} if self.overhead else None,
-                "refined": self.refined}
+                "refined": self.refined, "available": [list(c) for c in self.available]}
 
     @classmethod
     def from_dict(cls, d) -> "Calibration":
@@ -152,6 +158,7 @@ class Calibration:
         if not isinstance(tree, list):
             raise ValueError("calibration_tree: must be a list of parents")
         TreeSpec.explicit(tree)  # raises ValueError naming what is wrong
+        available = tuple(counts(d["available"], "available", MAX_TREE_NODES)) if d.get("available") is not None else ()
         refined = d.get("refined", "")
         if not isinstance(refined, str) or len(refined) > 80:
             raise ValueError("refined: must be text of at most 80 characters")
@@ -160,7 +167,8 @@ class Calibration:
                    chain_step_cost=real(d.get("chain_step_cost"), 0, MAX_COST, "chain_step_cost"),
                    target_step_ms=real(d.get("target_step_ms"), 0, 1e7, "target_step_ms", open_low=True),
                    calibration_tree=tuple(tree), prompts=whole(d.get("prompts"), 1, 1000, "prompts"),
-                   tokens=whole(d.get("tokens"), 1, 10**6, "tokens"), overhead=overhead or None, refined=refined)
+                   tokens=whole(d.get("tokens"), 1, 10**6, "tokens"), overhead=overhead or None, refined=refined,
+                   available=available)
 
     def chain_rates(self) -> list[float]:
         return tree_theory.depth_rates(self.chain_counts)
@@ -198,7 +206,7 @@ class AutoTree:
             "inputs": {"acceptance_by_rank": cal.rank_counts, "chain_acceptance_by_depth": cal.chain_counts,
                        "verify_cost_by_nodes": cal.verify_curve, "tree_pass_cost": cal.tree_pass_cost,
                        "chain_step_cost": cal.chain_step_cost, "target_step_ms": cal.target_step_ms,
-                       "overhead_by_nodes": cal.overhead,
+                       "overhead_by_nodes": cal.overhead, "children_available": [list(c) for c in cal.available],
                        "calibration_prompts": cal.prompts, "calibration_tokens": cal.tokens, "refined_with": cal.refined},
             "sentence": self.choice.sentence(),
             "device": self.device,
@@ -267,16 +275,23 @@ def _cost(ms: float | None, step_ms: float) -> float:
     return ms / step_ms if ms else 0.0
 
 
-def _overhead(chains, trees, step_ms: float) -> dict[float, float] | None:
-    """{mean nodes per round: ms per round outside the draft and verify phases / step_ms} for the
-    chain's and the tree's runs (two points of a line in n); None when they drafted as many nodes."""
+def _overhead(chains, trees, step_ms: float, curve: dict[int, float]) -> dict[float, float] | None:
+    """{mean nodes per round: ms per round beyond the drafting and the bare verify pass / step_ms} for the
+    chain's and the tree's runs (two points of a line in n); None when they drafted as many nodes.
+
+    The bare pass is v(n) of ``curve`` (``verify_cost_curve``: the target's logits and nothing else) at each
+    round's node count. The loop's verify phase also judges: the target's p at every node through the run's
+    sampling processors, which under top-p sorts the vocabulary once per node (on the English pair with EAGLE
+    at T 0.7, a 4-4 tree's verify phase took 1.26 target steps against v(8) = 1.03). So that time, and the
+    recording's, is what this line predicts; under greedy decoding judging is an argmax and the line stays low."""
     points = {}
     for ts in (chains, trees):
-        rounds = sum(len(t.rounds) for t in ts)
-        phases = sum(r.draft_ms + r.verify_ms for t in ts for r in t.rounds)
+        rounds = [r for t in ts for r in t.rounds]
+        bare = sum(sequoia.verify_cost_at(curve, max(1, r.drafted_count)) for r in rounds) * step_ms
+        phases = sum(r.draft_ms for r in rounds) + bare
         walls = sum(t.total_ms - t.prefill_ms for t in ts)
         if rounds:
-            points[sum(t.drafted for t in ts) / rounds] = max(0.0, (walls - phases) / rounds) / step_ms
+            points[sum(t.drafted for t in ts) / len(rounds)] = max(0.0, (walls - phases) / len(rounds)) / step_ms
     return points if len(points) == 2 else None
 
 
@@ -324,7 +339,7 @@ def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
                       tree_pass_cost=_cost(chain_theory.drafter_step_ms(*trees), step),
                       chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step), target_step_ms=step,
                       calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens,
-                      overhead=_overhead(chains, trees, step))
+                      overhead=_overhead(chains, trees, step, curve), available=tuple(sequoia.children_available(*trees)))
     tried: set = set()
     for _ in range(refine):
         best = decide(cal, max_nodes, max_depth).choice.best
@@ -573,6 +588,9 @@ def format_bench_report(r: dict) -> list[str]:
     inp = r["inputs"]
     lines.append("acceptance by depth and sibling rank (accepted/offered): " + "; ".join(
         f"d{d}: " + " ".join(f"{a}/{o}" for o, a in row) for d, row in enumerate(inp["acceptance_by_rank"], 1)))
+    if inp.get("children_available"):
+        lines.append("children that existed at the pending token (rounds with at least k / rounds; q's nucleus may hold fewer "
+                     "than the shape asks): " + " ".join(f"k={k}: {w}/{n}" for k, (n, w) in enumerate(inp["children_available"], 1)))
     lines.append("chain acceptance by depth (accepted/offered): " + " ".join(f"{a}/{o}" for o, a in inp["chain_acceptance_by_depth"]))
     if inp.get("refined_with"):
         lines.append(f"counts refined with the own rounds of: {inp['refined_with']} (on the same {inp['calibration_prompts']} "
@@ -580,7 +598,7 @@ def format_bench_report(r: dict) -> list[str]:
     lines.append(f"c_tree {inp['tree_pass_cost']:.3f}, c {inp['chain_step_cost']:.3f} target steps per drafter pass; v(n): "
                  + ", ".join(f"{n}: {v:.2f}" for n, v in inp["verify_cost_by_nodes"].items()))
     if inp.get("overhead_by_nodes"):
-        lines.append("round time outside drafting and verifying, target steps: "
+        lines.append("round time beyond drafting and the bare verify pass v(n) (judging, recording), target steps: "
                      + ", ".join(f"{n:.1f} nodes: {v:.2f}" for n, v in inp["overhead_by_nodes"].items()))
     return lines
 

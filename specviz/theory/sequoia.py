@@ -57,6 +57,18 @@ def acceptance_by_rank(*traces: Trace) -> list[list[tuple[int, int]]]:
     return [[(a, b) for a, b in row] for row in counts]
 
 
+def children_available(*traces: Trace) -> list[tuple[int, int]]:
+    """counts[k - 1] = (rounds, rounds whose pending token got at least k children), over the tree rounds
+    of ``traces`` whose pending token got any.
+
+    A node gets its top-k children only among the tokens its q gives mass to, so under top-p or top-k
+    sampling a node often gets fewer than its shape asks (never under greedy decoding: the ranking
+    is then a softmax). Measured at the pending token of a tree whose shape asks the same number there
+    every round (the calibration tree), this is the chance that a k-th child exists at all."""
+    widths = [len(r.tree.children(-1)) for t in traces for r in t.rounds if r.tree is not None and r.tree.children(-1)]
+    return [(len(widths), sum(w >= k for w in widths)) for k in range(1, max(widths, default=0) + 1)]
+
+
 @dataclass(frozen=True)
 class RankAcceptance:
     """p(d, k) estimated from ``acceptance_by_rank`` counts.
@@ -64,14 +76,29 @@ class RankAcceptance:
     A cell offered at least ``min_count`` times gives accepted / offered; a rarer one, or a depth
     deeper than the counts reach, takes its rank's rate pooled over all depths (Sequoia's
     depth-free assumption); a rank never offered gets 0 (no credit without evidence).
+
+    A cell's rate is conditional on the k-th child existing (offered: the parent got at least k
+    children). With ``available`` (``children_available``'s counts) p(d, k) is multiplied by the
+    chance that it exists, so a shape's prediction counts a child it asks for only as often as q's
+    nucleus holds one; without it, every child asked for is taken to exist.
     """
 
     counts: tuple[tuple[tuple[int, int], ...], ...]
     min_count: int = MIN_COUNT
+    available: tuple[tuple[int, int], ...] = ()
 
     @classmethod
-    def from_counts(cls, counts, min_count: int = MIN_COUNT) -> "RankAcceptance":
-        return cls(tuple(tuple((int(a), int(b)) for a, b in row) for row in counts), min_count)
+    def from_counts(cls, counts, min_count: int = MIN_COUNT, available=()) -> "RankAcceptance":
+        return cls(tuple(tuple((int(a), int(b)) for a, b in row) for row in counts), min_count,
+                   tuple((int(a), int(b)) for a, b in available or ()))
+
+    def exists(self, rank: int) -> float:
+        """The chance that a node's ``rank``-th child exists (``children_available``); 1 without counts
+        or for a rank they do not reach (its p is 0 or pooled from where it existed)."""
+        if rank <= len(self.available):
+            rounds, with_k = self.available[rank - 1]
+            return with_k / rounds if rounds else 1.0
+        return 1.0
 
     @classmethod
     def from_rates(cls, rates: list[list[float]], weight: int = 10**6) -> "RankAcceptance":
@@ -89,7 +116,11 @@ class RankAcceptance:
         return accepted / offered if offered else 0.0
 
     def p(self, depth: int, rank: int) -> float:
-        """p(depth, rank), depth and rank from 1 (see the class docstring)."""
+        """p(depth, rank), depth and rank from 1 (see the class docstring), times ``exists(rank)``."""
+        return self.given(depth, rank) * self.exists(rank)
+
+    def given(self, depth: int, rank: int) -> float:
+        """p(depth, rank) given that the child exists: the counts' rate (see the class docstring)."""
         if depth <= len(self.counts) and rank <= len(self.counts[depth - 1]):
             offered, accepted = self.counts[depth - 1][rank - 1]
             if offered >= self.min_count:

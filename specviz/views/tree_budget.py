@@ -21,8 +21,12 @@ TREE, CHAIN, MEASURED, HAND = BLUE, ORANGE, VERMILLION, GREEN
 MAX_RANKS_SHOWN = 6  # table columns; wider ranks are summed into the last ("rank 6+")
 
 FORMULA = ("predicted speedup = E[tokens per round] / (depth × c_tree + v(n) + overhead(n)), with E[tokens per round] = "
-           "1 + the sum over the tree's nodes of the product of p(depth, rank) along the path to each (Sequoia, Chen et al. 2024); "
-           "a chain's: gamma × c + v(gamma) + overhead(gamma). Costs are in target steps (one autoregressive step = 1).")
+           "1 + the sum over the tree's nodes of the product of p(depth, rank) along the path to each (Sequoia, Chen et al. 2024), "
+           "p(depth, rank) being the measured rate given that the child exists times the chance that it does (under top-p or "
+           "top-k sampling the drafter's nucleus may hold fewer tokens than the shape asks); "
+           "a chain's: gamma × c + v(gamma) + overhead(gamma). v(n) is the target's bare pass over n nodes; overhead(n) the rest "
+           "of a round's time, judging included (the target's p at every node: under top-p a sort of the vocabulary per node), "
+           "a line through the calibration chain's and tree's rounds. Costs are in target steps (one autoregressive step = 1).")
 
 
 def measured_point(spec: Trace | None, baseline: Trace | None) -> dict | None:
