@@ -13,7 +13,8 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
 2. **Each flood**, bounded in time (``--flood-s`` at most, plus the victim's runs), while the victim runs again:
    fresh session hashes joining the queue (127.0.0.2); heartbeat connections opened and closed (127.0.0.3);
    concurrent ``/call/run`` posts of 128-token runs, two at a time from each of three addresses
-   (127.0.0.21-23); 1 MB uploads until refused, and on (127.0.0.5); a heavy batch (8 rows, the most tokens)
+   (127.0.0.21-23); 1 MB uploads until refused, and on (127.0.0.5); 8-token ``/call/run`` posts whose prompt
+   grows by a few tokens each time (127.0.0.6: every prompt length is new to the CPU's kernel caches); a heavy batch (8 rows, the most tokens)
    re-submitted as soon as it ends, from another address named by ``X-Forwarded-For`` (10.9.9.9). The ratio is
    the victim's median under the flood over its baseline median, measured minutes apart on the same machine.
 3. **Stop and hang-up.** A heavy batch is stopped by its session's Stop button once it has streamed for a
@@ -38,6 +39,7 @@ minutes.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -208,6 +210,29 @@ def uploads(app: App, halt: threading.Event, clients: list) -> list[threading.Th
     return [threading.Thread(target=_forever, args=(halt, one))]
 
 
+_WORDS = itertools.count(1)  # the prompt-length flood's next length, on across rounds: each round's lengths are new
+
+
+def prompt_lengths(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+    """8-token ``/call/run`` posts whose prompts grow by a word each time: every length is a new row count
+    for every layer of both models (the CPU's kernel caches keep a kernel per one)."""
+    http = client("127.0.0.6")
+    clients.append(http)
+
+    def one():
+        data = list(RUN)
+        data[1], data[6] = "def parse(text):\n    " + " ".join(f"x{k} = {k}" for k in range(next(_WORDS))), 8
+        r = http.post(f"{app.url}/gradio_api/call/run", json={"data": data})
+        if r.status_code != 200:
+            time.sleep(0.2)
+            return
+        with http.stream("GET", f"{app.url}/gradio_api/call/run/{r.json()['event_id']}") as stream:
+            for _ in stream.iter_lines():
+                pass
+
+    return [threading.Thread(target=_forever, args=(halt, one))]
+
+
 def heavy_batches(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
     http = client(VICTIM)  # the same peer as the victim: the proxy header alone tells them apart
     clients.append(http)
@@ -220,6 +245,7 @@ FLOODS = {
     "heartbeats": heartbeats,
     "/run posts (3 addresses x 2)": run_posts,
     "uploads (1 MB)": uploads,
+    "prompts of ever more tokens (/run, 8 tokens each)": prompt_lengths,
     "heavy batch (X-Forwarded-For)": heavy_batches,
 }
 
@@ -332,6 +358,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ttl-s", type=int, default=None,
                         help="the app's session and cached-file time to live, seconds (at least 10); then wait for both "
                              "after the attack and measure again (default: the app's own, no wait)")
+    parser.add_argument("--watch-s", type=int, default=0,
+                        help="after the last round's wait, go on sampling RSS every 15 s for this long, idle (default 0)")
     args = parser.parse_args(argv)
     if args.ttl_s is not None and args.ttl_s < 10:
         parser.error("--ttl-s must be at least 10 seconds")
@@ -381,6 +409,12 @@ def main(argv: list[str] | None = None) -> None:
                     time.sleep(wait)
                     settled.append((label, app.disk(), app.rss()))
                     print(f"then: disk {settled[-1][1][0]:.1f} MB in {settled[-1][1][1]} files, RSS {settled[-1][2]:.0f} MB", flush=True)
+            watched = []
+            for _ in range(args.watch_s // 15):
+                time.sleep(15)
+                watched.append(app.rss())
+            if watched:
+                print("RSS every 15 s after that, idle: " + " ".join(f"{r:.0f}" for r in watched) + " MB", flush=True)
             warm = rows[0][6] if rows else rss0
         finally:
             app.stop()
