@@ -137,6 +137,23 @@ def page_call(http: httpx.Client, app: App, api_name: str, data: list, headers: 
     return {}
 
 
+def call_run(http: httpx.Client, app: App, data: list) -> bool:
+    """One ``/gradio_api/call/run`` post, its result stream read to its end; False when it was refused."""
+    r = http.post(f"{app.url}/gradio_api/call/run", json={"data": data})
+    if r.status_code != 200:
+        return False
+    with http.stream("GET", f"{app.url}/gradio_api/call/run/{r.json()['event_id']}") as stream:
+        for _ in stream.iter_lines():
+            pass
+    return True
+
+
+def heartbeat(http: httpx.Client, app: App) -> None:
+    """Open a heartbeat connection of a fresh session, read its first line, close it."""
+    with http.stream("GET", f"{app.url}/gradio_api/heartbeat/{uuid.uuid4().hex}", timeout=30) as r:
+        next(r.iter_lines())
+
+
 def victim_runs(app: App, n: int) -> list[float]:
     """Wall seconds of ``n`` 8-token Generate runs from the victim's page (one session, as a visitor's tab;
     a failed run counts as inf)."""
@@ -169,12 +186,7 @@ def fresh_sessions(app: App, halt: threading.Event, clients: list) -> list[threa
 def heartbeats(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
     http = client("127.0.0.3")
     clients.append(http)
-
-    def one():
-        with http.stream("GET", f"{app.url}/gradio_api/heartbeat/{uuid.uuid4().hex}", timeout=30) as r:
-            next(r.iter_lines())
-
-    return [threading.Thread(target=_forever, args=(halt, one))]
+    return [threading.Thread(target=_forever, args=(halt, lambda: heartbeat(http, app)))]
 
 
 def run_posts(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
@@ -185,13 +197,8 @@ def run_posts(app: App, halt: threading.Event, clients: list) -> list[threading.
             clients.append(http)
 
             def one(http=http):
-                r = http.post(f"{app.url}/gradio_api/call/run", json={"data": RUN})
-                if r.status_code != 200:
+                if not call_run(http, app, RUN):
                     time.sleep(0.2)
-                    return
-                with http.stream("GET", f"{app.url}/gradio_api/call/run/{r.json()['event_id']}") as stream:
-                    for _ in stream.iter_lines():
-                        pass
 
             threads.append(threading.Thread(target=_forever, args=(halt, one)))
     return threads
@@ -222,13 +229,8 @@ def prompt_lengths(app: App, halt: threading.Event, clients: list) -> list[threa
     def one():
         data = list(RUN)
         data[1], data[6] = "def parse(text):\n    " + " ".join(f"x{k} = {k}" for k in range(next(_WORDS))), 8
-        r = http.post(f"{app.url}/gradio_api/call/run", json={"data": data})
-        if r.status_code != 200:
+        if not call_run(http, app, data):
             time.sleep(0.2)
-            return
-        with http.stream("GET", f"{app.url}/gradio_api/call/run/{r.json()['event_id']}") as stream:
-            for _ in stream.iter_lines():
-                pass
 
     return [threading.Thread(target=_forever, args=(halt, one))]
 
@@ -333,13 +335,8 @@ def warm_up(app: App) -> None:
     the "start" figure is taken after this, so that what the floods leave is told apart from it."""
     with client("127.0.0.31") as http:
         join(http, app, "stop", [], uuid.uuid4().hex)
-        with http.stream("GET", f"{app.url}/gradio_api/heartbeat/{uuid.uuid4().hex}", timeout=30) as r:
-            next(r.iter_lines())
-        r = http.post(f"{app.url}/gradio_api/call/run", json={"data": RUN})
-        if r.status_code == 200:
-            with http.stream("GET", f"{app.url}/gradio_api/call/run/{r.json()['event_id']}") as stream:
-                for _ in stream.iter_lines():
-                    pass
+        heartbeat(http, app)
+        call_run(http, app, RUN)
         http.post(f"{app.url}/gradio_api/upload", files={"files": ("warm.json", os.urandom(2**20), "application/json")})
         page_call(http, app, "batch", HEAVY_BATCH)
     stop_to_halt(app)

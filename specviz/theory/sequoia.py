@@ -65,7 +65,7 @@ def children_available(*traces: Trace) -> list[tuple[int, int]]:
     sampling a node often gets fewer than its shape asks (never under greedy decoding: the ranking
     is then a softmax). Measured at the pending token of a tree whose shape asks the same number there
     every round (the calibration tree), this is the chance that a k-th child exists at all."""
-    widths = [len(r.tree.children(-1)) for t in traces for r in t.rounds if r.tree is not None and r.tree.children(-1)]
+    widths = [w for t in traces for r in t.rounds if r.tree is not None and (w := len(r.tree.children(-1)))]
     return [(len(widths), sum(w >= k for w in widths)) for k in range(1, max(widths, default=0) + 1)]
 
 
