@@ -348,6 +348,41 @@ def test_sessions_unused_past_their_time_to_live_are_forgotten_whole_and_their_m
         assert "Nothing to export" in str(_page_call(http, url, "export", [None], old[0]))
 
 
+def test_the_queues_records_of_forgotten_and_unheard_sessions_go_after_their_time_to_live(served, monkeypatch):
+    """Issue 39: after an attack's floods had expired, Gradio's queue still kept a message queue for each of 137
+    session hashes (121 unread messages each) and the ids of their events never read to the end, a record with no
+    bound: joins that never open their stream leave both. The store now forgets the records of a hash it does not
+    hold and none of whose events is queued or running, once orphaned for its time to live; a held session's stay."""
+    from specviz.ui import sessions
+    from specviz.ui.sessions import SessionStore
+
+    demo, url = served
+    queue = demo._queue
+    monkeypatch.setattr(sessions, "free_memory", lambda device=None: None)
+    monkeypatch.setattr(SessionStore, "ttl_s", 3, raising=False)
+    generate = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
+    index = next(d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "generate")
+    read, unheard = uuid.uuid4().hex, uuid.uuid4().hex
+    with client("127.0.0.7") as http:
+        assert _page_call(http, url, "generate", generate, read).get("success")  # read to its end
+        body = {"data": generate, "fn_index": index, "session_hash": unheard, "event_data": None, "trigger_id": None}
+        assert http.post(f"{url}/gradio_api/queue/join", json=body).status_code == 200  # its stream never opened
+    assert read in queue.pending_messages_per_session and unheard in queue.pending_event_ids_session
+    end = time.monotonic() + 60
+    held = None
+    while time.monotonic() < end:
+        with client("127.0.0.7") as http:  # a session in use all the while
+            held = held or uuid.uuid4().hex
+            assert _page_call(http, url, "generate", generate, held).get("success")
+        records = set(queue.pending_messages_per_session) | set(queue.pending_event_ids_session)
+        if read not in records and unheard not in records:
+            break
+        time.sleep(0.5)
+    records = set(queue.pending_messages_per_session) | set(queue.pending_event_ids_session)
+    assert read not in records and unheard not in records
+    assert held in queue.pending_messages_per_session  # held by the store: its records stay
+
+
 def test_the_time_to_live_settings_are_read_from_the_environment():
     import subprocess
     import sys

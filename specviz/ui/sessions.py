@@ -30,6 +30,15 @@ once-a-second expiry check, and then hands the freed memory back to the system (
 the server's threads share one C heap, ``specviz.pair.one_heap``, so it can). Measured after an attack's floods
 had expired: RSS 8-15 MB above its warm start, not all the way back (``specviz.pair.memory.one_heap`` says what).
 
+Gradio's queue keeps records of its own per session hash: a message queue (``pending_messages_per_session``,
+the 2,000 most recent hashes) and the ids of the session's events not yet read to their end
+(``pending_event_ids_session``, with no bound). A client that joins and never reads its stream, or any
+``/call`` client (each call its own hash), leaves both behind: measured after an attack's floods had
+expired, 137 hashes' queues held 121 unread messages each of their jobs' progress. So at the same check
+the store also forgets the queue's records of every hash that it does not hold and none of whose events
+is still queued or running, once that has been so for ``SESSION_TTL_S`` (a result not yet read stays
+readable that long).
+
 ``KeepSessions`` (ASGI middleware) puts the store in place of the app's ``StateHolder`` at the first
 request, keeping everything in it, and tells the store the address of the request under way (a context
 variable, read where Gradio makes a session: joining the queue, a heartbeat's unload event); a session
@@ -40,6 +49,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 from contextvars import ContextVar
 
 from gradio.state_holder import SessionState, StateHolder
@@ -111,17 +121,50 @@ class SessionStore(StateHolder):
             mine = self.held_by(address)
             return len(mine) < self.per_address or any(not shows_run(self.session_data[s]) for s in mine)
 
+    @property
+    def orphans(self) -> dict[str, float]:
+        """Session hashes with records in Gradio's queue that the store does not hold and none of whose events
+        is queued or running: when each was first seen so (``time.monotonic``)."""
+        orphans = self.__dict__.get("_orphans")
+        if orphans is None:
+            orphans = self.__dict__["_orphans"] = {}
+        return orphans
+
     def delete_all_expired_state(self) -> None:
-        """Gradio's expiry of states (called every second), then forget each session unused for ``ttl_s``
-        whole, and hand the memory back when any went."""
+        """Gradio's expiry of states (called every second, on the server's event loop), then forget each session
+        unused for ``ttl_s`` whole and the queue's records of hashes orphaned for as long, and hand the memory
+        back when anything went."""
         super().delete_all_expired_state()
         now = datetime.datetime.now()
         with self.lock:
             stale = [s for s in self.session_data if (now - self.time_last_used.get(s, now)).total_seconds() > self.ttl_s]
             for session_id in stale:
                 self._drop(session_id)
-        if stale:
+        forgotten = self._forget_queue_records()
+        if stale or forgotten:
             free_memory("cpu")
+
+    def _forget_queue_records(self) -> int:
+        """Drop Gradio's queue records (message queue, unread event ids) of hashes orphaned for ``ttl_s``; how many went.
+
+        Runs on the event loop, as the queue's own changes to these records do, so none changes under it."""
+        queue = getattr(getattr(self, "blocks", None), "_queue", None)
+        if queue is None:
+            return 0
+        messages, unread, live = queue.pending_messages_per_session, queue.pending_event_ids_session, queue.event_ids_to_events
+        orphans, now, gone = self.orphans, time.monotonic(), 0
+        hashes = set(messages) | set(unread)
+        for session in hashes:
+            if session in self.session_data or any(event in live for event in unread.get(session, ())):
+                orphans.pop(session, None)
+            elif now - orphans.setdefault(session, now) > self.ttl_s:
+                messages.pop(session, None)
+                unread.pop(session, None)
+                del orphans[session]
+                gone += 1
+        for session in [s for s in orphans if s not in hashes]:
+            del orphans[session]
+        return gone
 
     def _drop(self, session_id: str) -> None:
         del self.session_data[session_id]
