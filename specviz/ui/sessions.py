@@ -60,6 +60,9 @@ from specviz.ui.address import client_address
 from specviz.ui.limits import SESSION_TTL_S, whole_number
 
 IDLE_S = 60.0  # a session that shows no run may give its place to a newcomer after this long unused
+# Handing memory back (a full garbage collection: 0.3 s of the server's time, the interpreter held) at most this
+# often: under a flood of fresh sessions some expire every second, and a collection each second slowed other visitors.
+FREE_EVERY_S = 15.0
 PER_ADDRESS = whole_number("SPECVIZ_SESSIONS_PER_ADDRESS", 8, 1)  # sessions one address holds at most
 
 # The address of the request being served (set by KeepSessions); "" outside a request.
@@ -77,6 +80,9 @@ class SessionStore(StateHolder):
     idle_s = IDLE_S
     per_address = PER_ADDRESS
     ttl_s = SESSION_TTL_S
+    free_every_s = FREE_EVERY_S
+    _owes_free = False  # something went since memory was last handed back
+    _freed_at = float("-inf")  # when it was (time.monotonic)
 
     @property
     def owners(self) -> dict[str, str]:
@@ -133,7 +139,7 @@ class SessionStore(StateHolder):
     def delete_all_expired_state(self) -> None:
         """Gradio's expiry of states (called every second, on the server's event loop), then forget each session
         unused for ``ttl_s`` whole and the queue's records of hashes orphaned for as long, and hand the memory
-        back when anything went."""
+        back when anything went (at most once every ``free_every_s``)."""
         super().delete_all_expired_state()
         now = datetime.datetime.now()
         with self.lock:
@@ -141,7 +147,9 @@ class SessionStore(StateHolder):
             for session_id in stale:
                 self._drop(session_id)
         forgotten = self._forget_queue_records()
-        if stale or forgotten:
+        self._owes_free = self._owes_free or bool(stale or forgotten)
+        if self._owes_free and time.monotonic() - self._freed_at >= self.free_every_s:
+            self._owes_free, self._freed_at = False, time.monotonic()
             free_memory("cpu")
 
     def _forget_queue_records(self) -> int:
