@@ -28,7 +28,8 @@ and its last outputs) until it is evicted: after a flood, the sessions it made h
 newcomers took their places. The store forgets a session unused for ``SESSION_TTL_S`` whole, at Gradio's
 once-a-second expiry check, and then hands the freed memory back to the system (``specviz.pair.free_memory``;
 the server's threads share one C heap, ``specviz.pair.one_heap``, so it can). Measured after an attack's floods
-had expired: RSS 8-15 MB above its warm start, not all the way back (``specviz.pair.memory.one_heap`` says what).
+had expired, with the queue's records below forgotten too: RSS within 10 MB of its warm start (0-10 MB over three
+rounds; it was 10-29 MB before the queue's records went).
 
 Gradio's queue keeps records of its own per session hash: a message queue (``pending_messages_per_session``,
 the 2,000 most recent hashes) and the ids of the session's events not yet read to their end
