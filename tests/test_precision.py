@@ -233,3 +233,18 @@ def test_candidate_top_p_keeps_what_transformers_top_p_keeps():
             assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(want[~torch.isinf(want)], got[~torch.isinf(got)])
     small = torch.randn(3, 8, generator=gen)
     assert torch.equal(CandidateTopP(0.8)(None, small.clone()), TopPLogitsWarper(0.8)(None, small.clone()))
+    # the stages: peaked rows served by 64 candidates, less peaked ones by 1,024, flat ones by the full sort
+    stages = []
+    for candidates in ((64,), (1024,), (64, 1024)):
+        for p in (0.5, 0.9):
+            for scale in (6.0, 4.5, 0.5):
+                x = torch.randn(4, 49152, generator=gen) * scale
+                top_p = CandidateTopP(p, candidates=candidates)
+                used = []
+                keep, full = top_p._keep, top_p.full
+                top_p._keep = lambda s, top, out: used.append(top.values.shape[-1]) or keep(s, top, out)
+                top_p.full = lambda ids, s: used.append("full") or full(ids, s)
+                want, got = TopPLogitsWarper(p)(None, x.clone()), top_p(None, x.clone())
+                assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(want[~torch.isinf(want)], got[~torch.isinf(got)])
+                stages += used
+    assert {64, 1024, "full"} <= set(stages)

@@ -6,7 +6,7 @@ cumulative probability is <= 1 - p (keeping at least ``min_tokens_to_keep``). On
 a 49,152-entry vocabulary costs 3 ms a row (SmolLM2; a bf16 target step is 22-25 ms), paid by
 the drafter at every draft and by the target at every verified row.
 
-The same rule needs only the tokens that can be kept: if the ``candidates`` most probable tokens
+The same rule needs only the tokens that can be kept: if the k most probable tokens
 hold more than p of the mass (with a margin for float rounding), every token outside them has an
 ascending cumulative probability below 1 - p and is removed, and inside them the cumulative
 probability is the mass outside plus their own ascending cumulative sum, computed in float64. Rows
@@ -15,6 +15,11 @@ set equals transformers' except where a cumulative sum lies within float32 round
 (transformers sums 49,152 float32 terms; measured: none in 4,000 random rows of 49,152 logits, where
 float32 candidate sums differed in 4); speculative decoding stays exact either way, since the
 drafter's q, the target's p and the autoregressive baseline all go through this same function.
+
+k is tried small first: 64 candidates, then 1,024, then the full sort. A language model's nucleus at
+the usual settings mostly fits in 64 tokens, and ranking 64 costs a quarter of ranking 1,024 (measured
+on a 2-core AMD EPYC, rows of 49,152: 0.07-0.09 ms a row against 0.3-0.4 ms), paid for every row a
+verify pass or a drafter step processes (a tree's verify pass processes one per node).
 """
 
 from __future__ import annotations
@@ -30,30 +35,40 @@ class CandidateTopP(LogitsProcessor):
 
     Args:
         top_p: in (0, 1); the mass to keep.
-        candidates: how many tokens to rank (``torch.topk``) before falling back to a full sort.
+        candidates: how many tokens to rank (``torch.topk``), tried in turn, smallest first, before
+            falling back to a full sort.
         filter_value: what removed logits become.
         min_tokens_to_keep: at least this many tokens stay.
 
     Call: (input_ids ignored, scores (rows, vocab) float) -> scores with removed entries at ``filter_value``.
     """
 
-    def __init__(self, top_p: float, candidates: int = 1024, filter_value: float = -float("inf"), min_tokens_to_keep: int = 1):
+    def __init__(self, top_p: float, candidates: tuple[int, ...] = (64, 1024), filter_value: float = -float("inf"),
+                 min_tokens_to_keep: int = 1):
         self.top_p = float(top_p)
-        self.candidates = candidates
+        self.candidates = tuple(sorted(candidates))
         self.filter_value = filter_value
         self.min_tokens_to_keep = min_tokens_to_keep
         self.full = TopPLogitsWarper(self.top_p, filter_value=filter_value, min_tokens_to_keep=min_tokens_to_keep)
 
     def __call__(self, input_ids, scores: torch.Tensor) -> torch.Tensor:
         vocab = scores.shape[-1]
-        k = min(self.candidates, vocab)
-        if k <= self.min_tokens_to_keep or k == vocab:
-            return self.full(input_ids, scores)
-        probs = scores.double().softmax(dim=-1)  # float64: the mass outside the candidates to 1e-15, not 1e-5
-        top = probs.topk(k, dim=-1)  # descending
-        outside = (1.0 - top.values.sum(dim=-1)).clamp_min(0.0)  # (rows,)
-        if not bool((outside < (1.0 - self.top_p) - MARGIN).all()):
-            return self.full(input_ids, scores)
+        probs = None
+        for k in self.candidates:
+            if k >= vocab:
+                break
+            if k <= self.min_tokens_to_keep:
+                continue
+            if probs is None:
+                probs = scores.double().softmax(dim=-1)  # float64: the mass outside the candidates to 1e-15, not 1e-5
+            top = probs.topk(k, dim=-1)  # descending
+            outside = (1.0 - top.values.sum(dim=-1)).clamp_min(0.0)  # (rows,)
+            if bool((outside < (1.0 - self.top_p) - MARGIN).all()):
+                return self._keep(scores, top, outside)
+        return self.full(input_ids, scores)
+
+    def _keep(self, scores: torch.Tensor, top, outside: torch.Tensor) -> torch.Tensor:
+        """``scores`` with every token removed but those of ``top`` (the candidates, descending) the rule keeps."""
         ascending = top.values.flip(-1)
         remove = (outside[:, None] + ascending.cumsum(dim=-1)) <= (1.0 - self.top_p)
         remove[..., -self.min_tokens_to_keep :] = False
