@@ -59,7 +59,7 @@ class Calibration:
         chain_step_cost: drafting ms per drafter pass in chain rounds / target step ms (c).
         overhead: {mean nodes per round: a round's time beyond its drafting and the bare verify pass v(n) /
             target step ms}, from the chain's and the tree's runs: judging (the target's p at every node
-            under the run's sampling processors: a top-p sort of the vocabulary per node), recording; it
+            under the run's sampling processors: under top-p a ranking of the most probable tokens per node), recording; it
             grows with the nodes.
         available: ``sequoia.children_available`` of the calibration tree's rounds: how often a node's k-th
             child exists at all (under top-p or top-k sampling q's nucleus may hold fewer tokens than the
@@ -281,8 +281,9 @@ def _overhead(chains, trees, step_ms: float, curve: dict[int, float]) -> dict[fl
 
     The bare pass is v(n) of ``curve`` (``verify_cost_curve``: the target's logits and nothing else) at each
     round's node count. The loop's verify phase also judges: the target's p at every node through the run's
-    sampling processors, which under top-p sorts the vocabulary once per node (on the English pair with EAGLE
-    at T 0.7, a 4-4 tree's verify phase took 1.26 target steps against v(8) = 1.03). So that time, and the
+    sampling processors, which under top-p rank the most probable tokens once per node (``specviz.engine.top_p``;
+    on the English pair with EAGLE at T 0.7, ranking 1,024 of them, a 4-4 tree's verify phase took 1.26 target
+    steps against v(8) = 1.03). So that time, and the
     recording's, is what this line predicts; under greedy decoding judging is an argmax and the line stays low."""
     points = {}
     for ts in (chains, trees):

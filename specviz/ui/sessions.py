@@ -85,13 +85,15 @@ class SessionStore(StateHolder):
     _owes_free = False  # something went since memory was last handed back
     _freed_at = float("-inf")  # when it was (time.monotonic)
 
+    def _own_dict(self, name: str) -> dict:
+        """The store's dict ``name``, made on first use: the class is swapped in on a live holder (``install``), so
+        no __init__ of ours ran."""
+        return self.__dict__.setdefault(name, {})
+
     @property
     def owners(self) -> dict[str, str]:
         """The address each kept session was made from (sessions made outside a request have none)."""
-        owners = self.__dict__.get("_owners")
-        if owners is None:  # the class is swapped in on a live holder (``install``): no __init__ ran
-            owners = self.__dict__["_owners"] = {}
-        return owners
+        return self._own_dict("_owners")
 
     def __getitem__(self, session_id: str) -> SessionState:
         with self.lock:
@@ -132,10 +134,7 @@ class SessionStore(StateHolder):
     def orphans(self) -> dict[str, float]:
         """Session hashes with records in Gradio's queue that the store does not hold and none of whose events
         is queued or running: when each was first seen so (``time.monotonic``)."""
-        orphans = self.__dict__.get("_orphans")
-        if orphans is None:
-            orphans = self.__dict__["_orphans"] = {}
-        return orphans
+        return self._own_dict("_orphans")
 
     def delete_all_expired_state(self) -> None:
         """Gradio's expiry of states (called every second, on the server's event loop), then forget each session

@@ -25,7 +25,7 @@ FORMULA = ("predicted speedup = E[tokens per round] / (depth × c_tree + v(n) + 
            "p(depth, rank) being the measured rate given that the child exists times the chance that it does (under top-p or "
            "top-k sampling the drafter's nucleus may hold fewer tokens than the shape asks); "
            "a chain's: gamma × c + v(gamma) + overhead(gamma). v(n) is the target's bare pass over n nodes; overhead(n) the rest "
-           "of a round's time, judging included (the target's p at every node: under top-p a sort of the vocabulary per node), "
+           "of a round's time, judging included (the target's p at every node: under top-p a ranking of the most probable tokens per node), "
            "a line through the calibration chain's and tree's rounds. Costs are in target steps (one autoregressive step = 1).")
 
 
