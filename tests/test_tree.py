@@ -349,3 +349,54 @@ def test_greedy_judging_from_argmaxes_is_the_judging_of_one_hot_rows(rule, with_
             assert torch.equal(value, slow[key]), (trial, key, value, slow[key])
         checked += int(fast["accepted"].sum())
     assert checked > 20  # accepted children were judged, not only rejections
+
+
+@pytest.mark.parametrize("rule", ["with-replacement", "without-replacement"])
+@pytest.mark.parametrize("with_q", [True, False], ids=["q", "no-q"])
+def test_judging_on_the_columns_with_mass_is_judging_on_the_whole_vocabulary(rule, with_q, monkeypatch):
+    """A sampled tree round judged over ``mass_columns`` (the columns where some slot's p is positive, and the
+    nodes' tokens) gives the verdicts, accepted children and final tokens of the round judged over the whole
+    vocabulary, exactly, with the same random draws; the recorded probabilities agree to float32 rounding (their
+    normalising sums run over fewer zeros). Random trees under top-k and top-p, nodes often outside the target's
+    nucleus; q from a different model, so rejections and corrections are common."""
+    from specviz.engine.drafter import DraftTree
+    from specviz.engine.tree import loop
+
+    rng = torch.Generator().manual_seed(5)
+    vocab, used, corrections = 300, 0, 0
+    for trial in range(80):
+        n = int(torch.randint(1, 14, (1,), generator=rng))
+        parents = [int(torch.randint(-1, i, (1,), generator=rng)) if i else -1 for i in range(n)]
+        depths = []
+        for parent in parents:
+            depths.append(1 if parent < 0 else depths[parent] + 1)
+        sampling = Sampling(0.8, top_k=[0, 6, 40][trial % 3], top_p=[0.9, 1.0, 0.8][trial % 3])
+        warpers = sampling.warpers()
+        logits = 4 * torch.randn(n + 1, vocab, generator=rng)
+        q = None
+        if with_q:
+            q_slot = sampling.probs(logits + 2 * torch.randn(n + 1, vocab, generator=rng), warpers)
+            q = q_slot[torch.tensor(parents) + 1]
+        p_slot = sampling.probs(logits, warpers)
+        likely = p_slot[torch.tensor(parents) + 1].multinomial(1, generator=rng)[:, 0]
+        tokens = torch.where(torch.rand(n, generator=rng) < 0.7, likely, torch.randint(0, vocab, (n,), generator=rng))
+        drafted = DraftTree(tokens=tokens, parents=parents, depths=depths, q=q, rule=rule)
+        fast = loop._verdicts(logits, drafted, sampling, warpers, torch.Generator().manual_seed(trial), loop.NO_FAULT, 10).fetch()
+        cols = loop.mass_columns(p_slot, logits, tokens, 10)
+        used += cols is not None and cols.numel() < vocab
+        with monkeypatch.context() as m:
+            m.setattr(loop, "mass_columns", lambda *a: None)
+            slow = loop._verdicts(logits, drafted, sampling, warpers, torch.Generator().manual_seed(trial), loop.NO_FAULT, 10).fetch()
+        assert set(fast) == set(slow)
+        for key in ("accepted", "accepted_child", "finals", "tokens", "finite", "u"):
+            assert fast[key] == slow[key], (trial, key)
+        for key in ("p", "p_residual", "q", "accept_prob", "mass", "final_probs", "top_prob"):
+            assert fast[key] == pytest.approx(slow[key], abs=1e-6), (trial, key)
+        # the records' top tokens of p': the same where p' is positive (zeros tie, and either side may list
+        # any token of p' 0, with its own p and q)
+        for i, (a, b, pa) in enumerate(zip(fast["top_ids"], slow["top_ids"], fast["top_prob"])):
+            assert a == b or pa == 0.0, (trial, a, b)
+            if a == b:
+                assert (fast["top_p"][i], fast["top_q"][i]) == pytest.approx((slow["top_p"][i], slow["top_q"][i]), abs=1e-6)
+        corrections += sum(1 for slot, child in enumerate(fast["accepted_child"]) if child < 0 and slot == 0)
+    assert used >= 60 and corrections >= 5  # the column path ran, and rounds ended in corrections at the root

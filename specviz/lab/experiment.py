@@ -128,8 +128,9 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
     Raises:
         KeyError: an unknown fault.
     """
-    exact = exact_two_token_distribution(target, sampling, prompt).ravel()
-    result = Result(counts=np.zeros(VOCAB * VOCAB), exact=exact, runs=0)
+    vocab = int(getattr(getattr(target, "config", None), "vocab_size", VOCAB))  # the lab's models: 8
+    exact = exact_two_token_distribution(target, sampling, prompt, vocab=vocab).ravel()
+    result = Result(counts=np.zeros(vocab * vocab), exact=exact, runs=0)
     steps = fault_steps(fault) if tree is None else None
     broken = NO_FAULT if tree is None or fault == "none" else tree_fault(fault)
 
@@ -145,7 +146,7 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
                 yield result
             return
         trace = run(seed)
-        result.counts[outcome(trace.output_ids)] += 1
+        result.counts[outcome(trace.output_ids, vocab=vocab)] += 1
         result.runs += 1
         result.accepted += trace.accepted
         result.drafted += trace.drafted
