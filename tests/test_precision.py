@@ -248,3 +248,12 @@ def test_candidate_top_p_keeps_what_transformers_top_p_keeps():
                 assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(want[~torch.isinf(want)], got[~torch.isinf(got)])
                 stages += used
     assert {64, 1024, "full"} <= set(stages)
+    # one call mixing the three kinds of row (a tree's verify pass): each row takes its own first stage
+    x = torch.cat([torch.randn(3, 49152, generator=gen) * scale for scale in (4.5, 6.0, 0.5, 6.0)])[torch.randperm(12, generator=gen)]
+    top_p, used = CandidateTopP(0.9), []
+    keep, full = top_p._keep, top_p.full
+    top_p._keep = lambda s, top, out: used.append((top.values.shape[-1], s.shape[0])) or keep(s, top, out)
+    top_p.full = lambda ids, s: used.append(("full", s.shape[0])) or full(ids, s)
+    want, got = TopPLogitsWarper(0.9)(None, x.clone()), top_p(None, x.clone())
+    assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(want[~torch.isinf(want)], got[~torch.isinf(got)])
+    assert [stage for stage, _ in used] == [64, 1024, "full"] and sum(rows for _, rows in used) == 12, used
