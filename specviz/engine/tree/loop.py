@@ -203,9 +203,9 @@ def mass_columns(p: torch.Tensor, logits: torch.Tensor, tokens: torch.Tensor, to
     slot's p is positive (the top-k / top-p nucleus: tens of tokens at the usual settings) and the
     nodes' tokens (judged even where p is 0); when fewer than ``max(top_k, 1)``, each slot's highest
     logits join them (the records' runners-up; and a column at least, so a NaN row, NaN in every
-    column, is still seen). A draw by the inverse
-    distribution function adds the same non-zero terms in the same order, so it picks the same
-    token; sums may differ in their last bits (the mass is summed over fewer zeros).
+    column, is still seen). A draw by the inverse distribution function adds the same non-zero terms
+    in the same order, so it picks the same token; sums may differ in their last bits (the mass is
+    summed over fewer zeros).
 
     Only on a CPU, where a (rows, vocabulary) operation is the cost (the English pair at T 0.7, top-p
     0.9, a round's step 3 with the judging over these columns, medians of rounds captured from runs:
