@@ -77,16 +77,16 @@ class CandidateTopP(LogitsProcessor):
                 # margin of 1e-4, and no float64 copy of the rows is made (a tree's verify pass has dozens)
                 peak = scores.max(dim=-1, keepdim=True).values
                 total = (scores - peak).exp().sum(dim=-1, keepdim=True).double()
-            ranked = (scores if rows is None else scores[rows]).topk(k, dim=-1)  # descending: scores rank as probabilities do
-            at = slice(None) if rows is None else rows
-            top = Ranked((ranked.values.double() - peak[at]).exp() / total[at], ranked.indices)
+            pending = slice(None) if rows is None else rows
+            ranked = scores[pending].topk(k, dim=-1)  # descending: scores rank as probabilities do
+            top = Ranked((ranked.values.double() - peak[pending]).exp() / total[pending], ranked.indices)
             outside = (1.0 - top.values.sum(dim=-1)).clamp_min(0.0)  # (pending rows,)
             served = outside < (1.0 - self.top_p) - MARGIN
             if rows is None and bool(served.all()):
                 return self._keep(scores, top, outside)
             # each row takes the first stage that serves it: a tree's verify pass mixes peaked rows with flat ones
-            if out is None:
-                out, rows = scores.clone(), torch.arange(scores.shape[0], device=scores.device)
+            if out is None:  # every row of it is written below, by a stage or by the full sort
+                out, rows = torch.empty_like(scores), torch.arange(scores.shape[0], device=scores.device)
             if bool(served.any()):
                 at = rows[served]
                 out[at] = self._keep(scores[at], Ranked(top.values[served], top.indices[served]), outside[served])

@@ -52,6 +52,11 @@ def exact_two_token_distribution(target, sampling: Sampling, prompt: list[int] =
     return law
 
 
+def vocab_of(target) -> int:
+    """The vocabulary an experiment counts over: the target's (the lab's own models have VOCAB = 8)."""
+    return int(getattr(getattr(target, "config", None), "vocab_size", VOCAB))
+
+
 def outcome(output_ids: list[int], eos: int | None = None, vocab: int = VOCAB) -> int:
     """The cell of a run's first two tokens (a run stopped by EOS at its first token: (eos, eos))."""
     x1 = output_ids[0]
@@ -128,7 +133,7 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
     Raises:
         KeyError: an unknown fault.
     """
-    vocab = int(getattr(getattr(target, "config", None), "vocab_size", VOCAB))  # the lab's models: 8
+    vocab = vocab_of(target)
     exact = exact_two_token_distribution(target, sampling, prompt, vocab=vocab).ravel()
     result = Result(counts=np.zeros(vocab * vocab), exact=exact, runs=0)
     steps = fault_steps(fault) if tree is None else None
@@ -182,13 +187,14 @@ def batch_results(drafter, target, sampling: Sampling, gamma: int, runs: int, pr
     """
     from specviz.engine.batch import speculative_generate_batch
 
-    results = [Result(counts=np.zeros(VOCAB * VOCAB), exact=exact_two_token_distribution(target, sampling, p, eos=eos).ravel(), runs=0)
+    vocab = vocab_of(target)
+    results = [Result(counts=np.zeros(vocab * vocab), exact=exact_two_token_distribution(target, sampling, p, vocab, eos).ravel(), runs=0)
                for p in prompts]
     for s in range(runs):
         batch = speculative_generate_batch(prompts, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1,
                                            eos_token_id=eos, seed=s * len(prompts), schedule=schedule, steps=fault_steps(fault))
         for result, trace in zip(results, batch.traces):
-            result.counts[outcome(trace.output_ids, eos)] += 1
+            result.counts[outcome(trace.output_ids, eos, vocab)] += 1
             result.runs += 1
             result.accepted += trace.accepted
             result.drafted += trace.drafted
