@@ -9,6 +9,7 @@ output law is in tests/test_tree_exactness.py.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -358,3 +359,121 @@ def test_refined_counts_put_the_chosen_shapes_own_rounds_in_place_of_the_wide_ru
     assert out.chain_counts[:2] == list(acceptance_by_depth(*runs))[:2] and out.chain_counts[2:] == cal.chain_counts[2:]
     assert out.refined == "tree of 9 nodes, depth 3; chain of gamma 2"
     assert auto_tree.Calibration.from_dict(json.loads(json.dumps(out.to_dict()))) == out
+
+
+def test_a_calibration_ends_within_the_round_its_stop_check_asks_it_to():
+    """The calibration is work a visitor's job starts: its stop check is asked after every round of every
+    run and before every timed pass size, and once it answers True nothing more runs."""
+    from specviz.engine.stopping import Stopped
+
+    drafter, target = models("similar")
+    args = dict(max_new_tokens=12, max_depth=4, max_nodes=8)
+    asks = []
+
+    def counted():
+        asks.append(1)
+        return False
+
+    auto_tree.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, stop=counted, **args)
+    whole = len(asks)
+    assert whole > 20  # every round of about 10 runs, and each v(n) size
+    for at in (1, whole // 2, whole):  # the first round, mid-way, and the last pass size
+        asks.clear()
+
+        def stop_at(n=at):
+            asks.append(1)
+            return len(asks) >= n
+
+        with pytest.raises(Stopped):
+            auto_tree.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, stop=stop_at, **args)
+        assert len(asks) == at  # not asked again: nothing ran after it said stop
+
+
+def test_a_stopped_calibration_is_not_cached(tmp_path, monkeypatch):
+    from specviz.drafters import make_drafter
+    from specviz.engine.stopping import Stopped
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(auto_tree, "_CACHE", {})
+    model, target = models("similar")
+    drafter = make_drafter("model", drafter_model=model, target=target)
+    args = dict(max_new_tokens=8, max_nodes=6, max_depth=3, key=("lab", "cpu"))
+    with pytest.raises(Stopped):
+        auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, stop=lambda: True, **args)
+    assert not auto_tree._CACHE and not (tmp_path / "auto_tree.json").exists()
+    auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, **args)  # measured in full now, then kept
+    assert auto_tree._CACHE and (tmp_path / "auto_tree.json").exists()
+
+
+def _run_request(tree: str, max_new_tokens: int = 16):
+    from specviz.ui.request import RunRequest
+
+    return RunRequest.checked("embedded", "def f(n):", 4, 0, 0, 1.0, max_new_tokens, 0, False, "", "", "model", "constant", 1.0, tree)
+
+
+def test_the_runs_time_limit_starts_after_the_auto_trees_calibration(monkeypatch):
+    """A calibration that takes longer than the runs' shared limit (here 2 x 1 s) leaves them all of it:
+    before, the limit started before the calibration and the run stopped after its first round."""
+    from types import SimpleNamespace
+
+    from specviz.ui import device
+    from specviz.ui.tree import AUTO
+
+    def slow_calibration(*args, stop=None, **kwargs):
+        time.sleep(2.5)
+        return SimpleNamespace(tree=None, gamma=3, choice=SimpleNamespace(sentence=lambda: "auto: chain of gamma 3"), record=lambda: None)
+
+    monkeypatch.setattr(auto_tree, "auto_for_pair", slow_calibration)
+    monkeypatch.setattr(device, "RUN_SECONDS_MAX", 1.0)
+    events = list(device.run_on_device(_run_request(AUTO)))
+    assert events[-1][0] == "done"
+    spec, status = events[-1][1], events[-1][4]
+    assert "time limit" not in status and spec.stop_reason != "time_limit" and len(spec.output_ids) == 16
+    assert "auto: chain of gamma 3" in status
+    assert events[0][0] == "calibrating" and "Stop ends it" in events[0][2]  # the page says what it waits for
+
+
+@pytest.mark.slow
+def test_stop_during_the_pages_calibration_ends_the_job_before_any_run(tmp_path, monkeypatch):
+    """On the embedded pair, the real calibration: the job's check answers True at its third ask, and the
+    device half ends there, with no run; the Generate handler then shows "Stopped by you" and the time
+    cap of the calibration gives a message naming the field."""
+    from types import SimpleNamespace
+
+    import gradio as gr
+
+    from specviz.ui import device, generate, state, tree
+    from specviz.ui.tree import AUTO
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(auto_tree, "_CACHE", {})
+    asks = []
+
+    def stop_at_third():
+        asks.append(1)
+        return len(asks) >= 3
+
+    events = list(device.run_on_device(_run_request(AUTO), stop_at_third))
+    assert [e[0] for e in events] == ["calibrating"] and len(asks) == 3
+    assert not auto_tree._CACHE
+
+    # The handler: Stop pressed while the calibration runs.
+    real = auto_tree.calibrate
+    session = "calibration-stop-test"
+
+    def press_stop_then_calibrate(*args, stop=None, **kwargs):
+        state.stop_asked.add(session)
+        return real(*args, stop=stop, **kwargs)
+
+    monkeypatch.setattr(auto_tree, "calibrate", press_stop_then_calibrate)
+    shown = list(generate.generate("embedded", "def f(n):", 4, 0, 0, 1.0, 16, 0, False, "", "", "model", "constant", 1.0, AUTO,
+                                   progress=lambda *a, **k: None, request=SimpleNamespace(session_hash=session)))
+    state.stop_asked.discard(session)
+    assert shown[0]["status"].startswith("Token tree auto: measuring") and shown[-1]["status"] == "Stopped by you before the first round."
+
+    # Its own cap: at 0 s it ends at the first ask, and the visitor is told which field and what to choose.
+    monkeypatch.setattr(auto_tree, "calibrate", real)
+    monkeypatch.setattr(tree, "CALIBRATION_SECONDS_MAX", 0.0)
+    with pytest.raises(gr.Error) as err:
+        list(device.run_on_device(_run_request(AUTO)))
+    assert err.value.title == "Token tree" and "choose the chain" in err.value.message

@@ -185,8 +185,8 @@ def test_a_job_whose_result_stream_is_never_opened_stops(app, monkeypatch):
     wait_idle(demo)
     real = api.run_on_device
 
-    def slowed(req):
-        for event in real(req):
+    def slowed(req, stop=None):
+        for event in real(req, stop):
             time.sleep(0.1)
             yield event
 

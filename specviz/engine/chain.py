@@ -22,6 +22,7 @@ from specviz.engine.drafter import DraftRequest
 from specviz.engine.runner import make_runner
 from specviz.engine.sampling import Sampling, contexts
 from specviz.engine.schedules import GammaSchedule, make_schedule
+from specviz.engine.stopping import finish
 from specviz.trace import MAX_GAMMA, Round, Trace
 from specviz.engine.rounds import (  # noqa: F401  (TOP_TOKENS re-exported)
     TOP_TOKENS, Clock, Transfer, judge_chain, settle, extend_trace, round_record, set_up, start_sequence,
@@ -217,18 +218,11 @@ def autoregressive_stream(
         clock.resume(suspended)
 
 
-def _last(stream: Iterator[Trace]) -> Trace:
-    trace = None
-    for trace in stream:
-        pass
-    return trace
-
-
 def speculative_generate(input_ids, drafter, target, gamma: int = 4, sampling: Sampling = Sampling(), **kwargs) -> Trace:
     """Run ``speculative_stream`` to the end and return the finished Trace (same arguments and errors)."""
-    return _last(speculative_stream(input_ids, drafter, target, gamma=gamma, sampling=sampling, **kwargs))
+    return finish(speculative_stream(input_ids, drafter, target, gamma=gamma, sampling=sampling, **kwargs))
 
 
 def autoregressive_generate(input_ids, target, sampling: Sampling = Sampling(), **kwargs) -> Trace:
     """Run ``autoregressive_stream`` to the end and return the finished Trace (same arguments and errors)."""
-    return _last(autoregressive_stream(input_ids, target, sampling=sampling, **kwargs))
+    return finish(autoregressive_stream(input_ids, target, sampling=sampling, **kwargs))

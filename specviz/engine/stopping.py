@@ -7,7 +7,8 @@ once before each round, so a run asked to stop ends within the round under way. 
 asks why (a Stop button, a client that hung up, a time cap): the caller knows, and says so.
 
 A loop that ends this way marks each unfinished trace ``stop_reason = STOPPED``; its rounds so far
-are kept and are valid, only shorter than asked.
+are kept and are valid, only shorter than asked. A step whose partial result means nothing (a
+calibration, whose choice needs all its runs) raises ``Stopped`` instead.
 """
 
 from __future__ import annotations
@@ -21,9 +22,32 @@ StopCheck = Callable[[], bool]
 STOPPED = "stopped"  # the stop_reason of a trace its caller ended early
 
 
+class Stopped(Exception):
+    """Raised by a step with no partial result to keep (a calibration) when its stop check asked it to end."""
+
+
 def asked(stop: StopCheck | None) -> bool:
     """Whether ``stop`` (None: never) asks to end now."""
     return stop is not None and bool(stop())
+
+
+def either(*checks: StopCheck | None) -> StopCheck:
+    """A stop check that answers True when any of ``checks`` does (None: never), asked in order."""
+    return lambda: any(asked(c) for c in checks)
+
+
+def finish(stream, stop: StopCheck | None = None):
+    """Run an engine stream (one that yields the same growing Trace after every round) to its end and return
+    the last Trace (None if it yielded none), asking ``stop`` (None: never) after every round.
+
+    Raises:
+        Stopped: ``stop`` asked to end; the run ends within the round under way.
+    """
+    last = None
+    for last in stream:
+        if asked(stop):
+            raise Stopped
+    return last
 
 
 def mark_stopped(trace, total_ms: float | None = None, tokenizer=None) -> None:

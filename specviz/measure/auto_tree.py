@@ -31,6 +31,7 @@ import torch
 
 from specviz import theory as chain_theory
 from specviz.engine.sampling import Sampling
+from specviz.engine.stopping import StopCheck, finish
 from specviz.engine.tree.spec import TreeSpec
 from specviz.theory import sequoia
 from specviz.theory import tree as tree_theory
@@ -297,7 +298,8 @@ def _overhead(chains, trees, step_ms: float, curve: dict[int, float]) -> dict[fl
 
 
 def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2) -> Calibration:
+              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2,
+              stop: StopCheck | None = None) -> Calibration:
     """Measure every input of the choice on ``prompts`` (see the module docstring), then refine it.
 
     The wide runs (a chain of gamma ``max_depth``, the 40-node calibration tree) start their rounds at
@@ -314,12 +316,21 @@ def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
         max_new_tokens: tokens per calibration run; ``max_depth``: the chain's gamma and the deepest tree weighed;
             ``max_nodes``: the widest verify pass timed (and the calibration tree's size, at most 40).
         cached: the KV cache v(n) is timed over (as ``specviz.engine.cache.make_runner``).
+        stop: asked after every round of every run and before every timed pass size (None: never); the
+            calibration is work a visitor's job can start, so it ends within the round under way when asked.
 
     Raises:
         ValueError: no prompts, or a run that never drafted (no acceptance to measure).
+        specviz.engine.stopping.Stopped: ``stop`` asked to end (nothing is kept: the choice needs every run).
     """
-    from specviz.engine.chain import autoregressive_generate, speculative_generate
+    from specviz.engine.chain import autoregressive_stream, speculative_stream
     from specviz.measure.tree_bench import verify_cost_curve
+
+    def autoregressive_generate(ids, target, **kwargs):
+        return finish(autoregressive_stream(ids, target, **kwargs), stop)
+
+    def speculative_generate(ids, drafter, target, **kwargs):
+        return finish(speculative_stream(ids, drafter, target, **kwargs), stop)
 
     if not prompts:
         raise ValueError("calibration needs at least one prompt")
@@ -331,7 +342,8 @@ def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
         chains = [speculative_generate(ids, drafter, target, gamma=max_depth, seed=seed + i, **common) for i, ids in enumerate(prompts)]
         trees = [speculative_generate(ids, drafter, target, tree=TreeSpec.explicit(calib_tree), seed=seed + i, **common)
                  for i, ids in enumerate(prompts)]
-        curve = verify_cost_curve(target, prompts[0], sorted({n for n in NS if n < max_nodes} | {max_nodes}), vocab_size, cached=cached)
+        curve = verify_cost_curve(target, prompts[0], sorted({n for n in NS if n < max_nodes} | {max_nodes}), vocab_size, cached=cached,
+                                  stop=stop)
     step = chain_theory.target_step_ms(*base)
     chain_counts = tree_theory.acceptance_by_depth(*chains)
     if not chain_counts:
@@ -395,11 +407,11 @@ def decide(cal: Calibration, max_nodes: int = 64, max_depth: int = 8, device: st
 
 
 def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, key=None, max_new_tokens: int = 64,
-              max_nodes: int = 64, max_depth: int = 8, seed: int = 0, cached=True) -> AutoTree:
+              max_nodes: int = 64, max_depth: int = 8, seed: int = 0, cached=True, stop: StopCheck | None = None) -> AutoTree:
     """Calibrate (or reuse this process's calibration for the same ``key``, drafter and sampling) and choose.
 
-    ``key``: what names the pair and device (e.g. (pair name, device)); None: never cached.
-    Raises as ``calibrate``."""
+    ``key``: what names the pair and device (e.g. (pair name, device)); None: never cached. ``stop``: the
+    calibration's stop check (a stopped calibration is not cached). Raises as ``calibrate``."""
     cache_key = None
     if key is not None:
         who = json.dumps(drafter.describe(), sort_keys=True, default=str) if hasattr(drafter, "describe") else id(drafter)
@@ -410,7 +422,7 @@ def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
     if cal is None and disk:
         cal = load_cached(disk)
     if cal is None:
-        cal = calibrate(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached)
+        cal = calibrate(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached, stop=stop)
         if disk:
             store_cached(disk, cal)
     if cache_key:
@@ -604,11 +616,12 @@ def format_bench_report(r: dict) -> list[str]:
     return lines
 
 
-def auto_for_pair(pair, drafter, sampling: Sampling, max_new_tokens: int = 64, max_nodes: int = 64, cached=True) -> AutoTree:
+def auto_for_pair(pair, drafter, sampling: Sampling, max_new_tokens: int = 64, max_nodes: int = 64, cached=True,
+                  stop: StopCheck | None = None) -> AutoTree:
     """``auto_tree`` for a loaded pair, calibrated on the last held-out prompts (never a visitor's
-    or a user's own prompt), cached per (pair, device, drafter, sampling)."""
+    or a user's own prompt), cached per (pair, device, drafter, sampling); ``stop`` as ``calibrate``'s."""
     from specviz.measure.common import benchmark_prompts, prompt_token_ids
 
     ids = calibration_prompt_ids(lambda t: prompt_token_ids(pair, [t], "held-out")[0], benchmark_prompts(10**6), 0)
     return auto_tree(drafter, pair.target, ids, sampling, pair.vocab_size, key=(pair.name, str(pair.device)),
-                     max_new_tokens=max_new_tokens, max_nodes=max_nodes, cached=cached)
+                     max_new_tokens=max_new_tokens, max_nodes=max_nodes, cached=cached, stop=stop)

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from specviz import theory as chain_theory
 from specviz.engine.runner import make_runner
+from specviz.engine.stopping import StopCheck, Stopped, asked
 from specviz.theory import tree as theory
 from specviz.engine.tree.attention import ancestor_matrix, masked_logits
 
@@ -27,10 +28,11 @@ def _sync(device: torch.device) -> None:
 
 
 def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
-                      cached: bool | str = True) -> dict[int, float]:
+                      cached: bool | str = True, stop: StopCheck | None = None) -> dict[int, float]:
     """v(n) for each n in ``nodes``: median time of a masked target pass over the pending token and
     n nodes / median time of a one-token cached step, after ``prompt_ids`` (dimensionless);
     ``cached`` the KV cache both are timed over (``specviz.engine.cache.make_runner``: True, "static", "graphs").
+    ``stop`` is asked before each n (None: never); raises ``specviz.engine.stopping.Stopped`` when it asks.
 
     The pass's cost depends on how many tokens it scores, not on the tree's shape (the mask only
     hides entries), so a chain of n nodes stands for any tree of n.
@@ -59,6 +61,8 @@ def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: in
 
         step = timed(0)
         for n in nodes:
+            if asked(stop):
+                raise Stopped
             out[n] = timed(n) / step
     return out
 

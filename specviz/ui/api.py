@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from specviz.pair import default_pair
+from specviz.serving.gpu import on_zerogpu
 from specviz.ui import listening, share, state
 from specviz.ui.checks import mistake
 from specviz.ui.device import run_on_device
@@ -48,12 +49,22 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
     ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None)
     final = None
     with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree)) as held:
-        for final in run_on_device(req):
-            if final[0] != "done" and state.client_gone(request):
-                raise mistake(GONE, title="Stopped")
-            if final[0] != "done" and held.over():
-                spec = final[1]
-                kept = f" It had {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds; /run returns finished runs only." if spec else ""
-                raise mistake(held.note() + kept, title="Device shared")
+        check = None if on_zerogpu() else lambda: state.client_gone(request) or held.over()  # asked inside a calibration
+        for final in run_on_device(req, check):
+            if final[0] != "done":
+                _go_on(final[1], request, held)
+        if final is None or final[0] != "done":  # the auto tree's calibration was stopped
+            _go_on(None, request, held)
+            raise mistake("The run stopped before its first round.", title="Stopped")
     spec, baseline, done = final[1], final[2], final[4]
     return {"summary": summary(spec, baseline), "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}
+
+
+def _go_on(spec, request, held: share.Held) -> None:
+    """Raise the message /run ends with when its client is gone or its device share is spent (``spec``:
+    the run so far, None before its first round); return when it goes on."""
+    if state.client_gone(request):
+        raise mistake(GONE, title="Stopped")
+    if held.over():
+        kept = f" It had {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds; /run returns finished runs only." if spec else ""
+        raise mistake(held.note() + kept, title="Device shared")

@@ -17,16 +17,21 @@ from specviz.drafters import KINDS as DRAFTER_KINDS, pair_drafter, usable_kinds
 from specviz.serving.gpu import gpu_task
 from specviz.serving.gpu_duration import generate_duration, sweep_duration
 from specviz.engine.schedules import make_schedule
-from specviz.engine.stopping import StopCheck
+from specviz.engine.stopping import StopCheck, Stopped
 from specviz.measure.speedup import interleave
 from specviz.measure.sweep import sweep_stream
 from specviz.ui.checks import number
-from specviz.ui.limits import BATCH_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS, SWEEP_GAMMAS
+from specviz.ui.limits import (BATCH_MAX, CALIBRATION_SECONDS_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS,
+                               SWEEP_GAMMAS)
 from specviz.ui.pairs import encode, failure, resident
 from specviz.ui.request import RunRequest
-from specviz.ui.tree import resolve, resolve_tree
+from specviz.ui.tree import AUTO, resolve, resolve_tree
 from specviz.views.text import markdown_literal, run_label
 from specviz.views.verdict import verdict
+
+
+CALIBRATING = (f"Token tree auto: measuring this pair on this device first (short runs on held-out prompts, at most "
+               f"{CALIBRATION_SECONDS_MAX:.0f} s, once per sampling setting; Stop ends it). The run's own time starts after it…")
 
 
 def _pair_of(req: RunRequest):
@@ -46,29 +51,47 @@ def title(pair_name: str, spec: Trace) -> str:
     return f"{pair_name}, {run_label(spec)}, {how}, seed {s.get('seed')}"
 
 
-@gpu_task(duration=lambda req: req.duration())
-def run_on_device(req: RunRequest):
+def _run_seconds(req: RunRequest, stop: StopCheck | None = None) -> float:
+    """ZeroGPU seconds for Generate: its run and baseline, and the auto tree's calibration cap when it may calibrate."""
+    return req.duration() + (CALIBRATION_SECONDS_MAX if req.tree == AUTO else 0)
+
+
+@gpu_task(duration=_run_seconds)
+def run_on_device(req: RunRequest, stop: StopCheck | None = None):
     """The device half of Generate and /run: traces in, no UI objects out.
 
     The speculative run and its autoregressive baseline run in turns (``specviz.measure.speedup.interleave``),
     so whatever else the machine does slows both alike and the speedup compares like with like;
-    the baseline stops at the speculative run's token count (equal work).
+    the baseline stops at the speculative run's token count (equal work). Their shared limit (2 x
+    RUN_SECONDS_MAX) starts after the auto tree's calibration, which has its own (``specviz.ui.tree.resolve``).
 
-    Yields plain data: ("round", spec, title) at most every STREAM_INTERVAL_MS, ("speculative_done",
-    spec, title), then ("done", spec, baseline, title, status, auto): ``auto`` the auto tree's record
+    ``stop``: the job's check (Stop, a client gone, its device share; None: never, as on ZeroGPU, where the
+    handler asks it between yields), asked after every round of the calibration; the runs are stopped by
+    the handler between their yields. A calibration it stops ends the stream with no "done".
+
+    Yields plain data: ("calibrating", None, status) before an auto tree's calibration, ("round", spec,
+    title) at most every STREAM_INTERVAL_MS, ("speculative_done", spec, title), then ("done", spec,
+    baseline, title, status, auto): ``auto`` the auto tree's record
     (``specviz.measure.auto_tree.AutoTree.record``) or None. Errors leave as gr.Error.
     """
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
     common = _common(req, pair)
     drafter = pair_drafter(req.drafter_kind, pair)
+    if req.tree == AUTO:
+        yield "calibrating", None, CALIBRATING
+    try:
+        tree, gamma, chosen, auto = resolve(req.tree, pair, drafter, req.sampling, req.gamma, stop)
+    except Stopped:
+        return
+    except Exception as err:
+        raise failure(err, pair) from err
     # The two runs share the time of both: RUN_SECONDS_MAX each, taken in turns.
     deadline = time.monotonic() + 2 * RUN_SECONDS_MAX
     timed_out = False
     try:
         last_draw = 0.0
         spec = baseline = None
-        tree, gamma, chosen, auto = resolve(req.tree, pair, drafter, req.sampling, req.gamma)
         runs = interleave(speculative_stream(ids, drafter, pair.target, gamma=gamma, max_new_tokens=req.max_new_tokens,
                                              schedule=make_schedule(req.gamma_schedule, gamma), tree=tree, **common),
                           autoregressive_stream(ids, pair.target, max_new_tokens=req.max_new_tokens, **common))
@@ -122,18 +145,20 @@ def sweep_on_device(req: RunRequest, stop: StopCheck | None = None):
         raise failure(err, pair) from err
 
 
-@gpu_task(duration=lambda req, stop=None: req.duration(runs=len(DRAFTER_KINDS) + (req.tree != "chain")))
+@gpu_task(duration=lambda req, stop=None: req.duration(runs=len(DRAFTER_KINDS) + (req.tree != "chain"))
+          + (CALIBRATION_SECONDS_MAX if req.tree == AUTO else 0))
 def compare_on_device(req: RunRequest, stop: StopCheck | None = None):
     """The device half of Compare drafters: yields the growing Comparison (plain data); ``stop`` is asked
     every round (``specviz.measure.comparison.compare_stream``): the kinds not run then are left out."""
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
     try:
-        tree = resolve_tree(req.tree, pair, pair_drafter(req.drafter_kind, pair), req.sampling,
-                            req.gamma)[0]
+        tree = resolve_tree(req.tree, pair, pair_drafter(req.drafter_kind, pair), req.sampling, req.gamma, stop)[0]
         yield from compare_stream(ids, pair.drafter, pair.target, kinds=usable_kinds(pair.target, pair.own_tokenizer),
                                   drafter_tokenizer=pair.drafter_tokenizer, gamma=req.gamma, schedule=req.gamma_schedule,
                                   max_new_tokens=req.max_new_tokens, tree=tree, stop=stop, **_common(req, pair))
+    except Stopped:
+        return  # during the auto tree's calibration: no kind ran, and the caller's check knows why
     except Exception as err:
         raise failure(err, pair) from err
 

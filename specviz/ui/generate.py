@@ -46,18 +46,17 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 yield state.stopped[session]
                 return
             with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree)) as held:
-                for event in run_on_device(req):
-                    if event[0] != "done" and state.client_gone(request):
-                        return  # nobody listens: stop within a round, the device goes to the next visitor
-                    if event[0] != "done" and state.should_stop(session):
-                        # The Stop button: end here, between rounds, and show the rounds done (a finished run shows as done).
-                        state.stopped[session] = stopped_outputs(Recording(event[1], title=event[2]))
-                        yield state.stopped[session]
-                        return
-                    if event[0] != "done" and held.over():
-                        yield stopped_outputs(Recording(event[1], title=event[2]), held.note())
-                        return
+                # Asked inside the auto tree's calibration, every round (on ZeroGPU the worker cannot read the page's state).
+                check = None if on_zerogpu() else lambda: state.client_gone(request) or state.should_stop(session) or held.over()
+                event = None
+                for event in run_on_device(req, check):
+                    if event[0] != "done":
+                        if (halted := _halted(event, request, session, held)) is not None:
+                            yield from halted
+                            return
                     yield from _shown(event, req, session)
+                if event is None or event[0] != "done":  # the calibration was stopped: nothing ran
+                    yield from _halted(event, request, session, held) or [dict(status="Stopped before the first round.")]
     finally:
         state.following.pop(session, None)
         # A long-lived server gives each run's memory back: collect, then trim (measured: a trim
@@ -65,10 +64,28 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
         free_memory(None if not on_zerogpu() else "cpu")
 
 
+def _halted(event: tuple | None, request, session: str | None, held: share.Held) -> list[dict] | None:
+    """What to show when the job must end before ``event`` (the last one ``run_on_device`` sent, None: none):
+    [] when nobody listens, the rounds done when Stop was pressed or the job has had its device share; None
+    when it goes on."""
+    rec = Recording(event[1], title=event[2]) if event is not None and event[1] is not None else None
+    if state.client_gone(request):
+        return []  # nobody listens: stop within a round, the device goes to the next visitor
+    if state.should_stop(session):
+        # The Stop button: end here, between rounds, and show the rounds done (a finished run shows as done).
+        state.stopped[session] = stopped_outputs(rec)
+        return [state.stopped[session]]
+    if held.over():
+        return [stopped_outputs(rec, held.note())]
+    return None
+
+
 def _shown(event: tuple, req: RunRequest, session: str | None):
     """The outputs one event of ``run_on_device`` changes (a dict keyed by RUN_OUTPUTS)."""
     kind, spec = event[0], event[1]
-    if kind == "round":
+    if kind == "calibrating":
+        yield dict(status=event[2])
+    elif kind == "round":
         status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
         out = dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), status=status, recording=Recording(spec, title=event[2]),
                    **streaming(spec, session))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from specviz.recording import Recording
+from specviz.engine.stopping import Deadline, StopCheck, Stopped, either
 from specviz.engine.tree.spec import TreeSpec
 from specviz.ui.checks import mistake
+from specviz.ui.limits import CALIBRATION_SECONDS_MAX
 
 # The choices the page offers (label -> spec builder); "chain" drafts gamma tokens in a row.
 TREES = {
@@ -35,21 +37,38 @@ def tree_spec(choice: str) -> TreeSpec | None:
     return build() if build else None
 
 
-def resolve_tree(choice: str, pair, drafter, sampling, gamma: int) -> tuple[TreeSpec | None, int, str]:
+def resolve_tree(choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | None = None) -> tuple[TreeSpec | None, int, str]:
     """(tree, gamma, sentence) a run drafts with: the choice's own and ``gamma``, or for auto the tree
     or chain ``specviz.measure.auto_tree`` predicts fastest for this pair, drafter, sampling and device,
-    with the sentence that states it and its inputs ("" otherwise)."""
-    return resolve(choice, pair, drafter, sampling, gamma)[:3]
+    with the sentence that states it and its inputs ("" otherwise). Raises as ``resolve``."""
+    return resolve(choice, pair, drafter, sampling, gamma, stop)[:3]
 
 
-def resolve(choice: str, pair, drafter, sampling, gamma: int) -> tuple[TreeSpec | None, int, str, dict | None]:
+def resolve(choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | None = None) -> tuple[TreeSpec | None, int, str, dict | None]:
     """``resolve_tree``'s three, and for auto the choice's record (``AutoTree.record``: plain data a
-    recording keeps and the Theory tab draws from; None otherwise)."""
+    recording keeps and the Theory tab draws from; None otherwise).
+
+    Auto's calibration (when this pair, device, drafter and sampling have none cached) runs inside the
+    visitor's job: it asks ``stop`` (the job's check: Stop, a client gone, its device share) after every
+    round, and ends at CALIBRATION_SECONDS_MAX of its own.
+
+    Raises:
+        specviz.engine.stopping.Stopped: ``stop`` asked to end during the calibration (its caller knows why).
+        gr.Error: the calibration reached CALIBRATION_SECONDS_MAX (the message names the field and the choices left).
+    """
     if choice != AUTO:
         return tree_spec(choice), gamma, "", None
     from specviz.measure.auto_tree import auto_for_pair
 
-    auto = auto_for_pair(pair, drafter, sampling, max_new_tokens=32, max_nodes=32)
+    cap = Deadline.after(CALIBRATION_SECONDS_MAX)
+    try:
+        auto = auto_for_pair(pair, drafter, sampling, max_new_tokens=32, max_nodes=32, stop=either(stop, cap))
+    except Stopped:
+        if not cap():
+            raise
+        raise mistake(f"token tree: measuring this pair on this device for auto takes longer than its limit of "
+                      f"{CALIBRATION_SECONDS_MAX:.0f} s here (a slow or busy machine); choose the chain or a hand-made tree",
+                      "Token tree") from None
     return auto.tree, auto.gamma, auto.choice.sentence(), auto.record()
 
 
