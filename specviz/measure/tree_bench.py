@@ -3,7 +3,7 @@
 ``python -m specviz bench --tree 3,2,2,1`` (or ``--tree-dynamic NODES``) adds a tree method to the
 run's rotation; this module derives its report and measures the verify cost v(n) directly:
 the time of one target pass over a prefix's pending token and n tree nodes under the tree mask,
-over the time of a one-token step (the same prefix), medians of several passes.
+over the time of a one-token step (the same prefix), the fastest of several passes timed in turns.
 """
 
 from __future__ import annotations
