@@ -51,12 +51,7 @@ def title(pair_name: str, spec: Trace) -> str:
     return f"{pair_name}, {run_label(spec)}, {how}, seed {s.get('seed')}"
 
 
-def _run_seconds(req: RunRequest, stop: StopCheck | None = None) -> float:
-    """ZeroGPU seconds for Generate: its run and baseline, and the auto tree's calibration cap when it may calibrate."""
-    return req.duration() + (CALIBRATION_SECONDS_MAX if req.tree == AUTO else 0)
-
-
-@gpu_task(duration=_run_seconds)
+@gpu_task(duration=lambda req, stop=None: req.duration())
 def run_on_device(req: RunRequest, stop: StopCheck | None = None):
     """The device half of Generate and /run: traces in, no UI objects out.
 
@@ -145,8 +140,7 @@ def sweep_on_device(req: RunRequest, stop: StopCheck | None = None):
         raise failure(err, pair) from err
 
 
-@gpu_task(duration=lambda req, stop=None: req.duration(runs=len(DRAFTER_KINDS) + (req.tree != "chain"))
-          + (CALIBRATION_SECONDS_MAX if req.tree == AUTO else 0))
+@gpu_task(duration=lambda req, stop=None: req.duration(runs=len(DRAFTER_KINDS) + (req.tree != "chain")))
 def compare_on_device(req: RunRequest, stop: StopCheck | None = None):
     """The device half of Compare drafters: yields the growing Comparison (plain data); ``stop`` is asked
     every round (``specviz.measure.comparison.compare_stream``): the kinds not run then are left out."""

@@ -84,8 +84,13 @@ class RunRequest:
 
         return tree_spec(self.tree)
 
-    def duration(self, runs: int = 1) -> int:
-        """ZeroGPU seconds for ``runs`` speculative runs, each with its baseline (``specviz.serving.gpu_duration``)."""
+    def duration(self, runs: int = 1) -> float:
+        """ZeroGPU seconds for ``runs`` speculative runs, each with its baseline (``specviz.serving.gpu_duration``),
+        and for the auto tree the cap of the calibration that may come first (``specviz.ui.tree.resolve``)."""
+        from specviz.ui.limits import CALIBRATION_SECONDS_MAX
+        from specviz.ui.tree import AUTO
+
         s = self.sampling
         return runs * generate_duration(self.pair_name, None, self.gamma, s.temperature, s.top_k, s.top_p, self.max_new_tokens,
-                                        self.seed, self.chat, self.custom_drafter, self.custom_target)
+                                        self.seed, self.chat, self.custom_drafter, self.custom_target) \
+            + (CALIBRATION_SECONDS_MAX if self.tree == AUTO else 0)
