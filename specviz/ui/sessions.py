@@ -28,8 +28,10 @@ and its last outputs) until it is evicted: after a flood, the sessions it made h
 newcomers took their places. The store forgets a session unused for ``SESSION_TTL_S`` whole, at Gradio's
 once-a-second expiry check, and then hands the freed memory back to the system (``specviz.pair.free_memory``;
 the server's threads share one C heap, ``specviz.pair.one_heap``, so it can). Measured after an attack's floods
-had expired, with the queue's records below forgotten too: RSS within 10 MB of its warm start (0-10 MB over three
-rounds; it was 10-29 MB before the queue's records went).
+had expired, with the queue's records below forgotten too: RSS 3-18 MB above its warm start over six runs (five of two
+rounds), flat from round to round (it was 10-29 MB before the queue's records went), with the live bytes of Python's
+objects and of the C heap below their start: what stays is the allocators' high-water (Python's arenas and the heap's
+pages each still holding some live object), not sessions.
 
 Gradio's queue keeps records of its own per session hash: a message queue (``pending_messages_per_session``,
 the 2,000 most recent hashes) and the ids of the session's events not yet read to their end
