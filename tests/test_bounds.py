@@ -265,6 +265,44 @@ def test_a_flood_of_fresh_sessions_and_heartbeats_leaves_a_shown_run(served):
 
 
 
+def test_a_session_keeps_no_copy_of_every_components_configuration(served):
+    """A fresh session hash made Gradio copy the configuration of each of the page's components (203 KiB and 49 ms
+    per session, for a deep-link route the server refuses), so a flood of fresh hashes cost memory and the server's
+    time whether their sessions were kept or not. The store's sessions keep none, and still hold and show a run."""
+    import tracemalloc
+
+    from gradio.state_holder import SessionState
+    from gradio_client import Client
+
+    from specviz.ui.sessions import LeanSessionState
+
+    demo, url = served
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        full = SessionState(demo)
+        full_bytes = tracemalloc.get_traced_memory()[0] - before
+        before = tracemalloc.get_traced_memory()[0]
+        lean = LeanSessionState(demo)
+        lean_bytes = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(full.config_values) > 50 and list(lean.config_values.items()) == [] and list(lean.components) == []
+    assert lean_bytes < full_bytes / 10, (lean_bytes, full_bytes)
+    holder = demo.server_app.state_holder
+    with holder.lock:  # room for the visitor: other tests of this module fill the store
+        holder.session_data.clear()
+        holder.time_last_used.clear()
+    visitor = Client(url, verbose=False)
+    status = visitor.predict("embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain",
+                             api_name="/generate")[4]
+    assert status.startswith("Done"), status
+    kept = holder.session_data[visitor.session_hash]
+    assert isinstance(kept, LeanSessionState) and list(kept.config_values.items()) == []
+    assert any(value is not None for value in kept.state_data.values())  # the shown run
+    assert visitor.predict(api_name="/export").endswith(".html")
+
+
 def _page_call(http: httpx.Client, url: str, api_name: str, data: list, session: str) -> dict:
     """Join the queue as the page does (``session`` names the session) and read the job's last message."""
     config = httpx.get(f"{url}/config", timeout=30).json()

@@ -33,6 +33,12 @@ rounds), flat from round to round (it was 10-29 MB before the queue's records we
 objects and of the C heap below their start: what stays is the allocators' high-water (Python's arenas and the heap's
 pages each still holding some live object), not sessions.
 
+Gradio's ``SessionState`` also keeps a copy of every component's configuration for its deep-link route
+(``config_values``), made when the session is and refreshed at every event; this server refuses that route
+(``specviz.ui.server``), so nothing reads it. For the page's 142 components it cost 203 KiB and 49 ms of the
+server's time per new session, paid for every fresh session hash a flood sends, kept or not. The store makes
+``LeanSessionState`` instead, which keeps none.
+
 Gradio's queue keeps records of its own per session hash: a message queue (``pending_messages_per_session``,
 the 2,000 most recent hashes) and the ids of the session's events not yet read to their end
 (``pending_event_ids_session``, with no bound). A client that joins and never reads its stream, or any
@@ -54,6 +60,7 @@ import datetime
 import threading
 import time
 from contextvars import ContextVar
+from types import SimpleNamespace
 
 from gradio.state_holder import SessionState, StateHolder
 from starlette.requests import HTTPConnection
@@ -70,6 +77,33 @@ PER_ADDRESS = whole_number("SPECVIZ_SESSIONS_PER_ADDRESS", 8, 1)  # sessions one
 
 # The address of the request being served (set by KeepSessions); "" outside a request.
 current_address: ContextVar[str] = ContextVar("specviz_session_address", default="")
+
+
+class _NoConfigs(dict):
+    """``SessionState.config_values`` that keeps nothing: every key reads as present and empty (Gradio then has no
+    props to refresh), and whatever is stored is dropped. Iterates as empty, so the deep-link route (refused here)
+    would find no components."""
+
+    def __contains__(self, key) -> bool:
+        return True
+
+    def __getitem__(self, key) -> dict:
+        return {}
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+class LeanSessionState(SessionState):
+    """Gradio's ``SessionState`` without its per-session copy of every component's configuration (module docstring).
+
+    Gradio builds that copy in ``SessionState.__init__`` from ``blocks.default_config`` and ``blocks.blocks``;
+    here it is handed the configuration with no blocks to copy, and then given ``_NoConfigs``. Raises
+    AttributeError if a Gradio version reads more of ``blocks`` there (a test builds one, so that shows)."""
+
+    def __init__(self, blocks):
+        super().__init__(SimpleNamespace(default_config=blocks.default_config, blocks={}))
+        self.config_values = _NoConfigs()
 
 
 def shows_run(session: SessionState) -> bool:
@@ -102,10 +136,10 @@ class SessionStore(StateHolder):
             if session_id not in self.session_data:
                 address = current_address.get()
                 if address and not self._room_for(address):
-                    return SessionState(self.blocks)  # answered, not kept
+                    return LeanSessionState(self.blocks)  # answered, not kept
                 if len(self.session_data) >= self.capacity and not self._make_room():
-                    return SessionState(self.blocks)  # answered, not kept
-                self.session_data[session_id] = SessionState(self.blocks)
+                    return LeanSessionState(self.blocks)  # answered, not kept
+                self.session_data[session_id] = LeanSessionState(self.blocks)
                 if address:
                     self.owners[session_id] = address
             self.session_data.move_to_end(session_id)
