@@ -29,7 +29,7 @@ newcomers took their places. The store forgets a session unused for ``SESSION_TT
 once-a-second expiry check, and then hands the freed memory back to the system (``specviz.pair.free_memory``;
 the server's threads share one C heap, ``specviz.pair.one_heap``, so it can). Measured after an attack's floods
 had expired, with the queue's records below forgotten too: RSS 3-18 MB above its warm start over six runs (five of two
-rounds), flat from round to round (it was 10-29 MB before the queue's records went), with the live bytes of Python's
+rounds), 0-9 MB once sessions kept no configuration copy (below; five rounds in two runs), flat from round to round (it was 10-29 MB before the queue's records went), with the live bytes of Python's
 objects and of the C heap below their start: what stays is the allocators' high-water (Python's arenas and the heap's
 pages each still holding some live object), not sessions.
 
