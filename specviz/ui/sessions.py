@@ -27,11 +27,12 @@ Gradio frees an expired state's value but keeps the session itself (its copy of 
 and its last outputs) until it is evicted: after a flood, the sessions it made held their memory until
 newcomers took their places. The store forgets a session unused for ``SESSION_TTL_S`` whole, at Gradio's
 once-a-second expiry check, and then hands the freed memory back to the system (``specviz.pair.free_memory``;
-the server's threads share one C heap, ``specviz.pair.one_heap``, so it can). Measured after an attack's floods
-had expired, with the queue's records below forgotten too: RSS 3-18 MB above its warm start over six runs (five of two
-rounds), 0-9 MB once sessions kept no configuration copy (below; five rounds in two runs), flat from round to round (it was 10-29 MB before the queue's records went), with the live bytes of Python's
-objects and of the C heap below their start: what stays is the allocators' high-water (Python's arenas and the heap's
-pages each still holding some live object), not sessions.
+the server's threads share one C heap, ``specviz.pair.one_heap``, so it can). Measured after an attack's floods had
+expired, with the queue's records below forgotten too: RSS 3-18 MB above its warm start over six runs (five of two
+rounds), 0-9 MB once sessions kept no configuration copy (below; five rounds in two runs), flat from round to round
+(it was 10-29 MB before the queue's records went), with the live bytes of Python's objects and of the C heap below
+their start: what stays is the allocators' high-water (Python's arenas and the heap's pages each still holding some
+live object), not sessions.
 
 Gradio's ``SessionState`` also keeps a copy of every component's configuration for its deep-link route
 (``config_values``), made when the session is and refreshed at every event; this server refuses that route
