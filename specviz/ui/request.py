@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from specviz import Sampling
 from specviz.serving.gpu_duration import generate_duration
 from specviz.ui.checks import check_controls, check_drafting, mistake
+from specviz.ui.limits import CALIBRATION_SECONDS_MAX
+from specviz.ui.tree import AUTO, check_tree, tree_spec
 
 # The fields that are text, and how each is named in a message.
 _TEXT_FIELDS = {"pair_name": "pair", "custom_drafter": "custom drafter", "custom_target": "custom target", "tree": "token tree"}
@@ -70,8 +72,6 @@ class RunRequest:
         check_types(pair_name=pair_name, chat=chat, custom_drafter=custom_drafter, custom_target=custom_target, tree=tree)
         sampling = check_controls(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
         drafter_kind, gamma_schedule = check_drafting(drafter_kind, gamma_schedule)
-        from specviz.ui.tree import check_tree
-
         tree = check_tree(tree)
         return cls(tree=tree, pair_name=pair_name, prompt=prompt, gamma=int(gamma), sampling=sampling, max_new_tokens=int(max_new_tokens),
                    seed=int(seed), chat=bool(chat), custom_drafter=custom_drafter or "", custom_target=custom_target or "",
@@ -80,16 +80,11 @@ class RunRequest:
     @property
     def tree_spec(self):
         """The checked token tree as a TreeSpec, or None for a chain."""
-        from specviz.ui.tree import tree_spec
-
         return tree_spec(self.tree)
 
     def duration(self, runs: int = 1) -> float:
         """ZeroGPU seconds for ``runs`` speculative runs, each with its baseline (``specviz.serving.gpu_duration``),
         and for the auto tree the cap of the calibration that may come first (``specviz.ui.tree.resolve``)."""
-        from specviz.ui.limits import CALIBRATION_SECONDS_MAX
-        from specviz.ui.tree import AUTO
-
         s = self.sampling
         return runs * generate_duration(self.pair_name, None, self.gamma, s.temperature, s.top_k, s.top_p, self.max_new_tokens,
                                         self.seed, self.chat, self.custom_drafter, self.custom_target) \
