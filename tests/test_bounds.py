@@ -321,16 +321,14 @@ def _page_call(http: httpx.Client, url: str, api_name: str, data: list, session:
     return last
 
 
-def test_a_flood_of_fresh_sessions_from_one_address_leaves_room_for_others(served, monkeypatch):
+def test_a_flood_of_fresh_sessions_from_one_address_leaves_room_for_others(served):
     """Issue 39: fresh session hashes from one address (not idle yet, showing no run) filled the store, and a
     newcomer from another address was then answered from a state not kept: its run shown, then "nothing to
-    export". Each address now holds at most ``per_address`` sessions; past it, its own sessions that show no
-    run give their place, and a new session from an address whose sessions all show runs is refused, saying why."""
-    from specviz.ui.sessions import SessionStore
-
+    export". Issue 53: a fixed cap per address then locked out a class behind one router. Now a newcomer takes
+    the place of a session that shows nothing of the address furthest over its fair share of the store: the
+    flood's own; three visitors of another address each keep their run."""
     demo, url = served
     holder = demo.server_app.state_holder
-    monkeypatch.setattr(SessionStore, "per_address", 2, raising=False)
     with holder.lock:  # start from an empty store: other tests of this module leave sessions in it
         holder.session_data.clear()
         holder.time_last_used.clear()
@@ -342,16 +340,15 @@ def test_a_flood_of_fresh_sessions_from_one_address_leaves_room_for_others(serve
     generate = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
     with client(B) as http:
         shown = []
-        for _ in range(2):
+        for _ in range(3):
             session = uuid.uuid4().hex
             done = _page_call(http, url, "generate", generate, session)
             assert done.get("success"), str(done)[-300:]
             exported = _page_call(http, url, "export", [None], session)  # its run is remembered
             assert exported.get("success"), str(exported)[-300:]
             shown.append(session)
-        refused = _page_call(http, url, "generate", generate, uuid.uuid4().hex)  # a third, while both show runs
-    assert "Too many sessions" in str(refused) and "at most 2" in str(refused), refused
     assert all(s in holder.session_data for s in shown)
+    assert len(holder.session_data) <= SESSIONS
 
 
 def test_sessions_unused_past_their_time_to_live_are_forgotten_whole_and_their_memory_handed_back(served, monkeypatch):
@@ -432,10 +429,10 @@ def test_the_time_to_live_settings_are_read_from_the_environment():
     bad = subprocess.run([sys.executable, "-c", code], env=env | {"SPECVIZ_SESSION_TTL_S": "<b>1</b>"}, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode != 0 and "SPECVIZ_SESSION_TTL_S must be a whole number of at least 10" in bad.stderr
-    code = "from specviz.ui import sessions; print(sessions.PER_ADDRESS)"
-    bad = subprocess.run([sys.executable, "-c", code], env=env | {"SPECVIZ_SESSIONS_PER_ADDRESS": "0"}, capture_output=True,
+    code = "from specviz.ui import sessions; print(sessions.MEMORY_BYTES)"
+    bad = subprocess.run([sys.executable, "-c", code], env=env | {"SPECVIZ_SESSION_MEMORY_MB": "0"}, capture_output=True,
                          text=True, timeout=120)
-    assert bad.returncode != 0 and "SPECVIZ_SESSIONS_PER_ADDRESS must be a whole number of at least 1" in bad.stderr
+    assert bad.returncode != 0 and "SPECVIZ_SESSION_MEMORY_MB must be a whole number of at least 16" in bad.stderr
 
 
 def test_an_address_makes_few_new_sessions_a_minute(served, monkeypatch):

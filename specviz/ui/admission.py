@@ -1,15 +1,15 @@
-"""Who may join the queue: a bound per kind of work, one waiting job per visitor per kind, and a fair
-order between visitors.
+"""Who may join the queue: a bound per kind of work, one waiting job per page and a share of the queue per
+address for each kind, and a fair order between visitors.
 
 Gradio's queue has one size for every event (``max_size``): 33 queued lab runs answered every later
 Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
 
 - each kind of work (Gradio's concurrency id) holds at most ``QUEUE_MAX[kind]`` waiting jobs, which
   keeps the rest of the queue for the main Generate;
-- a visitor, known by the client's address (``client_address``) and not by the session hash a client
-  names itself, has at most one job of each kind waiting: with the one running, at most one running
-  and one waiting engine job per address (40 /run calls with fresh session hashes once filled the
-  queue for everyone);
+- a page (session) has at most one job of each kind waiting, and an address (``client_address``, not the
+  session hash a client names itself) at most half the places the other addresses leave free (``places``,
+  at least one): 40 /run calls with fresh session hashes once filled the queue for everyone, and a fixed
+  one-per-address rule made a class behind one router queue one run at a time;
 - a visitor with no job of that kind at work goes ahead of the waiting jobs of visitors who have one;
   then Generate and /run jobs go by arrival plus expected device time (``specviz.ui.share.place``: a short
   run ahead of long ones, a long one passed only by jobs that arrive less than its size after it), and the
@@ -18,12 +18,14 @@ Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
   address, and any job after its share (``specviz.ui.share.SHARE_S``) while others wait, so a flood from
   one address or several delays a short run by about a round of the job already running.
 
-A job from an address that already holds its cap of sessions, each showing a run, naming a session the
-server does not keep yet, is refused with a message saying so (``specviz.ui.sessions``): its run would not
-be remembered; and an address makes at most ``NEW_SESSIONS.per_client`` new sessions a minute
-(``SPECVIZ_NEW_SESSIONS_PER_MINUTE``), past which its jobs naming fresh session hashes are refused.
+A job naming a session the server could not keep (the store full of runs of addresses within their fair
+share, ``specviz.ui.sessions``) is refused with a message saying so: its run would not be remembered; and an
+address makes at most ``NEW_SESSIONS.per_client`` new sessions a minute (``SPECVIZ_NEW_SESSIONS_PER_MINUTE``,
+default 120: a class of forty opening the page at once, each reloading twice), past which its jobs naming
+fresh session hashes are refused.
 
-Refusals answer like a full queue (HTTP 503 with a message naming the limit); a job with fewer
+Refusals answer HTTP 429 with a message naming the limit, why, and when it lifts (the page shows it; for a
+503 it would show only "This application is currently busy"), and Retry-After; a job with fewer
 values in ``data`` than its endpoint takes is refused at once (HTTP 400 naming the count), where
 Gradio would queue it and fail it with ``error: null``.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 
 import gradio as gr
+from fastapi import HTTPException
 from gradio import route_utils
 
 from specviz.ui import share
@@ -44,7 +47,7 @@ from specviz.ui.sessions import SessionStore
 
 # New sessions (page loads, fresh session hashes) per address per minute: a flood of fresh hashes costs the
 # server an event each (its session made, its job run), which slowed everyone's runs.
-NEW_SESSIONS = LogBudget(per_client=whole_number("SPECVIZ_NEW_SESSIONS_PER_MINUTE", 60, 1), total=10**9, window_s=60)
+NEW_SESSIONS = LogBudget(per_client=whole_number("SPECVIZ_NEW_SESSIONS_PER_MINUTE", 120, 1), total=10**9, window_s=60)
 
 
 def waiting(demo: gr.Blocks, concurrency_id: str) -> int:
@@ -70,8 +73,25 @@ def order(queue, waiting: list, concurrency_id: str) -> None:
         waiting.sort(key=lambda e: (client_address(e.request) in busy, share.used(client_address(e.request))))
 
 
+def places(size: int, mine: int, waiting: int) -> int:
+    """Waiting jobs of one kind that one address may have: half the places the other addresses leave free, at
+    least one. ``size``: the kind's queue places; ``mine``: the address's waiting jobs; ``waiting``: everyone's.
+    Alone, an address may fill half the queue (a class behind one router queues many runs); beside others it
+    keeps a share, and no address can leave the next one without a place."""
+    return max(1, (size - (waiting - mine)) // 2)
+
+
+def _refuse(message: str, retry_after_s: float):
+    """Refuse a job with HTTP 429 and ``message``: the page shows a refusal's text for every status but 503, which
+    it answers with "This application is currently busy"; Retry-After says when to try again."""
+    raise HTTPException(status_code=429, detail=message, headers={"Retry-After": str(max(1, round(retry_after_s)))})
+
+
 def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
-    """Install the admission rules on ``demo``'s queue (after ``demo.queue()``)."""
+    """Install the admission rules on ``demo``'s queue (after ``demo.queue()``).
+
+    A refused job is answered HTTP 429 with a message naming the limit, why, and when it lifts (HTTP 400 for a
+    job with too few values in ``data``)."""
     queue = demo._queue
     push = queue.push
 
@@ -81,11 +101,10 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
         session = getattr(body, "session_hash", None)
         if isinstance(store, SessionStore) and session and address and session not in store.session_data \
                 and NEW_SESSIONS.take(address) is None:
-            return False, (f"Too many new sessions from your address: at most {NEW_SESSIONS.per_client} a minute. "
-                           "Try again in a minute."), "queue_full"
+            _refuse(f"Too many new sessions from your address: at most {NEW_SESSIONS.per_client} a minute "
+                    "(SPECVIZ_NEW_SESSIONS_PER_MINUTE). Try again in a minute.", 60)
         if isinstance(store, SessionStore) and not store.admits(session, address):
-            return False, (f"Too many sessions of this page from your address: at most {store.per_address} are kept at once, and each "
-                           "of yours shows a run. Close one of your tabs of this page and reload, or try again later."), "queue_full"
+            _refuse(store.refusal(address), 60)
         try:
             fn = route_utils.get_fn(demo, None, body)
         except Exception:  # noqa: BLE001 - an unknown event: Gradio's own push answers it
@@ -96,14 +115,16 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
                            f"got {len(body.data) if isinstance(body.data, list) else 0}."), "error"
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if events is not None:
-            bound = limits.get(fn.concurrency_id)
-            if bound is not None and len(events.queue) >= bound:
-                return False, f"Queue is full for this kind of work: at most {bound} waiting. Try again in a minute.", "queue_full"
+            size = limits.get(fn.concurrency_id) or queue.max_size or 32
+            if len(events.queue) >= size:
+                _refuse(f"The queue is full for this kind of work: at most {size} jobs wait at once. "
+                        "Try again when one has started (about a minute).", 60)
             if body.session_hash and any(e.session_hash == body.session_hash and e.fn._id == fn._id for e in events.queue):
-                return False, "This session already has one such job waiting: at most one per session.", "queue_full"
-            if address and any(client_address(e.request) == address for e in events.queue):
-                return False, ("Queue is full for you: you already have a job of this kind waiting (at most one running and one waiting "
-                              "per visitor)."), "queue_full"
+                _refuse("This page already has this job waiting: at most one per session (page) at a time. It starts in its turn.", 30)
+            mine = sum(client_address(e.request) == address for e in events.queue) if address else 0
+            if address and mine >= places(size, mine, len(events.queue)):
+                _refuse(f"Your address already has {mine} jobs of this kind waiting: at most half the places the others leave "
+                        f"free ({places(size, mine, len(events.queue))} of {size} now). Try again when one of them has started.", 30)
         result = await push(body, request, username)
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if result[0] and events is not None and len(events.queue) > 1:

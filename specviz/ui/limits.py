@@ -75,7 +75,9 @@ STOP_WAIT_S = 30.0
 # are dropped this long after last use, so memory and disk stay flat however many come; a session
 # unused this long is forgotten whole (specviz.ui.sessions). SPECVIZ_SESSION_TTL_S, seconds.
 SESSION_TTL_S = whole_number("SPECVIZ_SESSION_TTL_S", 1800, 10)
-MAX_SESSIONS = 36  # sessions whose state is kept at once (SPECVIZ_MAX_SESSIONS): 36 x 25.7 MB, the largest measured, is under 1 GB
+# Sessions kept at once (SPECVIZ_MAX_SESSIONS), whatever they hold: memory bounds them first (specviz.ui.sessions:
+# SPECVIZ_SESSION_MEMORY_MB, each session priced by what it shows); 2,000 that show nothing take about 40 MB.
+MAX_SESSIONS = 2000
 CACHE_TTL_S = whole_number("SPECVIZ_CACHE_TTL_S", 300, 10)  # Gradio's cache sweep: uploads and cached files older than this go, checked as often
 # Uploads (recordings to replay) per client address and in all within CACHE_TTL_S, after which the sweep removes them.
 # Log lines a malformed upload (a body Gradio's multipart parser cannot read) may cost: per client address

@@ -15,13 +15,31 @@ from a state of its own that is not kept (its page works; what it shows is not r
 room frees up). So the store never holds more than its capacity, and no newcomer evicts a run.
 
 A flood of fresh session hashes from one address made sessions that show no run but are not yet idle:
-they filled the store within seconds, and every newcomer from any other address was then answered from
-a state not kept (its run shown, then "nothing to export"). So each address (``specviz.ui.address``)
-holds at most ``PER_ADDRESS`` sessions (``SPECVIZ_SESSIONS_PER_ADDRESS``): a new session from an address
-at its cap takes the place of that address's own least recently used session that shows no run, and
-when all of them show runs it is not kept, and the queue refuses its jobs with a message saying so
-(``admits``, asked by ``specviz.ui.admission``). No other address's session is touched, so a flood fills
-at most ``PER_ADDRESS`` places. Behind one shared address (a classroom behind one router) raise it.
+they filled the store within seconds. A fixed cap of sessions per address stopped that, and locked a class
+out: a school's students reach a Space through one public address, and the ninth was refused for 30 minutes.
+So the store is bounded by memory, and an address by its fair share of it, not by a count:
+
+- **Sessions are priced by what they hold** (``session_bytes``): a session that shows no run costs
+  ``EMPTY_SESSION_BYTES``, one that shows a run ``RECORD_BYTES`` per record of its recording (rounds, drafts,
+  tree nodes, top-token entries; ``recording_records``) on top, measured (below). The store holds at most
+  ``MEMORY_BYTES`` in all (``SPECVIZ_SESSION_MEMORY_MB``, default 1,024 MB: what 36 of the largest loadable
+  recordings took before) and at most ``capacity`` sessions (``SPECVIZ_MAX_SESSIONS``).
+- **Making room** for a newcomer, or after a run pushed the total over, takes first a session that shows
+  nothing and is idle for ``IDLE_S`` or closed, from the address holding the most sessions (such a session
+  loses nothing: its next event makes it again), then one of the newcomer's own address that shows nothing;
+  then the least recently used session (one showing nothing first) of the address furthest over its **fair
+  share** of the store's bytes or of its sessions (``MEMORY_BYTES`` or ``capacity`` divided by the addresses
+  holding sessions, the newcomer's counted). A session with a job waiting, running or streaming is never
+  taken, and an address within both shares loses nothing. So forty students behind one address, alone on the server, may hold the whole store; beside
+  attackers they keep their share; an attacker's many sessions can only push out the attacker's own.
+- A session that finds no room is still answered, from a state of its own that is not kept, and the queue
+  refuses its jobs with a message naming the limit and when it lifts (``admits``, ``refusal``; asked by
+  ``specviz.ui.admission``).
+
+Measured prices (``tests/test_bounds.py`` checks them against tracemalloc): the shipped recordings took 373-628
+bytes of Python objects per record when loaded, the largest loadable one (an 8 MB upload) 259; the page keeps
+its rendered views beside the recording (RSS grew about 15 MB per session holding that 10 MB recording), so a
+record is priced at 1,000 bytes. A session that shows nothing (``LeanSessionState``) takes under 20 KiB.
 
 Gradio frees an expired state's value but keeps the session itself (its copy of the page's configuration
 and its last outputs) until it is evicted: after a flood, the sessions it made held their memory until
@@ -67,14 +85,17 @@ from gradio.state_holder import SessionState, StateHolder
 from starlette.requests import HTTPConnection
 
 from specviz.pair import free_memory
+from specviz.ui import state
 from specviz.ui.address import client_address
 from specviz.ui.limits import SESSION_TTL_S, whole_number
 
 IDLE_S = 60.0  # a session that shows no run may give its place to a newcomer after this long unused
+EMPTY_SESSION_BYTES = 20 * 1024  # a LeanSessionState that shows nothing (measured under 20 KiB)
+RECORD_BYTES = 1000  # per record of a shown recording, its rendered views included (module docstring)
+MEMORY_BYTES = whole_number("SPECVIZ_SESSION_MEMORY_MB", 1024, 16) * 2**20  # all sessions' prices together, at most
 # Handing memory back (a full garbage collection: 0.3 s of the server's time, the interpreter held) at most this
 # often: under a flood of fresh sessions some expire every second, and a collection each second slowed other visitors.
 FREE_EVERY_S = 15.0
-PER_ADDRESS = whole_number("SPECVIZ_SESSIONS_PER_ADDRESS", 8, 1)  # sessions one address holds at most
 
 # The address of the request being served (set by KeepSessions); "" outside a request.
 current_address: ContextVar[str] = ContextVar("specviz_session_address", default="")
@@ -112,11 +133,30 @@ def shows_run(session: SessionState) -> bool:
     return any(value is not None for value in session.state_data.values())
 
 
+def recording_records(recording) -> int:
+    """Records a Recording holds, the unit of its memory: rounds, drafts, tree nodes and top-token entries of its
+    two traces (speculative and baseline), and a sweep's points (numbers, no trace). O(rounds); 0 for anything that
+    is not a Recording."""
+    traces = [getattr(recording, "speculative", None), getattr(recording, "baseline", None)]
+    records = len(getattr(getattr(recording, "sweep", None), "points", None) or ())
+    for trace in traces:
+        for r in getattr(trace, "rounds", None) or ():
+            tree = getattr(r, "tree", None)
+            records += 1 + len(r.drafts) + len(r.final_top) + (len(tree.nodes) if tree is not None else 0)
+    return records
+
+
+def session_bytes(session: SessionState) -> int:
+    """A session's price in bytes (module docstring): ``EMPTY_SESSION_BYTES``, plus ``RECORD_BYTES`` per record of
+    what its state shows."""
+    return EMPTY_SESSION_BYTES + RECORD_BYTES * sum(recording_records(v) for v in session.state_data.values() if v is not None)
+
+
 class SessionStore(StateHolder):
     """Gradio's ``StateHolder`` with the admission rules of the module docstring instead of LRU eviction."""
 
     idle_s = IDLE_S
-    per_address = PER_ADDRESS
+    memory_bytes = MEMORY_BYTES
     ttl_s = SESSION_TTL_S
     free_every_s = FREE_EVERY_S
     _owes_free = False  # something went since memory was last handed back
@@ -129,20 +169,34 @@ class SessionStore(StateHolder):
 
     @property
     def owners(self) -> dict[str, str]:
-        """The address each kept session was made from (sessions made outside a request have none)."""
+        """The address each kept session was made from (sessions made outside a request: "")."""
         return self._own_dict("_owners")
+
+    @property
+    def _prices(self) -> dict[str, tuple[tuple, int]]:
+        """Each session's price, with what it was computed from (the ids of its state's values)."""
+        return self._own_dict("_price_cache")
+
+    def price(self, session_id: str) -> int:
+        """``session_bytes`` of a kept session, computed again only when its state's values changed."""
+        session = self.session_data[session_id]
+        key = tuple(id(v) for v in session.state_data.values() if v is not None)
+        cached = self._prices.get(session_id)
+        if cached is None or cached[0] != key:
+            cached = self._prices[session_id] = (key, session_bytes(session))
+        return cached[1]
 
     def __getitem__(self, session_id: str) -> SessionState:
         with self.lock:
             if session_id not in self.session_data:
                 address = current_address.get()
-                if address and not self._room_for(address):
+                victims = self._victims(address, EMPTY_SESSION_BYTES, 1)
+                if victims is None:
                     return LeanSessionState(self.blocks)  # answered, not kept
-                if len(self.session_data) >= self.capacity and not self._make_room():
-                    return LeanSessionState(self.blocks)  # answered, not kept
+                for victim in victims:
+                    self._drop(victim)
                 self.session_data[session_id] = LeanSessionState(self.blocks)
-                if address:
-                    self.owners[session_id] = address
+                self.owners[session_id] = address
             self.session_data.move_to_end(session_id)
             self.time_last_used[session_id] = datetime.datetime.now()
             return self.session_data[session_id]
@@ -155,17 +209,80 @@ class SessionStore(StateHolder):
     def held_by(self, address: str) -> list[str]:
         """The sessions ``address`` holds, least recently used first."""
         owners = self.owners
-        return [s for s in self.session_data if owners.get(s) == address]
+        return [s for s in self.session_data if owners.get(s, "") == address]
+
+    def fair_share(self, address: str | None) -> int:
+        """Bytes one address may hold when the store is full: ``memory_bytes`` over the addresses holding sessions,
+        ``address`` counted among them (None: only those)."""
+        addresses = {self.owners.get(s, "") for s in self.session_data} | ({address} if address is not None else set())
+        return self.memory_bytes // max(1, len(addresses))
 
     def admits(self, session_id: str | None, address: str) -> bool:
-        """Whether a job naming ``session_id`` from ``address`` would find its session kept, as far as the
-        per-address cap goes: the session exists, or the address is under its cap or holds a session
-        that shows no run (whose place the new one takes)."""
+        """Whether a job naming ``session_id`` from ``address`` would find its session kept: the session exists,
+        or there is room for one more, or room can be made by the rules of the module docstring."""
         with self.lock:
-            if not session_id or not address or session_id in self.session_data:
+            if not session_id or session_id in self.session_data:
                 return True
-            mine = self.held_by(address)
-            return len(mine) < self.per_address or any(not shows_run(self.session_data[s]) for s in mine)
+            return self._victims(address, EMPTY_SESSION_BYTES, 1) is not None
+
+    def refusal(self, address: str) -> str:
+        """Why a new session from ``address`` is not kept, and when that lifts (the page shows it)."""
+        with self.lock:
+            now = datetime.datetime.now()
+            left = [self.ttl_s - (now - self.time_last_used.get(s, now)).total_seconds() for s in self.session_data]
+            minutes = max(1, round(min(left, default=self.ttl_s) / 60))
+            return (f"The server is full: it keeps at most {self.memory_bytes / 2**20:.0f} MB of visitors' shown runs "
+                    f"({len(self.session_data)} sessions now), and every session it could let go belongs to a visitor within a "
+                    f"fair share ({self.fair_share(address) / 2**20:.0f} MB per address). Your run would be shown but not kept. "
+                    f"The oldest of them expires in about {minutes} min (SPECVIZ_SESSION_MEMORY_MB raises the limit).")
+
+    def _victims(self, address: str, need_bytes: int, need_count: int) -> list[str] | None:
+        """The sessions to drop so that ``need_count`` more sessions costing ``need_bytes`` fit (module docstring's
+        order), or None when no such set exists; drops nothing."""
+        total = sum(self.price(s) for s in self.session_data)
+        count, chosen = len(self.session_data), []
+        while count + need_count > self.capacity or total + need_bytes > self.memory_bytes:
+            victim = self._victim(address, set(chosen))
+            if victim is None:
+                return None
+            chosen.append(victim)
+            count, total = count - 1, total - self.price(victim)
+        return chosen
+
+    def _victim(self, address: str | None, taken: set[str]) -> str | None:
+        """The next session to let go for a newcomer from ``address`` (None: none comes), none of ``taken`` nor any
+        with a job running: a session that shows nothing and is idle or closed, from the address holding the most;
+        else the least recently used session (one that shows nothing first) of the address furthest over its fair
+        share of the store's sessions or bytes; None when every address is within both."""
+        now = datetime.datetime.now()
+        owners = self.owners
+        held: dict[str, list[str]] = {}
+        for s in self.session_data:
+            if s not in taken and not self._busy(s):
+                held.setdefault(owners.get(s, ""), []).append(s)
+        for owner in sorted(held, key=lambda a: -len(held[a])):  # nothing is lost: its next event makes it again
+            for s in held[owner]:
+                session = self.session_data[s]
+                idle = (now - self.time_last_used.get(s, now)).total_seconds()
+                if not shows_run(session) and (session.is_closed or idle > self.idle_s):
+                    return s
+        for s in held.get(address, ()):  # the newcomer's own address: a session of its that shows nothing
+            if not shows_run(self.session_data[s]):
+                return s
+        addresses = {owners.get(s, "") for s in self.session_data if s not in taken} | ({address} if address is not None else set())
+        count_share, byte_share = self.capacity / max(1, len(addresses)), self.fair_share(address)
+        count, cost = dict.fromkeys(held, 0), dict.fromkeys(held, 0)
+        for s in self.session_data:
+            owner = owners.get(s, "")
+            if s not in taken and owner in held:
+                count[owner] += 1
+                cost[owner] += self.price(s)
+        over = {a: max(count[a] / count_share, cost[a] / byte_share) for a in held}
+        worst = max(over, key=over.get, default=None)
+        if worst is None or over[worst] <= 1:
+            return None
+        mine = held[worst]
+        return next((s for s in mine if not shows_run(self.session_data[s])), mine[0])
 
     @property
     def orphans(self) -> dict[str, float]:
@@ -183,8 +300,9 @@ class SessionStore(StateHolder):
             stale = [s for s in self.session_data if (now - self.time_last_used.get(s, now)).total_seconds() > self.ttl_s]
             for session_id in stale:
                 self._drop(session_id)
+            shed = self._shed()
         forgotten = self._forget_queue_records()
-        self._owes_free = self._owes_free or bool(stale or forgotten)
+        self._owes_free = self._owes_free or bool(stale or shed or forgotten)
         if self._owes_free and time.monotonic() - self._freed_at >= self.free_every_s:
             self._owes_free, self._freed_at = False, time.monotonic()
             free_memory("cpu")
@@ -215,27 +333,27 @@ class SessionStore(StateHolder):
         del self.session_data[session_id]
         self.time_last_used.pop(session_id, None)
         self.owners.pop(session_id, None)
+        self._prices.pop(session_id, None)
 
-    def _room_for(self, address: str) -> bool:
-        """Under ``address``'s cap, or made so by dropping its own least recently used session that shows no run."""
-        mine = self.held_by(address)
-        if len(mine) < self.per_address:
+    def _busy(self, session_id: str) -> bool:
+        """Whether a job of the session streams, waits in the queue or runs: its state is written when the job ends."""
+        if session_id in state.running:
             return True
-        for session_id in mine:
-            if not shows_run(self.session_data[session_id]):
-                self._drop(session_id)
-                return True
-        return False
+        queue = getattr(getattr(self, "blocks", None), "_queue", None)
+        if queue is None:
+            return False
+        live = queue.event_ids_to_events
+        return any(event in live for event in queue.pending_event_ids_session.get(session_id, ()))
 
-    def _make_room(self) -> bool:
-        """Drop the least recently used session that shows no run and is idle or closed; whether one went."""
-        now = datetime.datetime.now()
-        for session_id, session in self.session_data.items():
-            idle = (now - self.time_last_used.get(session_id, now)).total_seconds()
-            if not shows_run(session) and (session.is_closed or idle > self.idle_s):
-                self._drop(session_id)
-                return True
-        return False
+    def _shed(self) -> int:
+        """Let go of sessions, in the order of the module docstring, while the store costs more than
+        ``memory_bytes`` (a run shown since admission can push it over); how many went."""
+        gone, total = 0, sum(self.price(s) for s in self.session_data)
+        while total > self.memory_bytes and (victim := self._victim(None, set())) is not None:
+            total -= self.price(victim)
+            self._drop(victim)
+            gone += 1
+        return gone
 
 
 # The holder is reached by every request handler: swapping its class keeps its sessions and its lock.
