@@ -389,8 +389,12 @@ def test_a_calibration_ends_within_the_round_its_stop_check_asks_it_to():
         assert len(asks) == at  # not asked again: nothing ran after it said stop
 
 
-def test_a_stopped_calibration_is_not_cached(tmp_path, monkeypatch):
+def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_it(tmp_path, monkeypatch):
+    """Stopped during its second text, the calibration is not cached as a calibration (nothing is chosen
+    from it), but the first text, the target's own greedy continuation, is stored; the next call for the
+    same key generates only the second text, and once complete the partial record is dropped."""
     from specviz.drafters import make_drafter
+    from specviz.engine import chain
     from specviz.engine.stopping import Stopped
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
@@ -398,11 +402,86 @@ def test_a_stopped_calibration_is_not_cached(tmp_path, monkeypatch):
     model, target = models("similar")
     drafter = make_drafter("model", drafter_model=model, target=target)
     args = dict(max_new_tokens=8, max_nodes=6, max_depth=3, key=("lab", "cpu"))
+    prompts = [PROMPT, [4, 1]]
+    asks = []
+
+    def stop_in_second_text():
+        asks.append(1)
+        return len(asks) >= 8 + 3  # asked after every generated token: 8 for the first text, then 3 more
+
     with pytest.raises(Stopped):
-        auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, stop=lambda: True, **args)
-    assert not auto_tree._CACHE and not (tmp_path / "auto_tree.json").exists()
-    auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, **args)  # measured in full now, then kept
-    assert auto_tree._CACHE and (tmp_path / "auto_tree.json").exists()
+        auto_tree.auto_tree(drafter, target, prompts, Sampling(0.0), 8, stop=stop_in_second_text, **args)
+    assert not auto_tree._CACHE
+    data = json.loads((tmp_path / "auto_tree.json").read_text())
+    assert len(data) == 1 and next(iter(data)).endswith(auto_tree.PARTIAL)  # only the partial record
+    kept = next(iter(data.values()))
+    greedy = autoregressive_generate(PROMPT, target, sampling=Sampling(0.0), max_new_tokens=8, vocab_size=8)
+    assert kept["texts"] == [greedy.output_ids] and kept["target_ms"] is None
+    streams = []
+    real = chain.autoregressive_stream
+
+    def counted(ids, *a, **k):
+        streams.append(list(ids))
+        return real(ids, *a, **k)
+
+    monkeypatch.setattr(chain, "autoregressive_stream", counted)
+    done = auto_tree.auto_tree(drafter, target, prompts, Sampling(0.0), 8, **args)
+    assert streams == [[4, 1]] and done.calibration.prompts == 2  # the first text came from the store
+    data = json.loads((tmp_path / "auto_tree.json").read_text())
+    assert len(data) == 1 and not next(iter(data)).endswith(auto_tree.PARTIAL)
+
+
+def test_a_tampered_partial_record_is_measured_again():
+    good = {"texts": [[1, 2]], "steps": [[10.0, 2]], "target_ms": {"0": 1.0, "4": 2.0}, "drafter_ms": None}
+    assert auto_tree.check_partial(good, 2, 8, 8) == good
+    for bad in ({"texts": [[9]], "steps": [[1.0, 1]]}, {"texts": [[1] * 9], "steps": [[1.0, 1]]}, {"texts": [[1]], "steps": []},
+                {"texts": [], "steps": [], "target_ms": {"4": 1.0}}, {"texts": [], "steps": [], "target_ms": {"0": float("nan")}},
+                {"texts": [[1]] * 3, "steps": [[1.0, 1]] * 3}, {"texts": [], "steps": [], "extra": 1}, []):
+        with pytest.raises(ValueError):
+            auto_tree.check_partial(bad, 2, 8, 8)
+
+
+def test_per_rank_acceptance_is_p_at_the_drafters_kth_candidate():
+    """Stand-in distributions over 4 tokens at 2 positions. Greedy: one-hot p; the drafter's ranking
+    [2, 0, 3, 1] at position 0 puts the target's token 3 third. Sampled: p(x_k) for each candidate q gives
+    mass (two), and the chain's sum of min(p, q)."""
+    import torch
+
+    p = torch.tensor([[0, 0, 0, 1.0], [1.0, 0, 0, 0]])
+    logits = torch.tensor([[0.5, -1.0, 2.0, 0.1], [3.0, 0, 0, -1.0]])
+    q = torch.nn.functional.one_hot(logits.argmax(-1), 4).float()
+    out = auto_tree.position_acceptance(p, q, torch.softmax(logits, -1), max_rank=4)
+    assert out.by_rank == ((0.0, 0.0, 1.0, 0.0), (1.0, 0.0, 0.0, 0.0)) and out.chain == (0.0, 1.0)
+    p = torch.tensor([[0.5, 0.2, 0.2, 0.1]])
+    q = torch.tensor([[0.1, 0.0, 0.9, 0.0]])
+    out = auto_tree.position_acceptance(p, q, q, max_rank=3)
+    assert len(out.by_rank) == 1 and out.by_rank[0] == pytest.approx((0.2, 0.5)) and out.chain == pytest.approx((0.3,))
+
+
+def test_walks_over_teacher_forced_positions_give_exact_greedy_counts():
+    """Greedy positions by hand (1 where the k-th candidate is the target's token): text A ranks the
+    target's token 1, 2, none, 1, 1; text B 1, 1. The tree: two children at the root, one below the first.
+    Rounds start at A0 (rank 1 accepted; at A1 the token is ranked 2 but the node offers one child: 2 tokens),
+    A2 (nothing accepted: 1 token), A3 (rank 1, then rank 1 at A4: 3 tokens) and B0 (rank 1, rank 1: 3 tokens).
+    Then the walks over the lab pair's teacher-forced texts give the counts its tree runs give."""
+    one = lambda k: tuple(1.0 if j == k else 0.0 for j in range(1, 4))  # noqa: E731
+    a = auto_tree.PositionAcceptance(by_rank=(one(1), one(2), one(0), one(1), one(1)), chain=(1.0, 0.0, 0.0, 1.0, 1.0))
+    b = auto_tree.PositionAcceptance(by_rank=(one(1), one(1)), chain=(1.0, 1.0))
+    counts, available, (tokens, rounds) = auto_tree.walk_tree([a, b], (-1, -1, 0))
+    assert counts == [[(4, 3), (4, 0)], [(3, 2)]]
+    assert available == [(4, 4), (4, 4)] and (tokens, rounds) == (2 + 1 + 3 + 3, 4)
+    assert auto_tree.walk_chain([a, b], 3) == [(4, 3), (3, 2)]
+    # The same trees and chains run on the lab pair agree with the walks over its teacher-forced texts.
+    drafter, target = models("similar")
+    texts = [autoregressive_generate(ids, target, sampling=Sampling(0.0), max_new_tokens=12, vocab_size=8).output_ids
+             for ids in (PROMPT, [4, 1])]
+    forced = [auto_tree.teacher_forced(drafter, target, ids, t, Sampling(0.0), 8) for ids, t in zip((PROMPT, [4, 1]), texts)]
+    shape = (-1, -1, 0, 0, 1, 2)
+    runs = [tree_generate(ids, drafter, target, TreeSpec.explicit(shape), sampling=Sampling(0.0), max_new_tokens=12, seed=0)
+            for ids in (PROMPT, [4, 1])]
+    counts, _, (tokens, rounds) = auto_tree.walk_tree(forced, shape)
+    assert counts == sequoia.acceptance_by_rank(*runs)
+    assert rounds == sum(len(r.rounds) for r in runs)
 
 
 def _run_request(tree: str, max_new_tokens: int = 16):

@@ -297,10 +297,11 @@ def _overhead(chains, trees, step_ms: float, curve: dict[int, float]) -> dict[fl
     return points if len(points) == 2 else None
 
 
-def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2,
-              stop: StopCheck | None = None) -> Calibration:
-    """Measure every input of the choice on ``prompts`` (see the module docstring), then refine it.
+def calibrate_by_runs(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
+                      max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2,
+                      stop: StopCheck | None = None) -> Calibration:
+    """Measure every input of the choice on ``prompts`` from short runs, then refine it: the calibration of
+    a drafter teacher forcing cannot read in one pass (prompt lookup, EAGLE, a drafter with its own tokenizer).
 
     The wide runs (a chain of gamma ``max_depth``, the 40-node calibration tree) start their rounds at
     other places than a smaller shape's do: after a run of 8 accepted drafts, say, where a 4-draft chain
@@ -368,19 +369,332 @@ def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
     return cal
 
 
+# ---- the teacher-forced calibration (a drafter model): seconds, not minutes ----------------------------------
+
+MAX_RANK = 8  # sibling ranks measured at each position (the widest node a chosen tree may have)
+TREE_LEVEL = 4  # nodes in the drafter pass timed as one tree level (c_tree)
+WALKS = 4  # walks over the measured positions under sampling (greedy walks are deterministic: one)
+TIMING_REPEATS = 4  # each pass size timed this many times in turns, the fastest kept
+
+
+@dataclass(frozen=True)
+class PositionAcceptance:
+    """What one teacher-forced text says at each of its positions i (the drafter and the target both read
+    the text up to i; each row is about the token after it).
+
+    Attributes:
+        by_rank: by_rank[i][k - 1], k = 1 .. the children that exist there (at most MAX_RANK): the chance
+            that the drafter's k-th candidate (its ranking: q, or under greedy decoding the softmax of its
+            logits; only tokens q gives mass) is the one recursive rejection sampling without replacement
+            accepts, = p_i(x_k). Greedy: 1 for the candidate equal to the target's argmax, else 0.
+        chain: chain[i] = sum_x min(p_i(x), q_i(x)): the chance a draft drawn from q_i is accepted
+            (Leviathan et al. 2023, Sec. 3.1); greedy: 1 when the drafter's argmax is the target's.
+    """
+
+    by_rank: tuple
+    chain: tuple
+
+
+def position_acceptance(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, max_rank: int = MAX_RANK) -> PositionAcceptance:
+    """Per-position acceptance from the target's processed p, the drafter's q and what its children are
+    ranked by, each (L, V) float over the same L positions.
+
+    Without replacement (the rule top-k children are judged by, ``specviz.engine.tree.accept``) the k-th
+    sibling x_k is tested against p with x_1 .. x_{k-1} removed and renormalised, so it is the accepted one
+    with probability prod_{j<k} (1 - p(x_j) / (1 - S_{j-1})) p(x_k) / (1 - S_{k-1}) = p(x_k), S_j the mass
+    of x_1 .. x_j: the per-rank acceptance is p at the k-th candidate.
+
+    Raises:
+        ValueError: shapes that differ, or max_rank under 1."""
+    if p.shape != q.shape or p.shape != ranking.shape or p.dim() != 2:
+        raise ValueError("p, q and the ranking must be (positions, vocabulary) tensors of one shape")
+    if max_rank < 1:
+        raise ValueError("max_rank must be at least 1")
+    p, q, ranking = p.float(), q.float(), ranking.float()
+    values, ids = ranking.topk(min(max_rank, ranking.shape[-1]), dim=-1)
+    exists = values > 0  # the children a node gets: the top-k the ranking gives mass (at least one)
+    exists[:, 0] = True
+    at = p.gather(1, ids)
+    chain = torch.minimum(p, q).sum(-1)
+    by_rank = tuple(tuple(float(x) for x, e in zip(row, ok) if e) for row, ok in zip(at.tolist(), exists.tolist()))
+    return PositionAcceptance(by_rank=by_rank, chain=tuple(float(x) for x in chain.tolist()))
+
+
+def _children_of(parents) -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for i, par in enumerate(parents):
+        kids.setdefault(par, []).append(i)
+    return kids
+
+
+def walk_tree(texts: list[PositionAcceptance], parents, walks: int = 1, seed: int = 0):
+    """Rounds of the top-k tree ``parents`` walked over the measured positions: ``sequoia.acceptance_by_rank``'s
+    counts, ``sequoia.children_available``'s, and (tokens, rounds).
+
+    A round starts at a text's first position and each next round where the last ended (after its accepted
+    drafts and the correction or bonus token), as a run's rounds do. At depth d the round is at position
+    t + d - 1; the node's children there are its shape's first k that exist (``PositionAcceptance.by_rank``);
+    the accepted one (if any) is drawn from their per-rank chances and the walk goes on below it at the next
+    position. Under greedy decoding the chances are 0 or 1 and the walk is the run's own (the accepted token
+    is the target's, the text's next token). Otherwise the position after an accepted sibling stands for
+    its context (Sequoia's assumption: acceptance depends on depth and rank only). A round the text ends
+    is counted as far as it went."""
+    import random
+
+    kids = _children_of(parents)
+    counts: list[list[list[int]]] = []
+    widths: list[int] = []
+    tokens = rounds = 0
+    rng = random.Random(seed)
+    for _ in range(walks):
+        for text in texts:
+            end, t = len(text.by_rank), 0
+            while t < end:
+                node, i, depth = -1, t, 1
+                while i < end:
+                    offered = kids.get(node, [])[: len(text.by_rank[i])]
+                    if depth == 1:
+                        widths.append(len(offered))
+                    if not offered:
+                        break
+                    while len(counts) < depth:
+                        counts.append([])
+                    row = counts[depth - 1]
+                    while len(row) < len(offered):
+                        row.append([0, 0])
+                    u, mass, chosen = rng.random(), 0.0, None
+                    for k in range(len(offered)):
+                        row[k][0] += 1
+                        mass += text.by_rank[i][k]
+                        if chosen is None and u < mass:
+                            chosen = k
+                    if chosen is None:
+                        break
+                    row[chosen][1] += 1
+                    node, i, depth = offered[chosen], i + 1, depth + 1
+                tokens += i - t + 1
+                rounds += 1
+                t = i + 1
+    available = [(len([w for w in widths if w]), sum(w >= k for w in widths)) for k in range(1, max(widths, default=0) + 1)]
+    return [[(o, a) for o, a in row] for row in counts], available, (tokens, rounds)
+
+
+def walk_chain(texts: list[PositionAcceptance], gamma: int, walks: int = 1, seed: int = 0) -> list[tuple[int, int]]:
+    """``tree_theory.acceptance_by_depth``'s counts of a chain of ``gamma`` drafts walked over the measured
+    positions as ``walk_tree`` walks a tree: at depth d a draft is accepted with the chance chain[t + d - 1]."""
+    import random
+
+    counts = [[0, 0] for _ in range(gamma)]
+    rng = random.Random(seed)
+    for _ in range(walks):
+        for text in texts:
+            end, t = len(text.chain), 0
+            while t < end:
+                i = t
+                while i < end and i - t < gamma:
+                    counts[i - t][0] += 1
+                    if not rng.random() < text.chain[i]:
+                        break
+                    counts[i - t][1] += 1
+                    i += 1
+                t = i + 1
+    return [(o, a) for o, a in counts if o]
+
+
+def teacher_forced(drafter_model, target, prompt: list[int], text: list[int], sampling: Sampling, vocab_size: int,
+                   max_rank: int = MAX_RANK) -> PositionAcceptance:
+    """One forward pass of each model over ``prompt`` + ``text`` (no cache): ``position_acceptance`` at the
+    positions whose next token is in ``text`` (the prompt's last token first), p and q through ``sampling``'s
+    processors (the repetition penalty with each position's context)."""
+    from specviz.engine.runner import make_runner
+    from specviz.engine.sampling import contexts
+
+    device = next(target.parameters()).device
+    seq = torch.tensor(list(prompt) + list(text), dtype=torch.long, device=device)
+    first, count = len(prompt) - 1, len(text)
+    ctx = contexts(seq, range(first + 1, first + 1 + count), vocab_size) if sampling.needs_context else None
+    warpers = sampling.warpers()
+    with torch.inference_mode():
+        p_logits = make_runner(target, vocab_size, False).logits(seq, len(seq), len(seq))[first:first + count]
+        q_logits = make_runner(drafter_model, vocab_size, False).logits(seq.to(next(drafter_model.parameters()).device), len(seq),
+                                                                        len(seq))[first:first + count].to(device)
+        p = sampling.probs(p_logits, warpers, ctx)
+        q = sampling.probs(q_logits, warpers, ctx)
+        ranking = torch.softmax(q_logits.float(), dim=-1) if sampling.greedy else q
+    return position_acceptance(p, q, ranking, max_rank)
+
+
+def _forced_model(drafter):
+    """The drafter's model when teacher forcing can read its q in one pass (a drafter model, early exit,
+    the int8 target), else None (prompt lookup, EAGLE, a drafter with its own tokenizer)."""
+    from specviz.drafters import ModelDrafter, as_drafter
+
+    try:
+        d = as_drafter(drafter)
+    except TypeError:
+        return None
+    return d.model if isinstance(d, ModelDrafter) else None
+
+
+def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
+              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2,
+              stop: StopCheck | None = None, partial: dict | None = None, keep=None) -> Calibration:
+    """Every input of the choice, teacher-forced where the drafter is a model (``calibrate_forced``), from
+    short runs otherwise (``calibrate_by_runs``). Arguments and errors as theirs."""
+    if _forced_model(drafter) is None:
+        return calibrate_by_runs(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached,
+                                 refine, stop)
+    return calibrate_forced(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached,
+                            refine, stop, partial, keep)
+
+
+def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
+                     max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2,
+                     stop: StopCheck | None = None, partial: dict | None = None, keep=None) -> Calibration:
+    """The choice's inputs from teacher-forced passes over the target's own text, and a few timed passes.
+
+    What it measures, in order, each part kept (``keep``) as soon as it is measured:
+    1. the text: the target's own continuation of each prompt, ``max_new_tokens`` tokens under ``sampling``
+       (greedy: its greedy text; else a sample), generated autoregressively, which also times the unit
+       ``target_step_ms`` (ms per token of those runs);
+    2. v(n) and the drafter's passes: the fastest of TIMING_REPEATS passes of each size, timed in turns
+       (``specviz.measure.tree_bench.pass_ms``): v(n) = target pass over n nodes / its one-token pass;
+       c = the drafter's one-token pass / the target's, c_tree = its pass over TREE_LEVEL nodes / the target's;
+    3. per position of each text, one forward pass of each model over prompt + text (``teacher_forced``):
+       the acceptance of the drafter's k-th ranked candidate (``position_acceptance``).
+    From 3 the counts Sequoia's programme needs are walked, not run (``walk_tree``, ``walk_chain``): the
+    calibration tree's rounds (``sequoia.prior_tree``), a chain of gamma ``max_depth``, then the chosen shape's
+    own rounds (``refined_counts``'s rule, up to ``refine`` times while the choice changes). The programme
+    reads them as Sequoia's positional acceptance vector (Chen et al. 2024, Sec. 3.1: the chance that a
+    node's k-th child is the one accepted, given its depth and rank only). Under greedy decoding each walk
+    is the run's own rounds exactly; under sampling WALKS walks draw each verdict from the measured chances.
+    No overhead line is measured (``Calibration.overhead`` None): the prediction's round cost is drafting
+    and v(n).
+
+    Args:
+        as ``calibrate_by_runs``; ``partial``: what an earlier, stopped calibration of the same key kept
+        (``load_partial``), reused instead of measured again; ``keep``: called with that record (plain data)
+        after each part.
+
+    Raises:
+        ValueError: no prompts, no positions, or a drafter that is not a model.
+        specviz.engine.stopping.Stopped: ``stop`` asked to end (what was measured has been given to ``keep``).
+    """
+    from specviz.engine.chain import autoregressive_stream
+    from specviz.engine.stopping import Stopped, asked
+    from specviz.measure.tree_bench import pass_ms
+
+    model = _forced_model(drafter)
+    if model is None:
+        raise ValueError("the teacher-forced calibration needs a drafter model")
+    if not prompts:
+        raise ValueError("calibration needs at least one prompt")
+    record = {"texts": [], "steps": [], "target_ms": None, "drafter_ms": None}
+    if partial:
+        record.update({k: v for k, v in partial.items() if k in record})
+    keep = keep or (lambda r: None)
+    sizes = sorted({n for n in NS if n < max_nodes} | {max_nodes})
+    with torch.inference_mode():
+        for i in range(len(record["texts"]), len(prompts)):
+            last = None
+            for last in autoregressive_stream(prompts[i], target, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed + i,
+                                              vocab_size=vocab_size):
+                if asked(stop):
+                    keep(record)
+                    raise Stopped
+            record["texts"].append(list(last.output_ids))
+            record["steps"].append([sum(r.verify_ms for r in last.rounds), len(last.rounds)])
+            keep(record)
+        try:
+            if record["target_ms"] is None:
+                record["target_ms"] = {str(n): ms for n, ms in pass_ms(target, prompts[0], sizes, vocab_size, TIMING_REPEATS, cached,
+                                                                        stop).items()}
+                keep(record)
+            if record["drafter_ms"] is None:
+                record["drafter_ms"] = {str(n): ms for n, ms in pass_ms(model, prompts[0], [TREE_LEVEL], vocab_size, TIMING_REPEATS,
+                                                                        cached, stop).items()}
+                keep(record)
+        except Stopped:
+            keep(record)
+            raise
+    texts = []
+    for ids, text in zip(prompts, record["texts"]):
+        if asked(stop):
+            raise Stopped
+        if text:
+            texts.append(teacher_forced(model, target, ids, text, sampling, vocab_size))
+    if not any(t.chain for t in texts):
+        raise ValueError("the calibration's texts are empty: no acceptance to measure")
+    walks = 1 if sampling.greedy else WALKS
+    target_ms, drafter_ms = {int(n): v for n, v in record["target_ms"].items()}, {int(n): v for n, v in record["drafter_ms"].items()}
+    step_ms = sum(s[0] for s in record["steps"]) / max(1, sum(s[1] for s in record["steps"]))
+    calib_tree = sequoia.prior_tree(min(40, max_nodes), max_depth)
+    rank_counts, available, _ = walk_tree(texts, calib_tree, walks, seed)
+    cal = Calibration(rank_counts=rank_counts, chain_counts=walk_chain(texts, max_depth, walks, seed),
+                      verify_curve={n: target_ms[n] / target_ms[0] for n in sizes}, tree_pass_cost=drafter_ms[TREE_LEVEL] / target_ms[0],
+                      chain_step_cost=drafter_ms[0] / target_ms[0], target_step_ms=step_ms, calibration_tree=calib_tree,
+                      prompts=len(texts), tokens=max_new_tokens, available=tuple(available))
+    tried: set = set()
+    for _ in range(refine):
+        best = decide(cal, max_nodes, max_depth).choice.best
+        shape = best.parents if best.kind == "tree" else best.depth
+        if shape in tried:
+            break
+        tried.add(shape)
+        if best.kind == "tree":
+            cal = merged_counts(cal, best, walk_tree(texts, best.parents, walks, seed)[0])
+        else:
+            cal = merged_counts(cal, best, walk_chain(texts, best.depth, walks, seed))
+    return cal
+
+
+def check_partial(d, prompts: int, max_new_tokens: int, vocab_size: int) -> dict:
+    """A stopped calibration's record (``calibrate_forced``'s ``keep``), checked as data from outside:
+    at most ``prompts`` texts of at most ``max_new_tokens`` token ids below ``vocab_size``, their step
+    times, and pass times {n: ms} finite and positive.
+
+    Raises:
+        ValueError: naming the first field that is wrong."""
+    if not isinstance(d, dict) or set(d) - {"texts", "steps", "target_ms", "drafter_ms"}:
+        raise ValueError("not a partial calibration")
+    texts, steps = d.get("texts"), d.get("steps")
+    if not isinstance(texts, list) or not isinstance(steps, list) or len(texts) != len(steps) or len(texts) > prompts:
+        raise ValueError(f"texts, steps: one each per prompt, at most {prompts}")
+    for text in texts:
+        if not isinstance(text, list) or len(text) > max_new_tokens or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in text):
+            raise ValueError(f"texts: lists of at most {max_new_tokens} token ids")
+    for s in steps:
+        if not (isinstance(s, list) and len(s) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                                            and 0 <= x <= 1e9 for x in s)):
+            raise ValueError("steps: [ms, steps] per text")
+    for field in ("target_ms", "drafter_ms"):
+        v = d.get(field)
+        if v is not None and not (isinstance(v, dict) and 0 < len(v) <= 64 and "0" in v and all(
+                isinstance(n, str) and n.isdigit() and isinstance(x, (int, float)) and not isinstance(x, bool)
+                and math.isfinite(x) and 0 < x <= 1e7 for n, x in v.items())):
+            raise ValueError(f"{field}: must map node counts (with 0) to ms")
+    return {"texts": texts, "steps": steps, "target_ms": d.get("target_ms"), "drafter_ms": d.get("drafter_ms")}
+
+
 def refined_counts(cal: Calibration, best: sequoia.Candidate, own: list) -> Calibration:
     """``cal`` with the counts of ``best``'s own rounds (traces ``own``) in place of the wide runs':
     a chain's acceptance by depth for depths 1..gamma; a tree's (depth, rank) cells it offered at least
     ``sequoia.MIN_COUNT`` times (a rarer cell adds its counts to the wide tree's)."""
+    mine = tree_theory.acceptance_by_depth(*own) if best.kind != "tree" else sequoia.acceptance_by_rank(*own)
+    return merged_counts(cal, best, mine)
+
+
+def merged_counts(cal: Calibration, best: sequoia.Candidate, mine: list) -> Calibration:
+    """``refined_counts`` from ``best``'s own counts ``mine``: ``tree_theory.acceptance_by_depth``'s for a
+    chain, ``sequoia.acceptance_by_rank``'s for a tree."""
     from dataclasses import replace
 
     if best.kind != "tree":
-        mine = tree_theory.acceptance_by_depth(*own)
         if not mine:
             return cal
         counts = list(mine[: best.depth]) + list(cal.chain_counts[len(mine[: best.depth]):])
         return replace(cal, chain_counts=counts, refined=_joined(cal.refined, best.label()))
-    mine = sequoia.acceptance_by_rank(*own)
     rows = [list(row) for row in cal.rank_counts]
     for d, row in enumerate(mine):
         while len(rows) <= d:
@@ -411,7 +725,9 @@ def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
     """Calibrate (or reuse this process's calibration for the same ``key``, drafter and sampling) and choose.
 
     ``key``: what names the pair and device (e.g. (pair name, device)); None: never cached. ``stop``: the
-    calibration's stop check (a stopped calibration is not cached). Raises as ``calibrate``."""
+    calibration's stop check. A stopped calibration is not cached as a calibration, but what it measured
+    is kept on disk (``store_partial``) and the next call for the same key goes on from there. Raises as
+    ``calibrate``."""
     cache_key = None
     if key is not None:
         who = json.dumps(drafter.describe(), sort_keys=True, default=str) if hasattr(drafter, "describe") else id(drafter)
@@ -422,7 +738,11 @@ def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
     if cal is None and disk:
         cal = load_cached(disk)
     if cal is None:
-        cal = calibrate(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached, stop=stop)
+        extra = {}
+        if disk and _forced_model(drafter) is not None:
+            extra = dict(partial=load_partial(disk, len(prompts), max_new_tokens, vocab_size), keep=lambda r: store_partial(disk, r))
+        cal = calibrate(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached, stop=stop,
+                        **extra)
         if disk:
             store_cached(disk, cal)
     if cache_key:
@@ -478,13 +798,35 @@ def load_cached(key: str) -> Calibration | None:
 
 
 def store_cached(key: str, cal: Calibration) -> None:
-    """Store ``cal`` under ``key``, keeping the newest DISK_ENTRIES entries (and none the file cannot
+    """Store ``cal`` under ``key`` (and drop the partial record of its calibration, ``store_partial``)."""
+    _store(key, cal.to_dict(), drop=key + PARTIAL)
+
+
+PARTIAL = "+partial"  # the suffix of the key a stopped calibration's measurements are kept under
+
+
+def store_partial(key: str, record: dict) -> None:
+    """Keep what a stopped (or still running) calibration has measured (``calibrate_forced``'s ``keep``)."""
+    _store(key + PARTIAL, json.loads(json.dumps(record)))
+
+
+def load_partial(key: str, prompts: int, max_new_tokens: int, vocab_size: int) -> dict | None:
+    """The partial record under ``key``, checked (``check_partial``), or None (none, or one that fails the checks)."""
+    entry = _read_file().get(key + PARTIAL)
+    try:
+        return check_partial(entry, prompts, max_new_tokens, vocab_size) if entry is not None else None
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return None
+
+
+def _store(key: str, entry: dict, drop: str | None = None) -> None:
+    """Store ``entry`` under ``key``, keeping the newest DISK_ENTRIES entries (and none the file cannot
     read back); written to a temporary file named by process and thread, then renamed over the file."""
     path = _cache_file()
     try:
-        data = {k: v for k, v in _read_file().items() if isinstance(k, str) and len(k) <= 64}
+        data = {k: v for k, v in _read_file().items() if isinstance(k, str) and len(k) <= 64 and k != drop}
         data.pop(key, None)
-        data[key] = cal.to_dict()
+        data[key] = entry
         data = dict(list(data.items())[-DISK_ENTRIES:])
         text = json.dumps(data)
         while len(text) > DISK_BYTES and len(data) > 1:  # never more than the reader accepts

@@ -26,25 +26,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
-                      cached: bool | str = True, stop: StopCheck | None = None) -> dict[int, float]:
-    """v(n) for each n in ``nodes``: the fastest of ``repeats`` masked target passes over the pending token
-    and n nodes / the fastest of as many one-token cached steps, after ``prompt_ids`` (dimensionless);
-    ``cached`` the KV cache both are timed over (``specviz.engine.cache.make_runner``: True, "static", "graphs").
-    ``stop`` is asked before each timed pass (None: never); raises ``specviz.engine.stopping.Stopped`` when it asks.
+def pass_ms(model, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
+            cached: bool | str = True, stop: StopCheck | None = None) -> dict[int, float]:
+    """{n: ms} of ``model``'s fastest masked pass over the pending token and n nodes after ``prompt_ids``,
+    for 0 (a one-token cached step) and each n in ``nodes``, timed in turns as ``verify_cost_curve``
+    says; ``stop`` as there.
 
-    The pass's cost depends on how many tokens it scores, not on the tree's shape (the mask only
-    hides entries), so a chain of n nodes stands for any tree of n. The sizes are timed in turns
-    (every size once per repeat, the order rotated), so a burst of other work on the machine slows
-    several sizes a little rather than one size a lot, and the fastest pass of each size is kept:
-    other work only adds time, so the fastest is the closest to the pass's own cost (both sides of
-    the ratio alike). On a busy 2-core CPU, medians timed one size after another gave v(2) 0.86 and
-    v(3) 0.83 against v(1) 0.99, and medians timed in turns v(4) 1.41 against v(6) 1.17.
-    """
-    device = target.device
+    Raises:
+        specviz.engine.stopping.Stopped: ``stop`` asked to end."""
+    device = model.device
     seq = torch.tensor(list(prompt_ids) + [0] * 130, dtype=torch.long, device=device)
     prefix = len(prompt_ids) - 1
-    runner = make_runner(target, vocab, cached)
+    runner = make_runner(model, vocab, cached)
     sizes = [0, *nodes]
     times: dict[int, list[float]] = {n: [] for n in sizes}
     with torch.inference_mode():
@@ -68,8 +61,26 @@ def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: in
         for r in range(repeats):
             for n in sizes[r % len(sizes):] + sizes[: r % len(sizes)]:
                 times[n].append(timed(n))
-    step = min(times[0])
-    return {n: min(times[n]) / step for n in nodes}
+    return {n: min(t) * 1000.0 for n, t in times.items()}
+
+
+def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
+                      cached: bool | str = True, stop: StopCheck | None = None) -> dict[int, float]:
+    """v(n) for each n in ``nodes``: the fastest of ``repeats`` masked target passes over the pending token
+    and n nodes / the fastest of as many one-token cached steps, after ``prompt_ids`` (dimensionless);
+    ``cached`` the KV cache both are timed over (``specviz.engine.cache.make_runner``: True, "static", "graphs").
+    ``stop`` is asked before each timed pass (None: never); raises ``specviz.engine.stopping.Stopped`` when it asks.
+
+    The pass's cost depends on how many tokens it scores, not on the tree's shape (the mask only
+    hides entries), so a chain of n nodes stands for any tree of n. The sizes are timed in turns
+    (every size once per repeat, the order rotated), so a burst of other work on the machine slows
+    several sizes a little rather than one size a lot, and the fastest pass of each size is kept:
+    other work only adds time, so the fastest is the closest to the pass's own cost (both sides of
+    the ratio alike). On a busy 2-core CPU, medians timed one size after another gave v(2) 0.86 and
+    v(3) 0.83 against v(1) 0.99, and medians timed in turns v(4) 1.41 against v(6) 1.17.
+    """
+    ms = pass_ms(target, prompt_ids, nodes, vocab, repeats, cached, stop)
+    return {n: ms[n] / ms[0] for n in nodes}
 
 
 def _side(traces, baseline_traces, tokens_per_second: float, baseline_tps: float) -> dict:
