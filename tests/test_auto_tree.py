@@ -556,3 +556,28 @@ def test_stop_during_the_pages_calibration_ends_the_job_before_any_run(tmp_path,
     with pytest.raises(gr.Error) as err:
         list(device.run_on_device(_run_request(AUTO)))
     assert err.value.title == "Token tree" and "choose the chain" in err.value.message
+
+
+def test_an_uncached_auto_job_is_never_sized_short_in_the_queue_or_when_giving_way():
+    """A 1-token auto job is sized with its calibration: the seconds ZeroGPU is asked for it
+    (``RunRequest.duration``), behind an 8-token chain job that came after it, and neither short enough to make
+    a running job give way nor kept from giving way itself. Before, it was sized by its token (2.9 s) and
+    counted as short."""
+    from tests.test_device_order import ATTACKERS, VICTIM, _served, fake_queue, queued, run_data
+    from specviz.ui import share, sizing
+    from specviz.ui.admission import order
+    from specviz.ui.tree import AUTO
+
+    assert sizing.calibration_seconds(AUTO) == _run_request(AUTO, 1).duration() - _run_request("chain", 1).duration() > 0
+    auto_s = share.sized(4, 1, AUTO)
+    assert auto_s >= sizing.calibration_seconds(AUTO) and auto_s > share.SHORT_S
+    waiting = [queued(a, 1, arrived=100.0 + k, data=run_data(1, tree=AUTO)) for k, a in enumerate(ATTACKERS)]
+    waiting.append(queued(VICTIM, 8, arrived=110.0))
+    order(fake_queue(), waiting, "device")
+    assert waiting[0]._id == VICTIM
+    request, queue = _served(ATTACKERS[0])  # a running auto job gives way to the victim's 8-token job
+    queue.append(queued(VICTIM, 8, 0.0))
+    assert share.shorter_waiting(request, share.sized(4, 1, AUTO)) == VICTIM
+    request, queue = _served(VICTIM)  # the victim's running 32-token job does not give way to an auto job
+    queue.append(queued(ATTACKERS[1], 1, 0.0, data=run_data(1, tree=AUTO)))
+    assert share.shorter_waiting(request, share.sized(4, 32)) is None

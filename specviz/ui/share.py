@@ -28,7 +28,9 @@ few seconds behind each of them, each keeping the device its share: an 8-token G
 alone. So a short run's wait is bounded by size, not by who used what:
 
 - ``job_seconds``: a Generate or /run job's expected device time, read from its inputs before it starts (max new
-  tokens, gamma, the token tree; ``specviz.ui.sizing.run_seconds``). The queue (``specviz.ui.admission``) orders
+  tokens, gamma, the token tree; ``specviz.ui.sizing.run_seconds``), the auto tree's calibration in it (its cap,
+  as ZeroGPU is asked for: three addresses looping a 1-token auto job with a new temperature each time were
+  sized by their one token, went ahead of an 8-token Generate and made it take 6.6x its time alone). The queue (``specviz.ui.admission``) orders
   waiting jobs by ``place``: arrival time plus expected seconds, so a short job goes ahead of long ones that came
   at most about the long one's size earlier, and a long job is never starved: every job that arrives more than its
   own size after it goes behind it (aging, with a wait of one second worth one second of size);

@@ -95,9 +95,25 @@ def drafted_per_round(gamma: int, tree: str = "chain") -> int:
     return spec.budget or gamma
 
 
+def calibration_seconds(tree: str = "chain") -> float:
+    """The device seconds a job of token tree ``tree`` may spend calibrating before its runs: the auto tree's
+    calibration cap (``specviz.ui.limits.CALIBRATION_SECONDS_MAX``, the same seconds ``RunRequest.duration``
+    asks of ZeroGPU), 0 for any other tree.
+
+    The queue sizes a job from its controls before its pair loads (and on ZeroGPU the calibration is cached
+    in a GPU worker, not here), so it cannot tell whether this pair, drafter and sampling setting has a
+    calibration cached: every auto job is priced with one. A cached one is thereby priced long, never short."""
+    from specviz.ui.limits import CALIBRATION_SECONDS_MAX
+    from specviz.ui.tree import AUTO
+
+    return CALIBRATION_SECONDS_MAX if tree == AUTO else 0.0
+
+
 def run_seconds(max_new_tokens: int, gamma: int = 4, tree: str = "chain") -> float:
     """Expected device seconds of a Generate or /run job on a CPU, priced as the long jobs are: per token its
     baseline's step and the speculative run's SPEC_STEPS (measured at gamma 3-4), that part growing with the
-    tokens a round drafts past 4 (a longer chain or a tree). A size to order jobs by, not a promise."""
+    tokens a round drafts past 4 (a longer chain or a tree); plus the auto tree's calibration
+    (``calibration_seconds``). A size to order jobs by, not a promise. The queue's order (``specviz.ui.share.place``)
+    and the rule for giving way (``specviz.ui.share.Held``) both read it, through ``specviz.ui.share.sized``."""
     drafted = drafted_per_round(gamma, tree)
-    return max_new_tokens * (1 + SPEC_STEPS * max(1.0, drafted / 4)) * CPU_STEP_S
+    return max_new_tokens * (1 + SPEC_STEPS * max(1.0, drafted / 4)) * CPU_STEP_S + calibration_seconds(tree)
