@@ -399,7 +399,7 @@ def test_malformed_uploads_get_a_400_and_a_bounded_log(app, capfd):
                 query, body = MALFORMED_BODIES[i % 2]
                 r = http.post(f"{url}/gradio_api/upload{query}", content=body,
                               headers={"content-type": "multipart/form-data; boundary=xx"})
-                assert r.status_code == 400 and r.text == server.MALFORMED
+                assert r.status_code == 400 and r.json() == {"detail": server.MALFORMED}
             # A well-formed upload from the same address is still taken.
             good = http.post(f"{url}/gradio_api/upload", files={"files": ("a.json", b"{}", "application/json")})
             assert good.status_code == 200, good.text

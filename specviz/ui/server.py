@@ -4,6 +4,7 @@ answered 400 in one bounded log line) and the arguments ``demo.launch`` takes.""
 from __future__ import annotations
 
 import logging
+import json
 import os
 import threading
 import time
@@ -287,9 +288,11 @@ async def _too_large(send, limit: int) -> None:
 
 
 async def _refused(send, status: int, text: str) -> None:
-    body = text.encode()
+    """Answer ``status`` with ``{"detail": text}``, as the framework's own refusals: the page shows a refusal's
+    ``detail`` (a body it cannot parse as JSON it reports as a broken connection)."""
+    body = json.dumps({"detail": text}).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())] + HEADERS})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())] + HEADERS})
     await send({"type": "http.response.body", "body": body})
 
 
