@@ -524,6 +524,11 @@ def teacher_forced(drafter_model, target, prompt: list[int], text: list[int], sa
     return position_acceptance(p, q, ranking, max_rank)
 
 
+def teacher_forcible(drafter) -> bool:
+    """Whether ``calibrate`` reads this drafter teacher-forced (``calibrate_forced``), not from runs."""
+    return _forced_model(drafter) is not None
+
+
 def _forced_model(drafter):
     """The drafter's model when teacher forcing can read its q in one pass (a drafter model, early exit,
     the int8 target), else None (prompt lookup, EAGLE, a drafter with its own tokenizer)."""

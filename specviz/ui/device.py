@@ -30,8 +30,14 @@ from specviz.views.text import markdown_literal, run_label
 from specviz.views.verdict import verdict
 
 
-CALIBRATING = (f"Token tree auto: measuring this pair on this device first (short runs on held-out prompts, at most "
-               f"{CALIBRATION_SECONDS_MAX:.0f} s, once per sampling setting; Stop ends it). The run's own time starts after it…")
+CALIBRATING = (f"Token tree auto: measuring this pair on this device first, once per sampling setting (at most "
+               f"{CALIBRATION_SECONDS_MAX:.0f} s; Stop ends it and keeps what it measured): the target's own text on held-out "
+               "prompts, both models read over it once (how often the drafter's k-th candidate is the one accepted, by rank), "
+               "and a few timed passes (the verify cost v(n) and the drafter's pass). The run's own time starts after it…")
+CALIBRATING_RUNS = (f"Token tree auto: measuring this pair on this device first, once per sampling setting (at most "
+                    f"{CALIBRATION_SECONDS_MAX:.0f} s; Stop ends it): short runs of a chain and a wide tree on held-out prompts "
+                    "(acceptance by depth and sibling rank) and a few timed passes (the verify cost v(n)). The run's own time "
+                    "starts after it…")
 
 
 def _pair_of(req: RunRequest):
@@ -74,7 +80,9 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
     common = _common(req, pair)
     drafter = pair_drafter(req.drafter_kind, pair)
     if req.tree == AUTO:
-        yield "calibrating", None, CALIBRATING
+        from specviz.measure.auto_tree import teacher_forcible
+
+        yield "calibrating", None, CALIBRATING if teacher_forcible(drafter) else CALIBRATING_RUNS
     try:
         tree, gamma, chosen, auto = resolve(req.tree, pair, drafter, req.sampling, req.gamma, stop)
     except Stopped:

@@ -64,6 +64,10 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
         free_memory(None if not on_zerogpu() else "cpu")
 
 
+CALIBRATING_HEADLINE = ('<div class="sv-headline sv-headline-empty" style="font-size:16px;color:#555;padding:6px 0;">'
+                        "Speedup: the auto tree is measuring this pair first; this run and the target alone come next…</div>")
+
+
 def _halted(event: tuple | None, request, session: str | None, held: share.Held) -> list[dict] | None:
     """What to show when the job must end before ``event`` (the last one ``run_on_device`` sent, None: none):
     [] when nobody listens, the rounds done when Stop was pressed or the job has had its device share; None
@@ -84,7 +88,8 @@ def _shown(event: tuple, req: RunRequest, session: str | None):
     """The outputs one event of ``run_on_device`` changes (a dict keyed by RUN_OUTPUTS)."""
     kind, spec = event[0], event[1]
     if kind == "calibrating":
-        yield dict(status=event[2])
+        # The previous run's verdict and export are not this run's: cleared while the calibration measures.
+        yield dict(status=event[2], headline=CALIBRATING_HEADLINE, export_file=None)
     elif kind == "round":
         status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
         out = dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), status=status, recording=Recording(spec, title=event[2]),
