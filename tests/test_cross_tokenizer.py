@@ -234,6 +234,39 @@ def test_the_bench_runs_ours_beside_transformers_assistant_tokenizer_path():
     json.dumps({k: v for k, v in rep.items() if k != "_rows"})  # --json prints it
 
 
+def test_the_bench_runs_on_routed_models_and_gives_transformers_an_unrouted_copy_of_the_drafter(tmp_path, monkeypatch):
+    """Where fp32 products are routed (``specviz.pair.kernels``; oneDNN's reordered weights cannot be
+    deep-copied), transformers' assistant_tokenizer rows get a copy of the drafter with transformers'
+    own products, and our rows keep the routed drafter."""
+    from types import SimpleNamespace
+
+    from specviz.measure.bench import hf_counterpart
+    from specviz.measure.cross_bench import cross_bench
+    from specviz.pair import kernels
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    route = "onednn" if kernels._onednn_available() else "w_xt"
+    drafter_tok, target_tok = bpe_tokenizer(CODE, 300), bpe_tokenizer(ENGLISH, 330)
+    drafter, target = tiny_llama(len(drafter_tok), 5), tiny_llama(len(target_tok), 6)
+    for model in (drafter, target):
+        kernels.choose(model, force=route)
+    rows = cross_bench(drafter, drafter_tok, target, target_tok, ["def add(a, b):"], new_tokens=4, gamma=3)
+    assert len(rows) == 9 and all(r.tokens == 4 for r in rows)
+    routed = [m for m in drafter.modules() if type(m) is torch.nn.Linear]
+    assert all(m.specviz_choice.route(5) == route for m in routed)  # still routed: our rows run these products
+    assert all((getattr(m, "specviz_packed", None) is not None) == (route == "onednn") for m in routed)
+    # bench's counterpart for the cross-tokenizer kind copies the drafter the same way
+    pair = SimpleNamespace(drafter=drafter, target=target, tokenizer=target_tok, drafter_tokenizer=drafter_tok)
+    assistant = hf_counterpart("cross-tokenizer", "constant", pair, 3)[1]["assistant_model"]
+    copies = [m for m in assistant.modules() if type(m) is torch.nn.Linear]
+    assert len(copies) == len(routed)
+    assert not any("forward" in vars(m) or hasattr(m, "specviz_choice") or hasattr(m, "specviz_packed") for m in copies)
+    assert all(a is not b and torch.equal(a, b) for a, b in zip(assistant.parameters(), drafter.parameters()))
+    x = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.inference_mode():
+        torch.testing.assert_close(assistant(x).logits, drafter(x).logits, rtol=1e-4, atol=1e-5)
+
+
 def test_bench_takes_the_cross_tokenizer_path_for_such_a_kind_or_pair():
     from specviz.cli import build_parser, cross_tokenizer_bench
 

@@ -53,6 +53,7 @@ from specviz import Sampling, autoregressive_generate, metrics, speculative_gene
 from specviz.measure.common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
 from specviz.drafters import default_exit_layer, default_kind, early_exit_model, pair_drafter, quantize_target
 from specviz.pair import default_pair, load_pair
+from specviz.pair.kernels import unrouted_copy
 from specviz.engine.schedules import make_schedule
 
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
@@ -88,7 +89,7 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
     elif kind == "quantized":
         assistant, name = quantize_target(pair.target), "assisted generation, assistant = the target's int8 copy"
     elif kind == "cross-tokenizer":  # a copy: transformers' sampled path prunes the assistant's output layer in place
-        assistant = copy.deepcopy(pair.drafter)
+        assistant = unrouted_copy(pair.drafter)  # a routed drafter cannot be deep-copied; the copy runs transformers' products
         name = "assisted generation with the same drafter and both tokenizers (assistant_tokenizer)"
         extra = dict(tokenizer=pair.tokenizer, assistant_tokenizer=pair.drafter_tokenizer or pair.tokenizer)
     elif kind == "eagle":

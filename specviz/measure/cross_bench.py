@@ -15,13 +15,14 @@ has its own tokenizer, or ``--drafter-kind cross-tokenizer``) runs this bench (`
 ``python -m specviz.measure.cross_bench`` too.
 
 transformers' assisted rows get a copy of the drafter: its sampled path prunes the assistant's
-output layer to the shared tokens in place (``assistant_prune_lm_head``).
+output layer to the shared tokens in place (``assistant_prune_lm_head``). Where the drafter's fp32
+products are routed (``specviz.pair.kernels``) the copy runs transformers' own products
+(``unrouted_copy``: a routed model cannot be deep-copied), and our rows keep the routed drafter.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 import time
@@ -32,6 +33,7 @@ import torch
 from specviz import Sampling, autoregressive_generate, speculative_generate, theory
 from specviz.assets import ASSETS
 from specviz.drafters.cross_tokenizer import CrossTokenizerDrafter
+from specviz.pair.kernels import unrouted_copy
 
 SETTINGS = {"greedy": Sampling(0.0), "sampled": Sampling(1.0)}
 
@@ -116,7 +118,8 @@ def cross_bench(drafter, drafter_tok, target, target_tok, prompts: list[str] | l
     ``new_tokens``), so all methods decode the same number of tokens. ``sampled`` replaces the
     sampled setting's ``Sampling`` (default temperature 1, every token kept).
 
-    The drafter is not changed: transformers' assisted rows run a copy of it.
+    The drafter is not changed: transformers' assisted rows run a copy of it (``unrouted_copy``: with
+    transformers' own products where the drafter's are routed).
 
     Raises:
         CrossTokenizerError: the pair's vocabularies cannot serve (``shared_vocabulary``).
@@ -139,7 +142,7 @@ def cross_bench(drafter, drafter_tok, target, target_tok, prompts: list[str] | l
                       for i, ids in enumerate(ids_list)]
             rows.append(_ours(f"ours: {scheme}", setting, traces, base))
         rows.append(_transformers("transformers: plain", setting, target, ids_list, new_tokens, sampling, seed))
-        assistant = copy.deepcopy(drafter)
+        assistant = unrouted_copy(drafter)
         assistant.generation_config.num_assistant_tokens = gamma
         assistant.generation_config.num_assistant_tokens_schedule = "constant"
         rows.append(_transformers("transformers: assistant_tokenizer", setting, target, ids_list, new_tokens, sampling, seed,

@@ -33,6 +33,7 @@ logits a pass gave (``specviz.engine.rejection``).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -304,3 +305,29 @@ def unroute(model) -> None:
             del m.forward, m.specviz_choice
             if hasattr(m, "specviz_packed"):
                 del m.specviz_packed
+
+
+def unrouted_copy(model):
+    """A deep copy of ``model`` that runs transformers' own products, for code that copies a model
+    (transformers' assisted generation with ``assistant_tokenizer`` prunes its assistant's output
+    layer in place, so it is given a copy).
+
+    ``copy.deepcopy`` cannot copy a routed model: a reordered weight (``specviz_packed``) is an opaque
+    oneDNN tensor with no storage to copy (NotImplementedError). The copy leaves those behind, and its
+    linear layers run ``torch.nn.Linear.forward`` on copies of the same weights (same shapes, dtype
+    and device; tied weights stay tied); ``model`` keeps its routes. A model ``choose`` never routed is
+    copied as ``copy.deepcopy`` copies it.
+
+    Args:
+        model: any module, routed by ``choose`` or not.
+
+    Returns:
+        the copy, with no ``specviz_choice``, ``specviz_packed`` or model-level ``specviz_kernels``
+        (``specviz.pair.precision.apply_form``'s record of the routing).
+    """
+    memo = {id(m.specviz_packed): None for m in model.modules()
+            if type(m) is torch.nn.Linear and getattr(m, "specviz_packed", None) is not None}
+    twin = copy.deepcopy(model, memo)  # each reordered weight is copied as None: the buffer is then dropped
+    unroute(twin)
+    twin.__dict__.pop("specviz_kernels", None)
+    return twin
