@@ -120,7 +120,8 @@ def test_the_status_sentence_says_faster_or_slower_and_names_alpha_c_and_v():
     drafter, target = models("similar")
     spec, base = with_baseline([1, 2, 3], drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=24, seed=0)
     text = verdict(spec, base)
-    assert text.startswith(("Faster than the target alone", "Slower than the target alone"))
+    assert text.startswith(("Faster than the target alone", "Slower than the target alone", "No clear difference from the target alone",
+                            "Too few rounds to tell"))
     assert all(word in text for word in ("alpha", " c ", " v ")) and text.count(".") >= 1
     assert verdict(spec, None) == ""
 

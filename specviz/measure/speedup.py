@@ -9,9 +9,12 @@ each stretch of machine noise falls on both; each run's clock stops while it wai
 
 ``estimate`` then gives the whole-run speedup (speculative tokens/s over autoregressive
 tokens/s, prefill included) and the decoding speedup with its spread: the ratio of the two runs'
-times over windows of equal token counts, prefill excluded, as the median of the windows and
-their middle half, so a class sees how far one number can be trusted. The median and its middle
-half are one quantity; the whole-run number, which carries the two prefills, can lie outside it.
+decoding times over the same tokens, prefill excluded, and the middle half of that ratio over
+windows of equal token counts, so a class sees how far one number can be trusted. The decoding
+ratio is what a round's tokens over its time in target-alone steps gives (the headline's
+decomposition adds up to it); the median of the windows, shown before, weighed a slow stretch as
+much as a fast one and read 1.44x where the run's own times gave 1.56x. The whole-run number,
+which carries the two prefills, can lie outside the spread.
 """
 
 from __future__ import annotations
@@ -65,17 +68,30 @@ class SpeedupEstimate:
         speedup: speculative tokens/s / autoregressive tokens/s over the whole runs, prefill included.
         windows: autoregressive ms / speculative ms in each window of equal token counts (prefill left out).
         low, high: the first and third quartiles of ``windows`` (the middle half of the decoding speedups).
+        decode_ratio: autoregressive ms / speculative ms over all the tokens both runs emitted, prefill left out
+            (None: the median of ``windows`` stands in, for estimates made before it existed).
     """
 
     speedup: float
     windows: list[float]
     low: float
     high: float
+    decode_ratio: float | None = None
 
     @property
     def decode_speedup(self) -> float:
-        """The decoding speedup, prefill excluded: the median of ``windows``, so it lies in [low, high]."""
-        return statistics.median(self.windows)
+        """The decoding speedup, prefill excluded: the two runs' decoding times over the same tokens, so that a round's
+        tokens over its time in steps of the target alone gives it (``specviz.views.verdict``); ``low`` and ``high``
+        are its spread over stretches of the run."""
+        return self.decode_ratio if self.decode_ratio is not None else statistics.median(self.windows)
+
+    @property
+    def clears_one(self) -> bool | None:
+        """True when the whole middle half is above 1x, False when it is below, None when it holds 1x (no clear
+        difference) or when there is a single stretch (too few rounds for a spread: fewer than 8)."""
+        if len(self.windows) < 2:
+            return None
+        return True if self.low > 1.0 else False if self.high < 1.0 else None
 
     @property
     def relative_spread(self) -> float:
@@ -122,4 +138,6 @@ def estimate(spec: Trace, baseline: Trace, windows: int = 8) -> SpeedupEstimate 
     if not ratios:
         return None
     low, high = (statistics.quantiles(ratios, n=4)[0], statistics.quantiles(ratios, n=4)[2]) if len(ratios) >= 2 else (ratios[0], ratios[0])
-    return SpeedupEstimate(speedup=a / b, windows=ratios, low=low, high=high)
+    spec_ms, base_ms = _time_at(spec, tokens) - _time_at(spec, 0), _time_at(baseline, tokens) - _time_at(baseline, 0)
+    ratio = base_ms / spec_ms if spec_ms > 0 and base_ms > 0 else None
+    return SpeedupEstimate(speedup=a / b, windows=ratios, low=low, high=high, decode_ratio=ratio)

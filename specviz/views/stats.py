@@ -18,7 +18,8 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     autoregressive_tokens_per_second (tokens/s, prefill included), speedup (their ratio: the whole run,
     prefill included), decode_speedup with decode_speedup_low and decode_speedup_high (autoregressive
     ms / speculative ms over stretches of equal tokens, prefill excluded: the median and the middle
-    half, ``specviz.measure.speedup.estimate``), cost_coefficient c, verify_cost v,
+    half, ``specviz.measure.speedup.estimate``: the ratio of the decoding times over the same tokens, its spread over
+    stretches of equal tokens), cost_coefficient c, verify_cost v,
     predicted_speedup (Leviathan et al. 2023, Thm 3.8, from alpha, gamma, c) and
     predicted_speedup_verify (the same with the measured verify cost: E[tokens] / (gamma c + v)).
     A token tree run has no gamma and Thm 3.8 is a chain's: its predicted_speedup is None and its
@@ -97,8 +98,8 @@ def _decode_note(spec: Trace, baseline: Trace | None) -> str:
     est = estimate(spec, baseline) if baseline is not None else None
     if est is None or len(est.windows) < 2:
         return "autoregressive ms / speculative ms over the same tokens, prefill excluded"
-    note = (f"autoregressive ms / speculative ms, prefill excluded: the median of {len(est.windows)} stretches of equal tokens; "
-            f"middle half {est.low:.2f}–{est.high:.2f}×")
+    note = (f"autoregressive ms / speculative ms over the same tokens, prefill excluded; over {len(est.windows)} stretches of "
+            f"equal tokens, middle half {est.low:.2f}–{est.high:.2f}×")
     return note if est.readable else note + ": too spread to read, run again on a quieter machine"
 
 
