@@ -140,3 +140,22 @@ def test_exported_file_lays_figures_out_for_any_width(runs):
     assert "minmax(min(100%, 420px), 1fr)" in html and "auto-fill" in html  # one column on a phone, no sideways scroll
     assert "ResizeObserver" in html and "relayout" in html  # figures follow their box, not only the window
     assert "sv-tip" in html  # a tapped token's details stay inside the window
+
+
+def test_small_items_a_class_tripped_on(runs):
+    """Issue 52, item 8: "All 1 drafts were accepted"; a one-round chart with round ticks at 0.6-1.4; the time axis
+    in ms (5k, 10k)."""
+    from dataclasses import replace
+
+    from specviz.views import timeline_figure
+
+    spec, base, _ = runs
+    bonus = next(i for i, r in enumerate(spec.rounds) if r.final_kind == "bonus" and r.drafts)
+    one = replace(spec, rounds=[replace(spec.rounds[bonus], drafts=spec.rounds[bonus].drafts[:1])])
+    assert "The one draft was accepted" in round_html(one, 0) and "All 1 drafts" not in round_html(one, 0)
+    assert re.search(r"All \d+ drafts were accepted", round_html(spec, bonus)) or len(spec.rounds[bonus].drafts) == 1
+    fig = acceptance_figure(one)
+    assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tick0 == 1 and fig.layout.xaxis.tickformat == "d"
+    timeline = timeline_figure(spec, base)
+    assert timeline.layout.xaxis.title.text == "wall time (s)"
+    assert max(timeline.data[0].x) == pytest.approx(spec.rounds[-1].end_ms / 1000.0)

@@ -159,7 +159,8 @@ def _final(r: Round, stop_reason: str | None) -> str:
         head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', f'<span style="color:{Q_COLOUR};">■</span> q(x)', f'<span style="color:{RESIDUAL_COLOUR};">■</span> residual', "")
     else:
         intro = (
-            f"All {len(r.drafts)} drafts were accepted, so the target's pass gives one more token for free: the "
+            f"{'The one draft was' if len(r.drafts) == 1 else f'All {len(r.drafts)} drafts were'} accepted, so the target's pass "
+            f"gives one more token for free: the "
             f"<b>bonus token</b>, sampled from p at position {len(r.drafts) + 1}. Most likely tokens of p:"
         ) if r.final_kind == "bonus" else "The target samples this token from p (autoregressive baseline). Most likely tokens of p:"
         head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', "")  # p alone: no q, no residual columns
