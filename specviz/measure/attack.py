@@ -15,7 +15,8 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
    concurrent ``/call/run`` posts of 128-token runs, two at a time from each of three addresses
    (127.0.0.21-23); 1 MB uploads until refused, and on (127.0.0.5); 8-token ``/call/run`` posts whose prompt
    grows by a few tokens each time (127.0.0.6: every prompt length is new to the CPU's kernel caches); a heavy batch (8 rows, the most tokens)
-   re-submitted as soon as it ends, from another address named by ``X-Forwarded-For`` (10.9.9.9). The ratio is
+   re-submitted as soon as it ends, from another address named by ``X-Forwarded-For`` (10.9.9.9); Generate with the
+   auto tree, 1 token, a new temperature each time, from three addresses (10.8.8.1-3). The ratio is
    the victim's median under the flood over its baseline median, measured minutes apart on the same machine.
 3. **Stop and hang-up.** A heavy batch is stopped by its session's Stop button once it has streamed for a
    second (its stream read all the while); printed: seconds from the Stop request to the batch's last message,
@@ -242,6 +243,27 @@ def heavy_batches(app: App, halt: threading.Event, clients: list) -> list[thread
     return [threading.Thread(target=_forever, args=(halt, lambda: page_call(http, app, "batch", HEAVY_BATCH, headers)))]
 
 
+def auto_trees(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+    """Generate with the auto tree, 1 token, a new temperature each time (a calibration not cached yet each), from
+    three addresses named by ``X-Forwarded-For``: priced at their calibration, they wait behind short runs."""
+    from specviz.ui.tree import AUTO
+
+    threads = []
+    for k in range(3):
+        http = client(f"127.0.0.{41 + k}")
+        clients.append(http)
+        headers, temperatures = {"X-Forwarded-For": f"10.8.8.{k + 1}"}, itertools.count()
+
+        def one(http=http, headers=headers, temperatures=temperatures):
+            data = list(GENERATE)
+            data[3], data[6], data[14] = round(0.3 + 0.001 * next(temperatures), 3), 1, AUTO
+            if not page_call(http, app, "generate", data, headers):
+                time.sleep(0.2)
+
+        threads.append(threading.Thread(target=_forever, args=(halt, one)))
+    return threads
+
+
 FLOODS = {
     "fresh session hashes": fresh_sessions,
     "heartbeats": heartbeats,
@@ -249,6 +271,7 @@ FLOODS = {
     "uploads (1 MB)": uploads,
     "prompts of ever more tokens (/run, 8 tokens each)": prompt_lengths,
     "heavy batch (X-Forwarded-For)": heavy_batches,
+    "auto trees, 1 token, a new temperature each (3 addresses)": auto_trees,
 }
 
 
@@ -355,6 +378,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ttl-s", type=int, default=None,
                         help="the app's session and cached-file time to live, seconds (at least 10); then wait for both "
                              "after the attack and measure again (default: the app's own, no wait)")
+    parser.add_argument("--floods", default="", help="comma-separated words; only the floods whose names hold one "
+                        "(e.g. 'auto,heartbeats'; default: all)")
     parser.add_argument("--watch-s", type=int, default=0,
                         help="after the last round's wait, go on sampling RSS every 15 s for this long, idle (default 0)")
     args = parser.parse_args(argv)
@@ -383,7 +408,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"victim baseline: {' '.join(f'{t:.2f}' for t in base)} s (median {b:.2f} s)", flush=True)
             for attack in range(1, args.rounds + 1):
                 label = f" (round {attack})" if args.rounds > 1 else ""
+                words = [w.strip() for w in args.floods.split(",") if w.strip()]
                 for name, flood in FLOODS.items():
+                    if words and not any(w in name for w in words):
+                        continue
                     d0, r0 = app.disk(), app.rss()
                     c0, a0, w0 = cpu_s(), cpu_s(app.proc.pid), time.monotonic()
                     times = under_flood(app, flood, args.victims, args.ramp_s, args.flood_s)
