@@ -159,3 +159,36 @@ def test_small_items_a_class_tripped_on(runs):
     timeline = timeline_figure(spec, base)
     assert timeline.layout.xaxis.title.text == "wall time (s)"
     assert max(timeline.data[0].x) == pytest.approx(spec.rounds[-1].end_ms / 1000.0)
+
+
+def test_a_tree_round_lists_its_rejected_siblings_with_q_p_and_u():
+    """Issue 52, item 4: a tree round listed only its accepted path; the rejected siblings' q, p and u appeared only on
+    hover in the tree figure. The table now lists them beneath the path, each with its test."""
+    from specviz.engine.tree.loop import tree_generate
+    from specviz.engine.tree.spec import TreeSpec
+
+    drafter, target = tiny_lm(vocab=16, layers=1, seed=1, init=0.3), tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
+    trace = tree_generate([1, 2, 3], drafter, target, TreeSpec.static((3, 2, 1)), sampling=Sampling(1.0), max_new_tokens=24, seed=3)
+    shown = 0
+    for i, r in enumerate(trace.rounds):
+        rejected = [n for n in r.tree.nodes if n.verdict == "rejected"]
+        html = round_html(trace, i)
+        assert html.count('class="sv-draft-row"') == len(r.drafts) + len(rejected)
+        for node in rejected:
+            assert f"u = {node.u:.3f} ≥ {node.accept_prob:.3f}" in html and f"depth {node.depth}, under" in html
+            shown += 1
+        if rejected:
+            assert "Rejected siblings" in html
+    assert shown  # the run had rejected siblings to show
+
+
+def test_a_greedy_round_shows_no_u_that_decides_nothing():
+    """Issue 52, item 8: greedy, q and p are one-hot and a draft is kept when it is the target's argmax; the replay
+    showed a u beside each test all the same."""
+    drafter, target = tiny_lm(vocab=16, layers=1, seed=1, init=0.3), tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
+    spec = speculative_generate([1, 2, 3], drafter, target, gamma=4, sampling=Sampling(0.0), max_new_tokens=24, seed=3)
+    pages = [round_html(spec, i) for i in range(len(spec.rounds))]
+    assert not any("u = " in html for html in pages)
+    assert any("greedy: the target's argmax: kept" in html for html in pages) or not spec.accepted
+    if spec.rejected:
+        assert any("not the target's argmax" in html for html in pages)

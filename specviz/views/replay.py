@@ -80,11 +80,17 @@ def _verdict(d: Draft) -> str:
     return f'<span class="sv-verdict-{d.verdict}" style="{style}padding:1px 6px;border-radius:3px;">{label}</span>'
 
 
-def _test(d: Draft) -> str:
-    if d.verdict == "discarded":
+def _test(d, greedy: bool = False) -> str:
+    """A tested draft's min(1, p/q) (or a tree node's against its residual) and the u that decided it. Greedy, q and p
+    are one-hot: the test is whether the draft is the target's argmax, and no u decides anything."""
+    if d.verdict == "discarded" or d.accept_prob is None:
         return '<span style="color:#888;">after a rejection, never tested</span>'
-    colour = PASS if d.accepted else FAIL
-    sign = "<" if d.accepted else "≥"
+    accepted = d.verdict == "accepted"
+    colour = PASS if accepted else FAIL
+    if greedy:
+        said = "the target's argmax: kept" if accepted else "not the target's argmax"
+        return f'{_bar(d.accept_prob, colour)}<span style="{_MONO}font-size:12px;margin-left:8px;">greedy: {said}</span>'
+    sign = "<" if accepted else "≥"
     return f'{_bar(d.accept_prob, colour, marker=d.u)}<span style="{_MONO}font-size:12px;margin-left:8px;">u = {d.u:.3f} {sign} {d.accept_prob:.3f}</span>'
 
 
@@ -104,38 +110,59 @@ def _shared(d: Draft) -> str:
     return f'<td style="padding:4px 8px;">{escape(own)}{_bar(d.shared_mass, Q_COLOUR, width=70)}</td>'
 
 
-def _drafts_table(r: Round, n_prompt: int = 0) -> str:
-    if not r.drafts and r.tree is not None and r.tree.nodes:
-        return ('<div style="margin-top:10px;color:#555;">No child of the pending token was accepted: the tree below shows '
-                "each one's test against the residual its earlier siblings left.</div>")
-    if not r.drafts:
+def _row(label: str, d, greedy: bool, extra: str = "", beta: bool = True) -> str:
+    """One row of the drafts table: a chain's draft, or a tree's node (``beta`` False: a node records none)."""
+    faded = "opacity:0.45;" if d.verdict == "discarded" else ""
+    return (f'<tr class="sv-draft-row" style="border-top:1px solid #eee;{faded}">'
+            f'<td style="padding:4px 8px;color:#666;white-space:nowrap;">{escape(label)}</td><td style="padding:4px 8px;">{_chip(d.text)}</td>'
+            f'<td style="padding:4px 8px;">{_bar(d.q, Q_COLOUR)}</td><td style="padding:4px 8px;">{_bar(d.p, P_COLOUR)}</td>'
+            f'<td style="padding:4px 8px;">{_test(d, greedy)}</td>'
+            f'<td style="padding:4px 8px;">{_bar(d.beta, BETA_COLOUR, width=70) if beta else ""}</td>'
+            f'<td style="padding:4px 8px;">{_verdict(d)}</td>{extra}</tr>')
+
+
+def _sibling_rows(r: Round, greedy: bool) -> list[str]:
+    """A tree round's tested nodes off the accepted path (rejected siblings), each labelled with its depth and its
+    parent, beneath the path: their q, p, the residual they were tested against, u and verdict."""
+    if r.tree is None:
+        return []
+    rows = []
+    for node in r.tree.nodes:
+        if node.verdict != "rejected":
+            continue
+        parent = "the pending token" if node.parent < 0 else f"“{r.tree.nodes[node.parent].text}”"
+        rows.append(_row(f"depth {node.depth}, under {parent}", node, greedy, beta=False))
+    return rows
+
+
+def _drafts_table(r: Round, n_prompt: int = 0, greedy: bool = False) -> str:
+    siblings = _sibling_rows(r, greedy)
+    if not r.drafts and not siblings:
         return ('<div style="margin-top:10px;color:#555;">No drafts this round: prompt lookup found no earlier occurrence of '
                 "the last tokens, so the target's one pass gives one token from p.</div>")
     copied = any(d.source is not None for d in r.drafts)
+    test = "test (greedy: the target's argmax)" if greedy else "min(1, p/q) and u"
     heads = ["#", "draft x", f'<span style="color:{Q_COLOUR};">■</span> q(x) drafter', f'<span style="color:{P_COLOUR};">■</span> p(x) target',
-             "min(1, p/q) and u", '<span title="beta = Σ min(p, q) at this position: the chance a draft here is accepted">β = Σ min(p, q)</span>', "verdict"]
+             test, '<span title="beta = Σ min(p, q) at this position: the chance a draft here is accepted">β = Σ min(p, q)</span>', "verdict"]
     if copied:
         heads.append('<span title="prompt lookup copies the tokens that followed an earlier occurrence of the last n tokens; q is 1 at the copy">copied from</span>')
     if any(d.shared_mass is not None for d in r.drafts):
         heads.append('<span title="the drafter has its own tokenizer: q is its distribution on the tokens both vocabularies share, '
                      'renormalised; this is the mass it put there (Timor et al. 2025)">shared-vocabulary mass</span>')
     head = "".join(f'<th style="text-align:left;padding:4px 8px;font-weight:600;color:#444;">{h}</th>' for h in heads)
-    rows = []
-    for i, d in enumerate(r.drafts):
-        faded = "opacity:0.45;" if d.verdict == "discarded" else ""
-        rows.append(
-            f'<tr class="sv-draft-row" style="border-top:1px solid #eee;{faded}">'
-            f'<td style="padding:4px 8px;color:#666;">{i + 1}</td><td style="padding:4px 8px;">{_chip(d.text)}</td>'
-            f'<td style="padding:4px 8px;">{_bar(d.q, Q_COLOUR)}</td><td style="padding:4px 8px;">{_bar(d.p, P_COLOUR)}</td>'
-            f'<td style="padding:4px 8px;">{_test(d)}</td><td style="padding:4px 8px;">{_bar(d.beta, BETA_COLOUR, width=70)}</td>'
-            f'<td style="padding:4px 8px;">{_verdict(d)}</td>{_source(d, n_prompt)}{_shared(d)}</tr>'
-        )
+    rows = [_row(str(i + 1), d, greedy, _source(d, n_prompt) + _shared(d)) for i, d in enumerate(r.drafts)]
+    if siblings:
+        path = "the accepted path above" if r.drafts else "no child of the pending token was accepted"
+        rows.append(f'<tr><td colspan="{len(heads)}" style="padding:6px 8px;color:#555;font-size:13px;">Rejected siblings ({path}); '
+                    "each was tested against the residual its earlier siblings left (min(1, p′/q)), and the untested nodes are "
+                    "not listed:</td></tr>")
+        rows += siblings
     # On a narrow screen the table scrolls inside its box (a shadow at the edge says so) instead of being clipped.
     return scroll_x(f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;min-width:640px;margin-top:10px;">'
                     f'<tr>{head}</tr>{"".join(rows)}</table>')
 
 
-def _final(r: Round, stop_reason: str | None) -> str:
+def _final(r: Round, stop_reason: str | None, greedy: bool = False) -> str:
     if r.final_token_id is None:
         why = "an accepted draft was the end-of-sequence token" if stop_reason == "eos" else "the run reached its token budget"
         return f'<p style="margin:10px 0 0;color:#555;">The round ended before its final token: {why}.</p>'
@@ -152,8 +179,9 @@ def _final(r: Round, stop_reason: str | None) -> str:
     elif correction:
         d = r.drafts[n_acc]
         intro = (
-            f"Draft {n_acc + 1} {_chip(d.text)} was rejected: u = {d.u:.3f} ≥ min(1, p/q) = {d.accept_prob:.3f}. "
-            f"The <b>correction token</b> is sampled from the residual <b>norm(max(0, p − q))</b> at that position; "
+            (f"Draft {n_acc + 1} {_chip(d.text)} was rejected: it is not the target's argmax (greedy: q and p are one-hot). "
+             if greedy else f"Draft {n_acc + 1} {_chip(d.text)} was rejected: u = {d.u:.3f} ≥ min(1, p/q) = {d.accept_prob:.3f}. ")
+            + f"The <b>correction token</b> is sampled from the residual <b>norm(max(0, p − q))</b> at that position; "
             f"drafts after it are discarded. Most likely tokens of the residual:"
         )
         head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', f'<span style="color:{Q_COLOUR};">■</span> q(x)', f'<span style="color:{RESIDUAL_COLOUR};">■</span> residual', "")
@@ -189,6 +217,12 @@ def _final(r: Round, stop_reason: str | None) -> str:
             + scroll_x(f'<table class="sv-top" style="border-collapse:collapse;"><tr>{heads}</tr>{"".join(rows)}</table>'))
 
 
+def _greedy(trace: Trace) -> bool:
+    """Whether the run sampled at temperature 0 (q and p one-hot)."""
+    sampling = (trace.settings or {}).get("sampling") or {}
+    return isinstance(sampling, dict) and sampling.get("temperature") == 0
+
+
 def round_html(trace: Trace, index: int) -> str:
     """Round ``index`` (0-based) of a speculative trace as an HTML panel.
 
@@ -215,4 +249,4 @@ def round_html(trace: Trace, index: int) -> str:
         f'<span style="color:#555;">{drafted} · {r.accepted_count} accepted · '
         f'{emitted} token{"s" if emitted != 1 else ""} emitted · drafting {r.draft_ms:.1f} ms, target pass {r.verify_ms:.1f} ms</span></div>'
     )
-    return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_features(trace, index)}{_drafts_table(r, len(trace.prompt_ids))}{_final(r, trace.stop_reason if index == len(trace.rounds) - 1 else None)}</div>'
+    return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_features(trace, index)}{_drafts_table(r, len(trace.prompt_ids), _greedy(trace))}{_final(r, trace.stop_reason if index == len(trace.rounds) - 1 else None, _greedy(trace))}</div>'
