@@ -209,3 +209,16 @@ def test_a_legend_below_the_axis_has_a_row_per_entry(runs):
         assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0 and fig.layout.legend.yanchor == "bottom"
         plot = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
         assert plot >= 230  # the plot keeps its height whatever the legend takes
+
+
+def test_a_verify_cost_below_one_is_explained_where_it_shows(runs):
+    """Issue 52, item 6: v 0.74 at gamma 4 beside 1.09 at gamma 1, unexplained: a class asks how checking 5 tokens
+    can cost less than generating 1. The status sentence says why when v < 1, and says nothing of it otherwise."""
+    from dataclasses import replace
+
+    spec, base, _ = runs
+    slow_steps = replace(base, rounds=[replace(r, verify_ms=r.verify_ms * 10) for r in base.rounds])
+    assert judge(spec, slow_steps).verify < 1 and "v is below 1" in verdict(spec, slow_steps)
+    assert "different matrix-product kernels" in verdict(spec, slow_steps)
+    fast_steps = replace(base, rounds=[replace(r, verify_ms=r.verify_ms / 10) for r in base.rounds])
+    assert judge(spec, fast_steps).verify > 1 and "v is below 1" not in verdict(spec, fast_steps)

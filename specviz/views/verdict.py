@@ -138,8 +138,13 @@ def verdict(spec: Trace, baseline: Trace | None) -> str:
     a = f"alpha {j.alpha:.2f}" if j.alpha is not None else "no tested drafts"
     c_text = f"c {j.c:.2f}" if j.c is not None else "no drafter passes"
     v_text = f"v {j.verify:.2f}" if j.verify is not None else "v unknown"
+    below = (" v is below 1: the target's pass over several tokens took less time than its one-token step, because the two "
+             "ran on different matrix-product kernels (on a CPU, several rows run a matrix-matrix product with the weights "
+             "packed once, or oneDNN's route that specviz times per row count, where one row runs a matrix-vector product "
+             "that streams them), or because the machine was busier during the steps; it is measured, not assumed."
+             if j.verify is not None and j.verify < 1.0 else "")
     return (f"{_CALLS[j.call]} (speedup {j.speedup:.2f}×, {j.basis}: autoregressive time / speculative time; {_spread(j)}): "
-            f"{j.why()}. In target passes: {j.passes:.1f} drafter passes at {c_text} of a pass, a verify pass at {v_text} ({a}).")
+            f"{j.why()}. In target passes: {j.passes:.1f} drafter passes at {c_text} of a pass, a verify pass at {v_text} ({a}).{below}")
 
 
 def headline_html(spec: Trace | None, baseline: Trace | None, pending: bool = False) -> str:
