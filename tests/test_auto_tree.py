@@ -390,11 +390,12 @@ def test_a_calibration_ends_within_the_round_its_stop_check_asks_it_to():
 
 
 def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_it(tmp_path, monkeypatch):
-    """Stopped during its second text, the calibration is not cached as a calibration (nothing is chosen
-    from it), but the first text, the target's own greedy continuation, is stored; the next call for the
-    same key generates only the second text, and once complete the partial record is dropped."""
+    """Stopped at its fourth step (the texts are generated in one batch, the stop check asked before each step),
+    the calibration is not cached as a calibration (nothing is chosen from it), but the three tokens of each
+    text, the target's own greedy continuation, are stored; the next call for the same key generates only the
+    five tokens left of each, and once complete the partial record is dropped."""
     from specviz.drafters import make_drafter
-    from specviz.engine import chain
+    from specviz.engine import batch
     from specviz.engine.stopping import Stopped
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
@@ -405,38 +406,39 @@ def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_
     prompts = [PROMPT, [4, 1]]
     asks = []
 
-    def stop_in_second_text():
+    def stop_at_fourth_step():
         asks.append(1)
-        return len(asks) >= 8 + 3  # asked after every generated token: 8 for the first text, then 3 more
+        return len(asks) >= 4
 
     with pytest.raises(Stopped):
-        auto_tree.auto_tree(drafter, target, prompts, Sampling(0.0), 8, stop=stop_in_second_text, **args)
+        auto_tree.auto_tree(drafter, target, prompts, Sampling(0.0), 8, stop=stop_at_fourth_step, **args)
     assert not auto_tree._CACHE
     data = json.loads((tmp_path / "auto_tree.json").read_text())
     assert len(data) == 1 and next(iter(data)).endswith(auto_tree.PARTIAL)  # only the partial record
     kept = next(iter(data.values()))
-    greedy = autoregressive_generate(PROMPT, target, sampling=Sampling(0.0), max_new_tokens=8, vocab_size=8)
-    assert kept["texts"] == [greedy.output_ids] and kept["target_ms"] is None
-    streams = []
-    real = chain.autoregressive_stream
+    greedy = [autoregressive_generate(ids, target, sampling=Sampling(0.0), max_new_tokens=8, vocab_size=8).output_ids for ids in prompts]
+    assert kept["texts"] == [g[:3] for g in greedy] and kept["target_ms"] is None
+    calls = []
+    real = batch.autoregressive_generate_batch
 
-    def counted(ids, *a, **k):
-        streams.append(list(ids))
-        return real(ids, *a, **k)
+    def counted(rows, *a, **k):
+        calls.append((len(rows), k["max_new_tokens"]))
+        out = real(rows, *a, **k)
+        assert [list(r) + t.output_ids for r, t in zip(rows, out.traces)] == [list(p) + g for p, g in zip(prompts, greedy)]
+        return out
 
-    monkeypatch.setattr(chain, "autoregressive_stream", counted)
+    monkeypatch.setattr(batch, "autoregressive_generate_batch", counted)
     done = auto_tree.auto_tree(drafter, target, prompts, Sampling(0.0), 8, **args)
-    assert streams == [[4, 1]] and done.calibration.prompts == 2  # the first text came from the store
+    assert calls == [(2, 5)] and done.calibration.prompts == 2  # the first three tokens came from the store
     data = json.loads((tmp_path / "auto_tree.json").read_text())
     assert len(data) == 1 and not next(iter(data)).endswith(auto_tree.PARTIAL)
 
 
 def test_a_tampered_partial_record_is_measured_again():
-    good = {"texts": [[1, 2]], "steps": [[10.0, 2]], "target_ms": {"0": 1.0, "4": 2.0}, "drafter_ms": None}
+    good = {"texts": [[1, 2], []], "target_ms": {"0": 1.0, "4": 2.0}, "drafter_ms": None}
     assert auto_tree.check_partial(good, 2, 8, 8) == good
-    for bad in ({"texts": [[9]], "steps": [[1.0, 1]]}, {"texts": [[1] * 9], "steps": [[1.0, 1]]}, {"texts": [[1]], "steps": []},
-                {"texts": [], "steps": [], "target_ms": {"4": 1.0}}, {"texts": [], "steps": [], "target_ms": {"0": float("nan")}},
-                {"texts": [[1]] * 3, "steps": [[1.0, 1]] * 3}, {"texts": [], "steps": [], "extra": 1}, []):
+    for bad in ({"texts": [[9], []]}, {"texts": [[1] * 9, []]}, {"texts": [[1]]}, {"texts": [[], []], "target_ms": {"4": 1.0}},
+                {"texts": [[], []], "target_ms": {"0": float("nan")}}, {"texts": [[True], []]}, {"texts": [[], []], "extra": 1}, []):
         with pytest.raises(ValueError):
             auto_tree.check_partial(bad, 2, 8, 8)
 

@@ -1,17 +1,26 @@
 """The ``auto`` tree: measure this pair on this device, then let ``specviz.theory.sequoia`` choose.
 
 A short calibration on held-out prompts (the prompt set's last ones, which a benchmark's first
-prompts do not reach) measures every input of the choice:
-- the target's one-token step (an autoregressive run), the unit of every cost;
-- the chain's acceptance by depth and drafter step, from a chain of gamma ``max_depth``;
-- the acceptance by depth and sibling rank and the drafter's pass per tree level, from a wide
-  calibration tree (``sequoia.prior_tree``);
-- the verify cost v(n), a target pass over the pending token and n nodes
-  (``specviz.measure.tree_bench.verify_cost_curve``), measured, never assumed.
+prompts do not reach) measures every input of the choice. For a drafter model (also early exit and
+the int8 target: a drafter whose q one forward pass reads) it is teacher-forced (``calibrate_forced``):
+- the target's own continuation of each prompt (its greedy text, or a sample), whose steps time the unit;
+- one forward pass of each model over prompt + text: at every position the chance that the drafter's
+  k-th ranked candidate is the one accepted (p at that candidate, ``position_acceptance``) and that
+  a chain's draft is (sum of min(p, q)); from these the acceptance by depth and sibling rank (Sequoia's
+  positional acceptance vector, Chen et al. 2024, Sec. 3.1, assumed to depend on depth and rank only) and
+  the chain's acceptance by depth are counted by walking rounds over the positions (``walk_tree``,
+  ``walk_chain``), exact under greedy decoding;
+- the verify cost v(n), a target pass over the pending token and n nodes / its one-token pass, and the
+  drafter's passes (c, c_tree), from a few timed passes (``specviz.measure.tree_bench.pass_ms``).
+Other drafters (prompt lookup, EAGLE, a drafter with its own tokenizer) are measured from short runs of a
+chain and a wide calibration tree (``calibrate_by_runs``).
+
 The calibration is cached per (pair key, drafter, sampling regime) for the process's life, and on
 disk per (pair key, drafter, sampling regime, machine key) across processes (``cache_dir()``'s
-auto_tree.json, a few dozen entries at most, written atomically). The file is data from outside:
-every entry is checked on reading (``Calibration.from_dict``) and one that fails is measured again.
+auto_tree.json, a few dozen entries at most, written atomically); a stopped teacher-forced calibration
+keeps what it measured there (``store_partial``) and the next one goes on from it. The file is data from
+outside: every entry is checked on reading (``Calibration.from_dict``, ``check_partial``) and one that
+fails is measured again.
 
 ``auto_tree(...)`` returns an ``AutoTree``: the TreeSpec to draft (None: the chain won) and the
 gamma to run a chain at, with the choice and its inputs to state.
@@ -53,11 +62,14 @@ class Calibration:
     """What a calibration measured (costs in target steps: ms / the target's one-token step in ms).
 
     Attributes:
-        rank_counts: ``sequoia.acceptance_by_rank`` of the calibration tree's rounds.
-        chain_counts: ``tree_theory.acceptance_by_depth`` of the chain's rounds (offered, accepted).
+        rank_counts: ``sequoia.acceptance_by_rank`` of the calibration tree's rounds (run, or walked over
+            teacher-forced positions: ``walk_tree``).
+        chain_counts: ``tree_theory.acceptance_by_depth`` of the chain's rounds (offered, accepted; run or walked).
         verify_curve: {n: v(n)}.
-        tree_pass_cost: drafting ms per drafter pass in tree rounds / target step ms (c_tree).
-        chain_step_cost: drafting ms per drafter pass in chain rounds / target step ms (c).
+        tree_pass_cost: drafting ms per drafter pass in tree rounds / target step ms (c_tree); teacher-forced:
+            the drafter's fastest pass over TREE_LEVEL nodes / the target's fastest one-token pass.
+        chain_step_cost: drafting ms per drafter pass in chain rounds / target step ms (c); teacher-forced:
+            the drafter's fastest one-token pass / the target's.
         overhead: {mean nodes per round: a round's time beyond its drafting and the bare verify pass v(n) /
             target step ms}, from the chain's and the tree's runs: judging (the target's p at every node
             under the run's sampling processors: under top-p a ranking of the most probable tokens per node), recording; it
@@ -560,11 +572,12 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
 
     What it measures, in order, each part kept (``keep``) as soon as it is measured:
     1. the text: the target's own continuation of each prompt, ``max_new_tokens`` tokens under ``sampling``
-       (greedy: its greedy text; else a sample), generated autoregressively, which also times the unit
-       ``target_step_ms`` (ms per token of those runs);
+       (greedy: its greedy text; else a sample), the prompts in one batch (``autoregressive_generate_batch``:
+       on a CPU a step of 8 rows costs little more than a step of one);
     2. v(n) and the drafter's passes: the fastest of TIMING_REPEATS passes of each size, timed in turns
-       (``specviz.measure.tree_bench.pass_ms``): v(n) = target pass over n nodes / its one-token pass;
-       c = the drafter's one-token pass / the target's, c_tree = its pass over TREE_LEVEL nodes / the target's;
+       (``specviz.measure.tree_bench.pass_ms``): v(n) = target pass over n nodes / its one-token pass (the
+       unit, ``target_step_ms``); c = the drafter's one-token pass / the target's, c_tree = its pass over
+       TREE_LEVEL nodes / the target's;
     3. per position of each text, one forward pass of each model over prompt + text (``teacher_forced``):
        the acceptance of the drafter's k-th ranked candidate (``position_acceptance``).
     From 3 the counts Sequoia's programme needs are walked, not run (``walk_tree``, ``walk_chain``): the
@@ -585,7 +598,7 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
         ValueError: no prompts, no positions, or a drafter that is not a model.
         specviz.engine.stopping.Stopped: ``stop`` asked to end (what was measured has been given to ``keep``).
     """
-    from specviz.engine.chain import autoregressive_stream
+    from specviz.engine import batch
     from specviz.engine.stopping import Stopped, asked
     from specviz.measure.tree_bench import pass_ms
 
@@ -594,22 +607,24 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
         raise ValueError("the teacher-forced calibration needs a drafter model")
     if not prompts:
         raise ValueError("calibration needs at least one prompt")
-    record = {"texts": [], "steps": [], "target_ms": None, "drafter_ms": None}
-    if partial:
+    record = {"texts": [[] for _ in prompts], "target_ms": None, "drafter_ms": None}
+    if partial and len(partial.get("texts") or ()) == len(prompts):
         record.update({k: v for k, v in partial.items() if k in record})
     keep = keep or (lambda r: None)
     sizes = sorted({n for n in NS if n < max_nodes} | {max_nodes})
+    # The texts, in one batch per remaining length (one batch, unless a stopped one is being finished).
+    while left := [i for i, t in enumerate(record["texts"]) if len(t) < max_new_tokens]:
+        more = max_new_tokens - len(record["texts"][left[0]])
+        rows = [i for i in left if max_new_tokens - len(record["texts"][i]) == more]
+        out = batch.autoregressive_generate_batch([list(prompts[i]) + record["texts"][i] for i in rows], target, sampling=sampling,
+                                                  max_new_tokens=more, seed=seed + len(record["texts"][rows[0]]), vocab_size=vocab_size,
+                                                  stop=stop)
+        for i, trace in zip(rows, out.traces):
+            record["texts"][i] = record["texts"][i] + list(trace.output_ids)
+        keep(record)
+        if out.stopped:
+            raise Stopped
     with torch.inference_mode():
-        for i in range(len(record["texts"]), len(prompts)):
-            last = None
-            for last in autoregressive_stream(prompts[i], target, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed + i,
-                                              vocab_size=vocab_size):
-                if asked(stop):
-                    keep(record)
-                    raise Stopped
-            record["texts"].append(list(last.output_ids))
-            record["steps"].append([sum(r.verify_ms for r in last.rounds), len(last.rounds)])
-            keep(record)
         try:
             if record["target_ms"] is None:
                 record["target_ms"] = {str(n): ms for n, ms in pass_ms(target, prompts[0], sizes, vocab_size, TIMING_REPEATS, cached,
@@ -632,7 +647,7 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
         raise ValueError("the calibration's texts are empty: no acceptance to measure")
     walks = 1 if sampling.greedy else WALKS
     target_ms, drafter_ms = {int(n): v for n, v in record["target_ms"].items()}, {int(n): v for n, v in record["drafter_ms"].items()}
-    step_ms = sum(s[0] for s in record["steps"]) / max(1, sum(s[1] for s in record["steps"]))
+    step_ms = target_ms[0]
     calib_tree = sequoia.prior_tree(min(40, max_nodes), max_depth)
     rank_counts, available, _ = walk_tree(texts, calib_tree, walks, seed)
     cal = Calibration(rank_counts=rank_counts, chain_counts=walk_chain(texts, max_depth, walks, seed),
@@ -654,32 +669,28 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
 
 
 def check_partial(d, prompts: int, max_new_tokens: int, vocab_size: int) -> dict:
-    """A stopped calibration's record (``calibrate_forced``'s ``keep``), checked as data from outside:
-    at most ``prompts`` texts of at most ``max_new_tokens`` token ids below ``vocab_size``, their step
-    times, and pass times {n: ms} finite and positive.
+    """A stopped calibration's record (``calibrate_forced``'s ``keep``), checked as data from outside: one
+    text per prompt (``prompts``) of at most ``max_new_tokens`` token ids below ``vocab_size``, and pass
+    times {n: ms} (0 among them) finite and positive, or None.
 
     Raises:
         ValueError: naming the first field that is wrong."""
-    if not isinstance(d, dict) or set(d) - {"texts", "steps", "target_ms", "drafter_ms"}:
+    if not isinstance(d, dict) or set(d) - {"texts", "target_ms", "drafter_ms"}:
         raise ValueError("not a partial calibration")
-    texts, steps = d.get("texts"), d.get("steps")
-    if not isinstance(texts, list) or not isinstance(steps, list) or len(texts) != len(steps) or len(texts) > prompts:
-        raise ValueError(f"texts, steps: one each per prompt, at most {prompts}")
+    texts = d.get("texts")
+    if not isinstance(texts, list) or len(texts) != prompts:
+        raise ValueError(f"texts: one per prompt ({prompts})")
     for text in texts:
         if not isinstance(text, list) or len(text) > max_new_tokens or not all(
                 isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in text):
             raise ValueError(f"texts: lists of at most {max_new_tokens} token ids")
-    for s in steps:
-        if not (isinstance(s, list) and len(s) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-                                                            and 0 <= x <= 1e9 for x in s)):
-            raise ValueError("steps: [ms, steps] per text")
     for field in ("target_ms", "drafter_ms"):
         v = d.get(field)
         if v is not None and not (isinstance(v, dict) and 0 < len(v) <= 64 and "0" in v and all(
-                isinstance(n, str) and n.isdigit() and isinstance(x, (int, float)) and not isinstance(x, bool)
+                isinstance(n, str) and n.isdigit() and len(n) <= 4 and isinstance(x, (int, float)) and not isinstance(x, bool)
                 and math.isfinite(x) and 0 < x <= 1e7 for n, x in v.items())):
             raise ValueError(f"{field}: must map node counts (with 0) to ms")
-    return {"texts": texts, "steps": steps, "target_ms": d.get("target_ms"), "drafter_ms": d.get("drafter_ms")}
+    return {"texts": texts, "target_ms": d.get("target_ms"), "drafter_ms": d.get("drafter_ms")}
 
 
 def refined_counts(cal: Calibration, best: sequoia.Candidate, own: list) -> Calibration:
