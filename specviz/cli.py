@@ -224,8 +224,7 @@ def _setup(args):
 
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
     # The person at the terminal is the operator: custom ids and local folders are theirs to use.
-    pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True,
-                     own_tokenizer=args.drafter_kind == "cross-tokenizer")
+    pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True, kind=args.drafter_kind)
     chat = {"auto": None, "on": True, "off": False}[args.chat_template]
     prompts = read_prompts(args.prompts_file) if getattr(args, "prompts_file", None) else [args.prompt]
     encoded = [encode_prompt(pair, p, chat) for p in prompts]
@@ -373,6 +372,22 @@ def cross_tokenizer_bench(args) -> bool:
     return not (args.drafter or args.target) and preset is not None and preset.own_tokenizer
 
 
+def pair_kind_problem(args) -> str | None:
+    """Why ``--pair`` does not draft with ``--drafter-kind`` (the pair's catalogue entry,
+    ``specviz.pair.catalogue.check_drafter_kind``), or None: asked before any model loads, for generate,
+    record and bench alike. ``--drafter`` and ``--target`` pass (their tokenizers are known once loaded)."""
+    from specviz.pair import PairError
+    from specviz.pair.catalogue import check_drafter_kind
+
+    if getattr(args, "drafter_kind", None) is None or args.drafter or args.target:
+        return None
+    try:
+        check_drafter_kind(args.pair, args.drafter_kind)
+    except PairError as err:
+        return f"--pair {args.pair} with --drafter-kind {args.drafter_kind}: {err}"
+    return None
+
+
 def quiet() -> None:
     """No progress bars or library warnings on the terminal: transformers' and huggingface_hub's
     bars and log messages below errors, and Python warnings, are turned off (``--verbose`` keeps them)."""
@@ -402,6 +417,8 @@ def main(argv: list[str] | None = None) -> None:
         problem = sampling_problem(args.temperature, args.top_k, args.top_p, args.repetition_penalty, getattr(args, "gamma", None))
         if problem:
             parser.error(problem)
+    if problem := pair_kind_problem(args):
+        parser.error(problem)
     if not args.verbose:
         quiet()
     if args.command == "generate":

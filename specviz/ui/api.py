@@ -37,7 +37,9 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
     cost_coefficient, verify_cost, predicted speedups; a tree run adds nodes_per_round, acceptance_by_depth
     and predicted_tokens_per_round, and its prediction is the tree's), "status", and "trace" and "baseline"
     (every round, as ``specviz.Trace.to_dict``; ``Trace.from_dict`` reads them back).
-    Errors come back as messages naming the control and its allowed range. The default pair is the
+    Errors come back as messages naming the control and its allowed range; a drafter kind the pair does not
+    draft with (its catalogue entry, ``specviz.pair.Preset.kinds``: "cross-tokenizer", not "model", for the
+    cross pair) is refused before anything loads, naming both and the kinds the pair allows. The default pair is the
     page's (``default_pair()``), so a default call never switches the pair the page runs. A run that has
     held the device ``specviz.ui.share.SHARE_S`` seconds while another visitor waits, or that gives way to a much
     shorter job of another visitor, stops with a message saying so (``specviz.ui.share``).

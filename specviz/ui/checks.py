@@ -9,11 +9,15 @@ from __future__ import annotations
 import html
 import logging
 import math
+import re
 
 import gradio as gr
+from gradio.context import LocalContext
 
 from specviz import Sampling
 from specviz.drafters import KINDS as DRAFTER_KINDS
+from specviz.pair import PairError
+from specviz.pair.catalogue import check_drafter_kind
 from specviz.pair.prompt import split_prompts
 from specviz.engine.schedules import SCHEDULES
 from specviz.ui.limits import (
@@ -28,8 +32,15 @@ from specviz.ui.limits import (
     TEMPERATURE_RANGE,
     TOP_K_MAX,
 )
+from specviz.ui.address import client_address
+from specviz.ui.server import LogBudget
 
 log = logging.getLogger("specviz")
+# Log lines refusals may cost: per client address (refusals made before a handler runs, where Gradio
+# names no request, share the address "") and from everyone, within the window; past either the
+# visitor still gets the message, the log nothing.
+REFUSAL_LOGS = LogBudget()
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 
 MESSAGE_MAX_CHARS = 600  # a message's length at most: whatever part of it came from a value sent is an excerpt, never the value
 EXCERPT_CHARS = 60  # what of a value sent a message may quote at most
@@ -49,10 +60,24 @@ def mistake(message: str, title: str) -> gr.Error:
     it came from a visitor (a model id, a field's name in a recording) shows as text, never as markup.
     Messages name the field and its allowed range; they do not repeat the value sent. One that quotes a
     lower layer's message (a pair that could not load, a file's field) is cut to MESSAGE_MAX_CHARS, so a
-    100,000-character value sent comes back as an excerpt at most."""
+    100,000-character value sent comes back as an excerpt at most.
+
+    The log line is one line (control characters and line breaks become spaces), within ``REFUSAL_LOGS``."""
     message, title = excerpt(message, MESSAGE_MAX_CHARS), excerpt(title, EXCERPT_CHARS)
-    log.info("%s: %s", title, message[:200])
+    note_refusal(title, message)
     return gr.Error(html.escape(message, quote=False), title=html.escape(title, quote=False), print_exception=False)
+
+
+def note_refusal(title: str, message: str, budget: LogBudget | None = None) -> None:
+    """One log line for a refused request, at INFO, within ``budget`` (None: ``REFUSAL_LOGS``) for the
+    address of the request being handled (Gradio's, where it names one)."""
+    budget = budget or REFUSAL_LOGS
+    address = client_address(LocalContext.request.get(None))
+    n = budget.take(address)
+    if n is not None:
+        log.info("refused: %s: %s [from %s; line %d of at most %d per address in %d min]", _CONTROL.sub(" ", title),
+                 _CONTROL.sub(" ", message[:200]), ascii(address[:64]) if address else "an unnamed address", n, budget.per_client,
+                 int(budget.window_s // 60))
 
 
 def text_ok(value) -> bool:
@@ -112,6 +137,21 @@ def check_drafting(drafter_kind, gamma_schedule) -> tuple[str, str]:
     if not isinstance(gamma_schedule, str) or gamma_schedule not in SCHEDULES:
         raise mistake(f"gamma schedule must be one of {', '.join(SCHEDULES)}.", title="Invalid gamma schedule")
     return drafter_kind, gamma_schedule
+
+
+def check_pair_kind(pair_name, drafter_kind, custom_drafter="", custom_target="") -> None:
+    """The drafter kind checked against the pair's catalogue entry (``specviz.pair.catalogue.check_drafter_kind``),
+    before anything loads. Custom ids pass: their tokenizers are known only once loaded.
+
+    Raises:
+        gr.Error: naming the pair, the drafter kind and the kinds the pair allows.
+    """
+    if (isinstance(custom_drafter, str) and custom_drafter.strip()) or (isinstance(custom_target, str) and custom_target.strip()):
+        return
+    try:
+        check_drafter_kind(pair_name, drafter_kind)
+    except PairError as err:
+        raise mistake(f"{err}.", title="Drafter kind does not fit the pair") from None
 
 
 def check_batch_prompts(text, batch_size) -> list[str]:

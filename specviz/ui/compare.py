@@ -6,6 +6,7 @@ import gradio as gr
 
 from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
+from specviz.pair.catalogue import model_kind
 from specviz.ui import state
 from specviz.ui.device import compare_on_device
 from specviz.ui.halting import GONE, Halt
@@ -33,8 +34,12 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
 (``specviz.ui.share``: it starts only when no other visitor's run is on the device); then the kind it stopped says how far it got and why, the kinds after it
     that they were not run (nothing more is sent to a client that is gone).
     """
+    # Every kind runs; the drafter model's (for a token tree) drafts as the pair's entry says: "cross-tokenizer"
+    # for a drafter with a tokenizer of its own.
+    custom = any(isinstance(x, str) and x.strip() for x in (custom_drafter, custom_target))
+    own = "model" if custom else model_kind(pair_name)
     req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
-                             custom_target, "model", gamma_schedule, repetition_penalty, tree)
+                             custom_target, own, gamma_schedule, repetition_penalty, tree)
     pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, RUNNING)
     kinds = len(usable_kinds(pair.target, pair.own_tokenizer)) + (req.tree != "chain") if pair is not None else 1
     req, note = sized(req, pair, compare_steps(kinds), COMPARE_SECONDS_MAX)  # on a CPU: the tokens that fit its cap

@@ -48,6 +48,16 @@ def _common(req: RunRequest, pair) -> dict:
     return dict(sampling=req.sampling, eos_token_id=pair.eos_token_ids, seed=req.seed, tokenizer=pair.tokenizer)
 
 
+def _drafter(req: RunRequest, pair):
+    """The request's drafter on the loaded pair; a kind it cannot draft with leaves as a message (``failure``),
+    never a traceback. (A preset is refused such a kind before it loads, ``RunRequest.checked``; custom ids
+    and the device, as a quantized target off the CPU, are known only here.)"""
+    try:
+        return pair_drafter(req.drafter_kind, pair)
+    except Exception as err:
+        raise failure(err, pair) from err
+
+
 def title(pair_name: str, spec: Trace) -> str:
     """A run's title: the pair, the drafter and schedule, the sampling and the seed (plain text)."""
     s = spec.settings
@@ -78,7 +88,7 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
     common = _common(req, pair)
-    drafter = pair_drafter(req.drafter_kind, pair)
+    drafter = _drafter(req, pair)
     if req.tree == AUTO:
         from specviz.measure.auto_tree import teacher_forcible
 
@@ -187,7 +197,7 @@ def batch_on_device(req: RunRequest, prompts: list[str], batch_size: int, stop: 
     is asked every round of every batch (``specviz.measure.throughput.throughput_stream``)."""
     pair = _pair_of(req)
     ids = [encode(pair, p, req.chat) for p in prompts]
-    drafter = pair_drafter(req.drafter_kind, pair)
+    drafter = _drafter(req, pair)
     try:
         yield from throughput_stream(ids, drafter, pair.target, batch_size, gamma=req.gamma, schedule=req.gamma_schedule,
                                      stop=stop, max_new_tokens=req.max_new_tokens, **_common(req, pair))

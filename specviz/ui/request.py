@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from specviz import Sampling
 from specviz.serving.gpu_duration import generate_duration
-from specviz.ui.checks import check_controls, check_drafting, mistake
+from specviz.ui.checks import check_controls, check_drafting, check_pair_kind, mistake
 from specviz.ui.limits import CALIBRATION_SECONDS_MAX
 from specviz.ui.tree import AUTO, check_tree, tree_spec
 
@@ -64,14 +64,17 @@ class RunRequest:
     @classmethod
     def checked(cls, pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True, custom_drafter="",
                 custom_target="", drafter_kind="model", gamma_schedule="constant", repetition_penalty=1.0, tree="chain") -> "RunRequest":
-        """Validate the controls, in the /generate endpoint's order.
+        """Validate the controls, in the /generate endpoint's order, and the drafter kind against the
+        pair's catalogue entry (``check_pair_kind``): nothing is loaded for a request refused here.
 
         Raises:
-            gr.Error: naming the first bad field and its allowed range.
+            gr.Error: naming the first bad field and its allowed range; a drafter kind the pair does not
+                draft with, naming both and the kinds the pair allows.
         """
         check_types(pair_name=pair_name, chat=chat, custom_drafter=custom_drafter, custom_target=custom_target, tree=tree)
         sampling = check_controls(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
         drafter_kind, gamma_schedule = check_drafting(drafter_kind, gamma_schedule)
+        check_pair_kind(pair_name, drafter_kind, custom_drafter, custom_target)
         tree = check_tree(tree)
         return cls(tree=tree, pair_name=pair_name, prompt=prompt, gamma=int(gamma), sampling=sampling, max_new_tokens=int(max_new_tokens),
                    seed=int(seed), chat=bool(chat), custom_drafter=custom_drafter or "", custom_target=custom_target or "",
