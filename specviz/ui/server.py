@@ -1,11 +1,14 @@
 """Server settings: the middleware (security headers, a cap on request bodies, malformed uploads
-answered 400 in one bounded log line) and the arguments ``demo.launch`` takes."""
+answered 400 in one bounded log line, integers too long to parse made readable) and the arguments
+``demo.launch`` takes."""
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import os
+import re
+import sys
 import threading
 import time
 from collections import deque
@@ -145,6 +148,48 @@ MALFORMED = ("Upload refused: the body is not a well-formed multipart/form-data 
              "(every part must carry a file name).")
 
 
+# An integer in a JSON body with more digits than Python parses (sys.get_int_max_str_digits(): 4,300 by default)
+# fails the whole body, and the client got the framework's bare "There was an error parsing the body" naming no
+# field. Such an integer is read as this stand-in of its sign instead: beyond every bound the app takes (the widest,
+# a seed, has 19 digits), so the field's own check refuses it, naming the field and its range.
+LONG_INTEGER_STANDIN = 10**100
+
+
+def _digits_limit(max_digits: int | None) -> int:
+    """``max_digits``, or Python's limit (0, none, before 3.10.7)."""
+    return getattr(sys, "get_int_max_str_digits", lambda: 0)() if max_digits is None else max_digits
+
+
+def has_long_digits(body: bytes, max_digits: int | None = None) -> bool:
+    """Whether ``body`` holds a run of more than ``max_digits`` digits (None: Python's limit; 0: no limit),
+    in one linear scan (a run is tried from its first digit only)."""
+    limit = _digits_limit(max_digits)
+    return bool(limit) and re.search(rb"(?<![0-9])[0-9]{%d}" % (limit + 1), body) is not None
+
+
+def readable_numbers(body: bytes, max_digits: int | None = None) -> bytes:
+    """A JSON body with every integer longer than ``max_digits`` digits (None: Python's limit,
+    ``sys.get_int_max_str_digits``) written as +-LONG_INTEGER_STANDIN; any other body as it is (a body
+    that is not JSON, too, for the framework to refuse)."""
+    limit = _digits_limit(max_digits)
+    if not has_long_digits(body, limit):  # the common case: one scan, no parse
+        return body
+    stood_in = False
+
+    def integer(text: str) -> int:
+        nonlocal stood_in
+        if len(text.lstrip("-")) <= limit:
+            return int(text)
+        stood_in = True
+        return -LONG_INTEGER_STANDIN if text.startswith("-") else LONG_INTEGER_STANDIN
+
+    try:
+        value = json.loads(body, parse_int=integer)
+    except ValueError:  # not JSON (or not UTF-8): the framework refuses it as before
+        return body
+    return json.dumps(value).encode() if stood_in else body
+
+
 # What Gradio's multipart parser raises on a body it cannot read (a part without a file name:
 # AttributeError with an upload_id, TypeError without); anything else keeps its traceback.
 PARSE_ERRORS = (AttributeError, TypeError, ValueError, LookupError)
@@ -169,7 +214,8 @@ class Guard:
     to one file and ``UPLOADS`` to a visitor's and everyone's bytes (429 past either). An upload
     Gradio's multipart parser fails on (a part without a file name raises AttributeError or
     TypeError inside Gradio, which the server would log as a full traceback) is answered 400 and
-    logged in one line within ``MALFORMED_LOGS``."""
+    logged in one line within ``MALFORMED_LOGS``. A JSON body is read whole (within the cap) and
+    passed on through ``readable_numbers``."""
 
     def __init__(self, app, body_max: int = BODY_MAX_BYTES):
         self.app, self.body_max = app, body_max
@@ -205,6 +251,8 @@ class Guard:
 
         if not capped:
             return await self._upload(scope, receive, send, with_headers)
+        if _read_as_json(scope):
+            return await self._json(scope, receive, with_headers)
         seen = 0
 
         async def counted():
@@ -222,6 +270,28 @@ class Guard:
 
         return await self.app(scope, counted, with_headers)
 
+
+    async def _json(self, scope, receive, send):
+        """A JSON body: read whole (answered 413 past the cap as it arrives), then handed to the app
+        through ``readable_numbers``, with its content-length corrected where that changed it."""
+        parts, seen = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left before its body ended: the app sees that
+                return await self.app(scope, _replay(message, receive), send)
+            parts.append(message.get("body", b""))
+            seen += len(parts[-1])
+            if seen > self.body_max:
+                return await _too_large(send, self.body_max)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(parts)
+        # The parse, when a long run of digits asks for one, off the event loop: it calls back for every integer.
+        readable = await anyio.to_thread.run_sync(readable_numbers, body) if has_long_digits(body) else body
+        if readable is not body:
+            headers = [(k, v) for k, v in scope.get("headers") or [] if k.lower() != b"content-length"]
+            scope = dict(scope, headers=headers + [(b"content-length", str(len(readable)).encode())])
+        return await self.app(scope, _replay({"type": "http.request", "body": readable, "more_body": False}, receive), send)
 
     async def _upload(self, scope, receive, send, with_headers):
         """The upload route: the budget (``UPLOADS``) and at most UPLOAD_FILES_MAX files per request,
@@ -271,6 +341,25 @@ class Guard:
                 note_malformed(address, exc)
         finally:
             await anyio.to_thread.run_sync(UPLOADS_IN_FLIGHT.end)
+
+
+def _replay(first: dict, receive):
+    """A receive that gives ``first``, then what ``receive`` gives (a disconnect, for the app to see)."""
+    pending = [first]
+
+    async def replayed():
+        return pending.pop() if pending else await receive()
+
+    return replayed
+
+
+def _read_as_json(scope) -> bool:
+    """Whether the framework reads this request's body as JSON: a body-carrying method with no content-type,
+    or application/json or application/*+json."""
+    if scope.get("method") not in ("POST", "PUT", "PATCH", "DELETE"):
+        return False
+    kind = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0].strip().lower()
+    return not kind or kind == b"application/json" or (kind.startswith(b"application/") and kind.endswith(b"+json"))
 
 
 def _boundary(scope) -> bytes:
