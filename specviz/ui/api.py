@@ -33,7 +33,8 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
     Returns a dict: "summary" (the numbers the page shows, each named with its denominator:
     draft_acceptance_rate, alpha, mean_beta, mean_tokens_per_round, tokens/s of both runs,
     speedup (their ratio, prefill included), decode_speedup with decode_speedup_low and
-    decode_speedup_high (prefill excluded: the median of the run's stretches and their middle half),
+    decode_speedup_high (prefill excluded: the decoding times' ratio over the same tokens, and the middle half
+    over the run's stretches),
     cost_coefficient, verify_cost, predicted speedups; a tree run adds nodes_per_round, acceptance_by_depth
     and predicted_tokens_per_round, and its prediction is the tree's), "status", and "trace" and "baseline"
     (every round, as ``specviz.Trace.to_dict``; ``Trace.from_dict`` reads them back).
