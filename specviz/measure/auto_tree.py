@@ -52,7 +52,8 @@ HAND_MADE = ((3, 2, 2, 1), (2, 2, 2, 1))  # the page's hand-made shapes, predict
 _CACHE: dict[tuple, "Calibration"] = {}
 DISK_ENTRIES = 32  # calibrations the disk cache keeps (the newest), over pairs, drafters, regimes and machines
 DISK_BYTES = 2 * 1024 * 1024  # a cache file larger than this is not ours: it is ignored (and rewritten)
-FORMAT = 1  # the stored calibration's layout; a change makes older entries miss
+FORMAT = 1  # the stored calibration's layout; a change makes older entries miss (and recordings' auto records fail their check)
+METHOD = 2  # how calibrations are measured (2: teacher-forced for drafter models); a change makes older disk entries miss
 MAX_COUNT = 10**9  # offered / accepted counts a stored calibration may hold
 MAX_COST = 1e4  # target steps: any stored cost or v(n) beyond this is not a measurement
 
@@ -386,7 +387,7 @@ def calibrate_by_runs(drafter, target, prompts: list[list[int]], sampling: Sampl
 MAX_RANK = 8  # sibling ranks measured at each position (the widest node a chosen tree may have)
 TREE_LEVEL = 4  # nodes in the drafter pass timed as one tree level (c_tree)
 WALKS = 4  # walks over the measured positions under sampling (greedy walks are deterministic: one)
-TIMING_REPEATS = 4  # each pass size timed this many times in turns, the fastest kept
+TIMING_REPEATS = 4  # each target pass size timed this many times in turns, the fastest kept (the drafter's, cheaper, 3 times as many)
 
 
 @dataclass(frozen=True)
@@ -631,7 +632,7 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
                                                                         stop).items()}
                 keep(record)
             if record["drafter_ms"] is None:
-                record["drafter_ms"] = {str(n): ms for n, ms in pass_ms(model, prompts[0], [TREE_LEVEL], vocab_size, TIMING_REPEATS,
+                record["drafter_ms"] = {str(n): ms for n, ms in pass_ms(model, prompts[0], [TREE_LEVEL], vocab_size, 3 * TIMING_REPEATS,
                                                                         cached, stop).items()}
                 keep(record)
         except Stopped:
@@ -782,7 +783,7 @@ def disk_key(cache_key: tuple, device: str) -> str:
     device and the machine's key (``specviz.pair.precision.machine_key``: CPU, flags, torch, threads)."""
     from specviz.pair.precision import machine_key
 
-    return hashlib.sha256(json.dumps([FORMAT, machine_key(), device, repr(cache_key)]).encode()).hexdigest()[:24]
+    return hashlib.sha256(json.dumps([FORMAT, METHOD, machine_key(), device, repr(cache_key)]).encode()).hexdigest()[:24]
 
 
 def _cache_file() -> Path:
