@@ -26,7 +26,8 @@ FORMULA = ("predicted speedup = E[tokens per round] / (depth × c_tree + v(n) + 
            "top-k sampling the drafter's nucleus may hold fewer tokens than the shape asks); "
            "a chain's: gamma × c + v(gamma) + overhead(gamma). v(n) is the target's bare pass over n nodes; overhead(n) the rest "
            "of a round's time, judging included (the target's p at every node: under top-p a ranking of the most probable tokens per node), "
-           "a line through the calibration chain's and tree's rounds. Costs are in target steps (one autoregressive step = 1).")
+           "a line through the calibration chain's and tree's rounds where they were run (left out where the calibration was teacher-forced). "
+           "Costs are in target steps (one autoregressive step = 1).")
 
 
 def measured_point(spec: Trace | None, baseline: Trace | None) -> dict | None:
@@ -155,7 +156,7 @@ def auto_note_markdown(choice: dict | None, measured: dict | None, run_label: st
                  f"{inp.get('calibration_tokens')} tokens: c_tree = {inp.get('tree_pass_cost', 0):.3f} and c = {inp.get('chain_step_cost', 0):.3f} "
                  f"target steps per drafter pass; {curve}; one target step = {inp.get('target_step_ms', 0):.1f} ms; "
                  "p(depth, rank) from the table below (a cell offered fewer than 20 times takes its rank's rate over all depths)"
-                 + (f"; the counts of {escape(inp['refined_with'])}, run on the same prompts, replace the wide runs' where it measured them"
+                 + (f"; the counts of {escape(inp['refined_with'])}, on the same prompts (run, or walked over the target's own text), replace the wide tree's where it measured them"
                     if inp.get("refined_with") else "") + ".</small>")
     return "\n".join(lines)
 
