@@ -73,7 +73,7 @@ def batch_benchmark(pair_name=None, drafter=None, target=None, device=None, gamm
     make_schedule(schedule, gamma, confidence)  # refuses a bad name, gamma or threshold before the pair loads
     if pair_name is None and not (drafter or target):
         pair_name = default_pair()
-    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer")
+    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer", kind=kind)
     kind = kind or default_kind(pair)
     prompt_set = prompt_set_for(prompt_set, pair.name)
     ids = prompt_token_ids(pair, benchmark_prompts(8, prompt_set), prompt_set)

@@ -244,7 +244,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
     if pair_name is None and not (drafter or target):
         pair_name = default_pair()
-    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer")
+    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer", kind=kind)
     kind = kind or default_kind(pair)
     prompt_set = prompt_set_for(prompt_set, pair.name)
     prompt_ids = prompt_token_ids(pair, benchmark_prompts(prompts, prompt_set), prompt_set)
