@@ -16,6 +16,7 @@ No test asserts a wall-clock time beyond "answered within a generous cap".
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import platform
@@ -60,6 +61,46 @@ def served():
 def client(address: str) -> httpx.Client:
     """An HTTP client whose connections leave from ``address`` (the server sees that peer)."""
     return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=60)
+
+
+def until(condition, cap_s: float = CAP_S) -> bool:
+    """Whether ``condition()`` came true within ``cap_s`` seconds (asked every 0.2 s): a generous cap, not a timing."""
+    end = time.monotonic() + cap_s
+    while not condition():
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+ROOM = 1000  # the store's capacity while a test needs room for its own sessions, whatever else comes meanwhile
+
+
+def emptied(demo):
+    """``demo``'s session store (installed now if no request came yet) with every session in it forgotten."""
+    from specviz.ui.sessions import install
+
+    install(demo.server_app)
+    holder = demo.server_app.state_holder
+    with holder.lock:
+        for session in list(holder.session_data):
+            holder._drop(session)
+    return holder
+
+
+@pytest.fixture
+def store(served, monkeypatch):
+    """The served app's session store, emptied, with room for ROOM sessions while the test runs (SESSIONS after).
+
+    A test of the store must not depend on what earlier tests left in it, nor on when they left it. Besides their own
+    sessions, earlier tests' gradio_client Clients leave sessions behind at moments no test chooses: a Client keeps a
+    heartbeat stream open, and once it is collected that stream ends at the server's next heartbeat (up to 15 s later);
+    the page's unload event then makes the Client's session again, showing nothing and not idle for a minute, so no
+    newcomer may take its place. Two of them beside the four sessions the test before left filled SESSIONS places, and
+    a test's own new session was answered but not kept."""
+    holder = emptied(served[0])
+    monkeypatch.setattr(holder, "capacity", ROOM)
+    return holder
 
 
 def run_data(tokens: int, prompt: str = "def f(x):") -> list:
@@ -238,6 +279,7 @@ def test_a_flood_of_fresh_sessions_and_heartbeats_leaves_a_shown_run(served):
     from specviz.ui.sessions import SessionStore
 
     demo, url = served
+    emptied(demo)  # what earlier tests left: the flood alone fills it
     victim = Client(url, verbose=False)
     tokens, *_, status = victim.predict("embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain",
                                         api_name="/generate")[:5]
@@ -265,7 +307,7 @@ def test_a_flood_of_fresh_sessions_and_heartbeats_leaves_a_shown_run(served):
 
 
 
-def test_a_session_keeps_no_copy_of_every_components_configuration(served):
+def test_a_session_keeps_no_copy_of_every_components_configuration(served, store):
     """A fresh session hash made Gradio copy the configuration of each of the page's components (203 KiB and 49 ms
     per session, for a deep-link route the server refuses), so a flood of fresh hashes cost memory and the server's
     time whether their sessions were kept or not. The store's sessions keep none, and still hold and show a run."""
@@ -289,10 +331,7 @@ def test_a_session_keeps_no_copy_of_every_components_configuration(served):
         tracemalloc.stop()
     assert len(full.config_values) > 50 and list(lean.config_values.items()) == [] and list(lean.components) == []
     assert lean_bytes < full_bytes / 10, (lean_bytes, full_bytes)
-    holder = demo.server_app.state_holder
-    with holder.lock:  # room for the visitor: other tests of this module fill the store
-        holder.session_data.clear()
-        holder.time_last_used.clear()
+    holder = store  # room for the visitor, whatever other tests left in it
     visitor = Client(url, verbose=False)
     status = visitor.predict("embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain",
                              api_name="/generate")[4]
@@ -351,71 +390,79 @@ def test_a_flood_of_fresh_sessions_from_one_address_leaves_room_for_others(serve
     assert len(holder.session_data) <= SESSIONS
 
 
-def test_sessions_unused_past_their_time_to_live_are_forgotten_whole_and_their_memory_handed_back(served, monkeypatch):
+def test_sessions_unused_past_their_time_to_live_are_forgotten_whole_and_their_memory_handed_back(served, store, monkeypatch):
     """Issue 39: after a flood the server's memory stayed up (550 -> 603 MB): Gradio frees an expired state's
     value but keeps the session (its copy of the page's configuration, its last outputs) until a newcomer takes
     its place. At Gradio's once-a-second expiry check the store now forgets every session unused for its time to
-    live, and hands the memory back to the system when any went; a session in use is kept."""
+    live, and hands the memory back to the system when any went; a session in use is kept.
+
+    The store has a time to live of its own here, and two sessions' last use is moved back past it: what is
+    asserted depends neither on how long the runs take nor on what other tests left in the store."""
     from specviz.ui import sessions
     from specviz.ui.sessions import SessionStore
 
     demo, url = served
-    holder = demo.server_app.state_holder
-    generate = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
-    with client("127.0.0.6") as http:
-        old = [uuid.uuid4().hex for _ in range(2)]
-        for session in old:
-            assert _page_call(http, url, "generate", generate, session).get("success")
-    assert all(s in holder.session_data for s in old)
     released = []
     monkeypatch.setattr(sessions, "free_memory", lambda device=None: released.append(device))
-    monkeypatch.setattr(SessionStore, "ttl_s", 3, raising=False)
-    time.sleep(1.5)
+    monkeypatch.setattr(SessionStore, "ttl_s", 600, raising=False)
+    monkeypatch.setattr(SessionStore, "free_every_s", 0, raising=False)  # handed back at the check that forgets them
+    generate = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
+    old, fresh = [uuid.uuid4().hex for _ in range(2)], uuid.uuid4().hex
     with client("127.0.0.6") as http:
-        fresh = uuid.uuid4().hex
-        assert _page_call(http, url, "generate", generate, fresh).get("success")
-    end = time.monotonic() + 30
-    while time.monotonic() < end and any(s in holder.session_data for s in old):
-        time.sleep(0.2)
-    assert not any(s in holder.session_data for s in old) and released
-    assert fresh in holder.session_data  # used 3 s ago at most: kept
+        for session in [*old, fresh]:
+            assert _page_call(http, url, "generate", generate, session).get("success")
+    assert all(s in store.session_data for s in [*old, fresh])
+    with store.lock:  # the old ones last used twice their time to live ago; fresh a moment ago
+        for session in old:
+            store.time_last_used[session] -= datetime.timedelta(seconds=2 * SessionStore.ttl_s)
+    assert until(lambda: not any(s in store.session_data for s in old) and released), list(store.session_data)
+    assert fresh in store.session_data  # used within its time to live: kept
     with client("127.0.0.6") as http:  # a forgotten session's page still works (a state of its own, empty)
         assert "Nothing to export" in str(_page_call(http, url, "export", [None], old[0]))
 
 
-def test_the_queues_records_of_forgotten_and_unheard_sessions_go_after_their_time_to_live(served, monkeypatch):
+def test_the_queues_records_of_forgotten_and_unheard_sessions_go_after_their_time_to_live(served, store, monkeypatch):
     """Issue 39: after an attack's floods had expired, Gradio's queue still kept a message queue for each of 137
     session hashes (121 unread messages each) and the ids of their events never read to the end, a record with no
     bound: joins that never open their stream leave both. The store now forgets the records of a hash it does not
-    hold and none of whose events is queued or running, once orphaned for its time to live; a held session's stay."""
+    hold and none of whose events is queued or running, once orphaned for its time to live; a held session's stay.
+
+    As above, the store has a time to live of its own, and the test moves last uses and orphanings back past it,
+    waiting on what the once-a-second check does rather than on the clock."""
     from specviz.ui import sessions
     from specviz.ui.sessions import SessionStore
 
     demo, url = served
     queue = demo._queue
     monkeypatch.setattr(sessions, "free_memory", lambda device=None: None)
-    monkeypatch.setattr(SessionStore, "ttl_s", 3, raising=False)
+    monkeypatch.setattr(SessionStore, "ttl_s", 600, raising=False)
     generate = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
     index = next(d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "generate")
-    read, unheard = uuid.uuid4().hex, uuid.uuid4().hex
+    read, unheard, held = uuid.uuid4().hex, uuid.uuid4().hex, uuid.uuid4().hex
     with client("127.0.0.7") as http:
         assert _page_call(http, url, "generate", generate, read).get("success")  # read to its end
         body = {"data": generate, "fn_index": index, "session_hash": unheard, "event_data": None, "trigger_id": None}
         assert http.post(f"{url}/gradio_api/queue/join", json=body).status_code == 200  # its stream never opened
+        assert _page_call(http, url, "generate", generate, held).get("success")  # held by the store all along
+
+    def records() -> set[str]:
+        return set(queue.pending_messages_per_session) | set(queue.pending_event_ids_session)
+
+    def settled(session: str) -> bool:  # none of its events queued or running
+        return not any(event in queue.event_ids_to_events for event in queue.pending_event_ids_session.get(session, ()))
+
     assert read in queue.pending_messages_per_session and unheard in queue.pending_event_ids_session
-    end = time.monotonic() + 60
-    held = None
-    while time.monotonic() < end:
-        with client("127.0.0.7") as http:  # a session in use all the while
-            held = held or uuid.uuid4().hex
-            assert _page_call(http, url, "generate", generate, held).get("success")
-        records = set(queue.pending_messages_per_session) | set(queue.pending_event_ids_session)
-        if read not in records and unheard not in records:
-            break
-        time.sleep(0.5)
-    records = set(queue.pending_messages_per_session) | set(queue.pending_event_ids_session)
-    assert read not in records and unheard not in records
-    assert held in queue.pending_messages_per_session  # held by the store: its records stay
+    assert until(lambda: settled(unheard))
+    with store.lock:  # both last used twice the time to live ago: the store forgets them, and they are orphans
+        for session in (read, unheard):
+            if session in store.time_last_used:
+                store.time_last_used[session] -= datetime.timedelta(seconds=2 * SessionStore.ttl_s)
+    assert until(lambda: read in store.orphans and unheard in store.orphans), list(store.orphans)
+    assert read in records() and unheard in records()  # orphaned, not yet for their time to live
+    for session in (read, unheard):  # orphaned since twice the time to live ago
+        store.orphans[session] -= 2 * SessionStore.ttl_s
+    assert until(lambda: read not in records() and unheard not in records())
+    assert held in queue.pending_messages_per_session and held in store.session_data  # held by the store: its records stay
 
 
 def test_the_time_to_live_settings_are_read_from_the_environment():
@@ -435,7 +482,7 @@ def test_the_time_to_live_settings_are_read_from_the_environment():
     assert bad.returncode != 0 and "SPECVIZ_SESSION_MEMORY_MB must be a whole number of at least 16" in bad.stderr
 
 
-def test_an_address_makes_few_new_sessions_a_minute(served, monkeypatch):
+def test_an_address_makes_few_new_sessions_a_minute(served, store, monkeypatch):
     """Issue 39: a flood of fresh session hashes from one address cost the server an event each and took a
     victim's 8-token run from 0.8 s to 12 s. Past its budget of new sessions a minute an address's joins naming
     fresh hashes are refused at once, saying so; its existing session is still served."""
@@ -451,6 +498,8 @@ def test_an_address_makes_few_new_sessions_a_minute(served, monkeypatch):
             session = kept if k == 0 else uuid.uuid4().hex
             body = {"data": [], "fn_index": index, "session_hash": session, "event_data": None, "trigger_id": None}
             answers.append(http.post(f"{url}/gradio_api/queue/join", json=body))
+            assert until(lambda: not any(q.queue for q in demo._queue.event_queue_per_concurrency_id.values()))  # ran
+        assert until(lambda: kept in store.session_data)  # its job made it: it exists
         body = {"data": [], "fn_index": index, "session_hash": kept, "event_data": None, "trigger_id": None}
         again = http.post(f"{url}/gradio_api/queue/join", json=body)
     refused = [a for a in answers if a.status_code != 200]
