@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -9,6 +10,9 @@ import torch
 from transformers import GPT2LMHeadModel
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead
+# The tests build and launch the page often (and app.py in subprocesses, which inherit this): none pays for warming
+# the default pair up before it serves (specviz.ui.pairs.warm_up) unless it sets SPECVIZ_WARM_UP=1 itself.
+os.environ.setdefault("SPECVIZ_WARM_UP", "0")
 
 
 # The tiny models are the exactness lab's: one implementation for the page and the tests.

@@ -11,11 +11,10 @@ import os
 
 import gradio as gr
 
-from specviz import Trace, autoregressive_generate
+from specviz import Trace
 from specviz.lab.faults import FAULTS
 from specviz.lab.models import KINDS as LAB_KINDS
-from specviz.pair import EMBEDDED, PRESETS, PairError, bound_kernel_caches, custom_models_allowed, one_heap
-from specviz.pair import preload as preload_pairs
+from specviz.pair import EMBEDDED, PRESETS, bound_kernel_caches, custom_models_allowed, one_heap
 from specviz.pair.catalogue import target_origin
 from specviz.pair.prompt import join_prompts
 from specviz.recording import MAX_BYTES
@@ -41,6 +40,7 @@ from specviz.ui.limits import (
     TEMPERATURE_RANGE, TOP_K_MAX, caps, example_kind,
 )
 from specviz.ui.outputs import RUN_OUTPUTS, keyed
+from specviz.ui.pairs import warm_up
 from specviz.ui.race import start_race
 from specviz.ui.replay import replay_next, replay_previous, replay_show
 from specviz.ui.tree import TREE_CHOICES, replay_tree
@@ -81,21 +81,13 @@ def example_boxes(name: str | None) -> tuple:
     return gr.update(visible=kind == "english"), gr.update(visible=kind == "code")
 
 
-def _preload() -> None:
-    # SPECVIZ_PRELOAD's pairs (default: embedded) load before launch; on ZeroGPU they must.
-    for name, result in preload_pairs().items():
-        if isinstance(result, PairError):
-            print(f"specviz: could not preload {name}: {result}")  # the app still serves the others
-        elif result.device.type == "cpu":
-            # One short run pays the first-call costs before any visitor does.
-            autoregressive_generate([result.eos_token_id or 0], result.target, max_new_tokens=2)
-
-
 def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
     """The Blocks app.
 
     Args:
-        preload: load the embedded pair now so the first Generate is quick.
+        preload: warm the page's pairs up now, before the server listens (``specviz.ui.pairs.warm_up``: loaded,
+            their CPU form timed, one short Generate run; ``SPECVIZ_WARM_UP=0`` turns it off), so the first
+            visitor's Generate takes what a later one takes.
         max_queue: waiting requests beyond which new ones are refused with Gradio's
             queue-full message (default: env ``SPECVIZ_MAX_QUEUE``, else 32).
     """
@@ -106,7 +98,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
     one_heap()
     bound_kernel_caches()
     if preload:
-        _preload()
+        warm_up()
     latex = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
     ui: dict[str, gr.components.Component] = {}
     with gr.Blocks(title="specviz: speculative decoding, round by round", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:

@@ -1,19 +1,49 @@
 """The model pair a request names: loaded (or reused) for it, and every failure while loading
-or generating mapped to a message for the visitor."""
+or generating mapped to a message for the visitor; and the pairs made ready before the page serves
+(``warm_up``).
+
+Warm-up: the page's pairs (``SPECVIZ_PRELOAD``, default the page's default pair) are loaded when the
+page is built, before the server listens: the model files read (a packaged GGUF target converted on a
+machine's first start), the CPU form chosen and timed (``specviz.pair.precision``) and an fp32 pair's
+products timed (``specviz.pair.kernels``). Then one short Generate runs as the page's device half runs
+one (``specviz.ui.device.run_on_device``: drafter, verify passes, baseline in turns), so the passes'
+first-call costs are paid too. The first visitor's Generate then takes what a later one takes. ``SPECVIZ_WARM_UP=0``
+turns it off (the tests do: they start many servers); a pair then loads on its first Generate. On
+ZeroGPU the pairs are loaded before launch either way (its GPU workers see only what was loaded then),
+and nothing runs: there is no GPU outside a visitor's job.
+
+The warm-up runs on the calling thread (the main thread, as the start-up run before it did). Which thread
+ran a model first changes how the server's later runs use a small CPU. Measured on 2 cores (bf16, the
+English pair, 128 tokens, the page's defaults): after a model ran on the main thread, later Generates
+kept to 1.0-1.2 cores, 12.0-15.2 s on a quiet machine and 19-20 s beside other busy processes; with the
+warm-up on a thread of its own, or none, they used 1.3-1.7 cores, 8.8-13.7 s when quiet but 30-123 s
+beside other busy processes (OpenMP's waiting threads spin for cores the other processes hold).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import time
 
 import gradio as gr
 import torch
 
-from specviz.pair import Pair, PairError, encode_prompt, free_memory, load_pair, loaded_pair
+from specviz import autoregressive_stream, speculative_stream
+from specviz.drafters import pair_drafter
+from specviz.engine.sampling import DEFAULT_SAMPLING
+from specviz.engine.schedules import make_schedule
+from specviz.measure.speedup import interleave
+from specviz.pair import PRESETS, Pair, PairError, encode_prompt, free_memory, load_pair, loaded_pair, preload
 from specviz.pair.download import in_background
+from specviz.serving.zerogpu import on_zerogpu
 from specviz.ui.checks import excerpt, mistake
-from specviz.ui.limits import PROMPT_TOKENS_MAX
+from specviz.ui.limits import CODE_EXAMPLES, DEFAULTS, ENGLISH_EXAMPLES, PROMPT_TOKENS_MAX, example_kind
 
 log = logging.getLogger("specviz")
+
+WARM_UP_ENV = "SPECVIZ_WARM_UP"
+WARM_UP_TOKENS = 16  # the warm-up Generate's new tokens: every pass shape of a run (prefill, draft, verify, baseline step) comes up
 
 
 def pair_ids(pair_name, custom_drafter, custom_target) -> dict:
@@ -84,3 +114,63 @@ def failure(err: Exception, pair: Pair | None = None) -> gr.Error:
     log.exception("generation failed")
     return gr.Error(f"Generation failed ({type(err).__name__}: {excerpt(err, 200)}). The app is still running: try again or change the settings.",
                     title="Generation failed")
+
+
+def warm_up_wanted() -> bool:
+    """Whether the page warms its pairs up when it is built: ``SPECVIZ_WARM_UP`` unset, or anything but 0, false,
+    no or off (in any case)."""
+    return os.environ.get(WARM_UP_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+
+
+def warm_up(names: list[str] | None = None, max_new_tokens: int = WARM_UP_TOKENS) -> dict[str, float | PairError]:
+    """Make the page's pairs ready before the first visitor (module docstring): load each (``specviz.pair.preload``),
+    then run one Generate of ``max_new_tokens`` tokens with the page's default controls and the pair's own example
+    prompt as the page's device half runs it, on a pair that runs on the CPU. Does nothing when ``warm_up_wanted()`` is
+    False, except on ZeroGPU, where the pairs are loaded (not run) either way.
+
+    Args:
+        names: preset names (default: ``SPECVIZ_PRELOAD``'s, else the page's default pair).
+
+    Returns:
+        {name: the seconds (wall clock) its load and run took, or the PairError that kept it from loading}. A pair
+        that fails is reported there and printed; the page still serves, and the others are warmed.
+
+    Raises:
+        PairError: more names than ``SPECVIZ_RESIDENT_PAIRS`` keeps, or a name that is no preset (``preload``).
+    """
+    if not warm_up_wanted() and not on_zerogpu():
+        return {}
+    done: dict[str, float | PairError] = {}
+    start = time.perf_counter()
+    for name, result in preload(names).items():
+        if isinstance(result, PairError):
+            print(f"specviz: could not load {name} at start-up: {result}")  # the page still serves the others
+            done[name] = result
+            continue
+        ran = ""
+        if result.device.type == "cpu" and warm_up_wanted():
+            try:
+                _first_generate(result, max_new_tokens)
+                ran = f" and ran a {max_new_tokens}-token Generate"
+            except Exception as err:  # noqa: BLE001 - the page still serves; a visitor's run reports its own failure
+                ran = f"; its warm-up run failed ({type(err).__name__}: {excerpt(err, 200)})"
+        done[name] = time.perf_counter() - start
+        print(f"specviz: {name} loaded{ran} in {done[name]:.1f} s, before serving")
+        start = time.perf_counter()
+    return done
+
+
+def _first_generate(pair: Pair, max_new_tokens: int) -> None:
+    """One Generate of ``pair`` (a preset) as the page's device half runs it (``specviz.ui.device.run_on_device``:
+    the speculative run and its baseline in turns), with the page's default controls and the pair's example prompt;
+    its traces dropped."""
+    prompt = (ENGLISH_EXAMPLES if example_kind(pair.name) == "english" else CODE_EXAMPLES)[0]
+    kind = "cross-tokenizer" if PRESETS[pair.name].own_tokenizer else DEFAULTS["drafter_kind"]
+    ids = encode(pair, prompt, chat=True)
+    common = dict(sampling=DEFAULT_SAMPLING, eos_token_id=pair.eos_token_ids, seed=DEFAULTS["seed"], tokenizer=pair.tokenizer)
+    gamma = DEFAULTS["gamma"]
+    for _ in interleave(speculative_stream(ids, pair_drafter(kind, pair), pair.target, gamma=gamma, max_new_tokens=max_new_tokens,
+                                           schedule=make_schedule(DEFAULTS["gamma_schedule"], gamma), **common),
+                        autoregressive_stream(ids, pair.target, max_new_tokens=max_new_tokens, **common)):
+        pass
+    free_memory("cpu")  # as after a visitor's run: what the run allocated goes back before the first visitor comes
