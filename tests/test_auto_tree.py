@@ -592,3 +592,17 @@ def test_while_calibrating_the_page_clears_the_last_verdict_and_says_what_it_mea
     assert len(out) == 1 and out[0]["status"] == device.CALIBRATING and out[0]["export_file"] is None
     assert "measuring this pair first" in out[0]["headline"] and "×" not in out[0]["headline"]  # no speedup of the last run
     assert "k-th candidate" in device.CALIBRATING and "v(n)" in device.CALIBRATING and "keeps what it measured" in device.CALIBRATING
+
+
+def test_this_processs_calibrations_are_bounded(monkeypatch):
+    """Issue 53: a visitor asking for the auto tree at a new temperature each time made a new calibration each time,
+    all kept for the process's life. The process keeps the most recently used MEMORY_ENTRIES (the disk its own)."""
+    from specviz.measure import auto_tree as at
+
+    monkeypatch.setattr(at, "_CACHE", at.OrderedDict())
+    monkeypatch.setattr(at, "calibrate", lambda *a, **k: "calibration")
+    monkeypatch.setattr(at, "decide", lambda cal, *a: cal)
+    for t in range(at.MEMORY_ENTRIES + 5):
+        at.auto_tree(object(), object(), [[1]], Sampling(temperature=0.3 + t / 100), 16, key=("pair", "cpu"))
+    assert len(at._CACHE) == at.MEMORY_ENTRIES
+    assert [k[2] for k in at._CACHE][-1] == json.dumps(Sampling(temperature=0.3 + (at.MEMORY_ENTRIES + 4) / 100).to_dict(), sort_keys=True)

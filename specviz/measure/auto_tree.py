@@ -33,6 +33,7 @@ import json
 import math
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +50,10 @@ AUTO = "auto"
 NS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CALIBRATION_PROMPTS = 8
 HAND_MADE = ((3, 2, 2, 1), (2, 2, 2, 1))  # the page's hand-made shapes, predicted beside the choice
-_CACHE: dict[tuple, "Calibration"] = {}
+# This process's calibrations, the most recently used last; at most MEMORY_ENTRIES (the disk keeps DISK_ENTRIES): a
+# visitor who asks for the auto tree at a new temperature each time makes a new entry each time.
+_CACHE: OrderedDict[tuple, "Calibration"] = OrderedDict()
+MEMORY_ENTRIES = 16
 DISK_ENTRIES = 32  # calibrations the disk cache keeps (the newest), over pairs, drafters, regimes and machines
 DISK_BYTES = 2 * 1024 * 1024  # a cache file larger than this is not ours: it is ignored (and rewritten)
 FORMAT = 1  # the stored calibration's layout; a change makes older entries miss (and recordings' auto records fail their check)
@@ -751,6 +755,8 @@ def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
         cache_key = (key, who, json.dumps(sampling.to_dict(), sort_keys=True),
                      max_new_tokens, max_depth, max_nodes, str(cached))
     cal = _CACHE.get(cache_key) if cache_key else None
+    if cal is not None:
+        _CACHE.move_to_end(cache_key)
     disk = disk_key(cache_key, _device_of(target)) if cache_key and hasattr(drafter, "describe") else None
     if cal is None and disk:
         cal = load_cached(disk)
@@ -764,6 +770,8 @@ def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
             store_cached(disk, cal)
     if cache_key:
         _CACHE[cache_key] = cal
+        while len(_CACHE) > MEMORY_ENTRIES:
+            _CACHE.popitem(last=False)
     return decide(cal, max_nodes, max_depth, _device_of(target))
 
 
