@@ -144,7 +144,11 @@ def test_a_flood_from_one_address_leaves_another_served_after_the_running_job(ap
                 sessions.append(session)
         print(f"\nflood from {A}: {admitted} admitted, {refused} refused of 40")
         waiting_from_a = [e for e in device_queue(demo) if e.request.client.host == A]
-        assert admitted <= 2 and refused >= 38 and len(waiting_from_a) <= 1  # one running and one waiting at most
+        # one running, and at most half the queue's places waiting (others hold none): the rest refused, saying why
+        from specviz.ui import admission
+
+        half = admission.places(demo._queue.max_size, 0, 0)
+        assert admitted <= 1 + half and refused >= 40 - 1 - half and len(waiting_from_a) <= half
         start = time.monotonic()
         r, session = join(b, url, run_data(8))
         assert r.status_code == 200

@@ -152,3 +152,13 @@ def test_records_count_rounds_drafts_tree_nodes_and_top_tokens():
                           sweep=SimpleNamespace(points=[None] * 8))
     assert recording_records(rec) == 3 * (1 + 2 + 3 + 5) + 8
     assert recording_records(None) == 0
+
+
+def test_an_address_holding_its_whole_share_makes_room_from_its_own(blocks):
+    """Alone on a full store, an address's newcomer takes the place of its own least recently used session (it was
+    answered but not kept, and its jobs refused); another address within its share would lose nothing."""
+    store = store_of(blocks, capacity=4, memory_mb=64)
+    for i in range(4):
+        visit(store, "203.0.113.9", f"student{i}", recording(10))
+    assert visit(store, "203.0.113.9", "student4", recording(10))
+    assert list(store.session_data) == ["student1", "student2", "student3", "student4"]

@@ -29,8 +29,9 @@ So the store is bounded by memory, and an address by its fair share of it, not b
   loses nothing: its next event makes it again), then one of the newcomer's own address that shows nothing;
   then the least recently used session (one showing nothing first) of the address furthest over its **fair
   share** of the store's bytes or of its sessions (``MEMORY_BYTES`` or ``capacity`` divided by the addresses
-  holding sessions, the newcomer's counted). A session with a job waiting, running or streaming is never
-  taken, and an address within both shares loses nothing. So forty students behind one address, alone on the server, may hold the whole store; beside
+  holding sessions, the newcomer's counted), or of the newcomer's own address when it holds its whole share
+  (alone on the server, a class's oldest run makes room for its newest). A session with a job waiting, running or
+  streaming is never taken, and another address within both shares loses nothing. So forty students behind one address, alone on the server, may hold the whole store; beside
   attackers they keep their share; an attacker's many sessions can only push out the attacker's own.
 - A session that finds no room is still answered, from a state of its own that is not kept, and the queue
   refuses its jobs with a message naming the limit and when it lifts (``admits``, ``refusal``; asked by
@@ -253,7 +254,8 @@ class SessionStore(StateHolder):
         """The next session to let go for a newcomer from ``address`` (None: none comes), none of ``taken`` nor any
         with a job running: a session that shows nothing and is idle or closed, from the address holding the most;
         else the least recently used session (one that shows nothing first) of the address furthest over its fair
-        share of the store's sessions or bytes; None when every address is within both."""
+        share of the store's sessions or bytes, or of the newcomer's own address when it holds its whole share; None
+        when every address is within both and the newcomer's is under its share."""
         now = datetime.datetime.now()
         owners = self.owners
         held: dict[str, list[str]] = {}
@@ -280,7 +282,10 @@ class SessionStore(StateHolder):
         over = {a: max(count[a] / count_share, cost[a] / byte_share) for a in held}
         worst = max(over, key=over.get, default=None)
         if worst is None or over[worst] <= 1:
-            return None
+            # at its share, the newcomer's own address makes room from its own sessions (it pushes out only its own)
+            if address is None or address not in held or over[address] < 1:
+                return None
+            worst = address
         mine = held[worst]
         return next((s for s in mine if not shows_run(self.session_data[s])), mine[0])
 

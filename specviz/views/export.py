@@ -79,6 +79,8 @@ _ROUND_BYTES = 16 * 1024  # a speculative round: its replay, its points in the c
 _BASELINE_ROUND_BYTES = 512  # a baseline round: its points in the timeline
 _DRAFT_BYTES = 2 * 1024  # a chain's draft: its token, tip, replay row
 _NODE_BYTES = 1200  # a token tree's node: its marker and text in the round's figure, its replay row
+_SIBLING_BYTES = 2 * 1024  # a tree's rejected sibling: its row in the replay's table, as a chain's draft
+_SIBLINGS_NOTE_BYTES = 512  # the line above a tree round's rejected siblings
 _CHAR_BYTES = 14  # a character of token text, escaped, in the places it appears
 
 
@@ -103,7 +105,9 @@ def export_bytes(rec: Recording) -> int:
     spec, base = rec.speculative, rec.baseline
     nodes = sum(len(r.tree.nodes) for r in spec.rounds if r.tree is not None)
     drafts = sum(len(r.drafts) for r in spec.rounds if r.tree is None)
+    siblings = [r.tree.rejected for r in spec.rounds if r.tree is not None]
     return (_plotly_js_bytes() + _PAGE_BYTES + _ROUND_BYTES * len(spec.rounds) + _DRAFT_BYTES * drafts + _NODE_BYTES * nodes
+            + _SIBLING_BYTES * sum(siblings) + _SIBLINGS_NOTE_BYTES * sum(1 for n in siblings if n)
             + _BASELINE_ROUND_BYTES * (len(base.rounds) if base is not None else 0) + _CHAR_BYTES * _text_chars(rec))
 
 
