@@ -22,14 +22,14 @@ GENERATE = ("embedded", "def is_prime(n):", 4, 0.7, 40, 0.95, 16, 0, True, "", "
 @pytest.fixture
 def counted(monkeypatch):
     """The embedded pair as the default, nothing resident, and a count of what loads and what the warm-up runs:
-    {"loads": [labels loaded], "runs": [the target of each speculative run the warm-up started]}."""
+    {"loads": [labels loaded], "runs": [the target of each speculative run (with its baseline) the warm-up made]}."""
     from specviz.pair import EMBEDDED, cache, catalogue, unload_all
     from specviz.ui import pairs
 
     monkeypatch.setattr(catalogue, "english_available", lambda: False)  # as where the English pair's package is absent
     monkeypatch.delenv("SPECVIZ_PRELOAD", raising=False)
     seen = {"loads": [], "runs": []}
-    load, run = cache.load, pairs.speculative_stream
+    load, run = cache.load, pairs.with_baseline
 
     def counted_load(label, *args, **kwargs):
         seen["loads"].append(label)
@@ -40,7 +40,7 @@ def counted(monkeypatch):
         return run(ids, drafter, target, *args, **kwargs)
 
     monkeypatch.setattr(cache, "load", counted_load)
-    monkeypatch.setattr(pairs, "speculative_stream", counted_run)
+    monkeypatch.setattr(pairs, "with_baseline", counted_run)
     unload_all()
     assert catalogue.default_pair() == EMBEDDED
     yield seen

@@ -371,6 +371,19 @@ def calibrate_by_runs(drafter, target, prompts: list[list[int]], sampling: Sampl
                       chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step), target_step_ms=step,
                       calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens,
                       overhead=_overhead(chains, trees, step, curve), available=tuple(sequoia.children_available(*trees)))
+    def measured(cal: Calibration, best: sequoia.Candidate) -> Calibration:
+        with torch.inference_mode():
+            own = [speculative_generate(ids, drafter, target, seed=seed + i, **common,
+                                        **(dict(tree=TreeSpec.explicit(best.parents)) if best.kind == "tree" else dict(gamma=best.depth)))
+                   for i, ids in enumerate(prompts)]
+        return refined_counts(cal, best, own)
+
+    return refined(cal, refine, max_nodes, max_depth, measured)
+
+
+def refined(cal: Calibration, refine: int, max_nodes: int, max_depth: int, measure) -> Calibration:
+    """Decide, measure the chosen shape (``measure(cal, best)`` -> Calibration), decide again: at most ``refine``
+    times, stopping when a shape is chosen a second time (its counts are the calibration's own by then)."""
     tried: set = set()
     for _ in range(refine):
         best = decide(cal, max_nodes, max_depth).choice.best
@@ -378,11 +391,7 @@ def calibrate_by_runs(drafter, target, prompts: list[list[int]], sampling: Sampl
         if shape in tried:
             break
         tried.add(shape)
-        with torch.inference_mode():
-            own = [speculative_generate(ids, drafter, target, seed=seed + i, **common,
-                                        **(dict(tree=TreeSpec.explicit(best.parents)) if best.kind == "tree" else dict(gamma=best.depth)))
-                   for i, ids in enumerate(prompts)]
-        cal = refined_counts(cal, best, own)
+        cal = measure(cal, best)
     return cal
 
 
@@ -659,18 +668,11 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
                       verify_curve={n: target_ms[n] / target_ms[0] for n in sizes}, tree_pass_cost=drafter_ms[TREE_LEVEL] / target_ms[0],
                       chain_step_cost=drafter_ms[0] / target_ms[0], target_step_ms=step_ms, calibration_tree=calib_tree,
                       prompts=len(texts), tokens=max_new_tokens, available=tuple(available))
-    tried: set = set()
-    for _ in range(refine):
-        best = decide(cal, max_nodes, max_depth).choice.best
-        shape = best.parents if best.kind == "tree" else best.depth
-        if shape in tried:
-            break
-        tried.add(shape)
-        if best.kind == "tree":
-            cal = merged_counts(cal, best, walk_tree(texts, best.parents, walks, seed)[0])
-        else:
-            cal = merged_counts(cal, best, walk_chain(texts, best.depth, walks, seed))
-    return cal
+    def walked(cal: Calibration, best: sequoia.Candidate) -> Calibration:
+        counts = walk_tree(texts, best.parents, walks, seed)[0] if best.kind == "tree" else walk_chain(texts, best.depth, walks, seed)
+        return merged_counts(cal, best, counts)
+
+    return refined(cal, refine, max_nodes, max_depth, walked)
 
 
 def check_partial(d, prompts: int, max_new_tokens: int, vocab_size: int) -> dict:

@@ -29,12 +29,10 @@ import time
 import gradio as gr
 import torch
 
-from specviz import autoregressive_stream, speculative_stream
-from specviz.drafters import pair_drafter
+from specviz.drafters import default_kind, pair_drafter
 from specviz.engine.sampling import DEFAULT_SAMPLING
-from specviz.engine.schedules import make_schedule
-from specviz.measure.speedup import interleave
-from specviz.pair import PRESETS, Pair, PairError, encode_prompt, free_memory, load_pair, loaded_pair, preload
+from specviz.measure.baseline import with_baseline
+from specviz.pair import Pair, PairError, encode_prompt, free_memory, load_pair, loaded_pair, preload
 from specviz.pair.download import in_background
 from specviz.serving.zerogpu import on_zerogpu
 from specviz.ui.checks import excerpt, mistake
@@ -162,15 +160,10 @@ def warm_up(names: list[str] | None = None, max_new_tokens: int = WARM_UP_TOKENS
 
 def _first_generate(pair: Pair, max_new_tokens: int) -> None:
     """One Generate of ``pair`` (a preset) as the page's device half runs it (``specviz.ui.device.run_on_device``:
-    the speculative run and its baseline in turns), with the page's default controls and the pair's example prompt;
-    its traces dropped."""
+    the speculative run and its baseline in turns, ``specviz.measure.baseline.with_baseline``), with the page's
+    default controls and the pair's example prompt; its traces dropped."""
     prompt = (ENGLISH_EXAMPLES if example_kind(pair.name) == "english" else CODE_EXAMPLES)[0]
-    kind = "cross-tokenizer" if PRESETS[pair.name].own_tokenizer else DEFAULTS["drafter_kind"]
-    ids = encode(pair, prompt, chat=True)
-    common = dict(sampling=DEFAULT_SAMPLING, eos_token_id=pair.eos_token_ids, seed=DEFAULTS["seed"], tokenizer=pair.tokenizer)
-    gamma = DEFAULTS["gamma"]
-    for _ in interleave(speculative_stream(ids, pair_drafter(kind, pair), pair.target, gamma=gamma, max_new_tokens=max_new_tokens,
-                                           schedule=make_schedule(DEFAULTS["gamma_schedule"], gamma), **common),
-                        autoregressive_stream(ids, pair.target, max_new_tokens=max_new_tokens, **common)):
-        pass
+    with_baseline(encode(pair, prompt, chat=True), pair_drafter(default_kind(pair), pair), pair.target, gamma=DEFAULTS["gamma"],
+                  schedule=DEFAULTS["gamma_schedule"], sampling=DEFAULT_SAMPLING, max_new_tokens=max_new_tokens,
+                  eos_token_id=pair.eos_token_ids, seed=DEFAULTS["seed"], tokenizer=pair.tokenizer)
     free_memory("cpu")  # as after a visitor's run: what the run allocated goes back before the first visitor comes

@@ -272,7 +272,7 @@ class SessionStore(StateHolder):
             if not shows_run(self.session_data[s]):
                 return s
         addresses = {owners.get(s, "") for s in self.session_data if s not in taken} | ({address} if address is not None else set())
-        count_share, byte_share = self.capacity / max(1, len(addresses)), self.fair_share(address)
+        count_share, byte_share = self.capacity / max(1, len(addresses)), self.memory_bytes / max(1, len(addresses))
         count, cost = dict.fromkeys(held, 0), dict.fromkeys(held, 0)
         for s in self.session_data:
             owner = owners.get(s, "")
