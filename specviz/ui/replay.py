@@ -45,7 +45,11 @@ def streaming(spec: Trace, session: str | None) -> dict:
         from specviz.recording import Recording
         from specviz.ui.tree import replay_tree
 
-        return dict(replay_slider=replay_slider(spec), replay=round_html(spec, len(spec.rounds) - 1),
-                    replay_tree=replay_tree(Recording(spec), len(spec.rounds)))
+        out = dict(replay_slider=replay_slider(spec), replay=round_html(spec, len(spec.rounds) - 1))
+        if spec.rounds[-1].tree is not None or len(spec.rounds) == 1:
+            # A chain run's tree figure is the same empty one every round: drawn at the first (it clears
+            # the last run's tree), left as it is after.
+            out["replay_tree"] = replay_tree(Recording(spec), len(spec.rounds))
+        return out
     n = len(spec.rounds)
     return dict(replay_slider=gr.Slider(maximum=max(n, 2), interactive=n > 1))
