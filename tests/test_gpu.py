@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from specviz.serving import gpu, gpu_duration as duration, zerogpu
+from specviz.serving import device_thread, gpu, gpu_duration as duration, zerogpu
 from specviz.pair import EMBEDDED, PRESETS, default_device
 
 QWEN_7B = "Qwen2.5-0.5B-Instruct -> Qwen2.5-7B-Instruct"
@@ -58,19 +58,30 @@ def streaming(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_token
 ARGS = (EMBEDDED, "def f():", 4, 0.7, 40, 0.95, 128, 0)
 
 
-def test_off_zerogpu_the_decorator_returns_the_function_itself():
+def test_off_zerogpu_the_decorator_runs_the_function_on_the_device_thread():
     assert not gpu.on_zerogpu()
-    assert gpu.gpu_task(handler) is handler
-    assert gpu.gpu_task(duration=60)(handler) is handler
-    assert gpu.gpu_task(duration=duration.generate_duration)(streaming) is streaming
+    threads = []
+
+    def where(pair_name, *rest):
+        threads.append(device_thread.on_device_thread())
+        return pair_name
+
+    def steps(pair_name, *rest):
+        for i in range(3):
+            threads.append(device_thread.on_device_thread())
+            yield i
+
+    assert gpu.gpu_task(duration=60)(where)(*ARGS) == EMBEDDED
+    assert list(gpu.gpu_task(duration=duration.generate_duration)(steps)(*ARGS)) == [0, 1, 2]
     assert inspect.isgeneratorfunction(gpu.gpu_task(streaming))
+    assert threads == [True] * 4 and not device_thread.on_device_thread()
 
 
 def test_the_flag_without_the_package_is_not_zerogpu(monkeypatch):
     monkeypatch.setenv(gpu.ZEROGPU_ENV, "true")
     monkeypatch.setattr(zerogpu.importlib.util, "find_spec", lambda name: None)
     assert not gpu.on_zerogpu()
-    assert gpu.gpu_task(handler) is handler
+    assert gpu.gpu_task(handler)(*ARGS) == handler(*ARGS)
 
 
 def test_on_zerogpu_spaces_gpu_gets_a_duration_fitted_to_the_call(monkeypatch, fake_spaces):

@@ -3,8 +3,9 @@
 On a ZeroGPU Space (the platform sets ``SPACES_ZERO_GPU`` and preinstalls the ``spaces``
 package) a function decorated with ``@gpu_task(duration=...)`` runs under
 ``spaces.GPU(duration=...)``: a GPU is attached for that call only, for at most ``duration``
-seconds. Anywhere else the decorator returns the function unchanged, and ``spaces`` is never
-imported.
+seconds. Anywhere else the function's work runs on the process's device thread
+(``specviz.serving.device_thread``: one thread for every model pass, a streaming function's steps
+taken there one at a time), and ``spaces`` is never imported.
 
 What the ZeroGPU documentation asks of the app, and where specviz does it:
 
@@ -33,6 +34,7 @@ import functools
 import os
 from collections.abc import Callable
 
+from specviz.serving import device_thread
 from specviz.serving.zerogpu import ZEROGPU_ENV, on_zerogpu
 
 __all__ = ["ZEROGPU_ENV", "on_zerogpu", "MAX_DURATION_ENV", "DEFAULT_MAX_DURATION_S", "MIN_DURATION_S", "max_duration",
@@ -57,7 +59,8 @@ def clamp_duration(seconds: float) -> int:
 
 
 def gpu_task(fn: Callable | None = None, *, duration: int | Callable[..., float] | None = None):
-    """Run ``fn`` with a GPU attached on ZeroGPU; leave it unchanged anywhere else.
+    """Run ``fn`` with a GPU attached on ZeroGPU (in a forked worker); anywhere else on the device thread
+    (``specviz.serving.device_thread.steps``).
 
     Use as ``@gpu_task`` or ``@gpu_task(duration=60)`` or ``@gpu_task(duration=generate_duration)``.
     A callable duration receives the same arguments as ``fn`` and returns seconds; it is clamped
@@ -66,7 +69,7 @@ def gpu_task(fn: Callable | None = None, *, duration: int | Callable[..., float]
 
     def decorate(f: Callable) -> Callable:
         if not on_zerogpu():
-            return f
+            return device_thread.steps(f)
         import spaces  # preinstalled on ZeroGPU Spaces; app.py imported it before torch touched CUDA
 
         if callable(duration):

@@ -13,6 +13,7 @@ from specviz.lab.faults import FAULTS
 from specviz.lab.models import KINDS as LAB_KINDS
 from specviz.lab.models import models as lab_models
 from specviz.pair.precision import cpu_form
+from specviz.serving import device_thread
 from specviz.ui import state
 from specviz.ui.checks import mistake, number
 from specviz.ui.halting import GONE, Halt
@@ -38,8 +39,8 @@ def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs, request: gr.Req
     sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
     # The lab's tiny models run in the form a full-size pair runs in on this CPU (bf16 or fp32,
     # specviz.pair.precision), so its verdict is about that form's arithmetic.
-    form = cpu_form()
-    drafter, target = lab_models(kind, dtype=form.dtype)
+    form = device_thread.run(cpu_form)
+    drafter, target = device_thread.run(lab_models, kind, dtype=form.dtype)
     # The stop check (the Stop button, a client gone, LAB_SECONDS_MAX) is asked before every sample's run;
     # the chart is redrawn every LAB_DRAW_EVERY samples, and Gradio's cancel lands between chunks of LAB_CHUNK.
     # The fault goes to these runs only (their steps, see lab.faults.fault_steps): nothing global changes.
@@ -48,7 +49,9 @@ def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs, request: gr.Req
     form_note = f"<p>Models in {escape(form.name)} ({escape(form.reason)}); probabilities in float32.</p>"
     result, said = None, False
     with state.job(halt.session):  # the Stop button finds the lab as it finds a run
-        for result in lab_stream(drafter, target, sampling, int(gamma), int(runs), every=LAB_CHUNK, fault=fault, stop=halt):
+        # Each chunk's samples run on the device thread, in turns with the runs of other visitors.
+        for result in device_thread.stepped(lab_stream(drafter, target, sampling, int(gamma), int(runs), every=LAB_CHUNK,
+                                                       fault=fault, stop=halt)):
             if halt.reason == GONE:
                 return  # nobody listens: nothing more is sent
             if result.runs % LAB_DRAW_EVERY == 0 or result.runs == int(runs) or halt.reason:

@@ -12,12 +12,10 @@ turns it off (the tests do: they start many servers); a pair then loads on its f
 ZeroGPU the pairs are loaded before launch either way (its GPU workers see only what was loaded then),
 and nothing runs: there is no GPU outside a visitor's job.
 
-The warm-up runs on the calling thread (the main thread, as the start-up run before it did). Which thread
-ran a model first changes how the server's later runs use a small CPU. Measured on 2 cores (bf16, the
-English pair, 128 tokens, the page's defaults): after a model ran on the main thread, later Generates
-kept to 1.0-1.2 cores, 12.0-15.2 s on a quiet machine and 19-20 s beside other busy processes; with the
-warm-up on a thread of its own, or none, they used 1.3-1.7 cores, 8.8-13.7 s when quiet but 30-123 s
-beside other busy processes (OpenMP's waiting threads spin for cores the other processes hold).
+The warm-up runs on the device thread (``specviz.serving.device_thread``), where every later run of the server
+runs: a model pass on any other thread (the main thread's, at start-up) would leave a second OpenMP team in the
+process, and with more OpenMP threads than cores every team sleeps between parallel regions (measured on 2 cores,
+bf16, the English pair, 128 tokens at the page's defaults: 35 speculative tokens/s against 52 with one thread).
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ from specviz.engine.sampling import DEFAULT_SAMPLING
 from specviz.measure.baseline import with_baseline
 from specviz.pair import Pair, PairError, encode_prompt, free_memory, load_pair, loaded_pair, preload
 from specviz.pair.download import in_background
+from specviz.serving import device_thread
 from specviz.serving.zerogpu import on_zerogpu
 from specviz.ui.checks import excerpt, mistake
 from specviz.ui.limits import CODE_EXAMPLES, DEFAULTS, ENGLISH_EXAMPLES, PROMPT_TOKENS_MAX, example_kind
@@ -59,7 +58,8 @@ def ensure_pair(pair_name, custom_drafter, custom_target, progress, doing: str |
     while nothing loaded."""
     try:
         with in_background():
-            pair = load_pair(**pair_ids(pair_name, custom_drafter, custom_target), progress=lambda f, m: progress(f, desc=m))
+            pair = device_thread.run(load_pair, **pair_ids(pair_name, custom_drafter, custom_target),
+                                     progress=lambda f, m: progress(f, desc=m))
     except PairError as err:
         raise mistake(str(err), title="Model pair unavailable") from err
     if doing:
@@ -138,6 +138,11 @@ def warm_up(names: list[str] | None = None, max_new_tokens: int = WARM_UP_TOKENS
     """
     if not warm_up_wanted() and not on_zerogpu():
         return {}
+    # On ZeroGPU the pairs load in the main process before launch, as its workers are forked from it.
+    return _warm_up(names, max_new_tokens) if on_zerogpu() else device_thread.run(_warm_up, names, max_new_tokens)
+
+
+def _warm_up(names: list[str] | None, max_new_tokens: int) -> dict[str, float | PairError]:
     done: dict[str, float | PairError] = {}
     start = time.perf_counter()
     for name, result in preload(names).items():
