@@ -69,12 +69,12 @@ COMPARE = ["embedded", "def is_prime(n):", 4, 0.7, 40, 0.9, 256, 0, True, "", ""
 class App:
     """The app in a subprocess: its URL, process and temporary folder; its endpoints' indices."""
 
-    def __init__(self, root: Path, temp: Path, log: Path, ttl_s: int | None = None):
+    def __init__(self, root: Path, temp: Path, log: Path, ttl_s: int | None = None, preload: str = "embedded"):
         self.temp, self.log = temp, log
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = os.environ | {"GRADIO_TEMP_DIR": str(temp), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
-                            "SPECVIZ_TRUSTED_PROXIES": "1", "SPECVIZ_PRELOAD": "embedded"}
+                            "SPECVIZ_TRUSTED_PROXIES": "1", "SPECVIZ_PRELOAD": preload}
         if ttl_s is not None:
             env |= {"SPECVIZ_SESSION_TTL_S": str(ttl_s), "SPECVIZ_CACHE_TTL_S": str(ttl_s)}
         self._log = open(log, "w")
