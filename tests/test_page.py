@@ -247,6 +247,21 @@ def test_the_drafter_menu_follows_a_pair_whose_drafter_has_its_own_tokenizer():
     assert "value" not in kind_for_pair(CROSS, "ngram") and "value" not in kind_for_pair(EMBEDDED, "early-exit")
 
 
+def test_a_pair_brings_its_own_prompt_and_chat_setting_and_a_prompt_the_visitor_wrote_stays():
+    from specviz.pair import CROSS, EMBEDDED, ENGLISH
+    from specviz.ui.layout import chat_for_pair, prompt_for_pair
+    from specviz.ui.limits import CODE_EXAMPLES, ENGLISH_EXAMPLES
+
+    if ENGLISH_EXAMPLES:
+        assert prompt_for_pair(CROSS, ENGLISH_EXAMPLES[0])["value"] == CODE_EXAMPLES[0]
+        assert prompt_for_pair(ENGLISH, CODE_EXAMPLES[1])["value"] == ENGLISH_EXAMPLES[0]
+    assert prompt_for_pair(CROSS, "")["value"] == CODE_EXAMPLES[0]
+    assert "value" not in prompt_for_pair(CROSS, "Tell me about prime numbers.")  # the visitor's own words
+    assert "value" not in prompt_for_pair(EMBEDDED, CODE_EXAMPLES[2])
+    assert chat_for_pair(CROSS) == {"__type__": "update", "value": False, "interactive": False}
+    assert chat_for_pair(EMBEDDED)["value"] is False and chat_for_pair(ENGLISH)["value"] is True
+
+
 def test_each_pair_offers_its_own_kind_of_example_prompt():
     """Python prompts only under the embedded pair and the cross pair (its code drafter); English chat prompts
     under every other preset; switching the pair shows the matching box and hides the other."""

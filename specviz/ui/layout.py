@@ -67,6 +67,26 @@ def kind_for_pair(name: str | None, kind: str | None):
     return gr.update()
 
 
+def prompt_for_pair(name: str | None, prompt: str | None):
+    """The prompt after the pair menu changed: a pair brings its own kind of prompt (``example_kind``). The prompt
+    box, when it holds an example of the other kind (the visitor wrote nothing of their own), gets the pair's first
+    example: the cross pair's code drafter with an English question gave ")." and the end of text, one token in
+    one round. A prompt the visitor wrote stays."""
+    own = CODE_EXAMPLES if example_kind(name) == "code" else ENGLISH_EXAMPLES
+    other = ENGLISH_EXAMPLES if own is CODE_EXAMPLES else CODE_EXAMPLES
+    if own and (not (prompt or "").strip() or prompt in other):
+        return gr.update(value=own[0])
+    return gr.update()
+
+
+def chat_for_pair(name: str | None):
+    """The chat-template box after the pair menu changed: ticked for a pair of instruct models, unticked and fixed
+    for one that has no chat template to apply (the embedded pair, the cross pair's code drafter)."""
+    preset = PRESETS.get(name or EMBEDDED)
+    instruct = preset is None or preset.instruct
+    return gr.update(value=instruct, interactive=instruct)
+
+
 def pair_info(name: str | None) -> str:
     preset = PRESETS.get(name or EMBEDDED)
     if not preset:
@@ -112,7 +132,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 ui["pair_name"] = CheckedDropdown(list(PRESETS), value=DEFAULT_PAIR, label="Model pair (drafter -> target)",
                                               info="Hub pairs are downloaded on first use; one pair stays loaded at a time.", elem_id="sv-pair")
                 ui["pair_info"] = gr.Markdown(pair_info(DEFAULT_PAIR), elem_id="sv-pair-info")
-                ui["chat"] = CheckedCheckbox(value=True, label="Apply the chat template (instruct pairs only)")
+                ui["chat"] = CheckedCheckbox(value=PRESETS[DEFAULT_PAIR].instruct, interactive=PRESETS[DEFAULT_PAIR].instruct,
+                                             label="Apply the chat template (instruct pairs only)")
                 with gr.Row(visible=custom_models_allowed()):
                     ui["custom_drafter"] = CheckedTextbox("", label="Custom drafter (hub id[@revision])", placeholder="owner/name", max_length=200)
                     ui["custom_target"] = CheckedTextbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
@@ -317,6 +338,8 @@ def _wire(ui: dict) -> None:
     ui["pair_name"].change(pair_info, ui["pair_name"], ui["pair_info"], api_visibility="private", **view)
     ui["pair_name"].change(example_boxes, ui["pair_name"], of("english_examples", "code_examples"), api_visibility="private", **view)
     ui["pair_name"].change(kind_for_pair, of("pair_name", "drafter_kind"), ui["drafter_kind"], api_visibility="private", **view)
+    ui["pair_name"].change(prompt_for_pair, of("pair_name", "prompt"), ui["prompt"], api_visibility="private", **view)
+    ui["pair_name"].change(chat_for_pair, ui["pair_name"], ui["chat"], api_visibility="private", **view)
     ui["race_button"].click(start_race, of("recording", "pace"), ui["race"], api_visibility="private", **view)
     # Loading runs in the queue with its own limit, so uploads cannot starve generation.
     loads = dict(show_progress="hidden", concurrency_limit=LOAD_CONCURRENCY, concurrency_id="load")
