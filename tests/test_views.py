@@ -22,6 +22,7 @@ from specviz.views import (
     speedup_figure,
     summary,
     sweep_figure,
+    tokens_html,
 )
 from tests.conftest import tiny_lm
 
@@ -313,3 +314,17 @@ def test_theory_legend_does_not_read_as_v_equal_to_gamma(runs):
     spec, base, _ = runs
     names = " ".join(str(t.name) for t in speedup_figure(spec, base).data)
     assert "measured v = " not in names and ("with the measured v: optimal γ = " in names or "verify" not in names)
+
+
+def test_an_end_of_text_token_shows_as_a_mark_and_its_details_name_it(runs):
+    """The English pair's replies end with <|im_end|>: the output shows a mark, not the marker's text."""
+    spec = Trace.from_dict(runs[0].to_dict())
+    last = next(r for r in reversed(spec.rounds) if r.final_token_id is not None)
+    last.final_text = "<|im_end|>"
+    spec.settings["eos_token_id"] = [last.final_token_id]
+    html = tokens_html(spec)
+    shown = re.sub(r'(title|data-tip)="[^"]*"', "", html)
+    assert "&lt;|im_end|&gt;" not in shown and "\u25a0 end" in shown
+    assert "the end-of-text token &lt;|im_end|&gt;: the run stops here" in html
+    spec.settings["eos_token_id"] = []
+    assert "&lt;|im_end|&gt;" in re.sub(r'(title|data-tip)="[^"]*"', "", tokens_html(spec))

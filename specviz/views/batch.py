@@ -42,7 +42,8 @@ def batch_lanes_html(result, speedup: BatchPoint | None = None, stopped: str = "
         cells = {}
         for b, r in rounds.items():
             pad = _PAD * (widest - len(r.drafts))
-            cells[b] = "".join(round_spans(nth[b], r, one_line=True)) + pad
+            eos = frozenset(traces[b].settings.get("eos_token_id") or ())
+            cells[b] = "".join(round_spans(nth[b], r, one_line=True, eos=eos)) + pad
             nth[b] += 1
         columns.append(cells)
     head = "".join(f'<th style="padding:2px 6px;color:#666;font-weight:400;">{k + 1}</th>' for k in range(len(columns)))

@@ -88,10 +88,19 @@ def _draft_title(i: int, d: Draft) -> str:
     )
 
 
-def round_spans(index: int, r: Round, one_line: bool = False) -> list[str]:
+END_MARK = "\u25a0 end"  # an end-of-text token, shown as a mark instead of its marker text (such as <|im_end|>)
+
+
+def _ending(text: str) -> tuple[str, str]:
+    """(what the page shows, the note its details add) for an end-of-text token whose own text is ``text``."""
+    return END_MARK, f"\nthe end-of-text token {text}: the run stops here"
+
+
+def round_spans(index: int, r: Round, one_line: bool = False, eos: frozenset[int] = frozenset()) -> list[str]:
     """One round's tokens as coloured spans: its tested drafts, then its correction or bonus token.
 
-    ``one_line`` shows line breaks as a visible mark instead of breaking the line (a table cell).
+    ``one_line`` shows line breaks as a visible mark instead of breaking the line (a table cell). A kept
+    token whose id is in ``eos`` (the run's end-of-text ids) shows as ``END_MARK``; its details name it.
     """
     spans = []
     first = True
@@ -101,8 +110,10 @@ def round_spans(index: int, r: Round, one_line: bool = False) -> list[str]:
             continue
         if d.verdict == "accepted" and i >= len(r.emitted_ids):
             continue  # cut by max_new_tokens
-        text = _visible(d.text) if d.verdict == "rejected" else flat(d.text)
-        spans.append(_span(text, STYLES[d.verdict], f"round {index + 1}, " + _draft_title(i, d), d.verdict, first))
+        text, note = _visible(d.text) if d.verdict == "rejected" else flat(d.text), ""
+        if d.verdict == "accepted" and d.token_id in eos:
+            text, note = _ending(d.text)
+        spans.append(_span(text, STYLES[d.verdict], f"round {index + 1}, " + _draft_title(i, d) + note, d.verdict, first))
         first = False
     if r.final_token_id is not None:
         kind = r.final_kind or "target"
@@ -112,7 +123,8 @@ def round_spans(index: int, r: Round, one_line: bool = False) -> list[str]:
             "target": "sampled from p (autoregressive)",
         }[kind]
         title = f"round {index + 1}, {LABELS.get(kind, 'target token')}: {source}\nprobability {r.final_prob:.4f}"
-        spans.append(_span(flat(r.final_text or ""), STYLES[kind], title, kind, first and kind != "target"))
+        text, note = (flat(r.final_text or ""), "") if r.final_token_id not in eos else _ending(r.final_text or "")
+        spans.append(_span(text, STYLES[kind], title + note, kind, first and kind != "target"))
     return spans
 
 
@@ -136,8 +148,9 @@ def tokens_html(trace: Trace, show_prompt: bool = True) -> str:
     parts = []
     if show_prompt and trace.prompt_text:
         parts.append(prompt_details(trace.prompt_text, len(trace.prompt_ids)))
+    eos = frozenset(trace.settings.get("eos_token_id") or ())
     for i, r in enumerate(trace.rounds):
-        parts.extend(round_spans(i, r))
+        parts.extend(round_spans(i, r, eos=eos))
     return f'<div class="sv-tokens" style="{_BOX}">{"".join(parts)}</div>'
 
 
