@@ -17,6 +17,8 @@ Terms (Leviathan et al. 2023; vLLM's metric names):
 
 from __future__ import annotations
 
+import math
+
 import re
 
 import functools
@@ -232,6 +234,20 @@ class Trace:
         path, and the target agrees less there. None without beta (traces before schema 3).
         """
         return metrics.mean(self.tested_betas)
+
+    @property
+    def alpha_chance_sd(self) -> float | None:
+        """How far alpha falls from ``mean_beta`` by chance alone: one standard deviation of their difference,
+        sqrt(sum of beta (1 - beta)) / N over the N tested drafts that recorded beta.
+
+        Given the contexts the run met, each tested draft is accepted with probability beta there
+        (Leviathan et al. 2023, Def. 3.1), so alpha - mean beta is a mean of N zero-mean coin flips of
+        variance beta (1 - beta) each. 0 under greedy decoding (each test is certain: beta is 0 or 1). None
+        without beta."""
+        betas = self.tested_betas
+        if not betas:
+            return None
+        return math.sqrt(sum(b * (1 - b) for b in betas)) / len(betas)
 
     @property
     def tested_betas(self) -> list[float]:

@@ -20,6 +20,7 @@ from specviz.views import (
     round_html,
     slowdown_for,
     speedup_figure,
+    stats_html,
     summary,
     sweep_figure,
     tokens_html,
@@ -328,3 +329,21 @@ def test_an_end_of_text_token_shows_as_a_mark_and_its_details_name_it(runs):
     assert "the end-of-text token &lt;|im_end|&gt;: the run stops here" in html
     spec.settings["eos_token_id"] = []
     assert "&lt;|im_end|&gt;" in re.sub(r'(title|data-tip)="[^"]*"', "", tokens_html(spec))
+
+
+def test_the_stats_say_how_far_alpha_may_sit_from_mean_beta_by_chance(runs):
+    """A class saw alpha 0.38 beside mean beta 0.52 under a table calling beta "alpha with less noise": the table now
+    gives one standard deviation of their difference, sqrt(sum beta (1 - beta)) / N, and greedy runs agree exactly."""
+    import math
+
+    spec = runs[0]
+    betas = spec.tested_betas
+    assert len(betas) == spec.accepted + spec.rejected > 20
+    sd = spec.alpha_chance_sd
+    assert sd == pytest.approx(math.sqrt(sum(b * (1 - b) for b in betas)) / len(betas)) and sd > 0
+    assert abs(spec.alpha - spec.mean_beta) < 4 * sd  # chance alone: 4 standard deviations, about 1 in 16,000 beyond
+    assert f"±{sd:.2f} of it two times in three" in stats_html(spec, runs[1])
+    drafter, target = tiny_lm(vocab=16, layers=1, seed=1, init=0.3), tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
+    greedy = speculative_generate([1, 2, 3], drafter, target, gamma=4, sampling=Sampling(0.0), max_new_tokens=30, seed=0)
+    assert greedy.alpha_chance_sd == 0 and greedy.alpha == pytest.approx(greedy.mean_beta)
+    assert "alpha equals it here (greedy" in stats_html(greedy)

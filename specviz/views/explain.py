@@ -83,7 +83,8 @@ THEORY_NOTE = r"""
 Leviathan et al. 2023, Sec. 3, beside this run. **alpha** = accepted / (accepted + rejected) drafts: the share of
 *tested* drafts accepted (drafts discarded after a rejection were never tested, so the draft acceptance rate
 accepted / drafted is not alpha). **Mean beta**, the average over the tested drafts of $\sum_x \min(p, q)$, estimates
-the same alpha = E[beta] with less noise (Def. 3.1, Cor. 3.6); both are in the stats table. **c** = drafter step /
+the same alpha = E[beta] with less noise (Def. 3.1, Cor. 3.6); both are in the stats table, with how far apart
+chance alone puts them. **c** = drafter step /
 target step; **v** = the target's verify pass over gamma + 1 tokens / one target step. Thm 3.8 assumes v = 1; the
 dashed curve uses the measured v (scaled linearly with gamma), and where v > 1 its best gamma is shorter.
 """

@@ -13,7 +13,8 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     """The run's headline numbers, each with its denominator in its name or docstring.
 
     Keys: rounds, generated_tokens, draft_acceptance_rate (accepted / drafted), alpha (accepted /
-    (accepted + rejected)), mean_beta (mean of sum_x min(p, q) over the tested drafts),
+    (accepted + rejected)), mean_beta (mean of sum_x min(p, q) over the tested drafts), alpha_chance_sd (how far
+    alpha falls from mean_beta by chance alone, one standard deviation: ``Trace.alpha_chance_sd``),
     mean_tokens_per_round, gamma (the gamma most rounds were allowed), speculative_tokens_per_second and
     autoregressive_tokens_per_second (tokens/s, prefill included), speedup (their ratio: the whole run,
     prefill included), decode_speedup with decode_speedup_low and decode_speedup_high (autoregressive
@@ -46,6 +47,7 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
         "draft_acceptance_rate": spec.acceptance_rate,
         "alpha": alpha,
         "mean_beta": spec.mean_beta,
+        "alpha_chance_sd": spec.alpha_chance_sd,
         "mean_tokens_per_round": spec.mean_tokens_per_round,
         "gamma": gamma,
         "speculative_tokens_per_second": spec.tokens_per_second,
@@ -124,6 +126,18 @@ PLAIN = (WHOLE_RUN, THM_38, WITH_V)
 NO_BASELINE = "needs the autoregressive baseline, which this run does not have"
 
 
+def _beta_note(s: dict) -> str:
+    """What mean beta is, and how far alpha may sit from it by chance (``Trace.alpha_chance_sd``)."""
+    n, sd = s["accepted"] + s["rejected"], s.get("alpha_chance_sd")
+    note = f"mean of Σ min(p, q) over the {n} tested drafts: each one's chance of acceptance, so what alpha is expected to be"
+    if sd is None:
+        return note
+    if sd < 5e-4:
+        return note + "; alpha equals it here (greedy: each test is certain)"
+    return (note + f"; by chance alone alpha falls within ±{sd:.2f} of it two times in three "
+            "(one standard deviation, √Σβ(1−β) / N)")
+
+
 def stats_html(spec: Trace, baseline: Trace | None = None, pending: bool = False) -> str:
     """A compact table of ``summary``.
 
@@ -134,7 +148,7 @@ def stats_html(spec: Trace, baseline: Trace | None = None, pending: bool = False
     rows = [
         ("draft acceptance rate", _fmt(s["draft_acceptance_rate"]), f"accepted / drafted = {s['accepted']} / {s['drafted']}"),
         ("alpha", _fmt(s["alpha"]), f"accepted / tested = {s['accepted']} / {s['accepted'] + s['rejected']} (discarded drafts were never tested)"),
-        ("mean beta", _fmt(s["mean_beta"]), f"mean of Σ min(p, q) over the {s['accepted'] + s['rejected']} tested drafts: alpha with less noise"),
+        ("mean beta", _fmt(s["mean_beta"]), _beta_note(s)),
         ("tokens per round", _fmt(s["mean_tokens_per_round"]), f"emitted tokens / rounds = {s['generated_tokens']} / {s['rounds']}"),
         ("speculative", _fmt(s["speculative_tokens_per_second"], " tok/s", 1), "generated tokens / wall time, prefill included"),
         ("autoregressive", _fmt(s["autoregressive_tokens_per_second"], " tok/s", 1), "same target, same settings, prefill included"),
