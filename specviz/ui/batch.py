@@ -18,6 +18,12 @@ from specviz.ui.request import RunRequest
 from specviz.views.batch import batch_figure, batch_lanes_html
 
 
+def _form(main) -> str:
+    """The form the batch ran in, as the note above the lanes asks the visitor to compare (" Form: bfloat16 on cpu.")."""
+    settings = main.traces[0].settings if main is not None and main.traces else {}
+    return f" Form: {settings['dtype']} on {settings.get('device', 'this device')}." if settings.get("dtype") else ""
+
+
 def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True,
               custom_drafter="", custom_target="", drafter_kind="model", gamma_schedule="constant", repetition_penalty=1.0,
               progress=gr.Progress(), request: gr.Request = None):
@@ -58,7 +64,7 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
         if halt.reason == GONE:
             return  # nobody listens
         if halt.reason is None:
-            yield _shown(main, points, size, halt) | dict(batch_status=f"Done: batch sizes {listed}, each measured twice.")
+            yield _shown(main, points, size, halt) | dict(batch_status=f"Done: batch sizes {listed}, each measured twice.{_form(main)}")
             return
         status = f"Stopped {halt.said()} after measuring {_measured(points)} of {2 * len(sizes)} batches."
         if main is not None and main.stopped:

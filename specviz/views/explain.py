@@ -212,12 +212,14 @@ each batch size up to yours, speculative and autoregressive in turns, twice each
 the batch) is about E[tokens per round] / (gamma c + v) (Leviathan et al. 2023, Thm 3.8 with the verify pass costing
 *v* baseline steps instead of 1). A batch gives the autoregressive baseline B tokens per weight read too, while the
 verify pass over B × (gamma + 1) positions does (gamma + 1) times a baseline step's arithmetic, so *v* grows with B;
-and a batch runs until its slowest row is done, carrying the others' padding. So on this CPU, in the form the pairs
-run in now, **the speedup falls as the batch grows: batches of 2 gain a little, batches of 4 and more lose** (English
-pair, bf16, gamma 4, 128 tokens: 1.02×, 1.20×, 0.92×, 0.78× at batch 1, 2, 4, 8; embedded pair, gamma 4, 128 tokens:
-1.40×, 1.30×, 0.82×, 0.83×). Only where a single sequence's verify pass is itself slow does a small batch first help:
-the English target in fp32 paid about two steps for a pass over a handful of tokens, a batch made the baseline's step
-a matrix product as well, and batches of 2 and 4 gained (0.84×, 1.31×, 1.36×, 0.98× at batch 1, 2, 4, 8). The tables
+and a batch runs until its slowest row is done, carrying the others' padding. Measured on a 2-core CPU with bf16
+instructions, where the pairs run in bf16, **the speedup falls as the batch grows:
+batches of 2 gain a little, batches of 4 and more lose** (English pair, gamma 4, 128 tokens: 1.02×, 1.20×, 0.92×, 0.78× at batch 1, 2, 4, 8;
+embedded pair: 1.40×, 1.30×, 0.82×, 0.83×). Only where a single sequence's verify pass is itself slow does a small
+batch first help: on that CPU with the English target in fp32 (the form a CPU without bf16 instructions runs), a pass
+over a handful of tokens cost about two steps, a batch made the baseline's step a matrix product as well, and batches
+of 2 and 4 gained (0.84×, 1.31×, 1.36×, 0.98× at batch 1, 2, 4, 8). Which form this machine runs is named in a run's
+status ("Form: ..."); the figures of the other form are not this machine's. The tables
 and their commands are in docs/benchmarks.md; `python -m specviz bench --batch-sizes 1,2,4,8` measures *c*, *v* and
 the rounds on your machine.
 """
