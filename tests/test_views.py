@@ -347,3 +347,18 @@ def test_the_stats_say_how_far_alpha_may_sit_from_mean_beta_by_chance(runs):
     greedy = speculative_generate([1, 2, 3], drafter, target, gamma=4, sampling=Sampling(0.0), max_new_tokens=30, seed=0)
     assert greedy.alpha_chance_sd == 0 and greedy.alpha == pytest.approx(greedy.mean_beta)
     assert "alpha equals it here (greedy" in stats_html(greedy)
+
+
+def test_compare_says_why_its_speedup_is_not_generates_when_it_ran_fewer_tokens(runs):
+    """Compare showed 1.09x beside Generate's 1.44x for the same prompt and seed: its runs were cut to fit its time."""
+    import html
+
+    from specviz.measure.comparison import Comparison
+    from specviz.views.compare import compare_html
+
+    spec, base = runs[0], runs[1]
+    shown = Comparison(runs={"model": (spec, base)}, kinds=("model",))
+    told = compare_html(shown, asked=128)
+    assert f"Each kind decoded at most {spec.settings['max_new_tokens']} tokens here, not the page's 128" in told
+    assert "sv-compare-note" not in compare_html(shown, asked=spec.settings["max_new_tokens"])
+    assert "Generate's headline quantity" in html.unescape(told)

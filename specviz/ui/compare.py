@@ -42,6 +42,7 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
                              custom_target, own, gamma_schedule, repetition_penalty, tree)
     pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, RUNNING)
     kinds = len(usable_kinds(pair.target, pair.own_tokenizer)) + (req.tree != "chain") if pair is not None else 1
+    asked = req.max_new_tokens
     req, note = sized(req, pair, compare_steps(kinds), COMPARE_SECONDS_MAX)  # on a CPU: the tokens that fit its cap
     yield dict(compare_view=f'<div class="sv-compare" style="color:#666;">{RUNNING}{note}</div>')  # what runs, at once
     halt = Halt(request, COMPARE_SECONDS_MAX)
@@ -52,13 +53,14 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
             for comparison in compare_on_device(req, halt.for_device()) if turn.started else ():
                 if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                     break
-                yield dict(compare_view=compare_html(comparison, tree=tree_on), compare_plot=compare_figure(comparison))
+                yield dict(compare_view=compare_html(comparison, tree=tree_on, asked=asked), compare_plot=compare_figure(comparison))
         if halt.reason is None or halt.reason == GONE:
             return  # finished (the last columns are shown), or nobody listens
         if comparison is None or not comparison.runs:
             yield dict(compare_view=f'<div class="sv-compare" style="color:#a33;">Compare drafters stopped {halt.said()} before its '
                                     "first run had a round.</div>", compare_plot=compare_figure(None))
             return
-        yield dict(compare_view=compare_html(comparison, tree=tree_on, stopped=halt.said()), compare_plot=compare_figure(comparison))
+        yield dict(compare_view=compare_html(comparison, tree=tree_on, stopped=halt.said(), asked=asked),
+                   compare_plot=compare_figure(comparison))
     finally:
         free_memory(None if not on_zerogpu() else "cpu")

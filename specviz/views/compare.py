@@ -39,17 +39,19 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
         ("alpha", _num(spec.alpha, 3), f"accepted / tested = {spec.accepted} / {spec.accepted + spec.rejected}"),
         ("draft acceptance rate", _num(spec.acceptance_rate, 3), f"accepted / drafted = {spec.accepted} / {spec.drafted}"),
         ("cost coefficient c", _num(c, 3), "drafting ms per draft / target step ms"),
-        ("speedup (decoding)", speed, "autoregressive ms / speculative ms, prefill excluded: median of stretches of equal tokens, "
-                                      "in turns on this machine"),
+        ("speedup (decoding)", speed, "autoregressive ms / speculative ms over the same tokens, prefill excluded (Generate's "
+                                      "headline quantity); in turns with its own baseline on this machine"),
     ]
 
 
-def compare_html(comparison, kinds=None, tree: bool = False, stopped: str | None = None) -> str:
+def compare_html(comparison, kinds=None, tree: bool = False, stopped: str | None = None, asked: int | None = None) -> str:
     """Columns, one per kind the comparison runs (``kinds``, default ``comparison.kinds``): its label,
     the numbers with their denominators, the coloured output (with ``tree``, a column for the drafter
     model's token tree beside its chain). A kind not finished yet says it is running; once the
     comparison was ``stopped`` (how, in words: "by you", "at its time limit of 180 s"), the kind it
-    stopped says how far its run got, and the kinds after it that they were not run."""
+    stopped says how far its run got, and the kinds after it that they were not run. ``asked``: the
+    page's max new tokens; where the runs were given fewer (``specviz.ui.sizing``), a line under the
+    columns says why their speedups are not Generate's."""
     if comparison is None or not comparison.runs:
         return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings of the page run with each '
                 "drafter kind (drafter model, prompt lookup, early exit, quantized target, and the EAGLE head where one is trained for "
@@ -74,7 +76,18 @@ def compare_html(comparison, kinds=None, tree: bool = False, stopped: str | None
             f'<table style="border-collapse:collapse;margin:6px 0;font-size:13px;">{rows}</table>'
             f'<div style="max-height:360px;overflow:auto;">{tokens_html(spec, show_prompt=False)}</div></div>'
         )
-    return f'<div class="sv-compare" style="display:flex;flex-wrap:wrap;gap:16px;">{"".join(cols)}</div>'
+    return f'<div class="sv-compare" style="display:flex;flex-wrap:wrap;gap:16px;">{"".join(cols)}</div>' + _versus_generate(comparison, asked)
+
+
+def _versus_generate(comparison, asked: int | None) -> str:
+    """Why a kind's speedup here differs from Generate's headline for the same prompt and seed: fewer tokens."""
+    given = max((r[0].settings.get("max_new_tokens") or 0 for r in comparison.runs.values()), default=0)
+    if not asked or not given or given >= asked:
+        return ""
+    return (f'<p class="sv-compare-note" style="color:#555;font-size:13px;">Each kind decoded at most {given} tokens here, not '
+            f"the page's {asked}: what fits this comparison's time for every kind on this CPU. A shorter text has its own "
+            "acceptance and a larger share of start-up, so its speedup is not Generate's for the same prompt and seed: "
+            f"compare the kinds with each other here; Generate measures the {asked} tokens.</p>")
 
 
 def _cut_short(spec, baseline, how: str | None) -> str:
