@@ -115,6 +115,7 @@ def test_a_loaded_recording_and_its_html_export_carry_the_verdict(runs):
     assert sentence
     status = replaying(rec)
     assert status.startswith("Replaying a recording") and "No model was run" in status and "As recorded: " in status
+    assert status.startswith("Replaying a recording: `t`\n\nNo model was run.")  # a paragraph of its own after the title
     assert any(w in status for w in ("Faster than", "Slower than", "No clear difference from", "Too few rounds to tell"))
     assert "As recorded: " in restore_controls(rec)["status"]  # the status the load leaves standing
     out = everything(rec, status, None)

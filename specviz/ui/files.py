@@ -71,7 +71,10 @@ def replaying(rec: Recording, more: str = "") -> str:
     recorded it measured (``specviz.views.verdict``)."""
     why = verdict(rec.speculative, rec.baseline)
     why = f" As recorded: {markdown_literal(why)}" if why else " It holds no autoregressive baseline, so no speedup."
-    return f"Replaying a recording{': ' + plain_title(rec.title) if rec.title else ''}. No model was run.{more}{why}"
+    # The title is a code span (plain text, whatever the file says); the sentences after it start a paragraph of
+    # their own, as a period after the span's box read as a stray ". No model was run." at a line's start.
+    named = f": {plain_title(rec.title)}\n\n" if rec.title else ". "
+    return f"Replaying a recording{named}No model was run.{more}{why}"
 
 
 def _shown(rec: Recording, path: str, copy: bool, session: str | None) -> dict:
