@@ -36,7 +36,7 @@ class Recording:
         prompt: the prompt as the visitor typed it, before any chat template ("" when unknown:
             then the trace's prompt_text stands in).
         chat: whether the chat template was applied (None when unknown).
-        auto: the auto tree's record when the run's tree was chosen by it (``specviz.measure.auto_tree.AutoTree.record``:
+        auto: the auto tree's record when the run's tree was chosen by it (``specviz.engine.tree.auto.AutoTree.record``:
             the calibration's measurements and bounds; loading checks it and decides again), else None.
     """
 
@@ -118,7 +118,7 @@ class Recording:
             raise ValueError("not a specviz recording: chat: must be true, false or null")
         auto = d.get("auto")
         if auto is not None:
-            from specviz.measure.auto_tree import from_record
+            from specviz.engine.tree.auto import from_record
 
             try:
                 from_record(auto)

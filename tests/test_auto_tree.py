@@ -17,7 +17,9 @@ from specviz import Sampling, autoregressive_generate
 from specviz.engine.tree.loop import tree_generate
 from specviz.engine.tree.spec import TreeSpec
 from specviz.lab import PROMPT, models
-from specviz.measure import auto_tree
+from specviz.engine.tree import auto as tree_auto
+from specviz.engine.tree import calibration
+from specviz.measure import tree_bench
 from specviz.theory import sequoia
 from specviz.trace import Trace
 
@@ -79,7 +81,7 @@ def test_greedy_auto_tree_equals_the_targets_greedy_decoding(kind):
 
 def test_calibration_measures_every_input_and_the_choice_states_them():
     drafter, target = models("similar")
-    cal = auto_tree.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, max_new_tokens=12, max_depth=4, max_nodes=8)
+    cal = calibration.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, max_new_tokens=12, max_depth=4, max_nodes=8)
     assert cal.prompts == 2 and cal.tokens == 12
     assert set(cal.verify_curve) == {1, 2, 3, 4, 6, 8} and all(v > 0 for v in cal.verify_curve.values())
     assert cal.tree_pass_cost > 0 and cal.chain_step_cost > 0 and cal.target_step_ms > 0
@@ -90,22 +92,22 @@ def test_calibration_measures_every_input_and_the_choice_states_them():
     # At one reached parent at most one child is accepted: per depth, accepted over ranks <= offered at rank 1.
     assert all(sum(a for _, a in row) <= row[0][0] for row in cal.rank_counts)
     assert all(0 <= a <= o for o, a in cal.chain_counts)
-    auto = auto_tree.decide(cal, max_nodes=8, max_depth=4)
+    auto = tree_auto.decide(cal, max_nodes=8, max_depth=4)
     d = auto.describe()
     json.dumps(d)
     assert d["inputs"]["acceptance_by_rank"] == cal.rank_counts and d["sentence"].startswith("auto: ")
     assert auto.choice.best.speedup >= auto.choice.best_chain.speedup
 
 
-def _calibration(v_slope: float) -> auto_tree.Calibration:
+def _calibration(v_slope: float) -> calibration.Calibration:
     """A calibration by hand: a ranked drafter whose second choice often wins, a chain at 0.6."""
-    return auto_tree.Calibration(rank_counts=[[(100, 55), (100, 25), (100, 8)]] * 6, chain_counts=[(100, 60)] * 6,
+    return calibration.Calibration(rank_counts=[[(100, 55), (100, 25), (100, 8)]] * 6, chain_counts=[(100, 60)] * 6,
                                  verify_curve={1: 1.0, 64: 1.0 + 63 * v_slope}, tree_pass_cost=0.1, chain_step_cost=0.1,
                                  target_step_ms=10.0, calibration_tree=(-1,), prompts=3, tokens=64)
 
 
 def test_decide_picks_a_tree_on_a_flat_device_and_a_small_one_or_a_chain_on_a_steep_one():
-    flat, steep = auto_tree.decide(_calibration(0.002)), auto_tree.decide(_calibration(0.2))
+    flat, steep = tree_auto.decide(_calibration(0.002)), tree_auto.decide(_calibration(0.2))
     assert flat.tree is not None and flat.tree.max_nodes > 8
     assert steep.tree is None or steep.tree.max_nodes < flat.tree.max_nodes
     assert flat.gamma == flat.choice.best.depth
@@ -114,7 +116,7 @@ def test_decide_picks_a_tree_on_a_flat_device_and_a_small_one_or_a_chain_on_a_st
 
 
 def test_bench_report_puts_prediction_beside_measurement():
-    auto = auto_tree.decide(_calibration(0.002))
+    auto = tree_auto.decide(_calibration(0.002))
 
     class T:
         def __init__(self, rounds, out, drafted):
@@ -122,11 +124,11 @@ def test_bench_report_puts_prediction_beside_measurement():
 
     traces = {"speculative": [T(10, 30, 40)], "speculative_auto": [T(10, 33, 200)], "speculative_best_chain": [T(10, 31, 50)]}
     med = {"autoregressive": 10.0, "speculative": 12.0, "speculative_auto": 15.0, "speculative_best_chain": 13.0}
-    r = auto_tree.bench_report(auto, traces, med, gamma=99)
+    r = tree_bench.bench_report(auto, traces, med, gamma=99)
     assert r["measured"]["tokens_per_round"] == 3.3 and r["measured"]["speedup"] == 1.5
     assert r["speedup_vs_best_measured_chain"] == pytest.approx(1.5 / 1.3)
     assert r["tokens_per_round_error"] == pytest.approx(3.3 / auto.choice.best.tokens_per_round - 1)
-    text = "\n".join(auto_tree.format_bench_report(r))
+    text = "\n".join(tree_bench.format_bench_report(r))
     assert "auto: tree of" in text and "chain of gamma 99" in text and "d1: 55/100 25/100 8/100" in text
 
 
@@ -154,7 +156,7 @@ def test_the_pages_auto_choice_runs_and_keeps_the_targets_greedy_output(embedded
 def test_the_budget_figure_and_the_rank_table_show_the_choice_and_its_counts():
     from specviz.views.tree_budget import budget_figure, rank_table_html
 
-    d = auto_tree.decide(_calibration(0.002)).describe()
+    d = tree_auto.decide(_calibration(0.002)).describe()
     fig = budget_figure(d, {"nodes_per_round": 20.0, "speedup": 1.4})
     names = [t.name for t in fig.data]
     assert names[0].startswith("best tree of n nodes") and any(n.startswith("best chain, gamma") for n in names)
@@ -196,14 +198,14 @@ def test_the_eagle_head_drafts_an_auto_shape_and_keeps_the_targets_greedy_output
 
 def test_a_calibration_round_trips_through_its_checked_form():
     cal = _calibration(0.01)
-    cal = auto_tree.Calibration(**{**cal.__dict__, "overhead": {1.5: 0.2, 9.0: 0.4}, "calibration_tree": (-1, -1, 0),
+    cal = calibration.Calibration(**{**cal.__dict__, "overhead": {1.5: 0.2, 9.0: 0.4}, "calibration_tree": (-1, -1, 0),
                                    "available": ((10, 10), (10, 7))})
-    again = auto_tree.Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    again = calibration.Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
     assert again == cal
-    assert auto_tree.decide(again).describe() == auto_tree.decide(cal).describe()
+    assert tree_auto.decide(again).describe() == tree_auto.decide(cal).describe()
     # Stored before availability was measured: every child then exists, as it did.
     older = {k: v for k, v in cal.to_dict().items() if k != "available"}
-    assert auto_tree.Calibration.from_dict(older).available == ()
+    assert calibration.Calibration.from_dict(older).available == ()
 
 
 @pytest.mark.parametrize("field, value", [
@@ -217,62 +219,62 @@ def test_a_calibration_round_trips_through_its_checked_form():
 def test_a_stored_calibration_is_checked_as_data_from_outside(field, value):
     d = _calibration(0.01).to_dict() | {field: value}
     with pytest.raises(ValueError):
-        auto_tree.Calibration.from_dict(d)
+        calibration.Calibration.from_dict(d)
 
 
 def test_the_disk_cache_keeps_a_calibration_per_key_refuses_bad_files_and_stays_bounded(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     cal = _calibration(0.01)
-    key = auto_tree.disk_key(("embedded", "cpu"), "cpu")
-    assert key != auto_tree.disk_key(("embedded", "cpu"), "cuda: a GPU") and key != auto_tree.disk_key(("english", "cpu"), "cpu")
-    assert auto_tree.load_cached(key) is None
-    auto_tree.store_cached(key, cal)
-    assert auto_tree.load_cached(key) == cal
+    key = tree_auto.disk_key(("embedded", "cpu"), "cpu")
+    assert key != tree_auto.disk_key(("embedded", "cpu"), "cuda: a GPU") and key != tree_auto.disk_key(("english", "cpu"), "cpu")
+    assert tree_auto.load_cached(key) is None
+    tree_auto.store_cached(key, cal)
+    assert tree_auto.load_cached(key) == cal
     path = tmp_path / "auto_tree.json"
     # A corrupt entry, a corrupt file, a file that is not an object, one too large: each reads as "not cached".
     data = json.loads(path.read_text())
     data[key]["chain_counts"] = [[1, 2]]
     path.write_text(json.dumps(data))
-    assert auto_tree.load_cached(key) is None
-    for text in ("{not json", "[1, 2]", "{" + " " * (auto_tree.DISK_BYTES + 1) + "}"):
+    assert tree_auto.load_cached(key) is None
+    for text in ("{not json", "[1, 2]", "{" + " " * (tree_auto.DISK_BYTES + 1) + "}"):
         path.write_text(text)
-        assert auto_tree.load_cached(key) is None
-    auto_tree.store_cached(key, cal)  # a bad file is replaced by a good one
-    assert auto_tree.load_cached(key) == cal
-    for i in range(auto_tree.DISK_ENTRIES + 5):
-        auto_tree.store_cached(f"k{i}", cal)
+        assert tree_auto.load_cached(key) is None
+    tree_auto.store_cached(key, cal)  # a bad file is replaced by a good one
+    assert tree_auto.load_cached(key) == cal
+    for i in range(tree_auto.DISK_ENTRIES + 5):
+        tree_auto.store_cached(f"k{i}", cal)
     data = json.loads(path.read_text())
-    assert len(data) == auto_tree.DISK_ENTRIES and f"k{auto_tree.DISK_ENTRIES + 4}" in data and key not in data
+    assert len(data) == tree_auto.DISK_ENTRIES and f"k{tree_auto.DISK_ENTRIES + 4}" in data and key not in data
     assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_auto_tree_calibrates_once_then_reads_the_disk_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(auto_tree, "_CACHE", {})
+    monkeypatch.setattr(tree_auto, "_CACHE", {})
     from specviz.drafters import make_drafter
 
     model, target = models("similar")
     drafter = make_drafter("model", drafter_model=model, target=target)  # a drafter that names its kind (a bare model is never stored)
     calls = []
-    real = auto_tree.calibrate
+    real = tree_auto.calibrate
 
     def counted(*a, **k):
         calls.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(auto_tree, "calibrate", counted)
+    monkeypatch.setattr(tree_auto, "calibrate", counted)
     args = dict(max_new_tokens=8, max_nodes=6, max_depth=3)
-    first = auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
-    auto_tree._CACHE.clear()  # a new process: only the disk remembers
-    second = auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
+    first = tree_auto.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
+    tree_auto._CACHE.clear()  # a new process: only the disk remembers
+    second = tree_auto.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
     assert len(calls) == 1 and second.describe() == first.describe()
-    auto_tree._CACHE.clear()
-    auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(1.0), 8, key=("lab", "cpu"), **args)  # another regime
+    tree_auto._CACHE.clear()
+    tree_auto.auto_tree(drafter, target, [PROMPT], Sampling(1.0), 8, key=("lab", "cpu"), **args)  # another regime
     assert len(calls) == 2
     path = tmp_path / "auto_tree.json"
     path.write_text(path.read_text().replace('"format": 1', '"format": "x"'))  # every entry corrupt: measured again
-    auto_tree._CACHE.clear()
-    auto_tree.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
+    tree_auto._CACHE.clear()
+    tree_auto.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
     assert len(calls) == 3
 
 
@@ -281,14 +283,14 @@ def test_the_theory_tabs_tree_section_draws_an_auto_run_and_says_how_to_get_one_
     from specviz.ui.outputs import RUN_OUTPUTS, auto_tree_outputs
 
     assert {"auto_note", "budget_plot", "auto_tree_plot", "rank_table"} <= set(RUN_OUTPUTS)
-    auto = auto_tree.decide(_calibration(0.02), max_nodes=16, max_depth=4, device="cpu")
+    auto = tree_auto.decide(_calibration(0.02), max_nodes=16, max_depth=4, device="cpu")
     drafter, target = models("different")
     spec = tree_generate(PROMPT, drafter, target, auto.tree, sampling=Sampling(1.0, top_k=5), max_new_tokens=16, seed=3)
     base = autoregressive_generate(PROMPT, target, sampling=Sampling(1.0, top_k=5), max_new_tokens=16, seed=3)
     rec = Recording(spec, base, auto=auto.record())
     # The record survives a file: checked on load, decided again to the same choice.
     again = Recording.from_json(rec.to_json())
-    assert again.auto == json.loads(json.dumps(rec.auto)) and auto_tree.from_record(again.auto).describe() == auto.describe()
+    assert again.auto == json.loads(json.dumps(rec.auto)) and tree_auto.from_record(again.auto).describe() == auto.describe()
     out = auto_tree_outputs(again)
     note = out["auto_note"]
     rounds, emitted = len(spec.rounds), len(spec.output_ids)
@@ -327,7 +329,7 @@ def test_whole_rounds_leave_out_the_rounds_the_token_budget_cut():
     drafter, target = models("similar")
     spec = TreeSpec.explicit(auto_shape())  # depth 3
     trace = tree_generate(PROMPT, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=13, seed=0)
-    emitted, rounds = auto_tree.untruncated([trace], spec.depth)
+    emitted, rounds = tree_bench.untruncated([trace], spec.depth)
     left, want = 13, (0, 0)
     for r in trace.rounds:
         if left >= spec.depth + 1:
@@ -341,9 +343,9 @@ def test_refined_counts_put_the_chosen_shapes_own_rounds_in_place_of_the_wide_ru
     cal = _calibration(0.01)
     drafter, target = models("similar")
     chain = [tree_generate(PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=24, seed=0)]
-    best = auto_tree.decide(cal).choice
+    best = tree_auto.decide(cal).choice
     tree = sequoia.Candidate("tree", 9, 3, 2.0, 1.0, auto_shape())
-    out = auto_tree.refined_counts(cal, tree, chain)
+    out = calibration.refined_counts(cal, tree, chain)
     mine = sequoia.acceptance_by_rank(*chain)
     for d, row in enumerate(mine):
         for k, (o, a) in enumerate(row):
@@ -353,12 +355,12 @@ def test_refined_counts_put_the_chosen_shapes_own_rounds_in_place_of_the_wide_ru
     from specviz import speculative_generate
 
     runs = [speculative_generate(PROMPT, drafter, target, gamma=2, sampling=Sampling(0.0), max_new_tokens=20)]
-    out = auto_tree.refined_counts(out, best.chains[1], runs)
+    out = calibration.refined_counts(out, best.chains[1], runs)
     from specviz.theory.tree import acceptance_by_depth
 
     assert out.chain_counts[:2] == list(acceptance_by_depth(*runs))[:2] and out.chain_counts[2:] == cal.chain_counts[2:]
     assert out.refined == "tree of 9 nodes, depth 3; chain of gamma 2"
-    assert auto_tree.Calibration.from_dict(json.loads(json.dumps(out.to_dict()))) == out
+    assert calibration.Calibration.from_dict(json.loads(json.dumps(out.to_dict()))) == out
 
 
 def test_a_calibration_ends_within_the_round_its_stop_check_asks_it_to():
@@ -374,7 +376,7 @@ def test_a_calibration_ends_within_the_round_its_stop_check_asks_it_to():
         asks.append(1)
         return False
 
-    auto_tree.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, stop=counted, **args)
+    calibration.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, stop=counted, **args)
     whole = len(asks)
     assert whole > 20  # every round of about 10 runs, and each v(n) size
     for at in (1, whole // 2, whole):  # the first round, mid-way, and the last pass size
@@ -385,7 +387,7 @@ def test_a_calibration_ends_within_the_round_its_stop_check_asks_it_to():
             return len(asks) >= n
 
         with pytest.raises(Stopped):
-            auto_tree.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, stop=stop_at, **args)
+            calibration.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, stop=stop_at, **args)
         assert len(asks) == at  # not asked again: nothing ran after it said stop
 
 
@@ -399,7 +401,7 @@ def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_
     from specviz.engine.stopping import Stopped
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(auto_tree, "_CACHE", {})
+    monkeypatch.setattr(tree_auto, "_CACHE", {})
     model, target = models("similar")
     drafter = make_drafter("model", drafter_model=model, target=target)
     args = dict(max_new_tokens=8, max_nodes=6, max_depth=3, key=("lab", "cpu"))
@@ -411,10 +413,10 @@ def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_
         return len(asks) >= 4
 
     with pytest.raises(Stopped):
-        auto_tree.auto_tree(drafter, target, prompts, Sampling(0.0), 8, stop=stop_at_fourth_step, **args)
-    assert not auto_tree._CACHE
+        tree_auto.auto_tree(drafter, target, prompts, Sampling(0.0), 8, stop=stop_at_fourth_step, **args)
+    assert not tree_auto._CACHE
     data = json.loads((tmp_path / "auto_tree.json").read_text())
-    assert len(data) == 1 and next(iter(data)).endswith(auto_tree.PARTIAL)  # only the partial record
+    assert len(data) == 1 and next(iter(data)).endswith(tree_auto.PARTIAL)  # only the partial record
     kept = next(iter(data.values()))
     greedy = [autoregressive_generate(ids, target, sampling=Sampling(0.0), max_new_tokens=8, vocab_size=8).output_ids for ids in prompts]
     assert kept["texts"] == [g[:3] for g in greedy] and kept["target_ms"] is None
@@ -428,19 +430,19 @@ def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_
         return out
 
     monkeypatch.setattr(batch, "autoregressive_generate_batch", counted)
-    done = auto_tree.auto_tree(drafter, target, prompts, Sampling(0.0), 8, **args)
+    done = tree_auto.auto_tree(drafter, target, prompts, Sampling(0.0), 8, **args)
     assert calls == [(2, 5)] and done.calibration.prompts == 2  # the first three tokens came from the store
     data = json.loads((tmp_path / "auto_tree.json").read_text())
-    assert len(data) == 1 and not next(iter(data)).endswith(auto_tree.PARTIAL)
+    assert len(data) == 1 and not next(iter(data)).endswith(tree_auto.PARTIAL)
 
 
 def test_a_tampered_partial_record_is_measured_again():
     good = {"texts": [[1, 2], []], "target_ms": {"0": 1.0, "4": 2.0}, "drafter_ms": None}
-    assert auto_tree.check_partial(good, 2, 8, 8) == good
+    assert calibration.check_partial(good, 2, 8, 8) == good
     for bad in ({"texts": [[9], []]}, {"texts": [[1] * 9, []]}, {"texts": [[1]]}, {"texts": [[], []], "target_ms": {"4": 1.0}},
                 {"texts": [[], []], "target_ms": {"0": float("nan")}}, {"texts": [[True], []]}, {"texts": [[], []], "extra": 1}, []):
         with pytest.raises(ValueError):
-            auto_tree.check_partial(bad, 2, 8, 8)
+            calibration.check_partial(bad, 2, 8, 8)
 
 
 def test_per_rank_acceptance_is_p_at_the_drafters_kth_candidate():
@@ -452,11 +454,11 @@ def test_per_rank_acceptance_is_p_at_the_drafters_kth_candidate():
     p = torch.tensor([[0, 0, 0, 1.0], [1.0, 0, 0, 0]])
     logits = torch.tensor([[0.5, -1.0, 2.0, 0.1], [3.0, 0, 0, -1.0]])
     q = torch.nn.functional.one_hot(logits.argmax(-1), 4).float()
-    out = auto_tree.position_acceptance(p, q, torch.softmax(logits, -1), max_rank=4)
+    out = calibration.position_acceptance(p, q, torch.softmax(logits, -1), max_rank=4)
     assert out.by_rank == ((0.0, 0.0, 1.0, 0.0), (1.0, 0.0, 0.0, 0.0)) and out.chain == (0.0, 1.0)
     p = torch.tensor([[0.5, 0.2, 0.2, 0.1]])
     q = torch.tensor([[0.1, 0.0, 0.9, 0.0]])
-    out = auto_tree.position_acceptance(p, q, q, max_rank=3)
+    out = calibration.position_acceptance(p, q, q, max_rank=3)
     assert len(out.by_rank) == 1 and out.by_rank[0] == pytest.approx((0.2, 0.5)) and out.chain == pytest.approx((0.3,))
 
 
@@ -467,21 +469,21 @@ def test_walks_over_teacher_forced_positions_give_exact_greedy_counts():
     A2 (nothing accepted: 1 token), A3 (rank 1, then rank 1 at A4: 3 tokens) and B0 (rank 1, rank 1: 3 tokens).
     Then the walks over the lab pair's teacher-forced texts give the counts its tree runs give."""
     one = lambda k: tuple(1.0 if j == k else 0.0 for j in range(1, 4))  # noqa: E731
-    a = auto_tree.PositionAcceptance(by_rank=(one(1), one(2), one(0), one(1), one(1)), chain=(1.0, 0.0, 0.0, 1.0, 1.0))
-    b = auto_tree.PositionAcceptance(by_rank=(one(1), one(1)), chain=(1.0, 1.0))
-    counts, available, (tokens, rounds) = auto_tree.walk_tree([a, b], (-1, -1, 0))
+    a = calibration.PositionAcceptance(by_rank=(one(1), one(2), one(0), one(1), one(1)), chain=(1.0, 0.0, 0.0, 1.0, 1.0))
+    b = calibration.PositionAcceptance(by_rank=(one(1), one(1)), chain=(1.0, 1.0))
+    counts, available, (tokens, rounds) = calibration.walk_tree([a, b], (-1, -1, 0))
     assert counts == [[(4, 3), (4, 0)], [(3, 2)]]
     assert available == [(4, 4), (4, 4)] and (tokens, rounds) == (2 + 1 + 3 + 3, 4)
-    assert auto_tree.walk_chain([a, b], 3) == [(4, 3), (3, 2)]
+    assert calibration.walk_chain([a, b], 3) == [(4, 3), (3, 2)]
     # The same trees and chains run on the lab pair agree with the walks over its teacher-forced texts.
     drafter, target = models("similar")
     texts = [autoregressive_generate(ids, target, sampling=Sampling(0.0), max_new_tokens=12, vocab_size=8).output_ids
              for ids in (PROMPT, [4, 1])]
-    forced = [auto_tree.teacher_forced(drafter, target, ids, t, Sampling(0.0), 8) for ids, t in zip((PROMPT, [4, 1]), texts)]
+    forced = [calibration.teacher_forced(drafter, target, ids, t, Sampling(0.0), 8) for ids, t in zip((PROMPT, [4, 1]), texts)]
     shape = (-1, -1, 0, 0, 1, 2)
     runs = [tree_generate(ids, drafter, target, TreeSpec.explicit(shape), sampling=Sampling(0.0), max_new_tokens=12, seed=0)
             for ids in (PROMPT, [4, 1])]
-    counts, _, (tokens, rounds) = auto_tree.walk_tree(forced, shape)
+    counts, _, (tokens, rounds) = calibration.walk_tree(forced, shape)
     assert counts == sequoia.acceptance_by_rank(*runs)
     assert rounds == sum(len(r.rounds) for r in runs)
 
@@ -504,7 +506,7 @@ def test_the_runs_time_limit_starts_after_the_auto_trees_calibration(monkeypatch
         time.sleep(2.5)
         return SimpleNamespace(tree=None, gamma=3, choice=SimpleNamespace(sentence=lambda: "auto: chain of gamma 3"), record=lambda: None)
 
-    monkeypatch.setattr(auto_tree, "auto_for_pair", slow_calibration)
+    monkeypatch.setattr(tree_auto, "auto_for_pair", slow_calibration)
     monkeypatch.setattr(device, "RUN_SECONDS_MAX", 1.0)
     events = list(device.run_on_device(_run_request(AUTO)))
     assert events[-1][0] == "done"
@@ -527,7 +529,7 @@ def test_stop_during_the_pages_calibration_ends_the_job_before_any_run(tmp_path,
     from specviz.ui.tree import AUTO
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(auto_tree, "_CACHE", {})
+    monkeypatch.setattr(tree_auto, "_CACHE", {})
     asks = []
 
     def stop_at_third():
@@ -536,24 +538,24 @@ def test_stop_during_the_pages_calibration_ends_the_job_before_any_run(tmp_path,
 
     events = list(device.run_on_device(_run_request(AUTO), stop_at_third))
     assert [e[0] for e in events] == ["calibrating"] and len(asks) == 3
-    assert not auto_tree._CACHE
+    assert not tree_auto._CACHE
 
     # The handler: Stop pressed while the calibration runs.
-    real = auto_tree.calibrate
+    real = tree_auto.calibrate
     session = "calibration-stop-test"
 
     def press_stop_then_calibrate(*args, stop=None, **kwargs):
         state.stop_asked.add(session)
         return real(*args, stop=stop, **kwargs)
 
-    monkeypatch.setattr(auto_tree, "calibrate", press_stop_then_calibrate)
+    monkeypatch.setattr(tree_auto, "calibrate", press_stop_then_calibrate)
     shown = list(generate.generate("embedded", "def f(n):", 4, 0, 0, 1.0, 16, 0, False, "", "", "model", "constant", 1.0, AUTO,
                                    progress=lambda *a, **k: None, request=SimpleNamespace(session_hash=session)))
     state.stop_asked.discard(session)
     assert shown[0]["status"].startswith("Token tree auto: measuring") and shown[-1]["status"] == "Stopped by you before the first round."
 
     # Its own cap: at 0 s it ends at the first ask, and the visitor is told which field and what to choose.
-    monkeypatch.setattr(auto_tree, "calibrate", real)
+    monkeypatch.setattr(tree_auto, "calibrate", real)
     monkeypatch.setattr(tree, "CALIBRATION_SECONDS_MAX", 0.0)
     with pytest.raises(gr.Error) as err:
         list(device.run_on_device(_run_request(AUTO)))
@@ -597,7 +599,7 @@ def test_while_calibrating_the_page_clears_the_last_verdict_and_says_what_it_mea
 def test_this_processs_calibrations_are_bounded(monkeypatch):
     """Issue 53: a visitor asking for the auto tree at a new temperature each time made a new calibration each time,
     all kept for the process's life. The process keeps the most recently used MEMORY_ENTRIES (the disk its own)."""
-    from specviz.measure import auto_tree as at
+    from specviz.engine.tree import auto as at
 
     monkeypatch.setattr(at, "_CACHE", at.OrderedDict())
     monkeypatch.setattr(at, "calibrate", lambda *a, **k: "calibration")

@@ -122,7 +122,7 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
         drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, seed=seed, vocab_size=pair.vocab_size, tree=tree, **common)
     if auto is not None and method in ("speculative_auto", "speculative_best_chain"):
-        from specviz.measure.auto_tree import bench_run_args
+        from specviz.measure.tree_bench import bench_run_args
 
         drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
         g, t = bench_run_args(auto, method)
@@ -231,7 +231,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     within this one run. ``tree`` (a TreeSpec) adds a token tree with the same drafter to the
     rotation, reported beside the chain (``specviz.measure.tree_bench``); ``tree="auto"`` first
     calibrates on held-out prompts past the measured ones and adds the auto choice and the predicted
-    best chain (``specviz.measure.auto_tree``). ``cache`` (a key of CACHES) picks
+    best chain (``specviz.engine.tree.auto``). ``cache`` (a key of CACHES) picks
     specviz's KV cache; "static" and "graphs" add CACHE_METHODS, and "graphs" captures every model's
     graphs before the timed runs (``capture_ms``). ``pass_costs`` adds the v(n)
     table (``measure_pass_costs``). Progress goes to stderr.
@@ -250,20 +250,22 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     prompt_ids = prompt_token_ids(pair, benchmark_prompts(prompts, prompt_set), prompt_set)
     auto = None
     if tree == "auto":
-        from specviz.measure import auto_tree
+        from specviz.engine.tree.auto import auto_tree, calibration_prompt_ids
 
         drafter_for_auto = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
-        calibration = auto_tree.calibration_prompt_ids(lambda t: prompt_token_ids(pair, [t], prompt_set)[0],
-                                                       benchmark_prompts(10**6, prompt_set), len(prompt_ids))
-        auto = auto_tree.auto_tree(drafter_for_auto, pair.target, calibration, sampling, pair.vocab_size, key=(pair.name, str(pair.device), cache),
-                                   max_new_tokens=max_new_tokens, cached=CACHES[cache])
+        calibration = calibration_prompt_ids(lambda t: prompt_token_ids(pair, [t], prompt_set)[0],
+                                             benchmark_prompts(10**6, prompt_set), len(prompt_ids))
+        auto = auto_tree(drafter_for_auto, pair.target, calibration, sampling, pair.vocab_size, key=(pair.name, str(pair.device), cache),
+                         max_new_tokens=max_new_tokens, cached=CACHES[cache])
         print(auto.choice.sentence(), file=sys.stderr)
         tree = None
     options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence, tree=tree,
                    cached=CACHES[cache], auto=auto)
     methods = [*methods, "speculative_tree"] if tree is not None else list(methods)
     if auto is not None:
-        methods += auto_tree.bench_methods(auto, gamma)
+        from specviz.measure.tree_bench import bench_methods
+
+        methods += bench_methods(auto, gamma)
     capture_ms = None
     if cache != "dynamic":
         methods += [m for m in CACHE_METHODS if m == "autoregressive_eager" or pair.device.type == "cuda"]
@@ -337,7 +339,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         report["overhead_ms_per_round"] = (walls - phases) / rounds if rounds else None
     report["capture_ms"] = capture_ms
     if cache != "dynamic":
-        from specviz.measure.tree_bench import verify_cost_curve
+        from specviz.engine.tree.calibration import verify_cost_curve
 
         # v(n) over the chosen cache: a pass over the pending token and n drafts / a one-token step.
         report["verify_cost_by_nodes"] = verify_cost_curve(pair.target, prompt_ids[0], [1, 2, 4, 8, 16, 32], pair.vocab_size,
@@ -356,8 +358,10 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
 
         report["tree"] = tree_report(pair, spec, traces["speculative_tree"], base, med, prompt_ids[0], tree.label())
     if auto is not None:
-        report["auto"] = auto_tree.bench_report(auto, traces, med, gamma)
-        for m in auto_tree.BENCH_METHODS:
+        from specviz.measure.tree_bench import BENCH_METHODS, bench_report
+
+        report["auto"] = bench_report(auto, traces, med, gamma)
+        for m in BENCH_METHODS:
             if m in med:
                 report[m]["speedup"] = med[m] / med["autoregressive"]
     report["settings"] = {
@@ -420,7 +424,7 @@ def format_report(report: dict) -> str:
 
         lines += format_tree_report(report["tree"])
     if report.get("auto"):
-        from specviz.measure.auto_tree import format_bench_report
+        from specviz.measure.tree_bench import format_bench_report
 
         lines += format_bench_report(report["auto"])
     lines.append(f"settings: {json.dumps(report['settings'])}")

@@ -1,86 +1,27 @@
 """The tree beside the chain in one benchmark run: tokens per round, nodes, v(n) and speedup.
 
 ``python -m specviz bench --tree 3,2,2,1`` (or ``--tree-dynamic NODES``) adds a tree method to the
-run's rotation; this module derives its report and measures the verify cost v(n) directly:
-the time of one target pass over a prefix's pending token and n tree nodes under the tree mask,
-over the time of a one-token step (the same prefix), the fastest of several passes timed in turns.
+run's rotation; this module derives its report, with the verify cost v(n) timed as the auto tree's
+calibration times it (``verify_cost_curve``, ``specviz.engine.tree.calibration``). ``--tree auto`` adds the
+auto tree's choice (``specviz.engine.tree.auto``) and the chain it was weighed against (``bench_methods``,
+``bench_run_args``), reported with what the timed runs measured (``bench_report``).
 """
 
 from __future__ import annotations
 
 import sys
-import time
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm.auto import tqdm
 
 from specviz import theory as chain_theory
-from specviz.engine.runner import make_runner
-from specviz.engine.stopping import StopCheck, Stopped, asked
+from specviz.engine.tree.calibration import verify_cost_curve
 from specviz.theory import tree as theory
-from specviz.engine.tree.attention import ancestor_matrix, masked_logits
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def pass_ms(model, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
-            cached: bool | str = True, stop: StopCheck | None = None) -> dict[int, float]:
-    """{n: ms} of ``model``'s fastest masked pass over the pending token and n nodes after ``prompt_ids``,
-    for 0 (a one-token cached step) and each n in ``nodes``, timed in turns as ``verify_cost_curve``
-    says; ``stop`` as there.
-
-    Raises:
-        specviz.engine.stopping.Stopped: ``stop`` asked to end."""
-    device = model.device
-    seq = torch.tensor(list(prompt_ids) + [0] * 130, dtype=torch.long, device=device)
-    prefix = len(prompt_ids) - 1
-    runner = make_runner(model, vocab, cached)
-    sizes = [0, *nodes]
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    with torch.inference_mode():
-        runner.prefill(seq, prefix)
-
-        def timed(n: int) -> float:
-            if asked(stop):
-                raise Stopped
-            tokens = seq[prefix : prefix + n + 1].clone()
-            positions = torch.arange(prefix, prefix + n + 1, device=device)
-            allow = ancestor_matrix(list(range(-1, n))).to(device)
-            _sync(device)
-            t0 = time.perf_counter()
-            masked_logits(runner, seq, prefix, tokens, positions, allow, n + 1)
-            _sync(device)
-            runner.rollback(prefix)
-            return time.perf_counter() - t0
-
-        for n in sizes:  # a warm-up pass of each size, not counted
-            timed(n)
-        for r in range(repeats):
-            for n in sizes[r % len(sizes):] + sizes[: r % len(sizes)]:
-                times[n].append(timed(n))
-    return {n: min(t) * 1000.0 for n, t in times.items()}
-
-
-def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
-                      cached: bool | str = True, stop: StopCheck | None = None) -> dict[int, float]:
-    """v(n) for each n in ``nodes``: the fastest of ``repeats`` masked target passes over the pending token
-    and n nodes / the fastest of as many one-token cached steps, after ``prompt_ids`` (dimensionless);
-    ``cached`` the KV cache both are timed over (``specviz.engine.cache.make_runner``: True, "static", "graphs").
-    ``stop`` is asked before each timed pass (None: never); raises ``specviz.engine.stopping.Stopped`` when it asks.
-
-    The pass's cost depends on how many tokens it scores, not on the tree's shape (the mask only
-    hides entries), so a chain of n nodes stands for any tree of n. The sizes are timed in turns
-    (every size once per repeat, the order rotated), so a burst of other work on the machine slows
-    several sizes a little rather than one size a lot, and the fastest pass of each size is kept:
-    other work only adds time, so the fastest is the closest to the pass's own cost (both sides of
-    the ratio alike). On a busy 2-core CPU, medians timed one size after another gave v(2) 0.86 and
-    v(3) 0.83 against v(1) 0.99, and medians timed in turns v(4) 1.41 against v(6) 1.17.
-    """
-    ms = pass_ms(target, prompt_ids, nodes, vocab, repeats, cached, stop)
-    return {n: ms[n] / ms[0] for n in nodes}
+if TYPE_CHECKING:
+    from specviz.engine.tree.auto import AutoTree
+    from specviz.engine.tree.spec import TreeSpec
 
 
 def _side(traces, baseline_traces, tokens_per_second: float, baseline_tps: float) -> dict:
@@ -133,6 +74,124 @@ def format_tree_report(report: dict) -> list[str]:
     lines.append(f"tree / chain tokens per round: {report['tree_vs_chain_tokens_per_round']:.2f}")
     lines.append("v(n), target pass over the pending token and n nodes / one-token step: "
                  + ", ".join(f"n={n}: {v:.2f}" for n, v in report["verify_cost_by_nodes"].items()))
+    return lines
+
+
+# bench: the auto choice, the chain it was weighed against, and what the timed runs measured.
+BENCH_METHODS = ("speculative_auto", "speculative_best_chain")
+
+
+def bench_methods(auto: AutoTree, gamma: int) -> list[str]:
+    """The methods ``--tree auto`` adds to bench's rotation: the choice, and the predicted best chain
+    where its gamma is not bench's own (bench's ``speculative`` chain is then that chain)."""
+    return ["speculative_auto"] + (["speculative_best_chain"] if auto.choice.best_chain.depth != gamma else [])
+
+
+def bench_run_args(auto: AutoTree, method: str) -> tuple[int, TreeSpec | None]:
+    """(gamma, tree) of a method of BENCH_METHODS."""
+    if method == "speculative_auto":
+        return auto.gamma, auto.tree
+    return auto.choice.best_chain.depth, None
+
+
+def bench_report(auto: AutoTree, traces: dict[str, list], medians: dict[str, float], gamma: int) -> dict:
+    """The choice (``AutoTree.describe``) with what the run measured: tokens per round (emitted /
+    rounds) and speedup (median tokens/s over the autoregressive median) of the chosen tree and of
+    each chain measured (bench's gamma, and the predicted best chain's), and their ratios."""
+    def measured(method: str, depth: int) -> dict | None:
+        ts = traces.get(method) or []
+        rounds = sum(len(t.rounds) for t in ts)
+        if not rounds or method not in medians:
+            return None
+        emitted = sum(len(t.output_ids) for t in ts)
+        full = untruncated(ts, depth)
+        return {"tokens_per_round": emitted / rounds, "rounds": rounds, "emitted": emitted,
+                "nodes_per_round": sum(t.drafted for t in ts) / rounds, "speedup": medians[method] / medians["autoregressive"],
+                "full_rounds": full and full[1], "full_emitted": full and full[0],
+                "tokens_per_full_round": full[0] / full[1] if full and full[1] else None}
+
+    out = auto.describe()
+    chains = {f"chain of gamma {gamma}": measured("speculative", gamma)}
+    best_gamma = auto.choice.best_chain.depth
+    if best_gamma != gamma:
+        chains[f"chain of gamma {best_gamma}"] = measured("speculative_best_chain", best_gamma)
+    out["measured"] = measured("speculative_auto", auto.gamma)
+    out["measured_chains"] = {k: v for k, v in chains.items() if v}
+    m = out["measured"]
+    if m:
+        # The prediction is E[tokens] of a whole round: the rounds the token budget cut short are left out of the check.
+        measured_tpr = m["tokens_per_full_round"] if m["tokens_per_full_round"] is not None else m["tokens_per_round"]
+        out["tokens_per_round_error"] = measured_tpr / out["predicted_tokens_per_round"] - 1.0
+        chain = out["measured_chains"].get(f"chain of gamma {best_gamma}")
+        if chain and chain["tokens_per_full_round"] is not None:
+            out["best_chain_tokens_per_round_error"] = chain["tokens_per_full_round"] / out["best_chain"]["predicted_tokens_per_round"] - 1.0
+        if out["measured_chains"]:
+            best = max(out["measured_chains"].values(), key=lambda c: c["speedup"])
+            out["speedup_vs_best_measured_chain"] = m["speedup"] / best["speedup"]
+    return out
+
+
+def untruncated(traces, depth: int) -> tuple[int, int] | None:
+    """(tokens emitted, rounds) over the rounds the token budget did not cut: those that started with at
+    least ``depth`` + 1 tokens of ``max_new_tokens`` left (a whole tree or chain of that depth and its
+    final token fit). None where a trace does not say its budget."""
+    emitted = rounds = 0
+    for t in traces:
+        budget = (getattr(t, "settings", None) or {}).get("max_new_tokens")
+        if not isinstance(budget, int):
+            return None
+        done = 0
+        for r in t.rounds:
+            if budget - done >= depth + 1:
+                emitted += len(r.emitted_ids)
+                rounds += 1
+            done += len(r.emitted_ids)
+    return emitted, rounds
+
+
+def format_bench_report(r: dict) -> list[str]:
+    """Plain-text lines of ``bench_report``."""
+    lines = [r["sentence"]]
+    if r.get("nodes_by_depth"):
+        shape = "-".join(map(str, r["nodes_by_depth"]))
+        lines.append(f"auto's shape: {r['nodes']} nodes, depth {r['depth']}, nodes per depth {shape}"
+                     + (f"; parents {','.join(map(str, r['parents']))}" if r.get("parents") else " (a chain)"))
+    cand = [("auto: " + r["chosen"], r["predicted_tokens_per_round"], r["predicted_speedup"], r.get("measured"))]
+    for label, m in r["measured_chains"].items():
+        pred = r["best_chain"] if label.endswith(f"gamma {r['best_chain']['gamma']}") else None
+        cand.append((label, pred and pred["predicted_tokens_per_round"], pred and pred["predicted_speedup"], m))
+    lines.append(f"{'':<40}{'tokens/round pred':>18}{'whole rounds':>14}{'all rounds':>12}{'speedup pred':>14}{'measured':>10}")
+    for label, tpr, sp, m in cand:
+        f = lambda x, d=2: f"{x:.{d}f}" if isinstance(x, (int, float)) else "-"  # noqa: E731
+        lines.append(f"{label[:40]:<40}{f(tpr):>18}{f(m and m.get('tokens_per_full_round')):>14}{f(m and m['tokens_per_round']):>12}"
+                     f"{f(sp):>14}{f(m and m['speedup']):>10}")
+    for label, _, _, m in cand:
+        if m and m.get("full_rounds") is not None:
+            lines.append(f"  {label[:40]}: whole rounds {m['full_emitted']} tokens / {m['full_rounds']}, all rounds {m['emitted']} / {m['rounds']}")
+    lines.append("tokens/round: emitted / rounds, the correction or bonus token included; 'whole rounds' leaves out the rounds that began "
+                 "with fewer than depth + 1 tokens of the budget left (the prediction is a whole round's). Speedup: median tokens/s / "
+                 "autoregressive's median")
+    if r.get("tokens_per_round_error") is not None:
+        lines.append(f"auto: measured (whole rounds) / predicted tokens per round - 1: {r['tokens_per_round_error']:+.1%}")
+    if r.get("best_chain_tokens_per_round_error") is not None:
+        lines.append(f"best chain: measured (whole rounds) / predicted tokens per round - 1: {r['best_chain_tokens_per_round_error']:+.1%}")
+    if r.get("speedup_vs_best_measured_chain") is not None:
+        lines.append(f"auto / best measured chain speedup: {r['speedup_vs_best_measured_chain']:.2f}")
+    inp = r["inputs"]
+    lines.append("acceptance by depth and sibling rank (accepted/offered): " + "; ".join(
+        f"d{d}: " + " ".join(f"{a}/{o}" for o, a in row) for d, row in enumerate(inp["acceptance_by_rank"], 1)))
+    if inp.get("children_available"):
+        lines.append("children that existed at the pending token (rounds with at least k / rounds; q's nucleus may hold fewer "
+                     "than the shape asks): " + " ".join(f"k={k}: {w}/{n}" for k, (n, w) in enumerate(inp["children_available"], 1)))
+    lines.append("chain acceptance by depth (accepted/offered): " + " ".join(f"{a}/{o}" for o, a in inp["chain_acceptance_by_depth"]))
+    if inp.get("refined_with"):
+        lines.append(f"counts refined with the own rounds of: {inp['refined_with']} (on the same {inp['calibration_prompts']} "
+                     "calibration prompts; the wide runs start their rounds elsewhere)")
+    lines.append(f"c_tree {inp['tree_pass_cost']:.3f}, c {inp['chain_step_cost']:.3f} target steps per drafter pass; v(n): "
+                 + ", ".join(f"{n}: {v:.2f}" for n, v in inp["verify_cost_by_nodes"].items()))
+    if inp.get("overhead_by_nodes"):
+        lines.append("round time beyond drafting and the bare verify pass v(n) (judging, recording), target steps: "
+                     + ", ".join(f"{n:.1f} nodes: {v:.2f}" for n, v in inp["overhead_by_nodes"].items()))
     return lines
 
 

@@ -83,14 +83,14 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
     Yields plain data: ("calibrating", None, status) before an auto tree's calibration, ("round", spec,
     title) at most every STREAM_INTERVAL_MS, ("speculative_done", spec, title), then ("done", spec,
     baseline, title, status, auto): ``auto`` the auto tree's record
-    (``specviz.measure.auto_tree.AutoTree.record``) or None. Errors leave as gr.Error.
+    (``specviz.engine.tree.auto.AutoTree.record``) or None. Errors leave as gr.Error.
     """
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
     common = _common(req, pair)
     drafter = _drafter(req, pair)
     if req.tree == AUTO:
-        from specviz.measure.auto_tree import teacher_forcible
+        from specviz.engine.tree.calibration import teacher_forcible
 
         yield "calibrating", None, CALIBRATING if teacher_forcible(drafter) else CALIBRATING_RUNS
     try:

@@ -57,7 +57,7 @@ def everything(rec: Recording, status: str, download: str | None) -> dict:
 
 def auto_tree_outputs(rec: Recording | None) -> dict:
     """The Theory tab's token-tree section for a recording: the auto choice decided again from the
-    recording's calibration (``specviz.measure.auto_tree.from_record``), drawn with this run's measurement;
+    recording's calibration (``specviz.engine.tree.auto.from_record``), drawn with this run's measurement;
     a run without auto gets the note that says how to get it, and its own tree and counts where it drafted trees."""
     from specviz.views.tree_budget import (
         auto_note_markdown, budget_figure, chosen_tree_figure, measured_point, placeholder_figure, tree_tables_html,
@@ -66,7 +66,7 @@ def auto_tree_outputs(rec: Recording | None) -> dict:
     spec = rec.speculative if rec is not None else None
     choice = None
     if rec is not None and rec.auto is not None:
-        from specviz.measure.auto_tree import from_record
+        from specviz.engine.tree.auto import from_record
 
         choice = from_record(rec.auto).describe()
     measured = measured_point(spec, rec.baseline if rec is not None else None)

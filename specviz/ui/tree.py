@@ -39,7 +39,7 @@ def tree_spec(choice: str) -> TreeSpec | None:
 
 def resolve_tree(choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | None = None) -> tuple[TreeSpec | None, int, str]:
     """(tree, gamma, sentence) a run drafts with: the choice's own and ``gamma``, or for auto the tree
-    or chain ``specviz.measure.auto_tree`` predicts fastest for this pair, drafter, sampling and device,
+    or chain ``specviz.engine.tree.auto`` predicts fastest for this pair, drafter, sampling and device,
     with the sentence that states it and its inputs ("" otherwise). Raises as ``resolve``."""
     return resolve(choice, pair, drafter, sampling, gamma, stop)[:3]
 
@@ -58,7 +58,7 @@ def resolve(choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | 
     """
     if choice != AUTO:
         return tree_spec(choice), gamma, "", None
-    from specviz.measure.auto_tree import auto_for_pair
+    from specviz.engine.tree.auto import auto_for_pair
 
     cap = Deadline.after(CALIBRATION_SECONDS_MAX)
     try:

@@ -1,7 +1,7 @@
 """The auto tree's lesson, drawn: predicted speedup against the node budget on this device, the chosen
 tree, and the acceptance by depth and sibling rank it was chosen from (``specviz.theory.sequoia``).
 
-Pure functions: of a choice's description (``specviz.measure.auto_tree.AutoTree.describe``, plain
+Pure functions: of a choice's description (``specviz.engine.tree.auto.AutoTree.describe``, plain
 JSON data) and of traces. Every number shown carries its denominator; every prediction its formula
 and inputs.
 """

@@ -16,6 +16,10 @@ node where no child is accepted.
   deterministic children.
 - ``loop``: the single-sequence speculative loop over trees.
 - ``theory``: expected tokens per round from per-depth acceptance; v(n).
+- ``calibration``: the auto tree's calibration on this pair and device (teacher-forced acceptance by depth and
+  sibling rank, or short runs; v(n) and the drafter's passes, timed), and its record.
+- ``auto``: the auto tree: the choice Sequoia's programme (``specviz.theory.sequoia``) makes from a calibration,
+  and the calibrations cached for the process and on disk.
 
 This package's ``__init__`` imports nothing: the trace imports ``record``, which must stay free of
 torch and of the trace itself.
