@@ -518,8 +518,19 @@ def test_a_long_run_gives_the_device_up_to_a_waiting_visitor(served, monkeypatch
 
     from specviz.ui import share
 
+    from specviz.ui import device
+
     demo, url = served
     monkeypatch.setattr(share, "SHARE_S", 1.0)  # a short share keeps the test fast; the rule is the same
+    real = device.interleave
+
+    def paced(*streams):  # each step takes at least 20 ms: the heavy run outlasts its share on any machine
+        for step in real(*streams):
+            time.sleep(0.02)
+            yield step
+
+    # On a quiet machine the embedded pair decoded all 256 tokens of the heavy run before its share was out.
+    monkeypatch.setattr(device, "interleave", paced)
     heavy: dict = {}
 
     def hog():
