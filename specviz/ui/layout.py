@@ -101,6 +101,14 @@ def example_boxes(name: str | None) -> tuple:
     return gr.update(visible=kind == "english"), gr.update(visible=kind == "code")
 
 
+def intro_markdown(intro: str) -> str:
+    """The page's introduction: its title, then the paragraph under it in a <details>. The page's CSS shows the paragraph
+    open where there is room (specviz.ui.css); on a phone or a short screen (a projector's 1280 x 720) it stays one line,
+    "How it works", one tap away, so the prompt and Generate come first."""
+    title, _, body = intro.strip().partition("\n")
+    return f'{title}\n\n<details class="sv-intro"><summary>How it works</summary>\n\n{body.strip()}\n\n</details>\n'
+
+
 def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
     """The Blocks app.
 
@@ -123,7 +131,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
     ui: dict[str, gr.components.Component] = {}
     with gr.Blocks(title="specviz: speculative decoding, round by round", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:
         ui["recording"] = gr.State(None, time_to_live=SESSION_TTL_S)
-        gr.Markdown(INTRO)
+        gr.Markdown(intro_markdown(INTRO), elem_id="sv-intro")
         # Three columns in a grid (specviz.ui.css): what to run, what it shows, and the settings. On a wide screen
         # the output and its tabs fill the right, beside the other two; on a phone they come right after the
         # prompt and its Generate button, and the settings follow.
@@ -137,8 +145,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 with gr.Row(visible=custom_models_allowed()):
                     ui["custom_drafter"] = CheckedTextbox("", label="Custom drafter (hub id[@revision])", placeholder="owner/name", max_length=200)
                     ui["custom_target"] = CheckedTextbox("", label="Custom target (hub id[@revision])", placeholder="owner/name", max_length=200)
-                ui["prompt"] = CheckedTextbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX)
-                with gr.Row():
+                ui["prompt"] = CheckedTextbox(value=EXAMPLES[0], label="Prompt", lines=5, max_length=PROMPT_CHARS_MAX, elem_id="sv-prompt")
+                with gr.Row(elem_id="sv-buttons"):
                     ui["run"] = gr.Button("Generate", variant="primary", scale=3)
                     ui["stop"] = gr.Button("Stop", variant="stop", scale=1, elem_id="sv-stop")
                 gr.Markdown(caps(max_queue), elem_id="sv-caps")
@@ -159,12 +167,18 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     with gr.Tab("Charts", id="charts"):  # one above the other, each the column's width: legible on a projector
                         ui["acceptance_plot"] = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
                         ui["timeline_plot"] = gr.Plot(label="Tokens over time", show_label=False, elem_id="sv-timeline")
-                    with gr.Tab("Replay", id="replay"):
+                    with gr.Tab("Replay", id="replay", elem_id="sv-replay-tab"):
                         gr.Markdown("Step through the rounds: the drafts with q(x) and p(x), the uniform u against min(1, p/q), and where the correction or bonus token came from.")
                         with gr.Row(equal_height=True):
                             ui["prev_round"] = gr.Button("◀ Previous round", size="sm", elem_id="sv-prev", scale=1)
                             ui["replay_slider"] = CheckedSlider(1, 2, value=1, interactive=False, step=1, label="round", elem_id="sv-round", scale=6)
                             ui["next_round"] = gr.Button("Next round ▶", size="sm", elem_id="sv-next", scale=1)
+                        # Narrower than a wide screen, the round's tables fold their less telling columns to fit their box, the
+                        # verdict always in view (specviz.views.replay.COLUMNS, specviz.ui.css); this switch, in the page and not
+                        # in the table, shows them all and stays as it is from round to round. No event: the page's CSS reads it.
+                        gr.Checkbox(False, label="Show every column: β, and on a phone q(x) and p(x), fold away to fit the screen "
+                                                 "(the table may then scroll sideways)",
+                                    elem_id="sv-replay-all", container=False)
                         ui["replay"] = gr.HTML(round_html(Trace(mode="speculative", prompt_ids=[]), 0), elem_id="sv-replay")
                         ui["replay_tree"] = gr.Plot(replay_tree(None, 1), show_label=False, elem_id="sv-replay-tree")
                     with gr.Tab("Theory", id="theory"):

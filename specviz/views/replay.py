@@ -28,8 +28,14 @@ def _chip(text: str, style: str = "") -> str:
     return f'<code style="{_MONO}background:#f3f3f3;border-radius:3px;padding:0 4px;{style}">{escape(shown)}</code>'
 
 
-def _bar(value: float | None, colour: str, marker: float | None = None, width: int = 140) -> str:
-    """A horizontal bar for a probability in [0, 1], its value beside it; ``marker`` draws a line (u)."""
+# The page narrows the bars to fit its box (the custom property --sv-bar, set by specviz.ui.css); elsewhere (an
+# exported file, a notebook) they keep this width.
+BAR = "var(--sv-bar,140px)"
+SMALL_BAR = "70px"
+
+
+def _bar(value: float | None, colour: str, marker: float | None = None, width: str = BAR) -> str:
+    """A horizontal bar for a probability in [0, 1], its value beside it; ``marker`` draws a line (u). ``width``: a CSS length."""
     if value is None:
         return '<span style="color:#999;">—</span>'
     pct = max(0.0, min(1.0, value)) * 100
@@ -38,7 +44,7 @@ def _bar(value: float | None, colour: str, marker: float | None = None, width: i
         line = f'<div title="u = {marker:.4f}" style="position:absolute;left:{max(0.0, min(1.0, marker)) * 100:.1f}%;top:-3px;bottom:-3px;width:2px;background:#111;"></div>'
     return (
         f'<span style="display:inline-flex;align-items:center;gap:6px;">'
-        f'<span style="position:relative;display:inline-block;width:{width}px;height:12px;background:#eee;border-radius:2px;">'
+        f'<span style="position:relative;display:inline-block;width:{width};height:12px;background:#eee;border-radius:2px;">'
         f'<span style="position:absolute;left:0;top:0;bottom:0;width:{pct:.1f}%;background:{colour};border-radius:2px;"></span>{line}</span>'
         f'<span style="{_MONO}font-size:12px;">{value:.3f}</span></span>'
     )
@@ -87,11 +93,13 @@ def _test(d, greedy: bool = False) -> str:
         return '<span style="color:#888;">after a rejection, never tested</span>'
     accepted = d.verdict == "accepted"
     colour = PASS if accepted else FAIL
+    # The words after the bar move as one to the next line when the cell is narrow (a space, not a margin, between them).
+    words = f"display:inline-block;{_MONO}font-size:12px;"
     if greedy:
         said = "the target's argmax: kept" if accepted else "not the target's argmax"
-        return f'{_bar(d.accept_prob, colour)}<span style="{_MONO}font-size:12px;margin-left:8px;">greedy: {said}</span>'
+        return f'{_bar(d.accept_prob, colour)} <span style="{words}">greedy: {said}</span>'
     sign = "<" if accepted else "≥"
-    return f'{_bar(d.accept_prob, colour, marker=d.u)}<span style="{_MONO}font-size:12px;margin-left:8px;">u = {d.u:.3f} {sign} {d.accept_prob:.3f}</span>'
+    return f'{_bar(d.accept_prob, colour, marker=d.u)} <span style="{words}">u = {d.u:.3f} {sign} {d.accept_prob:.3f}</span>'
 
 
 def _source(d: Draft, n_prompt: int) -> str:
@@ -99,7 +107,7 @@ def _source(d: Draft, n_prompt: int) -> str:
     if d.source is None:
         return ""
     where = f"prompt token {d.source + 1}" if d.source < n_prompt else f"output token {d.source - n_prompt + 1}"
-    return f'<td style="padding:4px 8px;color:#555;font-size:12px;">{escape(where)}</td>'
+    return f'<td class="sv-col-kind" style="{_CELL}color:#555;font-size:12px;">{escape(where)}</td>'
 
 
 def _shared(d: Draft) -> str:
@@ -107,18 +115,27 @@ def _shared(d: Draft) -> str:
     if d.shared_mass is None:
         return ""
     own = f"drafter's id {d.own_token_id} · " if d.own_token_id is not None else ""
-    return f'<td style="padding:4px 8px;">{escape(own)}{_bar(d.shared_mass, Q_COLOUR, width=70)}</td>'
+    return f'<td class="sv-col-kind" style="{_CELL}">{escape(own)}{_bar(d.shared_mass, Q_COLOUR, width=SMALL_BAR)}</td>'
+
+
+# The drafts table's columns, most telling first, each with the class by which the page folds it when its box is
+# narrow (specviz.ui.css; a switch above the table shows them all): β folds below a wide screen; on a phone q(x) and
+# p(x) fold too, the test's min(1, p/q) and u standing for them, and so do the columns of one drafter kind (after
+# these: where prompt lookup copied a draft from, a cross-tokenizer drafter's shared mass). The verdict comes right
+# after the test, so it is in view at every width. Outside the page (an exported file, a notebook) nothing folds.
+COLUMNS = ("sv-col-n", "sv-col-draft", "sv-col-qp", "sv-col-qp", "sv-col-test", "sv-col-verdict", "sv-col-beta")
+_CELL = "padding:4px 8px;"
 
 
 def _row(label: str, d, greedy: bool, extra: str = "", beta: bool = True) -> str:
     """One row of the drafts table: a chain's draft, or a tree's node (``beta`` False: a node records none)."""
     faded = "opacity:0.45;" if d.verdict == "discarded" else ""
+    cells = (escape(label), _chip(d.text), _bar(d.q, Q_COLOUR), _bar(d.p, P_COLOUR), _test(d, greedy), _verdict(d),
+             _bar(d.beta, BETA_COLOUR, width=SMALL_BAR) if beta else "")
+    label_style = "color:#666;white-space:nowrap;"
     return (f'<tr class="sv-draft-row" style="border-top:1px solid #eee;{faded}">'
-            f'<td style="padding:4px 8px;color:#666;white-space:nowrap;">{escape(label)}</td><td style="padding:4px 8px;">{_chip(d.text)}</td>'
-            f'<td style="padding:4px 8px;">{_bar(d.q, Q_COLOUR)}</td><td style="padding:4px 8px;">{_bar(d.p, P_COLOUR)}</td>'
-            f'<td style="padding:4px 8px;">{_test(d, greedy)}</td>'
-            f'<td style="padding:4px 8px;">{_bar(d.beta, BETA_COLOUR, width=70) if beta else ""}</td>'
-            f'<td style="padding:4px 8px;">{_verdict(d)}</td>{extra}</tr>')
+            + "".join(f'<td class="{c}" style="{_CELL}{label_style if c == "sv-col-n" else ""}">{x}</td>' for c, x in zip(COLUMNS, cells))
+            + f"{extra}</tr>")
 
 
 def _sibling_rows(r: Round, greedy: bool) -> list[str]:
@@ -143,13 +160,14 @@ def _drafts_table(r: Round, n_prompt: int = 0, greedy: bool = False) -> str:
     copied = any(d.source is not None for d in r.drafts)
     test = "test (greedy: the target's argmax)" if greedy else "min(1, p/q) and u"
     heads = ["#", "draft x", f'<span style="color:{Q_COLOUR};">■</span> q(x) drafter', f'<span style="color:{P_COLOUR};">■</span> p(x) target',
-             test, '<span title="beta = Σ min(p, q) at this position: the chance a draft here is accepted">β = Σ min(p, q)</span>', "verdict"]
+             test, "verdict", '<span title="beta = Σ min(p, q) at this position: the chance a draft here is accepted">β = Σ min(p, q)</span>']
     if copied:
         heads.append('<span title="prompt lookup copies the tokens that followed an earlier occurrence of the last n tokens; q is 1 at the copy">copied from</span>')
     if any(d.shared_mass is not None for d in r.drafts):
         heads.append('<span title="the drafter has its own tokenizer: q is its distribution on the tokens both vocabularies share, '
                      'renormalised; this is the mass it put there (Timor et al. 2025)">shared-vocabulary mass</span>')
-    head = "".join(f'<th style="text-align:left;padding:4px 8px;font-weight:600;color:#444;">{h}</th>' for h in heads)
+    classes = COLUMNS + ("sv-col-kind",) * (len(heads) - len(COLUMNS))
+    head = "".join(f'<th class="{c}" style="text-align:left;{_CELL}font-weight:600;color:#444;">{h}</th>' for c, h in zip(classes, heads))
     rows = [_row(str(i + 1), d, greedy, _source(d, n_prompt) + _shared(d)) for i, d in enumerate(r.drafts)]
     if siblings:
         path = "the accepted path above" if r.drafts else "no child of the pending token was accepted"
@@ -157,8 +175,9 @@ def _drafts_table(r: Round, n_prompt: int = 0, greedy: bool = False) -> str:
                     "each was tested against the residual its earlier siblings left (min(1, p′/q)), and the untested nodes are "
                     "not listed:</td></tr>")
         rows += siblings
-    # On a narrow screen the table scrolls inside its box (a shadow at the edge says so) instead of being clipped.
-    return scroll_x(f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;min-width:640px;margin-top:10px;">'
+    # The page fits the table to its box by folding columns; with every column shown on a narrow screen (or in a file
+    # with no page around it) the table scrolls inside its box (a shadow at the edge says so) instead of being clipped.
+    return scroll_x(f'<table class="sv-drafts" style="border-collapse:collapse;width:100%;margin-top:10px;">'
                     f'<tr>{head}</tr>{"".join(rows)}</table>')
 
 
@@ -192,6 +211,10 @@ def _final(r: Round, stop_reason: str | None, greedy: bool = False) -> str:
             f"<b>bonus token</b>, sampled from p at position {len(r.drafts) + 1}. Most likely tokens of p:"
         ) if r.final_kind == "bonus" else "The target samples this token from p (autoregressive baseline). Most likely tokens of p:"
         head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', "")  # p alone: no q, no residual columns
+    # A correction's p(x) and q(x) fold on a phone like the drafts' (the residual and the mark stay); p alone never does.
+    columns = (("sv-col-token", "sv-col-qp", "sv-col-qp", "sv-col-residual", "sv-col-mark") if correction
+               else ("sv-col-token", "sv-col-p", "sv-col-mark"))
+    cell = "padding:3px 8px;"
     rows = []
     shown = [t for t in r.final_top if t.prob > 0]
     for t in shown:
@@ -203,16 +226,17 @@ def _final(r: Round, stop_reason: str | None, greedy: bool = False) -> str:
         weight = "font-weight:600;" if picked else ""
         rows.append(
             f'<tr class="sv-top-row{" sv-picked" if picked else ""}" style="border-top:1px solid #eee;{weight}">'
-            + "".join(f'<td style="padding:3px 8px;">{c}</td>' for c in cells)
-            + f'<td style="padding:3px 8px;">{mark}</td></tr>'
+            + "".join(f'<td class="{c}" style="{cell}">{x}</td>' for c, x in zip(columns, cells + [mark])) + "</tr>"
         )
     if r.final_token_id not in {t.token_id for t in shown}:
+        # the sampled token's own probability sits in the column of the distribution it was sampled from
         prob = f"{r.final_prob:.4f}" if r.final_prob is not None else "?"
-        rows.append(
-            f'<tr class="sv-top-row sv-picked" style="border-top:1px solid #eee;font-weight:600;"><td style="padding:3px 8px;">{_chip(r.final_text or "")}</td>'
-            f'<td colspan="{3 if correction else 1}" style="padding:3px 8px;color:#555;">outside the top {len(shown)}: probability {prob}</td><td style="padding:3px 8px;">◀ sampled</td></tr>'
-        )
-    heads = "".join(f'<th style="text-align:left;padding:3px 8px;font-weight:600;color:#444;">{h}</th>' for h in head)
+        unknown = '<span style="color:#999;">—</span>'
+        cells = [_chip(r.final_text or ""), *([unknown, unknown] if correction else []),
+                 f'<span style="color:#555;">outside the top {len(shown)}: probability {prob}</span>', '<span style="white-space:nowrap;">◀ sampled</span>']
+        rows.append('<tr class="sv-top-row sv-picked" style="border-top:1px solid #eee;font-weight:600;">'
+                    + "".join(f'<td class="{c}" style="{cell}">{x}</td>' for c, x in zip(columns, cells)) + "</tr>")
+    heads = "".join(f'<th class="{c}" style="text-align:left;{cell}font-weight:600;color:#444;">{h}</th>' for c, h in zip(columns, head))
     return (f'<p style="margin:12px 0 4px;">{intro}</p>'
             + scroll_x(f'<table class="sv-top" style="border-collapse:collapse;"><tr>{heads}</tr>{"".join(rows)}</table>'))
 

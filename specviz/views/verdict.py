@@ -188,21 +188,32 @@ def _why_line(j: Verdict) -> str:
 
 def cost_bar_html(j: Verdict, width: int = 220) -> str:
     """Two bars on one scale of steps of the target alone: a round's time (drafting, the verify pass, other work) and
-    the tokens it gained (one token is worth one step, the target alone's rate); their ratio is the speedup."""
+    the tokens it gained (one token is worth one step, the target alone's rate); their ratio is the speedup.
+
+    The bars are ``width`` px at most: in a narrower box (a phone) both shrink by one factor, keeping their scale,
+    instead of sticking out of the headline. A grid holds the labels, the bars and their values in three columns;
+    each bar is a flex row of its segments and a blank rest up to ``width``, so every segment shrinks alike."""
     scale = max(j.cost, j.tokens, 1e-9)
     px = lambda x: max(0.0, x) / scale * width  # noqa: E731
     seg = lambda x, colour, tip: (f'<span title="{escape(tip)}" style="display:inline-block;height:14px;width:{px(x):.1f}px;'  # noqa: E731
                                   f'background:{colour};vertical-align:middle;"></span>')
-    label = "font-size:12px;color:#444;display:inline-block;width:44px;"
+
+    def bar(*segments: tuple[float, str, str]) -> str:
+        rest = max(0.0, width - sum(px(x) for x, _, _ in segments))
+        return (f'<span style="display:flex;min-width:0;">{"".join(seg(*s) for s in segments)}'
+                f'<span style="flex:0 1 {rest:.1f}px;"></span></span>')
+
+    label = "font-size:12px;color:#444;"
     return (
-        f'<div class="sv-cost-bar" style="flex:0 0 auto;font-size:12px;color:#333;line-height:1.5;max-width:100%;">'
-        f'<div style="font-weight:600;">a round, in steps of the target alone</div>'
-        f'<div><span style="{label}">time</span>{seg(j.draft_steps, DRAFTING, f"drafting {j.draft_steps:.2f} steps")}'
-        f'{seg(j.verify_steps, VERIFYING, f"verify pass {j.verify_steps:.2f} steps")}{seg(j.other_steps, OTHER, f"other work {j.other_steps:.2f} steps")}'
+        f'<div class="sv-cost-bar" style="flex:0 0 auto;font-size:12px;color:#333;line-height:1.5;max-width:100%;display:grid;'
+        f'grid-template-columns:44px minmax(0, {width}px) auto;column-gap:4px;align-items:center;white-space:nowrap;">'
+        f'<div style="font-weight:600;grid-column:1 / -1;white-space:normal;">a round, in steps of the target alone</div>'
+        f'<div style="display:contents;"><span style="{label}">time</span>'
+        f'{bar((j.draft_steps, DRAFTING, f"drafting {j.draft_steps:.2f} steps"), (j.verify_steps, VERIFYING, f"verify pass {j.verify_steps:.2f} steps"), (j.other_steps, OTHER, f"other work {j.other_steps:.2f} steps"))}'
         f' {j.cost:.2f}</div>'
-        f'<div><span style="{label}">gain</span>{seg(j.tokens, GAINED, f"{j.tokens:.2f} tokens per round (emitted / rounds)")} '
+        f'<div style="display:contents;"><span style="{label}">gain</span>{bar((j.tokens, GAINED, f"{j.tokens:.2f} tokens per round (emitted / rounds)"))} '
         f'{j.tokens:.2f} tokens</div>'
-        f'<div style="color:#666;"><span style="color:{DRAFTING};">■</span> drafting {j.draft_steps:.2f} '
+        f'<div style="color:#666;grid-column:1 / -1;white-space:normal;"><span style="color:{DRAFTING};">■</span> drafting {j.draft_steps:.2f} '
         f'<span style="color:{VERIFYING};">■</span> verify {j.verify_steps:.2f} '
         f'<span style="color:{OTHER};">■</span> other {j.other_steps:.2f}</div></div>'
     )
