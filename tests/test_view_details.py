@@ -192,3 +192,20 @@ def test_a_greedy_round_shows_no_u_that_decides_nothing():
     assert any("greedy: the target's argmax: kept" in html for html in pages) or not spec.accepted
     if spec.rejected:
         assert any("not the target's argmax" in html for html in pages)
+
+
+def test_a_tree_round_with_fewer_nodes_than_its_shape_says_why():
+    """Issue 52, item 4: the menu said "3-2-2-1 (33 nodes)" while round 1 had 11, unexplained. Top-p leaves the
+    tiny drafter's q few tokens with mass, so its rounds grow fewer nodes than the shape; the round says so."""
+    from specviz.engine.tree.loop import tree_generate
+    from specviz.engine.tree.spec import TreeSpec
+
+    drafter, target = tiny_lm(vocab=16, layers=1, seed=1, init=0.3), tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
+    spec = TreeSpec.static((3, 2, 2, 1))
+    trace = tree_generate([1, 2, 3], drafter, target, spec, sampling=Sampling(1.0, top_p=0.5), max_new_tokens=20, seed=3)
+    most = trace.settings["tree"]["nodes"]
+    fewer = [i for i, r in enumerate(trace.rounds) if len(r.tree.nodes) < most]
+    assert fewer, "top-p 0.5 should leave some round short of the shape"
+    for i, r in enumerate(trace.rounds):
+        html = round_html(trace, i)
+        assert (f"{len(r.tree.nodes)} of the shape&#x27;s {most} nodes" in html) == (i in fewer), i
