@@ -81,7 +81,8 @@ def replay_tree(rec: Recording | None, index: int):
 
     spec = rec.speculative if rec is not None else None
     if spec is None or not spec.rounds or spec.rounds[min(max(index, 1), len(spec.rounds)) - 1].tree is None:
-        fig = style_figure(go.Figure(), "Token tree: choose a tree in the controls to draft one per round", None, None)
+        # Short: the title is one line in a phone's 370 px (the longer one was cut there).
+        fig = style_figure(go.Figure(), "Token tree: none (a chain run)", None, None)
         fig.update_layout(height=140)
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
