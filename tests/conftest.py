@@ -124,3 +124,13 @@ def fresh_request_budgets():
             old = getattr(server, name)
             setattr(server, name, server.LogBudget(per_client=old.per_client, total=old.total, window_s=old.window_s))
     yield
+
+
+@pytest.fixture(autouse=True)
+def nothing_stays_frozen():
+    """A server freezes the objects it keeps for good out of the collector (``specviz.pair.settle``); a test's servers
+    and pairs do not live on, so what a test froze goes back under the collector when it ends."""
+    import gc
+
+    yield
+    gc.unfreeze()

@@ -590,3 +590,16 @@ def test_preload_at_start_up(hub, monkeypatch):
     monkeypatch.setenv(pairs.PRELOAD_ENV, "no such pair")
     with pytest.raises(PairError, match="SPECVIZ_PRELOAD names unknown pairs"):
         pairs.preload()
+
+
+def test_settle_leaves_the_objects_alive_now_out_of_later_collections_and_thaw_puts_them_back():
+    import gc
+
+    from specviz.pair import settle
+    from specviz.pair.memory import thaw
+
+    settle()
+    frozen = gc.get_freeze_count()
+    assert frozen > 0 and gc.collect() >= 0
+    thaw()
+    assert gc.get_freeze_count() == 0

@@ -36,7 +36,7 @@ from specviz.pair.catalogue import (
 from specviz.pair.errors import OOM_ERRORS, PairError
 from specviz.pair.hub import HUB_TIMEOUT_S
 from specviz.pair.loading import Pair, Progress, check_same_tokenizer, check_shared_vocabulary
-from specviz.pair.memory import bound_kernel_caches, default_device, free_memory, one_heap
+from specviz.pair.memory import bound_kernel_caches, default_device, free_memory, one_heap, settle
 from specviz.pair.prompt import encode_prompt
 from specviz.pair.settings import (
     ALLOW_CUSTOM_ENV,
@@ -54,6 +54,6 @@ __all__ = [
     "ALLOW_CUSTOM_ENV", "ASSETS", "CROSS", "DEFAULT_MAX_MODEL_GB", "DEFAULT_RESIDENT_PAIRS", "EMBEDDED", "ENGLISH", "HUB_TIMEOUT_S",
     "MAX_MODEL_GB_ENV", "OOM_ERRORS", "PRELOAD_ENV", "PRESETS", "RESIDENT_PAIRS_ENV", "ModelRef", "Pair", "PairError",
     "Preset", "Progress", "check_same_tokenizer", "check_shared_vocabulary", "custom_models_allowed", "default_device", "default_pair", "encode_prompt", "english_available",
-    "bound_kernel_caches", "free_memory", "load_pair", "loaded_pair", "max_model_gb", "one_heap", "parse_model_ref", "preload", "preload_names",
+    "bound_kernel_caches", "free_memory", "load_pair", "loaded_pair", "max_model_gb", "one_heap", "parse_model_ref", "preload", "preload_names", "settle",
     "resident_limit", "resident_pairs", "resolve", "unload_all",
 ]

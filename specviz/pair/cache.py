@@ -11,7 +11,7 @@ import torch
 from specviz.pair.catalogue import PRESETS, ModelRef, check_drafter_kind, default_pair
 from specviz.pair.errors import PairError
 from specviz.pair.loading import Pair, Progress, load, plan
-from specviz.pair.memory import default_device, free_memory
+from specviz.pair.memory import default_device, free_memory, settle, thaw
 from specviz.pair.settings import PRELOAD_ENV, RESIDENT_PAIRS_ENV, resident_limit
 
 
@@ -56,6 +56,7 @@ def unload_all() -> None:
         _resident.clear()
     devices = {p.device for p in dropped}
     dropped.clear()
+    thaw()
     for d in devices:
         free_memory(d)
 
@@ -116,6 +117,8 @@ def _evict_for_one_more() -> None:
         while _resident and len(_resident) >= resident_limit():
             dropped.append(_resident.popitem(last=False)[1])
     devices = {p.device for p in dropped}
+    if dropped:
+        thaw()  # a frozen pair's cycles would never be collected
     dropped.clear()
     for d in devices:
         free_memory(d)
@@ -199,6 +202,7 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
                             own_tokenizer=own_tokenizer)
             with _state_lock:  # still under the load lock: no other load evicts in between
                 _resident[key] = job.pair
+            settle()  # the new pair lives on: later collections leave it out
         finally:
             _load_lock.release()
         form = f" in {job.pair.form.name}" if job.pair.form is not None else ""
