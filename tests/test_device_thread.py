@@ -51,3 +51,4 @@ def test_an_error_inside_a_stream_reaches_the_caller():
     assert next(steps) == 1
     with pytest.raises(ValueError, match="step two"):
         next(steps)
+
