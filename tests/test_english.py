@@ -329,3 +329,17 @@ def test_english_pair_greedy_equals_the_targets_generate(tmp_path, monkeypatch):
                     assert trace.accepted > 0
     finally:
         unload_all()
+
+
+def test_a_lone_byte_piece_shows_its_bytes_not_a_replacement_character():
+    """Issue 52, item 8: EAGLE's first draft on the English pair was a byte piece (the first two bytes of an emoji);
+    the output showed a bare U+FFFD. The trace's token text now writes the lone bytes out; whole tokens stay as they are."""
+    from specviz.engine.rounds import _decoder
+
+    tok = tiny_tokenizer()
+    decode = _decoder(tok)
+    ids = tok.encode("日", add_special_tokens=False)  # three bytes: no merge learned for them in the tiny corpus
+    assert len(ids) == 3 and "\ufffd" in tok.decode(ids[:1])
+    assert decode(ids) == ["\\xe6", "\\x97", "\\xa5"]
+    words = tok.encode("the cat", add_special_tokens=False)
+    assert decode(words) == tok.batch_decode([[t] for t in words])

@@ -12,6 +12,8 @@ them reaches all three.
 
 from __future__ import annotations
 
+import functools
+
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -135,11 +137,32 @@ def _vocab_size(models, tokenizer, vocab_size: int | None) -> int:
     return min(vocab_size, _logit_rows(target))
 
 
+@functools.lru_cache(maxsize=1)
+def _byte_of_char() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in for each byte (GPT-2's table, as transformers converts it), inverted."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
+def _piece_text(tokenizer, token_id: int, text: str) -> str:
+    """A token's own text, or, where it alone holds part of a multi-byte character (it decodes to U+FFFD), its text
+    with the lone bytes written out (``\\xe2\\x80``): a drafter's byte piece read as a bare "\ufffd" in the output
+    (EAGLE's first draft on the English pair, rejected)."""
+    if "\ufffd" not in text:
+        return text
+    piece = tokenizer.convert_ids_to_tokens(int(token_id))
+    table = _byte_of_char()
+    if not isinstance(piece, str) or not piece or any(c not in table for c in piece):
+        return text  # not a byte-level piece (a byte-fallback token names its byte already, as "<0xE2>")
+    return bytes(table[c] for c in piece).decode("utf-8", errors="backslashreplace")
+
+
 def _decoder(tokenizer):
-    """Token id -> text for the trace; empty strings without a tokenizer."""
+    """Token id -> text for the trace (``_piece_text``); empty strings without a tokenizer."""
     if tokenizer is None:
         return lambda ids: [""] * len(ids)
-    return lambda ids: tokenizer.batch_decode([[t] for t in ids])
+    return lambda ids: [_piece_text(tokenizer, t, text) for t, text in zip(ids, tokenizer.batch_decode([[t] for t in ids]))]
 
 
 def _model_name(model) -> str:
