@@ -126,14 +126,16 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
         raise failure(err, pair) from err
     how = f"stopped at the time limit of {RUN_SECONDS_MAX:.0f} s per run" if timed_out else spec.stop_reason.replace("_", " ")
     done = f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({how}). Pair: {pair.name}, on {pair.device.type}."
+    # The verdict first, then what was chosen, then where and in which form it ran: a class read 90 words on bf16 and
+    # oneDNN before the verdict.
+    if (why := verdict(spec, baseline)):
+        done += f" {markdown_literal(why)}"
+    if chosen:  # the auto tree: what was chosen, from which measurements
+        done += f" {markdown_literal(chosen)}."
     if pair.target_source:  # a preset whose target has two possible sources says which one ran
         done += f" Target: {markdown_literal(pair.target_source)}."
     if getattr(pair, "form", None) is not None:  # the dtype both models ran in on this machine, and why
         done += f" Form: {markdown_literal(pair.form.reason)}."
-    if chosen:  # the auto tree: what was chosen, from which measurements
-        done += f" {markdown_literal(chosen)}."
-    if (why := verdict(spec, baseline)):
-        done += f" {markdown_literal(why)}"
     yield "done", spec, baseline, name, done, auto
 
 
