@@ -37,6 +37,11 @@ class ModelDrafter(Drafter):
         self.fed_columns: list[list[tuple[int, int]]] = []  # per row: (cache column, position) of this round's drafts fed
 
     @property
+    def forced_model(self):
+        """The drafter's model: its one pass over a text gives q at every position (early exit and the int8 target too)."""
+        return self.model
+
+    @property
     def passes(self) -> int:
         runner = self.batch or self.runner
         return runner.passes if runner is not None else 0

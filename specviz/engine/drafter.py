@@ -145,6 +145,13 @@ class Drafter(ABC):
     kind: str = ""
     models: tuple = ()
     reads_target_features: bool = False  # True: the loops hand it the target's features (observe_target)
+
+    @property
+    def forced_model(self):
+        """The causal LM whose one pass over a text gives this drafter's q at every position of it (teacher forcing,
+        ``specviz.engine.tree.calibration.calibrate_forced``), or None where drafts need a run (prompt lookup, EAGLE,
+        a drafter with its own tokenizer)."""
+        return None
     _forks: list["Drafter"] | None = None  # the rows' drafters under the default batching
 
     @abstractmethod

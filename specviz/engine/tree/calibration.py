@@ -448,13 +448,12 @@ def teacher_forcible(drafter) -> bool:
 def _forced_model(drafter):
     """The drafter's model when teacher forcing can read its q in one pass (a drafter model, early exit,
     the int8 target), else None (prompt lookup, EAGLE, a drafter with its own tokenizer)."""
-    from specviz.drafters import ModelDrafter, as_drafter
+    from specviz.drafters import as_drafter
 
     try:
-        d = as_drafter(drafter)
+        return as_drafter(drafter).forced_model
     except TypeError:
         return None
-    return d.model if isinstance(d, ModelDrafter) else None
 
 
 def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
