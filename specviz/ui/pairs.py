@@ -57,14 +57,20 @@ def ensure_pair(pair_name, custom_drafter, custom_target, progress, doing: str |
     bar: a resident pair's "is loaded - 100%" stood for seconds over a sweep, a comparison or a batch
     while nothing loaded."""
     try:
-        with in_background():
-            pair = device_thread.run(load_pair, **pair_ids(pair_name, custom_drafter, custom_target),
-                                     progress=lambda f, m: progress(f, desc=m))
+        pair = device_thread.run(_load_in_background, pair_ids(pair_name, custom_drafter, custom_target),
+                                 lambda f, m: progress(f, desc=m))
     except PairError as err:
         raise mistake(str(err), title="Model pair unavailable") from err
     if doing:
         progress(None, desc=doing)
     return pair
+
+
+def _load_in_background(ids: dict, progress) -> Pair:
+    """``load_pair`` leaving a hub download under way to run in the background (``in_background``: a flag of the
+    thread that loads, here the device thread)."""
+    with in_background():
+        return load_pair(**ids, progress=progress)
 
 
 def resident(pair_name, custom_drafter, custom_target) -> Pair:
