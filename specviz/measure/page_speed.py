@@ -19,6 +19,7 @@ The figures depend on the machine; nothing here asserts them. Linux only. Takes 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -89,8 +90,6 @@ def page_generate(http: httpx.Client, app: App, data: list) -> dict:
 
 def call_run(http: httpx.Client, app: App, data: list) -> dict:
     """One /run: wall seconds and the tokens/s it reports."""
-    import json
-
     start = time.monotonic()
     r = http.post(f"{app.url}/gradio_api/call/run", json={"data": data})
     r.raise_for_status()

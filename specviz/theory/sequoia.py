@@ -32,6 +32,17 @@ from specviz.trace import Trace
 MIN_COUNT = 20
 
 
+def count_row(counts: list[list[list[int]]], depth: int, width: int) -> list[list[int]]:
+    """Row ``depth`` (1-based) of ragged (offered, accepted) counts, grown to at least ``depth`` rows and ``width``
+    cells, as ``acceptance_by_rank`` and a teacher-forced walk (``specviz.engine.tree.calibration``) fill them."""
+    while len(counts) < depth:
+        counts.append([])
+    row = counts[depth - 1]
+    while len(row) < width:
+        row.append([0, 0])
+    return row
+
+
 def acceptance_by_rank(*traces: Trace) -> list[list[tuple[int, int]]]:
     """counts[d - 1][k - 1] = (offered, accepted): over tree rounds, the nodes of depth d - 1 the
     walk reached (the pending token is depth 0) that had at least k children, and those whose k-th
@@ -46,11 +57,7 @@ def acceptance_by_rank(*traces: Trace) -> list[list[tuple[int, int]]]:
                 kids = r.tree.children(parent)
                 if not kids:  # the path ended at a leaf: nothing offered below it
                     continue
-                while len(counts) < depth:
-                    counts.append([])
-                row = counts[depth - 1]
-                while len(row) < len(kids):
-                    row.append([0, 0])
+                row = count_row(counts, depth, len(kids))
                 for k, kid in enumerate(kids):
                     row[k][0] += 1
                     row[k][1] += r.tree.nodes[kid].verdict == "accepted"

@@ -247,9 +247,10 @@ def _greedy(trace: Trace) -> bool:
     return isinstance(sampling, dict) and sampling.get("temperature") == 0
 
 
-def _fewer_nodes(trace: Trace, r) -> str:
+def _fewer_nodes(trace: Trace, index: int) -> str:
     """Why a tree round drafted fewer nodes than its static shape holds ("" when it did not, or for a dynamic tree,
     whose node count is a budget)."""
+    r = trace.rounds[index]
     shape = trace.settings.get("tree") or {}
     most, deepest = shape.get("nodes"), shape.get("depth")
     if r.tree is None or shape.get("kind") == "dynamic" or not most or len(r.tree.nodes) >= most:
@@ -257,7 +258,6 @@ def _fewer_nodes(trace: Trace, r) -> str:
     why = [f"{len(r.tree.nodes)} of the shape's {most} nodes: a node gets only as many children as its q gives tokens any "
            "probability, and a confident drafter's q, cut further by top-k and top-p, gives fewer than the shape asks; no "
            "subtree grows under a child that was not drafted"]
-    index = next(i for i, x in enumerate(trace.rounds) if x is r)
     left = (trace.settings.get("max_new_tokens") or 0) - sum(len(x.emitted_ids) for x in trace.rounds[:index])
     if deepest and r.tree.depth < deepest and r.tree.depth == left:
         why.append(f"the tree stops at depth {r.tree.depth} of {deepest}: no deeper than the {left} tokens left to generate")
@@ -290,5 +290,5 @@ def round_html(trace: Trace, index: int) -> str:
         f'<span style="color:#555;">{drafted} · {r.accepted_count} accepted · '
         f'{emitted} token{"s" if emitted != 1 else ""} emitted · drafting {r.draft_ms:.1f} ms, target pass {r.verify_ms:.1f} ms</span></div>'
     )
-    header += _fewer_nodes(trace, r)
+    header += _fewer_nodes(trace, index)
     return f'<div class="sv-replay" style="{_BOX}">{header}{_context(trace, index)}{_features(trace, index)}{_drafts_table(r, len(trace.prompt_ids), _greedy(trace))}{_final(r, trace.stop_reason if index == len(trace.rounds) - 1 else None, _greedy(trace))}</div>'

@@ -376,11 +376,7 @@ def walk_tree(texts: list[PositionAcceptance], parents, walks: int = 1, seed: in
                         widths.append(len(offered))
                     if not offered:
                         break
-                    while len(counts) < depth:
-                        counts.append([])
-                    row = counts[depth - 1]
-                    while len(row) < len(offered):
-                        row.append([0, 0])
+                    row = sequoia.count_row(counts, depth, len(offered))
                     u, mass, chosen = rng.random(), 0.0, None
                     for k in range(len(offered)):
                         row[k][0] += 1
