@@ -60,6 +60,9 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cross-scheme", choices=["intersection", "string"], default="intersection",
                    help="cross-tokenizer: token-level intersection (exact at every sampling setting) or transformers' string-level "
                         "greedy drafts re-encoded through text")
+    p.add_argument("--drafts", choices=["sampled", "argmax"], default="sampled",
+                   help="in a sampled run, each draft drawn from the drafter's q (sampled) or its most likely token "
+                        "(argmax: q one-hot, accepted with probability p(draft); exact either way; chains only)")
     p.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram searched for")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target layers the drafter keeps (None: half of them)")
     p.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
@@ -83,7 +86,8 @@ def drafter_for(args, pair):
     """The Drafter the options ask for, on ``pair`` (ValueError when out of range)."""
     from specviz.drafters import pair_drafter
 
-    return pair_drafter(args.drafter_kind, pair, ngram_max=args.ngram_max, exit_layer=args.exit_layer, scheme=args.cross_scheme)
+    return pair_drafter(args.drafter_kind, pair, ngram_max=args.ngram_max, exit_layer=args.exit_layer, scheme=args.cross_scheme,
+                        drafts=args.drafts)
 
 
 def tree_for(args):

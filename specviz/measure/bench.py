@@ -106,7 +106,8 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
 
 
 def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str = "model", schedule: str = "constant",
-            ngram_max: int = 3, exit_layer: int | None = None, confidence: float = 0.4, tree=None, cached=True, auto=None):
+            ngram_max: int = 3, exit_layer: int | None = None, confidence: float = 0.4, tree=None, cached=True, auto=None,
+            drafts: str = "sampled"):
     """A callable(prompt_ids, seed) -> (tokens generated, trace or None) for one method; ``cached``
     the KV cache of specviz's loops (True, "static", "graphs"); ``auto`` the AutoTree of ``--tree auto``."""
     common = dict(sampling=sampling, max_new_tokens=n, eos_token_id=None)
@@ -129,7 +130,7 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=g, tree=t, seed=seed, vocab_size=pair.vocab_size, **common)
     if method in ("speculative", "speculative_untraced"):
         record = method == "speculative"
-        drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
+        drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer, drafts=drafts)
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=gamma, seed=seed, vocab_size=pair.vocab_size,
                                                       record=record, schedule=make_schedule(schedule, gamma, confidence), **common)
     hf = hf_kwargs(pair, sampling, n)
@@ -221,7 +222,7 @@ def measure_pass_costs(pair, repeats: int = 9) -> dict:
 
 def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
               repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
-              confidence=0.4, prompt_set="held-out", tree=None, cache="dynamic", pass_costs=True) -> dict:
+              confidence=0.4, prompt_set="held-out", tree=None, cache="dynamic", pass_costs=True, drafts="sampled") -> dict:
     """Run the benchmark and return the report (the dict ``--json`` prints).
 
     ``pair_name`` defaults to ``default_pair()`` (the English pair when it loads offline). ``kind``
@@ -234,7 +235,8 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     best chain (``specviz.engine.tree.auto``). ``cache`` (a key of CACHES) picks
     specviz's KV cache; "static" and "graphs" add CACHE_METHODS, and "graphs" captures every model's
     graphs before the timed runs (``capture_ms``). ``pass_costs`` adds the v(n)
-    table (``measure_pass_costs``). Progress goes to stderr.
+    table (``measure_pass_costs``). ``drafts`` the chain's draft rule ("sampled" or "argmax",
+    ``specviz.drafters.argmax``). Progress goes to stderr.
 
     Raises:
         PairError, ValueError: as load_pair, make_drafter, make_schedule, benchmark_prompts; an unknown
@@ -260,7 +262,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         print(auto.choice.sentence(), file=sys.stderr)
         tree = None
     options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence, tree=tree,
-                   cached=CACHES[cache], auto=auto)
+                   cached=CACHES[cache], auto=auto, drafts=drafts)
     methods = [*methods, "speculative_tree"] if tree is not None else list(methods)
     if auto is not None:
         from specviz.measure.tree_bench import bench_methods
@@ -365,7 +367,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
             if m in med:
                 report[m]["speedup"] = med[m] / med["autoregressive"]
     report["settings"] = {
-        "pair": pair.name, "gamma": gamma, "drafter_kind": kind, "gamma_schedule": schedule, "prompt_set": prompt_set,
+        "pair": pair.name, "gamma": gamma, "drafter_kind": kind, "drafts": drafts, "gamma_schedule": schedule, "prompt_set": prompt_set,
         "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens, "tree": tree.describe() if tree is not None else "auto" if auto is not None else None,
         "repeats": repeats, "prompts": len(prompt_ids), "device": str(pair.device), "cache": cache,
         "dtype": str(pair.target.dtype).removeprefix("torch."), "dtype_reason": pair.form.reason if pair.form else None,
@@ -438,4 +440,4 @@ def run(args) -> int:
     return run_command(args, lambda a, sampling: benchmark(
         a.pair, a.drafter, a.target, a.device, a.gamma, sampling, a.max_new_tokens, a.repeats, a.prompts, kind=a.drafter_kind,
         schedule=a.gamma_schedule, ngram_max=a.ngram_max, exit_layer=a.exit_layer, confidence=a.confidence, prompt_set=a.prompt_set,
-        tree="auto" if a.tree == "auto" else TreeSpec.from_args(a), cache=a.cache), format_report)
+        tree="auto" if a.tree == "auto" else TreeSpec.from_args(a), cache=a.cache, drafts=a.drafts), format_report)
