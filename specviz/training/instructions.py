@@ -86,8 +86,9 @@ def _items(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def build(count: int, seed: int = 0, exclude: set[str] = frozenset()) -> list[str]:
-    """``count`` distinct prompts, drawn without replacement from every template crossing (seeded).
+def build(count: int | None, seed: int = 0, exclude: set[str] = frozenset()) -> list[str]:
+    """``count`` distinct prompts, drawn without replacement from every template crossing (seeded);
+    ``count=None`` gives every prompt the templates make (7,006 less those in ``exclude``), shuffled.
 
     Raises:
         ValueError: when more prompts are asked for than the templates make.
@@ -104,6 +105,8 @@ def build(count: int, seed: int = 0, exclude: set[str] = frozenset()) -> list[st
     pool = [p[0].upper() + p[1:] for p in dict.fromkeys(pool)]
     held = {e.strip().lower() for e in exclude}
     pool = [p for p in pool if p.lower() not in held]
+    if count is None:
+        count = len(pool)
     if count > len(pool):
         raise ValueError(f"asked for {count} prompts; the templates make {len(pool)}")
     return rng.sample(pool, count)

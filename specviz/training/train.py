@@ -3,7 +3,8 @@
     python -m specviz train                      # tokenizer, target, drafter, into assets/models
     python -m specviz train --target-steps 50 --drafter-steps 20 --out /tmp/pair   # a quick smoke run
     python -m specviz train --english            # the English pair's drafter (see specviz.training.distill)
-    python -m specviz train --eagle              # the English pair's EAGLE head (see specviz.training.eagle)
+    python -m specviz train --eagle-data         # the EAGLE head's corpus, shard by shard (specviz.training.eagle_corpus)
+    python -m specviz train --eagle              # the English pair's EAGLE head, one chunk (see specviz.training.eagle)
 
 Steps, in order, all seeded:
 1. a byte-level BPE tokenizer (``tokenizers``) trained on the training split;
@@ -202,6 +203,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m specviz train") -
         from specviz.training import distill
 
         return distill.main([a for a in argv if a != "--english"])
+    if "--eagle-data" in argv:  # the EAGLE head's corpus: specviz.training.eagle_corpus
+        from specviz.training import eagle_corpus
+
+        return eagle_corpus.main([a for a in argv if a != "--eagle-data"])
     if "--eagle" in argv:  # the English pair's EAGLE head: specviz.training.eagle
         from specviz.training import eagle as eagle_train
 
