@@ -175,3 +175,21 @@ def restore(index: dict, tensors: dict[str, torch.Tensor], params: dict[str, tor
     cuda = sorted(k for k in tensors if k.startswith("rng.cuda."))
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all([tensors[k] for k in cuda])
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m specviz.training.eagle_checkpoint [DIR]``: load a checkpoint (safetensors only) and summarise it."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    folder = Path(argv[0]) if argv else CHECKPOINT_DIR
+    index, tensors = load(folder)
+    weights = sum(t.numel() for k, t in tensors.items() if k.startswith("param."))
+    moments = sum(1 for k in tensors if k.startswith("exp_avg."))
+    print(json.dumps({"folder": str(folder), "step": index["step"], "chunk": index["chunk"], "parameters": weights,
+                      "weights_with_moments": moments, "moments_dtype": index["moments_dtype"], "bytes": index["bytes"],
+                      "parts": index["parts"], "data": index["data"], "started_from": index["started_from"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -25,7 +25,7 @@ or at ``max_new_tokens``. Rebuilding a shard with the same target, device, dtype
 code), holding ``ids`` (N,) uint16 (int32 for a vocabulary over 65,536): every sequence's prompt and answer ids, one
 after another; ``lengths`` (S,) int32, each sequence's length; ``prompt_lengths`` (S,) int32, each prompt's length
 (its chat template included); ``prompt_index`` (S,) int32, each prompt's place in the plan; and ``meta``, a JSON
-string (index, setting, seed, gen_batch, device, dtype, seconds, library versions). About 0.24 MB per 1,000
+string (index, setting, seed, gen_batch, device, dtype, seconds, library versions). About 0.27 MB per 1,000
 answers of the English pair. ``load_shard`` checks every field against the plan before the trainer sees it.
 
 One command adds the next missing shards until its time budget is spent (``add_shards``); a shard is written whole
@@ -130,7 +130,9 @@ class Plan:
     def save(self, folder: Path) -> None:
         """Write ``corpus.json`` into ``folder`` (created)."""
         folder.mkdir(parents=True, exist_ok=True)
-        _atomic_write(folder / PLAN, (json.dumps(asdict(self), indent=1) + "\n").encode())
+        raw = asdict(self)
+        raw = {**{k: v for k, v in raw.items() if k != "prompts"}, "prompts": raw["prompts"]}  # the settings first
+        _atomic_write(folder / PLAN, (json.dumps(raw, indent=1) + "\n").encode())
 
     @property
     def slices(self) -> int:
