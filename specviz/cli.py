@@ -49,7 +49,7 @@ def _add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int, sampling
     p.add_argument("--seed", type=int, default=0, help="seeds every draw, so a run repeats exactly")
 
 
-def _add_drafter_args(p: argparse.ArgumentParser) -> None:
+def _add_drafter_args(p: argparse.ArgumentParser, bench: bool = False) -> None:
     from specviz.drafters import KINDS
     from specviz.engine.schedules import SCHEDULES
 
@@ -60,9 +60,10 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cross-scheme", choices=["intersection", "string"], default="intersection",
                    help="cross-tokenizer: token-level intersection (exact at every sampling setting) or transformers' string-level "
                         "greedy drafts re-encoded through text")
-    p.add_argument("--drafts", choices=["sampled", "argmax"], default="sampled",
+    p.add_argument("--drafts", choices=["sampled", "argmax", "compare"] if bench else ["sampled", "argmax"], default="sampled",
                    help="in a sampled run, each draft drawn from the drafter's q (sampled) or its most likely token "
-                        "(argmax: q one-hot, accepted with probability p(draft); exact either way; chains only)")
+                        "(argmax: q one-hot, accepted with probability p(draft); exact either way; chains only)"
+                        + ("; compare: both in one bench run" if bench else ""))
     p.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram searched for")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target layers the drafter keeps (None: half of them)")
     p.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
@@ -162,16 +163,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     from specviz.engine.sampling import Sampling
 
     _add_sampling_args(bench, 128, Sampling(temperature=0.0))
-    _add_drafter_args(bench)
+    _add_drafter_args(bench, bench=True)
     bench.add_argument("--repeats", type=int, default=3, help="timed repeats per prompt and method")
     bench.add_argument("--prompts", type=int, default=8, help="prompts of the --prompt-set to use (the first ones)")
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--prompt-set", choices=["held-out", "grounded", "english"], default="held-out",
                        help="held-out: the pair's prompts kept out of training (the English chat prompts for the English pair); "
                             "grounded: code written so its continuation repeats the prompt (not held out); english: the English chat prompts")
-    bench.add_argument("--cache", choices=["dynamic", "static", "graphs"], default="dynamic",
-                       help="specviz's KV cache: dynamic (transformers' DynamicCache), static (preallocated, rollback by index), "
-                            "graphs (CUDA graphs over the static cache, captured before the timed runs; CUDA only)")
+    bench.add_argument("--cache", choices=["auto", "dynamic", "static", "graphs"], default="auto",
+                       help="specviz's KV cache: auto (what the page runs: graphs on CUDA, else dynamic), dynamic (transformers' "
+                            "DynamicCache), static (preallocated, rollback by index), graphs (CUDA graphs over the static cache, "
+                            "captured before the timed runs; CUDA only)")
     bench.add_argument("--batch-sizes", default=None,
                        help="comma-separated batch sizes, e.g. 1,2,4,8: measure batched speculative and autoregressive decoding "
                             "against transformers' batched generate instead")

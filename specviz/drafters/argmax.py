@@ -71,6 +71,13 @@ class ArgmaxDrafts(Drafter):
     def observe_target(self, start: int, hidden: torch.Tensor) -> None:
         self.inner.observe_target(start, hidden)
 
+    def release(self) -> None:
+        self.inner.release()
+
+    @property
+    def engine_note(self) -> str:
+        return self.inner.engine_note
+
     def propose_tree(self, request, spec, depth):
         raise TypeError("argmax drafts are offered for chains; a token tree's children are judged by the tree's own rule")
 

@@ -69,6 +69,14 @@ class ModelDrafter(Drafter):
     def rollback(self, length: int) -> None:
         self.runner.rollback(length)
 
+    def release(self) -> None:
+        if self.runner is not None:
+            self.runner.release()
+
+    @property
+    def engine_note(self) -> str:
+        return self.runner.note if self.runner is not None else ""
+
     # ---- token trees: one masked pass per level --------------------------------------------
 
     def propose_tree(self, request: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:

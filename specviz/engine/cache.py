@@ -160,6 +160,11 @@ class StaticRunner:
         self.kv: StaticKV | None = None
         self.seen = 0  # tokens whose keys and values are in the cache
         self.passes = 0
+        self.engine = "static"
+        self.note = ""
+
+    def release(self) -> None:
+        """The run is over (nothing to give back: the cache is this runner's own)."""
 
     @property
     def cache(self) -> Cache | None:

@@ -25,7 +25,7 @@ from specviz.engine.schedules import GammaSchedule, make_schedule
 from specviz.engine.stopping import finish
 from specviz.trace import MAX_GAMMA, Round, Trace
 from specviz.engine.rounds import (  # noqa: F401  (TOP_TOKENS re-exported)
-    TOP_TOKENS, Clock, Transfer, judge_chain, settle, extend_trace, round_record, set_up, start_sequence,
+    TOP_TOKENS, Clock, engine_settings, held, Transfer, judge_chain, settle, extend_trace, round_record, set_up, start_sequence,
 )
 
 
@@ -41,7 +41,7 @@ def speculative_stream(
     tokenizer=None,
     vocab_size: int | None = None,
     record: bool = True,
-    cached: bool = True,
+    cached: bool | str = "auto",
     schedule: str | GammaSchedule = "constant",
     tree=None,
     steps: rejection.Steps = rejection.EXACT,
@@ -65,7 +65,10 @@ def speculative_stream(
         vocab_size: logits columns kept (default: the tokenizer's size, else the smaller config vocab).
         record: build the per-round record; False keeps only output ids and totals (for measuring
             the cost of the trace).
-        cached: use KV caches (True) or re-feed the whole sequence each pass (the test reference).
+        cached: "auto" (CUDA graphs over the static cache on a GPU, transformers' dynamic cache elsewhere:
+            ``specviz.engine.runner.make_runner``), True (the dynamic cache), "static", "graphs", or False
+            (re-feed the whole sequence each pass: the test reference). The trace's settings record the
+            engine used ("engine", and "engine_note": graphs captured by this run, or why not graphs on a GPU).
         schedule: a ``specviz.engine.schedules`` name ("constant", "heuristic", "confidence", "optimal")
             or a GammaSchedule. "optimal" reads the run's timings, so its tokens for one seed can
             differ between runs (each run is still distributed as the target's).
@@ -99,70 +102,72 @@ def speculative_stream(
     # An EAGLE drafter reads the target's features at the positions each target pass scores.
     reads_features = drafter.reads_target_features
     target_runner = make_runner(target, vocab, cached, keep_features=reads_features)
-    clock = Clock(device)
-    top_k = min(TOP_TOKENS, vocab)
+    with held(target_runner, drafter):  # given back when the run ends, however it ends
+        clock = Clock(device)
+        top_k = min(TOP_TOKENS, vocab)
 
-    with torch.inference_mode():
-        # The last prompt token stays pending: the first round feeds it to the target.
-        drafter.start(seq, n_prompt - 1, vocab, cached)
-        target_runner.prefill(seq, n_prompt - 1)
-        if reads_features and target_runner.features is not None:
-            drafter.observe_target(*target_runner.features)
-        trace.prefill_ms = clock.since_start()
-
-    n = n_prompt  # settled sequence length
-    while True:
-        # Inference mode is thread-local: it is entered per round and left before each yield,
-        # because the consumer may resume this generator on another thread.
         with torch.inference_mode():
-            remaining = n_prompt + max_new_tokens - n
-            allowed = min(schedule.next_gamma(), remaining)
-            t0 = clock.mark()  # CUDA events on a GPU: no synchronisation per phase
-
-            # 1. Draft: up to `allowed` tokens into seq[n:], each with the q it was drawn from.
-            proposal = drafter.propose(DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting, steps))
-            g, q_all = proposal.count, proposal.q  # q_all: (g, V)
-            t1 = clock.mark()
-
-            # 2. Verify: one target pass over the pending token and the g drafts; row i scores the
-            # position after n + i tokens, so its context holds the drafts before it.
-            ctx = contexts(seq, range(n, n + g + 1), vocab) if sampling.needs_context else None
-            p_all = steps.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers, ctx)  # (g+1, V)
-            if reads_features:
+            # The last prompt token stays pending: the first round feeds it to the target.
+            drafter.start(seq, n_prompt - 1, vocab, cached)
+            target_runner.prefill(seq, n_prompt - 1)
+            if reads_features and target_runner.features is not None:
                 drafter.observe_target(*target_runner.features)
-            drafts = seq[n : n + g]
+            trace.prefill_ms = clock.since_start()
+        trace.settings.update(engine_settings(target_runner, drafter))
 
-            # 3-4. Accept, and the final token (correction or bonus).
-            transfer = Transfer()
-            judge_chain(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0, steps)
-            host = transfer.fetch()
-            t2 = clock.mark()
-            draft_ms, verify_ms = clock.ms(t0, t1), clock.ms(t1, t2)
+        n = n_prompt  # settled sequence length
+        while True:
+            # Inference mode is thread-local: it is entered per round and left before each yield,
+            # because the consumer may resume this generator on another thread.
+            with torch.inference_mode():
+                remaining = n_prompt + max_new_tokens - n
+                allowed = min(schedule.next_gamma(), remaining)
+                t0 = clock.mark()  # CUDA events on a GPU: no synchronisation per phase
 
-            draft_ids, n_acc, final, kind, emitted, keeps_final = settle(host, eos, remaining)
+                # 1. Draft: up to `allowed` tokens into seq[n:], each with the q it was drawn from.
+                proposal = drafter.propose(DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting, steps))
+                g, q_all = proposal.count, proposal.q  # q_all: (g, V)
+                t1 = clock.mark()
 
-            # 5. Roll back: the sequence stands after the emitted tokens; both sides keep all but
-            # the newest token, which is fed next round.
-            seq[n + n_acc] = final  # after the accepted drafts; ignored if not kept
-            n += len(emitted)
-            history.extend(emitted)
-            target_runner.rollback(n - 1)
-            drafter.rollback(n - 1)
-            schedule.observe(g, n_acc, min(g, n_acc + 1), draft_ms, verify_ms)
+                # 2. Verify: one target pass over the pending token and the g drafts; row i scores the
+                # position after n + i tokens, so its context holds the drafts before it.
+                ctx = contexts(seq, range(n, n + g + 1), vocab) if sampling.needs_context else None
+                p_all = steps.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers, ctx)  # (g+1, V)
+                if reads_features:
+                    drafter.observe_target(*target_runner.features)
+                drafts = seq[n : n + g]
 
-            # 6. Record.
-            if record:
-                trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
-                                           decode, top_k, allowed, draft_ms, verify_ms, clock.since_start(),
-                                           features_from=proposal.features_from,
-                                           own_tokens=proposal.own_tokens, shared_mass=proposal.shared_mass))
-            extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
-        if trace.stop_reason:
+                # 3-4. Accept, and the final token (correction or bonus).
+                transfer = Transfer()
+                judge_chain(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0, steps)
+                host = transfer.fetch()
+                t2 = clock.mark()
+                draft_ms, verify_ms = clock.ms(t0, t1), clock.ms(t1, t2)
+
+                draft_ids, n_acc, final, kind, emitted, keeps_final = settle(host, eos, remaining)
+
+                # 5. Roll back: the sequence stands after the emitted tokens; both sides keep all but
+                # the newest token, which is fed next round.
+                seq[n + n_acc] = final  # after the accepted drafts; ignored if not kept
+                n += len(emitted)
+                history.extend(emitted)
+                target_runner.rollback(n - 1)
+                drafter.rollback(n - 1)
+                schedule.observe(g, n_acc, min(g, n_acc + 1), draft_ms, verify_ms)
+
+                # 6. Record.
+                if record:
+                    trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
+                                               decode, top_k, allowed, draft_ms, verify_ms, clock.since_start(),
+                                               features_from=proposal.features_from,
+                                               own_tokens=proposal.own_tokens, shared_mass=proposal.shared_mass))
+                extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
+            if trace.stop_reason:
+                yield trace
+                return
+            suspended = clock.suspend()
             yield trace
-            return
-        suspended = clock.suspend()
-        yield trace
-        clock.resume(suspended)
+            clock.resume(suspended)
 
 
 def autoregressive_stream(
@@ -175,7 +180,7 @@ def autoregressive_stream(
     tokenizer=None,
     vocab_size: int | None = None,
     record: bool = True,
-    cached: bool = True,
+    cached: bool | str = "auto",
 ) -> Iterator[Trace]:
     """The baseline: one target pass per token, sampled from the same processed p.
 
@@ -187,35 +192,37 @@ def autoregressive_stream(
     trace, seq, _, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens, mode="autoregressive")
     n_prompt = len(input_ids)
     runner = make_runner(target, vocab, cached)
-    clock = Clock(device)
-    with torch.inference_mode():
-        runner.prefill(seq, n_prompt - 1)
-        trace.prefill_ms = clock.since_start()
-    for n in range(n_prompt, n_prompt + max_new_tokens):
-        with torch.inference_mode():  # per step, not across a yield (thread-local)
-            t0 = clock.mark()
-            p = sampling.probs(runner.logits(seq, n, 1), warpers, contexts(seq, [n], vocab) if sampling.needs_context else None)
-            token = rejection.sample_rows(p, sampling.greedy, gen)
-            seq[n] = token[0]
-            token_id, prob, finite = torch.cat([token.double(), p[0, token].double(), torch.isfinite(p).all().double()[None]]).tolist()
-            if not finite:
-                raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
-            token_id = int(token_id)
-            t1 = clock.mark()
-            if record:
-                trace.rounds.append(
-                    Round(
-                        drafts=[], emitted_ids=[token_id], final_token_id=token_id, final_text=decode([token_id])[0],
-                        final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=clock.ms(t0, t1), end_ms=clock.since_start(),
+    with held(runner):  # given back when the run ends, however it ends
+        clock = Clock(device)
+        with torch.inference_mode():
+            runner.prefill(seq, n_prompt - 1)
+            trace.prefill_ms = clock.since_start()
+        trace.settings.update(engine_settings(runner))
+        for n in range(n_prompt, n_prompt + max_new_tokens):
+            with torch.inference_mode():  # per step, not across a yield (thread-local)
+                t0 = clock.mark()
+                p = sampling.probs(runner.logits(seq, n, 1), warpers, contexts(seq, [n], vocab) if sampling.needs_context else None)
+                token = rejection.sample_rows(p, sampling.greedy, gen)
+                seq[n] = token[0]
+                token_id, prob, finite = torch.cat([token.double(), p[0, token].double(), torch.isfinite(p).all().double()[None]]).tolist()
+                if not finite:
+                    raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
+                token_id = int(token_id)
+                t1 = clock.mark()
+                if record:
+                    trace.rounds.append(
+                        Round(
+                            drafts=[], emitted_ids=[token_id], final_token_id=token_id, final_text=decode([token_id])[0],
+                            final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=clock.ms(t0, t1), end_ms=clock.since_start(),
+                        )
                     )
-                )
-            extend_trace(trace, [token_id], eos, max_new_tokens, clock, tokenizer)
-        if trace.stop_reason:
+                extend_trace(trace, [token_id], eos, max_new_tokens, clock, tokenizer)
+            if trace.stop_reason:
+                yield trace
+                return
+            suspended = clock.suspend()
             yield trace
-            return
-        suspended = clock.suspend()
-        yield trace
-        clock.resume(suspended)
+            clock.resume(suspended)
 
 
 def speculative_generate(input_ids, drafter, target, gamma: int = 4, sampling: Sampling = Sampling(), **kwargs) -> Trace:

@@ -165,6 +165,16 @@ class Drafter(ABC):
     def rollback(self, length: int) -> None:
         """The sequence stands to ``length`` tokens; forget anything after it (a KV cache, say)."""
 
+    def release(self) -> None:
+        """The run is over: give back what ``start`` took that another run may need (a model's captured
+        graphs, ``specviz.engine.graphs.hold``). Default: nothing."""
+
+    @property
+    def engine_note(self) -> str:
+        """What the run should say of this drafter's passes (its graphs captured now, or why not graphs on a
+        GPU), else ""."""
+        return ""
+
     def observe_target(self, start: int, hidden: torch.Tensor) -> None:
         """The target's features f_t for positions start .. start + k - 1, ``hidden`` (k, H); asked
         only of a drafter that sets ``reads_target_features``."""

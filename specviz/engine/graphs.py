@@ -18,19 +18,28 @@ a hand-captured graph replays from any thread. The logits of a replay live in th
 buffer, so they are cloned before the next replay can overwrite them.
 
 One ``GraphedRunner`` per model and device holds the graphs and the cache (``graphed``), captured
-once, before any timed run, with the capture time kept (``capture_ms``). A run takes the runner
-(``acquire`` resets its index to 0): two runs on one model at the same time would share one cache,
-so graphed runs must take turns (the page runs one GPU job at a time).
+once per process (on ZeroGPU, once per worker process, which keeps them while it lives), with the
+capture time kept (``capture_ms``). A run takes the runner (``acquire`` resets its index to 0): two
+runs on one model at the same time would share one cache, so graphed runs take turns. The loops'
+default ("auto", ``specviz.engine.runner.make_runner``) asks ``hold``: the runner if no other run holds
+it, else None and why, and that run takes the dynamic cache instead (the page interleaves its
+visitors' runs step by step on one device thread, so waiting for the holder there would never end);
+``release`` gives it back when the run ends. A capture that fails is remembered, and the model's runs
+take the dynamic cache, saying so.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+import weakref
 
 import torch
 
 from specviz.engine.cache import StaticKV, StaticRunner
 from specviz.engine.vocab import widen
+
+log = logging.getLogger(__name__)
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 MAX_CAPACITY = 4096  # positions held by a graphed model's cache, whatever its context
@@ -54,13 +63,16 @@ class GraphedRunner(StaticRunner):
     """
 
     def __init__(self, model, vocab_size: int, buckets: tuple[int, ...] = BUCKETS):
-        if model.device.type != "cuda":
+        if not supported(model):
             raise ValueError(f"CUDA graphs need a model on a CUDA device, not {model.device}")
         super().__init__(model, vocab_size, _capacity(model))
         self.buckets = tuple(sorted(buckets))
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
         self.capture_ms: float | None = None
         self.replays = 0
+        self.engine = "graphs"
+        self.note = ""
+        self.held = False  # a run holds it (``hold``) until ``release``
 
     def _kv(self, seq: torch.Tensor) -> StaticKV:
         if self.kv is None:
@@ -142,8 +154,59 @@ class GraphedRunner(StaticRunner):
             self.kv.set_length(0)
         return self
 
+    def release(self) -> None:
+        """The run that held this runner is over: the next run may take it."""
+        self.held = False
+
 
 _RUNNERS: dict[tuple[int, str, str], GraphedRunner] = {}
+_SPARES: dict[tuple[int, str, str], list[GraphedRunner]] = {}  # runners captured beside the first, for runs at once
+_FAILED: dict[tuple[int, str, str], tuple[weakref.ref, str]] = {}  # captures that failed, and why: not tried again
+HELD_PER_MODEL = 2  # runners (caches and graphs) per model and role: a Generate's two runs at once
+
+
+def supported(model) -> bool:
+    """Whether ``model``'s device replays CUDA graphs (a CUDA device)."""
+    param = next(model.parameters(), None)
+    return param is not None and param.device.type == "cuda"
+
+
+def hold(model, vocab_size: int, role: str = "target") -> tuple[GraphedRunner | None, str]:
+    """A graphed runner of the model for ``role`` that no run holds, acquired and held for one run
+    (``GraphedRunner.release`` gives it back), its ``note`` saying "CUDA graphs captured in X s" when this call
+    captured them. Up to ``HELD_PER_MODEL`` runners per model and role are captured, each with its own cache:
+    the page's Generate runs the speculative run and its baseline in turns on one target. (None, why) when
+    every one is held, or when a capture failed (then logged once and not tried again).
+    """
+    key = (id(model), str(model.device), role)
+    failed = _FAILED.get(key)
+    if failed is not None and failed[0]() is model:
+        return None, failed[1]
+    primary = _RUNNERS.get(key)
+    pool = [primary, *_SPARES.get(key, [])] if primary is not None and primary.model is model and primary.vocab_size == vocab_size else []
+    runner = next((r for r in pool if not r.held), None)
+    fresh = runner is None
+    if fresh and len(pool) >= HELD_PER_MODEL:
+        return None, f"eager passes over the dynamic cache: other runs hold this model's {len(pool)} captured caches"
+    if fresh:
+        try:
+            if not pool:
+                _SPARES.pop(key, None)
+                runner = graphed(model, vocab_size, role=role)
+            else:
+                runner = GraphedRunner(model, vocab_size, primary.buckets)
+                runner.capture()
+                _SPARES.setdefault(key, []).append(runner)
+        except (RuntimeError, ValueError) as err:  # a model or device whose passes cannot be captured
+            why = f"eager passes over the dynamic cache: capturing CUDA graphs failed ({type(err).__name__}: {err})"
+            if not pool:  # the model's first capture: its runs take the dynamic cache from now on
+                _FAILED[key] = (weakref.ref(model), why)
+            log.warning("%s (%s)", why, role)
+            return None, why
+    runner.acquire()
+    runner.held = True
+    runner.note = f"CUDA graphs captured in {runner.capture_ms / 1000:.1f} s" if fresh else ""
+    return runner, runner.note
 
 
 def graphed(model, vocab_size: int, buckets: tuple[int, ...] = BUCKETS, role: str = "target") -> GraphedRunner:

@@ -12,6 +12,7 @@ them reaches all three.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import time
@@ -245,6 +246,27 @@ def start_sequence(run: RunSetup, input_ids, sampling: Sampling, seed: int, max_
     seq = torch.zeros(len(history) + room, dtype=torch.long, device=run.device)
     seq[: len(history)] = torch.as_tensor(history, dtype=torch.long, device=run.device)
     return SequenceStart(new_trace(mode, history, tokenizer, recorded), seq, history, gen)
+
+
+@contextlib.contextmanager
+def held(runner, drafter: Drafter | None = None):
+    """While a run lasts: on leaving (the run's end, an error, or its generator closed) the target's runner and the
+    drafter give back what they hold (``release``: a graphed runner's one cache serves one run at a time)."""
+    try:
+        yield
+    finally:
+        runner.release()
+        if drafter is not None:
+            drafter.release()
+
+
+def engine_settings(runner, drafter: Drafter | None = None) -> dict:
+    """What the trace records of the passes' engine: the target runner's ``engine`` ("graphs", "static",
+    "dynamic" or "re-fed") and, where there is one, a note ("CUDA graphs captured in 1.6 s", or why not graphs
+    on a GPU), the drafter's after the target's."""
+    notes = [runner.note, *([f"drafter: {drafter.engine_note}"] if drafter is not None and drafter.engine_note else [])]
+    notes = [n for n in notes if n]
+    return {"engine": runner.engine, **({"engine_note": "; ".join(notes)} if notes else {})}
 
 
 class Transfer:

@@ -15,11 +15,18 @@ call and nothing is kept, so a cache bug cannot hide in both paths at once.
 
 ``make_runner`` picks a runner by the loops' ``cached`` argument: this module's, the static cache's
 (``specviz.engine.cache``, "static") or CUDA graphs over it (``specviz.engine.graphs``, "graphs").
+"auto", the loops' default, is CUDA graphs over the static cache on a CUDA device and this module's
+dynamic cache elsewhere (``choose_cache``: on a CPU a pass is bound by its arithmetic, not by launches,
+and the dynamic cache measured no slower there). Every runner names what it is (``engine``), says
+why where "auto" chose otherwise than graphs on a GPU or captured graphs for this run (``note``), and is
+given back when its run ends (``release``: a graphed runner's one cache serves one run at a time).
 """
 
 from __future__ import annotations
 
 import torch
+from typing import NamedTuple
+
 from transformers import DynamicCache
 
 from specviz.engine.vocab import widen  # noqa: F401  (re-exported: the batch runner and the tree read it here too)
@@ -35,8 +42,10 @@ class ModelRunner:
         cached: keep a KV cache (True) or re-feed the whole sequence each call (False).
     """
 
-    def __init__(self, model, vocab_size: int, cached: bool = True, keep_features: bool = False):
+    def __init__(self, model, vocab_size: int, cached: bool = True, keep_features: bool = False, note: str = ""):
         self.model = model
+        self.engine = "dynamic" if cached else "re-fed"
+        self.note = note
         self.keep_features = keep_features
         # (first position, (k, H) last hidden states of the positions fed by the latest pass),
         # kept when ``keep_features`` (an EAGLE drafter reads them)
@@ -83,21 +92,62 @@ class ModelRunner:
             self.cache.crop(length - self.seen)
             self.seen = length
 
+    def release(self) -> None:
+        """The run is over (nothing to give back: the cache is this runner's own)."""
 
-CACHES = (True, False, "static", "graphs")
+
+CACHES = (True, False, "static", "graphs", "auto")
 
 
-def make_runner(model, vocab_size: int, cached: bool | str = True, capacity: int | None = None, role: str = "target",
+class CacheChoice(NamedTuple):
+    """What "auto" runs a model's passes over: ``cached`` as ``make_runner`` takes it, and why not graphs on a GPU."""
+
+    cached: bool | str
+    reason: str
+
+
+def choose_cache(model, keep_features: bool = False) -> CacheChoice:
+    """"auto" for ``model``: "graphs" on a device that replays CUDA graphs (``specviz.engine.graphs.supported``),
+    unless the run reads the target's features (EAGLE: the dynamic cache keeps them) or the model's layers mix
+    sliding and full attention (one static mask cannot serve them); True (the dynamic cache) otherwise, with
+    the reason where the device could have replayed graphs (none on a CPU, where the dynamic cache is the form)."""
+    from specviz.engine import graphs
+    from specviz.engine.cache import _window
+
+    if not graphs.supported(model):
+        return CacheChoice(True, "")
+    if keep_features:
+        return CacheChoice(True, "eager passes over the dynamic cache: the EAGLE drafter reads the target's features there")
+    try:
+        _window(model.config)
+    except ValueError as err:
+        return CacheChoice(True, f"eager passes over the dynamic cache: {err}")
+    return CacheChoice("graphs", "")
+
+
+def make_runner(model, vocab_size: int, cached: bool | str = "auto", capacity: int | None = None, role: str = "target",
                 keep_features: bool = False):
     """The runner for ``cached``: True a ``DynamicCache`` (``ModelRunner``), False the re-fed reference,
     "static" a ``StaticRunner`` over a preallocated cache, "graphs" the model's ``specviz.engine.graphs.GraphedRunner``
-    (CUDA graphs over a static cache, captured on first use; one per ``role``, "target" or "drafter").
-    ``keep_features`` keeps each pass's last hidden states (an EAGLE drafter reads them).
+    (CUDA graphs over a static cache, captured on first use; one per ``role``, "target" or "drafter"), "auto"
+    what ``choose_cache`` picks: the graphed runner where it is free (``specviz.engine.graphs.hold``), else the
+    dynamic cache with its reason in ``note``. ``keep_features`` keeps each pass's last hidden states (an EAGLE
+    drafter reads them). Call the runner's ``release`` when the run ends.
 
     Raises:
         ValueError: any other ``cached``; "graphs" for a model not on CUDA; ``keep_features`` with a
             static cache or graphs (the EAGLE drafter reads features from the dynamic and re-fed paths).
     """
+    if cached == "auto":
+        choice = choose_cache(model, keep_features)
+        if choice.cached == "graphs":
+            from specviz.engine.graphs import hold
+
+            runner, note = hold(model, vocab_size, role)
+            if runner is not None:
+                return runner
+            return ModelRunner(model, vocab_size, True, keep_features=keep_features, note=note)
+        return ModelRunner(model, vocab_size, True, keep_features=keep_features, note=choice.reason)
     if keep_features and cached not in (True, False):
         raise ValueError("the EAGLE drafter reads the target's features over the dynamic cache: run it with cached=True")
     if cached == "graphs":

@@ -22,6 +22,10 @@ FORWARD_LAUNCH_S = 0.023
 FORWARD_PER_BILLION_S = 0.004
 # Attaching the GPU, the prompt's prefill and the first kernels' compilation.
 OVERHEAD_S = 5.0
+# A worker's first run captures its CUDA graphs inside the call (``specviz.engine.graphs``: once per worker
+# process, kept while it lives): a Generate captures the target twice (its run and its baseline's) and the
+# drafter once; measured 3.4 s for a target and its drafter on an H100 (the English pair), so about 6 s.
+GRAPH_CAPTURE_S = 6.0
 # A custom pair's size is unknown until it is loaded: assume a large one.
 UNKNOWN_PARAMS = (1_000_000_000, 8_000_000_000)
 
@@ -61,7 +65,7 @@ def estimate_seconds(pair_name: str | None, max_new_tokens: int, gammas: int | I
     n = max(1, int(max_new_tokens))
     gammas = [gammas] if isinstance(gammas, int) else list(gammas)
     speculative = sum(n * (max(1, int(g)) * td + tt) for g in gammas)
-    return OVERHEAD_S + speculative + max(0, baseline_runs) * n * tt
+    return OVERHEAD_S + GRAPH_CAPTURE_S + speculative + max(0, baseline_runs) * n * tt
 
 
 def generate_duration(pair_name=None, prompt=None, gamma=4, temperature=None, top_k=None, top_p=None,

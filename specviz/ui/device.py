@@ -136,7 +136,23 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
         done += f" Target: {markdown_literal(pair.target_source)}."
     if getattr(pair, "form", None) is not None:  # the dtype both models ran in on this machine, and why
         done += f" Form: {markdown_literal(pair.form.reason)}."
+    if (engine := engine_sentence(spec, baseline)):
+        done += f" {markdown_literal(engine)}"
     yield "done", spec, baseline, name, done, auto
+
+
+def engine_sentence(spec, baseline) -> str:
+    """What ran the passes, where it is worth saying (a GPU): "Passes: CUDA graphs over a static cache, both runs"
+    with the capture time once, or why a run took the dynamic cache; "" on a CPU, where the dynamic cache is the form."""
+    runs = [("speculative", spec), ("baseline", baseline)]
+    engines = {name: t.settings.get("engine") for name, t in runs if t is not None}
+    notes = [f"{name}: {t.settings['engine_note']}" for name, t in runs if t is not None and t.settings.get("engine_note")]
+    if "graphs" not in engines.values() and not notes:
+        return ""
+    same = len(set(engines.values())) == 1
+    head = ("Passes: CUDA graphs over a static cache, both runs" if same and "graphs" in engines.values()
+            else "Passes: " + ", ".join(f"{name} {engine}" for name, engine in engines.items()))
+    return head + (f" ({'; '.join(notes)})" if notes else "") + "."
 
 
 def sweep_seconds(req: RunRequest, stop: StopCheck | None = None) -> int:

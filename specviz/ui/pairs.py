@@ -129,8 +129,8 @@ def warm_up_wanted() -> bool:
 def warm_up(names: list[str] | None = None, max_new_tokens: int = WARM_UP_TOKENS) -> dict[str, float | PairError]:
     """Make the page's pairs ready before the first visitor (module docstring): load each (``specviz.pair.preload``),
     then run one Generate of ``max_new_tokens`` tokens with the page's default controls and the pair's own example
-    prompt as the page's device half runs it, on a pair that runs on the CPU. Does nothing when ``warm_up_wanted()`` is
-    False, except on ZeroGPU, where the pairs are loaded (not run) either way.
+    prompt as the page's device half runs it (on a GPU it captures the pair's CUDA graphs, before serving). Does
+    nothing when ``warm_up_wanted()`` is False, except on ZeroGPU, where the pairs are loaded (not run) either way.
 
     Args:
         names: preset names (default: ``SPECVIZ_PRELOAD``'s, else the page's default pair).
@@ -157,7 +157,9 @@ def _warm_up(names: list[str] | None, max_new_tokens: int) -> dict[str, float | 
             done[name] = result
             continue
         ran = ""
-        if result.device.type == "cpu" and warm_up_wanted():
+        # Not on ZeroGPU, where the main process has no GPU to run on; on a GPU of its own the run captures the
+        # pair's CUDA graphs before the first visitor (``specviz.engine.graphs``).
+        if not on_zerogpu() and warm_up_wanted():
             try:
                 _first_generate(result, max_new_tokens)
                 ran = f" and ran a {max_new_tokens}-token Generate"

@@ -147,7 +147,7 @@ def decide(cal: Calibration, max_nodes: int = 64, max_depth: int = 8, device: st
 
 
 def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, key=None, max_new_tokens: int = 64,
-              max_nodes: int = 64, max_depth: int = 8, seed: int = 0, cached=True, stop: StopCheck | None = None) -> AutoTree:
+              max_nodes: int = 64, max_depth: int = 8, seed: int = 0, cached="auto", stop: StopCheck | None = None) -> AutoTree:
     """Calibrate (or reuse this process's calibration for the same ``key``, drafter and sampling) and choose.
 
     ``key``: what names the pair and device (e.g. (pair name, device)); None: never cached. ``stop``: the
@@ -270,7 +270,7 @@ def _store(key: str, entry: dict, drop: str | None = None) -> None:
         pass  # a read-only home: calibrate again in the next process
 
 
-def auto_for_pair(pair, drafter, sampling: Sampling, max_new_tokens: int = 64, max_nodes: int = 64, cached=True,
+def auto_for_pair(pair, drafter, sampling: Sampling, max_new_tokens: int = 64, max_nodes: int = 64, cached="auto",
                   stop: StopCheck | None = None) -> AutoTree:
     """``auto_tree`` for a loaded pair, calibrated on the last held-out prompts (never a visitor's
     or a user's own prompt), cached per (pair, device, drafter, sampling); ``stop`` as ``calibrate``'s."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz import theory as chain_theory
+from specviz.engine.rounds import held
 from specviz.engine.runner import make_runner
 from specviz.engine.sampling import Sampling, contexts
 from specviz.engine.stopping import StopCheck, Stopped, asked, finish
@@ -209,7 +210,7 @@ def _overhead(chains, trees, step_ms: float, curve: dict[int, float]) -> dict[fl
 
 
 def calibrate_by_runs(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-                      max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2,
+                      max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
                       stop: StopCheck | None = None) -> Calibration:
     """Measure every input of the choice on ``prompts`` from short runs, then refine it: the calibration of
     a drafter teacher forcing cannot read in one pass (prompt lookup, EAGLE, a drafter with its own tokenizer).
@@ -453,7 +454,7 @@ def _forced_model(drafter):
 
 
 def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2,
+              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
               stop: StopCheck | None = None, partial: dict | None = None, keep=None) -> Calibration:
     """Every input of the choice, teacher-forced where the drafter is a model (``calibrate_forced``), from
     short runs otherwise (``calibrate_by_runs``). Arguments and errors as theirs."""
@@ -465,7 +466,7 @@ def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, voc
 
 
 def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-                     max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached=True, refine: int = 2,
+                     max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
                      stop: StopCheck | None = None, partial: dict | None = None, keep=None) -> Calibration:
     """The choice's inputs from teacher-forced passes over the target's own text, and a few timed passes.
 
@@ -625,7 +626,7 @@ def _sync(device: torch.device) -> None:
 
 
 def pass_ms(model, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
-            cached: bool | str = True, stop: StopCheck | None = None) -> dict[int, float]:
+            cached: bool | str = "auto", stop: StopCheck | None = None) -> dict[int, float]:
     """{n: ms} of ``model``'s fastest masked pass over the pending token and n nodes after ``prompt_ids``,
     for 0 (a one-token cached step) and each n in ``nodes``, timed in turns as ``verify_cost_curve``
     says; ``stop`` as there.
@@ -638,7 +639,7 @@ def pass_ms(model, prompt_ids: list[int], nodes: list[int], vocab: int, repeats:
     runner = make_runner(model, vocab, cached)
     sizes = [0, *nodes]
     times: dict[int, list[float]] = {n: [] for n in sizes}
-    with torch.inference_mode():
+    with held(runner), torch.inference_mode():
         runner.prefill(seq, prefix)
 
         def timed(n: int) -> float:
@@ -663,7 +664,7 @@ def pass_ms(model, prompt_ids: list[int], nodes: list[int], vocab: int, repeats:
 
 
 def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
-                      cached: bool | str = True, stop: StopCheck | None = None) -> dict[int, float]:
+                      cached: bool | str = "auto", stop: StopCheck | None = None) -> dict[int, float]:
     """v(n) for each n in ``nodes``: the fastest of ``repeats`` masked target passes over the pending token
     and n nodes / the fastest of as many one-token cached steps, after ``prompt_ids`` (dimensionless);
     ``cached`` the KV cache both are timed over (``specviz.engine.cache.make_runner``: True, "static", "graphs").

@@ -17,7 +17,7 @@ import torch
 
 from specviz.engine import rejection
 from specviz.engine.drafter import DraftRequest
-from specviz.engine.rounds import TOP_TOKENS, Clock, extend_trace, Transfer, set_up, start_sequence
+from specviz.engine.rounds import TOP_TOKENS, Clock, engine_settings, extend_trace, held, Transfer, set_up, start_sequence
 from specviz.engine.runner import make_runner
 from specviz.engine.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
@@ -40,7 +40,7 @@ def tree_stream(
     tokenizer=None,
     vocab_size: int | None = None,
     record: bool = True,
-    cached: bool = True,
+    cached: bool | str = "auto",
     compaction: str = "gather",
     fault: TreeFault = NO_FAULT,
 ) -> Iterator[Trace]:
@@ -69,74 +69,76 @@ def tree_stream(
     # An EAGLE drafter reads the target's features: the prefill's, then the accepted path's each round.
     reads_features = drafter.reads_target_features
     runner = make_runner(target, vocab, cached, keep_features=reads_features)
-    clock = Clock(device)
-    top_k = min(TOP_TOKENS, vocab) if record else 0
-    with torch.inference_mode():
-        drafter.start(seq, n_prompt - 1, vocab, cached)
-        runner.prefill(seq, n_prompt - 1)
-        if reads_features and runner.features is not None:
-            drafter.observe_target(*runner.features)
-        trace.prefill_ms = clock.since_start()
+    with held(runner, drafter):  # given back when the run ends, however it ends
+        clock = Clock(device)
+        top_k = min(TOP_TOKENS, vocab) if record else 0
+        with torch.inference_mode():
+            drafter.start(seq, n_prompt - 1, vocab, cached)
+            runner.prefill(seq, n_prompt - 1)
+            if reads_features and runner.features is not None:
+                drafter.observe_target(*runner.features)
+            trace.prefill_ms = clock.since_start()
+        trace.settings.update(engine_settings(runner, drafter))
 
-    n = n_prompt
-    while True:
-        with torch.inference_mode():  # per round: inference mode is thread-local
-            remaining = n_prompt + max_new_tokens - n
-            t0 = clock.mark()
-            # 1. Draft a tree no deeper than the tokens still allowed.
-            request = DraftRequest(seq, n, min(tree.depth, remaining), history, sampling, warpers, gen, vocab, lambda q: True)
-            passes_before = _drafter_passes(drafter)
-            drafted = drafter.propose_tree(request, tree, min(tree.depth, remaining))
-            drafted_passes = _drafter_passes(drafter) - passes_before
-            t1 = clock.mark()
-            # 2. Verify: the pending token (slot 0) and every node, one pass, each under its own path.
-            slot_parents = [-1] + [p + 1 for p in drafted.parents]
-            tokens = torch.cat([seq[n - 1 : n], drafted.tokens])
-            positions = torch.tensor([n - 1] + [n - 1 + d for d in drafted.depths], dtype=torch.long, device=device)
-            logits = masked_logits(runner, seq, n - 1, tokens, positions, ancestor_matrix(slot_parents).to(device), len(slot_parents),
-                                   windowed=not fault.window_ignored)
-            # 3. Judge every node's children; each node's final token.
-            host = _verdicts(logits, drafted, sampling, warpers, gen, fault, top_k).fetch()
-            t2 = clock.mark()
-            if not host["finite"][0]:
-                raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
+        n = n_prompt
+        while True:
+            with torch.inference_mode():  # per round: inference mode is thread-local
+                remaining = n_prompt + max_new_tokens - n
+                t0 = clock.mark()
+                # 1. Draft a tree no deeper than the tokens still allowed.
+                request = DraftRequest(seq, n, min(tree.depth, remaining), history, sampling, warpers, gen, vocab, lambda q: True)
+                passes_before = _drafter_passes(drafter)
+                drafted = drafter.propose_tree(request, tree, min(tree.depth, remaining))
+                drafted_passes = _drafter_passes(drafter) - passes_before
+                t1 = clock.mark()
+                # 2. Verify: the pending token (slot 0) and every node, one pass, each under its own path.
+                slot_parents = [-1] + [p + 1 for p in drafted.parents]
+                tokens = torch.cat([seq[n - 1 : n], drafted.tokens])
+                positions = torch.tensor([n - 1] + [n - 1 + d for d in drafted.depths], dtype=torch.long, device=device)
+                logits = masked_logits(runner, seq, n - 1, tokens, positions, ancestor_matrix(slot_parents).to(device), len(slot_parents),
+                                       windowed=not fault.window_ignored)
+                # 3. Judge every node's children; each node's final token.
+                host = _verdicts(logits, drafted, sampling, warpers, gen, fault, top_k).fetch()
+                t2 = clock.mark()
+                if not host["finite"][0]:
+                    raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
 
-            # 4. Walk: from the pending token into accepted children.
-            path, slot = [], 0
-            while host["accepted_child"][slot] >= 0:
-                slot = int(host["accepted_child"][slot])
-                path.append(slot - 1)
-            node_tokens = [int(t) for t in host["tokens"]]
-            final = int(host["finals"][slot])
-            has_children = (slot - 1) in drafted.parents
-            kind = "target" if not drafted.size else ("correction" if has_children else "bonus")
-            emitted = [node_tokens[i] for i in path] + [final]
-            cut = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
-            emitted = emitted[: min(cut, remaining)]
-            keeps_final = len(emitted) == len(path) + 1
+                # 4. Walk: from the pending token into accepted children.
+                path, slot = [], 0
+                while host["accepted_child"][slot] >= 0:
+                    slot = int(host["accepted_child"][slot])
+                    path.append(slot - 1)
+                node_tokens = [int(t) for t in host["tokens"]]
+                final = int(host["finals"][slot])
+                has_children = (slot - 1) in drafted.parents
+                kind = "target" if not drafted.size else ("correction" if has_children else "bonus")
+                emitted = [node_tokens[i] for i in path] + [final]
+                cut = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
+                emitted = emitted[: min(cut, remaining)]
+                keeps_final = len(emitted) == len(path) + 1
 
-            # 5. Compact both caches to the accepted path; the newest token is fed next round.
-            seq[n : n + len(path)] = torch.tensor([node_tokens[i] for i in path], dtype=torch.long, device=device)
-            seq[n + len(path)] = final
-            keep = ([0] + [i + 1 for i in path])[: len(emitted)]
-            if reads_features:  # before compaction: "refeed" makes a pass of its own
-                _observe_path(drafter, runner.features, n - 1, len(slot_parents), keep)
-            compact(runner, seq, n - 1, keep, compaction)
-            drafter.settle_tree(seq, n, _fed_path(drafted, path[: len(emitted) - 1]), n + len(emitted), compaction)
-            n += len(emitted)
-            history.extend(emitted)
+                # 5. Compact both caches to the accepted path; the newest token is fed next round.
+                seq[n : n + len(path)] = torch.tensor([node_tokens[i] for i in path], dtype=torch.long, device=device)
+                seq[n + len(path)] = final
+                keep = ([0] + [i + 1 for i in path])[: len(emitted)]
+                if reads_features:  # before compaction: "refeed" makes a pass of its own
+                    _observe_path(drafter, runner.features, n - 1, len(slot_parents), keep)
+                compact(runner, seq, n - 1, keep, compaction)
+                drafter.settle_tree(seq, n, _fed_path(drafted, path[: len(emitted) - 1]), n + len(emitted), compaction)
+                n += len(emitted)
+                history.extend(emitted)
 
-            # 6. Record.
-            if record:
-                trace.rounds.append(_round(host, drafted, node_tokens, path, final, kind, keeps_final, emitted, slot, decode,
-                                           top_k, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start(), drafted_passes))
-            extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
-        if trace.stop_reason:
+                # 6. Record.
+                if record:
+                    trace.rounds.append(_round(host, drafted, node_tokens, path, final, kind, keeps_final, emitted, slot, decode,
+                                               top_k, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start(), drafted_passes))
+                extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
+            if trace.stop_reason:
+                yield trace
+                return
+            suspended = clock.suspend()
             yield trace
-            return
-        suspended = clock.suspend()
-        yield trace
-        clock.resume(suspended)
+            clock.resume(suspended)
 
 
 def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warpers, gen, fault: TreeFault, top_k: int) -> Transfer:

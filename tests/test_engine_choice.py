@@ -1,0 +1,188 @@
+"""The loops' default engine ("auto", ``specviz.engine.runner.choose_cache``): CUDA graphs over the static cache
+on a GPU, the dynamic cache elsewhere, and what happens when graphs are held, refused or fail.
+
+Without a GPU the graphed path runs with a stand-in: ``graphs.supported`` answers True for the tiny CPU models
+and a "capture" records each bucket's eager pass over the captured buffers (``tests/test_graphs.py::_EagerGraph``),
+so everything but the graph itself runs: the buffers, the padding rows, the write index, holding and releasing.
+Token ids are compared exactly: the tiny models' greedy choices are not near ties (static and dynamic passes
+differ in the last bits of fp32 at most).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz import Sampling, autoregressive_generate, autoregressive_stream, speculative_generate, speculative_stream
+from specviz.engine import graphs
+from specviz.engine.runner import choose_cache, make_runner
+from specviz.lab import PROMPT, models
+from tests.test_graphs import _EagerGraph
+
+
+def _stand_in_capture(self):
+    if self.capture_ms is not None:
+        return self.capture_ms
+    kv = self._kv(torch.empty(0))
+    with torch.inference_mode():
+        for b in self.buckets:
+            zeros = torch.zeros(b, dtype=torch.long)
+            buf = {"ids": torch.zeros(1, b, dtype=torch.long), "positions": zeros.clone(), "mask": kv.causal_mask(zeros)}
+            kv.set_length(0)
+            buf["logits"] = self._model_pass(buf).clone()
+            self.graphs[b] = (_EagerGraph(self, buf), buf)
+        kv.set_length(0)
+    self.capture_ms = 1234.0
+    return self.capture_ms
+
+
+@pytest.fixture
+def gpu_like(monkeypatch):
+    """The CPU's models treated as a GPU's: graphs 'captured' by the stand-in; a fresh registry of runners."""
+    monkeypatch.setattr(graphs, "supported", lambda model: True)
+    monkeypatch.setattr(graphs.GraphedRunner, "capture", _stand_in_capture)
+    monkeypatch.setattr(graphs, "_RUNNERS", {})
+    monkeypatch.setattr(graphs, "_SPARES", {})
+    monkeypatch.setattr(graphs, "_FAILED", {})
+
+
+def test_auto_is_the_dynamic_cache_on_a_cpu_and_says_nothing():
+    drafter, target = models("similar")
+    assert choose_cache(target) == (True, "")
+    trace = speculative_generate(PROMPT, drafter, target, gamma=3, max_new_tokens=8)
+    assert trace.settings["engine"] == "dynamic" and "engine_note" not in trace.settings
+    assert autoregressive_generate(PROMPT, target, max_new_tokens=4).settings["engine"] == "dynamic"
+    assert speculative_generate(PROMPT, drafter, target, max_new_tokens=4, cached=False).settings["engine"] == "re-fed"
+
+
+def test_on_a_gpu_auto_replays_graphs_says_once_that_it_captured_them_and_gives_the_targets_greedy_output(gpu_like):
+    drafter, target = models("unlike")
+    first = speculative_generate(PROMPT, drafter, target, gamma=4, max_new_tokens=20)
+    assert first.settings["engine"] == "graphs"
+    assert first.settings["engine_note"] == "CUDA graphs captured in 1.2 s; drafter: CUDA graphs captured in 1.2 s"
+    again = speculative_generate(PROMPT, drafter, target, gamma=4, max_new_tokens=20, seed=1)
+    assert again.settings["engine"] == "graphs" and "engine_note" not in again.settings
+    reference = autoregressive_generate(PROMPT, target, max_new_tokens=20, cached=True).output_ids
+    assert first.output_ids == again.output_ids == reference
+    assert autoregressive_generate(PROMPT, target, max_new_tokens=20).output_ids == reference
+    runner = graphs._RUNNERS[(id(target), str(target.device), "target")]
+    assert runner.replays > 0 and not runner.held
+
+
+def test_a_generate_and_its_baseline_run_at_once_on_two_captured_caches_and_a_third_run_takes_the_dynamic_one(gpu_like):
+    drafter, target = models("similar")
+    sampling = Sampling(temperature=1.0)
+    spec = speculative_stream(PROMPT, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=4)
+    base = autoregressive_stream(PROMPT, target, sampling=sampling, max_new_tokens=12, seed=4)
+    third = autoregressive_stream(PROMPT, target, sampling=sampling, max_new_tokens=12, seed=4)
+    firsts = [next(spec), next(base), next(third)]
+    assert [t.settings["engine"] for t in firsts] == ["graphs", "graphs", "dynamic"]
+    assert "other runs hold this model's 2 captured caches" in firsts[2].settings["engine_note"]
+    # in turns to the end, as the page's Generate runs them: each equals its run alone on the dynamic cache
+    ends = [list(stream)[-1] for stream in (spec, base, third)]
+    assert ends[0].output_ids == speculative_generate(PROMPT, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12,
+                                                      seed=4, cached=True).output_ids
+    assert ends[1].output_ids == ends[2].output_ids == autoregressive_generate(PROMPT, target, sampling=sampling,
+                                                                               max_new_tokens=12, seed=4, cached=True).output_ids
+    pool = [graphs._RUNNERS[(id(target), str(target.device), "target")], *graphs._SPARES[(id(target), str(target.device), "target")]]
+    assert len(pool) == 2 and not any(r.held for r in pool)
+
+
+def test_a_run_stopped_early_gives_its_graphs_back(gpu_like):
+    drafter, target = models("similar")
+    stream = speculative_stream(PROMPT, drafter, target, gamma=2, max_new_tokens=24)
+    next(stream)
+    runner = graphs._RUNNERS[(id(target), str(target.device), "target")]
+    assert runner.held
+    stream.close()  # the page's Stop, or a visitor who left
+    assert not runner.held and not graphs._RUNNERS[(id(drafter), str(drafter.device), "drafter")].held
+
+
+def test_a_failed_capture_is_said_once_and_the_models_runs_take_the_dynamic_cache(gpu_like, monkeypatch, caplog):
+    drafter, target = models("similar")
+    tries = []
+
+    def failing(self):
+        tries.append(1)
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs.GraphedRunner, "capture", failing)
+    for _ in range(3):
+        trace = autoregressive_generate(PROMPT, target, max_new_tokens=4)
+        assert trace.settings["engine"] == "dynamic"
+        assert trace.settings["engine_note"].startswith("eager passes over the dynamic cache: capturing CUDA graphs failed (RuntimeError")
+    assert len(tries) == 1 and sum("capturing CUDA graphs failed" in r.message for r in caplog.records) == 1
+
+
+def test_auto_keeps_the_dynamic_cache_where_graphs_cannot_serve_and_says_why(gpu_like):
+    _, target = models("similar")
+    choice = choose_cache(target, keep_features=True)
+    assert choice.cached is True and "EAGLE drafter reads the target's features" in choice.reason
+    runner = make_runner(target, 8, "auto", keep_features=True)
+    assert runner.engine == "dynamic" and runner.note == choice.reason
+
+
+def test_the_status_names_the_engine_on_a_gpu_and_nothing_on_a_cpu():
+    from specviz.trace import Trace
+    from specviz.ui.device import engine_sentence
+
+    def run(**settings):
+        return Trace(mode="speculative", prompt_ids=[1], settings=settings)
+
+    assert engine_sentence(run(engine="dynamic"), run(engine="dynamic")) == ""
+    assert engine_sentence(run(engine="graphs", engine_note="CUDA graphs captured in 1.6 s"), run(engine="graphs")) == (
+        "Passes: CUDA graphs over a static cache, both runs (speculative: CUDA graphs captured in 1.6 s).")
+    assert engine_sentence(run(engine="graphs"), run(engine="graphs")) == "Passes: CUDA graphs over a static cache, both runs."
+    busy = "eager passes over the dynamic cache: other runs hold this model's 2 captured caches"
+    assert engine_sentence(run(engine="dynamic", engine_note=busy), run(engine="dynamic", engine_note=busy)) == (
+        f"Passes: speculative dynamic, baseline dynamic (speculative: {busy}; baseline: {busy}).")
+
+
+def test_on_zerogpu_each_worker_captures_its_own_graphs_once_and_keeps_them_while_it_lives(gpu_like, monkeypatch):
+    """A stand-in for ZeroGPU: ``spaces.GPU`` runs each call in a worker process forked from the main one (its
+    module state a copy of the main process's at the fork), reused while warm. The graphs are captured inside the
+    call, counted in its duration, and kept by the worker, never by the main process."""
+    import importlib.machinery
+    import sys
+    import types
+
+    from specviz.serving import gpu, gpu_duration
+
+    workers = []
+
+    def fork():  # what a forked worker starts with: the main process's registries as they are now
+        workers.append({name: dict(getattr(graphs, name)) for name in ("_RUNNERS", "_SPARES", "_FAILED")})
+
+    def GPU(task=None, *, duration=None):
+        def decorate(fn):
+            def call(*args, **kwargs):
+                main = {name: getattr(graphs, name) for name in workers[-1]}
+                for name, registry in workers[-1].items():
+                    setattr(graphs, name, registry)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    for name, registry in main.items():
+                        setattr(graphs, name, registry)
+            return call
+        return decorate(task) if task is not None else decorate
+
+    spaces = types.ModuleType("spaces")
+    spaces.__spec__ = importlib.machinery.ModuleSpec("spaces", None)
+    spaces.GPU = GPU
+    monkeypatch.setitem(sys.modules, "spaces", spaces)
+    monkeypatch.setenv(gpu.ZEROGPU_ENV, "1")
+    drafter, target = models("similar")
+
+    @gpu.gpu_task(duration=60)
+    def generate(seed):
+        return speculative_generate(PROMPT, drafter, target, gamma=3, max_new_tokens=8, seed=seed).settings
+
+    fork()
+    first, warm = generate(0), generate(1)
+    assert first["engine"] == warm["engine"] == "graphs"
+    assert first["engine_note"].startswith("CUDA graphs captured in") and "engine_note" not in warm
+    assert graphs._RUNNERS == {}  # the main process captured nothing
+    fork()  # a fresh worker captures again
+    assert generate(2)["engine_note"].startswith("CUDA graphs captured in")
+    assert gpu_duration.GRAPH_CAPTURE_S > 0  # and the call's requested duration allows for it
