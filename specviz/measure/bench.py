@@ -58,8 +58,8 @@ from specviz.engine.schedules import make_schedule
 
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
 CACHE_METHODS = ["autoregressive_eager", "hf_generate_static"]  # added with a static cache or graphs
-CACHES = {"dynamic": True, "static": "static", "graphs": "graphs"}  # --cache: the loops' ``cached`` argument
-SHOWN = ["autoregressive", "autoregressive_fp32", *METHODS[1:]]  # the table's rows, where measured
+CACHES = {"dynamic": True, "static": "static", "graphs": "graphs", "auto": "auto"}  # --cache: the loops' ``cached`` argument
+SHOWN = ["autoregressive", "autoregressive_fp32", *METHODS[1:], "speculative_argmax"]  # the table's rows, where measured
 
 
 def _assistant(model):
@@ -128,9 +128,10 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
         drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
         g, t = bench_run_args(auto, method)
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=g, tree=t, seed=seed, vocab_size=pair.vocab_size, **common)
-    if method in ("speculative", "speculative_untraced"):
-        record = method == "speculative"
-        drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer, drafts=drafts)
+    if method in ("speculative", "speculative_untraced", "speculative_argmax"):
+        record = method != "speculative_untraced"
+        rule = "argmax" if method == "speculative_argmax" else "sampled" if drafts == "compare" else drafts
+        drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer, drafts=rule)
         return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=gamma, seed=seed, vocab_size=pair.vocab_size,
                                                       record=record, schedule=make_schedule(schedule, gamma, confidence), **common)
     hf = hf_kwargs(pair, sampling, n)
@@ -222,7 +223,7 @@ def measure_pass_costs(pair, repeats: int = 9) -> dict:
 
 def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
               repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
-              confidence=0.4, prompt_set="held-out", tree=None, cache="dynamic", pass_costs=True, drafts="sampled") -> dict:
+              confidence=0.4, prompt_set="held-out", tree=None, cache="auto", pass_costs=True, drafts="sampled") -> dict:
     """Run the benchmark and return the report (the dict ``--json`` prints).
 
     ``pair_name`` defaults to ``default_pair()`` (the English pair when it loads offline). ``kind``
@@ -233,10 +234,13 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     rotation, reported beside the chain (``specviz.measure.tree_bench``); ``tree="auto"`` first
     calibrates on held-out prompts past the measured ones and adds the auto choice and the predicted
     best chain (``specviz.engine.tree.auto``). ``cache`` (a key of CACHES) picks
-    specviz's KV cache; "static" and "graphs" add CACHE_METHODS, and "graphs" captures every model's
+    specviz's KV cache ("auto", the default: "graphs" on CUDA, else "dynamic", as the page runs); "static" and
+    "graphs" add CACHE_METHODS, and "graphs" captures every model's
     graphs before the timed runs (``capture_ms``). ``pass_costs`` adds the v(n)
     table (``measure_pass_costs``). ``drafts`` the chain's draft rule ("sampled" or "argmax",
-    ``specviz.drafters.argmax``). Progress goes to stderr.
+    ``specviz.drafters.argmax``), or "compare": sampled drafts as "speculative" and argmax drafts as
+    "speculative_argmax" in the same rotation, with the argmax run's alpha, tokens per round, c and speedup
+    in ``report["argmax_drafts"]``. Progress goes to stderr.
 
     Raises:
         PairError, ValueError: as load_pair, make_drafter, make_schedule, benchmark_prompts; an unknown
@@ -248,6 +252,10 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         pair_name = default_pair()
     pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer", kind=kind)
     kind = kind or default_kind(pair)
+    if cache == "auto":  # what the page and the loops run by default (``specviz.engine.runner.choose_cache``)
+        from specviz.engine import graphs
+
+        cache = "graphs" if graphs.supported(pair.target) else "dynamic"
     prompt_set = prompt_set_for(prompt_set, pair.name)
     prompt_ids = prompt_token_ids(pair, benchmark_prompts(prompts, prompt_set), prompt_set)
     auto = None
@@ -264,6 +272,8 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence, tree=tree,
                    cached=CACHES[cache], auto=auto, drafts=drafts)
     methods = [*methods, "speculative_tree"] if tree is not None else list(methods)
+    if drafts == "compare":
+        methods.append("speculative_argmax")
     if auto is not None:
         from specviz.measure.tree_bench import bench_methods
 
@@ -323,6 +333,8 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         )
         report["speculative"].update(alpha=alpha, draft_acceptance_rate=report["draft_acceptance_rate"],
                                      mean_tokens_per_round=report["mean_tokens_per_round"])
+    if traces.get("speculative_argmax") and base:
+        report["argmax_drafts"] = _rule_report(traces["speculative_argmax"], base, med["speculative_argmax"], med["autoregressive"])
     if "hf_assisted" in med and "speculative" in med:
         report["hf_method"] = hf_counterpart(kind, schedule, pair, gamma, ngram_max, exit_layer, confidence)[0]
         report["speedup_vs_hf"] = report["speedup_vs_hf_assisted"] = med["speculative"] / med["hf_assisted"]
@@ -382,6 +394,17 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     return report
 
 
+def _rule_report(traces, base, tokens_per_s: float, base_tokens_per_s: float) -> dict:
+    """Alpha, tokens per round, c, v and the speedup of one more speculative method's traces (argmax drafts)."""
+    acceptance = pooled_acceptance(traces)
+    target_ms = theory.target_step_ms(*base)
+    return {"alpha": acceptance["alpha"], "mean_beta": acceptance.get("mean_beta"),
+            "mean_tokens_per_round": acceptance["mean_tokens_per_round"],
+            "cost_coefficient": metrics.cost_coefficient(theory.drafter_step_ms(*traces), target_ms),
+            "verify_cost": metrics.verify_cost(theory.verify_ms_per_round(*traces), target_ms),
+            "tokens_per_second": tokens_per_s, "speedup": tokens_per_s / base_tokens_per_s}
+
+
 def format_report(report: dict) -> str:
     """A plain-text table of the report: the form first, then the v(n) table, then the methods."""
     settings = report["settings"]
@@ -421,6 +444,11 @@ def format_report(report: dict) -> str:
         lines.append("v(n), pass over 1 + n tokens / one-token step: " + ", ".join(f"n={n}: {v:.2f}" for n, v in report["verify_cost_by_nodes"].items()))
     if report.get("hf_method"):
         lines.append(f"transformers' counterpart: {report['hf_method']}")
+    if report.get("argmax_drafts"):
+        a = report["argmax_drafts"]
+        lines.append(f"argmax drafts (speculative_argmax): alpha {a['alpha']:.3f} (sampled {report.get('alpha', float('nan')):.3f}), "
+                     f"tokens per round {a['mean_tokens_per_round']:.2f}, c {a['cost_coefficient']:.3f}, v {a['verify_cost']:.2f}, "
+                     f"speedup {a['speedup']:.2f}x (sampled {report.get('speedup', float('nan')):.2f}x)")
     if report.get("tree"):
         from specviz.measure.tree_bench import format_tree_report
 
