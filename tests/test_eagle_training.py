@@ -139,6 +139,10 @@ def test_features_do_not_depend_on_the_order_they_are_asked_in(corpus_dir, pair)
         a.get(i)
     for i in reversed(range(len(corpus))):
         assert torch.equal(a.get(i), b.get(i))
+    full = Features(target, corpus, group=3, max_cached_bytes=0)  # nothing kept: recomputed the same each time
+    full.precompute()
+    assert full.cached_bytes == 0 and torch.equal(full.get(7), a.get(7)) and torch.equal(full.get(7), a.get(7))
+    assert full.passes == 2
     with torch.no_grad():  # and a sequence's features are its own pass's, padding aside
         alone = target.model(input_ids=corpus.sequence(5)[None]).last_hidden_state[0].to(torch.bfloat16)
     assert (alone.float() - a.get(5).float()).abs().max() < 0.05  # bf16 rounding of two pass shapes

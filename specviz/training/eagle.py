@@ -286,7 +286,9 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, cor
             entry["corpus_changed"] = "a new pass over the data starts"
     del tensors
     head.train()
-    features = Features(target, corpus, group=chunk.feature_group)
+    # keep features in at most half the GPU's free memory (about 5.2 GB per 25,000 answers), or 8 GB of a CPU's
+    room = torch.cuda.mem_get_info(dev)[0] * 0.5 if cuda else 8e9
+    features = Features(target, corpus, group=chunk.feature_group, max_cached_bytes=room)
     deadline = t_start + chunk.chunk_s
     entry_base = {"chunk": chunk_index, "device": str(dev), "gpu": torch.cuda.get_device_name(dev) if cuda else None,
                   "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "

@@ -83,10 +83,11 @@ class Features:
         return out[i]
 
     def precompute(self, deadline: float = math.inf) -> float:
-        """Compute (and keep) every group until ``deadline`` (time.time()); returns the seconds spent."""
+        """Compute and keep every group until ``deadline`` (time.time()) or until the cache holds
+        ``max_cached_bytes`` (the rest is then computed when asked for); returns the seconds spent."""
         t0 = time.time()
         for g in tqdm(range(len(self.groups)), desc="features", unit="group", mininterval=5):
-            if time.time() > deadline:
+            if time.time() > deadline or self.cached_bytes >= self.max_cached_bytes:
                 break
             if self.groups[g][0] not in self._cache:
                 out = self._compute(g)
