@@ -13,8 +13,10 @@
 #   2. bench T 0.7 top-p 0.9, gamma 3, --drafts compare: sampled drafts and argmax drafts in one rotation;
 #   3. the page's path: `specviz record --device cuda` with the page's defaults on PROMPTS held-out prompts (each
 #      recording's speculative and baseline tokens/s);
-#   4. the CUDA exactness tests (tests marked cuda).
-# Files in $OUT: bench-greedy.json, bench-sampled.json, record-K.json, cuda-tests.txt, run.log.
+#   4. the CUDA exactness tests (tests marked cuda);
+#   5. bench greedy again with --fuse (graphs captured from inductor-compiled passes), if the budget still holds it
+#      (BUDGET_S=560 leaves it out unless the steps before ran fast; a second call `run` with ONLY=fused runs it alone).
+# Files in $OUT: bench-greedy.json, bench-sampled.json, record-K.json, bench-fused.json, cuda-tests.txt, run.log.
 #
 # Every setting is here or in scripts/gpu_common.sh; an environment variable of the same name overrides it.
 set -euo pipefail
@@ -77,6 +79,10 @@ export PY OUT DEVICE TOKENS PROMPTS REPEATS
 run() {
     mkdir -p "$STAGE"
     if [ "$SETUP" = 1 ]; then setup_device; fi
+    if [ "${ONLY:-}" = fused ]; then
+        step "bench greedy, fused graphs" 500 bench bench-fused --gamma 4 --fuse
+        return 0
+    fi
     "$PY" -c "import torch, transformers, specviz.measure.bench, specviz.recording; print('torch', torch.__version__, \
 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
     step "bench greedy" 240 bench bench-greedy --gamma 4
@@ -85,11 +91,12 @@ run() {
     step "cuda tests" 150 "$PY" -m pytest -q -n 0 -p no:cacheprovider -m cuda tests/test_graphs.py tests/test_cuda.py \
         > "${OUT:-.}/cuda-tests.txt" 2>&1
     tail -3 "${OUT:-.}/cuda-tests.txt" || true
+    step "bench greedy, fused graphs" 240 bench bench-fused --gamma 4 --fuse
 }
 
 case "${1:-}" in
     prepare) prepare ;;
     stage) stage "${2:?stage K}" ;;
     run) if [ -n "${OUT:-}" ]; then run 2>&1 | grep --line-buffered -v 'it/s]\|run/s]' | tee "$OUT/run.log"; else run; fi ;;
-    *) sed -n '2,19p' "$0"; exit 2 ;;
+    *) sed -n '2,21p' "$0"; exit 2 ;;
 esac

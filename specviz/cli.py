@@ -174,6 +174,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                        help="specviz's KV cache: auto (what the page runs: graphs on CUDA, else dynamic), dynamic (transformers' "
                             "DynamicCache), static (preallocated, rollback by index), graphs (CUDA graphs over the static cache, "
                             "captured before the timed runs; CUDA only)")
+    bench.add_argument("--fuse", action="store_true",
+                       help="with graphs: capture inductor-compiled passes (compiled once per bucket before the timed runs; "
+                            "as SPECVIZ_FUSE_GRAPHS=1 does for the page; not on ZeroGPU)")
     bench.add_argument("--batch-sizes", default=None,
                        help="comma-separated batch sizes, e.g. 1,2,4,8: measure batched speculative and autoregressive decoding "
                             "against transformers' batched generate instead")

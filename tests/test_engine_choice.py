@@ -186,3 +186,43 @@ def test_on_zerogpu_each_worker_captures_its_own_graphs_once_and_keeps_them_whil
     fork()  # a fresh worker captures again
     assert generate(2)["engine_note"].startswith("CUDA graphs captured in")
     assert gpu_duration.GRAPH_CAPTURE_S > 0  # and the call's requested duration allows for it
+
+
+def test_fused_graphs_are_off_by_default_and_never_on_zerogpu(monkeypatch):
+    from specviz.serving import zerogpu
+
+    monkeypatch.delenv(graphs.FUSE_ENV, raising=False)
+    assert not graphs.fuse_default()
+    monkeypatch.setenv(graphs.FUSE_ENV, "1")
+    assert graphs.fuse_default()
+    monkeypatch.setattr(zerogpu, "on_zerogpu", lambda: True)
+    assert not graphs.fuse_default()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (__import__("shutil").which("g++") or __import__("shutil").which("c++")),
+                    reason="inductor on a CPU needs a C++ compiler")
+def test_the_compiled_pass_a_fused_graph_captures_gives_the_eager_passs_logits():
+    """What ``fuse`` captures on a GPU, compiled for the CPU here: the same pass over the static cache's buffers.
+    Tolerance 1e-5 absolute: fused kernels sum in another order (fp32, logits of order 1)."""
+    from specviz.engine.cache import StaticKV
+    from specviz.lab.models import tiny_lm
+
+    model = tiny_lm(vocab=16, layers=2, n_positions=64, init=0.3)
+    kv = StaticKV(model, 64)
+
+    def model_pass(buf):
+        return model(input_ids=buf["ids"], attention_mask=buf["mask"], position_ids=buf["positions"][None],
+                     past_key_values=kv.cache, use_cache=True).logits[0]
+
+    fused = graphs.compiled_pass(model_pass)
+    positions = torch.arange(3, 7)
+    buf = {"ids": torch.tensor([[3, 1, 4, 1]]), "positions": positions, "mask": kv.causal_mask(positions)}
+    with torch.inference_mode():
+        kv.set_length(0)
+        model_pass({"ids": torch.tensor([[2, 7, 1]]), "positions": torch.arange(3), "mask": kv.causal_mask(torch.arange(3))})
+        kv.set_length(3)
+        eager = model_pass(buf).clone()
+        kv.set_length(3)
+        compiled = fused(buf)
+    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=0)

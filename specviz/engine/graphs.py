@@ -17,6 +17,12 @@ compile's cudagraph trees are per thread, and the page resumes its generators on
 a hand-captured graph replays from any thread. The logits of a replay live in the graph's output
 buffer, so they are cloned before the next replay can overwrite them.
 
+``fuse`` (``SPECVIZ_FUSE_GRAPHS=1``, or bench's ``--fuse``) first compiles the pass with inductor, without
+inductor's own CUDA graphs, and then captures the compiled pass by hand, one compilation per bucket: the
+graph then replays fused kernels instead of eager ones (SGLang captures its compiled forward the same way).
+Off by default until a GPU measures it against its compile time; never on ZeroGPU, which does not support
+``torch.compile``.
+
 One ``GraphedRunner`` per model and device holds the graphs and the cache (``graphed``), captured
 once per process (on ZeroGPU, once per worker process, which keeps them while it lives), with the
 capture time kept (``capture_ms``). A run takes the runner (``acquire`` resets its index to 0): two
@@ -31,6 +37,7 @@ take the dynamic cache, saying so.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import weakref
 
@@ -40,6 +47,21 @@ from specviz.engine.cache import StaticKV, StaticRunner
 from specviz.engine.vocab import widen
 
 log = logging.getLogger(__name__)
+
+FUSE_ENV = "SPECVIZ_FUSE_GRAPHS"
+
+
+def fuse_default() -> bool:
+    """Whether graphs are captured from an inductor-compiled pass (``SPECVIZ_FUSE_GRAPHS``: 1, true, yes, on;
+    never on ZeroGPU)."""
+    from specviz.serving.zerogpu import on_zerogpu, truthy
+
+    return truthy(os.environ.get(FUSE_ENV)) and not on_zerogpu()
+
+
+def compiled_pass(fn):
+    """``fn`` compiled by inductor for fixed shapes, without inductor's CUDA graphs (the caller captures its own)."""
+    return torch.compile(fn, dynamic=False, options={"triton.cudagraphs": False})
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 MAX_CAPACITY = 4096  # positions held by a graphed model's cache, whatever its context
@@ -57,12 +79,13 @@ class GraphedRunner(StaticRunner):
         model: a transformers causal LM on a CUDA device, in eval mode.
         vocab_size: logits columns kept.
         buckets: the pass sizes captured, ascending.
+        fuse: capture an inductor-compiled pass (module docstring); None: ``fuse_default()``.
 
     Raises:
         ValueError: a model not on CUDA (graphs need a GPU).
     """
 
-    def __init__(self, model, vocab_size: int, buckets: tuple[int, ...] = BUCKETS):
+    def __init__(self, model, vocab_size: int, buckets: tuple[int, ...] = BUCKETS, fuse: bool | None = None):
         if not supported(model):
             raise ValueError(f"CUDA graphs need a model on a CUDA device, not {model.device}")
         super().__init__(model, vocab_size, _capacity(model))
@@ -70,7 +93,8 @@ class GraphedRunner(StaticRunner):
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
         self.capture_ms: float | None = None
         self.replays = 0
-        self.engine = "graphs"
+        self.fuse = fuse_default() if fuse is None else fuse
+        self.engine = "fused graphs" if self.fuse else "graphs"
         self.note = ""
         self.held = False  # a run holds it (``hold``) until ``release``
 
@@ -89,6 +113,7 @@ class GraphedRunner(StaticRunner):
         device = self.model.device
         kv = self._kv(torch.empty(0))
         pool = torch.cuda.graph_pool_handle()
+        model_pass = compiled_pass(self._model_pass) if self.fuse else self._model_pass
         with torch.inference_mode():
             for b in self.buckets:
                 buf = {
@@ -103,14 +128,14 @@ class GraphedRunner(StaticRunner):
                 side = torch.cuda.Stream(device)
                 side.wait_stream(torch.cuda.current_stream(device))
                 with torch.cuda.stream(side):
-                    for _ in range(2):  # warm-up: lazy cache allocation, kernel selection
+                    for _ in range(2):  # warm-up: lazy cache allocation, kernel selection (and the compilation)
                         kv.set_length(0)
-                        self._model_pass(buf)
+                        model_pass(buf)
                 torch.cuda.current_stream(device).wait_stream(side)
                 kv.set_length(0)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
-                    buf["logits"] = self._model_pass(buf)
+                    buf["logits"] = model_pass(buf)
                 self.graphs[b] = (graph, buf)
         kv.set_length(0)
         torch.cuda.synchronize(device)

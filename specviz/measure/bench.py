@@ -390,6 +390,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         "pair": pair.name, "gamma": gamma, "drafter_kind": kind, "drafts": drafts, "gamma_schedule": schedule, "prompt_set": prompt_set,
         "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens, "tree": tree.describe() if tree is not None else "auto" if auto is not None else None,
         "repeats": repeats, "prompts": len(prompt_ids), "device": str(pair.device), "cache": cache,
+        "fused_graphs": cache == "graphs" and _fused(),
         "dtype": str(pair.target.dtype).removeprefix("torch."), "dtype_reason": pair.form.reason if pair.form else None,
         "torch_threads": torch.get_num_threads(),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
@@ -400,6 +401,12 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         floor["step_ms"] = theory.target_step_ms(*base)
         report["memory_floor"] = floor
     return report
+
+
+def _fused() -> bool:
+    from specviz.engine import graphs
+
+    return graphs.fuse_default()
 
 
 def _rule_report(traces, base, tokens_per_s: float, base_tokens_per_s: float) -> dict:
@@ -476,6 +483,12 @@ def run(args) -> int:
     """The ``bench`` subcommand (one sequence at a time; ``--batch-sizes`` is ``specviz.measure.batch_bench``)."""
     from specviz.engine.tree.spec import TreeSpec
 
+    if getattr(args, "fuse", False):  # a process-wide choice, as SPECVIZ_FUSE_GRAPHS is for the page
+        import os
+
+        from specviz.engine import graphs
+
+        os.environ[graphs.FUSE_ENV] = "1"
     return run_command(args, lambda a, sampling: benchmark(
         a.pair, a.drafter, a.target, a.device, a.gamma, sampling, a.max_new_tokens, a.repeats, a.prompts, kind=a.drafter_kind,
         schedule=a.gamma_schedule, ngram_max=a.ngram_max, exit_layer=a.exit_layer, confidence=a.confidence, prompt_set=a.prompt_set,

@@ -147,10 +147,12 @@ def engine_sentence(spec, baseline) -> str:
     runs = [("speculative", spec), ("baseline", baseline)]
     engines = {name: t.settings.get("engine") for name, t in runs if t is not None}
     notes = [f"{name}: {t.settings['engine_note']}" for name, t in runs if t is not None and t.settings.get("engine_note")]
-    if "graphs" not in engines.values() and not notes:
+    graphed = [e for e in engines.values() if e and "graphs" in e]
+    if not graphed and not notes:
         return ""
     same = len(set(engines.values())) == 1
-    head = ("Passes: CUDA graphs over a static cache, both runs" if same and "graphs" in engines.values()
+    kind = "CUDA graphs of inductor-compiled passes" if graphed and graphed[0].startswith("fused") else "CUDA graphs"
+    head = (f"Passes: {kind} over a static cache, both runs" if same and graphed
             else "Passes: " + ", ".join(f"{name} {engine}" for name, engine in engines.items()))
     return head + (f" ({'; '.join(notes)})" if notes else "") + "."
 
