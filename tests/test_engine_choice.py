@@ -44,6 +44,7 @@ def gpu_like(monkeypatch):
     monkeypatch.setattr(graphs, "_RUNNERS", {})
     monkeypatch.setattr(graphs, "_SPARES", {})
     monkeypatch.setattr(graphs, "_FAILED", {})
+    monkeypatch.setattr(graphs, "HELD_PER_MODEL", 2)  # the page keeps more; two make the cases below short
 
 
 def test_auto_is_the_dynamic_cache_on_a_cpu_and_says_nothing():
@@ -226,3 +227,27 @@ def test_the_compiled_pass_a_fused_graph_captures_gives_the_eager_passs_logits()
         kv.set_length(3)
         compiled = fused(buf)
     torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=0)
+
+
+def test_a_baseline_runs_on_the_engine_its_speculative_run_got(gpu_like):
+    """Another visitor's runs hold both captured caches when this Generate starts, and one is given back between its
+    speculative run's first round and its baseline's start: the baseline still runs eagerly, as its speculative run
+    does, so the speedup compares drafting alone."""
+    from specviz.measure.baseline import with_baseline_stream
+
+    drafter, target = models("similar")
+    others = [graphs.hold(target, 8, "target")[0] for _ in range(2)]
+    steps = with_baseline_stream(PROMPT, drafter, target, gamma=3, max_new_tokens=10, sampling=Sampling(temperature=1.0))
+    spec, base = next(steps)
+    assert spec.settings["engine"] == "dynamic" and base is None
+    others[0].release()
+    for spec, base in steps:
+        pass
+    assert base.settings["engine"] == "dynamic" and spec.stop_reason and base.stop_reason
+    # one cache free: the speculative run takes it, its baseline finds none; the page then gives no speedup, and says why
+    from specviz.views.verdict import headline_html, judge, verdict
+
+    spec, base = list(with_baseline_stream(PROMPT, drafter, target, gamma=3, max_new_tokens=10))[-1]
+    assert (spec.settings["engine"], base.settings["engine"]) == ("graphs", "dynamic")
+    assert judge(spec, base) is None
+    assert "do not compare" in verdict(spec, base) and "do not compare" in headline_html(spec, base)

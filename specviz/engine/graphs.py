@@ -187,7 +187,7 @@ class GraphedRunner(StaticRunner):
 _RUNNERS: dict[tuple[int, str, str], GraphedRunner] = {}
 _SPARES: dict[tuple[int, str, str], list[GraphedRunner]] = {}  # runners captured beside the first, for runs at once
 _FAILED: dict[tuple[int, str, str], tuple[weakref.ref, str]] = {}  # captures that failed, and why: not tried again
-HELD_PER_MODEL = 2  # runners (caches and graphs) per model and role: a Generate's two runs at once
+HELD_PER_MODEL = 4  # runners (caches and graphs) per model and role: two Generates' runs and baselines at once
 
 
 def supported(model) -> bool:
@@ -200,7 +200,8 @@ def hold(model, vocab_size: int, role: str = "target") -> tuple[GraphedRunner | 
     """A graphed runner of the model for ``role`` that no run holds, acquired and held for one run
     (``GraphedRunner.release`` gives it back), its ``note`` saying "CUDA graphs captured in X s" when this call
     captured them. Up to ``HELD_PER_MODEL`` runners per model and role are captured, each with its own cache:
-    the page's Generate runs the speculative run and its baseline in turns on one target. (None, why) when
+    the page's Generate runs the speculative run and its baseline in turns on one target, and the page
+    interleaves visitors' jobs. (None, why) when
     every one is held, or when a capture failed (then logged once and not tried again).
     """
     key = (id(model), str(model.device), role)

@@ -2,7 +2,10 @@
 
 The page, ``record``, the drafter comparison and the gamma sweep all measure a speedup this way:
 the two runs advance in turns (``specviz.measure.speedup.interleave``), so machine noise falls on both,
-and the baseline stops at the speculative run's token count (equal work).
+and the baseline stops at the speculative run's token count (equal work). The baseline runs on the engine the
+speculative run got (``on_the_same_engine``): on a GPU both replay CUDA graphs, or, when the speculative run took the
+dynamic cache (its graphs held by other runs, or an EAGLE run), both run eagerly, so the speedup compares
+drafting alone.
 """
 
 from __future__ import annotations
@@ -14,6 +17,38 @@ from specviz.engine.schedules import GammaSchedule
 from specviz.engine.stopping import StopCheck, asked, mark_stopped
 from specviz.measure.speedup import interleave
 from specviz.trace import Trace
+
+
+class Latest:
+    """A trace stream that keeps the trace it yielded last (``latest``; None before its first)."""
+
+    def __init__(self, stream: Iterator[Trace]):
+        self.stream = stream
+        self.latest: Trace | None = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Trace:
+        self.latest = next(self.stream)
+        return self.latest
+
+
+ENGINE_CACHED = {"dynamic": True, "re-fed": False, "static": "static"}  # a trace's engine -> the loops' ``cached``
+
+
+def on_the_same_engine(speculative: Latest, input_ids: list[int], target, **common) -> Iterator[Trace]:
+    """The autoregressive baseline of ``speculative``, started after its first round, on the engine it ran on
+    (its settings' "engine": graphs stay "auto", the rest as ``ENGINE_CACHED``)."""
+    engine = speculative.latest.settings.get("engine") if speculative.latest is not None else None
+    yield from autoregressive_stream(input_ids, target, cached=ENGINE_CACHED.get(engine, "auto"), **common)
+
+
+def paired(speculative: Iterator[Trace], input_ids: list[int], target, **common) -> Iterator[tuple[Trace | None, Trace | None]]:
+    """``interleave`` of ``speculative`` and its baseline on the same engine (``on_the_same_engine``): the
+    speculative run always takes the first turn, so its engine is known when the baseline starts."""
+    spec = Latest(speculative)
+    return interleave(spec, on_the_same_engine(spec, input_ids, target, **common))
 
 
 def with_baseline_stream(input_ids: list[int], drafter, target, gamma: int = 4, schedule: str | GammaSchedule = "constant",
@@ -28,8 +63,8 @@ def with_baseline_stream(input_ids: list[int], drafter, target, gamma: int = 4, 
     Raises:
         ValueError: as ``speculative_stream`` and ``autoregressive_stream``.
     """
-    return interleave(speculative_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, tree=tree, **common),
-                      autoregressive_stream(input_ids, target, **common))
+    return paired(speculative_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, tree=tree, **common),
+                  input_ids, target, **common)
 
 
 def with_baseline(input_ids: list[int], drafter, target, gamma: int = 4, schedule: str | GammaSchedule = "constant",

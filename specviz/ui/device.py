@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from specviz import Trace, autoregressive_stream, speculative_stream
+from specviz import Trace, speculative_stream
 from specviz.measure.throughput import batch_sizes_up_to, throughput_stream
 from specviz.measure.comparison import compare_stream
 from specviz.drafters import KINDS as DRAFTER_KINDS, pair_drafter, usable_kinds
@@ -18,7 +18,7 @@ from specviz.serving.gpu import gpu_task
 from specviz.serving.gpu_duration import generate_duration, sweep_duration
 from specviz.engine.schedules import make_schedule
 from specviz.engine.stopping import StopCheck, Stopped
-from specviz.measure.speedup import interleave
+from specviz.measure.baseline import paired
 from specviz.measure.sweep import sweep_stream
 from specviz.ui.checks import number
 from specviz.ui.limits import (BATCH_MAX, CALIBRATION_SECONDS_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS,
@@ -105,9 +105,9 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
     try:
         last_draw = 0.0
         spec = baseline = None
-        runs = interleave(speculative_stream(ids, drafter, pair.target, gamma=gamma, max_new_tokens=req.max_new_tokens,
-                                             schedule=make_schedule(req.gamma_schedule, gamma), tree=tree, **common),
-                          autoregressive_stream(ids, pair.target, max_new_tokens=req.max_new_tokens, **common))
+        runs = paired(speculative_stream(ids, drafter, pair.target, gamma=gamma, max_new_tokens=req.max_new_tokens,
+                                         schedule=make_schedule(req.gamma_schedule, gamma), tree=tree, **common),
+                      ids, pair.target, max_new_tokens=req.max_new_tokens, **common)
         for spec, baseline in runs:
             if time.monotonic() > deadline and spec is not None and not spec.stop_reason:
                 timed_out = True

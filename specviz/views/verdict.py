@@ -98,9 +98,22 @@ def _time_shares(spec: Trace) -> tuple[float, float]:
     return (draft, verify) if draft + verify <= 1.0 else (draft / (draft + verify), verify / (draft + verify))
 
 
+def engines_differ(spec: Trace, baseline: Trace | None) -> str:
+    """Why the two runs' times do not compare, when their passes ran on different engines (the settings' "engine":
+    CUDA graphs for one, eager passes for the other), else "". Recordings made before engines were recorded have none."""
+    if baseline is None:
+        return ""
+    a, b = spec.settings.get("engine"), baseline.settings.get("engine")
+    if a is None or b is None or a == b:
+        return ""
+    return (f"No speedup: the speculative run's passes ran on {a} and its baseline's on {b} (other runs held the captured "
+            "CUDA graphs), so their times do not compare; Generate again")
+
+
 def judge(spec: Trace, baseline: Trace | None) -> Verdict | None:
-    """The run's Verdict, or None without a baseline, a round to judge or a measured speedup."""
-    if baseline is None or not spec.rounds or not baseline.rounds:
+    """The run's Verdict, or None without a baseline, a round to judge or a measured speedup, or with the two runs on
+    different engines (``engines_differ``)."""
+    if baseline is None or not spec.rounds or not baseline.rounds or engines_differ(spec, baseline):
         return None
     s = summary(spec, baseline)
     if s["measured_speedup"] is None:
@@ -134,7 +147,7 @@ def verdict(spec: Trace, baseline: Trace | None) -> str:
     """
     j = judge(spec, baseline)
     if j is None:
-        return ""
+        return engines_differ(spec, baseline) + ("." if engines_differ(spec, baseline) else "")
     a = f"alpha {j.alpha:.2f}" if j.alpha is not None else "no tested drafts"
     c_text = f"c {j.c:.2f}" if j.c is not None else "no drafter passes"
     v_text = f"v {j.verify:.2f}" if j.verify is not None else "v unknown"
@@ -162,6 +175,8 @@ def headline_html(spec: Trace | None, baseline: Trace | None, pending: bool = Fa
             text = "Press Generate, or load a prepared recording: the speedup over the target alone appears here."
         elif pending:
             text = "Speedup: measuring the target alone next, in turns with this run…"
+        elif engines_differ(spec, baseline):
+            text = engines_differ(spec, baseline) + "."
         else:
             text = "No speedup: this run has no finished autoregressive baseline to compare with."
         return f'<div class="sv-headline sv-headline-empty" style="font-size:16px;color:#555;padding:6px 0;">{escape(text)}</div>'
