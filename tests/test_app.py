@@ -362,6 +362,11 @@ def test_compare_drafters_shows_every_kind(client):
     assert "accepted / tested" in html and plot["type"] == "plotly"
 
 
+def test_a_sampled_compare_shows_the_drafter_models_argmax_drafts_beside_its_sampled_ones(client):
+    html, _ = client.predict("embedded", "x = 1\ny = 2\nx = 1\ny =", 4, 1.0, 0, 1.0, 12, 0, True, "", "", "constant", api_name="/compare")
+    assert "drafter model, its argmax" in html and html.count("sv-compare-col") == 5
+
+
 def test_batch_endpoint_decodes_rows_and_measures_batch_sizes(client):
     lanes, plot, status = client.predict("embedded", "def is_prime(n):\nclass Stack:\\n    def __init__(self):", 2, 4, 0.0, 0, 1.0, 12, 0,
                                          True, "", "", "ngram", "constant", api_name="/batch")

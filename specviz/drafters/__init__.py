@@ -28,12 +28,14 @@ from specviz.drafters.prompt_lookup import PromptLookupDrafter, find_continuatio
 from specviz.drafters.quantized import QuantizedDrafter, quantize_target
 from specviz.pair.catalogue import check_drafter_kind
 
-KINDS = ("model", "ngram", "early-exit", "quantized", "eagle", "cross-tokenizer")
-LABELS = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit", "quantized": "quantized target (int8)",
+KINDS = ("model", "argmax", "ngram", "early-exit", "quantized", "eagle", "cross-tokenizer")
+LABELS = {"model": "drafter model", "argmax": "drafter model, its argmax", "ngram": "prompt lookup", "early-exit": "early exit", "quantized": "quantized target (int8)",
           "eagle": "EAGLE head (reads the target's features)", "cross-tokenizer": "drafter model with its own tokenizer"}
 # One line each, with its source, for the drafter menu's help.
 DESCRIPTIONS = {
     "model": "a smaller model of the same tokenizer drafts each token (Leviathan et al. 2023; Chen et al. 2023)",
+    "argmax": "the drafter model proposes its most likely token instead of a draw from q: q is one-hot, so a draft d is "
+              "kept with probability p(d) and a rejected one replaced from p without d (exact; no draw, no warpers)",
     "ngram": "copies what followed the last n-gram earlier in the prompt and output (prompt lookup decoding)",
     "early-exit": "the target's own first layers and its output layer (LayerSkip, Elhoushi et al. 2024)",
     "quantized": "the target itself with int8 weights (self-speculation)",
@@ -64,13 +66,14 @@ def usable_kinds(target, cross_tokenizer: bool = False) -> tuple[str, ...]:
     """The kinds that can draft for ``target``: every kind, but "quantized" only for a target on the CPU
     (a bf16 one is quantized from an fp32 copy), "eagle" only for a target a shipped EAGLE head
     was trained for, and the pair's drafter model as "model" where it shares the target's tokenizer,
-    as "cross-tokenizer" where it has a tokenizer of its own (``cross_tokenizer``)."""
+    as "cross-tokenizer" where it has a tokenizer of its own (``cross_tokenizer``), and as "argmax" (its argmax drafts)
+    where it shares the target's."""
     param = next(target.parameters(), None)
     on_cpu = param is not None and param.device.type == "cpu"
     eagle = head_folder(target) is not None
-    drafter_kind = "cross-tokenizer" if cross_tokenizer else "model"
+    drafter_kinds = ("cross-tokenizer",) if cross_tokenizer else ("model", "argmax")
     return tuple(k for k in KINDS if (k != "quantized" or on_cpu) and (k != "eagle" or eagle)
-                 and (k not in ("model", "cross-tokenizer") or k == drafter_kind))
+                 and (k not in ("model", "argmax", "cross-tokenizer") or k in drafter_kinds))
 
 
 def default_kind(pair) -> str:
@@ -101,7 +104,8 @@ def pair_drafter(kind: str | None, pair, ngram_max: int = 3, exit_layer: int | N
 
 def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None,
                  drafter_tokenizer=None, target_tokenizer=None, scheme: str = "intersection") -> Drafter:
-    """The drafter of ``kind``: "model" (needs ``drafter_model``), "ngram" (``ngram_max``),
+    """The drafter of ``kind``: "model" (needs ``drafter_model``), "argmax" (the same, proposing its argmax:
+    ``specviz.drafters.argmax``), "ngram" (``ngram_max``),
     "early-exit" (needs ``target``; ``exit_layer`` defaults to ``default_exit_layer``),
     "quantized" (needs a ``target`` on the CPU), "eagle" (needs ``target``) or "cross-tokenizer"
     (needs ``drafter_model`` and both tokenizers; ``scheme`` "intersection" or "string").
@@ -115,14 +119,14 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
             ValueError) for a pair whose vocabularies cannot serve
             (``specviz.drafters.cross_tokenizer.shared_vocabulary``).
     """
-    if kind == "model":
+    if kind in ("model", "argmax"):
         if drafter_model is None:
             raise ValueError("the drafter model kind needs a drafter model")
         if (drafter_tokenizer is not None and target_tokenizer is not None and drafter_tokenizer is not target_tokenizer
                 and drafter_tokenizer.get_vocab() != target_tokenizer.get_vocab()):
             raise ValueError("this pair's drafter has a tokenizer of its own, so its token ids are not the target's: "
                              f"draft with the cross-tokenizer kind ({LABELS['cross-tokenizer']})")
-        return ModelDrafter(drafter_model)
+        return ModelDrafter(drafter_model) if kind == "model" else ArgmaxDrafts(ModelDrafter(drafter_model), kind="argmax")
     if kind == "ngram":
         return PromptLookupDrafter(max_ngram=ngram_max)
     if kind == "early-exit":

@@ -44,14 +44,16 @@ class ArgmaxDrafts(Drafter):
 
     Args:
         drafter: any ``specviz.engine.drafter.Drafter``.
+        kind: the kind it is known by (the menu's "argmax" for the drafter model's argmax drafts); None: the
+            wrapped drafter's.
 
     Raises:
         TypeError: from ``propose_tree`` (chains only).
     """
 
-    def __init__(self, drafter: Drafter):
+    def __init__(self, drafter: Drafter, kind: str | None = None):
         self.inner = drafter
-        self.kind = drafter.kind
+        self.kind = kind or drafter.kind
         self.models = drafter.models
         self.reads_target_features = drafter.reads_target_features
 
@@ -97,7 +99,7 @@ class ArgmaxDrafts(Drafter):
         self.inner.observe_target_batch(rows)
 
     def describe(self) -> dict:
-        return {**self.inner.describe(), "drafts": "argmax"}
+        return {**self.inner.describe(), "kind": self.kind, "drafts": "argmax"}
 
 
 def with_rule(drafter: Drafter, rule: str) -> Drafter:

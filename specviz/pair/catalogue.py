@@ -21,6 +21,7 @@ ENGLISH_DRAFTER = ASSETS / "models" / "smollm2-drafter"
 # drafter model: prompt lookup, the target's early exit, the target's int8 copy. A pair drafts with these and
 # with its drafter model, as "model" or, where the drafter has a tokenizer of its own, as "cross-tokenizer".
 MODEL_FREE_KINDS = ("ngram", "early-exit", "quantized")
+ARGMAX_KIND = "argmax"  # the drafter model proposing its argmax (specviz.drafters.argmax): wherever it drafts as "model"
 EAGLE_KIND = "eagle"  # a shipped EAGLE head (assets/models/smollm2-eagle): only for the targets it was trained for
 
 
@@ -70,8 +71,11 @@ class Preset:
     @property
     def kinds(self) -> tuple[str, ...]:
         """The drafter kinds this pair drafts with: ``drafter_kinds`` where the entry names them, else its
-        drafter model (``model_kind``) and the kinds that need none (``MODEL_FREE_KINDS``)."""
-        return self.drafter_kinds if self.drafter_kinds is not None else (self.model_kind, *MODEL_FREE_KINDS)
+        drafter model (``model_kind``, and its argmax drafts where it drafts as "model") and the kinds that need none
+        (``MODEL_FREE_KINDS``)."""
+        if self.drafter_kinds is not None:
+            return self.drafter_kinds
+        return (self.model_kind, *((ARGMAX_KIND,) if self.model_kind == "model" else ()), *MODEL_FREE_KINDS)
 
     @property
     def bundled(self) -> bool:
@@ -112,7 +116,7 @@ PRESETS: dict[str, Preset] = {
     ENGLISH: Preset(
         str(ENGLISH_DRAFTER), "HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0",
         # The distilled drafter: 14.2 M parameters, 6.3 M of them its input table (assets/models/smollm2-drafter).
-        14_208_000, 134_515_008, instruct=True, gguf=SMOLLM2_GGUF, drafter_kinds=("model", *MODEL_FREE_KINDS, EAGLE_KIND),
+        14_208_000, 134_515_008, instruct=True, gguf=SMOLLM2_GGUF, drafter_kinds=("model", ARGMAX_KIND, *MODEL_FREE_KINDS, EAGLE_KIND),
         note="English chat; drafter distilled from the target",
     ),
     EMBEDDED: Preset(
@@ -232,7 +236,7 @@ def check_drafter_kind(name, kind) -> None:
         return
     shown = kind if isinstance(kind, str) and len(kind) <= 40 else "that"
     why = ""
-    if kind == "model" and preset.own_tokenizer:
+    if kind in ("model", ARGMAX_KIND) and preset.own_tokenizer:
         why = (" (its drafter has a tokenizer of its own, so its token ids are not the target's: it drafts with the "
                "cross-tokenizer kind)")
     elif kind == "cross-tokenizer":

@@ -186,7 +186,9 @@ def compare_on_device(req: RunRequest, stop: StopCheck | None = None):
     ids = encode(pair, req.prompt, req.chat)
     try:
         tree = resolve_tree(req.tree, pair, pair_drafter(req.drafter_kind, pair), req.sampling, req.gamma, stop)[0]
-        yield from compare_stream(ids, pair.drafter, pair.target, kinds=usable_kinds(pair.target, pair.own_tokenizer),
+        # under greedy decoding the drafter model's argmax drafts are its drafts: one column, not two alike
+        kinds = [k for k in usable_kinds(pair.target, pair.own_tokenizer) if not (k == "argmax" and req.sampling.greedy)]
+        yield from compare_stream(ids, pair.drafter, pair.target, kinds=kinds,
                                   drafter_tokenizer=pair.drafter_tokenizer, gamma=req.gamma, schedule=req.gamma_schedule,
                                   max_new_tokens=req.max_new_tokens, tree=tree, stop=stop, **_common(req, pair))
     except Stopped:

@@ -97,7 +97,7 @@ def examples() -> list[str]:
 def preset_of(rec: Recording) -> str | None:
     """The preset whose drafter and target the recording names, if this app offers it."""
     models = list(rec.speculative.settings.get("models") or [])
-    own_drafter = (rec.speculative.settings.get("drafter") or {"kind": "model"}).get("kind") in ("model", "cross-tokenizer")
+    own_drafter = (rec.speculative.settings.get("drafter") or {"kind": "model"}).get("kind") in ("model", "argmax", "cross-tokenizer")
     for name, preset in PRESETS.items():
         names = []
         for ref in (preset.drafter, preset.target):

@@ -60,7 +60,7 @@ def kind_for_pair(name: str | None, kind: str | None):
     "cross-tokenizer" (its ids are not the target's, so "model" would be refused); leaving such a pair
     goes back to "model"; any other choice stays."""
     preset = PRESETS.get(name or EMBEDDED)
-    if preset is not None and preset.own_tokenizer and kind in ("model", None):
+    if preset is not None and preset.own_tokenizer and kind in ("model", "argmax", None):
         return gr.update(value="cross-tokenizer")
     if (preset is None or not preset.own_tokenizer) and kind == "cross-tokenizer":
         return gr.update(value="model")
@@ -266,7 +266,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                 ui["temperature"] = CheckedSlider(*TEMPERATURE_RANGE, value=DEFAULTS["temperature"], step=0.05, label="temperature (0 = greedy)",
                                                    info=GREEDY_NOTE)
                 ui["drafter_kind"] = CheckedRadio(DRAFTER_CHOICES, value=DEFAULTS["drafter_kind"], label="drafter", elem_id="sv-drafter-kind",
-                                              info="the pair's drafter model; prompt lookup (copies from earlier text); the target's own early layers; "
+                                              info="the pair's drafter model; the same proposing its most likely token (q one-hot: "
+                                                   "kept with probability p, exact too); prompt lookup (copies from earlier text); the target's own early layers; "
                                                    "the target itself with int8 weights (CPU only); "
                                                    "EAGLE: one layer reading the target's own features (Li et al. 2024; the English pair); "
                                                    "the drafter model with its own tokenizer (pairs across tokenizers, such as cross)")

@@ -13,8 +13,8 @@ from specviz.views.charts import style_figure
 from specviz.views.text import run_label
 from specviz.views.tokens import tokens_html
 
-COLOURS = {"model": "#0072B2", "ngram": "#009E73", "early-exit": "#CC79A7", "quantized": "#E69F00", "eagle": "#D55E00",
-           "tree": "#56B4E9", "cross-tokenizer": "#000000"}
+COLOURS = {"model": "#0072B2", "argmax": "#56B4E9", "ngram": "#009E73", "early-exit": "#CC79A7", "quantized": "#E69F00", "eagle": "#D55E00",
+           "tree": "#F0E442", "cross-tokenizer": "#000000"}
 LABELS = {**DRAFTER_LABELS, "tree": "drafter model, token tree"}  # the drafters' table, and the tree beside the chain
 
 

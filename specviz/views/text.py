@@ -24,7 +24,7 @@ def run_label(trace) -> str:
     drafter = s.get("drafter") or {"kind": "model"}
     schedule = s.get("gamma_schedule") or {"name": "constant"}
     kind = drafter.get("kind")
-    label = {"model": "drafter model", "ngram": "prompt lookup", "early-exit": "early exit",
+    label = {"model": "drafter model", "argmax": "drafter model, its argmax", "ngram": "prompt lookup", "early-exit": "early exit",
              "quantized": "quantized target"}.get(kind, str(kind))
     if kind == "ngram" and "max_ngram" in drafter:
         label += f" (n-gram <= {drafter['max_ngram']})"
