@@ -200,9 +200,17 @@ def test_fused_graphs_are_off_by_default_and_never_on_zerogpu(monkeypatch):
     assert not graphs.fuse_default()
 
 
+def _can_compile_for_the_cpu() -> bool:
+    """Inductor on a CPU builds C++ against Python's headers."""
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
+    return bool(shutil.which("g++") or shutil.which("c++")) and (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not (__import__("shutil").which("g++") or __import__("shutil").which("c++")),
-                    reason="inductor on a CPU needs a C++ compiler")
+@pytest.mark.skipif(not _can_compile_for_the_cpu(), reason="inductor on a CPU needs a C++ compiler and Python's headers")
 def test_the_compiled_pass_a_fused_graph_captures_gives_the_eager_passs_logits():
     """What ``fuse`` captures on a GPU, compiled for the CPU here: the same pass over the static cache's buffers.
     Tolerance 1e-5 absolute: fused kernels sum in another order (fp32, logits of order 1)."""
