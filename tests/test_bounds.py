@@ -522,15 +522,15 @@ def test_a_long_run_gives_the_device_up_to_a_waiting_visitor(served, monkeypatch
 
     demo, url = served
     monkeypatch.setattr(share, "SHARE_S", 1.0)  # a short share keeps the test fast; the rule is the same
-    real = device.interleave
+    real = device.paired
 
-    def paced(*streams):  # each step takes at least 20 ms: the heavy run outlasts its share on any machine
-        for step in real(*streams):
+    def paced(*args, **kwargs):  # each step takes at least 20 ms: the heavy run outlasts its share on any machine
+        for step in real(*args, **kwargs):
             time.sleep(0.02)
             yield step
 
     # On a quiet machine the embedded pair decoded all 256 tokens of the heavy run before its share was out.
-    monkeypatch.setattr(device, "interleave", paced)
+    monkeypatch.setattr(device, "paired", paced)
     heavy: dict = {}
 
     def hog():
