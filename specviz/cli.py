@@ -49,6 +49,12 @@ def _add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int, sampling
     p.add_argument("--seed", type=int, default=0, help="seeds every draw, so a run repeats exactly")
 
 
+def _add_cache_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache", choices=["auto", "dynamic", "static", "graphs"], default="auto",
+                   help="the passes' KV cache: auto (as the page: CUDA graphs over a static cache on a GPU, transformers' dynamic "
+                        "cache elsewhere), or one of them for comparison (graphs: CUDA only)")
+
+
 def _add_drafter_args(p: argparse.ArgumentParser, bench: bool = False) -> None:
     from specviz.drafters import KINDS
     from specviz.engine.schedules import SCHEDULES
@@ -136,6 +142,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     _add_model_args(gen)
     _add_sampling_args(gen, 64)
     _add_drafter_args(gen)
+    _add_cache_arg(gen)
     source = gen.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt")
     source.add_argument("--prompts-file", help="decode a batch: a text file of one prompt per line (\\n inside a line is a newline) "
@@ -152,6 +159,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     _add_drafter_args(rec)
     rec.add_argument("--prompt", required=True)
     rec.add_argument("--sweep", action="store_true", help="also run gamma = 1..8 on the same prompt and seed")
+    _add_cache_arg(rec)
     rec.add_argument("--title", default="", help="label shown when the recording is loaded")
     rec.add_argument("--out", required=True, help="JSON file to write")
     rec.add_argument("--chat-template", choices=["auto", "on", "off"], default="auto",
@@ -239,6 +247,11 @@ def _setup(args):
     encoded = [encode_prompt(pair, p, chat) for p in prompts]
     ids = encoded if getattr(args, "prompts_file", None) else encoded[0]
     common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=pair.eos_token_ids, seed=args.seed, tokenizer=pair.tokenizer)
+    cache = getattr(args, "cache", "auto")
+    if cache != "auto":  # the loops' default is "auto" (specviz.engine.runner.choose_cache)
+        if getattr(args, "prompts_file", None):
+            raise ValueError("--cache applies to one prompt at a time: a batch runs over its own padded cache")
+        common["cached"] = {"dynamic": True, "static": "static", "graphs": "graphs"}[cache]
     return pair, ids, common
 
 

@@ -205,3 +205,13 @@ def test_usage_names_the_command_as_typed():
     assert build_parser(program_name("/usr/bin/specviz")).format_usage().startswith("usage: specviz ")
     out = run("--help")
     assert out.returncode == 0 and out.stdout.startswith("usage: python -m specviz ")
+
+
+def test_generate_runs_the_engine_asked_for_and_says_which():
+    """``--cache``: auto (the page's engine: the dynamic cache on a CPU) or one named for comparison; graphs need CUDA."""
+    auto = run("generate", "--prompt", "def f(x):", "--max-new-tokens", "6", "--json")
+    static = run("generate", "--prompt", "def f(x):", "--max-new-tokens", "6", "--json", "--cache", "static")
+    assert auto.returncode == static.returncode == 0, auto.stderr + static.stderr
+    assert json.loads(auto.stdout)["settings"]["engine"] == "dynamic" and json.loads(static.stdout)["settings"]["engine"] == "static"
+    graphs = run("generate", "--prompt", "def f(x):", "--max-new-tokens", "6", "--cache", "graphs")
+    assert graphs.returncode == 2 and "CUDA graphs need a model on a CUDA device" in graphs.stderr, graphs.stderr
