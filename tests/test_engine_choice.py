@@ -259,3 +259,16 @@ def test_a_baseline_runs_on_the_engine_its_speculative_run_got(gpu_like):
     assert (spec.settings["engine"], base.settings["engine"]) == ("graphs", "dynamic")
     assert judge(spec, base) is None
     assert "do not compare" in verdict(spec, base) and "do not compare" in headline_html(spec, base)
+
+
+def test_bench_keeps_its_eager_baseline_eager_where_the_loops_default_replays_graphs(gpu_like):
+    from types import SimpleNamespace
+
+    from specviz.measure.bench import _runner
+
+    _, target = models("similar")
+    pair = SimpleNamespace(target=target, vocab_size=8)
+    eager = _runner("autoregressive_eager", pair, Sampling(), 4, 4)(PROMPT, 0)
+    graphed = _runner("autoregressive", pair, Sampling(), 4, 4, cached="auto")(PROMPT, 0)
+    assert (eager.settings["engine"], graphed.settings["engine"]) == ("dynamic", "graphs")
+    assert eager.output_ids == graphed.output_ids

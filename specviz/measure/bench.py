@@ -112,8 +112,8 @@ def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str
     """A callable(prompt_ids, seed) -> (tokens generated, trace or None) for one method; ``cached``
     the KV cache of specviz's loops (True, "static", "graphs"); ``auto`` the AutoTree of ``--tree auto``."""
     common = dict(sampling=sampling, max_new_tokens=n, eos_token_id=None)
-    if method == "autoregressive_eager":
-        return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, **common)
+    if method == "autoregressive_eager":  # the dynamic cache by name: the loops' own default is "auto" (graphs on CUDA)
+        return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, cached=True, **common)
     common["cached"] = cached
     if method == "autoregressive":
         return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, **common)
