@@ -272,3 +272,15 @@ def test_bench_keeps_its_eager_baseline_eager_where_the_loops_default_replays_gr
     graphed = _runner("autoregressive", pair, Sampling(), 4, 4, cached="auto")(PROMPT, 0)
     assert (eager.settings["engine"], graphed.settings["engine"]) == ("dynamic", "graphs")
     assert eager.output_ids == graphed.output_ids
+
+
+def test_a_pair_let_go_takes_its_captured_graphs_with_it(gpu_like):
+    from types import SimpleNamespace
+
+    from specviz.pair.cache import _forget_graphs
+
+    drafter, target = models("similar")
+    speculative_generate(PROMPT, drafter, target, gamma=2, max_new_tokens=4)
+    assert {k[0] for k in graphs._RUNNERS} == {id(target), id(drafter)}
+    _forget_graphs([SimpleNamespace(target=target, drafter=drafter)])
+    assert graphs._RUNNERS == {} and graphs._SPARES == {}

@@ -235,6 +235,15 @@ def hold(model, vocab_size: int, role: str = "target") -> tuple[GraphedRunner | 
     return runner, runner.note
 
 
+def forget(*models) -> None:
+    """Drop every captured runner (and failed capture) of ``models``: their caches and graphs are freed once no run
+    holds them. ``specviz.pair`` calls it when it lets a pair go, so an evicted pair's GPU memory comes back."""
+    ids = {id(m) for m in models if m is not None}
+    for registry in (_RUNNERS, _SPARES, _FAILED):
+        for key in [k for k in registry if k[0] in ids]:
+            del registry[key]
+
+
 def graphed(model, vocab_size: int, buckets: tuple[int, ...] = BUCKETS, role: str = "target") -> GraphedRunner:
     """The model's ``GraphedRunner`` on its device for ``role`` ("target" or "drafter": one model may
     be both, and each role needs its own cache), captured on first use (``capture_ms`` says how long).

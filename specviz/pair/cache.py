@@ -55,6 +55,7 @@ def unload_all() -> None:
         dropped = list(_resident.values())
         _resident.clear()
     devices = {p.device for p in dropped}
+    _forget_graphs(dropped)
     dropped.clear()
     thaw()
     for d in devices:
@@ -102,6 +103,13 @@ def preload(names: list[str] | None = None, device: str | torch.device | None = 
     return results
 
 
+def _forget_graphs(pairs) -> None:
+    """The captured CUDA graphs and caches of ``pairs``' models let go with them (``specviz.engine.graphs.forget``)."""
+    from specviz.engine import graphs
+
+    graphs.forget(*(m for p in pairs for m in (p.target, p.drafter)))
+
+
 def _key(refs: tuple[ModelRef, ModelRef], device: torch.device) -> tuple:
     return (str(refs[0]), str(refs[1]), str(device))
 
@@ -117,6 +125,7 @@ def _evict_for_one_more() -> None:
         while _resident and len(_resident) >= resident_limit():
             dropped.append(_resident.popitem(last=False)[1])
     devices = {p.device for p in dropped}
+    _forget_graphs(dropped)
     if dropped:
         thaw()  # a frozen pair's cycles would never be collected
     dropped.clear()
