@@ -61,6 +61,9 @@ class ArgmaxDrafts(Drafter):
     def passes(self) -> int:
         return self.inner.passes
 
+    def prepare(self, vocab: int, cached) -> None:
+        self.inner.prepare(vocab, cached)
+
     def start(self, seq: torch.Tensor, n: int, vocab: int, cached) -> None:
         self.inner.start(seq, n, vocab, cached)
 

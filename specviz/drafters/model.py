@@ -46,9 +46,15 @@ class ModelDrafter(Drafter):
         runner = self.batch or self.runner
         return runner.passes if runner is not None else 0
 
+    def prepare(self, vocab: int, cached) -> None:
+        self.runner = make_runner(self.model, vocab, cached, role="drafter")
+        self._prepared = (vocab, cached)
+
     def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
         self.batch = None
-        self.runner = make_runner(self.model, vocab, cached, role="drafter")
+        if getattr(self, "_prepared", None) != (vocab, cached):  # not prepared for this run: its runner now
+            self.prepare(vocab, cached)
+        self._prepared = None  # a later run prepares its own
         self.runner.prefill(seq, n)
 
     def propose(self, request: DraftRequest) -> Proposal:

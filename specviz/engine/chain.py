@@ -103,6 +103,7 @@ def speculative_stream(
     reads_features = drafter.reads_target_features
     target_runner = make_runner(target, vocab, cached, keep_features=reads_features)
     with held(target_runner, drafter):  # given back when the run ends, however it ends
+        drafter.prepare(vocab, cached)  # a capture of the drafter's graphs is not the run's time
         clock = Clock(device)
         top_k = min(TOP_TOKENS, vocab)
 

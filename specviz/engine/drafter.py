@@ -154,6 +154,10 @@ class Drafter(ABC):
         return None
     _forks: list["Drafter"] | None = None  # the rows' drafters under the default batching
 
+    def prepare(self, vocab: int, cached) -> None:
+        """Before a run's clock starts: make ready what does not depend on the prompt (a model's captured CUDA graphs,
+        ``specviz.engine.graphs.hold``), so that a capture is not timed as the run's prefill. Default: nothing."""
+
     @abstractmethod
     def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
         """Prepare for a run whose first ``n`` tokens of ``seq`` are settled (the prompt but its last token)."""

@@ -70,6 +70,7 @@ def tree_stream(
     reads_features = drafter.reads_target_features
     runner = make_runner(target, vocab, cached, keep_features=reads_features)
     with held(runner, drafter):  # given back when the run ends, however it ends
+        drafter.prepare(vocab, cached)  # a capture of the drafter's graphs is not the run's time
         clock = Clock(device)
         top_k = min(TOP_TOKENS, vocab) if record else 0
         with torch.inference_mode():
