@@ -325,7 +325,7 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, cor
             if u is not None:
                 util.append(u)
         if (step - first_step) % 100 == 0:
-            print(f"step {step} loss {float(loss):.4f} lr {opt.param_groups[0]['lr']:.2e} {time.time() - t_train:.0f} s",
+            print(f"step {step} loss {float(loss.detach()):.4f} lr {opt.param_groups[0]['lr']:.2e} {time.time() - t_train:.0f} s",
                   flush=True)
     done = step - first_step
     train_s = time.time() - t_train
