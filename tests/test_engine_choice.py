@@ -125,7 +125,7 @@ def test_auto_keeps_the_dynamic_cache_where_graphs_cannot_serve_and_says_why(gpu
 
 def test_the_status_names_the_engine_on_a_gpu_and_nothing_on_a_cpu():
     from specviz.trace import Trace
-    from specviz.ui.device import engine_sentence
+    from specviz.views.verdict import engine_sentence
 
     def run(**settings):
         return Trace(mode="speculative", prompt_ids=[1], settings=settings)

@@ -18,7 +18,7 @@ as "model" or as "cross-tokenizer").
 
 from __future__ import annotations
 
-from specviz.drafters.argmax import RULE_LABELS, RULES, ArgmaxDrafts, with_rule
+from specviz.drafters.argmax import RULES, ArgmaxDrafts, with_rule
 from specviz.drafters.cross_tokenizer import CrossTokenizerDrafter, CrossTokenizerError
 from specviz.engine.drafter import Drafter, DraftRequest, Proposal
 from specviz.drafters.eagle import EagleDrafter, EagleUnsupported, head_folder
@@ -148,6 +148,6 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
     raise ValueError(f"drafter kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-__all__ = ["DESCRIPTIONS", "KINDS", "LABELS", "RULES", "RULE_LABELS", "ArgmaxDrafts", "with_rule", "CrossTokenizerDrafter", "CrossTokenizerError", "Drafter", "DraftRequest", "EagleDrafter", "EagleUnsupported", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
+__all__ = ["DESCRIPTIONS", "KINDS", "LABELS", "RULES", "ArgmaxDrafts", "with_rule", "CrossTokenizerDrafter", "CrossTokenizerError", "Drafter", "DraftRequest", "EagleDrafter", "EagleUnsupported", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
            "QuantizedDrafter", "as_drafter", "default_exit_layer", "default_kind", "early_exit_model", "find_continuation", "layer_count", "make_drafter", "pair_drafter",
            "quantize_target", "usable_kinds"]

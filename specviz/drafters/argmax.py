@@ -30,7 +30,6 @@ from specviz.engine.drafter import Drafter, DraftRequest, Proposal
 from specviz.engine.sampling import Sampling
 
 RULES = ("sampled", "argmax")
-RULE_LABELS = {"sampled": "drawn from q", "argmax": "the drafter's argmax (q one-hot)"}
 
 
 def argmax_request(request: DraftRequest) -> DraftRequest:

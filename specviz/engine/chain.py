@@ -25,7 +25,7 @@ from specviz.engine.schedules import GammaSchedule, make_schedule
 from specviz.engine.stopping import finish
 from specviz.trace import MAX_GAMMA, Round, Trace
 from specviz.engine.rounds import (  # noqa: F401  (TOP_TOKENS re-exported)
-    TOP_TOKENS, Clock, engine_settings, held, Transfer, judge_chain, settle, extend_trace, round_record, set_up, start_sequence,
+    TOP_TOKENS, Clock, engine_settings, held, open_run, Transfer, judge_chain, settle, extend_trace, round_record, set_up, start_sequence,
 )
 
 
@@ -103,18 +103,8 @@ def speculative_stream(
     reads_features = drafter.reads_target_features
     target_runner = make_runner(target, vocab, cached, keep_features=reads_features)
     with held(target_runner, drafter):  # given back when the run ends, however it ends
-        drafter.prepare(vocab, cached)  # a capture of the drafter's graphs is not the run's time
-        clock = Clock(device)
+        clock = open_run(target_runner, drafter, trace, seq, n_prompt, vocab, cached, device)
         top_k = min(TOP_TOKENS, vocab)
-
-        with torch.inference_mode():
-            # The last prompt token stays pending: the first round feeds it to the target.
-            drafter.start(seq, n_prompt - 1, vocab, cached)
-            target_runner.prefill(seq, n_prompt - 1)
-            if reads_features and target_runner.features is not None:
-                drafter.observe_target(*target_runner.features)
-            trace.prefill_ms = clock.since_start()
-        trace.settings.update(engine_settings(target_runner, drafter))
 
         n = n_prompt  # settled sequence length
         while True:

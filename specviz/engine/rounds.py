@@ -260,6 +260,24 @@ def held(runner, drafter: Drafter | None = None):
             drafter.release()
 
 
+def open_run(runner, drafter: Drafter, trace: Trace, seq: torch.Tensor, n_prompt: int, vocab: int, cached, device) -> Clock:
+    """A speculative run's start, shared by the chain and tree loops: the drafter prepared before the clock starts (a
+    capture of its graphs is not the run's time), both sides prefilled with all but the pending last prompt token (an
+    EAGLE drafter handed the target's features), ``trace.prefill_ms`` and the engine (``engine_settings``) recorded.
+    Returns the run's clock."""
+    drafter.prepare(vocab, cached)
+    clock = Clock(device)
+    with torch.inference_mode():
+        # The last prompt token stays pending: the first round feeds it to the target.
+        drafter.start(seq, n_prompt - 1, vocab, cached)
+        runner.prefill(seq, n_prompt - 1)
+        if drafter.reads_target_features and runner.features is not None:
+            drafter.observe_target(*runner.features)
+        trace.prefill_ms = clock.since_start()
+    trace.settings.update(engine_settings(runner, drafter))
+    return clock
+
+
 def engine_settings(runner, drafter: Drafter | None = None) -> dict:
     """What the trace records of the passes' engine: the target runner's ``engine`` ("graphs", "static",
     "dynamic" or "re-fed") and, where there is one, a note ("CUDA graphs captured in 1.6 s", or why not graphs

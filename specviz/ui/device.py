@@ -27,7 +27,7 @@ from specviz.ui.pairs import encode, failure, resident
 from specviz.ui.request import RunRequest
 from specviz.ui.tree import AUTO, resolve, resolve_tree
 from specviz.views.text import markdown_literal, run_label
-from specviz.views.verdict import verdict
+from specviz.views.verdict import engine_sentence, verdict
 
 
 CALIBRATING = (f"Token tree auto: measuring this pair on this device first, once per sampling setting (at most "
@@ -140,21 +140,6 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
         done += f" {markdown_literal(engine)}"
     yield "done", spec, baseline, name, done, auto
 
-
-def engine_sentence(spec, baseline) -> str:
-    """What ran the passes, where it is worth saying (a GPU): "Passes: CUDA graphs over a static cache, both runs"
-    with the capture time once, or why a run took the dynamic cache; "" on a CPU, where the dynamic cache is the form."""
-    runs = [("speculative", spec), ("baseline", baseline)]
-    engines = {name: t.settings.get("engine") for name, t in runs if t is not None}
-    notes = [f"{name}: {t.settings['engine_note']}" for name, t in runs if t is not None and t.settings.get("engine_note")]
-    graphed = [e for e in engines.values() if e and "graphs" in e]
-    if not graphed and not notes:
-        return ""
-    same = len(set(engines.values())) == 1
-    kind = "CUDA graphs of inductor-compiled passes" if graphed and graphed[0].startswith("fused") else "CUDA graphs"
-    head = (f"Passes: {kind} over a static cache, both runs" if same and graphed
-            else "Passes: " + ", ".join(f"{name} {engine}" for name, engine in engines.items()))
-    return head + (f" ({'; '.join(notes)})" if notes else "") + "."
 
 
 def sweep_seconds(req: RunRequest, stop: StopCheck | None = None) -> int:

@@ -110,6 +110,22 @@ def engines_differ(spec: Trace, baseline: Trace | None) -> str:
             "CUDA graphs), so their times do not compare; Generate again")
 
 
+def engine_sentence(spec, baseline) -> str:
+    """What ran the passes, where it is worth saying (a GPU): "Passes: CUDA graphs over a static cache, both runs"
+    with the capture time once, or why a run took the dynamic cache; "" on a CPU, where the dynamic cache is the form."""
+    runs = [("speculative", spec), ("baseline", baseline)]
+    engines = {name: t.settings.get("engine") for name, t in runs if t is not None}
+    notes = [f"{name}: {t.settings['engine_note']}" for name, t in runs if t is not None and t.settings.get("engine_note")]
+    graphed = [e for e in engines.values() if e and "graphs" in e]
+    if not graphed and not notes:
+        return ""
+    same = len(set(engines.values())) == 1
+    kind = "CUDA graphs of inductor-compiled passes" if graphed and graphed[0].startswith("fused") else "CUDA graphs"
+    head = (f"Passes: {kind} over a static cache, both runs" if same and graphed
+            else "Passes: " + ", ".join(f"{name} {engine}" for name, engine in engines.items()))
+    return head + (f" ({'; '.join(notes)})" if notes else "") + "."
+
+
 def judge(spec: Trace, baseline: Trace | None) -> Verdict | None:
     """The run's Verdict, or None without a baseline, a round to judge or a measured speedup, or with the two runs on
     different engines (``engines_differ``)."""

@@ -17,7 +17,7 @@ import torch
 
 from specviz.engine import rejection
 from specviz.engine.drafter import DraftRequest
-from specviz.engine.rounds import TOP_TOKENS, Clock, engine_settings, extend_trace, held, Transfer, set_up, start_sequence
+from specviz.engine.rounds import TOP_TOKENS, extend_trace, held, open_run, Transfer, set_up, start_sequence
 from specviz.engine.runner import make_runner
 from specviz.engine.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
@@ -70,16 +70,8 @@ def tree_stream(
     reads_features = drafter.reads_target_features
     runner = make_runner(target, vocab, cached, keep_features=reads_features)
     with held(runner, drafter):  # given back when the run ends, however it ends
-        drafter.prepare(vocab, cached)  # a capture of the drafter's graphs is not the run's time
-        clock = Clock(device)
+        clock = open_run(runner, drafter, trace, seq, n_prompt, vocab, cached, device)
         top_k = min(TOP_TOKENS, vocab) if record else 0
-        with torch.inference_mode():
-            drafter.start(seq, n_prompt - 1, vocab, cached)
-            runner.prefill(seq, n_prompt - 1)
-            if reads_features and runner.features is not None:
-                drafter.observe_target(*runner.features)
-            trace.prefill_ms = clock.since_start()
-        trace.settings.update(engine_settings(runner, drafter))
 
         n = n_prompt
         while True:
