@@ -58,10 +58,12 @@ def _rng_tensors() -> dict[str, torch.Tensor]:
 
 
 def save(folder: Path, params: dict[str, torch.nn.Parameter], optimizer: torch.optim.Optimizer,
-         head_ids: torch.Tensor, meta: dict, moments_dtype: str = "bfloat16", max_part_bytes: int = 15_000_000) -> int:
+         head_ids: torch.Tensor, meta: dict, moments_dtype: str = "bfloat16", max_part_bytes: int = 15_000_000,
+         prefix: str = "eagle") -> int:
     """Write a checkpoint of ``params`` (name -> trainable parameter, as given to ``optimizer``) into ``folder``.
 
-    ``meta`` (JSON-able; must hold ``step``) goes into the index beside the optimiser's param groups.
+    ``meta`` (JSON-able; must hold ``step``) goes into the index beside the optimiser's param groups. ``prefix``
+    names the parts (``{prefix}-step0001234-00001-of-00003.safetensors``): any trainer's weights save this way.
     Returns the parts' total size in bytes.
 
     Raises:
@@ -87,7 +89,7 @@ def save(folder: Path, params: dict[str, torch.nn.Parameter], optimizer: torch.o
     tensors["head_ids"] = head_ids.detach().to(torch.int64).cpu().contiguous()
     tensors.update({k: v.cpu().contiguous() for k, v in _rng_tensors().items()})
     step = int(meta["step"])
-    split = split_torch_state_dict_into_shards(tensors, filename_pattern=f"eagle-step{step:07d}{{suffix}}.safetensors",
+    split = split_torch_state_dict_into_shards(tensors, filename_pattern=f"{prefix}-step{step:07d}{{suffix}}.safetensors",
                                                max_shard_size=max_part_bytes)
     total = 0
     for filename, names in split.filename_to_tensors.items():

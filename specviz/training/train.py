@@ -5,6 +5,7 @@
     python -m specviz train --english            # the English pair's drafter (see specviz.training.distill)
     python -m specviz train --eagle-data         # the EAGLE head's corpus, shard by shard (specviz.training.eagle_corpus)
     python -m specviz train --eagle              # the English pair's EAGLE head, one chunk (see specviz.training.eagle)
+    python -m specviz train --onpolicy           # the English drafter, on its own text, one chunk (specviz.training.onpolicy)
 
 Steps, in order, all seeded:
 1. a byte-level BPE tokenizer (``tokenizers``) trained on the training split;
@@ -207,6 +208,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m specviz train") -
         from specviz.training import eagle_corpus
 
         return eagle_corpus.main([a for a in argv if a != "--eagle-data"])
+    if "--onpolicy" in argv:  # the English pair's drafter, distilled on-policy: specviz.training.onpolicy
+        from specviz.training import onpolicy
+
+        return onpolicy.main([a for a in argv if a != "--onpolicy"])
     if "--eagle" in argv:  # the English pair's EAGLE head: specviz.training.eagle
         from specviz.training import eagle as eagle_train
 
