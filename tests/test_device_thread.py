@@ -52,3 +52,89 @@ def test_an_error_inside_a_stream_reaches_the_caller():
     with pytest.raises(ValueError, match="step two"):
         next(steps)
 
+
+
+# ---- whose step goes next --------------------------------------------------------------------------------
+
+
+def _queue_behind_a_held_step(steps: list[tuple[device_thread.Owner, str]]) -> list[str]:
+    """Hold the device thread with one step, queue ``steps`` (owner, name) from threads in that order, let go;
+    the order the device ran them in."""
+    import time
+
+    held, order, threads = threading.Event(), [], []
+    started = threading.Event()
+
+    def hold():
+        started.set()
+        held.wait(5)
+
+    first = threading.Thread(target=device_thread.run, args=(hold,))
+    first.start()
+    started.wait(5)
+    for owner, name in steps:
+        t = threading.Thread(target=device_thread.run, args=(order.append, name), kwargs={"owner": owner})
+        t.start()
+        threads.append(t)
+        time.sleep(0.02)  # queued in this order
+    held.set()
+    for t in [first, *threads]:
+        t.join(5)
+    return order
+
+
+def _use(owner: device_thread.Owner, seconds: float) -> None:
+    import time
+
+    device_thread.run(time.sleep, seconds, owner=owner)
+
+
+def test_a_newcomer_goes_ahead_of_the_queued_steps_of_an_address_that_used_the_device():
+    """Least attained service first: the lab's address used the device, so a fresh address's step runs before
+    the lab's steps that were queued before it; then the lab's in their own order."""
+    lab, visitor = device_thread.Owner("192.0.2.10", "lab"), device_thread.Owner("192.0.2.20", "visitor")
+    _use(lab, 0.2)
+    order = _queue_behind_a_held_step([(lab, "lab 1"), (lab, "lab 2"), (visitor, "visitor")])
+    assert order == ["visitor", "lab 1", "lab 2"]
+    assert visitor.behind == {"the server"} and visitor.waited_s > 0  # the held step, under way when it came
+    assert "visitor" in lab.behind
+
+
+def test_addresses_share_the_device_whatever_their_count_of_sessions_and_sessions_share_their_address():
+    """A school's address with three sessions gets the device as often as a lone address (max-min fair by
+    address), and among its sessions the one that used least goes first."""
+    school = [device_thread.Owner("198.51.100.7", f"student {i}") for i in range(3)]
+    lone = device_thread.Owner("203.0.113.5", "lone")
+    _use(school[0], 0.15)
+    _use(lone, 0.1)
+    order = _queue_behind_a_held_step([(school[0], "s0"), (lone, "lone"), (school[1], "s1")])
+    # the lone address used less than the school's: first; then the school's session that used nothing
+    assert order == ["lone", "s1", "s0"]
+
+
+def test_an_owner_counts_its_wait_and_whose_steps_ran_meanwhile():
+    a, b = device_thread.Owner("192.0.2.1", "a"), device_thread.Owner("192.0.2.2", "b")
+    _use(a, 0.3)  # a used more: b's queued step runs first, and a's waits behind it
+    _queue_behind_a_held_step([(a, "a"), (b, "b")])
+    assert "b" in a.behind and a.waited_s > b.waited_s
+    assert device_thread.Owner().waited() == ""
+    a.waited_s = 3.24
+    assert a.waited() == f"waited 3.2 s for the device behind {len(a.behind)} other job" + ("s" if len(a.behind) != 1 else "")
+
+
+def test_a_wrapped_function_takes_its_owner_by_keyword_and_passes_the_rest():
+    seen = []
+
+    @device_thread.steps
+    def streamed(x, y=0):
+        seen.append((x, y, device_thread.on_device_thread()))
+        yield x + y
+
+    @device_thread.steps
+    def called(x, y=0):
+        return x * y
+
+    owner = device_thread.Owner("192.0.2.9", "s")
+    assert list(streamed(1, y=2, device_owner=owner)) == [3] and seen == [(1, 2, True)]
+    assert called(3, y=4, device_owner=owner) == 12 and called(2, 5) == 10
+    assert device_thread._device.used(owner)[1] > 0  # its steps were charged to it

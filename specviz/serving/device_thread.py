@@ -11,12 +11,22 @@ thread ran every pass, 35 and 31 once the main thread had run a pass before a se
 reason.
 
 So the app hands every model pass to one long-lived thread, the device thread: a job's steps
-(``steps``: each ``next`` of a streaming job) and single calls (``run``: a pair's load, the start-up
-warm-up) run there one at a time, first come first served, each in a copy of its caller's context
-variables (so a web framework's per-request state, such as its progress bar, is still found). Two jobs
-streaming at once take turns step by step (a round of one, then a round of the other) instead of
-splitting the cores between two teams. A call made on the device thread itself runs inline. On a GPU
-the same thread keeps one CUDA stream and one set of captured graphs busy.
+(``steps``: each ``next`` of a streaming job) and single calls (``run``: the start-up warm-up) run there one
+at a time, each in a copy of its caller's context variables (so a web framework's per-request state, such
+as its progress bar, is still found). Jobs streaming at once take turns step by step instead of splitting
+the cores between two teams. A call made on the device thread itself runs inline. On a GPU the same thread
+keeps one CUDA stream and one set of captured graphs busy.
+
+**Which step goes next** (max-min fair, least attained service first): every step is for an ``Owner``
+(the visitor's address and page session; a job names it, ``stepped(..., owner=)``); the thread remembers the
+device seconds each address and each session used, decaying with a half-life of HALF_LIFE_S, and of the
+steps waiting it runs the one whose address used least, then whose session used least, then the oldest.
+So a visitor who just arrived goes ahead of every step of a visitor who has held the device for a while,
+addresses share the device equally whatever the count of sessions behind each, and the sessions behind
+one address (a class behind a school's router) share that address's part. A step is never interrupted: a
+newcomer waits at most for the step under way, which is why long jobs (the exactness lab) cut their work
+into short steps. Each owner counts the seconds its steps waited and whose steps ran meanwhile
+(``Owner.waited_s``, ``Owner.behind``), so a run can say "waited 3.2 s behind 4 other jobs".
 
 Errors raised on the device thread are raised again in the caller's thread. This module imports nothing
 of torch.
@@ -28,41 +38,144 @@ import concurrent.futures
 import contextvars
 import functools
 import inspect
+import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
 
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
-_lock = threading.Lock()
-_ident: int | None = None  # the device thread's identity, once it has started
+HALF_LIFE_S = 30.0  # device seconds used count half after this long
 
 
-def _mark() -> None:
-    global _ident
-    _ident = threading.get_ident()
+class Owner:
+    """Whom device steps are for: a visitor's ``address`` and page ``session`` ("" when unknown: the server itself).
+
+    ``waited_s``: seconds this owner's steps spent queued behind other owners' steps; ``behind``: the sessions
+    (or addresses) of the other owners whose steps ran meanwhile.
+    """
+
+    def __init__(self, address: str = "", session: str = ""):
+        self.address, self.session = address or "", session or ""
+        self.waited_s = 0.0
+        self.behind: set[str] = set()
+
+    @property
+    def key(self) -> str:
+        return f"{self.address}|{self.session}"
+
+    def waited(self, at_least_s: float = 0.5) -> str:
+        """"waited 3.2 s for the device behind 4 other jobs" once the waits add up to ``at_least_s``, else ""."""
+        if self.waited_s < at_least_s:
+            return ""
+        n = len(self.behind)
+        return f"waited {self.waited_s:.1f} s for the device behind {n} other job{'s' if n != 1 else ''}"
 
 
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _executor
-    with _lock:
-        if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-device", initializer=_mark)
-        return _executor
+SERVER = Owner()  # steps no visitor asked for (the start-up warm-up), and any caller that names no owner
+
+
+class _Step:
+    __slots__ = ("call", "future", "owner", "seq", "queued")
+
+    def __init__(self, call: Callable, owner: Owner, seq: int):
+        self.call, self.owner, self.seq = call, owner, seq
+        self.future: concurrent.futures.Future = concurrent.futures.Future()
+        self.queued = time.monotonic()
+
+
+def _who(owner: Owner) -> str:
+    return owner.session or owner.address or "the server"
+
+
+class _Device:
+    """The device thread and its queue of steps (see the module docstring for the order)."""
+
+    def __init__(self, half_life_s: float = HALF_LIFE_S):
+        self.half_life_s = half_life_s
+        self._cv = threading.Condition()
+        self._waiting: list[_Step] = []
+        self._used: dict[str, tuple[float, float]] = {}  # "a:address" or "s:address|session" -> (seconds, when)
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._running: _Step | None = None
+        self.ident: int | None = None
+
+    def _level(self, key: str, now: float) -> float:
+        seconds, when = self._used.get(key, (0.0, now))
+        return seconds * 0.5 ** ((now - when) / self.half_life_s)
+
+    def _charge(self, owner: Owner, seconds: float, now: float) -> None:
+        for key in ("a:" + owner.address, "s:" + owner.key):
+            self._used[key] = (self._level(key, now) + seconds, now)
+        if len(self._used) > 4096:  # forget those whose use has decayed away
+            self._used = {k: v for k, v in self._used.items() if self._level(k, now) > 1e-3}
+
+    def submit(self, call: Callable, owner: Owner) -> concurrent.futures.Future:
+        step = _Step(call, owner, next(self._seq))
+        with self._cv:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="specviz-device", daemon=True)
+                self._thread.start()
+            self._waiting.append(step)
+            if self._running is not None and self._running.owner.key != owner.key:
+                owner.behind.add(_who(self._running.owner))  # it waits for the step under way
+            self._cv.notify()
+        return step.future
+
+    def _next(self) -> _Step:
+        with self._cv:
+            while not self._waiting:
+                self._cv.wait()
+            now = time.monotonic()
+            step = min(self._waiting, key=lambda s: (self._level("a:" + s.owner.address, now),
+                                                     self._level("s:" + s.owner.key, now), s.seq))
+            self._waiting.remove(step)
+            self._running = step
+            for other in self._waiting:  # they wait behind this step
+                if other.owner.key != step.owner.key:
+                    other.owner.behind.add(_who(step.owner))
+            return step
+
+    def _loop(self) -> None:
+        self.ident = threading.get_ident()
+        while True:
+            step = self._next()
+            start = time.monotonic()
+            step.owner.waited_s += start - step.queued
+            if step.future.set_running_or_notify_cancel():
+                try:
+                    step.future.set_result(step.call())
+                except BaseException as err:  # noqa: BLE001 - raised again in the caller's thread
+                    step.future.set_exception(err)
+            end = time.monotonic()
+            with self._cv:
+                self._running = None
+                self._charge(step.owner, end - start, end)
+
+    def used(self, owner: Owner) -> tuple[float, float]:
+        """(address, session) device seconds of ``owner``, decayed to now."""
+        with self._cv:
+            now = time.monotonic()
+            return self._level("a:" + owner.address, now), self._level("s:" + owner.key, now)
+
+
+_device = _Device()
 
 
 def on_device_thread() -> bool:
     """Whether the calling thread is the device thread."""
-    return _ident is not None and threading.get_ident() == _ident
+    return _device.ident is not None and threading.get_ident() == _device.ident
 
 
-def run(fn: Callable[..., T], *args, **kwargs) -> T:
-    """``fn(*args, **kwargs)`` on the device thread, after the work queued before it; its result, or its error raised here."""
+def run(fn: Callable[..., T], *args, owner: Owner | None = None, **kwargs) -> T:
+    """``fn(*args, **kwargs)`` on the device thread in its turn (the module docstring's order) for ``owner``
+    (default ``SERVER``); its result, or its error raised here."""
     if on_device_thread():
         return fn(*args, **kwargs)
     context = contextvars.copy_context()
-    return _pool().submit(context.run, fn, *args, **kwargs).result()
+    return _device.submit(functools.partial(context.run, fn, *args, **kwargs), owner or SERVER).result()
 
 
 _DONE = object()
@@ -72,30 +185,31 @@ def _next(iterator: Iterator):
     return next(iterator, _DONE)
 
 
-def stepped(iterator: Iterator[T]) -> Iterator[T]:
-    """``iterator``'s items, each computed on the device thread (one ``next`` at a time, in the queue with the
-    rest); closing the result closes ``iterator`` there too."""
+def stepped(iterator: Iterator[T], owner: Owner | None = None) -> Iterator[T]:
+    """``iterator``'s items, each computed on the device thread for ``owner`` (one ``next`` at a time, in its
+    turn with the rest); closing the result closes ``iterator`` there too."""
     try:
-        while (item := run(_next, iterator)) is not _DONE:
+        while (item := run(_next, iterator, owner=owner)) is not _DONE:
             yield item
     finally:
         close = getattr(iterator, "close", None)
         if close is not None:
-            run(close)
+            run(close, owner=owner)
 
 
 def steps(fn: Callable) -> Callable:
     """``fn`` (a generator function or a plain one) with its work on the device thread: a generator's steps by
-    ``stepped``, a plain function's call by ``run``. The signature stays ``fn``'s."""
+    ``stepped``, a plain function's call by ``run``. The wrapper takes one keyword more than ``fn``,
+    ``device_owner`` (an ``Owner``; default ``SERVER``), and passes the rest to ``fn``."""
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
-        def streamed(*args, **kwargs):
-            yield from stepped(fn(*args, **kwargs))
+        def streamed(*args, device_owner: Owner | None = None, **kwargs):
+            yield from stepped(fn(*args, **kwargs), owner=device_owner)
 
         return streamed
 
     @functools.wraps(fn)
-    def called(*args, **kwargs):
-        return run(fn, *args, **kwargs)
+    def called(*args, device_owner: Owner | None = None, **kwargs):
+        return run(fn, *args, owner=device_owner, **kwargs)
 
     return called

@@ -31,6 +31,7 @@ imports neither torch, ``spaces`` (at import time) nor ``specviz.pair``.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Callable
 
@@ -58,13 +59,31 @@ def clamp_duration(seconds: float) -> int:
     return int(min(max_duration(), max(MIN_DURATION_S, -(-seconds // 1))))
 
 
+def _without_owner(fn: Callable) -> Callable:
+    """``fn`` taking (and ignoring) the keyword ``device_owner``, as ``device_thread.steps`` does."""
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def streamed(*args, device_owner=None, **kwargs):
+            yield from fn(*args, **kwargs)
+
+        return streamed
+
+    @functools.wraps(fn)
+    def called(*args, device_owner=None, **kwargs):
+        return fn(*args, **kwargs)
+
+    return called
+
+
 def gpu_task(fn: Callable | None = None, *, duration: int | Callable[..., float] | None = None):
     """Run ``fn`` with a GPU attached on ZeroGPU (in a forked worker); anywhere else on the device thread
     (``specviz.serving.device_thread.steps``).
 
     Use as ``@gpu_task`` or ``@gpu_task(duration=60)`` or ``@gpu_task(duration=generate_duration)``.
     A callable duration receives the same arguments as ``fn`` and returns seconds; it is clamped
-    to ``[MIN_DURATION_S, max_duration()]``. Generator functions (streaming handlers) work too.
+    to ``[MIN_DURATION_S, max_duration()]``. Generator functions (streaming handlers) work too. The result
+    takes the keyword ``device_owner`` (``specviz.serving.device_thread.Owner``: whose turn its steps take on
+    the device thread); on ZeroGPU, where each call has a GPU of its own, it is dropped.
     """
 
     def decorate(f: Callable) -> Callable:
@@ -79,7 +98,9 @@ def gpu_task(fn: Callable | None = None, *, duration: int | Callable[..., float]
             def clamped(*args, **kwargs):
                 return clamp_duration(size(*args, **kwargs))
 
-            return spaces.GPU(duration=clamped)(f)
-        return spaces.GPU(duration=clamp_duration(duration) if duration is not None else None)(f)
+            on_gpu = spaces.GPU(duration=clamped)(f)
+        else:
+            on_gpu = spaces.GPU(duration=clamp_duration(duration) if duration is not None else None)(f)
+        return _without_owner(on_gpu)
 
     return decorate(fn) if fn is not None else decorate

@@ -53,7 +53,7 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
     final = None
     with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree)) as held:
         check = None if on_zerogpu() else lambda: state.client_gone(request) or held.over()  # asked inside a calibration
-        for final in run_on_device(req, check):
+        for final in run_on_device(req, check, device_owner=state.device_owner(request)):
             if final[0] != "done":
                 _go_on(final[1], request, held)
         if final is None or final[0] != "done":  # the auto tree's calibration was stopped

@@ -55,7 +55,7 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
     main, points = None, []
     try:
         with state.job(halt.session), halt.device_turn() as turn:  # its turn and share of the device (specviz.ui.share)
-            for main, points in batch_on_device(req, prompts, size, halt.for_device()) if turn.started else ():
+            for main, points in batch_on_device(req, prompts, size, halt.for_device(), device_owner=state.device_owner(request)) if turn.started else ():
                 if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                     break
                 status = (f"Measured {_measured(points)} of {2 * len(sizes)} batches (batch sizes {listed}, two runs each, "

@@ -50,7 +50,7 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
     comparison = None
     try:
         with state.job(halt.session), halt.device_turn() as turn:  # its turn and share of the device (specviz.ui.share)
-            for comparison in compare_on_device(req, halt.for_device()) if turn.started else ():
+            for comparison in compare_on_device(req, halt.for_device(), device_owner=state.device_owner(request)) if turn.started else ():
                 if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                     break
                 yield dict(compare_view=compare_html(comparison, tree=tree_on, asked=asked), compare_plot=compare_figure(comparison))

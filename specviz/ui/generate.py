@@ -6,6 +6,7 @@ import time
 
 import gradio as gr
 
+from specviz.serving.device_thread import Owner
 from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
 from specviz.recording import Recording
@@ -33,6 +34,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
     another visitor waits, or that gives way to a much shorter job of another visitor (``specviz.ui.share``).
     """
     session = state.session_of(request)
+    owner = state.device_owner(request)
     state.following[session] = True
     try:
         with state.job(session):  # from the start, so a Stop pressed while the pair loads is seen
@@ -49,12 +51,12 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 # Asked inside the auto tree's calibration, every round (on ZeroGPU the worker cannot read the page's state).
                 check = None if on_zerogpu() else lambda: state.client_gone(request) or state.should_stop(session) or held.over()
                 event = None
-                for event in run_on_device(req, check):
+                for event in run_on_device(req, check, device_owner=owner):
                     if event[0] != "done":
                         if (halted := _halted(event, request, session, held)) is not None:
                             yield from halted
                             return
-                    yield from _shown(event, req, session)
+                    yield from _shown(event, req, session, owner)
                 if event is None or event[0] != "done":  # the calibration was stopped: nothing ran
                     yield from _halted(event, request, session, held) or [dict(status="Stopped before the first round.")]
     finally:
@@ -84,8 +86,9 @@ def _halted(event: tuple | None, request, session: str | None, held: share.Held)
     return None
 
 
-def _shown(event: tuple, req: RunRequest, session: str | None):
-    """The outputs one event of ``run_on_device`` changes (a dict keyed by RUN_OUTPUTS)."""
+def _shown(event: tuple, req: RunRequest, session: str | None, owner: Owner):
+    """The outputs one event of ``run_on_device`` changes (a dict keyed by RUN_OUTPUTS); the last status says how
+    long the run waited for the device behind other visitors' jobs, when it did (``owner``)."""
     kind, spec = event[0], event[1]
     if kind == "calibrating":
         # The previous run's verdict and export are not this run's: cleared while the calibration measures.
@@ -105,6 +108,8 @@ def _shown(event: tuple, req: RunRequest, session: str | None):
                    sweep_plot=sweep_figure(None), sweep_status=sweep_note(None), headline=headline_html(spec, None, pending=True))
     else:  # "done"
         _, spec, baseline, title, done, auto = event
+        if (waited := owner.waited()):
+            done += f" It {waited}."
         rec = Recording(spec, baseline, title=title, prompt=req.prompt, chat=req.chat, auto=auto)
         final = everything(rec, done, save_for_download(rec, session))
         if not state.following.get(session, True):  # the visitor is reading an earlier round: leave it in view

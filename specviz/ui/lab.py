@@ -39,25 +39,28 @@ def run_lab(kind, fault, temperature, top_k, top_p, gamma, runs, request: gr.Req
     sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
     # The lab's tiny models run in the form a full-size pair runs in on this CPU (bf16 or fp32,
     # specviz.pair.precision), so its verdict is about that form's arithmetic.
-    form = device_thread.run(cpu_form)
-    drafter, target = device_thread.run(lab_models, kind, dtype=form.dtype)
+    owner = state.device_owner(request)
+    form = device_thread.run(cpu_form, owner=owner)
+    drafter, target = device_thread.run(lab_models, kind, dtype=form.dtype, owner=owner)
     # The stop check (the Stop button, a client gone, LAB_SECONDS_MAX) is asked before every sample's run;
     # the chart is redrawn every LAB_DRAW_EVERY samples, and Gradio's cancel lands between chunks of LAB_CHUNK.
+    # Each sample is one step on the device thread, in its turn with other visitors' steps (least used first):
+    # a visitor's Generate beside a lab run waits for at most one sample (milliseconds) at a time, where a
+    # chunk of 50 samples held it for seconds (a 16-token Generate took 25.8x its time alone).
     # The fault goes to these runs only (their steps, see lab.faults.fault_steps): nothing global changes.
     halt = Halt(request, LAB_SECONDS_MAX)
     planted_fault = FAULTS[fault]
     form_note = f"<p>Models in {escape(form.name)} ({escape(form.reason)}); probabilities in float32.</p>"
     result, said = None, False
     with state.job(halt.session):  # the Stop button finds the lab as it finds a run
-        # Each chunk's samples run on the device thread, in turns with the runs of other visitors.
-        for result in device_thread.stepped(lab_stream(drafter, target, sampling, int(gamma), int(runs), every=LAB_CHUNK,
-                                                       fault=fault, stop=halt)):
+        for result in device_thread.stepped(lab_stream(drafter, target, sampling, int(gamma), int(runs), every=1,
+                                                       fault=fault, stop=halt), owner=owner):
             if halt.reason == GONE:
                 return  # nobody listens: nothing more is sent
             if result.runs % LAB_DRAW_EVERY == 0 or result.runs == int(runs) or halt.reason:
                 said = halt.reason is not None
                 yield lab_figure(result), lab_html(result, planted_fault) + _stopped(halt, result.runs) + form_note
-            else:
+            elif result.runs % LAB_CHUNK == 0:
                 yield gr.skip(), gr.skip()
     if halt.reason in (None, GONE) or said:
         return

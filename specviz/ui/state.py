@@ -18,7 +18,9 @@ from contextlib import contextmanager
 
 import gradio as gr
 
+from specviz.serving.device_thread import Owner
 from specviz.ui import listening
+from specviz.ui.address import client_address
 
 following: dict[str, bool] = {}
 running: dict[str, int] = {}
@@ -29,6 +31,12 @@ stopped: dict[str, dict] = {}
 def session_of(request: gr.Request | None) -> str | None:
     """The session's key (Gradio's session hash), or None outside a page session (a plain API call)."""
     return getattr(request, "session_hash", None)
+
+
+def device_owner(request: gr.Request | None) -> Owner:
+    """Whom a request's device steps are for (``specviz.serving.device_thread``: the device is shared by address,
+    then by page session, least used first)."""
+    return Owner(client_address(request), session_of(request) or "")
 
 
 @contextmanager

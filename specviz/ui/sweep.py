@@ -63,7 +63,7 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     session = halt.session
     sweep = None
     with state.job(session), halt.device_turn() as turn:  # its turn and share of the device (specviz.ui.share)
-        for sweep in sweep_on_device(req, halt.for_device()) if turn.started else ():
+        for sweep in sweep_on_device(req, halt.for_device(), device_owner=state.device_owner(request)) if turn.started else ():
             if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                 break
             done = len(sweep.points)
