@@ -16,7 +16,8 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
    (127.0.0.21-23); 1 MB uploads until refused, and on (127.0.0.5); 8-token ``/call/run`` posts whose prompt
    grows by a few tokens each time (127.0.0.6: every prompt length is new to the CPU's kernel caches); a heavy batch (8 rows, the most tokens)
    re-submitted as soon as it ends, from another address named by ``X-Forwarded-For`` (10.9.9.9); Generate with the
-   auto tree, 1 token, a new temperature each time, from three addresses (10.8.8.1-3). The ratio is
+   auto tree, 1 token, a new temperature each time, from three addresses (10.8.8.1-3); the exactness lab at the
+   page's defaults, re-run as soon as it ends, from three addresses (10.7.7.1-3). The ratio is
    the victim's median under the flood over its baseline median, measured minutes apart on the same machine.
 3. **Stop and hang-up.** A heavy batch is stopped by its session's Stop button once it has streamed for a
    second (its stream read all the while); printed: seconds from the Stop request to the batch's last message,
@@ -264,6 +265,22 @@ def auto_trees(app: App, halt: threading.Event, clients: list) -> list[threading
     return threads
 
 
+LAB = ["different", "none", 1.0, 5, 1.0, 3, 2000]  # the exactness lab at the page's defaults
+
+
+def lab_runs(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+    """The exactness lab at the page's defaults (2,000 samples), re-run as soon as it ends, from three addresses
+    named by ``X-Forwarded-For``: one runs at a time (its slot), its samples one device step each."""
+    threads = []
+    for k in range(3):
+        http = client(f"127.0.0.{51 + k}")
+        clients.append(http)
+        headers = {"X-Forwarded-For": f"10.7.7.{k + 1}"}
+        threads.append(threading.Thread(target=_forever, args=(halt, lambda http=http, headers=headers: (
+            page_call(http, app, "lab", LAB, headers) or time.sleep(0.2)))))
+    return threads
+
+
 FLOODS = {
     "fresh session hashes": fresh_sessions,
     "heartbeats": heartbeats,
@@ -272,6 +289,7 @@ FLOODS = {
     "prompts of ever more tokens (/run, 8 tokens each)": prompt_lengths,
     "heavy batch (X-Forwarded-For)": heavy_batches,
     "auto trees, 1 token, a new temperature each (3 addresses)": auto_trees,
+    "exactness lab at the page's defaults (3 addresses)": lab_runs,
 }
 
 
