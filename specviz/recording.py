@@ -96,10 +96,12 @@ class Recording:
                 d = {"speculative": d}
             else:
                 raise ValueError("the file is not a specviz recording (no 'format': 'specviz-recording')")
-        spec = Trace.from_dict(d.get("speculative"))
+        else:  # a newer specviz's recording may hold what this code would misread: refused, naming the versions read
+            validation.check_schema_version(d.get("schema_version", 1), "schema_version", SCHEMA_VERSION)
+        spec = Trace.from_dict(d.get("speculative"), "speculative")
         if spec.mode != "speculative":
             raise ValueError("the recording's 'speculative' trace is an autoregressive one")
-        baseline = Trace.from_dict(d["baseline"]) if d.get("baseline") is not None else None
+        baseline = Trace.from_dict(d["baseline"], "baseline") if d.get("baseline") is not None else None
         if baseline is not None and baseline.mode != "autoregressive":
             raise ValueError("not a specviz recording: baseline: must be an autoregressive trace")
         sweep = None

@@ -309,12 +309,13 @@ class Trace:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Trace":
+    def from_dict(cls, d: dict, where: str = "") -> "Trace":
         """Rebuild a Trace from ``to_dict`` output, validated field by field against the
         dataclasses above (pydantic); derived totals in ``d`` are ignored and recomputed.
 
         Then every field is checked to its meaning and the counts are bounded
-        (``specviz.validation``): a trace from a file is data from outside.
+        (``specviz.validation``): a trace from a file is data from outside. ``where``: the trace's
+        field in a recording ("speculative", "baseline"), for the schema version's message.
 
         Raises:
             ValueError: ``d`` is not a trace: a field is missing or has the wrong type, a
@@ -323,9 +324,8 @@ class Trace:
         """
         if not isinstance(d, dict):
             raise ValueError(f"not a specviz trace: expected a JSON object, got {type(d).__name__}")
-        version = d.get("schema_version", 1)
-        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
-            raise ValueError(f"trace schema version {version!r} is not supported (this specviz reads 1 to {SCHEMA_VERSION})")
+        validation.check_schema_version(d.get("schema_version", 1), f"{where}.schema_version" if where else "schema_version",
+                                        SCHEMA_VERSION)
         validation.check_structure(d)
         validation.check_depth(d)
         return validation.check_trace(validate(Trace, renamed_rules(d), "trace"))

@@ -57,6 +57,18 @@ def _fail(where: str, what: str) -> ValueError:
     return ValueError(f"not a specviz recording: {re.sub(r'[^A-Za-z0-9_.-]', '?', where)[:120]}: {what}")
 
 
+def check_schema_version(version, where: str, newest: int) -> None:
+    """A file's schema version (``where``: its field): a whole number from 1 to ``newest``, the newest this code
+    reads. A newer one is refused, naming the field and the versions allowed (a newer specviz wrote it: its fields
+    may mean what this code does not know), and so is anything else; the value is not repeated."""
+    whole = isinstance(version, int) and not isinstance(version, bool)
+    if whole and version > newest:
+        raise _fail(where, f"the file's schema version is newer than this specviz reads (schema versions 1 to {newest}); "
+                           "load it with a newer specviz")
+    if not whole or version < 1:
+        raise _fail(where, f"must be a schema version: a whole number from 1 to {newest}")
+
+
 def check_depth(obj, limit: int = MAX_DEPTH) -> None:
     """Refuse JSON nested deeper than ``limit`` levels, a scalar value counting as a level.
 
