@@ -189,8 +189,8 @@ def test_a_job_whose_result_stream_is_never_opened_stops(app, monkeypatch):
     wait_idle(demo)
     real = api.run_on_device
 
-    def slowed(req, stop=None):
-        for event in real(req, stop):
+    def slowed(req, stop=None, device_owner=None):
+        for event in real(req, stop, device_owner=device_owner):
             time.sleep(0.1)
             yield event
 

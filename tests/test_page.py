@@ -52,7 +52,7 @@ def _sweep(monkeypatch, rec, gammas, progress=None):
     import specviz.ui.sweep as page
 
     monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: None)
-    monkeypatch.setattr(page, "sweep_on_device", lambda req, stop=None: _sweeps(gammas))
+    monkeypatch.setattr(page, "sweep_on_device", lambda req, stop=None, device_owner=None: _sweeps(gammas))
     return list(page.run_sweep("embedded", "def f():", 0.7, 40, 0.9, 16, 0, rec, progress=progress or Progress()))
 
 
@@ -225,7 +225,7 @@ def test_a_sweep_whose_client_has_gone_stops_after_the_point_under_way(monkeypat
     import specviz.ui.sweep as page
 
     monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: None)
-    monkeypatch.setattr(page, "sweep_on_device", lambda req, stop=None: counted(SWEEP_GAMMAS))
+    monkeypatch.setattr(page, "sweep_on_device", lambda req, stop=None, device_owner=None: counted(SWEEP_GAMMAS))
     monkeypatch.setattr(state, "client_gone", lambda request: len(advanced) >= 3)
     outputs = list(page.run_sweep("embedded", "def f():", 0.7, 40, 0.9, 16, 0, shown_run, progress=Progress()))
     assert advanced == [0, 1, 2] and all("download" not in o for o in outputs)
