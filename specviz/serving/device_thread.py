@@ -94,11 +94,11 @@ class _Device:
 
     def __init__(self, half_life_s: float = HALF_LIFE_S):
         self.half_life_s = half_life_s
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()
         self._waiting: list[_Step] = []
         self._used: dict[str, tuple[float, float]] = {}  # "a:address" or "s:address|session" -> (seconds, when)
         self._seq = itertools.count()
-        self._thread: threading.Thread | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._running: _Step | None = None
         self.ident: int | None = None
 
@@ -114,20 +114,23 @@ class _Device:
 
     def submit(self, call: Callable, owner: Owner) -> concurrent.futures.Future:
         step = _Step(call, owner, next(self._seq))
-        with self._cv:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="specviz-device", daemon=True)
-                self._thread.start()
+        with self._lock:
+            if self._pool is None:
+                # One worker: the device thread. Each step submitted adds one turn to its queue, and each turn runs
+                # the step that goes next (not necessarily the one that added it); the pool joins the thread at exit.
+                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-device",
+                                                                   initializer=self._mark)
             self._waiting.append(step)
             if self._running is not None and self._running.owner.key != owner.key:
                 owner.behind.add(_who(self._running.owner))  # it waits for the step under way
-            self._cv.notify()
+            self._pool.submit(self._turn)
         return step.future
 
+    def _mark(self) -> None:
+        self.ident = threading.get_ident()
+
     def _next(self) -> _Step:
-        with self._cv:
-            while not self._waiting:
-                self._cv.wait()
+        with self._lock:
             now = time.monotonic()
             step = min(self._waiting, key=lambda s: (self._level("a:" + s.owner.address, now),
                                                      self._level("s:" + s.owner.key, now), s.seq))
@@ -138,25 +141,23 @@ class _Device:
                     other.owner.behind.add(_who(step.owner))
             return step
 
-    def _loop(self) -> None:
-        self.ident = threading.get_ident()
-        while True:
-            step = self._next()
-            start = time.monotonic()
-            step.owner.waited_s += start - step.queued
-            if step.future.set_running_or_notify_cancel():
-                try:
-                    step.future.set_result(step.call())
-                except BaseException as err:  # noqa: BLE001 - raised again in the caller's thread
-                    step.future.set_exception(err)
-            end = time.monotonic()
-            with self._cv:
-                self._running = None
-                self._charge(step.owner, end - start, end)
+    def _turn(self) -> None:
+        step = self._next()
+        start = time.monotonic()
+        step.owner.waited_s += start - step.queued
+        if step.future.set_running_or_notify_cancel():
+            try:
+                step.future.set_result(step.call())
+            except BaseException as err:  # noqa: BLE001 - raised again in the caller's thread
+                step.future.set_exception(err)
+        end = time.monotonic()
+        with self._lock:
+            self._running = None
+            self._charge(step.owner, end - start, end)
 
     def used(self, owner: Owner) -> tuple[float, float]:
         """(address, session) device seconds of ``owner``, decayed to now."""
-        with self._cv:
+        with self._lock:
             now = time.monotonic()
             return self._level("a:" + owner.address, now), self._level("s:" + owner.key, now)
 
