@@ -7,9 +7,10 @@ Launches the app as ``specviz.measure.attack`` does (its own process, a fresh te
    else on the server: the median wall time S of one run, from its join to its last message.
 2. **The class.** ``--students`` students, all behind one address (``SCHOOL``), arrive at even intervals over
    ``--span-s`` seconds; each loads the page (``/config``, as a browser does, and a page session of its own) and
-   runs one Generate. Meanwhile two hostile addresses (``HOSTILE``) flood without pause: Generate with the auto tree,
-   1 token, a new temperature each time (each an uncached calibration), and prepared-recording loads from fresh
-   session hashes.
+   runs one Generate. Meanwhile two hostile addresses (``HOSTILE``) flood without pause (``--flood mixed``): Generate
+   with the auto tree, 1 token, a new temperature each time (each an uncached calibration), and prepared-recording
+   loads from fresh session hashes; or (``--flood lab``) the exactness lab at the page's defaults, again as soon as
+   it ends. ``--no-hostile --span-s 10`` is a burst: a class pressing Generate together.
 3. **Printed:** each student's wait (join to the job's start), its run, its total, and its ratio to the total it would
    have had **alone in a queue of that class**: the class's own arrivals served first come, first served, each in S
    (``alone_totals``: a one-server queue replayed from the measured arrival times), so the ratio counts only what the
@@ -104,6 +105,26 @@ def hostile(app: App, address: str, pair: str, halt: threading.Event, log: list,
                     time.sleep(0.2)
 
 
+def lab_hostile(app: App, address: str, pair: str, halt: threading.Event, log: list, lock: threading.Lock) -> None:
+    """Loop: the exactness lab at the page's defaults (2,000 samples), again as soon as it ends."""
+    from specviz.measure.attack import LAB
+
+    with client(LOOPBACK) as http:
+        while not halt.is_set():
+            try:
+                job = timed_job(http, app, "lab", LAB, address)
+            except httpx.HTTPError:
+                time.sleep(0.1)
+                continue
+            with lock:
+                log.append((address, "lab", job))
+            if "refused" in job:
+                time.sleep(0.2)
+
+
+FLOODS = {"mixed": hostile, "lab": lab_hostile}
+
+
 def student(app: App, pair: str, tokens: int, at: float, log: list, lock: threading.Lock) -> None:
     time.sleep(max(0.0, at - time.monotonic()))
     with client(LOOPBACK) as http:
@@ -120,7 +141,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens", type=int, default=32, help="each student's Generate, in new tokens")
     ap.add_argument("--pair", default="embedded")
     ap.add_argument("--solo", type=int, default=3, help="runs of one student alone, for S")
-    ap.add_argument("--no-hostile", action="store_true", help="the class alone")
+    ap.add_argument("--no-hostile", action="store_true", help="the class alone (a burst: --span-s 10)")
+    ap.add_argument("--flood", choices=sorted(FLOODS), default="mixed",
+                    help="what the hostile addresses send: mixed (auto-tree Generates and prepared loads) or lab "
+                         "(the exactness lab at the page's defaults, again and again)")
     ap.add_argument("--ttl-s", type=int, default=60, help="sessions' and files' time to live; waited out at the end")
     ap.add_argument("--json", help="write every job's times here")
     args = ap.parse_args(argv)
@@ -143,7 +167,8 @@ def main(argv: list[str] | None = None) -> None:
 
             log, lock, halt = [], threading.Lock(), threading.Event()
             floods = [] if args.no_hostile else [
-                threading.Thread(target=hostile, args=(app, a, args.pair, halt, log, lock), daemon=True) for a in HOSTILE]
+                threading.Thread(target=FLOODS[args.flood], args=(app, a, args.pair, halt, log, lock), daemon=True)
+                for a in HOSTILE]
             for t in floods:
                 t.start()
             begin = time.monotonic() + 2.0

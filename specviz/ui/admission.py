@@ -7,9 +7,10 @@ Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
 - each kind of work (Gradio's concurrency id) holds at most ``QUEUE_MAX[kind]`` waiting jobs, which
   keeps the rest of the queue for the main Generate;
 - a page (session) has at most one job of each kind waiting, and an address (``client_address``, not the
-  session hash a client names itself) at most half the places the other addresses leave free (``places``,
-  at least one): 40 /run calls with fresh session hashes once filled the queue for everyone, and a fixed
-  one-per-address rule made a class behind one router queue one run at a time;
+  session hash a client names itself) at most the places the other addresses leave free less a quarter of the
+  queue (``places``, at least one): 40 /run calls with fresh session hashes once filled the queue for everyone,
+  a fixed one-per-address rule made a class behind one router queue one run at a time, and half the places
+  (16 of 32) refused 22 of a class of 40 pressing Generate within 10 s;
 - a visitor with no job of that kind at work goes ahead of the waiting jobs of visitors who have one;
   then Generate and /run jobs go by arrival plus expected device time (``specviz.ui.share.place``: a short
   run ahead of long ones, a long one passed only by jobs that arrive less than its size after it), and the
@@ -81,12 +82,17 @@ def order(queue, waiting: list, concurrency_id: str) -> None:
         waiting.sort(key=lambda e: (client_address(e.request) in busy, share.used(client_address(e.request))))
 
 
+RESERVED = 4  # a kind's queue keeps a quarter of its places for the addresses that hold none of them
+
+
 def places(size: int, mine: int, waiting: int) -> int:
-    """Waiting jobs of one kind that one address may have: half the places the other addresses leave free, at
-    least one. ``size``: the kind's queue places; ``mine``: the address's waiting jobs; ``waiting``: everyone's.
-    Alone, an address may fill half the queue (a class behind one router queues many runs); beside others it
-    keeps a share, and no address can leave the next one without a place."""
-    return max(1, (size - (waiting - mine)) // 2)
+    """Waiting jobs of one kind that one address may have: the places the other addresses leave free, less a
+    quarter of the queue kept for addresses that come later, at least one. ``size``: the kind's queue places;
+    ``mine``: the address's waiting jobs; ``waiting``: everyone's. A class behind one school router pressing
+    Generate together queues as many runs as three quarters of the queue (72 of the default 96: a class of 40 is
+    served in order), and no address, alone or flooding, leaves the next one without a place; the order then
+    puts the address that used the device least first (``order``)."""
+    return max(1, size - (waiting - mine) - size // RESERVED)
 
 
 def _refuse(message: str, retry_after_s: float):
@@ -145,8 +151,9 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
                 _refuse("This page already has this job waiting: at most one per session (page) at a time. It starts in its turn.", 30)
             mine = sum(client_address(e.request) == address for e in events.queue) if address else 0
             if address and mine >= places(size, mine, len(events.queue)):
-                _refuse(f"Your address already has {mine} jobs of this kind waiting: at most half the places the others leave "
-                        f"free ({places(size, mine, len(events.queue))} of {size} now). Try again when one of them has started.", 30)
+                _refuse(f"Your address already has {mine} jobs of this kind waiting: at most the places the others leave free, "
+                        f"less a quarter kept for other visitors ({places(size, mine, len(events.queue))} of {size} now). "
+                        "Try again when one of them has started.", 30)
         result = await push(body, request, username)
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if result[0] and events is not None and len(events.queue) > 1:

@@ -117,9 +117,10 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
             their CPU form timed, one short Generate run; ``SPECVIZ_WARM_UP=0`` turns it off), so the first
             visitor's Generate takes what a later one takes.
         max_queue: waiting requests beyond which new ones are refused with Gradio's
-            queue-full message (default: env ``SPECVIZ_MAX_QUEUE``, else 32).
+            queue-full message (default: env ``SPECVIZ_MAX_QUEUE``, else 96: a class of 40 pressing Generate at once
+            waits in order, with room for others; a waiting job holds a few kB).
     """
-    max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "32"))
+    max_queue = max_queue if max_queue is not None else int(os.environ.get("SPECVIZ_MAX_QUEUE", "96"))
     # Before any thread of the server's (the preload's torch workers included) allocates: every thread
     # shares one C heap, so memory freed after a flood goes back to the system; and before any model
     # runs: the CPU's kernel caches keep a bounded number of prompt lengths' kernels (specviz.pair.memory).

@@ -52,7 +52,7 @@ LAB_SECONDS_MAX = float(os.environ.get("SPECVIZ_LAB_SECONDS", "120"))  # one lab
 COMPARE_SECONDS_MAX = float(os.environ.get("SPECVIZ_COMPARE_SECONDS", "180"))
 BATCH_SECONDS_MAX = float(os.environ.get("SPECVIZ_BATCH_SECONDS", "180"))
 # Jobs waiting in the queue, per kind of work (Gradio's concurrency id), beyond which a new one is
-# refused; the main Generate ("device") keeps the rest of the queue (SPECVIZ_MAX_QUEUE, default 32).
+# refused; the main Generate ("device") keeps the rest of the queue (SPECVIZ_MAX_QUEUE, default 96).
 QUEUE_MAX = {"lab": 4, "long": 4, "load": 4, "export": 2}
 EXPORT_CONCURRENCY = 1  # HTML exports written at once
 LONG_CONCURRENCY = 1  # sweeps, comparisons and batches at once (beside the Generate runs)
