@@ -85,7 +85,7 @@ class App:
             self.stop()
             raise SystemExit(f"the app did not start: {log.read_text()[-2000:]}")
         self.victim = uuid.uuid4().hex  # the victim's page session
-        self.fn = {name: fn_index(self.url, name) for name in ("generate", "stop", "batch", "compare")}
+        self.fn = {name: fn_index(self.url, name) for name in ("generate", "stop", "batch", "compare", "lab")}
 
     def disk(self) -> tuple[float, int]:
         """(MB, files) under the temporary folder."""
