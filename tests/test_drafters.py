@@ -45,6 +45,59 @@ def test_lookup_takes_the_most_recent_match_of_the_longest_ngram():
     assert find_continuation([4, 4], 1, 1, 5) == (1, [4])
 
 
+def test_lookup_skips_the_ids_it_is_told_never_to_draft():
+    """A chat's markers recur every turn, so the lookup copied them as drafts (a struck-through <|im_start|> on the page):
+    a continuation stops before a skipped id, and a match whose continuation starts with one gives way to an older one."""
+    #                       0  1  2  3  4  5  6   7  8  9
+    assert find_continuation([1, 2, 7, 8, 1, 2, 99, 4, 1, 2], 2, 1, 3, frozenset({99})) == (2, [7, 8, 1])
+    assert find_continuation([1, 2, 7, 8, 1, 2, 99, 4, 1, 2], 2, 1, 3) == (6, [99, 4, 1])  # the control: copied
+    assert find_continuation([1, 2, 7, 99, 8, 1, 2], 2, 1, 4, frozenset({99})) == (2, [7])  # cut before the marker
+    assert find_continuation([1, 2, 99, 3, 1, 2], 2, 1, 3, frozenset({99})) is None  # nothing but the marker to copy
+    assert PromptLookupDrafter(skip_ids=[99]).describe()["skipped_special_tokens"] == 1
+    assert "skipped_special_tokens" not in PromptLookupDrafter().describe()
+
+
+def test_lookup_never_drafts_a_special_token_and_greedy_output_stays_the_targets(embedded):
+    from specviz.drafters.prompt_lookup import special_ids
+
+    special = special_ids(embedded.tokenizer)
+    assert embedded.tokenizer.convert_tokens_to_ids("<|endoftext|>") in special
+    # The marker follows every "x = 1" of the prompt: the lookup's first match would copy it.
+    ids = embedded.tokenizer("x = 1<|endoftext|>y = 2\nx = 1<|endoftext|>y = 2\nx = 1", add_special_tokens=False)["input_ids"]
+    assert any(t in special for t in ids)
+    common = dict(gamma=4, sampling=Sampling(0.0), max_new_tokens=24, eos_token_id=embedded.eos_token_id, tokenizer=embedded.tokenizer)
+    plain = speculative_generate(ids, PromptLookupDrafter(), embedded.target, **common)
+    assert any(d.token_id in special for r in plain.rounds for d in r.drafts)  # the control: without skipping, it is drafted
+    skipping = speculative_generate(ids, PromptLookupDrafter(tokenizer=embedded.tokenizer), embedded.target, **common)
+    assert not any(d.token_id in special for r in skipping.rounds for d in r.drafts)
+    ref = embedded.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
+                                   max_new_tokens=24, eos_token_id=embedded.eos_token_id, pad_token_id=embedded.eos_token_id)
+    assert_same_greedy(embedded.target, ids, skipping.output_ids, ref[0, len(ids):].tolist(), vocab=embedded.vocab_size)
+    # A frequent ordinary token skipped too: far fewer drafts, the same greedy output.
+    newline = embedded.tokenizer("\n", add_special_tokens=False)["input_ids"]
+    code = embedded.tokenizer("x = 1\ny = 2\nx = 1\ny = 2\nx = 1\ny =", add_special_tokens=False)["input_ids"]
+    both = speculative_generate(code, PromptLookupDrafter(skip_ids=newline, tokenizer=embedded.tokenizer), embedded.target, **common)
+    assert not any(d.token_id in set(newline) | special for r in both.rounds for d in r.drafts)
+    ref = embedded.target.generate(torch.tensor([code]), attention_mask=torch.ones(1, len(code), dtype=torch.long), do_sample=False,
+                                   max_new_tokens=24, eos_token_id=embedded.eos_token_id, pad_token_id=embedded.eos_token_id)
+    assert_same_greedy(embedded.target, code, both.output_ids, ref[0, len(code):].tolist(), vocab=embedded.vocab_size)
+
+
+def test_a_lookup_tree_never_holds_a_skipped_token():
+    from specviz.engine.tree.spec import TreeSpec
+    from specviz.engine.tree.loop import tree_generate
+
+    _, target = models("similar")
+    history = [1, 2, 3, 1, 2, 5, 1, 2, 3, 1, 2]  # "1 2" is followed by 3 and by 5: two branches
+    def nodes(drafter):
+        trace = tree_generate(history, drafter, target, TreeSpec.static((2, 1, 1)), sampling=Sampling(1.0), max_new_tokens=8, seed=0)
+        return [n.token_id for r in trace.rounds if r.tree is not None for n in r.tree.nodes]
+
+    assert 3 in nodes(PromptLookupDrafter(2))  # the control: the lookup's tree copies it
+    kept = nodes(PromptLookupDrafter(2, skip_ids=[3]))
+    assert kept and 3 not in kept
+
+
 def test_lookup_drafts_are_copies_with_one_hot_q():
     drafter, target = models("similar")
     trace = speculative_generate(REPEATING * 2, PromptLookupDrafter(max_ngram=2), target, gamma=4, sampling=Sampling(1.0),
