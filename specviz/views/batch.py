@@ -22,6 +22,10 @@ from specviz.views.charts import AUTOREGRESSIVE, SPECULATIVE, VERMILLION, style_
 from specviz.views.scroll import scroll_x
 from specviz.views.tokens import round_spans
 
+# What the Batch tab measures: tokens/s over whole batches, prefill included (``BatchPoint``), so its ratio is named
+# for what it divides, not "speedup" (the page's one speedup leaves the prefill out: ``specviz.views.stats``).
+RATIO = "tok/s ratio, speculative / batched autoregressive decoding"
+
 _PAD = ('<span title="padding: a draft slot this row did not use (the batch is as wide as its widest row)" '
         'style="display:inline-block;width:0.8em;height:1em;margin:0 1px;vertical-align:middle;'
         'background:repeating-linear-gradient(45deg,#ddd,#ddd 2px,#f6f6f6 2px,#f6f6f6 4px);border-radius:2px;"></span>')
@@ -68,8 +72,9 @@ def batch_lanes_html(result, speedup: BatchPoint | None = None, stopped: str = "
                f"({100 * s['padding_share']:.0f} %); {s['tokens_per_s']:.1f} tokens/s over the batch")
     if speedup is not None and speedup.speedups:
         spread = speedup.speedups
-        numbers += (f"; speedup over batched autoregressive decoding {statistics.median(spread):.2f}× (median) "
-                    f"(runs: {', '.join(f'{x:.2f}×' for x in spread)})")
+        numbers += (f"; {RATIO} {statistics.median(spread):.2f}× (median of {len(spread)} runs: "
+                    f"{', '.join(f'{x:.2f}×' for x in spread)}; whole batches, prefill included, so not Generate's "
+                    "decoding speedup)")
     # The lanes are as wide as the batch has rounds: they scroll inside their box, whose edges shade
     # where more rounds lie (specviz.views.scroll), and the line above says how many there are.
     lanes = scroll_x(f'<table style="border-collapse:collapse;"><thead><tr><th style="padding:2px 8px;text-align:left;">round</th>{head}</tr>'
@@ -84,7 +89,7 @@ def batch_lanes_html(result, speedup: BatchPoint | None = None, stopped: str = "
 
 def batch_figure(points: list[BatchPoint] | None) -> go.Figure:
     """Tokens/s over the batch against batch size, speculative and autoregressive (a marker per
-    run), with the speedup (median of the runs' ratios) on a second axis."""
+    run), with their tok/s ratio (median of the runs' ratios, prefill included) on a second axis."""
     fig = go.Figure()
     points = sorted(points or [], key=lambda p: p.batch_size)
     sizes = [p.batch_size for p in points]
@@ -97,9 +102,9 @@ def batch_figure(points: list[BatchPoint] | None) -> go.Figure:
                                  hovertemplate="batch %{x}: %{y:.1f} tokens/s<extra></extra>"))
     speed = [statistics.median(p.speedups) if p.speedups else None for p in points]
     fig.add_trace(go.Scatter(x=sizes, y=speed, mode="lines+markers", yaxis="y2", line=dict(color=VERMILLION, dash="dot"),
-                             name="speedup (right axis)", hovertemplate="batch %{x}: %{y:.2f}×<extra></extra>"))
+                             name="tok/s ratio, median of the runs (right axis)", hovertemplate="batch %{x}: %{y:.2f}×<extra></extra>"))
     fig.update_layout(xaxis=dict(type="log", tickvals=sizes or [1, 2, 4, 8], ticktext=[str(s) for s in (sizes or [1, 2, 4, 8])]),
-                      yaxis2=dict(overlaying="y", side="right", title="speedup (×)", rangemode="tozero", showgrid=False),
+                      yaxis2=dict(overlaying="y", side="right", title="tok/s ratio (×)", rangemode="tozero", showgrid=False),
                       yaxis=dict(rangemode="tozero"))
     return style_figure(fig, "Throughput against batch size", "batch size (rows decoded together)", "tokens/s over the batch")
 

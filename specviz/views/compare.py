@@ -10,6 +10,7 @@ from specviz import theory
 from specviz.drafters import LABELS as DRAFTER_LABELS
 from specviz.measure.speedup import estimate
 from specviz.views.charts import style_figure
+from specviz.views.stats import spread_words
 from specviz.views.text import run_label
 from specviz.views.tokens import tokens_html
 
@@ -26,11 +27,10 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     # A run stopped before its baseline started has no baseline: no c and no speedup.
     c = theory.cost_coefficient(spec, baseline) if baseline is not None else None
     est = estimate(spec, baseline) if baseline is not None else None
-    speed = "–"
-    if est is not None:  # the decoding speedup and its spread: one quantity (specviz.measure.speedup)
+    speed, spread = "–", ""
+    if est is not None:  # the decoding speedup and its spread: one quantity (specviz.measure.speedup), in the stats' words
         speed = f"{est.decode_speedup:.2f}×"
-        if len(est.windows) >= 2:
-            speed += f" (middle half {est.low:.2f}–{est.high:.2f}×)"
+        spread = "; " + spread_words(est.low, est.high, len(est.windows), len(spec.rounds), est.decode_speedup)
     masses = [d.shared_mass for r in spec.rounds for d in r.drafts if d.shared_mass is not None]
     shared = [("shared-vocabulary mass", _num(sum(masses) / len(masses), 3),
                f"mean over {len(masses)} drafts of the drafter's mass on the tokens both vocabularies share")] if masses else []
@@ -39,8 +39,8 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
         ("alpha", _num(spec.alpha, 3), f"accepted / tested = {spec.accepted} / {spec.accepted + spec.rejected}"),
         ("draft acceptance rate", _num(spec.acceptance_rate, 3), f"accepted / drafted = {spec.accepted} / {spec.drafted}"),
         ("cost coefficient c", _num(c, 3), "drafting ms per draft / target step ms"),
-        ("speedup (decoding)", speed, "autoregressive ms / speculative ms over the same tokens, prefill excluded (Generate's "
-                                      "headline quantity); in turns with its own baseline on this machine"),
+        ("speedup", speed, "autoregressive decoding time / speculative decoding time over the same tokens, prefill excluded "
+                           f"(Generate's headline quantity); in turns with its own baseline on this machine{spread}"),
     ]
 
 

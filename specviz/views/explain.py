@@ -36,10 +36,12 @@ distributions are one-hot, and the output is exactly the target's greedy text.
 | **draft acceptance rate** | accepted drafts / drafted tokens (vLLM's name); its denominator counts the drafts discarded after a rejection, which were never tested |
 | **alpha** $\alpha$ | accepted drafts / (accepted + rejected drafts): the share of *tested* drafts accepted, Leviathan et al.'s per-draft acceptance probability |
 | **beta** $\beta$ | $\sum_x \min(p(x), q(x)) = 1 - \mathrm{TV}(p, q)$ at one drafted position: the chance a draft there is accepted (Def. 3.1); $\alpha = E[\beta]$ |
-| **verify cost** $v$ | time of the target's one pass over $\gamma + 1$ tokens / time of one autoregressive target step, both measured in this run |
+| **verify cost** $v$ | time of the target's one pass over $\gamma + 1$ tokens / time of one autoregressive target step, both measured in this run (means over its passes; shown from 8 passes of each on) |
 | **tokens per round** | emitted tokens / rounds, counting the correction or bonus token |
 | **cost coefficient** $c$ | time of one drafter forward pass / time of one target forward pass, both measured in this run |
-| **speedup** | speculative tokens/s / autoregressive tokens/s, same target, prompt, settings and seed |
+| **speedup** | autoregressive decoding time / speculative decoding time over the same tokens, prefill excluded: same target, prompt, settings and seed, the two runs in turns. It equals speculative decoding tokens/s / autoregressive decoding tokens/s over those tokens. The one figure called speedup everywhere (headline, status, stats, Theory, Compare, the auto tree); the whole runs' tokens/s ratio, prefill included, is named as that |
+| **interquartile range** | the speedup's spread: the middle half of the speedups over stretches of equal tokens of the run (8 stretches at most, 4 rounds each at least). "Not distinguishable from 1x" when it straddles 1x; "wide" when it spans more than half the speedup |
+| **scoring** | in the headline, the target's pass over a round's drafts in steps of the target alone's decoding time (its own sampling and bookkeeping included), so that drafting + scoring + other work adds up to the speedup. The same pass as $v$'s, in a slightly larger unit |
 | **acceptance by position** | share of rounds whose $i$-th draft was accepted (vLLM's per-position metric) |
 
 ### What theory predicts (Leviathan et al. 2023, Sec. 3)
@@ -76,6 +78,16 @@ of tokens). Where the pass costs more — small models on a CPU, compute-bound G
 $$\text{speedup} = \frac{E[\text{tokens per round}]}{\gamma c + v},$$
 and since $v$ grows with $\gamma$, the best gamma is shorter than Thm 3.8's. The Theory tab draws both predictions.
 
+**A measured $v$ below 1.** Scoring more tokens never makes a pass cheaper, so a $v$ under 1 says how it was measured:
+it is the mean time of this run's verify passes over the mean time of the target alone's steps. Where most rounds
+drafted nothing (prompt lookup with nothing to copy), their verify pass scores one token, the very work of a step,
+and $v$ sits near 1 on either side. On a busy machine the same pass takes half or twice as long from one moment to
+the next, and a slow stretch that falls on more of the target alone's steps than of the verify passes lowers $v$;
+a short run has few passes, so one slow one moves the mean (the page shows $v$ only from 8 passes of each). On a CPU
+the matrix products of several tokens may take another routine than one token's (How this machine computes, in the
+status); measured on the 2-core CPUs specviz was tried on, that keeps $v$ near 1 (bf16: 9 rows of the output layer's
+shape cost 1.06 times one row) or above it (fp32 with routed products: 5 rows 1.1 to 1.2 times one row), not well below. Read a $v$ under 1 as "about one step".
+
 """
 
 
@@ -86,7 +98,11 @@ accepted / drafted is not alpha). **Mean beta**, the average over the tested dra
 the same alpha = E[beta] with less noise (Def. 3.1, Cor. 3.6); both are in the stats table, with how far apart
 chance alone puts them. **c** = drafter step /
 target step; **v** = the target's verify pass over gamma + 1 tokens / one target step. Thm 3.8 assumes v = 1; the
-dashed curve uses the measured v (scaled linearly with gamma), and where v > 1 its best gamma is shorter.
+dashed curve uses the measured v (scaled linearly with gamma), and where v > 1 its best gamma is shorter. A measured
+v below 1 is measurement, not a cheaper pass: means over passes that a busy machine slows unevenly, or rounds that
+drafted nothing and so scored one token like a step (the stats table says which); a run of fewer than 8 passes
+shows no v. The measured point is the headline's speedup (decoding, prefill excluded); the gamma sweep's points are
+each run's whole tok/s ratio over its own baseline, prefill included, named so.
 """
 
 
@@ -160,7 +176,8 @@ def measured_markdown(runs: Sequence[tuple], logs: Mapping[str, Mapping]) -> str
         fastest = ""
         if speedups:
             s, g = max(speedups)
-            fastest = f" Fastest measured: gamma {g}, {s:.2f}× its own autoregressive baseline's tokens/s, on the machine that recorded it."
+            fastest = (f" Highest tok/s ratio measured: gamma {g}, {s:.2f}× its own autoregressive baseline's tokens/s (whole runs, "
+                       "prefill included), on the machine that recorded it.")
         lines.append(
             f"- **{_code(pair)} pair** ({models}), {_sampling(rec.speculative.settings)}: the prepared recording {_code(name)} "
             f"(its run: {run_label(rec.speculative)}; its sweep: gamma {fit[0][0]}..{fit[-1][0]}). Alpha (accepted / tested drafts) "
@@ -208,12 +225,13 @@ The lanes show one row each, one column per round of the batch: the row's tested
 token, and grey boxes for the draft slots it left as padding. The chart measures tokens/s over the whole batch at
 each batch size up to yours, speculative and autoregressive in turns, twice each.
 
-**When a batch gains, measured.** The speedup (speculative tokens/s over the batch / autoregressive tokens/s over
-the batch) is about E[tokens per round] / (gamma c + v) (Leviathan et al. 2023, Thm 3.8 with the verify pass costing
+**When a batch gains, measured.** The tok/s ratio (speculative tokens/s over the batch / autoregressive tokens/s over
+the batch, whole runs, prefill included: not Generate's decoding speedup, which leaves the prefill out) is about
+E[tokens per round] / (gamma c + v) (Leviathan et al. 2023, Thm 3.8 with the verify pass costing
 *v* baseline steps instead of 1). A batch gives the autoregressive baseline B tokens per weight read too, while the
 verify pass over B × (gamma + 1) positions does (gamma + 1) times a baseline step's arithmetic, so *v* grows with B;
 and a batch runs until its slowest row is done, carrying the others' padding. Measured on a 2-core CPU with bf16
-instructions, where the pairs run in bf16, **the speedup falls as the batch grows:
+instructions, where the pairs run in bf16, **the ratio falls as the batch grows:
 batches of 2 gain a little, batches of 4 and more lose** (English pair, gamma 4, 128 tokens: 1.02×, 1.20×, 0.92×, 0.78× at batch 1, 2, 4, 8;
 embedded pair: 1.40×, 1.30×, 0.82×, 0.83×). Only where a single sequence's verify pass is itself slow does a small
 batch first help: on that CPU with the English target in fp32 (the form a CPU without bf16 instructions runs), a pass

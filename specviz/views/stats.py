@@ -1,12 +1,22 @@
-"""The headline numbers of a run, as a dict and as an HTML table."""
+"""The headline numbers of a run, as a dict and as an HTML table.
+
+One speedup: ``measured_speedup`` (``headline_speedup``), the decoding speedup (autoregressive decoding time /
+speculative decoding time over the same tokens, prefill excluded) wherever it can be estimated. The table's two
+tokens/s rows are over those same tokens and that same decoding time, so their ratio is the speedup shown; the
+whole runs' tokens/s (prefill included) are a ratio named for what it divides, never "speedup". Its spread is the
+interquartile range of the speedups over stretches of equal tokens (``spread_words``, the headline's words too).
+"""
 
 from __future__ import annotations
 
 from html import escape
 
 from specviz import metrics, theory
-from specviz.measure.speedup import estimate
+from specviz.measure.speedup import TOO_WIDE, _time_at, estimate
 from specviz.trace import Trace
+
+MIN_ROUNDS = 8  # rounds (verify passes) a spread of the speedup and a measured v need: fewer give one stretch, and a few
+# passes are noise (one slow pass on a busy machine moves their mean by half)
 
 
 def summary(spec: Trace, baseline: Trace | None = None) -> dict:
@@ -16,11 +26,15 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     (accepted + rejected)), mean_beta (mean of sum_x min(p, q) over the tested drafts), alpha_chance_sd (how far
     alpha falls from mean_beta by chance alone, one standard deviation: ``Trace.alpha_chance_sd``),
     mean_tokens_per_round, gamma (the gamma most rounds were allowed), speculative_tokens_per_second and
-    autoregressive_tokens_per_second (tokens/s, prefill included), speedup (their ratio: the whole run,
-    prefill included), decode_speedup with decode_speedup_low and decode_speedup_high (autoregressive
-    ms / speculative ms over stretches of equal tokens, prefill excluded: the median and the middle
-    half, ``specviz.measure.speedup.estimate``: the ratio of the decoding times over the same tokens, its spread over
-    stretches of equal tokens), cost_coefficient c, verify_cost v,
+    autoregressive_tokens_per_second (tokens/s of the whole runs, prefill included), speedup (their ratio: the
+    whole-run tok/s ratio, prefill included; the key keeps its old name, the page never calls it a speedup),
+    speculative_decoding_tokens_per_second and autoregressive_decoding_tokens_per_second (decoding_tokens, the
+    tokens both runs emitted, over each run's decoding time for them, prefill excluded: their ratio is
+    decode_speedup), decode_speedup with decode_speedup_low and decode_speedup_high (autoregressive
+    ms / speculative ms over the same tokens, prefill excluded, and the interquartile range of that ratio over
+    decode_stretches stretches of equal tokens, ``specviz.measure.speedup.estimate``), cost_coefficient c,
+    verify_cost v with verify_passes (the speculative run's verify passes, one a round) and baseline_steps (the
+    baseline's target steps) it is the mean of,
     predicted_speedup (Leviathan et al. 2023, Thm 3.8, from alpha, gamma, c) and
     predicted_speedup_verify (the same with the measured verify cost: E[tokens] / (gamma c + v)).
     A token tree run has no gamma and Thm 3.8 is a chain's: its predicted_speedup is None and its
@@ -38,6 +52,7 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     v = theory.verify_cost(spec, baseline) if baseline is not None else None
     known = alpha is not None and gamma is not None and c is not None
     est = estimate(spec, baseline) if baseline is not None else None
+    spec_tps, base_tps, same_tokens = _decoding_rates(spec, baseline)
     out = {
         "rounds": len(spec.rounds),
         "generated_tokens": len(spec.output_ids),
@@ -52,12 +67,19 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
         "gamma": gamma,
         "speculative_tokens_per_second": spec.tokens_per_second,
         "autoregressive_tokens_per_second": baseline.tokens_per_second if baseline is not None else None,
+        "speculative_decoding_tokens_per_second": spec_tps,
+        "autoregressive_decoding_tokens_per_second": base_tps,
+        "decoding_tokens": same_tokens,
         "speedup": theory.measured_speedup(spec, baseline) if baseline is not None else None,
         "decode_speedup": est.decode_speedup if est is not None else None,
         "decode_speedup_low": est.low if est is not None else None,
         "decode_speedup_high": est.high if est is not None else None,
+        "decode_stretches": len(est.windows) if est is not None else 0,
         "cost_coefficient": c,
         "verify_cost": v,
+        "verify_passes": len(spec.rounds),
+        "rounds_without_drafts": sum(1 for r in spec.rounds if not (r.tree.nodes if r.tree is not None else r.drafts)),
+        "baseline_steps": len(baseline.rounds) if baseline is not None else 0,
         "predicted_speedup": theory.predicted_speedup(alpha, gamma, c) if known else None,
         "predicted_speedup_verify": theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v) if known and v is not None else None,
     }
@@ -95,21 +117,93 @@ def _tree_predictions(spec: Trace, baseline: Trace | None, v: float | None) -> d
     }
 
 
-def _decode_note(spec: Trace, baseline: Trace | None) -> str:
-    """What the decoding speedup is, and its spread over stretches of the run (specviz.measure.speedup.estimate)."""
-    est = estimate(spec, baseline) if baseline is not None else None
-    if est is None or len(est.windows) < 2:
-        return "autoregressive ms / speculative ms over the same tokens, prefill excluded"
-    note = (f"autoregressive ms / speculative ms over the same tokens, prefill excluded; over {len(est.windows)} stretches of "
-            f"equal tokens, middle half {est.low:.2f}–{est.high:.2f}×")
-    return note if est.readable else note + ": too spread to read, run again on a quieter machine"
+def _decoding_rates(spec: Trace, baseline: Trace | None) -> tuple[float | None, float | None, int]:
+    """(speculative, autoregressive) tokens/s over the tokens both runs emitted, each over its own decoding time for
+    them (prefill excluded), and that token count: the ratio of the two rates is the decoding speedup
+    (``SpeedupEstimate.decode_ratio``), so the table's rates divide to the speedup it shows."""
+    if baseline is None:
+        return None, None, 0
+    tokens = min(len(spec.output_ids), len(baseline.output_ids))
+    spec_ms = _time_at(spec, tokens) - _time_at(spec, 0)
+    base_ms = _time_at(baseline, tokens) - _time_at(baseline, 0)
+    if tokens == 0 or spec_ms <= 0 or base_ms <= 0:
+        return None, None, tokens
+    return metrics.tokens_per_second(tokens, spec_ms), metrics.tokens_per_second(tokens, base_ms), tokens
 
 
-def _speedup_note(s: dict, spec: Trace, baseline: Trace | None) -> str:
-    """The formula of the one measured speedup, by its basis (``headline_speedup``)."""
+SPREAD_NAME = "interquartile range"
+NOT_DISTINGUISHABLE = "not distinguishable from 1x"  # the words for a spread that straddles 1x, the headline's too
+
+
+def spread_words(low: float | None, high: float | None, stretches: int, rounds: int, speedup: float | None) -> str:
+    """The speedup's spread in words, the same in the headline, the status and the stats table: the interquartile
+    range (the middle half) of the speedups over the run's stretches of equal tokens, and what it allows one to say:
+    "not distinguishable from 1x" when it straddles 1x; "wide" (the figure is rough, its side of 1x is not) when it
+    spans more than TOO_WIDE of the speedup; a run of fewer than MIN_ROUNDS rounds has one stretch, so no spread."""
+    if stretches < 2 or low is None or high is None:
+        return f"{rounds} round{'s' if rounds != 1 else ''}: a spread needs at least {MIN_ROUNDS}"
+    text = (f"{SPREAD_NAME} {low:.2f}–{high:.2f}× (the middle half of the speedups over {stretches} stretches of "
+            "equal tokens)")
+    if low <= 1.0 <= high:
+        return f"{text}: {NOT_DISTINGUISHABLE}"
+    if speedup and (high - low) / speedup > TOO_WIDE:
+        side = "above" if low > 1.0 else "below"
+        return text + f": wide, so the figure is rough (run again on a quieter machine), though all of it lies {side} 1x"
+    return text
+
+
+def _speedup_note(s: dict) -> str:
+    """The formula of the one measured speedup, by its basis (``headline_speedup``), with its spread."""
     if s["measured_speedup_basis"] == "whole run":
         return "speculative tok/s / autoregressive tok/s over the whole runs, prefill included (too few rounds for stretches)"
-    return _decode_note(spec, baseline)
+    rates = ""
+    if s["speculative_decoding_tokens_per_second"] and s["autoregressive_decoding_tokens_per_second"]:
+        rates = (f" = {s['speculative_decoding_tokens_per_second']:.1f} / {s['autoregressive_decoding_tokens_per_second']:.1f} "
+                 "decoding tok/s")
+    return (f"autoregressive decoding time / speculative decoding time over the same {s['decoding_tokens']} tokens, "
+            f"prefill excluded{rates}; "
+            + spread_words(s["decode_speedup_low"], s["decode_speedup_high"], s["decode_stretches"], s["rounds"], s["measured_speedup"]))
+
+
+def verify_cost_shown(s: dict) -> float | None:
+    """v where a run made enough verify passes and target steps to measure it (MIN_ROUNDS each), else None."""
+    if s.get("verify_cost") is None or s.get("verify_passes", 0) < MIN_ROUNDS or s.get("baseline_steps", 0) < MIN_ROUNDS:
+        return None
+    return s["verify_cost"]
+
+
+def v_below_one(s: dict) -> str:
+    """Why a measured v is below 1, in plain words (what the measurement is, not a kernel's name): scoring more tokens
+    never makes a pass cheaper, so the two means met different conditions. Where many rounds drafted nothing, their
+    verify pass scored one token, the very work of a step, and v sits near 1 on either side; on a busy machine the
+    same pass takes half or twice as long from one moment to the next (one run here: one-token steps of 98 to
+    1,186 ms), so a slow stretch on the target alone's steps lowers v. "" when v is not below 1."""
+    v = s.get("verify_cost")
+    if v is None or v >= 1.0:
+        return ""
+    empty, rounds = s.get("rounds_without_drafts", 0), s.get("rounds", 0)
+    one = (f"{empty} of the {rounds} rounds drafted nothing, so their verify pass scored one token, the same work as a "
+           "step; " if empty and rounds and empty * 2 >= rounds else "")
+    return (f"v {v:.2f} is below 1: on average this run's verify passes took less time than the target alone's one-token "
+            f"steps. Scoring more tokens does not make a pass cheaper; {one}on a busy machine the same pass can take half "
+            "or twice as long from one moment to the next, and a slow stretch that fell on more of the target alone's "
+            "steps than of the verify passes lowers v. Read it as about one step: the pass over the drafts cost no more "
+            "than a step here")
+
+
+def verify_note(s: dict, tree: bool = False) -> str:
+    """What v divides, and, where it is shown, why it can be below 1; a run too short to measure it says so."""
+    what = ("target pass over the tree's nodes and the pending token / target step" if tree
+            else "target pass over gamma + 1 tokens / target step")
+    v = s.get("verify_cost")
+    if v is None:
+        return what
+    if verify_cost_shown(s) is None:
+        return (f"not measured: {s.get('verify_passes', 0)} verify passes and {s.get('baseline_steps', 0)} target steps; "
+                f"v needs at least {MIN_ROUNDS} of each, since a few passes on a busy machine are noise ({what})")
+    what += f", means over {s['verify_passes']} verify passes and {s['baseline_steps']} steps"
+    below = v_below_one(s)
+    return what + (f"; {below}" if below else "")
 
 
 def _fmt(value, unit: str = "", digits: int = 2, missing: str = "…") -> str:
@@ -119,8 +213,9 @@ def _fmt(value, unit: str = "", digits: int = 2, missing: str = "…") -> str:
 
 
 # The rows that need the autoregressive baseline, and what they say when there is none.
-SPEEDUP, WHOLE_RUN, THM_38, WITH_V = "speedup", "tok/s ratio, whole run", "Thm 3.8 prediction (v = 1)", "prediction with measured v"
-_NEEDS_BASELINE = ("autoregressive", SPEEDUP, WHOLE_RUN, "cost coefficient c", "verify cost v", THM_38, WITH_V)
+SPEEDUP, WHOLE_RUN, THM_38, WITH_V = "speedup", "whole-run tok/s ratio", "Thm 3.8 prediction (v = 1)", "prediction with measured v"
+SPEC_RATE, BASE_RATE, V_ROW = "speculative, decoding", "autoregressive, decoding", "verify cost v"
+_NEEDS_BASELINE = (SPEC_RATE, BASE_RATE, SPEEDUP, WHOLE_RUN, "cost coefficient c", V_ROW, THM_38, WITH_V)
 # Formulas and predictions: labelled with their formula and not bold, so the one measured speedup stands out.
 PLAIN = (WHOLE_RUN, THM_38, WITH_V)
 NO_BASELINE = "needs the autoregressive baseline, which this run does not have"
@@ -138,6 +233,14 @@ def _beta_note(s: dict) -> str:
             "(one standard deviation, √Σβ(1−β) / N)")
 
 
+def _whole_run_note(s: dict) -> str:
+    """The whole runs' tokens/s, prefill included, and why their ratio is not the speedup."""
+    a, b = s["speculative_tokens_per_second"], s["autoregressive_tokens_per_second"]
+    rates = f"{a:.1f} / {b:.1f} tok/s" if a and b else "speculative tok/s / autoregressive tok/s"
+    return (f"{rates} over the whole runs, prefill included (generated tokens / wall time): not the speedup, which leaves "
+            "out the prefill, a cost both runs pay once")
+
+
 def stats_html(spec: Trace, baseline: Trace | None = None, pending: bool = False) -> str:
     """A compact table of ``summary``.
 
@@ -145,19 +248,24 @@ def stats_html(spec: Trace, baseline: Trace | None = None, pending: bool = False
     run without a baseline (stopped, or a trace on its own in a notebook) shows '–' and says why.
     """
     s = summary(spec, baseline)
+    v_shown = verify_cost_shown(s)
+    unmeasured_v = s["verify_cost"] is not None and v_shown is None
     rows = [
         ("draft acceptance rate", _fmt(s["draft_acceptance_rate"]), f"accepted / drafted = {s['accepted']} / {s['drafted']}"),
         ("alpha", _fmt(s["alpha"]), f"accepted / tested = {s['accepted']} / {s['accepted'] + s['rejected']} (discarded drafts were never tested)"),
         ("mean beta", _fmt(s["mean_beta"]), _beta_note(s)),
         ("tokens per round", _fmt(s["mean_tokens_per_round"]), f"emitted tokens / rounds = {s['generated_tokens']} / {s['rounds']}"),
-        ("speculative", _fmt(s["speculative_tokens_per_second"], " tok/s", 1), "generated tokens / wall time, prefill included"),
-        ("autoregressive", _fmt(s["autoregressive_tokens_per_second"], " tok/s", 1), "same target, same settings, prefill included"),
-        (SPEEDUP, _fmt(s["measured_speedup"], "×"), _speedup_note(s, spec, baseline)),
-        (WHOLE_RUN, _fmt(s["speedup"], "×"), "speculative tok/s / autoregressive tok/s, prefill included"),
+        (SPEC_RATE, _fmt(s["speculative_decoding_tokens_per_second"], " tok/s", 1),
+         f"the {s['decoding_tokens'] or 'emitted'} tokens both runs emitted / this run's decoding time for them (prefill excluded)"),
+        (BASE_RATE, _fmt(s["autoregressive_decoding_tokens_per_second"], " tok/s", 1),
+         "the same tokens / the target alone's decoding time for them: same target, same settings, in turns with this run"),
+        (SPEEDUP, _fmt(s["measured_speedup"], "×"), _speedup_note(s)),
+        (WHOLE_RUN, _fmt(s["speedup"], "×"), _whole_run_note(s)),
         ("cost coefficient c", _fmt(s["cost_coefficient"], "", 3), "drafter step / target step"),
-        ("verify cost v", _fmt(s["verify_cost"]), "target pass over gamma + 1 tokens / target step"),
+        (V_ROW, "not measured" if unmeasured_v else _fmt(v_shown), verify_note(s)),
         (THM_38, _fmt(s["predicted_speedup"], "×"), "(1 − α^(γ+1)) / ((1 − α)(γ c + 1)) from alpha, gamma, c: a verify pass taken as one step"),
-        (WITH_V, _fmt(s["predicted_speedup_verify"], "×"), "Eq. (1) tokens / (gamma c + v)"),
+        (WITH_V, "–" if unmeasured_v else _fmt(s["predicted_speedup_verify"], "×"),
+         "Eq. (1) tokens / (gamma c + v)" + ("; needs a measured v" if unmeasured_v else "")),
     ]
     if s.get("tree"):
         rows = _tree_rows(s, rows)
@@ -171,9 +279,10 @@ def _tree_rows(s: dict, rows: list[tuple[str, str, str]]) -> list[tuple[str, str
     (no gamma), the prediction comes from the acceptance by depth; nodes and that acceptance added."""
     notes = {
         "alpha": f"accepted / tested nodes = {s['accepted']} / {s['accepted'] + s['rejected']} (siblings never tested not counted)",
-        "verify cost v": "target pass over the tree's nodes and the pending token / target step",
+        V_ROW: verify_note(s, tree=True),
         THM_38: "Thm 3.8 is a chain's (one draft per position); a tree's is the next row",
-        WITH_V: "predicted tokens per round / (a round's drafting + v), both in target steps",
+        WITH_V: "predicted tokens per round / (a round's drafting + v), both in target steps"
+                + ("; needs a measured v" if s.get("verify_cost") is not None and verify_cost_shown(s) is None else ""),
     }
     if s["mean_beta"] is None:
         notes["mean beta"] = "not given for a tree: its siblings are tested against the residual p', not p"

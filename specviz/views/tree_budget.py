@@ -12,10 +12,10 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from specviz.theory import measured_speedup
 from specviz.theory.sequoia import acceptance_by_rank, verify_cost_at
 from specviz.trace import Trace
 from specviz.views.charts import BLUE, GREEN, GREY, ORANGE, VERMILLION, legend_room, style_figure
+from specviz.views.stats import spread_words, summary
 
 TREE, CHAIN, MEASURED, HAND = BLUE, ORANGE, VERMILLION, GREEN
 MAX_RANKS_SHOWN = 6  # table columns; wider ranks are summed into the last ("rank 6+")
@@ -32,14 +32,20 @@ FORMULA = ("predicted speedup = E[tokens per round] / (depth × c_tree + v(n) + 
 
 def measured_point(spec: Trace | None, baseline: Trace | None) -> dict | None:
     """This run's point for the budget figure: nodes drafted per round, tokens per round (emitted / rounds,
-    the bonus or correction token included), and the speedup (its tokens/s over the baseline's); None
-    without rounds."""
+    the bonus or correction token included), and the speedup, the headline's (``specviz.views.stats.summary``:
+    autoregressive decoding time / speculative decoding time over the same tokens, prefill excluded), with its
+    basis and its spread in the stats table's words ("spread"); None without rounds."""
     if spec is None or not spec.rounds:
         return None
     rounds = len(spec.rounds)
-    return {"rounds": rounds, "drafted": spec.drafted, "emitted": len(spec.output_ids), "nodes_per_round": spec.drafted / rounds,
-            "tokens_per_round": len(spec.output_ids) / rounds,
-            "speedup": measured_speedup(spec, baseline) if baseline is not None else None}
+    point = {"rounds": rounds, "drafted": spec.drafted, "emitted": len(spec.output_ids), "nodes_per_round": spec.drafted / rounds,
+             "tokens_per_round": len(spec.output_ids) / rounds, "speedup": None, "basis": None, "spread": ""}
+    if baseline is not None:
+        s = summary(spec, baseline)
+        point.update(speedup=s["measured_speedup"], basis=s["measured_speedup_basis"],
+                     spread=spread_words(s["decode_speedup_low"], s["decode_speedup_high"], s["decode_stretches"], rounds,
+                                         s["measured_speedup"]) if s["measured_speedup_basis"] == "decoding" else "")
+    return point
 
 
 def budget_figure(choice: dict, measured: dict | None = None) -> go.Figure:
@@ -148,7 +154,10 @@ def auto_note_markdown(choice: dict | None, measured: dict | None, run_label: st
                 f"(predicted {choice['predicted_tokens_per_round']:.2f}, {err:+.0%}); {measured['drafted']} nodes / {measured['rounds']} rounds = "
                 f"{measured['nodes_per_round']:.1f} drafted per round")
         if measured.get("speedup") is not None:
-            line += f"; speedup {measured['speedup']:.2f}x (this run's tokens/s / its autoregressive baseline's)"
+            formula = ("autoregressive decoding time / this run's over the same tokens, prefill excluded: the headline's"
+                       if measured.get("basis") != "whole run" else "this run's tokens/s / its baseline's, whole runs: too few rounds for stretches")
+            line += (f"; speedup {measured['speedup']:.2f}× ({formula}"
+                     + (f"; {escape(measured['spread'])}" if measured.get("spread") else "") + ")")
         lines += [line + ". One prompt is a small sample; the calibration's own prompts are held out from the page's.", ""]
     inp = choice.get("inputs", {})
     curve = ", ".join(f"v({n}) = {v:.2f}" for n, v in (inp.get("verify_cost_by_nodes") or {}).items())
