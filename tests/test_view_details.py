@@ -209,3 +209,19 @@ def test_a_tree_round_with_fewer_nodes_than_its_shape_says_why():
     for i, r in enumerate(trace.rounds):
         html = round_html(trace, i)
         assert (f"{len(r.tree.nodes)} of the shape&#x27;s {most} nodes" in html) == (i in fewer), i
+
+
+def test_every_token_class_has_a_colour_and_a_legend_entry():
+    """A token from p in a round that drafted nothing (prompt lookup with nothing to copy) was uncoloured and missing
+    from the legend: every class a token can have is coloured and in it."""
+    from specviz.trace import Round
+    from specviz.views.tokens import LEGEND, STYLES, legend_html, round_spans
+
+    classes = set(STYLES) - {"prompt"}
+    assert {k for k, _ in LEGEND} == classes and all(STYLES[k] for k in classes)
+    legend = legend_html()
+    assert all(STYLES[k] in legend for k in classes) and "no draft" in legend
+    empty = Round(drafts=[], emitted_ids=[7], final_token_id=7, final_text="x", final_kind="target", final_prob=0.4,
+                  draft_ms=0.0, verify_ms=1.0, end_ms=1.0)
+    (span,) = round_spans(0, empty)
+    assert STYLES["target"] in span and "no draft" in span

@@ -20,14 +20,26 @@ STYLES = {
     "rejected": "color:#D55E00;text-decoration:line-through;text-decoration-thickness:2px;",  # vermillion
     "correction": "background:rgba(230,159,0,0.45);",  # orange
     "bonus": "background:rgba(0,158,115,0.35);",  # bluish green
-    "target": "",
+    # A token from p in a round that drafted nothing (prompt lookup with nothing to copy, a confidence schedule that
+    # stopped at once), and every token of the autoregressive baseline: grey with a dotted underline, so it is marked
+    # and is no verdict colour.
+    "target": "background:rgba(0,0,0,0.07);text-decoration:underline dotted #777;text-underline-offset:3px;",
 }
 LABELS = {
     "accepted": "accepted draft",
     "rejected": "rejected draft",
     "correction": "correction token",
     "bonus": "bonus token",
+    "target": "token from the target alone",
 }
+# The legend: every class a token of the output can have, in the order a round shows them.
+LEGEND = (
+    ("accepted", "accepted draft"),
+    ("rejected", "rejected draft"),
+    ("correction", "correction (from the residual)"),
+    ("bonus", "bonus (all drafts accepted)"),
+    ("target", "from p, no draft (a round that drafted nothing)"),
+)
 _BOX = (
     "white-space:pre-wrap;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
     "font-size:14px;line-height:1.6;padding:12px;border-radius:8px;border:1px solid #ddd;"
@@ -120,7 +132,7 @@ def round_spans(index: int, r: Round, one_line: bool = False, eos: frozenset[int
         source = {
             "correction": "sampled from norm(max(0, p - q))",
             "bonus": "sampled from p after every draft was accepted",
-            "target": "sampled from p (autoregressive)",
+            "target": "sampled from p: no draft this round (the target alone's token)",
         }[kind]
         title = f"round {index + 1}, {LABELS.get(kind, 'target token')}: {source}\nprobability {r.final_prob:.4f}"
         text, note = (flat(r.final_text or ""), "") if r.final_token_id not in eos else _ending(r.final_text or "")
@@ -155,13 +167,9 @@ def tokens_html(trace: Trace, show_prompt: bool = True) -> str:
 
 
 def legend_html() -> str:
-    """A one-line legend of the verdict colours."""
-    items = [
-        ("accepted", "accepted draft"),
-        ("rejected", "rejected draft"),
-        ("correction", "correction (from the residual)"),
-        ("bonus", "bonus (all drafts accepted)"),
-    ]
+    """A one-line legend of every token class (``LEGEND``): the four verdict colours and the token from p of a round
+    that drafted nothing."""
+    items = LEGEND
     chips = "".join(
         f'<span style="{STYLES[k]}padding:1px 6px;border-radius:3px;margin-right:12px;">{escape(label)}</span>'
         for k, label in items
