@@ -40,11 +40,12 @@ def replay_slider(trace: Trace | None, value: int | None = None) -> gr.Slider:
 
 
 def everything(rec: Recording, status: str, download: str | None) -> dict:
-    """Every output of a finished (or loaded, or stopped) run."""
+    """Every output of a finished (or loaded, or stopped) run; the status with the machine's details folded
+    (``machine_folded``)."""
     spec, base = rec.speculative, rec.baseline
     return dict(
         tokens=tokens_html(spec), stats=stats_html(spec, base), acceptance_plot=acceptance_figure(spec),
-        timeline_plot=timeline_figure(spec, base), status=status, recording=rec,
+        timeline_plot=timeline_figure(spec, base), status=machine_folded(status), recording=rec,
         replay_slider=replay_slider(spec, 1), replay=round_html(spec, 0),  # a finished run or a loaded one replays from round 1
         speedup_plot=speedup_figure(spec, base), histogram_plot=accepted_histogram_figure(spec), position_plot=position_figure(spec),
         sweep_plot=sweep_figure(rec.sweep), race=race_html(spec, base, slowdown_for(spec, base), nonce()),
@@ -53,6 +54,34 @@ def everything(rec: Recording, status: str, download: str | None) -> dict:
         headline=headline_html(spec, base), sweep_status=sweep_note(rec.sweep),  # an earlier sweep's status is not this run's
         **auto_tree_outputs(rec),
     )
+
+
+# The status's sentences on how this machine computes (``specviz.ui.device``: where the target came from, the dtype and
+# the matrix-product routines, what ran the passes), in the order the status gives them, and the sentence after them.
+MACHINE_SENTENCES = (" Target: ", " Form: ", " Passes: ")
+AFTER_MACHINE = " It waited"
+MACHINE_SUMMARY = "How this machine computes"
+_BITS = {"bf16": "16-bit numbers (bf16)", "fp16": "16-bit numbers (fp16)", "fp32": "32-bit numbers (fp32)"}
+
+
+def machine_folded(status: str) -> str:
+    """The status (Markdown) with its sentences on kernels and number formats (``MACHINE_SENTENCES``) folded under a
+    "How this machine computes" detail, plain words first, so that the verdict is what a class reads first; a status
+    without them is returned as it is."""
+    found = [i for i in (status.find(m) for m in MACHINE_SENTENCES) if i >= 0]
+    if not found:
+        return status
+    start = min(found)
+    end = status.find(AFTER_MACHINE, start)
+    end = len(status) if end < 0 else end
+    details = status[start:end].strip()
+    form = status.find(" Form: ")
+    word = status[form + 7:].split(":", 1)[0].strip() if form >= 0 else ""
+    plain = ("In plain words: a model's pass multiplies numbers by its tables of weights"
+             + (f", and this machine holds those numbers as {_BITS[word]}" if word in _BITS else "")
+             + ". The details say where the target came from, why this form, and which routines did the multiplying:")
+    return (status[:start] + status[end:]).rstrip() + (f'\n\n<details class="sv-machine"><summary>{MACHINE_SUMMARY}</summary>\n\n'
+                                                      f"{plain} {details}\n\n</details>\n")
 
 
 def auto_tree_outputs(rec: Recording | None) -> dict:
