@@ -14,7 +14,7 @@ from specviz.ui import share, state
 from specviz.ui.device import run_on_device
 from specviz.ui.downloads import save_for_download
 from specviz.ui.limits import STOP_WAIT_S
-from specviz.ui.outputs import everything
+from specviz.ui.outputs import cleared_run, everything, tree_section_cleared
 from specviz.ui.pairs import ensure_pair
 from specviz.ui.replay import streaming
 from specviz.ui.request import RunRequest
@@ -36,6 +36,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
     session = state.session_of(request)
     owner = state.device_owner(request)
     state.following[session] = True
+    run = _started(session)
     try:
         with state.job(session):  # from the start, so a Stop pressed while the pair loads is seen
             req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
@@ -44,8 +45,7 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 return  # it waited in the queue with nobody reading: the engine never starts
             ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, "Speculative decoding: the first round…")
             if state.should_stop(session):
-                state.stopped[session] = stopped_outputs(None)
-                yield state.stopped[session]
+                yield _kept(session, run, stopped_outputs(None))
                 return
             with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree)) as held:
                 # Asked inside the auto tree's calibration, every round (on ZeroGPU the worker cannot read the page's state).
@@ -53,24 +53,55 @@ def generate(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens
                 event = None
                 for event in run_on_device(req, check, device_owner=owner):
                     if event[0] != "done":
-                        if (halted := _halted(event, request, session, held)) is not None:
+                        if (halted := _halted(event, request, session, held, run)) is not None:
                             yield from halted
                             return
                     yield from _shown(event, req, session, owner)
                 if event is None or event[0] != "done":  # the calibration was stopped: nothing ran
-                    yield from _halted(event, request, session, held) or [dict(status="Stopped before the first round.")]
+                    yield from _halted(event, request, session, held, run) or [dict(status="Stopped before the first round.")]
     finally:
         state.following.pop(session, None)
+        if _runs.get(session) is run:
+            del _runs[session]
         # A long-lived server gives each run's memory back: collect, then trim (measured: a trim
         # without the collection leaves RSS creeping up, 526 -> 542 MB over 30 runs).
         free_memory(None if not on_zerogpu() else "cpu")
+
+
+# The Stop button's hand-over (``state.stopped``) belongs to one run: a Stop that gave up waiting (STOP_WAIT_S) cancels
+# its run, whose step under way may still leave its outputs there after it. Untagged, the next Stop in the session
+# picked them up over a newer run: the previous run's counts under a finished run, and its "…" before them.
+_runs: dict[str | None, object] = {}  # the session's current Generate run
+_stopped_by: dict[str | None, object] = {}  # the run whose outputs state.stopped holds for the session
+
+
+def _started(session: str | None) -> object:
+    """A new run of ``session``: its token, and no outputs an earlier run left for the Stop button."""
+    run = object()
+    _runs[session] = run
+    state.stopped.pop(session, None)
+    _stopped_by.pop(session, None)
+    return run
+
+
+def _kept(session: str | None, run: object, outputs: dict) -> dict:
+    """``outputs`` handed to the Stop button as ``run``'s (``stop`` takes them only while that run is the one it stopped)."""
+    state.stopped[session] = outputs
+    _stopped_by[session] = run
+    return outputs
+
+
+def _taken(session: str | None, asked_of: object | None) -> dict:
+    """The stopped outputs for ``stop``: those of the run it was asked to stop, else none (left by an older run)."""
+    outputs, by = state.stopped.pop(session, {}), _stopped_by.pop(session, None)
+    return outputs if asked_of is not None and by is asked_of else {}
 
 
 CALIBRATING_HEADLINE = ('<div class="sv-headline sv-headline-empty" style="font-size:16px;color:#555;padding:6px 0;">'
                         "Speedup: the auto tree is measuring this pair first; this run and the target alone come next…</div>")
 
 
-def _halted(event: tuple | None, request, session: str | None, held: share.Held) -> list[dict] | None:
+def _halted(event: tuple | None, request, session: str | None, held: share.Held, run: object = None) -> list[dict] | None:
     """What to show when the job must end before ``event`` (the last one ``run_on_device`` sent, None: none):
     [] when nobody listens, the rounds done when Stop was pressed or the job has had its device share; None
     when it goes on."""
@@ -79,8 +110,7 @@ def _halted(event: tuple | None, request, session: str | None, held: share.Held)
         return []  # nobody listens: stop within a round, the device goes to the next visitor
     if state.should_stop(session):
         # The Stop button: end here, between rounds, and show the rounds done (a finished run shows as done).
-        state.stopped[session] = stopped_outputs(rec)
-        return [state.stopped[session]]
+        return [_kept(session, run, stopped_outputs(rec))]
     if held.over():
         return [stopped_outputs(rec, held.note())]
     return None
@@ -91,8 +121,9 @@ def _shown(event: tuple, req: RunRequest, session: str | None, owner: Owner):
     long the run waited for the device behind other visitors' jobs, when it did (``owner``)."""
     kind, spec = event[0], event[1]
     if kind == "calibrating":
-        # The previous run's verdict and export are not this run's: cleared while the calibration measures.
-        yield dict(status=event[2], headline=CALIBRATING_HEADLINE, export_file=None)
+        # The previous run's verdict, export, text, numbers and tree tables are not this run's: cleared while the
+        # calibration measures (a calibration stopped or given way leaves no run, and they stayed under its status).
+        yield dict(status=event[2], headline=CALIBRATING_HEADLINE, export_file=None, **cleared_run())
     elif kind == "round":
         status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
         out = dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), status=status, recording=Recording(spec, title=event[2]),
@@ -100,6 +131,7 @@ def _shown(event: tuple, req: RunRequest, session: str | None, owner: Owner):
         if len(spec.rounds) == 1:
             out["export_file"] = None  # the previous run's HTML export is not this run's
             out["headline"] = headline_html(spec, None, pending=True)  # nor its speedup
+            out.update(tree_section_cleared())  # nor its tree tables ("This run" read the last run's counts)
         yield out
     elif kind == "speculative_done":
         yield dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), acceptance_plot=acceptance_figure(spec),
@@ -139,11 +171,12 @@ def stop(request: gr.Request = None) -> dict:
     session = state.session_of(request)
     if session not in state.running:
         return dict(status="Nothing to stop: no run was in progress (one still waiting in the queue is taken out of it).")
+    asked_of = _runs.get(session)
     state.stop_asked.add(session)
     deadline = time.monotonic() + STOP_WAIT_S
     while session in state.running and time.monotonic() < deadline:
         time.sleep(0.05)
-    return state.stopped.pop(session, {})
+    return _taken(session, asked_of)
 
 
 def failed() -> dict:

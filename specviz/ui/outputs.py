@@ -84,6 +84,26 @@ def machine_folded(status: str) -> str:
                                                       f"{plain} {details}\n\n</details>\n")
 
 
+STATS_WAITING = ('<div class="sv-stats sv-stats-empty" style="font-size:14px;color:#555;">This run\'s numbers appear with its '
+                 "first round.</div>")
+
+
+def cleared_run() -> dict:
+    """What a run shows before its first round (while the auto tree calibrates): no token, no number and no tree
+    table of the run before it, whose counts would read as this run's."""
+    return dict(tokens=tokens_html(Trace(mode="speculative", prompt_ids=[])), stats=STATS_WAITING, **tree_section_cleared())
+
+
+def tree_section_cleared() -> dict:
+    """The Theory tab's token-tree section while a run streams: its note, figures and tables are drawn from the
+    finished run, so those of the run before it are cleared (the rank table labelled "This run" was the last one's)."""
+    from specviz.views.tree_budget import placeholder_figure
+
+    waiting = "The token tree's section: drawn when this run ends"
+    return dict(auto_note=f"{waiting}.", budget_plot=placeholder_figure(waiting), auto_tree_plot=placeholder_figure(waiting),
+                rank_table="")
+
+
 def auto_tree_outputs(rec: Recording | None) -> dict:
     """The Theory tab's token-tree section for a recording: the auto choice decided again from the
     recording's calibration (``specviz.engine.tree.auto.from_record``), drawn with this run's measurement;
