@@ -588,9 +588,10 @@ def test_an_uncached_auto_job_is_never_sized_short_in_the_queue_or_when_giving_w
 
 
 def test_while_calibrating_the_page_clears_the_last_verdict_and_says_what_it_measures():
+    from specviz.serving import device_thread
     from specviz.ui import device, generate
 
-    out = list(generate._shown(("calibrating", None, device.CALIBRATING), None, None))
+    out = list(generate._shown(("calibrating", None, device.CALIBRATING), None, None, device_thread.Owner()))
     assert len(out) == 1 and out[0]["status"] == device.CALIBRATING and out[0]["export_file"] is None
     assert "measuring this pair first" in out[0]["headline"] and "×" not in out[0]["headline"]  # no speedup of the last run
     assert "k-th candidate" in device.CALIBRATING and "v(n)" in device.CALIBRATING and "keeps what it measured" in device.CALIBRATING

@@ -314,7 +314,7 @@ def test_batch_tab_shows_lanes_and_throughput(page):
     lanes = page.locator("#sv-batch tbody tr")
     expect(lanes).to_have_count(4)
     assert page.locator("#sv-batch .sv-accepted").count() > 0
-    expect(page.locator("#sv-batch").get_by_text("speedup over batched autoregressive decoding")).to_be_visible()
+    expect(page.locator("#sv-batch").get_by_text("tok/s ratio, speculative / batched autoregressive decoding")).to_be_visible()
     d = drawn(page, "sv-batch-plot")
     assert d["marks"] > 0
     page.locator("#sv-batch").screenshot(path=str(shots() / "batch.png"))

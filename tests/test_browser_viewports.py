@@ -2,7 +2,7 @@
 (a desktop), 1280 x 720 (a projector) and 390 x 844 (a phone).
 
 At each, one Generate on the embedded pair (24 tokens), then: the headline is there, the line under it adds up to its
-number (tokens per round over drafting + verify + other work, within 2 % for the rounding of what is shown), the
+number (tokens per round over drafting + scoring + other work, within 2 % for the rounding of what is shown), the
 cost bar stays inside the headline's box, nothing scrolls the page sideways, and in the Replay tab the drafts table
 fits its box with its verdict column inside the window and inside the table's visible part. Columns folded to fit
 (β; on a phone q(x) and p(x)) come back with the switch above the table. On the phone the prompt, Generate and the
@@ -80,7 +80,7 @@ def test_a_default_generate_fits_the_screen(page, app_url, width, height):  # no
         expect(shown).to_be_visible(timeout=30_000)
         speedup = _number(re.match(r"\s*([\d.,]+)×", shown.inner_text()).group(1))
         why = view.locator("#sv-headline .sv-headline-why").inner_text()
-        parts = re.search(r"([\d.]+) tokens for ([\d.]+) steps .*?\(drafting ([\d.]+) \+ verify ([\d.]+) \+ other work ([\d.]+)\)", why)
+        parts = re.search(r"([\d.]+) tokens for ([\d.]+) steps .*?\(drafting ([\d.]+) \+ scoring ([\d.]+) \+ other work ([\d.]+)\)", why)
         assert parts, why
         tokens_per_round, cost, drafting, verify, other = (_number(x) for x in parts.groups())
         assert tokens_per_round / (drafting + verify + other) == pytest.approx(speedup, rel=0.02), why

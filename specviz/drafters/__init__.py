@@ -105,7 +105,7 @@ def pair_drafter(kind: str | None, pair, ngram_max: int = 3, exit_layer: int | N
 def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None,
                  drafter_tokenizer=None, target_tokenizer=None, scheme: str = "intersection") -> Drafter:
     """The drafter of ``kind``: "model" (needs ``drafter_model``), "argmax" (the same, proposing its argmax:
-    ``specviz.drafters.argmax``), "ngram" (``ngram_max``),
+    ``specviz.drafters.argmax``), "ngram" (``ngram_max``; with ``target_tokenizer`` it never drafts a special token),
     "early-exit" (needs ``target``; ``exit_layer`` defaults to ``default_exit_layer``),
     "quantized" (needs a ``target`` on the CPU), "eagle" (needs ``target``) or "cross-tokenizer"
     (needs ``drafter_model`` and both tokenizers; ``scheme`` "intersection" or "string").
@@ -128,7 +128,7 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
                              f"draft with the cross-tokenizer kind ({LABELS['cross-tokenizer']})")
         return ModelDrafter(drafter_model) if kind == "model" else ArgmaxDrafts(ModelDrafter(drafter_model), kind="argmax")
     if kind == "ngram":
-        return PromptLookupDrafter(max_ngram=ngram_max)
+        return PromptLookupDrafter(max_ngram=ngram_max, tokenizer=target_tokenizer)  # never drafts a chat marker
     if kind == "early-exit":
         if target is None:
             raise ValueError("early exit needs the target")
