@@ -144,11 +144,12 @@ def test_the_batch_tab_and_readme_say_one_thing_and_quote_the_measured_tables():
 
     root = Path(__file__).resolve().parent.parent
     readme, bench = (root / "README.md").read_text(), (root / "docs" / "benchmarks.md").read_text()
+    pairs = (root / "docs" / "pairs.md").read_text()  # README's English pair section, moved there
     assert "batches of 2 gain a little, batches of 4 and more lose" in BATCH_NOTE
     assert "batches of 2 gain a little, 4 and more lose" in readme
     said = re.search(r"Batches, in the bf16 form used now \(gamma 4\): (\d\.\d\d)x at batch 2, and\nthey lose at 4 and 8 \((\d\.\d\d)x, (\d\.\d\d)x", bench)
     assert said, "the English pair's sentence on batches (README's figures, moved to docs/benchmarks.md)"
-    assert "Batches gain a little at 2 rows and lose from 4 on a bf16 CPU" in readme
+    assert "Batches gain a little at 2 rows and lose from 4 on a bf16 CPU" in pairs
     for x in said.groups():
         assert re.search(rf"\| 4 \| [^\n]*\| {re.escape(x)}x \|", bench), x  # a gamma-4 row of the bf16 batch table
     quoted = re.findall(r"(\d\.\d\d)×", BATCH_NOTE.split("When a batch gains")[1])
@@ -284,19 +285,21 @@ def test_readme_says_what_a_cpu_without_bf16_shows_and_states_the_defaults_as_th
     """README's Quick start says what a CPU without bf16 instructions shows (its speedup now, and the slowdown before
     routed fp32 products); SPECVIZ_PRELOAD's
     default is the page's default pair (english where it loads offline, else embedded), and the pair table has that
-    pair's row."""
+    pair's row (the settings table, the pair table and the Speed section moved from README to docs/)."""
     import re
     from pathlib import Path
 
     from specviz.pair import EMBEDDED, ENGLISH
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    settings, pairs, speed = ((root / "docs" / f"{name}.md").read_text() for name in ("settings", "pairs", "speed"))
     quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     assert "without bf16 instructions" in quick and "slower than the target alone" in quick and "0.94x" in quick
     assert "routed" in quick and "1.24x" in quick
-    preload = re.search(r"^\| `SPECVIZ_PRELOAD` \| (.*?) \|", readme, re.M).group(1)
+    preload = re.search(r"^\| `SPECVIZ_PRELOAD` \| (.*?) \|", settings, re.M).group(1)  # README's settings table, moved
     assert f"`{ENGLISH}`" in preload and f"`{EMBEDDED}`" in preload
-    table = readme.split("| Pair (drafter → target) |", 1)[1].split("\n\n", 1)[0]
+    table = pairs.split("| Pair (drafter → target) |", 1)[1].split("\n\n", 1)[0]
     assert re.search(rf"^\| `{ENGLISH}` \(the default\) \|", table, re.M) and re.search(rf"^\| `{EMBEDDED}` \|", table, re.M)
-    speed = readme.split("## Speed", 1)[1].split("\n## ", 1)[0]
+    speed = speed.split("# Speed", 1)[1].split("\n## ", 1)[0]
     assert "31.5 minutes" in speed and "noisy" in speed
