@@ -15,7 +15,11 @@ MAX_TREE_NODES = 128
 # The sampling and drafting ranges of every entry point: the page and its API (``specviz.ui.checks``)
 # and the command line (``specviz.cli``) refuse the same values with the same words.
 GAMMA_RANGE = (1, MAX_GAMMA)
-TEMPERATURE_RANGE = (0.0, 2.0)  # 0 is greedy; otherwise at least the engine's smallest temperature
+# The smallest temperature above 0, for the engine and the page alike: far below it, logits /
+# temperature overflows float32 for ordinary logits, and near it sampling is greedy in all but
+# name (use 0 for greedy). ``specviz.engine.sampling`` reads it here.
+MIN_TEMPERATURE = 0.01
+TEMPERATURE_RANGE = (0.0, 2.0)  # 0 is greedy; otherwise at least MIN_TEMPERATURE
 TOP_K_MAX = 1000  # 0 keeps every token
 PENALTY_RANGE = (1.0, 2.0)  # transformers' repetition penalty; 1 is off
 
@@ -23,8 +27,6 @@ PENALTY_RANGE = (1.0, 2.0)  # transformers' repetition penalty; 1 is off
 def sampling_problem(temperature: float, top_k: int, top_p: float, repetition_penalty: float = 1.0,
                      gamma: int | None = None) -> str | None:
     """What is out of range among these settings, in one sentence naming the field; None when all are in range."""
-    from specviz.engine.sampling import MIN_TEMPERATURE
-
     if not (temperature == 0 or MIN_TEMPERATURE <= temperature <= TEMPERATURE_RANGE[1]):
         return f"temperature must be 0 (greedy) or from {MIN_TEMPERATURE} to {TEMPERATURE_RANGE[1]}."
     if not 0 <= top_k <= TOP_K_MAX:

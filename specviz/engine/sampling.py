@@ -24,12 +24,7 @@ from transformers import (
 )
 
 from specviz.engine.top_p import CandidateTopP
-
-
-# The smallest temperature above 0, for the engine and the page alike: far below it, logits /
-# temperature overflows float32 for ordinary logits, and near it sampling is greedy in all but
-# name (use 0 for greedy).
-MIN_TEMPERATURE = 0.01
+from specviz.limits import MIN_TEMPERATURE  # the smallest temperature above 0, one constant with the page
 
 
 @dataclass(frozen=True)
