@@ -27,7 +27,7 @@ from typing import Literal
 
 from specviz import metrics, validation
 from specviz.limits import MAX_GAMMA  # noqa: F401  (re-exported: the engine and the views read it here)
-from specviz.engine.tree.record import TreeRecord, renamed_rules
+from specviz.records.tree import TreeRecord, renamed_rules
 
 # Verdict of one drafted token.
 #   accepted:  u < min(1, p/q), kept in the output
@@ -122,7 +122,7 @@ class Round:
             max_new_tokens); None for the baseline and in traces saved before schema version 3.
             None for a token tree's round: a tree has a depth (``tree.depth``), not a gamma (tree
             traces saved before schema version 6 recorded the depth here).
-        tree: a token tree round's whole tree (``specviz.engine.tree.record``); ``drafts`` then holds its
+        tree: a token tree round's whole tree (``specviz.records.tree``); ``drafts`` then holds its
             accepted path. None for chains and in traces saved before schema version 5.
         features_from: for a drafter that reads the target's features (EAGLE), the sequence
             position (0-based over prompt and output) whose target feature the round's drafts grew

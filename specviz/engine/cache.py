@@ -172,7 +172,7 @@ class StaticRunner:
 
     def _kv(self, seq: torch.Tensor) -> StaticKV:
         if self.kv is None:
-            from specviz.engine.tree.record import MAX_TREE_NODES
+            from specviz.limits import MAX_TREE_NODES
 
             self.kv = StaticKV(self.model, self.capacity or seq.numel() + MAX_TREE_NODES)
         return self.kv

@@ -7,7 +7,8 @@ the path the acceptance rules walk down, and ends with a correction or bonus tok
 node where no child is accepted.
 
 - ``spec``: what tree to draft (a static shape such as 3,2,2,1, or a dynamic node budget).
-- ``record``: the trace's record of a round's tree (no torch), and its checks.
+- ``record``: the trace's record of a round's tree, and its checks, re-exported from where they live with the
+  trace (``specviz.records.tree``).
 - ``draft``: trees from a drafter model (static or EAGLE-2 dynamic) and from prompt lookup.
 - ``attention``: the tree attention mask, masked passes through unpatched transformers models,
   and compacting a KV cache to the accepted path.
@@ -21,6 +22,5 @@ node where no child is accepted.
 - ``auto``: the auto tree: the choice Sequoia's programme (``specviz.theory.sequoia``) makes from a calibration,
   and the calibrations cached for the process and on disk.
 
-This package's ``__init__`` imports nothing: the trace imports ``record``, which must stay free of
-torch and of the trace itself.
+This package's ``__init__`` imports nothing.
 """
