@@ -20,8 +20,12 @@ if "torch" not in _sys.modules:
 
 from specviz.engine.chain import autoregressive_generate, autoregressive_stream, speculative_generate, speculative_stream
 from specviz.engine.sampling import Sampling
+from specviz.recording import Recording as _Recording
 from specviz.trace import Draft, Round, Trace
-from specviz.views import notebook as _notebook  # noqa: F401  (a Trace or Recording shows itself in a notebook)
+from specviz.views import notebook as _notebook  # a Trace shows itself in a notebook (registered there)
+
+# A Recording too: it sits above the views, which do not import it, and the recording imports no views.
+_Recording._repr_html_ = _notebook.recording_html
 
 __all__ = [
     "Draft",

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specviz import validation
-from specviz.measure.sweep import Sweep, SweepPoint
+from specviz.records.sweep import Sweep, SweepPoint
 from specviz.trace import SCHEMA_VERSION, Trace, validate
 
 # A 256-token run with gamma 16 is about 1 MB; anything far larger is not ours.

@@ -40,6 +40,8 @@ Verdict = Literal["accepted", "rejected", "discarded"]
 #   target:     sampled from p by the autoregressive baseline
 FinalKind = Literal["correction", "bonus", "target"]
 
+STOPPED = "stopped"  # the stop_reason of a trace its caller ended early (``specviz.engine.stopping``)
+
 # 2 added Round.final_top; 3 added Draft.beta and Round.gamma; 4 added Draft.source and the
 # drafter and gamma_schedule settings; 5 added Round.tree (token trees) and the tree setting; 6
 # named the tree rules "with-replacement" / "without-replacement" (were "specinfer" / "one-hot"),

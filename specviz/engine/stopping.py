@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-StopCheck = Callable[[], bool]
+from specviz.trace import STOPPED  # the stop_reason of a trace its caller ended early, defined with the trace
 
-STOPPED = "stopped"  # the stop_reason of a trace its caller ended early
+StopCheck = Callable[[], bool]
 
 
 class Stopped(Exception):

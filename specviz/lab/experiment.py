@@ -13,11 +13,9 @@ the p-value is uniform on [0, 1]: a correct engine fails at significance ALPHA =
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.stats import chisquare
 
 from specviz import metrics
 from specviz.engine.chain import speculative_generate
@@ -27,10 +25,9 @@ from specviz.engine.tree.accept import NO_FAULT
 from specviz.engine.tree.loop import tree_generate
 from specviz.engine.sampling import Sampling
 from specviz.engine.stopping import StopCheck, asked
+from specviz.records.lab import ALPHA, VOCAB, Result  # the experiment's record lives with the trace (the views read it)
 
-VOCAB = 8
 PROMPT = [1, 2, 3]
-ALPHA = 1e-4
 
 
 def exact_two_token_distribution(target, sampling: Sampling, prompt: list[int] = PROMPT, vocab: int = VOCAB,
@@ -62,55 +59,6 @@ def outcome(output_ids: list[int], eos: int | None = None, vocab: int = VOCAB) -
     x1 = output_ids[0]
     x2 = eos if eos is not None and x1 == eos else output_ids[1]
     return x1 * vocab + x2
-
-
-@dataclass
-class Result:
-    """The state of an experiment after some runs.
-
-    Attributes:
-        counts: (vocab * vocab,) how often each two-token continuation came out.
-        exact: (vocab * vocab,) its exact probability under the target.
-        runs: speculative runs so far.
-        accepted, drafted: draft verdicts over the runs.
-    """
-
-    counts: np.ndarray
-    exact: np.ndarray
-    runs: int
-    accepted: int = 0
-    drafted: int = 0
-
-    def test(self, counts: np.ndarray | None = None) -> tuple[float, float]:
-        """(chi-square statistic, p-value) of ``counts`` (default: this experiment's) against the exact law.
-
-        Cells expected under 5 are pooled into one; a pooled cell the law says is impossible must
-        stay empty (else the p-value is 0).
-        """
-        counts = self.counts if counts is None else counts
-        n = counts.sum()
-        expected = self.exact * n
-        big = expected >= 5
-        observed = np.append(counts[big], counts[~big].sum())
-        wanted = np.append(expected[big], expected[~big].sum())
-        if wanted[-1] == 0:
-            if observed[-1] > 0:
-                return float("inf"), 0.0
-            observed, wanted = observed[:-1], wanted[:-1]
-        if len(wanted) < 2:
-            return 0.0, 1.0
-        stat, pvalue = chisquare(observed, wanted * observed.sum() / wanted.sum())
-        return float(stat), float(pvalue)
-
-    @property
-    def total_variation(self) -> float:
-        """TV distance between the empirical frequencies and the exact law: half the L1 distance."""
-        return 0.5 * float(np.abs(self.counts / max(1, self.runs) - self.exact).sum())
-
-    def reference(self, seed: int = 0) -> np.ndarray:
-        """Counts of as many independent draws from the exact law (what the target alone would give):
-        the sampling noise a correct engine shows at this sample size."""
-        return np.random.default_rng(seed).multinomial(self.runs, self.exact / self.exact.sum()).astype(float)
 
 
 def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: int = 250, first_seed: int = 0,

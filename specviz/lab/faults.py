@@ -13,22 +13,11 @@ something false.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from specviz.engine import rejection
 from specviz.engine.sampling import Sampling
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A planted fault: its name, where it was seen, and what the lab should show."""
-
-    name: str
-    seen: str
-    expect: str
-
+from specviz.records.lab import Fault  # a fault's description lives with the lab's record (the views read it)
 
 FAULTS = {
     "none": Fault("the correct engine", "", "p-values spread over [0, 1]: no evidence against exactness"),

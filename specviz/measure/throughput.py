@@ -7,24 +7,10 @@ The command line's fuller benchmark (with transformers' batched ``generate``) is
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from specviz.engine.batch import BatchResult, autoregressive_generate_batch, speculative_generate_batch
 from specviz.engine.stopping import StopCheck
-
-
-@dataclass
-class BatchPoint:
-    """Throughput of one batch size: tokens/s over the batch (all rows' tokens / wall time) per run."""
-
-    batch_size: int
-    speculative: list[float] = field(default_factory=list)
-    autoregressive: list[float] = field(default_factory=list)
-
-    @property
-    def speedups(self) -> list[float]:
-        """Speculative / autoregressive tokens/s of each pair of runs made in turns."""
-        return [s / a for s, a in zip(self.speculative, self.autoregressive) if a > 0]
+from specviz.records.batch import BatchPoint  # the points' record lives with the trace (the views read it)
 
 
 def batch_sizes_up_to(size: int) -> list[int]:

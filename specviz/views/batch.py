@@ -16,8 +16,8 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from specviz.engine.stopping import STOPPED
-from specviz.measure.throughput import BatchPoint
+from specviz.records.batch import BatchPoint
+from specviz.trace import STOPPED
 from specviz.views.charts import AUTOREGRESSIVE, SPECULATIVE, VERMILLION, style_figure
 from specviz.views.scroll import scroll_x
 from specviz.views.tokens import round_spans

@@ -7,8 +7,8 @@ from html import escape
 import plotly.graph_objects as go
 
 from specviz import theory
-from specviz.drafters import LABELS as DRAFTER_LABELS
-from specviz.measure.speedup import estimate
+from specviz.records.kinds import LABELS as DRAFTER_LABELS
+from specviz.records.speedup import estimate
 from specviz.views.charts import style_figure
 from specviz.views.stats import spread_words
 from specviz.views.text import run_label
@@ -28,7 +28,7 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     c = theory.cost_coefficient(spec, baseline) if baseline is not None else None
     est = estimate(spec, baseline) if baseline is not None else None
     speed, spread = "–", ""
-    if est is not None:  # the decoding speedup and its spread: one quantity (specviz.measure.speedup), in the stats' words
+    if est is not None:  # the decoding speedup and its spread: one quantity (specviz.records.speedup), in the stats' words
         speed = f"{est.decode_speedup:.2f}×"
         spread = "; " + spread_words(est.low, est.high, len(est.windows), len(spec.rounds), est.decode_speedup)
     masses = [d.shared_mass for r in spec.rounds for d in r.drafts if d.shared_mass is not None]

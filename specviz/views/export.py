@@ -5,6 +5,9 @@ It holds the coloured tokens (hover or tap for q, p, min(1, p/q) and u), the sta
 round-by-round replay (buttons, and the arrow keys; a token tree run draws each round's tree), the charts, the theory figures and the
 sweep when the recording has one. Every part is one of specviz's views, so the file shows what the
 page shows; every string from the recording is escaped by those views.
+
+``rec`` below is a ``specviz.recording.Recording``, read by its fields (speculative, baseline, sweep, title):
+the views sit below the recording and do not import it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.utils import PlotlyJSONEncoder
 
-from specviz.recording import Recording
 from specviz.theory import target_step_ms
 from specviz.views.charts import FIT_SCRIPT, acceptance_figure, timeline_figure
 from specviz.views.replay import round_html
@@ -84,7 +86,7 @@ _SIBLINGS_NOTE_BYTES = 512  # the line above a tree round's rejected siblings
 _CHAR_BYTES = 14  # a character of token text, escaped, in the places it appears
 
 
-def export_units(rec: Recording) -> int:
+def export_units(rec) -> int:
     """The parts an export renders one by one: the rounds of both runs and what each speculative round
     drafted, a chain's drafts or every node of its token tree (a tree round's ``drafts`` hold only its
     accepted path, so they undercount the tree the page draws)."""
@@ -92,14 +94,14 @@ def export_units(rec: Recording) -> int:
     return len(spec.rounds) + sum(r.drafted_count for r in spec.rounds) + (len(base.rounds) if base is not None else 0)
 
 
-def _text_chars(rec: Recording) -> int:
+def _text_chars(rec) -> int:
     """Characters of token text in both runs (drafts, tree nodes, final tokens and their top tokens)."""
     return sum(len(r.final_text or "") + sum(len(d.text or "") for d in r.drafts) + sum(len(x.text or "") for x in r.final_top)
                + (sum(len(n.text or "") for n in r.tree.nodes) if r.tree is not None else 0)
                for t in (rec.speculative, rec.baseline) if t is not None for r in t.rounds)
 
 
-def export_bytes(rec: Recording) -> int:
+def export_bytes(rec) -> int:
     """The size ``export_html(rec)`` would have, in bytes (UTF-8), estimated from counts alone (no
     rendering; linear in the rounds), with the per-part costs above: it errs large."""
     spec, base = rec.speculative, rec.baseline
@@ -150,7 +152,7 @@ def _verdict_sentence(spec, base) -> str:
     return f'<p class="sv-verdict" style="color:#333;">{escape(text)}</p>'
 
 
-def export_html(rec: Recording) -> str:
+def export_html(rec) -> str:
     """The recording as one HTML document (str), plotly.js inlined: about 5 MB.
 
     Raises nothing for a valid Recording; a recording without a baseline leaves out the figures

@@ -1,4 +1,4 @@
-"""The exactness lab's figure and verdict: pure functions of a ``specviz.lab.Result``."""
+"""The exactness lab's figure and verdict: pure functions of a ``specviz.records.lab.Result``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from html import escape
 import numpy as np
 import plotly.graph_objects as go
 
-from specviz.lab.experiment import ALPHA, VOCAB, Result
-from specviz.lab.faults import Fault
+from specviz.records.lab import ALPHA, VOCAB, Fault, Result
 from specviz.views.charts import BLUE, GREY, VERMILLION, style_figure
 
 CELLS_SHOWN = 24

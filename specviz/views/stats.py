@@ -12,7 +12,7 @@ from __future__ import annotations
 from html import escape
 
 from specviz import metrics, theory
-from specviz.measure.speedup import TOO_WIDE, _time_at, estimate
+from specviz.records.speedup import TOO_WIDE, _time_at, estimate
 from specviz.trace import Trace
 
 MIN_ROUNDS = 8  # rounds (verify passes) a spread of the speedup and a measured v need: fewer give one stretch, and a few
@@ -32,7 +32,7 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     tokens both runs emitted, over each run's decoding time for them, prefill excluded: their ratio is
     decode_speedup), decode_speedup with decode_speedup_low and decode_speedup_high (autoregressive
     ms / speculative ms over the same tokens, prefill excluded, and the interquartile range of that ratio over
-    decode_stretches stretches of equal tokens, ``specviz.measure.speedup.estimate``), cost_coefficient c,
+    decode_stretches stretches of equal tokens, ``specviz.records.speedup.estimate``), cost_coefficient c,
     verify_cost v with verify_passes (the speculative run's verify passes, one a round) and baseline_steps (the
     baseline's target steps) it is the mean of,
     predicted_speedup (Leviathan et al. 2023, Thm 3.8, from alpha, gamma, c) and
@@ -91,7 +91,7 @@ def headline_speedup(s: dict) -> tuple[float | None, str | None]:
     """The one measured speedup the page shows, from a ``summary`` dict: (value, basis).
 
     The decoding speedup (autoregressive ms / speculative ms over stretches of equal tokens, prefill
-    excluded; ``specviz.measure.speedup.estimate``) with basis "decoding" where it can be estimated,
+    excluded; ``specviz.records.speedup.estimate``) with basis "decoding" where it can be estimated,
     else speculative tok/s / autoregressive tok/s over the whole runs with basis "whole run";
     (None, None) without a baseline.
     """

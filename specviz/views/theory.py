@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import theory
-from specviz.measure.sweep import Sweep
+from specviz.records.sweep import Sweep
 from specviz.trace import Trace
 from specviz.views.charts import BLUE, PURPLE, TOOLBAR_PX, VERMILLION, legend_room, style_figure
 
@@ -250,7 +250,7 @@ def sweep_note(sweep: Sweep | None) -> str:
 def sweep_label(sweep: Sweep) -> str:
     """The sweep's drafter and schedule in words, plain text: "prompt lookup, heuristic gamma schedule".
     Sweeps saved before they were recorded ran the drafter model with a constant gamma."""
-    from specviz.drafters import LABELS
+    from specviz.records.kinds import LABELS
 
     kind, schedule = sweep.drafter or "model", sweep.schedule or "constant"
     return f"{LABELS.get(kind, kind)}, {'constant gamma' if schedule == 'constant' else f'{schedule} gamma schedule'}"
