@@ -23,24 +23,11 @@ from specviz.drafters.cross_tokenizer import CrossTokenizerDrafter, CrossTokeniz
 from specviz.engine.drafter import Drafter, DraftRequest, Proposal
 from specviz.drafters.eagle import EagleDrafter, EagleUnsupported, head_folder
 from specviz.drafters.early_exit import EarlyExitDrafter, early_exit_model, layer_count
-from specviz.drafters.model import ModelDrafter
+from specviz.engine.model_drafter import ModelDrafter, as_drafter  # the engine wraps a plain causal LM itself
 from specviz.drafters.prompt_lookup import PromptLookupDrafter, find_continuation
 from specviz.drafters.quantized import QuantizedDrafter, quantize_target
 from specviz.pair.catalogue import check_drafter_kind
 from specviz.records.kinds import DESCRIPTIONS, KINDS, LABELS  # the kinds' names, which the views read too
-
-
-def as_drafter(drafter) -> Drafter:
-    """A Drafter as is; a transformers causal LM as a ``ModelDrafter``.
-
-    Raises:
-        TypeError: neither.
-    """
-    if isinstance(drafter, Drafter):
-        return drafter
-    if hasattr(drafter, "config") and callable(drafter):
-        return ModelDrafter(drafter)
-    raise TypeError(f"drafter must be a specviz Drafter or a transformers causal LM, got {type(drafter).__name__}")
 
 
 def default_exit_layer(target) -> int:

@@ -16,7 +16,7 @@ import copy
 
 import torch
 
-from specviz.drafters.model import ModelDrafter
+from specviz.engine.model_drafter import ModelDrafter
 
 
 def _shallow(module: torch.nn.Module) -> torch.nn.Module:

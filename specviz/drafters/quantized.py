@@ -36,7 +36,7 @@ import weakref
 import torch
 
 from specviz.engine.drafter import Drafter
-from specviz.drafters.model import ModelDrafter
+from specviz.engine.model_drafter import ModelDrafter
 
 BITS = 8
 METHOD = "torch dynamic int8: per-tensor int8 weights of every Linear, activations quantized per call"

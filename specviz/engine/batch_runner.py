@@ -1,7 +1,7 @@
 """Feeding a causal LM several sequences at once, with one rectangular KV cache and a mask.
 
 ``specviz.engine.batch`` runs the target through a ``BatchRunner``, and a drafter model drafts for a
-batch through one of its own (``specviz.drafters.model``). Every pass appends the same number
+batch through one of its own (``specviz.engine.model_drafter``). Every pass appends the same number
 of columns to every row; a per-row 2-D attention mask says which columns hold the row's settled
 tokens, and each token's position id is its index in its own row's sequence, so a masked column
 (left padding, a rejected draft, a row riding along) shifts nothing. Rows leave the batch

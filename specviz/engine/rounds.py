@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 
 from specviz.engine import rejection
-from specviz.drafters import as_drafter  # a causal LM given as the drafter becomes a drafter model
+from specviz.engine.model_drafter import as_drafter  # a causal LM given as the drafter becomes a drafter model
 from specviz.engine.drafter import Drafter
 from specviz.engine.sampling import Sampling
 from specviz.engine.seeds import generator

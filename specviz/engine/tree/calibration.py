@@ -445,7 +445,7 @@ def teacher_forcible(drafter) -> bool:
 def _forced_model(drafter):
     """The drafter's model when teacher forcing can read its q in one pass (a drafter model, early exit,
     the int8 target), else None (prompt lookup, EAGLE, a drafter with its own tokenizer)."""
-    from specviz.drafters import as_drafter
+    from specviz.engine.model_drafter import as_drafter
 
     try:
         return as_drafter(drafter).forced_model

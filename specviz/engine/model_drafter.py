@@ -1,4 +1,8 @@
-"""The drafter model: a smaller causal LM sampling each draft from its processed q (Leviathan et al. 2023)."""
+"""The drafter model: a smaller causal LM sampling each draft from its processed q (Leviathan et al. 2023).
+
+It lives in the engine because the loops take a plain causal LM as the drafter too (``as_drafter`` wraps it);
+``specviz.drafters`` re-exports both beside the other kinds.
+"""
 
 from __future__ import annotations
 
@@ -158,3 +162,15 @@ class ModelDrafter(Drafter):
         self.fed = [self.fed[i] for i in rows]
         self.fed_columns = [self.fed_columns[i] for i in rows]
 
+
+def as_drafter(drafter) -> Drafter:
+    """A Drafter as is; a transformers causal LM as a ``ModelDrafter``.
+
+    Raises:
+        TypeError: neither.
+    """
+    if isinstance(drafter, Drafter):
+        return drafter
+    if hasattr(drafter, "config") and callable(drafter):
+        return ModelDrafter(drafter)
+    raise TypeError(f"drafter must be a specviz Drafter or a transformers causal LM, got {type(drafter).__name__}")
