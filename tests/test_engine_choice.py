@@ -190,7 +190,7 @@ def test_on_zerogpu_each_worker_captures_its_own_graphs_once_and_keeps_them_whil
 
 
 def test_fused_graphs_are_off_by_default_and_never_on_zerogpu(monkeypatch):
-    from specviz.serving import zerogpu
+    from specviz.engine import zerogpu
 
     monkeypatch.delenv(graphs.FUSE_ENV, raising=False)
     assert not graphs.fuse_default()

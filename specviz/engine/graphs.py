@@ -54,7 +54,7 @@ FUSE_ENV = "SPECVIZ_FUSE_GRAPHS"
 def fuse_default() -> bool:
     """Whether graphs are captured from an inductor-compiled pass (``SPECVIZ_FUSE_GRAPHS``: 1, true, yes, on;
     never on ZeroGPU)."""
-    from specviz.serving.zerogpu import on_zerogpu, truthy
+    from specviz.engine.zerogpu import on_zerogpu, truthy
 
     return truthy(os.environ.get(FUSE_ENV)) and not on_zerogpu()
 

@@ -16,7 +16,7 @@ Each module holds one concern; this package re-exports the public names, so call
 - ``settings``: the operator's environment variables; ``errors``: ``PairError`` and its messages.
 
 Every failure a visitor can cause becomes a ``PairError`` with a message meant for them; the
-caller decides how to show it. Whether this is a ZeroGPU Space is asked of ``specviz.serving.zerogpu``.
+caller decides how to show it. Whether this is a ZeroGPU Space is asked of ``specviz.engine.zerogpu``.
 """
 
 from specviz.pair.cache import loaded_pair, load_pair, preload, preload_names, resident_pairs, unload_all

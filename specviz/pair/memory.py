@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from specviz.serving.zerogpu import on_zerogpu
+from specviz.engine.zerogpu import on_zerogpu
 
 
 def default_device() -> torch.device:

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from specviz.pair.errors import PairError
-from specviz.serving.zerogpu import truthy
+from specviz.engine.zerogpu import truthy
 
 ALLOW_CUSTOM_ENV = "SPECVIZ_ALLOW_CUSTOM_MODELS"
 MAX_MODEL_GB_ENV = "SPECVIZ_MAX_MODEL_GB"

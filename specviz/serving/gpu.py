@@ -24,7 +24,7 @@ What the ZeroGPU documentation asks of the app, and where specviz does it:
   queue sooner, and a call that runs past it is stopped. ``specviz.serving.gpu_duration`` sizes it to
   the requested work.
 
-Whether this is a ZeroGPU Space is read in ``specviz.serving.zerogpu`` (re-exported here). This module
+Whether this is a ZeroGPU Space is read in ``specviz.engine.zerogpu`` (re-exported here). This module
 imports neither torch, ``spaces`` (at import time) nor ``specviz.pair``.
 """
 
@@ -36,7 +36,7 @@ import os
 from collections.abc import Callable
 
 from specviz.serving import device_thread
-from specviz.serving.zerogpu import ZEROGPU_ENV, on_zerogpu
+from specviz.engine.zerogpu import ZEROGPU_ENV, on_zerogpu
 
 __all__ = ["ZEROGPU_ENV", "on_zerogpu", "MAX_DURATION_ENV", "DEFAULT_MAX_DURATION_S", "MIN_DURATION_S", "max_duration",
            "clamp_duration", "gpu_task"]

@@ -1,24 +1,4 @@
-"""Whether this process runs on a Hugging Face ZeroGPU Space: the platform's flag, read in one place.
+"""Whether this process runs on a Hugging Face ZeroGPU Space: read in ``specviz.engine.zerogpu`` (the engine's
+graphs, the pair's device and the GPU decorator all ask it), re-exported here."""
 
-The platform sets ``SPACES_ZERO_GPU`` and preinstalls the ``spaces`` package. ``specviz.serving.gpu``
-(the ``@spaces.GPU`` decorator) and ``specviz.pair`` (where weights go, whether CUDA may be
-queried) both ask this module, so neither imports the other. It imports neither torch nor
-``spaces``.
-"""
-
-from __future__ import annotations
-
-import importlib.util
-import os
-
-ZEROGPU_ENV = "SPACES_ZERO_GPU"
-
-
-def truthy(value: str | None) -> bool:
-    """True for 1/true/yes/on, in any case and with spaces around."""
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def on_zerogpu() -> bool:
-    """True on a ZeroGPU Space: the platform's flag is set and the ``spaces`` package is installed."""
-    return truthy(os.environ.get(ZEROGPU_ENV)) and importlib.util.find_spec("spaces") is not None
+from specviz.engine.zerogpu import ZEROGPU_ENV, on_zerogpu, truthy  # noqa: F401

@@ -33,7 +33,7 @@ from specviz.measure.baseline import with_baseline
 from specviz.pair import Pair, PairError, encode_prompt, free_memory, load_pair, loaded_pair, preload
 from specviz.pair.download import in_background
 from specviz.serving import device_thread
-from specviz.serving.zerogpu import on_zerogpu
+from specviz.engine.zerogpu import on_zerogpu
 from specviz.ui.checks import excerpt, mistake
 from specviz.ui.limits import CODE_EXAMPLES, DEFAULTS, ENGLISH_EXAMPLES, PROMPT_TOKENS_MAX, example_kind
 
