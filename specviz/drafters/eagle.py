@@ -49,7 +49,7 @@ from specviz.engine.sampling import contexts
 from specviz.engine.tree.attention import float_mask
 from specviz.engine.tree.draft import DraftTree, Expander, empty_tree, grow_tree
 from specviz.engine.tree.spec import TreeSpec
-from specviz.pair.gqa import use_shared_kv_heads
+from specviz.engine.gqa import use_shared_kv_heads
 
 # Heads shipped with specviz, found by the target they were trained for (width, vocabulary).
 HEAD_FOLDERS = (ASSETS / "models" / "smollm2-eagle",)
@@ -99,7 +99,7 @@ class EagleDrafter(Drafter):
     def __init__(self, head: EagleHead, target):
         dtype = next(target.parameters()).dtype
         self.head = head.to(device=target.device, dtype=dtype).share(target)
-        use_shared_kv_heads(self.head.body)  # its tree passes are masked, as the target's (specviz.pair.gqa)
+        use_shared_kv_heads(self.head.body)  # its tree passes are masked, as the target's (specviz.engine.gqa)
         self.target = target
         self.models = (target,)
         self.cache: DynamicCache | None = None

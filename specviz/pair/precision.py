@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from specviz.pair.gqa import use_shared_kv_heads
+from specviz.engine.gqa import use_shared_kv_heads
 
 CPU_DTYPE_ENV = "SPECVIZ_CPU_DTYPE"
 KERNELS_ENV = "SPECVIZ_CPU_KERNELS"  # auto (default) | on | off: routed fp32 products (specviz.pair.kernels)
@@ -287,7 +287,7 @@ def model_form(model) -> Form | None:
 
 def apply_form(model, form: Form, kernels: bool = True):
     """Cast ``model`` to ``form.dtype`` (in place) and remember the form on it; on a CPU, let its masked
-    passes share the key/value heads (``specviz.pair.gqa``) and, in fp32, give its linear layers the
+    passes share the key/value heads (``specviz.engine.gqa``) and, in fp32, give its linear layers the
     product kernels timed fastest per row count (``specviz.pair.kernels.choose``; ``kernels=False``
     or ``SPECVIZ_CPU_KERNELS=off`` keeps transformers' own), whose sentence is added to the form's
     reason. Returns the model."""
