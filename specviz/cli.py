@@ -91,7 +91,7 @@ def _add_drafter_args(p: argparse.ArgumentParser, bench: bool = False) -> None:
 
 def drafter_for(args, pair):
     """The Drafter the options ask for, on ``pair`` (ValueError when out of range)."""
-    from specviz.drafters import pair_drafter
+    from specviz.pair.drafter import pair_drafter
 
     return pair_drafter(args.drafter_kind, pair, ngram_max=args.ngram_max, exit_layer=args.exit_layer, scheme=args.cross_scheme,
                         drafts=args.drafts)

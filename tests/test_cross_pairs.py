@@ -16,8 +16,9 @@ import pytest
 
 from specviz import Sampling, speculative_generate
 from specviz import pair as pairs
-from specviz.drafters import CrossTokenizerDrafter, default_kind, pair_drafter, usable_kinds
+from specviz.drafters import CrossTokenizerDrafter, default_kind, usable_kinds
 from specviz.pair import PRESETS, PairError, encode_prompt, load_pair
+from specviz.pair.drafter import pair_drafter
 from tests.families import FAMILIES, save_pair
 from tests.test_families import reference_greedy
 from tests.test_pair import WORDS, FakeHub, save_tiny

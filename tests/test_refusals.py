@@ -101,7 +101,7 @@ def test_the_command_line_refuses_a_kind_before_anything_loads(monkeypatch, caps
 
 
 def test_pair_drafter_refuses_a_kind_the_loaded_preset_does_not_draft_with(embedded):
-    from specviz.drafters import pair_drafter
+    from specviz.pair.drafter import pair_drafter
 
     with pytest.raises(ValueError, match="'embedded'.*'eagle'.*model, argmax, ngram"):
         pair_drafter("eagle", embedded)

@@ -11,9 +11,9 @@
 Any of them may draft its argmax instead of a draw from q in a sampled run (``ArgmaxDrafts``,
 ``with_rule``: the draft rule "argmax"; exact, its q one-hot).
 
-``make_drafter`` builds one from a kind name; ``pair_drafter`` builds it on a loaded pair, as the
-command line, bench and the demo do (the pair's tokenizers decide whether its drafter model drafts
-as "model" or as "cross-tokenizer").
+``make_drafter`` builds one from a kind name; ``specviz.pair.drafter.pair_drafter`` builds it on a loaded
+pair, as the command line, bench and the demo do (the pair's tokenizers decide whether its drafter model
+drafts as "model" or as "cross-tokenizer").
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from specviz.drafters.early_exit import EarlyExitDrafter, early_exit_model, laye
 from specviz.engine.model_drafter import ModelDrafter, as_drafter  # the engine wraps a plain causal LM itself
 from specviz.drafters.prompt_lookup import PromptLookupDrafter, find_continuation
 from specviz.drafters.quantized import QuantizedDrafter, quantize_target
-from specviz.pair.catalogue import check_drafter_kind
 from specviz.records.kinds import DESCRIPTIONS, KINDS, LABELS  # the kinds' names, which the views read too
 
 
@@ -53,26 +52,6 @@ def default_kind(pair) -> str:
     """The kind a loaded pair drafts with unless told otherwise: its drafter model, as "model", or as
     "cross-tokenizer" where the drafter has a tokenizer of its own (``Pair.own_tokenizer``)."""
     return "cross-tokenizer" if getattr(pair, "own_tokenizer", False) else "model"
-
-
-def pair_drafter(kind: str | None, pair, ngram_max: int = 3, exit_layer: int | None = None, scheme: str = "intersection",
-                 drafts: str = "sampled") -> Drafter:
-    """The drafter of ``kind`` (None: ``default_kind``) on a loaded ``specviz.pair.Pair``, with the
-    pair's tokenizers: the target's, and the drafter's own where it has one; ``drafts`` its draft rule
-    (``specviz.drafters.argmax.with_rule``: "sampled" or "argmax").
-
-    Raises:
-        ValueError: as ``make_drafter``; "model" asked of a pair whose drafter has its own tokenizer
-            (its ids are not the target's: the message names the cross-tokenizer kind); ``PairError`` (a
-            ValueError) for a kind a preset pair does not draft with (``specviz.pair.catalogue.check_drafter_kind``:
-            the message names the pair, the kind and the kinds it allows); an unknown draft rule.
-    """
-    check_drafter_kind(getattr(pair, "name", None), kind)
-    target_tok = pair.tokenizer
-    drafter_tok = getattr(pair, "drafter_tokenizer", None) or target_tok
-    return with_rule(make_drafter(kind or default_kind(pair), drafter_model=pair.drafter, target=pair.target, ngram_max=ngram_max,
-                                  exit_layer=exit_layer, drafter_tokenizer=drafter_tok, target_tokenizer=target_tok, scheme=scheme),
-                     drafts)
 
 
 def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3, exit_layer: int | None = None,
@@ -122,5 +101,5 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
 
 
 __all__ = ["DESCRIPTIONS", "KINDS", "LABELS", "RULES", "ArgmaxDrafts", "with_rule", "CrossTokenizerDrafter", "CrossTokenizerError", "Drafter", "DraftRequest", "EagleDrafter", "EagleUnsupported", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
-           "QuantizedDrafter", "as_drafter", "default_exit_layer", "default_kind", "early_exit_model", "find_continuation", "layer_count", "make_drafter", "pair_drafter",
+           "QuantizedDrafter", "as_drafter", "default_exit_layer", "default_kind", "early_exit_model", "find_continuation", "layer_count", "make_drafter",
            "quantize_target", "usable_kinds"]

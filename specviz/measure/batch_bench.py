@@ -30,8 +30,9 @@ from tqdm.auto import tqdm
 from specviz import Sampling, metrics, theory
 from specviz.engine.batch import MAX_BATCH, autoregressive_generate_batch, speculative_generate_batch
 from specviz.measure.common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
-from specviz.drafters import default_kind, pair_drafter
+from specviz.drafters import default_kind
 from specviz.pair import default_pair, load_pair
+from specviz.pair.drafter import pair_drafter
 from specviz.engine.schedules import make_schedule
 
 METHODS = ["autoregressive", "speculative", "hf_generate"]

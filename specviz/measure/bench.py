@@ -51,8 +51,9 @@ from tqdm.auto import tqdm
 
 from specviz import Sampling, autoregressive_generate, metrics, speculative_generate, theory
 from specviz.measure.common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
-from specviz.drafters import default_exit_layer, default_kind, early_exit_model, pair_drafter, quantize_target
+from specviz.drafters import default_exit_layer, default_kind, early_exit_model, quantize_target
 from specviz.pair import default_pair, load_pair
+from specviz.pair.drafter import pair_drafter
 from specviz.pair.kernels import unrouted_copy
 from specviz.engine.schedules import make_schedule
 

@@ -13,7 +13,8 @@ import time
 from specviz import Trace, speculative_stream
 from specviz.measure.throughput import batch_sizes_up_to, throughput_stream
 from specviz.measure.comparison import compare_stream
-from specviz.drafters import KINDS as DRAFTER_KINDS, pair_drafter, usable_kinds
+from specviz.drafters import KINDS as DRAFTER_KINDS, usable_kinds
+from specviz.pair.drafter import pair_drafter
 from specviz.serving.gpu import gpu_task
 from specviz.serving.gpu_duration import generate_duration, sweep_duration
 from specviz.engine.schedules import make_schedule

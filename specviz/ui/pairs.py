@@ -27,11 +27,12 @@ import time
 import gradio as gr
 import torch
 
-from specviz.drafters import default_kind, pair_drafter
+from specviz.drafters import default_kind
 from specviz.engine.sampling import DEFAULT_SAMPLING
 from specviz.measure.baseline import with_baseline
 from specviz.pair import Pair, PairError, encode_prompt, free_memory, load_pair, loaded_pair, preload
 from specviz.pair.download import in_background
+from specviz.pair.drafter import pair_drafter
 from specviz.serving import device_thread
 from specviz.engine.zerogpu import on_zerogpu
 from specviz.ui.checks import excerpt, mistake
