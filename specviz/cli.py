@@ -106,11 +106,11 @@ def tree_for(args):
 
 def tree_and_gamma(args, pair, drafter, sampling):
     """(tree, gamma) for a run: the options' own, or for ``--tree auto`` the choice of
-    ``specviz.engine.tree.auto`` (calibrated on the held-out prompts; the choice and its inputs go to stderr)."""
+    ``specviz.pair.auto_tree`` (calibrated on the held-out prompts; the choice and its inputs go to stderr)."""
     tree = tree_for(args)
     if tree != "auto":
         return tree, args.gamma
-    from specviz.engine.tree.auto import auto_for_pair
+    from specviz.pair.auto_tree import auto_for_pair
 
     auto = auto_for_pair(pair, drafter, sampling, max_new_tokens=min(64, args.max_new_tokens))
     print(auto.choice.sentence(), file=sys.stderr)

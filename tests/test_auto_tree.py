@@ -20,6 +20,7 @@ from specviz.lab import PROMPT, models
 from specviz.engine.tree import auto as tree_auto
 from specviz.engine.tree import calibration
 from specviz.measure import tree_bench
+from specviz.pair import auto_tree as pair_auto
 from specviz.theory import sequoia
 from specviz.trace import Trace
 
@@ -225,56 +226,56 @@ def test_a_stored_calibration_is_checked_as_data_from_outside(field, value):
 def test_the_disk_cache_keeps_a_calibration_per_key_refuses_bad_files_and_stays_bounded(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     cal = _calibration(0.01)
-    key = tree_auto.disk_key(("embedded", "cpu"), "cpu")
-    assert key != tree_auto.disk_key(("embedded", "cpu"), "cuda: a GPU") and key != tree_auto.disk_key(("english", "cpu"), "cpu")
-    assert tree_auto.load_cached(key) is None
-    tree_auto.store_cached(key, cal)
-    assert tree_auto.load_cached(key) == cal
+    key = pair_auto.disk_key(("embedded", "cpu"), "cpu")
+    assert key != pair_auto.disk_key(("embedded", "cpu"), "cuda: a GPU") and key != pair_auto.disk_key(("english", "cpu"), "cpu")
+    assert pair_auto.load_cached(key) is None
+    pair_auto.store_cached(key, cal)
+    assert pair_auto.load_cached(key) == cal
     path = tmp_path / "auto_tree.json"
     # A corrupt entry, a corrupt file, a file that is not an object, one too large: each reads as "not cached".
     data = json.loads(path.read_text())
     data[key]["chain_counts"] = [[1, 2]]
     path.write_text(json.dumps(data))
-    assert tree_auto.load_cached(key) is None
-    for text in ("{not json", "[1, 2]", "{" + " " * (tree_auto.DISK_BYTES + 1) + "}"):
+    assert pair_auto.load_cached(key) is None
+    for text in ("{not json", "[1, 2]", "{" + " " * (pair_auto.DISK_BYTES + 1) + "}"):
         path.write_text(text)
-        assert tree_auto.load_cached(key) is None
-    tree_auto.store_cached(key, cal)  # a bad file is replaced by a good one
-    assert tree_auto.load_cached(key) == cal
-    for i in range(tree_auto.DISK_ENTRIES + 5):
-        tree_auto.store_cached(f"k{i}", cal)
+        assert pair_auto.load_cached(key) is None
+    pair_auto.store_cached(key, cal)  # a bad file is replaced by a good one
+    assert pair_auto.load_cached(key) == cal
+    for i in range(pair_auto.DISK_ENTRIES + 5):
+        pair_auto.store_cached(f"k{i}", cal)
     data = json.loads(path.read_text())
-    assert len(data) == tree_auto.DISK_ENTRIES and f"k{tree_auto.DISK_ENTRIES + 4}" in data and key not in data
+    assert len(data) == pair_auto.DISK_ENTRIES and f"k{pair_auto.DISK_ENTRIES + 4}" in data and key not in data
     assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_auto_tree_calibrates_once_then_reads_the_disk_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(tree_auto, "_CACHE", {})
+    monkeypatch.setattr(pair_auto, "_CACHE", {})
     from specviz.drafters import make_drafter
 
     model, target = models("similar")
     drafter = make_drafter("model", drafter_model=model, target=target)  # a drafter that names its kind (a bare model is never stored)
     calls = []
-    real = tree_auto.calibrate
+    real = pair_auto.calibrate
 
     def counted(*a, **k):
         calls.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(tree_auto, "calibrate", counted)
+    monkeypatch.setattr(pair_auto, "calibrate", counted)
     args = dict(max_new_tokens=8, max_nodes=6, max_depth=3)
-    first = tree_auto.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
-    tree_auto._CACHE.clear()  # a new process: only the disk remembers
-    second = tree_auto.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
+    first = pair_auto.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
+    pair_auto._CACHE.clear()  # a new process: only the disk remembers
+    second = pair_auto.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
     assert len(calls) == 1 and second.describe() == first.describe()
-    tree_auto._CACHE.clear()
-    tree_auto.auto_tree(drafter, target, [PROMPT], Sampling(1.0), 8, key=("lab", "cpu"), **args)  # another regime
+    pair_auto._CACHE.clear()
+    pair_auto.auto_tree(drafter, target, [PROMPT], Sampling(1.0), 8, key=("lab", "cpu"), **args)  # another regime
     assert len(calls) == 2
     path = tmp_path / "auto_tree.json"
     path.write_text(path.read_text().replace('"format": 1', '"format": "x"'))  # every entry corrupt: measured again
-    tree_auto._CACHE.clear()
-    tree_auto.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
+    pair_auto._CACHE.clear()
+    pair_auto.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
     assert len(calls) == 3
 
 
@@ -401,7 +402,7 @@ def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_
     from specviz.engine.stopping import Stopped
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(tree_auto, "_CACHE", {})
+    monkeypatch.setattr(pair_auto, "_CACHE", {})
     model, target = models("similar")
     drafter = make_drafter("model", drafter_model=model, target=target)
     args = dict(max_new_tokens=8, max_nodes=6, max_depth=3, key=("lab", "cpu"))
@@ -413,10 +414,10 @@ def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_
         return len(asks) >= 4
 
     with pytest.raises(Stopped):
-        tree_auto.auto_tree(drafter, target, prompts, Sampling(0.0), 8, stop=stop_at_fourth_step, **args)
-    assert not tree_auto._CACHE
+        pair_auto.auto_tree(drafter, target, prompts, Sampling(0.0), 8, stop=stop_at_fourth_step, **args)
+    assert not pair_auto._CACHE
     data = json.loads((tmp_path / "auto_tree.json").read_text())
-    assert len(data) == 1 and next(iter(data)).endswith(tree_auto.PARTIAL)  # only the partial record
+    assert len(data) == 1 and next(iter(data)).endswith(pair_auto.PARTIAL)  # only the partial record
     kept = next(iter(data.values()))
     greedy = [autoregressive_generate(ids, target, sampling=Sampling(0.0), max_new_tokens=8, vocab_size=8).output_ids for ids in prompts]
     assert kept["texts"] == [g[:3] for g in greedy] and kept["target_ms"] is None
@@ -430,10 +431,10 @@ def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_
         return out
 
     monkeypatch.setattr(batch, "autoregressive_generate_batch", counted)
-    done = tree_auto.auto_tree(drafter, target, prompts, Sampling(0.0), 8, **args)
+    done = pair_auto.auto_tree(drafter, target, prompts, Sampling(0.0), 8, **args)
     assert calls == [(2, 5)] and done.calibration.prompts == 2  # the first three tokens came from the store
     data = json.loads((tmp_path / "auto_tree.json").read_text())
-    assert len(data) == 1 and not next(iter(data)).endswith(tree_auto.PARTIAL)
+    assert len(data) == 1 and not next(iter(data)).endswith(pair_auto.PARTIAL)
 
 
 def test_a_tampered_partial_record_is_measured_again():
@@ -506,7 +507,7 @@ def test_the_runs_time_limit_starts_after_the_auto_trees_calibration(monkeypatch
         time.sleep(2.5)
         return SimpleNamespace(tree=None, gamma=3, choice=SimpleNamespace(sentence=lambda: "auto: chain of gamma 3"), record=lambda: None)
 
-    monkeypatch.setattr(tree_auto, "auto_for_pair", slow_calibration)
+    monkeypatch.setattr(pair_auto, "auto_for_pair", slow_calibration)
     monkeypatch.setattr(device, "RUN_SECONDS_MAX", 1.0)
     events = list(device.run_on_device(_run_request(AUTO)))
     assert events[-1][0] == "done"
@@ -529,7 +530,7 @@ def test_stop_during_the_pages_calibration_ends_the_job_before_any_run(tmp_path,
     from specviz.ui.tree import AUTO
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(tree_auto, "_CACHE", {})
+    monkeypatch.setattr(pair_auto, "_CACHE", {})
     asks = []
 
     def stop_at_third():
@@ -538,24 +539,24 @@ def test_stop_during_the_pages_calibration_ends_the_job_before_any_run(tmp_path,
 
     events = list(device.run_on_device(_run_request(AUTO), stop_at_third))
     assert [e[0] for e in events] == ["calibrating"] and len(asks) == 3
-    assert not tree_auto._CACHE
+    assert not pair_auto._CACHE
 
     # The handler: Stop pressed while the calibration runs.
-    real = tree_auto.calibrate
+    real = pair_auto.calibrate
     session = "calibration-stop-test"
 
     def press_stop_then_calibrate(*args, stop=None, **kwargs):
         state.stop_asked.add(session)
         return real(*args, stop=stop, **kwargs)
 
-    monkeypatch.setattr(tree_auto, "calibrate", press_stop_then_calibrate)
+    monkeypatch.setattr(pair_auto, "calibrate", press_stop_then_calibrate)
     shown = list(generate.generate("embedded", "def f(n):", 4, 0, 0, 1.0, 16, 0, False, "", "", "model", "constant", 1.0, AUTO,
                                    progress=lambda *a, **k: None, request=SimpleNamespace(session_hash=session)))
     state.stop_asked.discard(session)
     assert shown[0]["status"].startswith("Token tree auto: measuring") and shown[-1]["status"] == "Stopped by you before the first round."
 
     # Its own cap: at 0 s it ends at the first ask, and the visitor is told which field and what to choose.
-    monkeypatch.setattr(tree_auto, "calibrate", real)
+    monkeypatch.setattr(pair_auto, "calibrate", real)
     monkeypatch.setattr(tree, "CALIBRATION_SECONDS_MAX", 0.0)
     with pytest.raises(gr.Error) as err:
         list(device.run_on_device(_run_request(AUTO)))
@@ -600,7 +601,7 @@ def test_while_calibrating_the_page_clears_the_last_verdict_and_says_what_it_mea
 def test_this_processs_calibrations_are_bounded(monkeypatch):
     """Issue 53: a visitor asking for the auto tree at a new temperature each time made a new calibration each time,
     all kept for the process's life. The process keeps the most recently used MEMORY_ENTRIES (the disk its own)."""
-    from specviz.engine.tree import auto as at
+    from specviz.pair import auto_tree as at
 
     monkeypatch.setattr(at, "_CACHE", at.OrderedDict())
     monkeypatch.setattr(at, "calibrate", lambda *a, **k: "calibration")

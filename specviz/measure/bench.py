@@ -262,7 +262,7 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     prompt_ids = prompt_token_ids(pair, benchmark_prompts(prompts, prompt_set), prompt_set)
     auto = None
     if tree == "auto":
-        from specviz.engine.tree.auto import auto_tree, calibration_prompt_ids
+        from specviz.pair.auto_tree import auto_tree, calibration_prompt_ids
 
         drafter_for_auto = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
         calibration = calibration_prompt_ids(lambda t: prompt_token_ids(pair, [t], prompt_set)[0],

@@ -58,7 +58,7 @@ def resolve(choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | 
     """
     if choice != AUTO:
         return tree_spec(choice), gamma, "", None
-    from specviz.engine.tree.auto import auto_for_pair
+    from specviz.pair.auto_tree import auto_for_pair
 
     cap = Deadline.after(CALIBRATION_SECONDS_MAX)
     try:

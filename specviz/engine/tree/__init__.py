@@ -19,8 +19,8 @@ node where no child is accepted.
 - ``theory``: expected tokens per round from per-depth acceptance; v(n).
 - ``calibration``: the auto tree's calibration on this pair and device (teacher-forced acceptance by depth and
   sibling rank, or short runs; v(n) and the drafter's passes, timed), and its record.
-- ``auto``: the auto tree: the choice Sequoia's programme (``specviz.theory.sequoia``) makes from a calibration,
-  and the calibrations cached for the process and on disk.
+- ``auto``: the auto tree: the choice Sequoia's programme (``specviz.theory.sequoia``) makes from a calibration
+  (calibrating a loaded pair, with the calibrations cached for the process and on disk: ``specviz.pair.auto_tree``).
 
 This package's ``__init__`` imports nothing.
 """

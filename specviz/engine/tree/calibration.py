@@ -491,7 +491,7 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
 
     Args:
         as ``calibrate_by_runs``; ``partial``: what an earlier, stopped calibration of the same key kept
-        (``specviz.engine.tree.auto.load_partial``), reused instead of measured again; ``keep``: called with that record (plain data)
+        (``specviz.pair.auto_tree.load_partial``), reused instead of measured again; ``keep``: called with that record (plain data)
         after each part.
 
     Raises:
