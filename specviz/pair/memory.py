@@ -99,7 +99,7 @@ def one_heap() -> bool:
 
     glibc gives each new thread a heap of its own at its first allocation (up to 8 per core). A server's
     jobs run on a pool of worker threads (and torch's own), so memory freed after a job is spread over
-    many heaps. Measured with ``python -m specviz.measure.attack --flood-s 30 --victims 3 --ttl-s 60
+    many heaps. Measured with ``python -m specviz.visitors.attack --flood-s 30 --victims 3 --ttl-s 60
     --rounds 2`` (2-core CPU): once the floods' sessions had expired, RSS stayed 23-36 MB above its warm
     start with a heap per thread, 8-15 MB with one (the rest: live objects, Python's own arenas; the
     heap's live bytes grew about 4 MB). Threads that already have a heap keep it, so call this before any

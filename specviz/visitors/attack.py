@@ -1,4 +1,4 @@
-"""``python -m specviz.measure.attack``: a victim's short run under each flood an attacker tried, how fast long
+"""``python -m specviz.visitors.attack``: a victim's short run under each flood an attacker tried, how fast long
 jobs halt on Stop and on a hang-up, and the app's disk and memory before and after.
 
 Launches the app (``app.py``) in a process of its own on 127.0.0.1, with a fresh Gradio temporary folder and
@@ -56,7 +56,7 @@ from pathlib import Path
 
 import httpx
 
-from specviz.measure.sessions import _free_port, _wait_up, client, fn_index, rss_mb
+from specviz.visitors.sessions import _free_port, _wait_up, client, fn_index, rss_mb
 
 VICTIM = "127.0.0.1"
 GENERATE = ["embedded", "def is_prime(n):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]

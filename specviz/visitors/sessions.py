@@ -1,4 +1,4 @@
-"""``python -m specviz.measure.sessions``: the app's memory under many sessions and its disk under an upload flood.
+"""``python -m specviz.visitors.sessions``: the app's memory under many sessions and its disk under an upload flood.
 
 Launches the app (``app.py``) in a process of its own, on 127.0.0.1 with a fresh Gradio temporary
 folder, and drives it over HTTP as visitors would:

@@ -1,6 +1,6 @@
-"""``python -m specviz.measure.classroom``: a class of students behind one school address, beside two hostile addresses.
+"""``python -m specviz.visitors.classroom``: a class of students behind one school address, beside two hostile addresses.
 
-Launches the app as ``specviz.measure.attack`` does (its own process, a fresh temporary folder, one trusted proxy, so
+Launches the app as ``specviz.visitors.attack`` does (its own process, a fresh temporary folder, one trusted proxy, so
 ``X-Forwarded-For`` names each visitor's address as a Space's proxy would), then:
 
 1. **Alone.** One student's Generate (``--tokens`` tokens, greedy, the chain, ``--pair``), ``--solo`` times, nobody
@@ -37,8 +37,8 @@ from pathlib import Path
 
 import httpx
 
-from specviz.measure.attack import App, messages
-from specviz.measure.sessions import client, fn_index
+from specviz.visitors.attack import App, messages
+from specviz.visitors.sessions import client, fn_index
 from specviz.ui.tree import AUTO
 
 SCHOOL = "198.51.100.7"  # the one public address a school's students reach the Space from
@@ -107,7 +107,7 @@ def hostile(app: App, address: str, pair: str, halt: threading.Event, log: list,
 
 def lab_hostile(app: App, address: str, pair: str, halt: threading.Event, log: list, lock: threading.Lock) -> None:
     """Loop: the exactness lab at the page's defaults (2,000 samples), again as soon as it ends."""
-    from specviz.measure.attack import LAB
+    from specviz.visitors.attack import LAB
 
     with client(LOOPBACK) as http:
         while not halt.is_set():
@@ -135,7 +135,7 @@ def student(app: App, pair: str, tokens: int, at: float, log: list, lock: thread
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m specviz.measure.classroom", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m specviz.visitors.classroom", description=__doc__.split("\n\n")[0])
     ap.add_argument("--students", type=int, default=40)
     ap.add_argument("--span-s", type=float, default=600.0, help="the students arrive evenly over this many seconds")
     ap.add_argument("--tokens", type=int, default=32, help="each student's Generate, in new tokens")

@@ -1,6 +1,6 @@
-"""``python -m specviz.measure.page_speed``: what the page adds to the engine's time, and /run's rate against bench's.
+"""``python -m specviz.visitors.page_speed``: what the page adds to the engine's time, and /run's rate against bench's.
 
-Launches the app as ``specviz.measure.attack`` does (its own process and temporary folder, the page's default pair
+Launches the app as ``specviz.visitors.attack`` does (its own process and temporary folder, the page's default pair
 loaded and warmed up before it serves), then, one job at a time and nothing else on the server:
 
 1. **Generate** with the page's defaults (its first prompt, gamma, sampling, tokens and seed), ``--runs`` times, each
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import httpx
 
-from specviz.measure.attack import App, messages
-from specviz.measure.sessions import client, fn_index
+from specviz.visitors.attack import App, messages
+from specviz.visitors.sessions import client, fn_index
 from specviz.recording import Recording
 from specviz.ui.limits import DEFAULT_PAIR, DEFAULTS, EXAMPLES
 
@@ -140,7 +140,7 @@ def _median(xs: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m specviz.measure.page_speed", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m specviz.visitors.page_speed", description=__doc__.split("\n\n")[0])
     ap.add_argument("--pair", default=DEFAULT_PAIR)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
