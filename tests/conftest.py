@@ -19,6 +19,26 @@ os.environ.setdefault("SPECVIZ_WARM_UP", "0")
 from specviz.lab.models import MaskedLM, masked_lm, noisy_copy, tiny_lm  # noqa: E402,F401
 
 
+# Files of independent statistical tests (each builds its own tiny models, or cheap module fixtures): spread over
+# the workers one test at a time. Every other file's tests run together on one worker, in order.
+SPREAD = {"test_exactness", "test_exactness_reference", "test_drafters", "test_eagle", "test_argmax_drafts",
+          "test_cross_tokenizer", "test_kernels", "test_precision", "test_tree_exactness", "test_batch", "test_repetition"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's file-by-file scheduling, but each test of a file in SPREAD is a unit of its own."""
+    from pathlib import PurePath
+
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndSpreadTests(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return nodeid if PurePath(file).stem in SPREAD else file
+
+    return FilesAndSpreadTests(config, log)
+
+
 @pytest.fixture(scope="session")
 def embedded():
     """The embedded pair from assets/, loaded once on the CPU."""

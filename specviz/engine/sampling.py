@@ -121,8 +121,11 @@ class Sampling:
             return out.masked_fill_(~torch.isfinite(top.values), float("nan"))
         if warpers is None:
             warpers = self.warpers()
-        # The warpers ignore input_ids for these three filters.
-        processed = warpers(None, logits) if len(warpers) else logits
+        # Each warper called in turn, as LogitsProcessorList does, without its per-call signature inspection of every
+        # processor (most of a tiny model's sampling time); these three take (input_ids, scores) only.
+        processed = logits
+        for warper in warpers:
+            processed = warper(None, processed)
         return torch.softmax(processed, dim=-1)
 
 
