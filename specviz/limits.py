@@ -1,7 +1,7 @@
 """Bounds that the engine, the trace and the checks of files from outside share.
 
-Kept apart from ``specviz.trace`` so that ``specviz.validation`` can read them without importing
-the trace it validates (the trace imports the validation to load files).
+Kept apart from ``specviz.trace`` so that its validation (``specviz.trace.validation``) can read them
+without importing the trace it validates (the trace imports the validation to load files).
 """
 
 # The largest gamma specviz drafts with (the demo's range is 1..MAX_GAMMA; every gamma schedule

@@ -11,9 +11,8 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specviz import validation
 from specviz.records.sweep import Sweep, SweepPoint
-from specviz.trace import SCHEMA_VERSION, Trace, validate
+from specviz.trace import SCHEMA_VERSION, Trace, validate, validation
 
 # A 256-token run with gamma 16 is about 1 MB; anything far larger is not ours.
 MAX_BYTES = 8 * 1024 * 1024

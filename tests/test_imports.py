@@ -77,11 +77,11 @@ def test_the_graph_sees_lazy_and_type_checking_imports(tmp_path):
 
 def test_the_validation_does_not_import_the_trace_it_validates():
     graph = import_graph()
-    assert "specviz.validation" in graph["specviz.trace"] and "specviz.trace" not in graph["specviz.validation"]
+    assert "specviz.trace.validation" in graph["specviz.trace"] and "specviz.trace" not in graph["specviz.trace.validation"]
 
 
 def test_the_trace_and_the_recording_import_no_views():
     graph = import_graph()
-    for module in ("specviz.trace", "specviz.recording", "specviz.validation", "specviz.engine.chain", "specviz.engine.batch"):
+    for module in ("specviz.trace", "specviz.recording", "specviz.trace.validation", "specviz.engine.chain", "specviz.engine.batch"):
         assert not any(m.startswith("specviz.views") for m in graph[module]), (module, graph[module])
     assert not any(m.startswith("specviz.measure.bench") for m in graph["specviz.views.batch"])

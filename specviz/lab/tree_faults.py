@@ -17,7 +17,7 @@ accepts the correct rules.
 from __future__ import annotations
 
 from specviz.engine.tree.accept import TreeFault
-from specviz.records.tree import WITH_REPLACEMENT
+from specviz.trace.tree import WITH_REPLACEMENT
 
 TREE_FAULTS = {
     "siblings_against_p": "siblings tested against p instead of the updated residual",

@@ -8,7 +8,7 @@ node where no child is accepted.
 
 - ``spec``: what tree to draft (a static shape such as 3,2,2,1, or a dynamic node budget).
 - ``record``: the trace's record of a round's tree, and its checks, re-exported from where they live with the
-  trace (``specviz.records.tree``).
+  trace (``specviz.trace.tree``).
 - ``draft``: trees from a drafter model (static or EAGLE-2 dynamic) and from prompt lookup.
 - ``attention``: the tree attention mask, masked passes through unpatched transformers models,
   and compacting a KV cache to the accepted path.

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.engine import rejection
-from specviz.records.tree import WITH_REPLACEMENT
+from specviz.trace.tree import WITH_REPLACEMENT
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
         p_all: (N + 1, V) the target's processed p at every slot (the verify pass).
         tokens: (N,) the nodes' tokens; parents: per node, its parent node (-1: the root).
         q: (N, V) each node's q at its parent, or None (prompt lookup's copies, q one-hot).
-        rule: "with-replacement" or "without-replacement" (``specviz.records.tree``); greedy: finals are argmaxes; gen: draws u, then finals.
+        rule: "with-replacement" or "without-replacement" (``specviz.trace.tree``); greedy: finals are argmaxes; gen: draws u, then finals.
         fault: a departure from the exact rules (the lab's controls); NO_FAULT in every real run.
 
     Returns (device tensors, by name):

@@ -25,7 +25,7 @@ import torch
 
 from specviz.engine.drafter import DraftRequest, DraftTree
 from specviz.engine.tree.attention import ancestor_matrix, masked_logits
-from specviz.records.tree import WITH_REPLACEMENT, WITHOUT_REPLACEMENT
+from specviz.trace.tree import WITH_REPLACEMENT, WITHOUT_REPLACEMENT
 from specviz.engine.tree.spec import TreeSpec
 
 

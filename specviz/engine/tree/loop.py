@@ -24,7 +24,7 @@ from specviz.trace import Draft, Round, TopToken, Trace
 from specviz.engine.tree.accept import NO_FAULT, TreeFault, judge, judge_greedy
 from specviz.engine.tree.attention import ancestor_matrix, compact, masked_logits
 from specviz.engine.tree.draft import DraftTree
-from specviz.records.tree import TreeNode, TreeRecord
+from specviz.trace.tree import TreeNode, TreeRecord
 from specviz.engine.tree.spec import TreeSpec
 
 

@@ -26,7 +26,7 @@ import re
 from typing import Any
 
 from specviz.limits import MAX_GAMMA, MAX_TREE_NODES
-from specviz.records.tree import check_tree
+from specviz.trace.tree import check_tree
 
 # A ``specviz.trace.Trace``. Not imported, even for annotations: the trace imports this module to
 # load files, and the dependency runs one way (trace -> validation).

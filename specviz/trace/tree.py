@@ -32,7 +32,7 @@ WITH_REPLACEMENT = "with-replacement"
 WITHOUT_REPLACEMENT = "without-replacement"
 Rule = Literal["with-replacement", "without-replacement"]
 OLD_RULE_NAMES = {"specinfer": WITH_REPLACEMENT, "one-hot": WITHOUT_REPLACEMENT}  # recordings before the rename
-# Verdicts are decided in float32; the trace keeps float64 (see specviz.validation).
+# Verdicts are decided in float32; the trace keeps float64 (see specviz.trace.validation).
 TOLERANCE = 1e-5
 
 

@@ -4,6 +4,10 @@ Data flows one way: the engine writes a Trace, the views read it. A Trace round-
 through JSON (``to_dict`` / ``Trace.from_dict``) so a run prepared on one machine can be
 replayed on another with no model.
 
+This package holds the trace's schema: this module (Trace, Round, Draft, TopToken), ``tree`` (a token
+tree round's whole tree) and ``validation`` (the checks a trace from a file passes). It imports no
+engine, measuring or view code (tests/test_layers.py).
+
 Terms (Leviathan et al. 2023; vLLM's metric names):
 - round: one draft-then-verify cycle; the autoregressive baseline has one round per token.
 - draft acceptance rate: accepted drafts / drafted tokens (vLLM's name). Its denominator
@@ -25,9 +29,10 @@ import functools
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from specviz import metrics, validation
+from specviz import metrics
+from specviz.trace import validation
 from specviz.limits import MAX_GAMMA  # noqa: F401  (re-exported: the engine and the views read it here)
-from specviz.records.tree import TreeRecord, renamed_rules
+from specviz.trace.tree import TreeRecord, renamed_rules
 
 # Verdict of one drafted token.
 #   accepted:  u < min(1, p/q), kept in the output
@@ -124,7 +129,7 @@ class Round:
             max_new_tokens); None for the baseline and in traces saved before schema version 3.
             None for a token tree's round: a tree has a depth (``tree.depth``), not a gamma (tree
             traces saved before schema version 6 recorded the depth here).
-        tree: a token tree round's whole tree (``specviz.records.tree``); ``drafts`` then holds its
+        tree: a token tree round's whole tree (``specviz.trace.tree``); ``drafts`` then holds its
             accepted path. None for chains and in traces saved before schema version 5.
         features_from: for a drafter that reads the target's features (EAGLE), the sequence
             position (0-based over prompt and output) whose target feature the round's drafts grew
@@ -316,7 +321,7 @@ class Trace:
         dataclasses above (pydantic); derived totals in ``d`` are ignored and recomputed.
 
         Then every field is checked to its meaning and the counts are bounded
-        (``specviz.validation``): a trace from a file is data from outside. ``where``: the trace's
+        (``specviz.trace.validation``): a trace from a file is data from outside. ``where``: the trace's
         field in a recording ("speculative", "baseline"), for the schema version's message.
 
         Raises:
