@@ -27,7 +27,8 @@ import sys
 import torch
 from tqdm.auto import tqdm
 
-from specviz import Sampling, metrics, theory
+from specviz import metrics, theory
+from specviz.engine.sampling import Sampling
 from specviz.engine.batch import MAX_BATCH, autoregressive_generate_batch, speculative_generate_batch
 from specviz.measure.common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
 from specviz.drafters import default_kind

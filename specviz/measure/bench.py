@@ -49,7 +49,9 @@ import sys
 import torch
 from tqdm.auto import tqdm
 
-from specviz import Sampling, autoregressive_generate, metrics, speculative_generate, theory
+from specviz import metrics, theory
+from specviz.engine.chain import autoregressive_generate, speculative_generate
+from specviz.engine.sampling import Sampling
 from specviz.measure.common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
 from specviz.drafters import default_exit_layer, default_kind, early_exit_model, quantize_target
 from specviz.pair import default_pair, load_pair

@@ -30,7 +30,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from specviz import Sampling, autoregressive_generate, speculative_generate, theory
+from specviz import theory
+from specviz.engine.chain import autoregressive_generate, speculative_generate
+from specviz.engine.sampling import Sampling
 from specviz.assets import ASSETS
 from specviz.drafters.cross_tokenizer import CrossTokenizerDrafter
 from specviz.pair.kernels import unrouted_copy

@@ -18,7 +18,9 @@ import platform
 
 import torch
 
-from specviz import Sampling, autoregressive_generate, metrics, speculative_generate, theory
+from specviz import metrics, theory
+from specviz.engine.chain import autoregressive_generate, speculative_generate
+from specviz.engine.sampling import Sampling
 
 from specviz.training import corpus
 from specviz.measure.common import pooled_acceptance
@@ -242,7 +244,8 @@ def english_card(prompts: int = 6, max_new_tokens: int = 96, gamma: int = 4, see
     turns, ``specviz.measure.baseline``); and the drafter's bits per byte on the target's T 1 answers over the
     positions whose token its head scores (outside the head q is 0 and the log-loss infinite).
     """
-    from specviz import Sampling, metrics, theory
+    from specviz import metrics, theory
+    from specviz.engine.sampling import Sampling
     from specviz.measure.baseline import with_baseline
     from specviz.drafters import make_drafter
     from specviz.pair import encode_prompt, load_pair
