@@ -4,7 +4,7 @@ import argparse
 import os
 
 # ZeroGPU wants `spaces` imported before torch (the specviz package imports torch), so this
-# checks the platform's flag itself; specviz.serving.zerogpu.on_zerogpu() reads the same flag.
+# checks the platform's flag itself; specviz.engine.zerogpu.on_zerogpu() reads the same flag.
 if os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "true", "yes", "on"):
     import spaces  # noqa: F401
 
