@@ -187,16 +187,21 @@ def _batches(data, cfg: DistillConfig, rng: random.Random):
         order = list(range(len(data)))
         rng.shuffle(order)
         for start in range(0, len(order) - cfg.batch + 1, cfg.batch):
-            rows = [data[i] for i in order[start:start + cfg.batch]]
-            width = max(len(s) for s, _ in rows)
-            ids = torch.zeros(len(rows), width, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            loss_mask = torch.zeros(len(rows), width, dtype=torch.bool)
-            for i, (seq, n) in enumerate(rows):
-                ids[i, :len(seq)] = torch.tensor(seq)
-                mask[i, :len(seq)] = 1
-                loss_mask[i, n - 1:len(seq) - 1] = True  # positions that predict an answer token
-            yield ids, mask, loss_mask
+            yield pad_batch([data[i] for i in order[start:start + cfg.batch]])
+
+
+def pad_batch(rows: list[tuple[list[int], int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention mask, loss mask) of (prompt + answer ids, prompt length) rows, each (batch, width), padded on
+    the right; the loss mask marks the positions that predict an answer token."""
+    width = max(len(s) for s, _ in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    loss_mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, (seq, n) in enumerate(rows):
+        ids[i, :len(seq)] = torch.tensor(seq)
+        mask[i, :len(seq)] = 1
+        loss_mask[i, n - 1:len(seq) - 1] = True
+    return ids, mask, loss_mask
 
 
 def _restricted_soft_ce(teacher_logits: torch.Tensor, student_small: torch.Tensor, head: torch.Tensor) -> torch.Tensor:

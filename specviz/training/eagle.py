@@ -185,6 +185,28 @@ def head_from_target(target, tokenizer, corpus: Corpus, head_size: int) -> Eagle
     return head.float()
 
 
+def merged_settings(cls, saved: dict, overrides: dict, entry: dict):
+    """A run's settings (dataclass ``cls``): the checkpoint's ``saved`` ones with the flags given now
+    (``overrides``, None-free); what the flags changed goes into ``entry["run_settings_changed"]``."""
+    changed = {k: v for k, v in overrides.items() if saved.get(k) != v}
+    if changed:
+        entry["run_settings_changed"] = changed
+    return cls(**{**saved, **overrides})
+
+
+def restore_training(index: dict, tensors: dict, params: dict, opt, sched, run, entry: dict) -> None:
+    """Weights, AdamW moments, random state (``eagle_checkpoint.restore``) and the schedule's position from a
+    checkpoint; a weight decay or learning rate given now (``entry["run_settings_changed"]``) applies from here on."""
+    ckpt.restore(index, tensors, params, opt)
+    sched.load_state_dict(index["scheduler"])
+    for g in opt.param_groups:
+        g["weight_decay"] = run.weight_decay
+    if "lr" in entry.get("run_settings_changed", {}):
+        sched.base_lrs = [run.lr for _ in opt.param_groups]
+        for g in opt.param_groups:
+            g["initial_lr"], g["lr"] = run.lr, run.lr * schedule(run)(sched.last_epoch)
+
+
 def _rows(order: dict, n: int, batch: int) -> list[int]:
     """The next ``batch`` rows of the seeded data order; advances ``order`` (pass, position) in place.
 
@@ -238,10 +260,7 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, cor
     entry: dict = {}
     if ckpt.exists(checkpoint_dir):
         index, tensors = ckpt.load(checkpoint_dir)
-        run = RunSettings(**{**index["run"], **overrides})
-        changed = {k: v for k, v in overrides.items() if index["run"].get(k) != v}
-        if changed:
-            entry["run_settings_changed"] = changed
+        run = merged_settings(RunSettings, index["run"], overrides, entry)
         head = EagleHead(EagleConfig(**index["eagle_config"]), head_ids=tensors["head_ids"]).float()
         started_from, chunk_index = index["started_from"], index["chunk"] + 1
     else:
@@ -269,14 +288,7 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, cor
     order = {"seed": run.seed, "pass": 0, "position": 0}
     step = 0
     if index is not None:
-        ckpt.restore(index, tensors, params, opt)
-        sched.load_state_dict(index["scheduler"])
-        for g in opt.param_groups:  # an overridden rate or decay applies from here on
-            g["weight_decay"] = run.weight_decay
-        if "lr" in entry.get("run_settings_changed", {}):
-            sched.base_lrs = [run.lr for _ in opt.param_groups]
-            for g in opt.param_groups:
-                g["initial_lr"], g["lr"] = run.lr, run.lr * schedule(run)(sched.last_epoch)
+        restore_training(index, tensors, params, opt, sched, run, entry)
         step = index["step"]
         data = index["data"]
         order.update(seed=run.seed, **{"pass": data["pass"], "position": data["position"]})

@@ -49,7 +49,8 @@ import torch
 
 from specviz.assets import ASSETS
 from specviz.training import eagle_checkpoint as ckpt
-from specviz.training.eagle import _append, _rows, schedule
+from specviz.training.eagle import _append, _rows, merged_settings, restore_training, schedule
+from specviz.training.distill import pad_batch
 from specviz.training.eagle_corpus import CORPUS_DIR, GREEDY, SAMPLED, check_disjoint, generate_answers
 from specviz.training.eagle_corpus import load as load_corpus
 
@@ -126,20 +127,6 @@ def continue_prompts(drafter, tokenizer, prompts: list[str], setting: dict, toke
             cont = cont[:cont.index(eos) + 1]
         rows.append((row + cont, len(row)))
     return rows
-
-
-def pad_batch(rows: list[tuple[list[int], int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids, attention mask, loss mask), each (batch, width), padded on the right; the loss mask marks the positions
-    that predict a continuation or answer token."""
-    width = max(len(s) for s, _ in rows)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    loss_mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, (seq, n) in enumerate(rows):
-        ids[i, :len(seq)] = torch.tensor(seq)
-        mask[i, :len(seq)] = 1
-        loss_mask[i, n - 1:len(seq) - 1] = True
-    return ids, mask, loss_mask
 
 
 def losses(p_logits: torch.Tensor, q_small: torch.Tensor, head_ids: torch.Tensor, run: RunSettings):
@@ -235,10 +222,7 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, run
     entry: dict = {}
     if ckpt.exists(checkpoint_dir):
         index, tensors = ckpt.load(checkpoint_dir)
-        run = RunSettings(**{**index["run"], **overrides})
-        changed = {k: v for k, v in overrides.items() if index["run"].get(k) != v}
-        if changed:
-            entry["run_settings_changed"] = changed
+        run = merged_settings(RunSettings, index["run"], overrides, entry)
         drafter = SmallHeadLM(SmallHeadConfig.from_dict(index["drafter_config"])).float()
         drafter.head_ids.copy_(tensors["head_ids"])
         started_from, chunk_index, reference = index["started_from"], index["chunk"] + 1, index.get("reference")
@@ -260,12 +244,7 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, run
     corpus_order = {"seed": run.seed + 1, "pass": 0, "position": 0}
     step = 0
     if index is not None:
-        ckpt.restore(index, tensors, params, opt)
-        sched.load_state_dict(index["scheduler"])
-        if "lr" in entry.get("run_settings_changed", {}):
-            sched.base_lrs = [run.lr for _ in opt.param_groups]
-            for g in opt.param_groups:
-                g["initial_lr"], g["lr"] = run.lr, run.lr * schedule(run)(sched.last_epoch)
+        restore_training(index, tensors, params, opt, sched, run, entry)
         step = index["step"]
         prompt_order.update(index["data"]["prompts"])
         corpus_order.update(index["data"]["corpus"])
