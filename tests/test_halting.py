@@ -357,7 +357,7 @@ def _counted_lab_runs(monkeypatch, at: int, press) -> list[int]:
     import specviz.lab.experiment as experiment
 
     runs = []
-    real = experiment.speculative_generate
+    real = experiment.speculative_stream
 
     def counted(*args, **kwargs):
         runs.append(len(runs) + 1)
@@ -365,7 +365,7 @@ def _counted_lab_runs(monkeypatch, at: int, press) -> list[int]:
             press()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(experiment, "speculative_generate", counted)
+    monkeypatch.setattr(experiment, "speculative_stream", counted)
     return runs
 
 

@@ -286,18 +286,31 @@ def _menu_refusal(menu, value) -> str | None:
     return None if ok else choices_message(menu)
 
 
-def uploaded_file(value) -> str | None:
-    """The path of a file a visitor uploaded here, from a file input's value (a FileData object naming a
-    regular file inside Gradio's upload folder, ``gradio.utils.get_upload_folder``), or None."""
+def _served_folders() -> list[str]:
+    """Where a file input's value may lie: Gradio's upload folder (``gradio.utils.get_upload_folder``), the app's
+    download folder (a run's recording, which the file input then shows) and the prepared recordings (a loaded
+    one shows there too)."""
     from gradio.utils import get_upload_folder
+
+    from specviz.assets import ASSETS
+    from specviz.ui import downloads
+
+    return [os.path.realpath(get_upload_folder()), os.path.realpath(downloads.folder()),
+            os.path.realpath(ASSETS / "recordings")]
+
+
+def uploaded_file(value) -> str | None:
+    """The path of a file the page knows, from a file input's value (a FileData object naming a regular file inside
+    one of ``_served_folders``: uploaded here, written here for download, or prepared), or None."""
 
     if not isinstance(value, dict) or value.get("meta") != {"_type": "gradio.FileData"} or not isinstance(value.get("path"), str):
         return None
     path = value["path"]
     if not path or "\0" in path or "://" in path:  # a URL would be fetched from outside: never an upload
         return None
-    real, folder = os.path.realpath(path), os.path.realpath(get_upload_folder())
-    return real if os.path.commonpath([real, folder]) == folder and real != folder and os.path.isfile(real) else None
+    real = os.path.realpath(path)
+    inside = any(os.path.commonpath([real, folder]) == folder and real != folder for folder in _served_folders())
+    return real if inside and os.path.isfile(real) else None
 
 
 def _file_refusal(component, value) -> str | None:
