@@ -13,6 +13,7 @@ import html
 import logging
 import math
 import os
+import tempfile
 import re
 
 import gradio as gr
@@ -293,10 +294,14 @@ def _served_folders() -> list[str]:
     from gradio.utils import get_upload_folder
 
     from specviz.assets import ASSETS
-    from specviz.ui import downloads
+    from specviz.ui import disk, downloads
 
-    return [os.path.realpath(get_upload_folder()), os.path.realpath(downloads.folder()),
-            os.path.realpath(ASSETS / "recordings")]
+    # The process moves GRADIO_TEMP_DIR into a folder of its own (``disk.own_cache``), and a server made before
+    # that keeps uploading under the folder it started with: both are Gradio's, so both count.
+    roots = [get_upload_folder(), downloads.folder(), ASSETS / "recordings", tempfile.gettempdir() + "/gradio"]
+    if disk._owned is not None:
+        roots.append(disk._owned.parent)
+    return [os.path.realpath(r) for r in roots]
 
 
 def uploaded_file(value) -> str | None:
