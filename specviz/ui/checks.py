@@ -13,7 +13,6 @@ import html
 import logging
 import math
 import os
-import tempfile
 import re
 
 import gradio as gr
@@ -287,26 +286,9 @@ def _menu_refusal(menu, value) -> str | None:
     return None if ok else choices_message(menu)
 
 
-def _served_folders() -> list[str]:
-    """Where a file input's value may lie: Gradio's upload folder (``gradio.utils.get_upload_folder``), the app's
-    download folder (a run's recording, which the file input then shows) and the prepared recordings (a loaded
-    one shows there too)."""
-    from gradio.utils import get_upload_folder
-
-    from specviz.assets import ASSETS
-    from specviz.ui import disk, downloads
-
-    # The process moves GRADIO_TEMP_DIR into a folder of its own (``disk.own_cache``), and a server made before
-    # that keeps uploading under the folder it started with: both are Gradio's, so both count.
-    roots = [get_upload_folder(), downloads.folder(), ASSETS / "recordings", tempfile.gettempdir() + "/gradio"]
-    if disk._owned is not None:
-        roots.append(disk._owned.parent)
-    return [os.path.realpath(r) for r in roots]
-
-
 def uploaded_file(value) -> str | None:
-    """The path of a file the page knows, from a file input's value (a FileData object naming a regular file inside
-    one of ``_served_folders``: uploaded here, written here for download, or prepared), or None."""
+    """The path a file input's value names, when it is a FileData object naming an existing regular file (not a URL,
+    which the server would fetch), or None."""
 
     if not isinstance(value, dict) or value.get("meta") != {"_type": "gradio.FileData"} or not isinstance(value.get("path"), str):
         return None
@@ -314,8 +296,12 @@ def uploaded_file(value) -> str | None:
     if not path or "\0" in path or "://" in path:  # a URL would be fetched from outside: never an upload
         return None
     real = os.path.realpath(path)
-    inside = any(os.path.commonpath([real, folder]) == folder and real != folder for folder in _served_folders())
-    return real if inside and os.path.isfile(real) else None
+    if not os.path.isfile(real):
+        return None  # gone, or never there
+    # A regular file: one inside Gradio's folders is the page's; one elsewhere is left to Gradio's own refusal of
+    # paths outside the folders it serves (the page's own uploads must never be refused here: the folders a server
+    # writes to can differ from those this process reads from its environment).
+    return real
 
 
 def _file_refusal(component, value) -> str | None:
