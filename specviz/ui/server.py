@@ -323,7 +323,7 @@ class Guard:
         if "/gradio_api/call/" in path or "/gradio_api/run/" in path or "/gradio_api/api/" in path or "/gradio_api/queue/data" in path:
             blocks = _blocks(scope)
             unknown = unknown_api(blocks, scope)
-            if unknown or missing_stream(blocks, scope):
+            if unknown:  # (a stream of nothing pending is left to Gradio: the page opens its stream before its job is seen)
                 from starlette.requests import Request
 
                 from specviz.ui.address import client_address
