@@ -7,10 +7,9 @@ Generate with "Queue is full". ``admit`` wraps the queue's ``push`` so that
 - each kind of work (Gradio's concurrency id) holds at most ``QUEUE_MAX[kind]`` waiting jobs, which
   keeps the rest of the queue for the main Generate;
 - a page (session) has at most one job of each kind waiting, and an address (``client_address``, not the
-  session hash a client names itself) at most the places the other addresses leave free less a quarter of the
-  queue (``places``, at least one): 40 /run calls with fresh session hashes once filled the queue for everyone,
-  a fixed one-per-address rule made a class behind one router queue one run at a time, and half the places
-  (16 of 32) refused 22 of a class of 40 pressing Generate within 10 s;
+  session hash a client names itself) at most half the places the other addresses leave free (``places``,
+  at least one): 40 /run calls with fresh session hashes once filled the queue for everyone, and a fixed
+  one-per-address rule made a class behind one router queue one run at a time;
 - a visitor with no job of that kind at work goes ahead of the waiting jobs of visitors who have one;
   then Generate and /run jobs go by arrival plus expected device time (``specviz.ui.share.place``: a short
   run ahead of long ones, a long one passed only by jobs that arrive less than its size after it), and the
@@ -28,11 +27,7 @@ fresh session hashes are refused.
 Refusals answer HTTP 429 with a message naming the limit, why, and when it lifts (the page shows it; for a
 503 it would show only "This application is currently busy"), and Retry-After; a job with fewer
 values in ``data`` than its endpoint takes is refused at once (HTTP 400 naming the count), where
-Gradio would queue it and fail it with ``error: null``. So is a job naming no event of the app (an unknown
-``fn_index``: HTTP 404, where Gradio's push raised KeyError, answered 500 with two tracebacks, 99 log lines),
-and one with a value Gradio would fail on before the handler (``specviz.ui.checks.queue_refusal``: a menu's
-value outside its choices, a file not uploaded here; HTTP 400 naming the field). Each costs the log one line,
-within the per-address budgets (``specviz.ui.server.note_request``, ``specviz.ui.checks.note_refusal``).
+Gradio would queue it and fail it with ``error: null``.
 
 ``client_address`` (``specviz.ui.address``) tells visitors apart.
 """
@@ -40,18 +35,14 @@ within the per-address budgets (``specviz.ui.server.note_request``, ``specviz.ui
 from __future__ import annotations
 
 
-import html
-from typing import NoReturn
-
 import gradio as gr
 from fastapi import HTTPException
 from gradio import route_utils
 
 from specviz.ui import share
 from specviz.ui.address import client_address
-from specviz.ui.checks import excerpt, note_refusal, queue_refusal
 from specviz.ui.limits import QUEUE_MAX, whole_number
-from specviz.ui.server import LogBudget, note_request
+from specviz.ui.server import LogBudget
 from specviz.ui.sessions import SessionStore
 
 # New sessions (page loads, fresh session hashes) per address per minute: a flood of fresh hashes costs the
@@ -101,19 +92,11 @@ def _refuse(message: str, retry_after_s: float):
     raise HTTPException(status_code=429, detail=message, headers={"Retry-After": str(max(1, round(retry_after_s)))})
 
 
-def refuse_unknown_event(fn_index, address: str) -> NoReturn:
-    """Refuse a job whose ``fn_index`` names no event of the app: HTTP 404 naming the field, one log line."""
-    note_request(address, "unknown endpoint refused (404): fn_index")
-    raise HTTPException(status_code=404, detail=html.escape(
-        f"Unknown endpoint: fn_index {excerpt(fn_index, 24)} names no event of this app (GET /config lists them, with their ids).",
-        quote=False))
-
-
 def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
     """Install the admission rules on ``demo``'s queue (after ``demo.queue()``).
 
     A refused job is answered HTTP 429 with a message naming the limit, why, and when it lifts (HTTP 400 for a
-    job with too few values in ``data`` or a value ``queue_refusal`` refuses; HTTP 404 for an unknown ``fn_index``)."""
+    job with too few values in ``data``)."""
     queue = demo._queue
     push = queue.push
 
@@ -127,20 +110,14 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
                     "(SPECVIZ_NEW_SESSIONS_PER_MINUTE). Try again in a minute.", 60)
         if isinstance(store, SessionStore) and not store.admits(session, address):
             _refuse(store.refusal(address), 60)
-        if body.fn_index is None:  # Gradio's own push answers it: "No function index provided." (400)
-            return await push(body, request, username)
         try:
             fn = route_utils.get_fn(demo, None, body)
-        except KeyError:  # the fn_index names no event (Gradio's push would raise this KeyError: 500, two tracebacks)
-            refuse_unknown_event(body.fn_index, address)
+        except Exception:  # noqa: BLE001 - an unknown event: Gradio's own push answers it
+            return await push(body, request, username)
         if not isinstance(body.data, list) or len(body.data) < len(fn.inputs):
             # Gradio would take the job and fail it with a bare "error: null"
             return False, (f"This endpoint takes {len(fn.inputs)} values in \"data\" (its controls, in the order /info lists); "
                            f"got {len(body.data) if isinstance(body.data, list) else 0}."), "error"
-        refused = queue_refusal(fn, body.data)
-        if refused is not None:  # Gradio would fail it before the handler: a traceback logged, a message naming no field
-            note_refusal(*refused, address=address)
-            return False, html.escape(refused[1], quote=False), "error"
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if events is not None:
             size = limits.get(fn.concurrency_id) or queue.max_size or 32

@@ -1,10 +1,7 @@
 """Input checks: every value a visitor or a client sends is checked here before it is used, and a
 bad one becomes a ``gr.Error`` naming the field and its allowed range (never a traceback).
 
-Also the checked number widgets, which refuse a bad value before Gradio converts it, and
-``queue_refusal``: the values Gradio itself would fail on with a logged traceback and a message that
-names no field (a menu's value outside its choices, a file that was not uploaded here), refused
-before a job joins the queue (``specviz.ui.admission``).
+Also the checked number widgets, which refuse a bad value before Gradio converts it.
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ from __future__ import annotations
 import html
 import logging
 import math
-import os
 import re
 
 import gradio as gr
@@ -37,7 +33,7 @@ from specviz.ui.limits import (
     TOP_K_MAX,
 )
 from specviz.ui.address import client_address
-from specviz.ui.server import LogBudget, span
+from specviz.ui.server import LogBudget
 
 log = logging.getLogger("specviz")
 # Log lines refusals may cost: per client address (refusals made before a handler runs, where Gradio
@@ -72,16 +68,16 @@ def mistake(message: str, title: str) -> gr.Error:
     return gr.Error(html.escape(message, quote=False), title=html.escape(title, quote=False), print_exception=False)
 
 
-def note_refusal(title: str, message: str, budget: LogBudget | None = None, address: str | None = None) -> None:
-    """One log line for a refused request, at INFO, within ``budget`` (None: ``REFUSAL_LOGS``) for ``address``
-    (None: the address of the request being handled, Gradio's, where it names one)."""
+def note_refusal(title: str, message: str, budget: LogBudget | None = None) -> None:
+    """One log line for a refused request, at INFO, within ``budget`` (None: ``REFUSAL_LOGS``) for the
+    address of the request being handled (Gradio's, where it names one)."""
     budget = budget or REFUSAL_LOGS
-    address = client_address(LocalContext.request.get(None)) if address is None else address
+    address = client_address(LocalContext.request.get(None))
     n = budget.take(address)
     if n is not None:
-        log.info("refused: %s: %s [from %s; line %d of at most %d per address in %s]", _CONTROL.sub(" ", title),
+        log.info("refused: %s: %s [from %s; line %d of at most %d per address in %d min]", _CONTROL.sub(" ", title),
                  _CONTROL.sub(" ", message[:200]), ascii(address[:64]) if address else "an unnamed address", n, budget.per_client,
-                 span(budget.window_s))
+                 int(budget.window_s // 60))
 
 
 def text_ok(value) -> bool:
@@ -206,11 +202,6 @@ class CheckedTextbox(CheckedText, gr.Textbox):
         return "textbox"
 
 
-def choices_message(menu) -> str:
-    """What a menu (``gr.Dropdown``, ``gr.Radio``) takes: "<label> must be one of: <its choices>." (never the value sent)."""
-    return f"{menu.label} must be one of: {', '.join(str(v) for _, v in menu.choices)}."
-
-
 class CheckedChoice:
     """A menu that refuses a value of the wrong type with a message naming the control and its
     choices (Gradio's own check fails with a bare "Error" on a list or a dict)."""
@@ -218,7 +209,7 @@ class CheckedChoice:
     def preprocess(self, payload):
         values = [v for _, v in self.choices]
         if isinstance(payload, bool) or not isinstance(payload, (str, int, float)) or payload not in values:
-            raise mistake(choices_message(self), title=f"Bad {self.label}")
+            raise mistake(f"{self.label} must be one of: {', '.join(map(str, values))}.", title=f"Bad {self.label}")
         return super().preprocess(payload)
 
 
@@ -269,68 +260,3 @@ class CheckedFile(gr.File):
 
     def get_block_name(self) -> str:
         return "file"
-
-
-# Before a job joins the queue (``specviz.ui.admission``): the values Gradio itself checks between the queue and the
-# handler, where it fails with a logged traceback (20 to 40 lines a call) and a message that names no field (a menu's
-# "Value: <the value, unescaped> is not in the list of choices"; for a file not uploaded here, nothing at all).
-
-
-def _menu_refusal(menu, value) -> str | None:
-    """A plain Gradio menu's value outside its choices (Gradio passes None on; a menu of ours checks itself)."""
-    if isinstance(menu, CheckedChoice) or not isinstance(menu, (gr.Dropdown, gr.Radio)) or getattr(menu, "allow_custom_value", False):
-        return None
-    values = [v for _, v in menu.choices]
-    sent = value if getattr(menu, "multiselect", False) and isinstance(value, list) else [value]
-    ok = value is None or all(not isinstance(v, (bool, list, dict)) and v in values for v in sent)
-    return None if ok else choices_message(menu)
-
-
-def uploaded_file(value) -> str | None:
-    """The path a file input's value names, when it is a FileData object naming an existing regular file (not a URL,
-    which the server would fetch), or None."""
-
-    if not isinstance(value, dict) or value.get("meta") != {"_type": "gradio.FileData"} or not isinstance(value.get("path"), str):
-        return None
-    path = value["path"]
-    if not path or "\0" in path or "://" in path:  # a URL would be fetched from outside: never an upload
-        return None
-    real = os.path.realpath(path)
-    if not os.path.isfile(real):
-        return None  # gone, or never there
-    # A regular file: one inside Gradio's folders is the page's; one elsewhere is left to Gradio's own refusal of
-    # paths outside the folders it serves (the page's own uploads must never be refused here: the folders a server
-    # writes to can differ from those this process reads from its environment).
-    return real
-
-
-def _file_refusal(component, value) -> str | None:
-    """A file input's value that is not one uploaded here (``uploaded_file``)."""
-    from specviz.ui.limits import CACHE_TTL_S
-
-    if not isinstance(component, gr.File) or value is None:
-        return None
-    sent = value if isinstance(value, list) and getattr(component, "file_count", "single") != "single" else [value]
-    if all(uploaded_file(v) is not None for v in sent):
-        return None
-    return (f"{component.label}: the file must be one uploaded to this page first (POST /gradio_api/upload, then the object it "
-            f"returns); this one was not uploaded here, or is no longer kept (uploads are kept {span(CACHE_TTL_S)}): upload it again.")
-
-
-def queue_refusal(fn, data: list) -> tuple[str, str] | None:
-    """(title, message) for the first of ``data`` (a job's values for the event ``fn``, Gradio's BlockFunction) that
-    Gradio would fail on before the handler runs: a plain menu's value outside its choices, or a file input naming a
-    file that was not uploaded here (a path anywhere on the server, a URL the server would fetch, a file gone);
-    None when every value passes these checks. The message names the field and what it takes, never the value sent
-    (HTML-escaped: the page renders it)."""
-    if not getattr(fn, "preprocess", True) or getattr(fn, "batch", False):
-        return None
-    props = set(getattr(fn, "component_prop_inputs", None) or ())
-    for i, (component, value) in enumerate(zip(fn.inputs, data)):
-        if i in props:
-            continue
-        if message := _menu_refusal(component, value):
-            return excerpt(f"Bad {component.label}", EXCERPT_CHARS), excerpt(message, MESSAGE_MAX_CHARS)
-        if message := _file_refusal(component, value):
-            return "File not uploaded here", excerpt(message, MESSAGE_MAX_CHARS)
-    return None

@@ -56,11 +56,8 @@ def load_recording(path, copy: bool = False, session: str | None = None) -> dict
         with background_step():  # parsing and drawing the largest recording is seconds of Python
             rec = Recording.load(path)
             return _shown(rec, path, copy, session)
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         raise mistake(f"This file cannot be replayed: {err}", title="Not a specviz recording") from err
-    except OSError as err:  # its text names the server's path: not for the visitor
-        raise mistake("The recording file cannot be read on the server (an upload is kept only for a while): upload it again.",
-                      title="Recording file not found") from err
     finally:
         # Parsing and drawing a large recording peaks at about 100 MB of short-lived objects; give the
         # heap's free pages back, or each visitor's load leaves RSS a few MB higher (measured: +6 MB per

@@ -1,15 +1,11 @@
 """Server settings: the middleware (security headers, a cap on request bodies, malformed uploads
-answered 400 in one bounded log line, integers too long to parse made readable, unknown endpoints and
-event streams answered 404 before Gradio's routes fail on them) and the arguments ``demo.launch`` takes.
-
-Every refusal here costs the log at most one short line, within a per-address ``LogBudget``
-(``note_request``), and no traceback; an upload refused part way leaves its connection usable."""
+answered 400 in one bounded log line, integers too long to parse made readable) and the arguments
+``demo.launch`` takes."""
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 import sys
@@ -19,10 +15,9 @@ from collections import deque
 
 import anyio
 import gradio as gr
-from starlette.requests import ClientDisconnect
 
 from specviz.recording import MAX_BYTES
-from specviz.ui.listening import StreamWatch, stream_key
+from specviz.ui.listening import StreamWatch
 from specviz.ui.sessions import KeepSessions
 from specviz.ui.css import CSS, HEAD
 from specviz.ui.disk import UPLOADS_IN_FLIGHT
@@ -44,20 +39,6 @@ HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options
 UPLOAD_PATH = "/gradio_api/upload"  # file uploads: bounded by Gradio's max_file_size instead
 DEEP_LINK_PATH = "/gradio_api/deep_link"  # refused: the page offers no deep links
 UPLOAD_FILES_MAX = 4  # files in one upload request (the page sends one recording)
-
-
-def span(seconds: float) -> str:
-    """A time span for a message, rounded up: "45 seconds" under a minute, else whole minutes ("5 minutes")."""
-    whole = max(1, math.ceil(seconds))
-    if whole < 60:
-        return f"{whole} second{'s' if whole != 1 else ''}"
-    minutes = math.ceil(whole / 60)
-    return f"{minutes} minute{'s' if minutes != 1 else ''}"
-
-
-def megabytes(n: int) -> str:
-    """``n`` bytes in MB for a message ("48", "0.5"; never "0" for a budget under 1 MB)."""
-    return f"{max(round(n / (1024 * 1024), 1), 0.1):g}"
 
 
 class UploadBudget:
@@ -88,9 +69,9 @@ class UploadBudget:
             mine = self._per.get(address, 0) + n
             everyone = self._total + n
             if mine > self.per_client:
-                return f"at most {megabytes(self.per_client)} MB of uploads per visitor in {span(self.window_s)}"
+                return f"at most {self.per_client // (1024 * 1024)} MB of uploads per visitor in {int(self.window_s // 60)} minutes"
             if everyone > self.total:
-                return f"the server takes at most {megabytes(self.total)} MB of uploads in {span(self.window_s)}"
+                return f"the server takes at most {self.total // (1024 * 1024)} MB of uploads in {int(self.window_s // 60)} minutes"
             self._log.append((now, address, n))
             self._per[address] = mine
             self._total = everyone
@@ -214,78 +195,14 @@ def readable_numbers(body: bytes, max_digits: int | None = None) -> bytes:
 PARSE_ERRORS = (AttributeError, TypeError, ValueError, LookupError)
 
 
-def note_request(address: str, what: str, budget: LogBudget | None = None) -> None:
-    """One short log line for a request refused before the app's handlers (``what``: the app's own words, never
-    the request's), no traceback, within ``budget`` (None: ``MALFORMED_LOGS``, which every such refusal of an
-    address shares)."""
-    budget = budget or MALFORMED_LOGS
-    n = budget.take(address)
-    if n is not None:
-        log.warning("%s from %s [line %d of at most %d per address in %s]", what, ascii(address[:64]), n, budget.per_client,
-                    span(budget.window_s))
-
-
 def note_malformed(address: str, exc: Exception, budget: LogBudget | None = None) -> None:
     """One short log line for a malformed upload (no traceback, nothing of the body), within ``budget``
     (None: ``MALFORMED_LOGS``)."""
-    note_request(address, f"malformed upload refused (400): {type(exc).__name__}", budget)
-
-
-# Gradio's routes that name an endpoint in their path (POST; matched against the whole path after the app's root path):
-# /call/<api> and /run/<api> raised FnIndexInferError for a name the app lacks, /call/v2/<api> a KeyError, each answered
-# 500 with a 78-line traceback in the log. Its event streams (GET, ``specviz.ui.listening.stream_key``): for a session or
-# event with nothing pending Gradio raised 404 after the stream's 200 had started, logged as an 85-line traceback, and
-# cut the connection.
-API_ROUTE = re.compile(r"/gradio_api/(call/v2|call|run|api)/([^/]+)/?")
-UNKNOWN_API = "Unknown endpoint: this app has no API of that name (GET /gradio_api/info lists its endpoints)."
-NO_STREAM = ("No job of that session or event is waiting or running: join the queue first (POST /gradio_api/queue/join "
-             "or /gradio_api/call/<api>), then read its events.")
-
-
-def _app_path(scope) -> str:
-    """The request's path after the app's root path."""
-    path, root = scope.get("path", ""), (scope.get("root_path") or "").rstrip("/")
-    return path[len(root):] if root and path.startswith(root + "/") else path
-
-
-def unknown_api(blocks, scope) -> bool:
-    """Whether a POST names an endpoint ``blocks`` (the demo) lacks: for /call/<api>, /run/<api> and /api/<api> any
-    event's api_name, as Gradio's ``route_utils.get_fn`` finds it; for /call/v2/<api> one its API info lists (not a
-    private one)."""
-    found = API_ROUTE.fullmatch(_app_path(scope)) if scope.get("method") == "POST" else None
-    if found is None or blocks is None:
-        return False
-    route, name = found.groups()
-    fns = [fn for fn in blocks.fns.values() if fn.api_name]
-    if route == "call/v2":
-        fns = [fn for fn in fns if fn.fn is not None and getattr(fn, "api_visibility", "public") != "private"]
-    return name not in {fn.api_name for fn in fns}
-
-
-def missing_stream(blocks, scope) -> bool:
-    """Whether a GET of an event stream (``specviz.ui.listening.stream_key``: /queue/data?session_hash=<session>,
-    /call/<api>/<event id>) names a session with nothing pending in ``blocks``'s queue, where Gradio's stream would
-    fail after it started. An event's session is found as Gradio's ``simple_predict_get`` finds it (an event posted
-    without a session hash is its own session)."""
-    key = stream_key(scope)
-    queue = getattr(blocks, "_queue", None)
-    if key is None or queue is None:
-        return False
-    session = key
-    if not _app_path(scope).startswith("/gradio_api/queue/data"):  # /call/<api>/<event id>
-        event = queue.event_ids_to_events.get(key)
-        session = event.session_hash if event is not None else next(
-            (s for s, ids in list(queue.pending_event_ids_session.items()) if key in ids), key)
-    return session not in queue.pending_messages_per_session
-
-
-def _blocks(scope):
-    """The demo the app serves (Gradio's ``App.get_blocks``), or None."""
-    get = getattr(scope.get("app"), "get_blocks", None)
-    try:
-        return get() if get is not None else None
-    except Exception:  # noqa: BLE001 - no demo yet: Gradio's routes answer
-        return None
+    budget = budget or MALFORMED_LOGS
+    n = budget.take(address)
+    if n is not None:
+        log.warning("malformed upload refused (400) from %s: %s [line %d of at most %d per address in %d min]",
+                    ascii(address[:64]), type(exc).__name__, n, budget.per_client, int(budget.window_s // 60))
 
 
 class Guard:
@@ -297,11 +214,8 @@ class Guard:
     to one file and ``UPLOADS`` to a visitor's and everyone's bytes (429 past either). An upload
     Gradio's multipart parser fails on (a part without a file name raises AttributeError or
     TypeError inside Gradio, which the server would log as a full traceback) is answered 400 and
-    logged in one line within ``MALFORMED_LOGS``; one refused part way (429) or cut off by its client
-    ends there, with no traceback and the connection left usable. A JSON body is read whole (within the
-    cap) and passed on through ``readable_numbers``. A POST naming an endpoint the app lacks
-    (``unknown_api``) and an event stream of nothing pending (``missing_stream``) are answered 404 with
-    one log line within ``MALFORMED_LOGS``, before Gradio's routes fail on them."""
+    logged in one line within ``MALFORMED_LOGS``. A JSON body is read whole (within the cap) and
+    passed on through ``readable_numbers``."""
 
     def __init__(self, app, body_max: int = BODY_MAX_BYTES):
         self.app, self.body_max = app, body_max
@@ -320,17 +234,6 @@ class Guard:
 
             if budget[0].take(client_address(Request(scope))) is None:
                 return await _refused(send, 429, budget[1])
-        if "/gradio_api/call/" in path or "/gradio_api/run/" in path or "/gradio_api/api/" in path or "/gradio_api/queue/data" in path:
-            blocks = _blocks(scope)
-            unknown = unknown_api(blocks, scope)
-            if unknown:  # (a stream of nothing pending is left to Gradio: the page opens its stream before its job is seen)
-                from starlette.requests import Request
-
-                from specviz.ui.address import client_address
-
-                note_request(client_address(Request(scope)), "unknown endpoint refused (404): api name" if unknown
-                             else "event stream of nothing pending refused (404)")
-                return await _refused(send, 404, UNKNOWN_API if unknown else NO_STREAM)
         capped = not path.endswith(UPLOAD_PATH)
         if capped:
             declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -365,10 +268,8 @@ class Guard:
                     return {"type": "http.disconnect"}
             return message
 
-        try:
-            return await self.app(scope, counted, with_headers)
-        except ClientDisconnect:  # refused (413 sent) or the client left: nothing more to answer, no traceback to log
-            return
+        return await self.app(scope, counted, with_headers)
+
 
     async def _json(self, scope, receive, send):
         """A JSON body: read whole (answered 413 past the cap as it arrives), then handed to the app
@@ -433,12 +334,6 @@ class Guard:
         UPLOADS_IN_FLIGHT.begin()
         try:
             return await self.app(scope, budgeted, answered)
-        except ClientDisconnect:
-            # Refused part way (the 429 went out and the parser then read a disconnect), or the client left. Returning
-            # is the whole answer: uvicorn reads and drops the rest of the body and keeps the connection for the next
-            # request; the exception let through made it log a 20-line traceback and close the connection, so the
-            # next request on it failed and a client still sending a large body saw "Server disconnected", not the 429.
-            return
         except PARSE_ERRORS as exc:  # Gradio's parser on a malformed body: a 400, not a traceback
             if not (refused or started):
                 await _refused(send, 400, MALFORMED)
