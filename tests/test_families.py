@@ -374,7 +374,8 @@ def demo_client():
     import os
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from gradio_client import Client
+    # A GPU machine without a package index may lack the web stack: the demo's test is skipped there, named
+    Client = pytest.importorskip("gradio_client").Client
 
     from specviz.demo import build_demo, launch_kwargs
     from tests.conftest import free_port
