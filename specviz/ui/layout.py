@@ -168,6 +168,7 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     with gr.Tab("Charts", id="charts"):  # one above the other, each the column's width: legible on a projector
                         ui["acceptance_plot"] = gr.Plot(label="Drafts per round", show_label=False, elem_id="sv-acceptance")
                         ui["timeline_plot"] = gr.Plot(label="Tokens over time", show_label=False, elem_id="sv-timeline")
+                        ui["round_costs_plot"] = gr.Plot(label="Time per round", show_label=False, elem_id="sv-round-costs")
                     with gr.Tab("Replay", id="replay", elem_id="sv-replay-tab"):
                         gr.Markdown("Step through the rounds: the drafts with q(x) and p(x), the uniform u against min(1, p/q), and where the correction or bonus token came from.")
                         with gr.Row(equal_height=True):

@@ -23,11 +23,12 @@ from specviz.views import (
     speedup_figure,
     stats_html,
     sweep_figure,
+    round_costs_figure,
     timeline_figure,
     tokens_html,
 )
 
-RUN_OUTPUTS = ("tokens", "stats", "acceptance_plot", "timeline_plot", "status", "recording", "replay_slider", "replay",
+RUN_OUTPUTS = ("tokens", "stats", "acceptance_plot", "timeline_plot", "round_costs_plot", "status", "recording", "replay_slider", "replay",
                "speedup_plot", "histogram_plot", "position_plot", "sweep_plot", "race", "download", "replay_tree",
                "export_file", "headline", "sweep_status", "auto_note", "budget_plot", "auto_tree_plot", "rank_table")
 
@@ -45,7 +46,8 @@ def everything(rec: Recording, status: str, download: str | None) -> dict:
     spec, base = rec.speculative, rec.baseline
     return dict(
         tokens=tokens_html(spec), stats=stats_html(spec, base), acceptance_plot=acceptance_figure(spec),
-        timeline_plot=timeline_figure(spec, base), status=machine_folded(status), recording=rec,
+        timeline_plot=timeline_figure(spec, base), round_costs_plot=round_costs_figure(spec, base),
+        status=machine_folded(status), recording=rec,
         replay_slider=replay_slider(spec, 1), replay=round_html(spec, 0),  # a finished run or a loaded one replays from round 1
         speedup_plot=speedup_figure(spec, base), histogram_plot=accepted_histogram_figure(spec), position_plot=position_figure(spec),
         sweep_plot=sweep_figure(rec.sweep), race=race_html(spec, base, slowdown_for(spec, base), nonce()),

@@ -1,6 +1,6 @@
 """Views: pure functions from traces to HTML, text and plotly figures. No model, no UI state."""
 
-from specviz.views.charts import acceptance_figure, timeline_figure
+from specviz.views.charts import acceptance_figure, round_costs_figure, timeline_figure
 from specviz.views import notebook  # noqa: F401  (registers the notebook display of Trace and Recording)
 from specviz.views.explain import BATCH_NOTE, THEORY_NOTE, explanation_markdown
 from specviz.views.race import race_html, slowdown_for
@@ -25,6 +25,7 @@ __all__ = [
     "stats_html",
     "summary",
     "sweep_figure",
+    "round_costs_figure",
     "timeline_figure",
     "tokens_ansi",
     "tokens_html",

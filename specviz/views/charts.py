@@ -1,4 +1,4 @@
-"""Plotly figures of a trace: acceptance per round, and tokens against wall time."""
+"""Plotly figures of a trace: acceptance per round, tokens against wall time, and each round's time."""
 
 from __future__ import annotations
 
@@ -159,3 +159,44 @@ def timeline_figure(spec: Trace, baseline: Trace | None = None) -> go.Figure:
         ]
     )
     return style_figure(fig, "Generated tokens over time", "wall time (s)", "tokens")
+
+
+def round_times(spec: Trace) -> list[tuple[float, float, float]]:
+    """Each round's (drafting, verifying, the rest) in ms: ``draft_ms``, ``verify_ms``, and what is left of the
+    round's wall time (from the previous round's end, or the prefill's, to its ``end_ms``: sampling, judging, the
+    host's work between passes; never below 0)."""
+    out, before = [], spec.prefill_ms
+    for r in spec.rounds:
+        out.append((r.draft_ms, r.verify_ms, max(0.0, r.end_ms - before - r.draft_ms - r.verify_ms)))
+        before = r.end_ms
+    return out
+
+
+def target_alone_ms(baseline: Trace | None) -> float | None:
+    """The target alone's time per token in ms: its decoding time (from the prefill's end to its last round's end,
+    its sampling and bookkeeping included) over the tokens it decoded, as the headline's speedup counts it
+    (``specviz.records.speedup``); None without a baseline or a round."""
+    if baseline is None or not baseline.rounds:
+        return None
+    return metrics.step_ms(baseline.rounds[-1].end_ms - baseline.prefill_ms, sum(len(r.emitted_ids) for r in baseline.rounds))
+
+
+def round_costs_figure(spec: Trace, baseline: Trace | None = None) -> go.Figure:
+    """Per-round latency: each round's time in ms as stacked bars (drafting, verifying, the rest; ``round_times``)
+    and, with a baseline, the target alone's time for the same tokens (``target_alone_ms`` x the round's tokens) as
+    a marker: a round pays where its bar stays under its marker."""
+    times = round_times(spec)
+    xs = list(range(1, len(times) + 1))
+    fig = go.Figure([
+        go.Bar(x=xs, y=[t[0] for t in times], name="drafting (drafter passes)", marker_color=PURPLE),
+        go.Bar(x=xs, y=[t[1] for t in times], name="verifying (the target's pass)", marker_color=SPECULATIVE),
+        go.Bar(x=xs, y=[t[2] for t in times], name="the rest (sampling, judging)", marker_color=GREY),
+    ])
+    step = target_alone_ms(baseline)
+    if step is not None:
+        fig.add_trace(go.Scatter(x=xs, y=[step * len(r.emitted_ids) for r in spec.rounds], mode="markers",
+                                 name=f"the target alone for the round's tokens ({step:.1f} ms a token)",
+                                 marker=dict(symbol="line-ew-open", size=16, line=dict(width=3, color=VERMILLION))))
+    fig.update_layout(barmode="stack")
+    return style_figure(fig, "Time per round: a round pays where its bar stays under the red mark"
+                        if step is not None else "Time per round", "round", "ms")

@@ -21,7 +21,7 @@ from plotly.offline import get_plotlyjs
 from plotly.utils import PlotlyJSONEncoder
 
 from specviz.theory import target_step_ms
-from specviz.views.charts import FIT_SCRIPT, acceptance_figure, timeline_figure
+from specviz.views.charts import FIT_SCRIPT, acceptance_figure, round_costs_figure, timeline_figure
 from specviz.views.replay import round_html
 from specviz.views.stats import stats_html
 from specviz.views.theory import accepted_histogram_figure, alpha_html, position_figure, speedup_figure, sweep_figure
@@ -163,7 +163,7 @@ def export_html(rec) -> str:
     rounds = "".join(f'<div class="sv-round" data-round="{i + 1}">{round_html(spec, i)}</div>' for i in range(len(spec.rounds)))
     figures = [
         _figure(acceptance_figure(spec), "sv-acceptance"), _figure(timeline_figure(spec, base), "sv-timeline"),
-        _figure(speedup_figure(spec, base), "sv-speedup"), _figure(accepted_histogram_figure(spec), "sv-histogram"),
+        _figure(round_costs_figure(spec, base), "sv-round-costs"), _figure(speedup_figure(spec, base), "sv-speedup"), _figure(accepted_histogram_figure(spec), "sv-histogram"),
         _figure(position_figure(spec), "sv-position"),
     ]
     tree_box, tree_figures = _trees(spec, base)
