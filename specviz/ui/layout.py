@@ -44,13 +44,14 @@ from specviz.ui.pairs import warm_up
 from specviz.ui.race import start_race
 from specviz.ui.replay import replay_next, replay_previous, replay_show
 from specviz.ui.tree import TREE_CHOICES, replay_tree
+from specviz.ui.whatif import sliders as whatif_sliders, whatif, whatif_from_run
 from specviz.ui.sweep import run_sweep
 from specviz.ui.evidence import explanation
 from specviz.views import BATCH_NOTE, THEORY_NOTE, legend_html, round_html, sweep_figure
 from specviz.views.batch import batch_figure, batch_lanes_html
 from specviz.views.compare import compare_figure, compare_html
 from specviz.views.lab import lab_figure
-from specviz.views.theory import sweep_note
+from specviz.views.theory import WHATIF_DEFAULT, sweep_note, whatif_figure, whatif_markdown
 from specviz.views.tree_budget import auto_note_markdown, chosen_tree_figure, placeholder_figure
 from specviz.views.verdict import headline_html
 
@@ -186,6 +187,13 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     with gr.Tab("Theory", id="theory"):
                         gr.Markdown(THEORY_NOTE, latex_delimiters=[{"left": "$", "right": "$", "display": False}])
                         ui["speedup_plot"] = gr.Plot(show_label=False, elem_id="sv-speedup")
+                        with gr.Accordion("What if? Move α, γ, c and v and watch the prediction", open=False, elem_id="sv-whatif"):
+                            with gr.Row():
+                                for key, slider in whatif_sliders().items():
+                                    ui[f"whatif_{key}"] = slider
+                            ui["whatif_from_run"] = gr.Button("Set to this run's α, γ, c and v", size="sm", elem_id="sv-whatif-run")
+                            ui["whatif_note"] = gr.Markdown(whatif_markdown(**WHATIF_DEFAULT), elem_id="sv-whatif-note")
+                            ui["whatif_plot"] = gr.Plot(whatif_figure(**WHATIF_DEFAULT), show_label=False, elem_id="sv-whatif-plot")
                         with gr.Row():
                             ui["histogram_plot"] = gr.Plot(show_label=False, elem_id="sv-histogram")
                             ui["position_plot"] = gr.Plot(show_label=False, elem_id="sv-position")
@@ -331,6 +339,12 @@ def _wire(ui: dict) -> None:
     ui["next_round"].click(replay_next, of("recording", "replay_slider"), stepped, api_visibility="private", **view)
     ui["replay_slider"].release(replay_show, of("recording", "replay_slider"), stepped[1:], api_visibility="private", **view)
     ui["replay_slider"].input(replay_show, of("recording", "replay_slider"), stepped[1:], api_visibility="private", **view)
+    moved = ("whatif_note", "whatif_plot")
+    for key in ("alpha", "gamma", "c", "v"):
+        on(ui[f"whatif_{key}"].release, whatif, ("whatif_alpha", "whatif_gamma", "whatif_c", "whatif_v", "recording"), moved,
+           api_visibility="private", **view)
+    on(ui["whatif_from_run"].click, whatif_from_run, ("recording",),
+       ("whatif_alpha", "whatif_gamma", "whatif_c", "whatif_v", *moved), api_visibility="private", **view)
     sweep_event = long_job(ui["sweep_button"].click, run_sweep,
                            ("pair_name", "prompt", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "recording", "chat",
                             "custom_drafter", "custom_target", "repetition_penalty", "drafter_kind", "gamma_schedule"),

@@ -283,3 +283,65 @@ def alpha_html(trace: Trace, table: bool = True) -> str:
     table_html = f'<table style="border-collapse:collapse;">{cells}</table>' if table else ""
     return (f'<div class="sv-alpha" style="font-size:14px;">{table_html}'
             f'<p style="color:#555;font-size:13px;margin:6px 0 0;">{escape(why)}</p></div>')
+
+
+# The what-if sliders' ranges (the Theory tab): alpha, gamma, c and v as a teacher moves them.
+WHATIF = {"alpha": (0.0, 0.99, 0.01), "gamma": (1, MAX_GAMMA, 1), "c": (0.0, 1.0, 0.01), "v": (0.5, 3.0, 0.01)}
+WHATIF_DEFAULT = {"alpha": 0.6, "gamma": 4, "c": 0.1, "v": 1.2}
+
+
+def whatif_values(spec: Trace | None, baseline: Trace | None) -> dict[str, float]:
+    """The what-if sliders' values for a run: its alpha, typical gamma, c and v where measured (clipped to the sliders'
+    ranges, ``WHATIF``), else ``WHATIF_DEFAULT``'s."""
+    out = dict(WHATIF_DEFAULT)
+    if spec is not None and baseline is not None and not spec.has_tree:
+        from specviz.views.stats import summary, verify_cost_shown
+
+        s = summary(spec, baseline)
+        found = {"alpha": s["alpha"], "gamma": s["gamma"], "c": s["cost_coefficient"], "v": verify_cost_shown(s)}
+        for key, value in found.items():
+            if value is not None:
+                lo, hi, _ = WHATIF[key]
+                out[key] = min(max(value, lo), hi)
+    return out
+
+
+def whatif_markdown(alpha: float, gamma: int, c: float, v: float) -> str:
+    """The what-if's two predictions for the sliders' values, each with its formula and inputs (Markdown)."""
+    tokens = theory.expected_tokens_per_round(alpha, gamma)
+    speedup = theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v)
+    best = theory.optimal_gamma(alpha, c, MAX_GAMMA, v=v, gamma_measured=gamma)
+    verdict = "faster than the target alone" if speedup > 1.0 else "no faster than the target alone"
+    return (f"**E[tokens per round] = (1 − α^(γ+1)) / (1 − α) = {tokens:.2f}** (Leviathan et al. 2023, Eq. 1; "
+            f"α {alpha:.2f}, γ {gamma}).  \n"
+            f"**Predicted speedup = E[tokens per round] / (γ c + v) = {tokens:.2f} / ({gamma} × {c:.2f} + {v:.2f}) = "
+            f"{speedup:.2f}×**: {verdict} (Thm 3.8 with a verify pass of v target steps). The best γ for these α, c "
+            f"and v: {best}.")
+
+
+def whatif_figure(alpha: float, gamma: int, c: float, v: float, spec: Trace | None = None,
+                  baseline: Trace | None = None) -> go.Figure:
+    """The predicted speedup over gamma = 1..MAX_GAMMA for the sliders' alpha, c and v (v given at the sliders'
+    gamma, scaled as ``theory.verify_cost_at``), the sliders' gamma marked; with a finished chain run, its measured
+    speedup at its gamma marked too (the headline's quantity, ``specviz.views.stats.summary``)."""
+    gammas = list(range(1, MAX_GAMMA + 1))
+    ys = [theory.predicted_speedup_with_verify_cost(alpha, g, c, theory.verify_cost_at(g, v, gamma)) for g in gammas]
+    fig = go.Figure(go.Scatter(x=gammas, y=ys, mode="lines+markers", name=f"predicted (α {alpha:.2f}, c {c:.2f}, v {v:.2f} at γ {gamma})",
+                               line=dict(color=VERIFY, width=2), marker=dict(size=5)))
+    fig.add_trace(go.Scatter(x=[gamma], y=[ys[gamma - 1]], mode="markers", name=f"your γ = {gamma}: {ys[gamma - 1]:.2f}×",
+                             marker=dict(symbol="star", size=16, color=PURPLE, line=dict(color="#333", width=1))))
+    measured = None
+    if spec is not None and baseline is not None and not spec.has_tree:
+        from specviz.views.stats import summary
+
+        s = summary(spec, baseline)
+        measured, run_gamma = s["measured_speedup"], s["gamma"]
+        if measured is not None and run_gamma:
+            fig.add_trace(go.Scatter(x=[run_gamma], y=[measured], mode="markers",
+                                     name=f"this run: measured speedup {measured:.2f}× ({s['measured_speedup_basis']}), γ {run_gamma}",
+                                     marker=dict(symbol="diamond", size=13, color=MEASURED)))
+    fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), annotation_text="no speedup", annotation_position="bottom right",
+                  annotation=dict(bgcolor="rgba(255,255,255,0.9)", font=dict(size=13, color="#666")))
+    fig.update_yaxes(range=[0, max(ys + [measured or 0.0, 1.0]) * 1.2])
+    return style_figure(fig, "What if? The predicted speedup for your α, c and v", "gamma (drafted tokens per round)",
+                        "predicted speedup")
