@@ -247,7 +247,14 @@ def test_the_tree_figure_draws_every_node_and_escapes_token_text():
     shown = [n for t in fig.data if t.mode == "markers+text" and t.name in ("accepted", "rejected", "never tested") for n in t.x]
     assert len(shown) == len(rnd.tree.nodes)
     texts = [x for t in fig.data if t.text is not None for x in t.text]
-    assert any(x.endswith('&lt;b&gt;"x"&lt;/b&gt;') for x in texts) and not any("<b>" in x for x in texts)
+    assert any('&lt;b&gt;"x"&lt;/b&gt;' in x for x in texts) and not any("<b>" in x for x in texts)
+    # Each tested node's label ends with its acceptance probability (the test), the untested ones with their token.
+    for t in fig.data:
+        if t.name in ("accepted", "rejected", "never tested"):
+            nodes = [n for n in rnd.tree.nodes if n.verdict == {"never tested": "discarded"}.get(t.name, t.name)]
+            for label, n in zip(t.text, nodes):
+                assert (" · " in label) == (n.accept_prob is not None)
+                assert n.accept_prob is None or label.endswith(f" · {n.accept_prob:.2f}")
     # Labelled: the accepted path's nodes carry a tick, the final token names its kind; the title fits a phone.
     k = next(k for k, x in enumerate(trace.rounds) if x.tree.path)
     path = [t for t in tree_figure(trace, k).data if t.name == "accepted"]

@@ -62,7 +62,8 @@ def _fmt(x) -> str:
 
 def tree_figure(trace: Trace, index: int) -> go.Figure:
     """Round ``index`` (0-based) of a tree trace as a plotly figure: every node at its depth,
-    coloured by verdict, the accepted path bold, hover for p, q, p', the test and u, and the share
+    coloured by verdict and labelled with its token and, once tested, its acceptance probability (the test: min(1,
+    p'/q) with replacement, p' without), the accepted path bold, hover for p, q, p', the test and u, and the share
     of p the earlier siblings left (the residual's mass); the final token closes the path.
 
     Raises:
@@ -111,7 +112,9 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
             marker=dict(size=[20 if i in on_path else 14 for i in idx], color=VERDICT_COLOURS[verdict], symbol=VERDICT_SYMBOLS[verdict],
                         line=dict(width=[3 if i in on_path else 1 for i in idx], color="#111" if verdict == "accepted" else VERDICT_COLOURS[verdict])),
             # the accepted path's nodes say so in their label (a tick), beside the legend and the bold line
-            text=[("✓ " if verdict == "accepted" and i in on_path else "") + (escape(_visible(tree.nodes[i].text)) or "␀") for i in idx],
+            # each tested node's acceptance probability beside its token, so the tree reads without hovering
+            text=[("✓ " if verdict == "accepted" and i in on_path else "") + (escape(_visible(tree.nodes[i].text)) or "␀")
+                  + (f" · {tree.nodes[i].accept_prob:.2f}" if tree.nodes[i].accept_prob is not None else "") for i in idx],
             textposition=["top center" if i in on_path else "middle right" for i in idx],
             textfont=dict(family="ui-monospace, monospace", size=12), hovertext=hover, hoverinfo="text"))
     if r.final_token_id is not None:
