@@ -303,3 +303,16 @@ def test_readme_says_what_a_cpu_without_bf16_shows_and_states_the_defaults_as_th
     assert re.search(rf"^\| `{ENGLISH}` \(the default\) \|", table, re.M) and re.search(rf"^\| `{EMBEDDED}` \|", table, re.M)
     speed = speed.split("# Speed", 1)[1].split("\n## ", 1)[0]
     assert "31.5 minutes" in speed and "noisy" in speed
+
+
+def test_the_quick_button_sets_a_lectures_run_length_in_the_browser():
+    """"Quick (32 tokens)" sets max new tokens in the page itself (no request, no queue), to a length the slider takes."""
+    from specviz.demo import build_demo
+    from specviz.ui.limits import MAX_NEW_TOKENS_RANGE, QUICK_TOKENS
+
+    demo = build_demo(preload=False)
+    quick = [c for c in demo.config["components"] if c.get("props", {}).get("elem_id") == "sv-quick"]
+    assert quick and f"{QUICK_TOKENS} tokens" in quick[0]["props"]["value"]
+    deps = [d for d in demo.config["dependencies"] if any(t[0] == quick[0]["id"] for t in d["targets"])]
+    assert len(deps) == 1 and deps[0]["js"] == f"() => {QUICK_TOKENS}" and not deps[0]["backend_fn"]
+    assert MAX_NEW_TOKENS_RANGE[0] <= QUICK_TOKENS <= MAX_NEW_TOKENS_RANGE[1]

@@ -36,7 +36,7 @@ from specviz.ui.limits import (
     BATCH_EXAMPLES, BATCH_MAX, BATCH_SECONDS_MAX, CACHE_TTL_S, CODE_EXAMPLES, COMPARE_SECONDS_MAX, CONCURRENCY, DEFAULT_PAIR, DEFAULTS,
     DRAFTER_CHOICES, ENGLISH_EXAMPLES, EXAMPLES, EXPORT_CONCURRENCY, GAMMA_RANGE, GREEDY_NOTE, INTRO, LAB_RUNS_MAX, LAB_SECONDS_MAX, LOAD_CONCURRENCY,
     SWEEP_SECONDS_MAX,
-    MAX_NEW_TOKENS_RANGE, PACES, PENALTY_RANGE, PROMPT_CHARS_MAX, SCHEDULE_CHOICES, SEED_MAX, SESSION_TTL_S, SWEEP_GAMMAS,
+    MAX_NEW_TOKENS_RANGE, PACES, PENALTY_RANGE, PROMPT_CHARS_MAX, QUICK_TOKENS, SCHEDULE_CHOICES, SEED_MAX, SESSION_TTL_S, SWEEP_GAMMAS,
     TEMPERATURE_RANGE, TOP_K_MAX, caps, example_kind,
 )
 from specviz.ui.outputs import RUN_OUTPUTS, keyed
@@ -295,6 +295,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                                                          info="transformers' repetition penalty, applied to q and p alike at every position")
                 with gr.Row():
                     ui["max_new_tokens"] = CheckedSlider(*MAX_NEW_TOKENS_RANGE, value=DEFAULTS["max_new_tokens"], step=1, label="max new tokens")
+                    # A lecture's setting: a run that finishes while the class watches (set in the browser, no request)
+                    ui["quick"] = gr.Button(f"Quick ({QUICK_TOKENS} tokens)", size="sm", scale=0, min_width=120, elem_id="sv-quick")
                     ui["seed"] = CheckedNumber(value=DEFAULTS["seed"], minimum=0, maximum=SEED_MAX, precision=0, label="seed")
         _wire(ui)
         demo.unload(session_ended)  # a visitor's files go when the session ends
@@ -339,6 +341,7 @@ def _wire(ui: dict) -> None:
     ui["next_round"].click(replay_next, of("recording", "replay_slider"), stepped, api_visibility="private", **view)
     ui["replay_slider"].release(replay_show, of("recording", "replay_slider"), stepped[1:], api_visibility="private", **view)
     ui["replay_slider"].input(replay_show, of("recording", "replay_slider"), stepped[1:], api_visibility="private", **view)
+    ui["quick"].click(None, None, ui["max_new_tokens"], js=f"() => {QUICK_TOKENS}", api_visibility="private", queue=False)
     moved = ("whatif_note", "whatif_plot")
     for key in ("alpha", "gamma", "c", "v"):
         on(ui[f"whatif_{key}"].release, whatif, ("whatif_alpha", "whatif_gamma", "whatif_c", "whatif_v", "recording"), moved,

@@ -36,6 +36,7 @@ def whole_number(name: str, default: int, minimum: int) -> int:
 
 # Caps shown in the UI and enforced again in the handler (a client can bypass sliders).
 MAX_NEW_TOKENS_RANGE = (1, 256)
+QUICK_TOKENS = 32  # the Quick button's max new tokens: a lecture's run that finishes while the class watches
 LOAD_CONCURRENCY = 1  # recordings loaded at once: a load of the largest is seconds of pure Python holding the GIL (measured: 2 at once took an 8-token generate from 2 s to 25 s)
 TEMPERATURE_MIN = MIN_TEMPERATURE  # one constant with the engine's (specviz.engine.sampling)
 PROMPT_CHARS_MAX = 2000  # a cheap bound checked before tokenizing
