@@ -133,6 +133,9 @@ def test_the_auto_trees_note_shows_the_headlines_speedup_with_its_spread():
     note = auto_note_markdown(choice, point)
     assert f"speedup {s['measured_speedup']:.2f}×" in note and "prefill excluded" in note and "interquartile range" in note
     assert "tokens/s / its autoregressive baseline's" not in note
+    assert "No shape pays" not in note
+    losing = auto_note_markdown({**choice, "predicted_speedup": 0.73}, point)
+    assert losing.startswith("**No shape pays here: predicted 0.73x at best** (tree 2-1,") and "target alone is faster" in losing
 
 
 def test_compare_batch_sweep_and_explanation_call_only_the_headlines_quantity_speedup():

@@ -145,6 +145,10 @@ def auto_note_markdown(choice: dict | None, measured: dict | None, run_label: st
                 "(or chain) with the most predicted tokens per unit of time, and this section draws the prediction against the node budget.")
     lines = [f"**Chosen: {escape(choice['chosen'])}** — predicted {choice['predicted_tokens_per_round']:.2f} tokens per round at "
              f"{choice['predicted_cost']:.2f} target steps a round, {choice['predicted_speedup']:.2f}x.", ""]
+    if choice["predicted_speedup"] < 1.0:  # the best shape weighed still loses: say so first, in plain words
+        lines = [f"**No shape pays here: predicted {choice['predicted_speedup']:.2f}x at best** ({escape(choice['chosen'])}, "
+                 "the fastest of the trees and chains weighed): on this device and pair the target alone is faster, "
+                 "and the run below shows it.", ""] + lines
     why = why_sentence(choice)
     if why:
         lines += [escape(why), ""]
