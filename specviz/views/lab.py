@@ -53,4 +53,17 @@ def lab_html(result: Result | None, fault: Fault) -> str:
     seen = f" Seen in: {escape(fault.seen)}." if fault.seen else ""
     return (f"<div class='sv-lab' style='font-size:14px;'><p style='font-size:16px;color:{colour};font-weight:600;'>"
             f"{escape(verdict)} (significance {ALPHA:g})</p><table>{cells}</table>"
-            f"<p style='color:#444;'>Planted: {escape(fault.name)}.{seen} Expected: {escape(fault.expect)}.</p></div>")
+            f"<p style='color:#444;'>Planted: {escape(fault.name)}.{seen} Expected: {escape(fault.expect)}.</p>"
+            f"<p style='color:#555;font-size:13px;'>{escape(threshold_note(p))}</p></div>")
+
+
+def threshold_note(p: float) -> str:
+    """Why the significance is ALPHA and what this run's p says against it, in plain words."""
+    per = round(1 / ALPHA)
+    where = (f"This run's p = {p:.3g} is below it: a law this far from the target's is what a planted fault gives "
+             "(a fault that shifts the law drives p towards 0 as the samples grow)." if p < ALPHA else
+             f"This run's p = {p:.3g} is above it: no evidence against exactness (a correct engine's p is spread evenly "
+             "over 0 to 1, so any value above the threshold is what it gives).")
+    return (f"Why {ALPHA:g} and not 0.05: under exactness the p-value is uniform on [0, 1], so a correct engine is "
+            f"wrongly rejected once in {per:,} runs at this threshold, where at 0.05 a class pressing Run twenty times "
+            f"would see a false alarm about once (many tests, one threshold). {where}")
