@@ -42,3 +42,4 @@ def test_without_a_baseline_only_the_bars(rec):
     fig = round_costs_figure(rec.speculative, None)
     assert len(fig.data) == 3 and target_alone_ms(None) is None
     assert len(round_times(rec.speculative)) == len(rec.speculative.rounds)
+

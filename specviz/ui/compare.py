@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gradio as gr
 
 from specviz.serving.gpu import on_zerogpu
@@ -46,6 +48,7 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
     req, note = sized(req, pair, compare_steps(kinds), COMPARE_SECONDS_MAX)  # on a CPU: the tokens that fit its cap
     yield dict(compare_view=f'<div class="sv-compare" style="color:#666;">{RUNNING}{note}</div>')  # what runs, at once
     halt = Halt(request, COMPARE_SECONDS_MAX)
+    started = time.monotonic()
     tree_on = req.tree != "chain"
     comparison = None
     try:
@@ -53,7 +56,8 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
             for comparison in compare_on_device(req, halt.for_device(), device_owner=state.device_owner(request)) if turn.started else ():
                 if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                     break
-                yield dict(compare_view=compare_html(comparison, tree=tree_on, asked=asked), compare_plot=compare_figure(comparison))
+                yield dict(compare_view=compare_html(comparison, tree=tree_on, asked=asked, elapsed_s=time.monotonic() - started),
+                           compare_plot=compare_figure(comparison))
         if halt.reason is None or halt.reason == GONE:
             return  # finished (the last columns are shown), or nobody listens
         if comparison is None or not comparison.runs:

@@ -44,14 +44,17 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
     ]
 
 
-def compare_html(comparison, kinds=None, tree: bool = False, stopped: str | None = None, asked: int | None = None) -> str:
+def compare_html(comparison, kinds=None, tree: bool = False, stopped: str | None = None, asked: int | None = None,
+                 elapsed_s: float | None = None) -> str:
     """Columns, one per kind the comparison runs (``kinds``, default ``comparison.kinds``): its label,
     the numbers with their denominators, the coloured output (with ``tree``, a column for the drafter
     model's token tree beside its chain). A kind not finished yet says it is running; once the
     comparison was ``stopped`` (how, in words: "by you", "at its time limit of 180 s"), the kind it
     stopped says how far its run got, and the kinds after it that they were not run. ``asked``: the
     page's max new tokens; where the runs were given fewer (``specviz.ui.sizing``), a line under the
-    columns says why their speedups are not Generate's."""
+    columns says why their speedups are not Generate's. ``elapsed_s``: seconds since the comparison started; while
+    kinds remain, a line above the columns says how many are done and about how long the rest take at that pace
+    (``progress_line``)."""
     if comparison is None or not comparison.runs:
         return ('<div class="sv-compare" style="color:#666;">Press Compare: the prompt and settings of the page run with each '
                 "drafter kind (drafter model, prompt lookup, early exit, quantized target, and the EAGLE head where one is trained for "
@@ -76,7 +79,19 @@ def compare_html(comparison, kinds=None, tree: bool = False, stopped: str | None
             f'<table style="border-collapse:collapse;margin:6px 0;font-size:13px;">{rows}</table>'
             f'<div style="max-height:360px;overflow:auto;">{tokens_html(spec, show_prompt=False)}</div></div>'
         )
-    return f'<div class="sv-compare" style="display:flex;flex-wrap:wrap;gap:16px;">{"".join(cols)}</div>' + _versus_generate(comparison, asked)
+    progress = progress_line(sum(k in comparison.runs for k in kinds), len(kinds), elapsed_s) if not stopped else ""
+    return (progress + f'<div class="sv-compare" style="display:flex;flex-wrap:wrap;gap:16px;">{"".join(cols)}</div>'
+            + _versus_generate(comparison, asked))
+
+
+def progress_line(done: int, total: int, elapsed_s: float | None) -> str:
+    """"k of K kinds done in T s; about R s left at that pace" while kinds remain (R: the mean time of a kind done
+    so far, its baseline included, times the kinds left); "" when all are done or nothing is timed yet."""
+    if elapsed_s is None or done <= 0 or done >= total:
+        return ""
+    left = elapsed_s / done * (total - done)
+    return (f'<p class="sv-compare-progress" style="color:#555;font-size:13px;margin:0 0 6px;">{done} of {total} kinds done in '
+            f"{elapsed_s:.0f} s; about {left:.0f} s left at that pace (each kind runs beside its own baseline).</p>")
 
 
 def _versus_generate(comparison, asked: int | None) -> str:
