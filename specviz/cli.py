@@ -338,7 +338,7 @@ def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
 def _record(args) -> int:
     from specviz import autoregressive_generate
     from specviz.measure.baseline import with_baseline
-    from specviz.recording import Recording
+    from specviz.recording import Recording, made_by_here
     from specviz.measure.sweep import sweep_stream
 
     try:
@@ -361,7 +361,8 @@ def _record(args) -> int:
 
     title = args.title or f"{pair.name}, {run_label(spec)}, temperature {args.temperature}, seed {args.seed}"
     chat = {"auto": pair.instruct, "on": True, "off": False}[args.chat_template]
-    Recording(spec, baseline, sweep, title, prompt=args.prompt, chat=chat).save(args.out)
+    made_by = made_by_here(str(spec.settings.get("device", "cpu")))
+    Recording(spec, baseline, sweep, title, prompt=args.prompt, chat=chat, made_by=made_by).save(args.out)
     print(f"wrote {args.out}: {len(spec.output_ids)} tokens" + _acceptance(spec))
     return 0
 

@@ -6,6 +6,7 @@ validates the file against the trace schema and a size cap before anything is sh
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -37,6 +38,8 @@ class Recording:
         chat: whether the chat template was applied (None when unknown).
         auto: the auto tree's record when the run's tree was chosen by it (``specviz.engine.tree.auto.AutoTree.record``:
             the calibration's measurements and bounds; loading checks it and decides again), else None.
+        made_by: what recorded it (``made_by_here``: the machine, the build, the engine's version), or None when the
+            file does not say (recordings older than this field).
     """
 
     speculative: Trace
@@ -46,6 +49,7 @@ class Recording:
     prompt: str = ""
     chat: bool | None = None
     auto: dict | None = None
+    made_by: dict | None = None
 
     def to_json(self) -> str:
         """The recording as JSON text (traces as ``Trace.to_dict``)."""
@@ -60,6 +64,7 @@ class Recording:
                 "baseline": self.baseline.to_dict() if self.baseline is not None else None,
                 "sweep": asdict(self.sweep) if self.sweep is not None else None,
                 **({"auto": self.auto} if self.auto is not None else {}),
+                **({"made_by": self.made_by} if self.made_by is not None else {}),
             },
             separators=(",", ":"),
         )
@@ -125,7 +130,9 @@ class Recording:
                 from_record(auto)
             except (ValueError, TypeError) as e:
                 raise ValueError(f"not a specviz recording: {e}") from None
-        return cls(speculative=spec, baseline=baseline, sweep=sweep, title=title, prompt=prompt, chat=chat, auto=auto)
+        made_by = _check_made_by(d.get("made_by"))
+        return cls(speculative=spec, baseline=baseline, sweep=sweep, title=title, prompt=prompt, chat=chat, auto=auto,
+                   made_by=made_by)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -146,4 +153,68 @@ class Recording:
         return cls.from_json(path.read_bytes())
 
 
-__all__ = ["MAX_BYTES", "Recording", "Sweep", "SweepPoint"]
+MADE_BY_TEXT = ("machine", "build", "torch")  # the text fields of made_by, each at most MADE_BY_CHARS characters
+MADE_BY_CHARS = 200
+
+
+def _check_made_by(value) -> dict | None:
+    """A recording's made_by, as read: None, or a dict of the known text fields and an integer engine_version.
+
+    Raises:
+        ValueError: naming the field that is not what it must be.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {*MADE_BY_TEXT, "engine_version"}:
+        raise ValueError(f"not a specviz recording: made_by: must be an object of {', '.join(MADE_BY_TEXT)} and "
+                         "engine_version")
+    for key in MADE_BY_TEXT:
+        if key in value and (not isinstance(value[key], str) or len(value[key]) > MADE_BY_CHARS):
+            raise ValueError(f"not a specviz recording: made_by.{key}: must be text of at most {MADE_BY_CHARS} characters")
+    version = value.get("engine_version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= 10**6):
+        raise ValueError("not a specviz recording: made_by.engine_version: must be a whole number from 0 to 1000000")
+    return dict(value)
+
+
+@functools.cache
+def _build() -> str:
+    """specviz's version, and its commit when this package is the top of a git checkout's specviz/ folder."""
+    import subprocess
+    from importlib import metadata
+
+    try:
+        build = metadata.version("specviz")
+    except metadata.PackageNotFoundError:
+        build = "unknown"
+    root = Path(__file__).resolve().parent.parent
+    try:  # quick and bounded; an installed copy inside another repository's folder is not that repository's commit
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=5).stdout.split()
+        if len(out) == 2 and Path(out[0]).resolve() == root:
+            build += f" ({out[1]})"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return build
+
+
+def made_by_here(device: str = "cpu") -> dict:
+    """What is recording now: the machine (the GPU's name on CUDA; else the CPU's model, its bf16 instructions
+    and torch's threads), the build (specviz's version, and its commit when it runs from a git checkout), torch's
+    version and ``specviz.engine.ENGINE_VERSION``."""
+    import torch
+
+    from specviz.engine import ENGINE_VERSION
+    from specviz.pair.precision import bf16_instructions, cpu_flags, cpu_model
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        machine = f"{torch.cuda.get_device_name(torch.device(device))} (CUDA)"
+    else:
+        bf16 = bf16_instructions(cpu_flags())
+        machine = (f"{cpu_model()}, {'with ' + ' and '.join(bf16) if bf16 else 'no bf16 instructions'}, "
+                   f"{torch.get_num_threads()} threads")
+    return {"machine": machine[:MADE_BY_CHARS], "build": _build()[:MADE_BY_CHARS], "torch": torch.__version__[:MADE_BY_CHARS],
+            "engine_version": ENGINE_VERSION}
+
+
+__all__ = ["MAX_BYTES", "Recording", "Sweep", "SweepPoint", "made_by_here"]

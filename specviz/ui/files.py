@@ -74,7 +74,27 @@ def replaying(rec: Recording, more: str = "") -> str:
     # The title is a code span (plain text, whatever the file says); the sentences after it start a paragraph of
     # their own, as a period after the span's box read as a stray ". No model was run." at a line's start.
     named = f": {plain_title(rec.title)}\n\n" if rec.title else ". "
-    return f"Replaying a recording{named}No model was run.{more}{why}"
+    return f"Replaying a recording{named}No model was run.{more}{why}{made_by_note(rec.made_by)}"
+
+
+def made_by_note(made_by: dict | None) -> str:
+    """Which machine and build recorded a run, and whether its engine is older than this build's (Markdown, every
+    value from the file a code span)."""
+    from specviz.engine import ENGINE_VERSION
+
+    if not made_by:
+        return " The file does not say which machine or build recorded it, so its times may be an older engine's."
+    parts = [f"on {plain_title(made_by['machine'])}" if made_by.get("machine") else "",
+             f"by specviz {plain_title(made_by['build'])}" if made_by.get("build") else "",
+             f"with torch {plain_title(made_by['torch'])}" if made_by.get("torch") else ""]
+    note = " Recorded " + ", ".join(p for p in parts if p) + "." if any(parts) else ""
+    version = made_by.get("engine_version")
+    if version is None or version < ENGINE_VERSION:
+        note += (f" Its engine (version {version if version is not None else 'unknown'}) is older than this build's "
+                 f"({ENGINE_VERSION}): its times are not what this build runs at.")
+    elif version > ENGINE_VERSION:
+        note += f" Its engine (version {version}) is newer than this build's ({ENGINE_VERSION})."
+    return note
 
 
 def _shown(rec: Recording, path: str, copy: bool, session: str | None) -> dict:

@@ -9,7 +9,7 @@ import gradio as gr
 from specviz.serving.device_thread import Owner
 from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
-from specviz.recording import Recording
+from specviz.recording import Recording, made_by_here
 from specviz.ui import share, state
 from specviz.ui.device import run_on_device
 from specviz.ui.downloads import save_for_download
@@ -142,7 +142,8 @@ def _shown(event: tuple, req: RunRequest, session: str | None, owner: Owner):
         _, spec, baseline, title, done, auto = event
         if (waited := owner.waited()):
             done += f" It {waited}."
-        rec = Recording(spec, baseline, title=title, prompt=req.prompt, chat=req.chat, auto=auto)
+        rec = Recording(spec, baseline, title=title, prompt=req.prompt, chat=req.chat, auto=auto,
+                        made_by=made_by_here(str(spec.settings.get("device", "cpu"))))
         final = everything(rec, done, save_for_download(rec, session))
         if not state.following.get(session, True):  # the visitor is reading an earlier round: leave it in view
             n = len(spec.rounds)
@@ -161,7 +162,7 @@ def stopped_outputs(rec: Recording | None, why: str | None = None) -> dict:
     done = f"{len(spec.output_ids)} tokens in {len(spec.rounds)} rounds"
     head = f"{why} It had {done}" if why else f"Stopped by you after {done}"
     status = f"{head}: the stats, charts and replay show those rounds; the speedup needs a finished baseline, so it is left out."
-    return everything(Recording(spec, None, rec.sweep, rec.title, rec.prompt, rec.chat, rec.auto), status, None)
+    return everything(Recording(spec, None, rec.sweep, rec.title, rec.prompt, rec.chat, rec.auto, rec.made_by), status, None)
 
 
 def stop(request: gr.Request = None) -> dict:

@@ -86,7 +86,7 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
         status = f"Sweep ({sweep_label(sweep)}) stopped {why} Of those measured: {fastest}."
     out = dict(sweep_plot=sweep_figure(sweep), sweep_status=status)
     if rec is not None:
-        out["recording"] = Recording(rec.speculative, rec.baseline, sweep, rec.title, rec.prompt, rec.chat, rec.auto)
+        out["recording"] = Recording(rec.speculative, rec.baseline, sweep, rec.title, rec.prompt, rec.chat, rec.auto, rec.made_by)
         out["download"] = gr.DownloadButton(value=save_for_download(out["recording"], session), interactive=True)
         out["export_file"] = None
     yield out
