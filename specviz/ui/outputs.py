@@ -28,9 +28,10 @@ from specviz.views import (
     tokens_html,
 )
 
-RUN_OUTPUTS = ("tokens", "stats", "acceptance_plot", "timeline_plot", "round_costs_plot", "status", "recording", "replay_slider", "replay",
+RUN_OUTPUTS = ("tokens", "stats", "acceptance_plot", "timeline_plot", "status", "recording", "replay_slider", "replay",
                "speedup_plot", "histogram_plot", "position_plot", "sweep_plot", "race", "download", "replay_tree",
-               "export_file", "headline", "sweep_status", "auto_note", "budget_plot", "auto_tree_plot", "rank_table")
+               "export_file", "headline", "sweep_status", "auto_note", "budget_plot", "auto_tree_plot", "rank_table",
+               "round_costs_plot")  # added last: an API client's positions of the earlier outputs stay as they were
 
 
 def replay_slider(trace: Trace | None, value: int | None = None) -> gr.Slider:
