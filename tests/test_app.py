@@ -417,12 +417,14 @@ def test_stop_cancels_runs_sweeps_comparisons_and_batches(client):
 def test_stop_during_a_comparison_leaves_the_app_serving(client):
     import time
 
-    from gradio_client.utils import Status
-
     job = client.submit("embedded", "def is_prime(n):", 1, 0.7, 40, 0.95, 256, 0, True, "", "", "constant", api_name="/compare")
+    # Under way once its first output came (what runs, said at once, then the device's rounds). A job that reports
+    # progress goes from STARTING to PROGRESS and never shows PROCESSING: waiting for that alone took the whole deadline.
     deadline = time.monotonic() + 60
-    while job.status().code != Status.PROCESSING and time.monotonic() < deadline:
+    while not job.outputs() and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert job.outputs(), f"the comparison did not start within 60 s ({job.status().code})"
+    time.sleep(1.0)  # its device work under way
     client.predict(api_name="/stop")
     job.cancel()  # the page's Stop also fires a cancelling event; a client cancels its own job
     deadline = time.monotonic() + 120  # the step under way finishes first
