@@ -28,11 +28,11 @@ rec english-greedy-gamma3-sweep "English pair, greedy, gamma 3, with a gamma swe
     "What causes the seasons on Earth?" --pair english --gamma 3 --temperature 0 --top-k 0 --top-p 1 --sweep
 rec english-sampled-gamma3 "English pair at the page's sampling (temperature 0.7, top-p 0.9) with gamma 3 (the page starts at 4); corrections sampled from the residual norm(max(0, p - q))" \
     "Why is the sky blue?" --pair english --gamma 3 --temperature 0.7 --top-k 0 --top-p 0.9
-rec english-quantized-gamma4 "Quantized drafter (the target itself with int8 weights), greedy, gamma 4: it agrees with the target far more often than the small drafter, but each draft costs about half a target step (see c)" \
+rec english-quantized-gamma4 "Quantized drafter (the target itself with int8 weights), greedy, gamma 4: it agrees with the target far more often than the small drafter, but each draft costs about half a target step (see c): a slowdown on purpose" \
     "Write a Python function that reverses a string." --pair english --drafter-kind quantized --gamma 4 --temperature 0 --top-k 0 --top-p 1
-rec greedy-gamma4-sweep "Greedy, gamma 4, with a gamma sweep: the output is the target greedy text; compare alpha with the draft acceptance rate" \
+rec greedy-gamma4-sweep "Greedy, gamma 4, with a gamma sweep: the output is the target greedy text; compare alpha with the draft acceptance rate (a slowdown on purpose: the embedded pair is so small that on a CPU a round's fixed costs outweigh what it saves; it shows the mechanics)" \
     "def is_prime(n):" --pair embedded --gamma 4 --temperature 0 --top-k 0 --top-p 1 --sweep
-rec sampled-gamma4-sweep "Sampled (temperature 0.7, top-k 40, top-p 0.95), gamma 4, with a gamma sweep: Eq. (1) from alpha against the measured tokens per round" \
+rec sampled-gamma4-sweep "Sampled (temperature 0.7, top-k 40, top-p 0.95), gamma 4, with a gamma sweep: Eq. (1) from alpha against the measured tokens per round (a slowdown on purpose: the embedded pair is so small that on a CPU a round's fixed costs outweigh what it saves; it shows the mechanics)" \
     "$(printf 'class Stack:\n    def __init__(self):')" --pair embedded --gamma 4 --temperature 0.7 --top-k 40 --top-p 0.95 --sweep
-rec sampled-gamma8 "Temperature 1, gamma 8: long rounds, many discarded drafts; beta per draft in the replay" \
+rec sampled-gamma8 "Temperature 1, gamma 8: long rounds, many discarded drafts; beta per draft in the replay (a slowdown on purpose: the embedded pair is so small that on a CPU a round's fixed costs outweigh what it saves; it shows the mechanics)" \
     "$(printf 'import os\n\n\ndef read_lines(path):')" --pair embedded --gamma 8 --temperature 1 --top-k 0 --top-p 1

@@ -9,7 +9,7 @@ from specviz import theory
 from specviz.recording import Recording
 from specviz.ui.limits import RECORDINGS
 from specviz.views.stats import summary, verify_cost_shown
-from specviz.views.theory import WHATIF_DEFAULT, whatif_figure, whatif_markdown, whatif_values
+from specviz.views.theory import WHATIF, WHATIF_DEFAULT, whatif_figure, whatif_markdown, whatif_values
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,8 @@ def test_the_prediction_is_eq1_over_gamma_c_plus_v(alpha, gamma, c, v):
 def test_set_to_this_run_takes_the_runs_own_numbers(rec):
     s = summary(rec.speculative, rec.baseline)
     values = whatif_values(rec.speculative, rec.baseline)
-    assert values == {"alpha": s["alpha"], "gamma": s["gamma"], "c": s["cost_coefficient"], "v": verify_cost_shown(s)}
+    measured = {"alpha": s["alpha"], "gamma": s["gamma"], "c": s["cost_coefficient"], "v": verify_cost_shown(s)}
+    assert values == {k: min(max(x, WHATIF[k][0]), WHATIF[k][1]) for k, x in measured.items()}  # within the sliders' ranges
     fig = whatif_figure(values["alpha"], values["gamma"], values["c"], values["v"], rec.speculative, rec.baseline)
     run = fig.data[2]
     assert list(run.x) == [s["gamma"]] and run.y[0] == pytest.approx(s["measured_speedup"])

@@ -286,7 +286,7 @@ def alpha_html(trace: Trace, table: bool = True) -> str:
 
 
 # The what-if sliders' ranges (the Theory tab): alpha, gamma, c and v as a teacher moves them.
-WHATIF = {"alpha": (0.0, 0.99, 0.01), "gamma": (1, MAX_GAMMA, 1), "c": (0.0, 1.0, 0.01), "v": (0.5, 3.0, 0.01)}
+WHATIF = {"alpha": (0.0, 0.99, 0.01), "gamma": (1, MAX_GAMMA, 1), "c": (0.0, 1.0, 0.01), "v": (0.5, 4.0, 0.01)}
 WHATIF_DEFAULT = {"alpha": 0.6, "gamma": 4, "c": 0.1, "v": 1.2}
 
 
