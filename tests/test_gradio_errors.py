@@ -1,5 +1,6 @@
 """A recording's schema version is checked on load: one newer than this code reads (or not a whole number) is
-refused naming the field and the versions read, never echoing the value."""
+refused naming the field and the versions read, never echoing the value; the upload budget's message says seconds
+under a minute, rounds minutes up, and never says 0 MB."""
 
 from __future__ import annotations
 
@@ -28,3 +29,16 @@ def test_a_recording_of_a_newer_schema_version_is_refused_naming_the_field(where
         message = str(refused.value)
         assert f"{field}: " in message and why in message and f"1 to {SCHEMA_VERSION}" in message, message
         assert "schema version" in message and "<" not in message and "999" not in message, message
+
+
+def test_the_upload_budget_says_seconds_under_a_minute_and_rounds_up():
+    from specviz.ui.server import UploadBudget, megabytes, span
+
+    assert UploadBudget(per_client=48 * 2**20, total=2**30, window_s=30).take("a", 49 * 2**20) == \
+        "at most 48 MB of uploads per visitor in 30 seconds"
+    assert UploadBudget(per_client=2**19, total=2**30, window_s=90).take("a", 2**20) == \
+        "at most 0.5 MB of uploads per visitor in 2 minutes"
+    assert UploadBudget(per_client=2**30, total=2**20, window_s=300).take("a", 2**21) == \
+        "the server takes at most 1 MB of uploads in 5 minutes"
+    assert [span(s) for s in (0.2, 1, 59.5, 60, 61, 600)] == ["1 second", "1 second", "1 minute", "1 minute", "2 minutes", "10 minutes"]
+    assert [megabytes(n) for n in (1, 2**19, 2**20, 48 * 2**20)] == ["0.1", "0.5", "1", "48"]

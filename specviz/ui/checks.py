@@ -33,7 +33,7 @@ from specviz.ui.limits import (
     TOP_K_MAX,
 )
 from specviz.ui.address import client_address
-from specviz.ui.server import LogBudget
+from specviz.ui.server import LogBudget, span
 
 log = logging.getLogger("specviz")
 # Log lines refusals may cost: per client address (refusals made before a handler runs, where Gradio
@@ -75,9 +75,9 @@ def note_refusal(title: str, message: str, budget: LogBudget | None = None) -> N
     address = client_address(LocalContext.request.get(None))
     n = budget.take(address)
     if n is not None:
-        log.info("refused: %s: %s [from %s; line %d of at most %d per address in %d min]", _CONTROL.sub(" ", title),
+        log.info("refused: %s: %s [from %s; line %d of at most %d per address in %s]", _CONTROL.sub(" ", title),
                  _CONTROL.sub(" ", message[:200]), ascii(address[:64]) if address else "an unnamed address", n, budget.per_client,
-                 int(budget.window_s // 60))
+                 span(budget.window_s))
 
 
 def text_ok(value) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -41,6 +42,20 @@ DEEP_LINK_PATH = "/gradio_api/deep_link"  # refused: the page offers no deep lin
 UPLOAD_FILES_MAX = 4  # files in one upload request (the page sends one recording)
 
 
+def span(seconds: float) -> str:
+    """A time span for a message, rounded up: "45 seconds" under a minute, else whole minutes ("5 minutes")."""
+    whole = max(1, math.ceil(seconds))
+    if whole < 60:
+        return f"{whole} second{'s' if whole != 1 else ''}"
+    minutes = math.ceil(whole / 60)
+    return f"{minutes} minute{'s' if minutes != 1 else ''}"
+
+
+def megabytes(n: int) -> str:
+    """``n`` bytes in MB for a message ("48", "0.5"; never "0" for a budget under 1 MB)."""
+    return f"{max(round(n / (1024 * 1024), 1), 0.1):g}"
+
+
 class UploadBudget:
     """Bytes uploaded per client address and in all over the last ``window_s`` seconds (the time Gradio
     keeps an upload before its cache sweep removes it), so uploads cannot fill the disk: past either
@@ -69,9 +84,9 @@ class UploadBudget:
             mine = self._per.get(address, 0) + n
             everyone = self._total + n
             if mine > self.per_client:
-                return f"at most {self.per_client // (1024 * 1024)} MB of uploads per visitor in {int(self.window_s // 60)} minutes"
+                return f"at most {megabytes(self.per_client)} MB of uploads per visitor in {span(self.window_s)}"
             if everyone > self.total:
-                return f"the server takes at most {self.total // (1024 * 1024)} MB of uploads in {int(self.window_s // 60)} minutes"
+                return f"the server takes at most {megabytes(self.total)} MB of uploads in {span(self.window_s)}"
             self._log.append((now, address, n))
             self._per[address] = mine
             self._total = everyone
@@ -195,14 +210,21 @@ def readable_numbers(body: bytes, max_digits: int | None = None) -> bytes:
 PARSE_ERRORS = (AttributeError, TypeError, ValueError, LookupError)
 
 
-def note_malformed(address: str, exc: Exception, budget: LogBudget | None = None) -> None:
-    """One short log line for a malformed upload (no traceback, nothing of the body), within ``budget``
-    (None: ``MALFORMED_LOGS``)."""
+def note_request(address: str, what: str, budget: LogBudget | None = None) -> None:
+    """One short log line for a request refused before the app's handlers (``what``: the app's own words, never
+    the request's), no traceback, within ``budget`` (None: ``MALFORMED_LOGS``, which every such refusal of an
+    address shares)."""
     budget = budget or MALFORMED_LOGS
     n = budget.take(address)
     if n is not None:
-        log.warning("malformed upload refused (400) from %s: %s [line %d of at most %d per address in %d min]",
-                    ascii(address[:64]), type(exc).__name__, n, budget.per_client, int(budget.window_s // 60))
+        log.warning("%s from %s [line %d of at most %d per address in %s]", what, ascii(address[:64]), n, budget.per_client,
+                    span(budget.window_s))
+
+
+def note_malformed(address: str, exc: Exception, budget: LogBudget | None = None) -> None:
+    """One short log line for a malformed upload (no traceback, nothing of the body), within ``budget``
+    (None: ``MALFORMED_LOGS``)."""
+    note_request(address, f"malformed upload refused (400): {type(exc).__name__}", budget)
 
 
 class Guard:
