@@ -1,14 +1,95 @@
-"""A recording's schema version is checked on load: one newer than this code reads (or not a whole number) is
-refused naming the field and the versions read, never echoing the value; the upload budget's message says seconds
-under a minute, rounds minutes up, and never says 0 MB."""
+"""Gradio's own error paths, as an attacker drove them against the running app: each is answered with a
+short message (never a visitor's value unescaped), costs the log at most a line a call within the per-address
+budgets, and logs no traceback.
+
+- An upload refused part way (too many files, the per-address budget): the client reads the 429 and the
+  next request on its connection is answered (was a 20-line traceback and a closed connection).
+- A recording of a newer schema version is refused naming the field and the versions read; the upload
+  budget's message says seconds under a minute.
+
+Against the app launched in this process (the ``app`` fixture of tests/conftest.py), from loopback.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 
+import httpx
 import pytest
 
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
 INJECT = '<img src=x onerror="alert(3)">'
+
+
+class LogCount(logging.Handler):
+    """Every record the watched loggers pass on, with its formatted text (a traceback included)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+
+    def emit(self, record):
+        if not any(r is record for r in self.records):  # a record reaches the root and its own logger's handlers both
+            self.records.append(record)
+
+    def lines(self) -> int:
+        return sum(self.format(r).count("\n") + 1 for r in self.records)
+
+
+@pytest.fixture
+def watched(capfd, monkeypatch):
+    """(log records counter, read stderr): the app's logger at INFO (its refusals show), uvicorn's and the root
+    logger watched; the per-address log budgets fresh for the test."""
+    from specviz.ui import checks, server
+
+    monkeypatch.setattr(server, "MALFORMED_LOGS", server.LogBudget())
+    monkeypatch.setattr(checks, "REFUSAL_LOGS", server.LogBudget())
+    counter = LogCount()
+    loggers = [logging.getLogger(), logging.getLogger("uvicorn"), logging.getLogger("uvicorn.error"), logging.getLogger("specviz")]
+    app_log = logging.getLogger("specviz")
+    level = app_log.level
+    app_log.setLevel(logging.INFO)
+    for logger in loggers:
+        logger.addHandler(counter)
+    capfd.readouterr()
+    try:
+        yield counter, lambda: capfd.readouterr().err
+    finally:
+        for logger in loggers:
+            logger.removeHandler(counter)
+        app_log.setLevel(level)
+
+
+def quiet(counter: LogCount, err: str, calls: int) -> None:
+    """No traceback anywhere, and at most one log line a call (the app's budget: at most LOG_CLIENT_MAX_LINES)."""
+    from specviz.ui.limits import LOG_CLIENT_MAX_LINES
+
+    assert not any(r.exc_info for r in counter.records), [counter.format(r)[:300] for r in counter.records if r.exc_info]
+    assert "Traceback" not in err and not any("Traceback" in counter.format(r) for r in counter.records), err[-2000:]
+    assert counter.lines() + len(err.splitlines()) <= min(calls, 2 * LOG_CLIENT_MAX_LINES), \
+        ([counter.format(r) for r in counter.records], err[-2000:])
+
+
+def test_an_upload_refused_part_way_leaves_the_connection_usable(app, watched, monkeypatch):
+    from specviz.ui import server
+
+    counter, err = watched
+    url = app[1]
+    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=2**20, total=64 * 2**20, window_s=30))
+    with httpx.Client(timeout=60) as http:
+        r = http.post(f"{url}/gradio_api/upload", files=[("files", (f"f{i}.json", b"{}", "application/json")) for i in range(10)])
+        assert r.status_code == 429 and "files per upload" in r.json()["detail"], r.text[:300]
+        assert http.get(f"{url}/config").status_code == 200  # the same connection: was closed after the refusal
+        for _ in range(2):  # past the address's budget part way through a large body: the client reads the 429
+            r = http.post(f"{url}/gradio_api/upload", files={"files": ("big.json", b"x" * (6 * 2**20), "application/json")})
+            assert r.status_code == 429, r.text[:300]
+            assert r.json()["detail"] == "Upload refused: at most 1 MB of uploads per visitor in 30 seconds."
+            assert http.get(f"{url}/config").status_code == 200
+    quiet(counter, err(), 6)
 
 
 @pytest.mark.parametrize("where", ["top", "speculative", "baseline"])

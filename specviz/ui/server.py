@@ -1,6 +1,9 @@
 """Server settings: the middleware (security headers, a cap on request bodies, malformed uploads
 answered 400 in one bounded log line, integers too long to parse made readable) and the arguments
-``demo.launch`` takes."""
+``demo.launch`` takes.
+
+Every refusal here costs the log at most one short line, within a per-address ``LogBudget``
+(``note_request``), and no traceback; an upload refused part way leaves its connection usable."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from collections import deque
 
 import anyio
 import gradio as gr
+from starlette.requests import ClientDisconnect
 
 from specviz.recording import MAX_BYTES
 from specviz.ui.listening import StreamWatch
@@ -236,8 +240,9 @@ class Guard:
     to one file and ``UPLOADS`` to a visitor's and everyone's bytes (429 past either). An upload
     Gradio's multipart parser fails on (a part without a file name raises AttributeError or
     TypeError inside Gradio, which the server would log as a full traceback) is answered 400 and
-    logged in one line within ``MALFORMED_LOGS``. A JSON body is read whole (within the cap) and
-    passed on through ``readable_numbers``."""
+    logged in one line within ``MALFORMED_LOGS``; one refused part way (429) or cut off by its client
+    ends there, with no traceback and the connection left usable. A JSON body is read whole (within the
+    cap) and passed on through ``readable_numbers``."""
 
     def __init__(self, app, body_max: int = BODY_MAX_BYTES):
         self.app, self.body_max = app, body_max
@@ -290,8 +295,10 @@ class Guard:
                     return {"type": "http.disconnect"}
             return message
 
-        return await self.app(scope, counted, with_headers)
-
+        try:
+            return await self.app(scope, counted, with_headers)
+        except ClientDisconnect:  # refused (413 sent) or the client left: nothing more to answer, no traceback to log
+            return
 
     async def _json(self, scope, receive, send):
         """A JSON body: read whole (answered 413 past the cap as it arrives), then handed to the app
@@ -356,6 +363,12 @@ class Guard:
         UPLOADS_IN_FLIGHT.begin()
         try:
             return await self.app(scope, budgeted, answered)
+        except ClientDisconnect:
+            # Refused part way (the 429 went out and the parser then read a disconnect), or the client left. Returning
+            # is the whole answer: uvicorn reads and drops the rest of the body and keeps the connection for the next
+            # request; the exception let through made it log a 20-line traceback and close the connection, so the
+            # next request on it failed and a client still sending a large body saw "Server disconnected", not the 429.
+            return
         except PARSE_ERRORS as exc:  # Gradio's parser on a malformed body: a 400, not a traceback
             if not (refused or started):
                 await _refused(send, 400, MALFORMED)
