@@ -2,6 +2,10 @@
 short message (never a visitor's value unescaped), costs the log at most a line a call within the per-address
 budgets, and logs no traceback.
 
+- A queue join naming an unknown ``fn_index`` (999, -1): 404 naming the field (was 500, two tracebacks,
+  99 log lines a call); a join naming none stays Gradio's own 400. A POST naming an unknown API (/call,
+  /call/v2, /run, /api; for /run and /api, by the body's fn_index where it names one, as the page's own
+  /run/predict does): 404 (was 500 and 78 lines).
 - An upload refused part way (too many files, the per-address budget): the client reads the 429 and the
   next request on its connection is answered (was a 20-line traceback and a closed connection).
 - A recording of a newer schema version is refused naming the field and the versions read; the upload
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import uuid
 
 import httpx
 import pytest
@@ -72,6 +77,65 @@ def quiet(counter: LogCount, err: str, calls: int) -> None:
     assert "Traceback" not in err and not any("Traceback" in counter.format(r) for r in counter.records), err[-2000:]
     assert counter.lines() + len(err.splitlines()) <= min(calls, 2 * LOG_CLIENT_MAX_LINES), \
         ([counter.format(r) for r in counter.records], err[-2000:])
+
+
+def join(http: httpx.Client, url: str, fn_index, data: list | None = None) -> httpx.Response:
+    body = {"data": data or [], "fn_index": fn_index, "session_hash": uuid.uuid4().hex, "event_data": None, "trigger_id": None}
+    return http.post(f"{url}/gradio_api/queue/join", json=body)
+
+
+def test_an_unknown_endpoint_is_a_404_naming_it_in_a_bounded_log(app, watched):
+    counter, err = watched
+    url = app[1]
+    calls = 0
+    with httpx.Client(timeout=30) as http:
+        for index in (999, -1, 10**30) * 4:
+            r = join(http, url, index)
+            calls += 1
+            assert r.status_code == 404, r.text[:300]
+            detail = r.json()["detail"]
+            assert "Unknown endpoint" in detail and "fn_index" in detail and len(detail) < 200, detail
+        for route in ("call/nosuch", "call/v2/nosuch", "run/nosuch", "api/nosuch", f"call/{INJECT}"):
+            r = http.post(f"{url}/gradio_api/{route}", json={"data": []})
+            calls += 1
+            assert r.status_code == 404 and "Unknown endpoint" in r.json()["detail"] and "<" not in r.text, r.text[:300]
+        # /run/<api> takes the event the body's fn_index names before the name: one the app lacks is refused.
+        r = http.post(f"{url}/gradio_api/run/predict", json={"data": [], "fn_index": 999, "session_hash": uuid.uuid4().hex})
+        calls += 1
+        assert r.status_code == 404 and "Unknown endpoint" in r.json()["detail"], r.text[:300]
+        # A join naming no fn_index, and a direct POST to an API the app has, stay Gradio's own answers.
+        r = join(http, url, None)
+        assert r.status_code == 400 and "No function index" in r.json()["detail"], r.text[:300]
+        r = http.post(f"{url}/gradio_api/run/stop", json={"data": []})
+        assert r.status_code != 500 and "Unknown endpoint" not in r.text, r.text[:300]
+        # The page posts each event that skips the queue to /run/predict with its fn_index: answered by the app.
+        deps = http.get(f"{url}/config").json()["dependencies"]
+        note = next(d["id"] for d in deps if d.get("api_name") == "loading_note" and d.get("queue") is False)  # the upload's note
+        r = http.post(f"{url}/gradio_api/run/predict", json={"data": [], "fn_index": note, "session_hash": uuid.uuid4().hex})
+        assert r.status_code == 200 and r.json()["data"] == ["Loading the file…"], r.text[:300]
+        # The same connection still serves a job of the app, its event stream included.
+        r = http.post(f"{url}/gradio_api/call/stop", json={"data": []})
+        assert r.status_code == 200, r.text[:300]
+        text = http.get(f"{url}/gradio_api/call/stop/{r.json()['event_id']}", timeout=120).text
+        assert "event: complete" in text, text[-300:]
+    lines = [r for r in counter.records if "unknown endpoint" in r.getMessage()]
+    assert 1 <= len(lines), [counter.format(r) for r in counter.records]
+    quiet(counter, err(), calls)
+
+
+def test_twenty_unknown_joins_cost_the_log_at_most_the_address_budget(app, watched):
+    """20 joins naming an unknown fn_index from one address: one line each until the address's budget
+    (LOG_CLIENT_MAX_LINES in LOG_WINDOW_S) is spent, then none; no traceback."""
+    from specviz.ui.limits import LOG_CLIENT_MAX_LINES
+
+    counter, err = watched
+    url = app[1]
+    with httpx.Client(timeout=30) as http:
+        for _ in range(20):
+            assert join(http, url, 999).status_code == 404
+    lines = [r for r in counter.records if "unknown endpoint refused (404): fn_index" in r.getMessage()]
+    assert len(lines) == min(20, LOG_CLIENT_MAX_LINES), [counter.format(r) for r in counter.records]
+    quiet(counter, err(), 20)
 
 
 def test_an_upload_refused_part_way_leaves_the_connection_usable(app, watched, monkeypatch):

@@ -27,7 +27,10 @@ fresh session hashes are refused.
 Refusals answer HTTP 429 with a message naming the limit, why, and when it lifts (the page shows it; for a
 503 it would show only "This application is currently busy"), and Retry-After; a job with fewer
 values in ``data`` than its endpoint takes is refused at once (HTTP 400 naming the count), where
-Gradio would queue it and fail it with ``error: null``.
+Gradio would queue it and fail it with ``error: null``. So is a job naming no event of the app (an unknown
+``fn_index``: HTTP 404, where Gradio's push raised KeyError, answered 500 with two tracebacks, 99 log lines),
+in one log line within the per-address budget (``specviz.ui.server.note_request``). A job with no ``fn_index``
+is left to Gradio's own answer (400, "No function index provided.").
 
 ``client_address`` (``specviz.ui.address``) tells visitors apart.
 """
@@ -35,14 +38,18 @@ Gradio would queue it and fail it with ``error: null``.
 from __future__ import annotations
 
 
+import html
+from typing import NoReturn
+
 import gradio as gr
 from fastapi import HTTPException
 from gradio import route_utils
 
 from specviz.ui import share
 from specviz.ui.address import client_address
+from specviz.ui.checks import excerpt
 from specviz.ui.limits import QUEUE_MAX, whole_number
-from specviz.ui.server import LogBudget
+from specviz.ui.server import LogBudget, note_request
 from specviz.ui.sessions import SessionStore
 
 # New sessions (page loads, fresh session hashes) per address per minute: a flood of fresh hashes costs the
@@ -92,11 +99,23 @@ def _refuse(message: str, retry_after_s: float):
     raise HTTPException(status_code=429, detail=message, headers={"Retry-After": str(max(1, round(retry_after_s)))})
 
 
+def refuse_unknown_event(fn_index, address: str) -> NoReturn:
+    """Refuse a job whose ``fn_index`` names no event of the app, in one log line for ``address`` within the
+    per-address budget (``note_request``): Gradio's push raised KeyError on it, answered 500 and logged two tracebacks.
+
+    Raises:
+        HTTPException: always, 404, naming fn_index (at most 24 characters of the value sent, HTML-escaped)."""
+    note_request(address, "unknown endpoint refused (404): fn_index")
+    raise HTTPException(status_code=404, detail=html.escape(
+        f"Unknown endpoint: fn_index {excerpt(fn_index, 24)} names no event of this app (GET /config lists them, with their ids).",
+        quote=False))
+
+
 def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
     """Install the admission rules on ``demo``'s queue (after ``demo.queue()``).
 
     A refused job is answered HTTP 429 with a message naming the limit, why, and when it lifts (HTTP 400 for a
-    job with too few values in ``data``)."""
+    job with too few values in ``data``; HTTP 404 for an unknown ``fn_index``)."""
     queue = demo._queue
     push = queue.push
 
@@ -110,9 +129,13 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
                     "(SPECVIZ_NEW_SESSIONS_PER_MINUTE). Try again in a minute.", 60)
         if isinstance(store, SessionStore) and not store.admits(session, address):
             _refuse(store.refusal(address), 60)
+        if body.fn_index is None:  # Gradio's own push answers it: "No function index provided." (400)
+            return await push(body, request, username)
         try:
             fn = route_utils.get_fn(demo, None, body)
-        except Exception:  # noqa: BLE001 - an unknown event: Gradio's own push answers it
+        except KeyError:  # the fn_index names no event (Gradio's push would raise this KeyError: 500, two tracebacks)
+            refuse_unknown_event(body.fn_index, address)
+        except Exception:  # noqa: BLE001 - anything else Gradio's own push answers, as before
             return await push(body, request, username)
         if not isinstance(body.data, list) or len(body.data) < len(fn.inputs):
             # Gradio would take the job and fail it with a bare "error: null"

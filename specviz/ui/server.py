@@ -1,6 +1,6 @@
 """Server settings: the middleware (security headers, a cap on request bodies, malformed uploads
-answered 400 in one bounded log line, integers too long to parse made readable) and the arguments
-``demo.launch`` takes.
+answered 400 in one bounded log line, integers too long to parse made readable, a POST naming an API the
+app lacks answered 404 before Gradio's routes fail on it) and the arguments ``demo.launch`` takes.
 
 Every refusal here costs the log at most one short line, within a per-address ``LogBudget``
 (``note_request``), and no traceback; an upload refused part way leaves its connection usable."""
@@ -231,6 +231,78 @@ def note_malformed(address: str, exc: Exception, budget: LogBudget | None = None
     note_request(address, f"malformed upload refused (400): {type(exc).__name__}", budget)
 
 
+# Gradio's routes that name an endpoint in their path (POST; matched against the whole path after the app's root path):
+# /call/<api> and /run/<api> raised FnIndexInferError for a name the app lacks, /call/v2/<api> a KeyError, each answered
+# 500 with a 78-line traceback in the log. /run/<api> and /api/<api> take the event the body's fn_index names before
+# the name: the page posts every event that skips the queue to /run/predict with its fn_index, so those two are judged
+# only once the body is read. The event streams (GET) stay Gradio's: the page opens its own stream before its job is
+# seen in the queue, so a stream cannot be judged "of nothing pending" here without refusing the page's own.
+API_ROUTE = re.compile(r"/gradio_api/(call/v2|call|run|api)/([^/]+)/?")
+UNKNOWN_API = "Unknown endpoint: this app has no API of that name (GET /gradio_api/info lists its endpoints)."
+
+
+def _app_path(scope) -> str:
+    """The request's path after the app's root path."""
+    path, root = scope.get("path", ""), (scope.get("root_path") or "").rstrip("/")
+    return path[len(root):] if root and path.startswith(root + "/") else path
+
+
+def api_route(scope) -> tuple[str, str] | None:
+    """(route, api name) of a POST to one of Gradio's routes that name an endpoint (``API_ROUTE``: "call", "call/v2",
+    "run" or "api"), or None."""
+    found = API_ROUTE.fullmatch(_app_path(scope)) if scope.get("method") == "POST" else None
+    return found.groups() if found is not None else None
+
+
+def unknown_api(blocks, scope, body: bytes | None = None) -> bool:
+    """Whether a POST names an endpoint ``blocks`` (the demo) lacks, as Gradio's route would look it up: for /call/<api>
+    any event's api_name (``route_utils.get_fn``); for /call/v2/<api> one its API info lists (not a private one); for
+    /run/<api> and /api/<api> the event the JSON ``body``'s fn_index names (in the session the body names, where it is
+    kept), or, with no fn_index, any event's api_name. False where this cannot tell, leaving the request to Gradio: no
+    demo, a /run or /api POST whose body is not given (None) or not a JSON object, an fn_index that is not an integer."""
+    found = api_route(scope)
+    if found is None or blocks is None:
+        return False
+    route, name = found
+    fns = blocks.fns
+    if route in ("run", "api"):
+        try:
+            sent = json.loads(body) if body is not None else None
+        except ValueError:
+            return False
+        if not isinstance(sent, dict):
+            return False
+        index, session = sent.get("fn_index"), sent.get("session_hash")
+        if isinstance(session, str):
+            kept = getattr(getattr(blocks, "state_holder", None), "session_data", {}).get(session)
+            fns = getattr(getattr(kept, "blocks_config", None), "fns", None) or fns
+        if index is not None:
+            return index not in fns if isinstance(index, int) and not isinstance(index, bool) else False
+    named = [fn for fn in fns.values() if fn.api_name]
+    if route == "call/v2":
+        named = [fn for fn in named if fn.fn is not None and getattr(fn, "api_visibility", "public") != "private"]
+    return name not in {fn.api_name for fn in named}
+
+
+async def _refuse_unknown_api(scope, send) -> None:
+    """Answer a POST naming an endpoint the app lacks (``unknown_api``): 404, one log line (``note_request``)."""
+    from starlette.requests import Request
+
+    from specviz.ui.address import client_address
+
+    note_request(client_address(Request(scope)), "unknown endpoint refused (404): api name")
+    await _refused(send, 404, UNKNOWN_API)
+
+
+def _blocks(scope):
+    """The demo the app serves (Gradio's ``App.get_blocks``), or None."""
+    get = getattr(scope.get("app"), "get_blocks", None)
+    try:
+        return get() if get is not None else None
+    except Exception:  # noqa: BLE001 - no demo yet: Gradio's routes answer
+        return None
+
+
 class Guard:
     """ASGI middleware: the security headers on every HTTP response, a cap on request bodies, the
     upload budget and file count, and no deep-link route.
@@ -242,7 +314,10 @@ class Guard:
     TypeError inside Gradio, which the server would log as a full traceback) is answered 400 and
     logged in one line within ``MALFORMED_LOGS``; one refused part way (429) or cut off by its client
     ends there, with no traceback and the connection left usable. A JSON body is read whole (within the
-    cap) and passed on through ``readable_numbers``."""
+    cap) and passed on through ``readable_numbers``. A POST naming an API the app lacks (``unknown_api``;
+    /run and /api once their JSON body is read, since its fn_index names the event first) is answered 404
+    with one log line within ``MALFORMED_LOGS``, before Gradio's routes fail on it; event streams (GET) are
+    left to Gradio."""
 
     def __init__(self, app, body_max: int = BODY_MAX_BYTES):
         self.app, self.body_max = app, body_max
@@ -261,6 +336,9 @@ class Guard:
 
             if budget[0].take(client_address(Request(scope))) is None:
                 return await _refused(send, 429, budget[1])
+        route = api_route(scope)
+        if route is not None and route[0] in ("call", "call/v2") and unknown_api(_blocks(scope), scope):  # the path decides
+            return await _refuse_unknown_api(scope, send)
         capped = not path.endswith(UPLOAD_PATH)
         if capped:
             declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -302,7 +380,8 @@ class Guard:
 
     async def _json(self, scope, receive, send):
         """A JSON body: read whole (answered 413 past the cap as it arrives), then handed to the app
-        through ``readable_numbers``, with its content-length corrected where that changed it."""
+        through ``readable_numbers``, with its content-length corrected where that changed it; a /run or
+        /api POST whose body names no event of the app (``unknown_api``) is answered 404 instead."""
         parts, seen = [], 0
         while True:
             message = await receive()
@@ -317,6 +396,9 @@ class Guard:
         body = b"".join(parts)
         # The parse, when a long run of digits asks for one, off the event loop: it calls back for every integer.
         readable = await anyio.to_thread.run_sync(readable_numbers, body) if has_long_digits(body) else body
+        route = api_route(scope)
+        if route is not None and route[0] in ("run", "api") and unknown_api(_blocks(scope), scope, readable):
+            return await _refuse_unknown_api(scope, send)
         if readable is not body:
             headers = [(k, v) for k, v in scope.get("headers") or [] if k.lower() != b"content-length"]
             scope = dict(scope, headers=headers + [(b"content-length", str(len(readable)).encode())])
