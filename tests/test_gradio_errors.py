@@ -1,11 +1,13 @@
 """Gradio's own error paths, as an attacker drove them against the running app: each is answered with a
-short message (never a visitor's value unescaped), costs the log at most a line a call within the per-address
-budgets, and logs no traceback.
+short message naming the field (never a visitor's value unescaped), costs the log at most a line a call
+within the per-address budgets, and logs no traceback.
 
 - A queue join naming an unknown ``fn_index`` (999, -1): 404 naming the field (was 500, two tracebacks,
   99 log lines a call); a join naming none stays Gradio's own 400. A POST naming an unknown API (/call,
   /call/v2, /run, /api; for /run and /api, by the body's fn_index where it names one, as the page's own
   /run/predict does): 404 (was 500 and 78 lines).
+- A menu's value outside its choices (the token tree on Generate): 400 naming the menu and its choices (was
+  a 25-line traceback and Gradio's "Value: <the value, unescaped> is not in the list of choices").
 - An upload refused part way (too many files, the per-address budget): the client reads the 429 and the
   next request on its connection is answered (was a 20-line traceback and a closed connection).
 - A recording of a newer schema version is refused naming the field and the versions read; the upload
@@ -27,6 +29,7 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 INJECT = '<img src=x onerror="alert(3)">'
+GENERATE = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
 
 
 class LogCount(logging.Handler):
@@ -84,6 +87,11 @@ def join(http: httpx.Client, url: str, fn_index, data: list | None = None) -> ht
     return http.post(f"{url}/gradio_api/queue/join", json=body)
 
 
+def fn_index(url: str, api_name: str) -> int:
+    deps = httpx.get(f"{url}/config", timeout=30).json()["dependencies"]
+    return next(d["id"] for d in deps if d.get("api_name") == api_name)
+
+
 def test_an_unknown_endpoint_is_a_404_naming_it_in_a_bounded_log(app, watched):
     counter, err = watched
     url = app[1]
@@ -136,6 +144,47 @@ def test_twenty_unknown_joins_cost_the_log_at_most_the_address_budget(app, watch
     lines = [r for r in counter.records if "unknown endpoint refused (404): fn_index" in r.getMessage()]
     assert len(lines) == min(20, LOG_CLIENT_MAX_LINES), [counter.format(r) for r in counter.records]
     quiet(counter, err(), 20)
+
+
+def test_a_menu_value_outside_its_choices_is_refused_naming_the_menu(app, watched):
+    counter, err = watched
+    url = app[1]
+    with httpx.Client(timeout=30) as http:
+        for tree in (INJECT, "tree 9-9-9", 3, ["chain"], {"a": 1}):
+            for route in ("call", "join"):
+                data = GENERATE[:-1] + [tree]
+                r = (http.post(f"{url}/gradio_api/call/generate", json={"data": data}) if route == "call"
+                     else join(http, url, fn_index(url, "generate"), data))
+                assert r.status_code == 400, (tree, r.text[:300])
+                detail = r.json()["detail"]
+                assert "token tree must be one of:" in detail and "chain" in detail and "auto: fastest" in detail, detail
+                assert "<" not in detail and "9-9-9" not in detail, detail
+    quiet(counter, err(), 10)
+
+
+def test_the_menu_check_reads_a_session_s_own_choices_and_leaves_our_menus_alone():
+    """``queue_refusal`` checks a plain menu as the job's session holds it (an event may have given it new
+    choices, which Gradio's own check reads), skips the menus that check themselves, and passes None."""
+    import gradio as gr
+
+    from specviz.ui.checks import CheckedDropdown, queue_refusal
+
+    with gr.Blocks():
+        plain = gr.Dropdown(["a", "b"], value="a", label="plain menu")
+        ours = CheckedDropdown(["a", "b"], value="a", label="our menu")
+        box = gr.Textbox()
+    fn = type("Fn", (), {"inputs": [plain, ours, box], "preprocess": True, "batch": False, "component_prop_inputs": []})()
+    assert queue_refusal(fn, ["a", "zzz", "zzz"]) is None
+    assert queue_refusal(fn, [None, "a", ""]) is None
+    title, message = queue_refusal(fn, ["c", "a", ""])
+    assert title == "Bad plain menu" and message == "plain menu must be one of: a, b.", (title, message)
+
+    class Session(dict):  # what Gradio's SessionState offers here: ``in`` and ``[]`` by block id
+        pass
+
+    updated = gr.Dropdown(["a", "b", "c"], label="plain menu", render=False)
+    assert queue_refusal(fn, ["c", "a", ""], Session({plain._id: updated})) is None
+    assert queue_refusal(fn, ["d", "a", ""], Session({plain._id: updated}))[1] == "plain menu must be one of: a, b, c."
 
 
 def test_an_upload_refused_part_way_leaves_the_connection_usable(app, watched, monkeypatch):

@@ -29,8 +29,11 @@ Refusals answer HTTP 429 with a message naming the limit, why, and when it lifts
 values in ``data`` than its endpoint takes is refused at once (HTTP 400 naming the count), where
 Gradio would queue it and fail it with ``error: null``. So is a job naming no event of the app (an unknown
 ``fn_index``: HTTP 404, where Gradio's push raised KeyError, answered 500 with two tracebacks, 99 log lines),
-in one log line within the per-address budget (``specviz.ui.server.note_request``). A job with no ``fn_index``
-is left to Gradio's own answer (400, "No function index provided.").
+and one with a value Gradio would fail on before the handler (``specviz.ui.checks.queue_refusal``: a plain
+menu's value outside its choices; HTTP 400 naming the menu and its choices, where Gradio logged a 25-line
+traceback and echoed the value unescaped). Each costs the log one line, within the per-address budgets
+(``specviz.ui.server.note_request``, ``specviz.ui.checks.note_refusal``). A job with no ``fn_index`` is left
+to Gradio's own answer (400, "No function index provided.").
 
 ``client_address`` (``specviz.ui.address``) tells visitors apart.
 """
@@ -47,7 +50,7 @@ from gradio import route_utils
 
 from specviz.ui import share
 from specviz.ui.address import client_address
-from specviz.ui.checks import excerpt
+from specviz.ui.checks import excerpt, note_refusal, queue_refusal
 from specviz.ui.limits import QUEUE_MAX, whole_number
 from specviz.ui.server import LogBudget, note_request
 from specviz.ui.sessions import SessionStore
@@ -115,7 +118,7 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
     """Install the admission rules on ``demo``'s queue (after ``demo.queue()``).
 
     A refused job is answered HTTP 429 with a message naming the limit, why, and when it lifts (HTTP 400 for a
-    job with too few values in ``data``; HTTP 404 for an unknown ``fn_index``)."""
+    job with too few values in ``data`` or a value ``queue_refusal`` refuses; HTTP 404 for an unknown ``fn_index``)."""
     queue = demo._queue
     push = queue.push
 
@@ -141,6 +144,10 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
             # Gradio would take the job and fail it with a bare "error: null"
             return False, (f"This endpoint takes {len(fn.inputs)} values in \"data\" (its controls, in the order /info lists); "
                            f"got {len(body.data) if isinstance(body.data, list) else 0}."), "error"
+        refused = queue_refusal(fn, body.data, getattr(store, "session_data", {}).get(session) if session else None)
+        if refused is not None:  # Gradio would fail it before the handler: a traceback logged, a message naming no field
+            note_refusal(*refused, address=address)
+            return False, html.escape(refused[1], quote=False), "error"
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if events is not None:
             size = limits.get(fn.concurrency_id) or queue.max_size or 32

@@ -1,7 +1,10 @@
 """Input checks: every value a visitor or a client sends is checked here before it is used, and a
 bad one becomes a ``gr.Error`` naming the field and its allowed range (never a traceback).
 
-Also the checked number widgets, which refuse a bad value before Gradio converts it.
+Also the checked number widgets, which refuse a bad value before Gradio converts it, and
+``queue_refusal``: a value Gradio itself would fail on with a logged traceback and a message that
+names no field (a plain menu's value outside its choices), refused before a job joins the queue
+(``specviz.ui.admission``).
 """
 
 from __future__ import annotations
@@ -68,11 +71,11 @@ def mistake(message: str, title: str) -> gr.Error:
     return gr.Error(html.escape(message, quote=False), title=html.escape(title, quote=False), print_exception=False)
 
 
-def note_refusal(title: str, message: str, budget: LogBudget | None = None) -> None:
-    """One log line for a refused request, at INFO, within ``budget`` (None: ``REFUSAL_LOGS``) for the
-    address of the request being handled (Gradio's, where it names one)."""
+def note_refusal(title: str, message: str, budget: LogBudget | None = None, address: str | None = None) -> None:
+    """One log line for a refused request, at INFO, within ``budget`` (None: ``REFUSAL_LOGS``) for ``address``
+    (None: the address of the request being handled, Gradio's, where it names one)."""
     budget = budget or REFUSAL_LOGS
-    address = client_address(LocalContext.request.get(None))
+    address = client_address(LocalContext.request.get(None)) if address is None else address
     n = budget.take(address)
     if n is not None:
         log.info("refused: %s: %s [from %s; line %d of at most %d per address in %s]", _CONTROL.sub(" ", title),
@@ -202,6 +205,11 @@ class CheckedTextbox(CheckedText, gr.Textbox):
         return "textbox"
 
 
+def choices_message(menu) -> str:
+    """What a menu (``gr.Dropdown``, ``gr.Radio``) takes: "<label> must be one of: <its choices>." (never the value sent)."""
+    return f"{menu.label} must be one of: {', '.join(str(v) for _, v in menu.choices)}."
+
+
 class CheckedChoice:
     """A menu that refuses a value of the wrong type with a message naming the control and its
     choices (Gradio's own check fails with a bare "Error" on a list or a dict)."""
@@ -209,7 +217,7 @@ class CheckedChoice:
     def preprocess(self, payload):
         values = [v for _, v in self.choices]
         if isinstance(payload, bool) or not isinstance(payload, (str, int, float)) or payload not in values:
-            raise mistake(f"{self.label} must be one of: {', '.join(map(str, values))}.", title=f"Bad {self.label}")
+            raise mistake(choices_message(self), title=f"Bad {self.label}")
         return super().preprocess(payload)
 
 
@@ -260,3 +268,43 @@ class CheckedFile(gr.File):
 
     def get_block_name(self) -> str:
         return "file"
+
+
+# Before a job joins the queue (``specviz.ui.admission``): a value Gradio itself checks between the queue and the handler,
+# where it fails with a logged traceback (25 lines a call) and a message that names no field (a menu's "Value: <the value,
+# unescaped> is not in the list of choices"). File inputs are left to Gradio's own checks: the page sends back uploads,
+# prepared recordings and downloads, and a check here of where such a file lies refused the page's own files.
+
+
+def _menu_refusal(menu, value) -> str | None:
+    """``choices_message`` for a plain Gradio menu's (``gr.Dropdown``, ``gr.Radio``) value outside its choices, as
+    Gradio's own check would fail it (None passes; a multiselect menu's list is checked value by value); None when the
+    value passes, the menu takes any value, or it is a menu of ours (``CheckedChoice``, which checks itself)."""
+    if isinstance(menu, CheckedChoice) or not isinstance(menu, (gr.Dropdown, gr.Radio)) or getattr(menu, "allow_custom_value", False):
+        return None
+    values = [v for _, v in menu.choices]
+    sent = value if getattr(menu, "multiselect", False) and isinstance(value, list) else [value]
+    ok = value is None or all(not isinstance(v, (bool, list, dict)) and v in values for v in sent)
+    return None if ok else choices_message(menu)
+
+
+def queue_refusal(fn, data: list, state=None) -> tuple[str, str] | None:
+    """(title, message) for the first of ``data`` (a job's values for the event ``fn``, Gradio's BlockFunction) that
+    Gradio would fail on before the handler runs: a plain menu's value outside its choices (``_menu_refusal``); None
+    when every value passes. ``state``: the job's session (Gradio's SessionState, or None): a control an earlier event
+    of that session updated (new choices) is checked as that session holds it, as Gradio's own check reads it. The
+    message names the field and what it takes, never the value sent (the caller escapes it: the page renders it)."""
+    if not getattr(fn, "preprocess", True) or getattr(fn, "batch", False):
+        return None
+    props = set(getattr(fn, "component_prop_inputs", None) or ())
+    for i, (component, value) in enumerate(zip(fn.inputs, data)):
+        if i in props or getattr(component, "stateful", False):
+            continue
+        try:
+            if state is not None and component._id in state:
+                component = state[component._id]
+        except (AttributeError, KeyError, TypeError):  # no session copy to read: the app's own control
+            pass
+        if message := _menu_refusal(component, value):
+            return excerpt(f"Bad {component.label}", EXCERPT_CHARS), excerpt(message, MESSAGE_MAX_CHARS)
+    return None
