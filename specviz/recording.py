@@ -199,22 +199,28 @@ def _build() -> str:
 
 
 def made_by_here(device: str = "cpu") -> dict:
-    """What is recording now: the machine (the GPU's name on CUDA; else the CPU's model, its bf16 instructions
-    and torch's threads), the build (specviz's version, and its commit when it runs from a git checkout), torch's
-    version and ``specviz.engine.ENGINE_VERSION``."""
+    """What is recording now: the machine (``_machine``), the build (specviz's version, and its commit when it runs
+    from a git checkout), torch's version and ``specviz.engine.ENGINE_VERSION``."""
     import torch
 
     from specviz.engine import ENGINE_VERSION
+
+    return {"machine": _machine(str(device))[:MADE_BY_CHARS], "build": _build()[:MADE_BY_CHARS],
+            "torch": torch.__version__[:MADE_BY_CHARS], "engine_version": ENGINE_VERSION}
+
+
+@functools.cache
+def _machine(device: str) -> str:
+    """The GPU's name on CUDA; else the CPU's model, its bf16 instructions and torch's threads (read once a process:
+    every finished run of the page records it)."""
+    import torch
+
     from specviz.pair.precision import bf16_instructions, cpu_flags, cpu_model
 
-    if str(device).startswith("cuda") and torch.cuda.is_available():
-        machine = f"{torch.cuda.get_device_name(torch.device(device))} (CUDA)"
-    else:
-        bf16 = bf16_instructions(cpu_flags())
-        machine = (f"{cpu_model()}, {'with ' + ' and '.join(bf16) if bf16 else 'no bf16 instructions'}, "
-                   f"{torch.get_num_threads()} threads")
-    return {"machine": machine[:MADE_BY_CHARS], "build": _build()[:MADE_BY_CHARS], "torch": torch.__version__[:MADE_BY_CHARS],
-            "engine_version": ENGINE_VERSION}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(torch.device(device))} (CUDA)"
+    bf16 = bf16_instructions(cpu_flags())
+    return f"{cpu_model()}, {'with ' + ' and '.join(bf16) if bf16 else 'no bf16 instructions'}, {torch.get_num_threads()} threads"
 
 
 __all__ = ["MAX_BYTES", "Recording", "Sweep", "SweepPoint", "made_by_here"]

@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from specviz import metrics
+from specviz.records.speedup import _time_at
 from specviz.trace import Trace
 
 BLUE, VERMILLION, ORANGE, GREEN, GREY = "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#BBBBBB"
@@ -173,12 +174,13 @@ def round_times(spec: Trace) -> list[tuple[float, float, float]]:
 
 
 def target_alone_ms(baseline: Trace | None) -> float | None:
-    """The target alone's time per token in ms: its decoding time (from the prefill's end to its last round's end,
-    its sampling and bookkeeping included) over the tokens it decoded, as the headline's speedup counts it
-    (``specviz.records.speedup``); None without a baseline or a round."""
+    """The target alone's time per token in ms: its decoding time for all its tokens (prefill excluded, its sampling
+    and bookkeeping included) over those tokens, as the headline's speedup counts it (``specviz.records.speedup``);
+    None without a baseline or a round."""
     if baseline is None or not baseline.rounds:
         return None
-    return metrics.step_ms(baseline.rounds[-1].end_ms - baseline.prefill_ms, sum(len(r.emitted_ids) for r in baseline.rounds))
+    tokens = sum(len(r.emitted_ids) for r in baseline.rounds)
+    return metrics.step_ms(_time_at(baseline, tokens) - _time_at(baseline, 0), tokens)
 
 
 def round_costs_figure(spec: Trace, baseline: Trace | None = None) -> go.Figure:
