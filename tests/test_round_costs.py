@@ -36,6 +36,9 @@ def test_the_mark_is_the_target_alone_for_the_rounds_tokens(rec):
     alone = round_costs_figure(spec, base).data[3]
     assert list(alone.y) == pytest.approx([step * len(r.emitted_ids) for r in spec.rounds])
     assert f"{step:.1f} ms a token" in alone.name
+    from specviz.views.charts import VERMILLION
+
+    assert alone.marker.color == VERMILLION  # the red mark the title names
 
 
 def test_without_a_baseline_only_the_bars(rec):

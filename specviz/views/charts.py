@@ -198,7 +198,7 @@ def round_costs_figure(spec: Trace, baseline: Trace | None = None) -> go.Figure:
     if step is not None:
         fig.add_trace(go.Scatter(x=xs, y=[step * len(r.emitted_ids) for r in spec.rounds], mode="markers",
                                  name=f"the target alone for the round's tokens ({step:.1f} ms a token)",
-                                 marker=dict(symbol="line-ew-open", size=16, line=dict(width=3, color=VERMILLION))))
+                                 marker=dict(symbol="line-ew-open", size=16, color=VERMILLION, line=dict(width=3, color=VERMILLION))))
     fig.update_layout(barmode="stack")
     return style_figure(fig, "Time per round: a round pays where its bar stays under the red mark"
                         if step is not None else "Time per round", "round", "ms")

@@ -292,7 +292,7 @@ WHATIF_DEFAULT = {"alpha": 0.6, "gamma": 4, "c": 0.1, "v": 1.2}
 
 def whatif_values(spec: Trace | None, baseline: Trace | None) -> dict[str, float]:
     """The what-if sliders' values for a run: its alpha, typical gamma, c and v where measured (clipped to the sliders'
-    ranges, ``WHATIF``), else ``WHATIF_DEFAULT``'s."""
+    ranges, ``WHATIF``, and rounded to their steps), else ``WHATIF_DEFAULT``'s."""
     out = dict(WHATIF_DEFAULT)
     if spec is not None and baseline is not None and not spec.has_tree:
         from specviz.views.stats import summary, verify_cost_shown
@@ -301,8 +301,9 @@ def whatif_values(spec: Trace | None, baseline: Trace | None) -> dict[str, float
         found = {"alpha": s["alpha"], "gamma": s["gamma"], "c": s["cost_coefficient"], "v": verify_cost_shown(s)}
         for key, value in found.items():
             if value is not None:
-                lo, hi, _ = WHATIF[key]
-                out[key] = min(max(value, lo), hi)
+                lo, hi, step = WHATIF[key]
+                out[key] = round(min(max(value, lo), hi) / step) * step  # on the slider's steps, as a slider shows it
+                out[key] = int(out[key]) if isinstance(step, int) else round(out[key], 2)
     return out
 
 
