@@ -407,3 +407,36 @@ def test_judging_on_the_columns_with_mass_is_judging_on_the_whole_vocabulary(rul
                 assert (fast["top_p"][i], fast["top_q"][i]) == pytest.approx((slow["top_p"][i], slow["top_q"][i]), abs=1e-6)
         corrections += sum(1 for slot, child in enumerate(fast["accepted_child"]) if child < 0 and slot == 0)
     assert used >= 60 and corrections >= 5  # the column path ran, and rounds ended in corrections at the root
+
+
+def test_a_tree_round_records_the_drafters_entropy_and_the_figure_draws_it():
+    """Each node keeps H(q) in bits of the q it was drawn from: round 1's depth-1 nodes the drafter's
+    entropy after the context (recomputed here from the drafter's own logits at T 1), drawn under the
+    pending token; every drawn entropy label is its children's recorded value."""
+    from specviz.views.tree import tree_figure
+
+    drafter, target = models("different")
+    trace = _tree_trace()
+    before = len(trace.output_ids) - sum(len(r.emitted_ids) for r in trace.rounds)  # the prefill's token(s)
+    context = torch.tensor([PROMPT + trace.output_ids[:before]])
+    with torch.no_grad():
+        q = torch.softmax(drafter(context).logits[0, -1].double(), dim=-1)
+    h = float(-(q * q.log2()).sum())
+    first = trace.rounds[0].tree
+    assert [n.q_entropy for n in first.nodes if n.depth == 1] == pytest.approx([h] * sum(n.depth == 1 for n in first.nodes), abs=1e-4)
+    assert all(0 <= n.q_entropy <= 3 for r in trace.rounds for n in r.tree.nodes)  # a vocabulary of 8: log2 8 = 3 bits
+    for k, r in enumerate(trace.rounds):
+        (labels,) = [t for t in tree_figure(trace, k).data if t.name and t.name.startswith("H(q)")]
+        parents = sorted({n.parent for n in r.tree.nodes})
+        first_child = {p: next(n for n in r.tree.nodes if n.parent == p) for p in parents}
+        assert list(labels.text) == [f"H {first_child[p].q_entropy:.2f}" for p in dict.fromkeys(n.parent for n in r.tree.nodes)]
+    # a recording made before the entropy was kept still loads and draws, without the labels
+    d = trace.to_dict()
+    for r in d["rounds"]:
+        for n in r["tree"]["nodes"]:
+            del n["q_entropy"]
+    old = Trace.from_dict(d)
+    assert not [t for t in tree_figure(old, 0).data if t.name and t.name.startswith("H(q)")]
+    d["rounds"][0]["tree"]["nodes"][0]["q_entropy"] = 21.0  # over log2 of the largest vocabulary a recording may name
+    with pytest.raises(ValueError, match="q_entropy.*from 0 to 20"):
+        Trace.from_dict(d)

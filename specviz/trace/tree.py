@@ -57,6 +57,9 @@ class TreeNode:
             (the product of the residual's normalisers, = the chance that they were all
             rejected); 1 for the first child; None when never tested.
         source: for a prompt-lookup copy, the position in the sequence it was copied from.
+        q_entropy: the drafter's entropy H(q) = -sum_x q(x) log2 q(x), in bits, of the q at the
+            parent this node was drawn from (shared by its siblings); None for prompt lookup
+            (a one-hot copy) and in recordings made before it was kept.
     """
 
     token_id: int
@@ -71,6 +74,7 @@ class TreeNode:
     u: float | None = None
     mass: float | None = None
     source: int | None = None
+    q_entropy: float | None = None
 
 
 @dataclass(slots=True)
@@ -159,6 +163,8 @@ def check_tree(tree: TreeRecord, where: str, path_tokens: list[int], max_depth: 
         _unit(n.u, f"{at}.u", upper_open=True)
         if n.source is not None and (isinstance(n.source, bool) or n.source < 0):
             raise _fail(f"{at}.source", "must be a position >= 0")
+        if n.q_entropy is not None and (not math.isfinite(n.q_entropy) or not 0 <= n.q_entropy <= math.log2(max_token) + TOLERANCE):
+            raise _fail(f"{at}.q_entropy", f"must be an entropy in bits from 0 to {math.log2(max_token):g} (log2 of the largest vocabulary allowed)")
         if n.verdict == "discarded":
             continue
         if n.u is None or n.accept_prob is None or n.p_residual is None:

@@ -64,7 +64,8 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
     """Round ``index`` (0-based) of a tree trace as a plotly figure: every node at its depth,
     coloured by verdict and labelled with its token and, once tested, its acceptance probability (the test: min(1,
     p'/q) with replacement, p' without), the accepted path bold, hover for p, q, p', the test and u, and the share
-    of p the earlier siblings left (the residual's mass); the final token closes the path.
+    of p the earlier siblings left (the residual's mass); under each node with children the drafter's
+    entropy H(q) in bits there (``TreeNode.q_entropy``); the final token closes the path.
 
     Raises:
         IndexError: ``index`` outside the trace's rounds. ValueError: the round has no tree.
@@ -106,7 +107,8 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
             hover.append(escape(
                 f"“{_visible(n.text)}” (id {n.token_id}), depth {n.depth}: {label}\n"
                 f"p(x) = {n.p:.4f}   q(x) = {n.q:.4f}\np'(x) = {_fmt(n.p_residual)}   test = {_fmt(n.accept_prob)}   u = {_fmt(n.u)}\n"
-                f"share of p left by earlier siblings = {_fmt(n.mass)}").replace("\n", "<br>"))
+                f"share of p left by earlier siblings = {_fmt(n.mass)}"
+                + (f"\ndrawn where the drafter's entropy H(q) = {n.q_entropy:.2f} bits" if n.q_entropy is not None else "")).replace("\n", "<br>"))
         fig.add_trace(go.Scatter(
             x=[pos[i][0] for i in idx], y=[pos[i][1] for i in idx], mode="markers+text", name=label,
             marker=dict(size=[20 if i in on_path else 14 for i in idx], color=VERDICT_COLOURS[verdict], symbol=VERDICT_SYMBOLS[verdict],
@@ -117,6 +119,7 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
                   + (f" · {tree.nodes[i].accept_prob:.2f}" if tree.nodes[i].accept_prob is not None else "") for i in idx],
             textposition=["top center" if i in on_path else "middle right" for i in idx],
             textfont=dict(family="ui-monospace, monospace", size=12), hovertext=hover, hoverinfo="text"))
+    _entropy_labels(fig, tree, pos)
     if r.final_token_id is not None:
         colour = {"correction": ORANGE, "bonus": GREEN}.get(r.final_kind or "", "#555")
         where = "last residual p'" if r.final_kind == "correction" else "p"
@@ -137,6 +140,24 @@ def tree_figure(trace: Trace, index: int) -> go.Figure:
     fig.update_layout(title_subtitle=dict(text="<br>".join(wrap(rule, 48)), font=dict(size=12, color="#555")),
                       margin=dict(t=TOOLBAR_PX + 44 + 34), hoverlabel=dict(align="left"))
     return legend_room(fig, max(160, 38 * rows + 40))  # a row clears a path label above its node
+
+
+def _entropy_labels(fig: go.Figure, tree, pos: dict) -> None:
+    """Under every node that has children (the pending token included), the drafter's entropy H(q) in
+    bits at that node: how spread the distribution its children were drawn from was (``TreeNode.q_entropy``
+    of its first child; siblings share it). Nothing for prompt lookup or recordings without it."""
+    at: dict[int, float] = {}
+    for n in tree.nodes:
+        if n.q_entropy is not None:
+            at.setdefault(n.parent, n.q_entropy)
+    if not at:
+        return
+    fig.add_trace(go.Scatter(
+        x=[pos[k][0] for k in at], y=[pos[k][1] for k in at], mode="text", name="H(q): drafter's entropy (bits)",
+        text=[f"H {h:.2f}" for h in at.values()], textposition="bottom center",
+        textfont=dict(family="ui-monospace, monospace", size=10, color="#666"),
+        hovertext=[f"the drafter's entropy where these children were drawn: H(q) = {h:.2f} bits" for h in at.values()],
+        hoverinfo="text"))
 
 
 def depth_figure(*traces: Trace, names: list[str] | None = None) -> go.Figure:

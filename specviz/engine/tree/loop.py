@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+import math
+
 import torch
 
 from specviz.engine import rejection
@@ -91,7 +93,7 @@ def tree_stream(
                 logits = masked_logits(runner, seq, n - 1, tokens, positions, ancestor_matrix(slot_parents).to(device), len(slot_parents),
                                        windowed=not fault.window_ignored)
                 # 3. Judge every node's children; each node's final token.
-                host = _verdicts(logits, drafted, sampling, warpers, gen, fault, top_k).fetch()
+                host = _verdicts(logits, drafted, sampling, warpers, gen, fault, top_k, record).fetch()
                 t2 = clock.mark()
                 if not host["finite"][0]:
                     raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
@@ -134,13 +136,16 @@ def tree_stream(
             clock.resume(suspended)
 
 
-def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warpers, gen, fault: TreeFault, top_k: int) -> Transfer:
+def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warpers, gen, fault: TreeFault, top_k: int,
+              record: bool = True) -> Transfer:
     """Step 3 of a round: every node's verdict, each slot's final token and, for the records, each
     slot's ``top_k`` tokens of the p' its final token came from, packed for one transfer.
 
     ``logits``: (N + 1, V) the verify pass's, slot 0 the pending token. Greedy runs (no fault
     planted) judge from each slot's argmax alone (``judge_greedy``); the others through the
-    target's processed p at every slot (``judge``).
+    target's processed p at every slot (``judge``). With ``record``, each node's drafter entropy
+    H(q) = -sum_x q(x) log2 q(x) in bits over the q it was drawn from (``q_entropy``: (N,), its
+    parent's; none for prompt lookup, whose q is one-hot).
     """
     transfer = Transfer()
     device = logits.device
@@ -164,6 +169,11 @@ def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warp
         transfer.add(key, judged[key])
     transfer.add("tokens", drafted.tokens)
     transfer.add("finite", finite)
+    if record and drafted.q is not None and drafted.size:
+        q_all = drafted.q.float()
+        # clamped to [0, log2 V]: float32 sums over V terms stray by their last bits
+        entropy = -(q_all * q_all.clamp_min(1e-30).log2()).sum(dim=-1)
+        transfer.add("q_entropy", entropy.clamp(0.0, math.log2(q_all.shape[-1])))
     if not top_k:
         return transfer
     slots = logits.shape[0]
@@ -240,6 +250,7 @@ def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[in
             u=host["u"][i] if verdict != "discarded" else None,
             mass=min(1.0, host["mass"][i]) if verdict != "discarded" else None,
             source=drafted.sources[i] if drafted.sources else None,
+            q_entropy=host["q_entropy"][i] if "q_entropy" in host else None,
         ))
     drafts = [Draft(token_id=nodes[i].token_id, text=nodes[i].text, q=nodes[i].q, p=nodes[i].p, accept_prob=nodes[i].accept_prob,
                     u=nodes[i].u, verdict="accepted", source=nodes[i].source) for i in path]
