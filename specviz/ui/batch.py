@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gradio as gr
 
 from specviz.measure.throughput import batch_sizes_up_to
@@ -16,6 +18,7 @@ from specviz.ui.pairs import ensure_pair
 from specviz.ui.sizing import batch_steps, sized
 from specviz.ui.request import RunRequest
 from specviz.views.batch import batch_figure, batch_lanes_html
+from specviz.views.text import left_at_pace
 
 
 def _form(main) -> str:
@@ -53,13 +56,13 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
     yield dict(batch_status=doing + note)  # what runs, at once
     halt = Halt(request, BATCH_SECONDS_MAX)
     main, points = None, []
+    started = time.monotonic()
     try:
         with state.job(halt.session), halt.device_turn() as turn:  # its turn and share of the device (specviz.ui.share)
             for main, points in batch_on_device(req, prompts, size, halt.for_device(), device_owner=state.device_owner(request)) if turn.started else ():
                 if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                     break
-                status = (f"Measured {_measured(points)} of {2 * len(sizes)} batches (batch sizes {listed}, two runs each, "
-                          "speculative and autoregressive in turns)…")
+                status = _progress(_measured(points), 2 * len(sizes), listed, time.monotonic() - started)
                 yield _shown(main, points, size, halt) | dict(batch_status=status)
         if halt.reason == GONE:
             return  # nobody listens
@@ -75,6 +78,15 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
         yield _shown(main, points, size, halt) | dict(batch_status=status)
     finally:
         free_memory(None if not on_zerogpu() else "cpu")
+
+
+def _progress(measured: int, total: int, listed: str, elapsed_s: float) -> str:
+    """"Measured k of K batches (...) in T s; about R s left at that pace…": R from the batches measured so far
+    (``specviz.views.text.left_at_pace``; the first, the full batch decoded, is timed in T too)."""
+    left = left_at_pace(measured, total, elapsed_s)
+    timing = f" in {elapsed_s:.0f} s; {left}" if left else ""
+    return (f"Measured {measured} of {total} batches (batch sizes {listed}, two runs each, speculative and autoregressive "
+            f"in turns){timing}…")
 
 
 def _measured(points) -> int:

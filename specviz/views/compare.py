@@ -11,7 +11,7 @@ from specviz.records.kinds import LABELS as DRAFTER_LABELS
 from specviz.records.speedup import estimate
 from specviz.views.charts import style_figure
 from specviz.views.stats import spread_words
-from specviz.views.text import run_label
+from specviz.views.text import left_at_pace, run_label
 from specviz.views.tokens import tokens_html
 
 COLOURS = {"model": "#0072B2", "argmax": "#56B4E9", "ngram": "#009E73", "early-exit": "#CC79A7", "quantized": "#E69F00", "eagle": "#D55E00",
@@ -87,11 +87,11 @@ def compare_html(comparison, kinds=None, tree: bool = False, stopped: str | None
 def progress_line(done: int, total: int, elapsed_s: float | None) -> str:
     """"k of K kinds done in T s; about R s left at that pace" while kinds remain (R: the mean time of a kind done
     so far, its baseline included, times the kinds left); "" when all are done or nothing is timed yet."""
-    if elapsed_s is None or done <= 0 or done >= total:
+    left = left_at_pace(done, total, elapsed_s)
+    if not left:
         return ""
-    left = elapsed_s / done * (total - done)
     return (f'<p class="sv-compare-progress" style="color:#555;font-size:13px;margin:0 0 6px;">{done} of {total} kinds done in '
-            f"{elapsed_s:.0f} s; about {left:.0f} s left at that pace (each kind runs beside its own baseline).</p>")
+            f"{elapsed_s:.0f} s; {left} (each kind runs beside its own baseline).</p>")
 
 
 def _versus_generate(comparison, asked: int | None) -> str:

@@ -45,3 +45,12 @@ def run_label(trace) -> str:
     if name == "confidence":
         return f"{label}, gamma up to {gamma} while max q >= {schedule.get('threshold')}"
     return f"{label}, {name} gamma from {gamma}"
+
+
+def left_at_pace(done: int, total: int, elapsed_s: float | None) -> str:
+    """"about R s left at that pace": R the mean time of a step done so far (``elapsed_s`` / ``done``) times the
+    ``total - done`` steps left, rounded to whole seconds; "" when nothing is timed yet or nothing is left."""
+    if elapsed_s is None or done <= 0 or done >= total:
+        return ""
+    return f"about {elapsed_s / done * (total - done):.0f} s left at that pace"
+
