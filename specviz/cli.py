@@ -110,9 +110,17 @@ def tree_and_gamma(args, pair, drafter, sampling):
     tree = tree_for(args)
     if tree != "auto":
         return tree, args.gamma
+    from tqdm.auto import tqdm
+
     from specviz.pair.auto_tree import auto_for_pair
 
-    auto = auto_for_pair(pair, drafter, sampling, max_new_tokens=min(64, args.max_new_tokens))
+    with tqdm(desc="auto tree: calibrating", unit="part", file=sys.stderr, leave=False) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        auto = auto_for_pair(pair, drafter, sampling, max_new_tokens=min(64, args.max_new_tokens), progress=progress)
     print(auto.choice.sentence(), file=sys.stderr)
     return auto.tree, auto.gamma
 

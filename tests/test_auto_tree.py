@@ -9,6 +9,7 @@ output law is in tests/test_tree_exactness.py.
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -257,13 +258,13 @@ def test_auto_tree_calibrates_once_then_reads_the_disk_cache(tmp_path, monkeypat
     model, target = models("similar")
     drafter = make_drafter("model", drafter_model=model, target=target)  # a drafter that names its kind (a bare model is never stored)
     calls = []
-    real = pair_auto.calibrate
+    real = pair_auto.calibrate_steps
 
     def counted(*a, **k):
         calls.append(1)
-        return real(*a, **k)
+        return (yield from real(*a, **k))
 
-    monkeypatch.setattr(pair_auto, "calibrate", counted)
+    monkeypatch.setattr(pair_auto, "calibrate_steps", counted)
     args = dict(max_new_tokens=8, max_nodes=6, max_depth=3)
     first = pair_auto.auto_tree(drafter, target, [PROMPT], Sampling(0.0), 8, key=("lab", "cpu"), **args)
     pair_auto._CACHE.clear()  # a new process: only the disk remembers
@@ -505,9 +506,10 @@ def test_the_runs_time_limit_starts_after_the_auto_trees_calibration(monkeypatch
 
     def slow_calibration(*args, stop=None, **kwargs):
         time.sleep(2.5)
+        yield 1, 1
         return SimpleNamespace(tree=None, gamma=3, choice=SimpleNamespace(sentence=lambda: "auto: chain of gamma 3"), record=lambda: None)
 
-    monkeypatch.setattr(pair_auto, "auto_for_pair", slow_calibration)
+    monkeypatch.setattr(pair_auto, "auto_for_pair_steps", slow_calibration)
     monkeypatch.setattr(device, "RUN_SECONDS_MAX", 1.0)
     events = list(device.run_on_device(_run_request(AUTO)))
     assert events[-1][0] == "done"
@@ -538,25 +540,25 @@ def test_stop_during_the_pages_calibration_ends_the_job_before_any_run(tmp_path,
         return len(asks) >= 3
 
     events = list(device.run_on_device(_run_request(AUTO), stop_at_third))
-    assert [e[0] for e in events] == ["calibrating"] and len(asks) == 3
+    assert events[0][0] == "calibrating" and {e[0] for e in events[1:]} <= {"calibration"} and len(asks) == 3
     assert not pair_auto._CACHE
 
     # The handler: Stop pressed while the calibration runs.
-    real = pair_auto.calibrate
+    real = pair_auto.calibrate_steps
     session = "calibration-stop-test"
 
     def press_stop_then_calibrate(*args, stop=None, **kwargs):
         state.stop_asked.add(session)
-        return real(*args, stop=stop, **kwargs)
+        return (yield from real(*args, stop=stop, **kwargs))
 
-    monkeypatch.setattr(pair_auto, "calibrate", press_stop_then_calibrate)
+    monkeypatch.setattr(pair_auto, "calibrate_steps", press_stop_then_calibrate)
     shown = list(generate.generate("embedded", "def f(n):", 4, 0, 0, 1.0, 16, 0, False, "", "", "model", "constant", 1.0, AUTO,
                                    progress=lambda *a, **k: None, request=SimpleNamespace(session_hash=session)))
     state.stop_asked.discard(session)
     assert shown[0]["status"].startswith("Token tree auto: measuring") and shown[-1]["status"] == "Stopped by you before the first round."
 
     # Its own cap: at 0 s it ends at the first ask, and the visitor is told which field and what to choose.
-    monkeypatch.setattr(pair_auto, "calibrate", real)
+    monkeypatch.setattr(pair_auto, "calibrate_steps", real)
     monkeypatch.setattr(tree, "CALIBRATION_SECONDS_MAX", 0.0)
     with pytest.raises(gr.Error) as err:
         list(device.run_on_device(_run_request(AUTO)))
@@ -604,9 +606,45 @@ def test_this_processs_calibrations_are_bounded(monkeypatch):
     from specviz.pair import auto_tree as at
 
     monkeypatch.setattr(at, "_CACHE", at.OrderedDict())
-    monkeypatch.setattr(at, "calibrate", lambda *a, **k: "calibration")
+    def calibration(*a, **k):
+        return "calibration"
+        yield
+
+    monkeypatch.setattr(at, "calibrate_steps", calibration)
     monkeypatch.setattr(at, "decide", lambda cal, *a: cal)
     for t in range(at.MEMORY_ENTRIES + 5):
         at.auto_tree(object(), object(), [[1]], Sampling(temperature=0.3 + t / 100), 16, key=("pair", "cpu"))
     assert len(at._CACHE) == at.MEMORY_ENTRIES
     assert [k[2] for k in at._CACHE][-1] == json.dumps(Sampling(temperature=0.3 + (at.MEMORY_ENTRIES + 4) / 100).to_dict(), sort_keys=True)
+
+
+@pytest.mark.slow
+def test_the_pages_calibration_takes_device_steps_and_says_how_far_it_got(tmp_path, monkeypatch):
+    """Issue 59/61: the auto tree's calibration is cut into steps, each one ``next`` of the device half (so the device
+    thread runs other visitors' steps between them, ``specviz.serving.device_thread``), and its status says how many
+    of its parts are measured and about how long the rest take. Its parts count up to all of them, and the choice is
+    the one the calibration run at once makes."""
+    from specviz.engine.stopping import run_steps
+    from specviz.ui import device
+    from specviz.ui.tree import AUTO
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(pair_auto, "_CACHE", {})
+    monkeypatch.setattr(device, "STREAM_INTERVAL_MS", 0.0)  # every step says how far it got
+    events = list(device.run_on_device(_run_request(AUTO)))
+    steps = [e for e in events if e[0] == "calibration"]
+    told = [re.search(r"Measured (\d+) of (\d+) parts in \d+ s", e[2]) for e in steps]
+    assert len(steps) > 10 and all(told)
+    done = [int(m[1]) for m in told]
+    total = int(told[0][2])
+    assert done == sorted(done) and done[-1] == total and all(int(m[2]) == total for m in told)
+    assert any("left at that pace" in e[2] for e in steps)
+    assert events[-1][0] == "done"
+    # the steps compute what the call at once does (greedy: the same texts, so the same counts)
+    drafter, target = models("similar")
+    args = dict(max_new_tokens=12, max_depth=4, max_nodes=8, refine=0)  # a refinement follows the timings: no fixed counts
+    told_at_once = []
+    at_once = calibration.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, progress=lambda *t: told_at_once.append(t), **args)
+    stepped = run_steps(calibration.calibrate_steps(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, **args))
+    assert (at_once.rank_counts, at_once.chain_counts) == (stepped.rank_counts, stepped.chain_counts)
+    assert told_at_once[-1][0] == told_at_once[-1][1]

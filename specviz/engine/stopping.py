@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from specviz.trace import STOPPED  # the stop_reason of a trace its caller ended early, defined with the trace
 
 StopCheck = Callable[[], bool]
+# A long step's progress, told to its caller as it goes: (parts done, parts in all), e.g. a calibration's passes.
+ProgressReport = Callable[[int, int], None]
 
 
 class Stopped(Exception):
@@ -34,6 +36,19 @@ def asked(stop: StopCheck | None) -> bool:
 def either(*checks: StopCheck | None) -> StopCheck:
     """A stop check that answers True when any of ``checks`` does (None: never), asked in order."""
     return lambda: any(asked(c) for c in checks)
+
+
+def run_steps(steps, progress: ProgressReport | None = None):
+    """Run a long step's generator to its end and return its value: ``steps`` yields between short pieces of work
+    (a server's device thread runs other jobs' steps there; ``specviz.serving.device_thread``), each item a
+    (parts done, parts in all) told to ``progress`` (None: nobody; an item None is told to nobody)."""
+    while True:
+        try:
+            told = next(steps)
+        except StopIteration as end:
+            return end.value
+        if progress is not None and told is not None:
+            progress(*told)
 
 
 def finish(stream, stop: StopCheck | None = None):

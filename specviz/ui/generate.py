@@ -124,6 +124,9 @@ def _shown(event: tuple, req: RunRequest, session: str | None, owner: Owner):
         # The previous run's verdict, export, text, numbers and tree tables are not this run's: cleared while the
         # calibration measures (a calibration stopped or given way leaves no run, and they stayed under its status).
         yield dict(status=event[2], headline=CALIBRATING_HEADLINE, export_file=None, **cleared_run())
+    elif kind == "calibration":
+        if event[2]:  # the calibration's progress; a step without news changes nothing
+            yield dict(status=event[2])
     elif kind == "round":
         status = f"Speculative decoding: round {len(spec.rounds)}, {len(spec.output_ids)} tokens (the baseline runs in turns beside it)…"
         out = dict(tokens=tokens_html(spec), stats=stats_html(spec, pending=True), status=status, recording=Recording(spec, title=event[2]),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specviz.recording import Recording
-from specviz.engine.stopping import Deadline, StopCheck, Stopped, either
+from specviz.engine.stopping import Deadline, ProgressReport, StopCheck, Stopped, either, run_steps
 from specviz.engine.tree.spec import TreeSpec
 from specviz.ui.checks import mistake
 from specviz.ui.limits import CALIBRATION_SECONDS_MAX
@@ -44,25 +44,33 @@ def resolve_tree(choice: str, pair, drafter, sampling, gamma: int, stop: StopChe
     return resolve(choice, pair, drafter, sampling, gamma, stop)[:3]
 
 
-def resolve(choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | None = None) -> tuple[TreeSpec | None, int, str, dict | None]:
+def resolve(choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | None = None,
+            progress: ProgressReport | None = None) -> tuple[TreeSpec | None, int, str, dict | None]:
     """``resolve_tree``'s three, and for auto the choice's record (``AutoTree.record``: plain data a
     recording keeps and the Theory tab draws from; None otherwise).
 
     Auto's calibration (when this pair, device, drafter and sampling have none cached) runs inside the
     visitor's job: it asks ``stop`` (the job's check: Stop, a client gone, its device share) after every
-    round, and ends at CALIBRATION_SECONDS_MAX of its own.
+    round, and ends at CALIBRATION_SECONDS_MAX of its own; it tells ``progress`` (parts done, parts in all) as it goes.
 
     Raises:
         specviz.engine.stopping.Stopped: ``stop`` asked to end during the calibration (its caller knows why).
         gr.Error: the calibration reached CALIBRATION_SECONDS_MAX (the message names the field and the choices left).
     """
+    return run_steps(resolve_steps(choice, pair, drafter, sampling, gamma, stop), progress)
+
+
+def resolve_steps(choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | None = None):
+    """``resolve`` as steps (``specviz.engine.stopping.run_steps``): for auto, yields the calibration's (parts done,
+    parts in all) between its pieces of work, so the device thread runs other visitors' steps between them
+    (``specviz.serving.device_thread``); returns ``resolve``'s four. Raises as ``resolve``."""
     if choice != AUTO:
         return tree_spec(choice), gamma, "", None
-    from specviz.pair.auto_tree import auto_for_pair
+    from specviz.pair.auto_tree import auto_for_pair_steps
 
     cap = Deadline.after(CALIBRATION_SECONDS_MAX)
     try:
-        auto = auto_for_pair(pair, drafter, sampling, max_new_tokens=32, max_nodes=32, stop=either(stop, cap))
+        auto = yield from auto_for_pair_steps(pair, drafter, sampling, max_new_tokens=32, max_nodes=32, stop=either(stop, cap))
     except Stopped:
         if not cap():
             raise

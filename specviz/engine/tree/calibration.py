@@ -35,7 +35,7 @@ from specviz import theory as chain_theory
 from specviz.engine.rounds import held
 from specviz.engine.runner import make_runner
 from specviz.engine.sampling import Sampling, contexts
-from specviz.engine.stopping import StopCheck, Stopped, asked, finish
+from specviz.engine.stopping import ProgressReport, StopCheck, Stopped, asked, run_steps
 from specviz.engine.tree.attention import ancestor_matrix, masked_logits
 from specviz.engine.tree.spec import TreeSpec
 from specviz.theory import sequoia
@@ -211,7 +211,7 @@ def _overhead(chains, trees, step_ms: float, curve: dict[int, float]) -> dict[fl
 
 def calibrate_by_runs(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
                       max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
-                      stop: StopCheck | None = None) -> Calibration:
+                      stop: StopCheck | None = None, progress: ProgressReport | None = None) -> Calibration:
     """Measure every input of the choice on ``prompts`` from short runs, then refine it: the calibration of
     a drafter teacher forcing cannot read in one pass (prompt lookup, EAGLE, a drafter with its own tokenizer).
 
@@ -231,31 +231,54 @@ def calibrate_by_runs(drafter, target, prompts: list[list[int]], sampling: Sampl
         cached: the KV cache v(n) is timed over (as ``specviz.engine.cache.make_runner``).
         stop: asked after every round of every run and before every timed pass size (None: never); the
             calibration is work a visitor's job can start, so it ends within the round under way when asked.
+        progress: told (runs done, runs in all) after every round and every timed repeat (None: nobody); the
+            refinement's runs count in "in all" at their most (``refine`` x the prompts), so the count may end early.
 
     Raises:
         ValueError: no prompts, or a run that never drafted (no acceptance to measure).
         specviz.engine.stopping.Stopped: ``stop`` asked to end (nothing is kept: the choice needs every run).
     """
+    return run_steps(calibrate_by_runs_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed,
+                                             cached, refine, stop), progress)
+
+
+def calibrate_by_runs_steps(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
+                            max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
+                            stop: StopCheck | None = None):
+    """``calibrate_by_runs`` as steps (``specviz.engine.stopping.run_steps``): a generator that yields (runs done, runs in
+    all) after every round of every run and every timed repeat, so a server's device thread can run other jobs'
+    steps between them, and returns the Calibration. Arguments and errors as ``calibrate_by_runs``."""
     from specviz.engine.chain import autoregressive_stream, speculative_stream
-
-    def autoregressive_generate(ids, target, **kwargs):
-        return finish(autoregressive_stream(ids, target, **kwargs), stop)
-
-    def speculative_generate(ids, drafter, target, **kwargs):
-        return finish(speculative_stream(ids, drafter, target, **kwargs), stop)
 
     if not prompts:
         raise ValueError("calibration needs at least one prompt")
+    parts = _Parts(2 + (3 + refine) * len(prompts))
+
+    def run(stream):
+        last = None
+        for last in stream:
+            if asked(stop):
+                raise Stopped
+            yield parts.now()
+        parts.done += 1
+        return last
+
+    def runs(make):
+        out = []
+        for i, ids in enumerate(prompts):
+            out.append((yield from run(make(i, ids))))
+        return out
+
     common = dict(sampling=sampling, max_new_tokens=max_new_tokens, vocab_size=vocab_size, eos_token_id=None)
     calib_tree = sequoia.prior_tree(min(40, max_nodes), max_depth)
-    with torch.inference_mode():
-        autoregressive_generate(prompts[0], target, **(common | {"max_new_tokens": 4}))  # warm-up
-        base = [autoregressive_generate(ids, target, seed=seed + i, **(common | {"max_new_tokens": min(32, max_new_tokens)})) for i, ids in enumerate(prompts)]
-        chains = [speculative_generate(ids, drafter, target, gamma=max_depth, seed=seed + i, **common) for i, ids in enumerate(prompts)]
-        trees = [speculative_generate(ids, drafter, target, tree=TreeSpec.explicit(calib_tree), seed=seed + i, **common)
-                 for i, ids in enumerate(prompts)]
-        curve = verify_cost_curve(target, prompts[0], sorted({n for n in NS if n < max_nodes} | {max_nodes}), vocab_size, cached=cached,
-                                  stop=stop)
+    yield from run(autoregressive_stream(prompts[0], target, **(common | {"max_new_tokens": 4})))  # warm-up
+    base = yield from runs(lambda i, ids: autoregressive_stream(ids, target, seed=seed + i, **(common | {"max_new_tokens": min(32, max_new_tokens)})))
+    chains = yield from runs(lambda i, ids: speculative_stream(ids, drafter, target, gamma=max_depth, seed=seed + i, **common))
+    trees = yield from runs(lambda i, ids: speculative_stream(ids, drafter, target, tree=TreeSpec.explicit(calib_tree), seed=seed + i,
+                                                              **common))
+    sizes = sorted({n for n in NS if n < max_nodes} | {max_nodes})
+    ms = yield from _parts_of(pass_ms_steps(target, prompts[0], sizes, vocab_size, cached=cached, stop=stop), parts)
+    curve = {n: ms[n] / ms[0] for n in sizes}
     step = chain_theory.target_step_ms(*base)
     chain_counts = tree_theory.acceptance_by_depth(*chains)
     if not chain_counts:
@@ -265,19 +288,28 @@ def calibrate_by_runs(drafter, target, prompts: list[list[int]], sampling: Sampl
                       chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step), target_step_ms=step,
                       calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens,
                       overhead=_overhead(chains, trees, step, curve), available=tuple(sequoia.children_available(*trees)))
-    def measured(cal: Calibration, best: sequoia.Candidate) -> Calibration:
-        with torch.inference_mode():
-            own = [speculative_generate(ids, drafter, target, seed=seed + i, **common,
-                                        **(dict(tree=TreeSpec.explicit(best.parents)) if best.kind == "tree" else dict(gamma=best.depth)))
-                   for i, ids in enumerate(prompts)]
+
+    def measured(cal: Calibration, best: sequoia.Candidate):
+        shape = dict(tree=TreeSpec.explicit(best.parents)) if best.kind == "tree" else dict(gamma=best.depth)
+        own = yield from runs(lambda i, ids: speculative_stream(ids, drafter, target, seed=seed + i, **common, **shape))
         return refined_counts(cal, best, own)
 
-    return refined(cal, refine, max_nodes, max_depth, measured)
+    return (yield from refined_steps(cal, refine, max_nodes, max_depth, measured))
 
 
 def refined(cal: Calibration, refine: int, max_nodes: int, max_depth: int, measure) -> Calibration:
     """Decide, measure the chosen shape (``measure(cal, best)`` -> Calibration), decide again: at most ``refine``
     times, stopping when a shape is chosen a second time (its counts are the calibration's own by then)."""
+
+    def at_once(cal, best):
+        return measure(cal, best)
+        yield  # a generator that never yields: the measure takes no step of its own
+
+    return run_steps(refined_steps(cal, refine, max_nodes, max_depth, at_once))
+
+
+def refined_steps(cal: Calibration, refine: int, max_nodes: int, max_depth: int, measure):
+    """``refined`` as steps: ``measure(cal, best)`` a generator whose value is the Calibration; yields what it yields."""
     tried: set = set()
     for _ in range(refine):
         best = cal.choose(max_nodes, max_depth).best
@@ -285,8 +317,29 @@ def refined(cal: Calibration, refine: int, max_nodes: int, max_depth: int, measu
         if shape in tried:
             break
         tried.add(shape)
-        cal = measure(cal, best)
+        cal = yield from measure(cal, best)
     return cal
+
+
+class _Parts:
+    """A calibration's parts counted as they finish, ``now()`` the (done, in all) its steps yield (done capped at in all)."""
+
+    def __init__(self, total: int):
+        self.done, self.total = 0, total
+
+    def now(self) -> tuple[int, int]:
+        return min(self.done, self.total), self.total
+
+
+def _parts_of(steps, parts: _Parts, count: int = 1):
+    """Yield ``parts.now()`` at each of ``steps``' steps; then ``count`` parts more are done; returns its value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            parts.done += count
+            return end.value
+        yield parts.now()
 
 
 # ---- the teacher-forced calibration (a drafter model): seconds, not minutes ----------------------------------
@@ -455,19 +508,30 @@ def _forced_model(drafter):
 
 def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
               max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
-              stop: StopCheck | None = None, partial: dict | None = None, keep=None) -> Calibration:
+              stop: StopCheck | None = None, partial: dict | None = None, keep=None,
+              progress: ProgressReport | None = None) -> Calibration:
     """Every input of the choice, teacher-forced where the drafter is a model (``calibrate_forced``), from
     short runs otherwise (``calibrate_by_runs``). Arguments and errors as theirs."""
+    return run_steps(calibrate_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached,
+                                     refine, stop, partial, keep), progress)
+
+
+def calibrate_steps(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
+                    max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
+                    stop: StopCheck | None = None, partial: dict | None = None, keep=None):
+    """``calibrate`` as steps: a generator yielding (parts done, parts in all) between short pieces of work, whose value
+    is the Calibration (``calibrate_forced_steps``, ``calibrate_by_runs_steps``). Arguments and errors as ``calibrate``."""
     if _forced_model(drafter) is None:
-        return calibrate_by_runs(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached,
-                                 refine, stop)
-    return calibrate_forced(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached,
-                            refine, stop, partial, keep)
+        return (yield from calibrate_by_runs_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes,
+                                                   seed, cached, refine, stop))
+    return (yield from calibrate_forced_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed,
+                                              cached, refine, stop, partial, keep))
 
 
 def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
                      max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
-                     stop: StopCheck | None = None, partial: dict | None = None, keep=None) -> Calibration:
+                     stop: StopCheck | None = None, partial: dict | None = None, keep=None,
+                     progress: ProgressReport | None = None) -> Calibration:
     """The choice's inputs from teacher-forced passes over the target's own text, and a few timed passes.
 
     What it measures, in order, each part kept (``keep``) as soon as it is measured:
@@ -492,12 +556,27 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
     Args:
         as ``calibrate_by_runs``; ``partial``: what an earlier, stopped calibration of the same key kept
         (``specviz.pair.auto_tree.load_partial``), reused instead of measured again; ``keep``: called with that record (plain data)
-        after each part.
+        after each part; ``progress``: told (parts done, parts in all) after every TEXT_STEP tokens of the texts,
+        every timed repeat and each prompt's teacher-forced passes (None: nobody).
 
     Raises:
         ValueError: no prompts, no positions, or a drafter that is not a model.
         specviz.engine.stopping.Stopped: ``stop`` asked to end (what was measured has been given to ``keep``).
     """
+    return run_steps(calibrate_forced_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed,
+                                            cached, refine, stop, partial, keep), progress)
+
+
+TEXT_STEP = 8  # tokens of the texts' batch a step decodes: a step of the device's, short beside a visitor's run
+
+
+def calibrate_forced_steps(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
+                           max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
+                           stop: StopCheck | None = None, partial: dict | None = None, keep=None):
+    """``calibrate_forced`` as steps (``specviz.engine.stopping.run_steps``): a generator that yields (parts done, parts
+    in all) after every TEXT_STEP tokens of the texts, every timed repeat and each prompt's teacher-forced passes, so a
+    server's device thread runs other jobs' steps between them, and returns the Calibration. Arguments and errors as
+    ``calibrate_forced``."""
     from specviz.engine import batch
 
     model = _forced_model(drafter)
@@ -510,37 +589,44 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
         record.update({k: v for k, v in partial.items() if k in record})
     keep = keep or (lambda r: None)
     sizes = sorted({n for n in NS if n < max_nodes} | {max_nodes})
-    # The texts, in one batch per remaining length (one batch, unless a stopped one is being finished).
+    parts = _Parts(math.ceil(max_new_tokens / TEXT_STEP) + 2 + len(prompts))
+    parts.done = min(len(t) for t in record["texts"]) // TEXT_STEP
+    # The texts, TEXT_STEP tokens a batch (each row as far as its text is; the seed moves on with its length).
     while left := [i for i, t in enumerate(record["texts"]) if len(t) < max_new_tokens]:
-        more = max_new_tokens - len(record["texts"][left[0]])
-        rows = [i for i in left if max_new_tokens - len(record["texts"][i]) == more]
+        at = len(record["texts"][left[0]])
+        rows = [i for i in left if len(record["texts"][i]) == at]
         out = batch.autoregressive_generate_batch([list(prompts[i]) + record["texts"][i] for i in rows], target, sampling=sampling,
-                                                  max_new_tokens=more, seed=seed + len(record["texts"][rows[0]]), vocab_size=vocab_size,
-                                                  stop=stop)
+                                                  max_new_tokens=min(TEXT_STEP, max_new_tokens - at), seed=seed + at,
+                                                  vocab_size=vocab_size, stop=stop)
         for i, trace in zip(rows, out.traces):
             record["texts"][i] = record["texts"][i] + list(trace.output_ids)
         keep(record)
         if out.stopped:
             raise Stopped
-    with torch.inference_mode():
-        try:
-            if record["target_ms"] is None:
-                record["target_ms"] = {str(n): ms for n, ms in pass_ms(target, prompts[0], sizes, vocab_size, TIMING_REPEATS, cached,
-                                                                        stop).items()}
+        parts.done = min(len(t) for t in record["texts"]) // TEXT_STEP
+        yield parts.now()
+    parts.done = math.ceil(max_new_tokens / TEXT_STEP)
+    for key, timed_model, timed_sizes, repeats in (("target_ms", target, sizes, TIMING_REPEATS),
+                                                   ("drafter_ms", model, [TREE_LEVEL], 3 * TIMING_REPEATS)):
+        if record[key] is None:
+            try:
+                ms = yield from _parts_of(pass_ms_steps(timed_model, prompts[0], timed_sizes, vocab_size, repeats, cached, stop), parts, 0)
+            except Stopped:
                 keep(record)
-            if record["drafter_ms"] is None:
-                record["drafter_ms"] = {str(n): ms for n, ms in pass_ms(model, prompts[0], [TREE_LEVEL], vocab_size, 3 * TIMING_REPEATS,
-                                                                        cached, stop).items()}
-                keep(record)
-        except Stopped:
+                raise
+            record[key] = {str(n): v for n, v in ms.items()}
             keep(record)
-            raise
+        parts.done += 1
+        yield parts.now()
     texts = []
     for ids, text in zip(prompts, record["texts"]):
         if asked(stop):
             raise Stopped
         if text:
-            texts.append(teacher_forced(model, target, ids, text, sampling, vocab_size))
+            with torch.inference_mode():
+                texts.append(teacher_forced(model, target, ids, text, sampling, vocab_size))
+        parts.done += 1
+        yield parts.now()
     if not any(t.chain for t in texts):
         raise ValueError("the calibration's texts are empty: no acceptance to measure")
     walks = 1 if sampling.greedy else WALKS
@@ -552,6 +638,7 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
                       verify_curve={n: target_ms[n] / target_ms[0] for n in sizes}, tree_pass_cost=drafter_ms[TREE_LEVEL] / target_ms[0],
                       chain_step_cost=drafter_ms[0] / target_ms[0], target_step_ms=step_ms, calibration_tree=calib_tree,
                       prompts=len(texts), tokens=max_new_tokens, available=tuple(available))
+
     def walked(cal: Calibration, best: sequoia.Candidate) -> Calibration:
         counts = walk_tree(texts, best.parents, walks, seed)[0] if best.kind == "tree" else walk_chain(texts, best.depth, walks, seed)
         return merged_counts(cal, best, counts)
@@ -633,33 +720,44 @@ def pass_ms(model, prompt_ids: list[int], nodes: list[int], vocab: int, repeats:
 
     Raises:
         specviz.engine.stopping.Stopped: ``stop`` asked to end."""
+    return run_steps(pass_ms_steps(model, prompt_ids, nodes, vocab, repeats, cached, stop))
+
+
+def pass_ms_steps(model, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
+                  cached: bool | str = "auto", stop: StopCheck | None = None):
+    """``pass_ms`` as steps: yields None after the warm-up and after each repeat (every size timed once), returns
+    its {n: ms}. Other work between steps costs nothing measured: a pass is timed whole or not at all."""
     device = model.device
     seq = torch.tensor(list(prompt_ids) + [0] * 130, dtype=torch.long, device=device)
     prefix = len(prompt_ids) - 1
     runner = make_runner(model, vocab, cached)
     sizes = [0, *nodes]
     times: dict[int, list[float]] = {n: [] for n in sizes}
-    with held(runner), torch.inference_mode():
-        runner.prefill(seq, prefix)
 
-        def timed(n: int) -> float:
-            if asked(stop):
-                raise Stopped
-            tokens = seq[prefix : prefix + n + 1].clone()
-            positions = torch.arange(prefix, prefix + n + 1, device=device)
-            allow = ancestor_matrix(list(range(-1, n))).to(device)
-            _sync(device)
-            t0 = time.perf_counter()
-            masked_logits(runner, seq, prefix, tokens, positions, allow, n + 1)
-            _sync(device)
-            runner.rollback(prefix)
-            return time.perf_counter() - t0
+    def timed(n: int) -> float:
+        if asked(stop):
+            raise Stopped
+        tokens = seq[prefix : prefix + n + 1].clone()
+        positions = torch.arange(prefix, prefix + n + 1, device=device)
+        allow = ancestor_matrix(list(range(-1, n))).to(device)
+        _sync(device)
+        t0 = time.perf_counter()
+        masked_logits(runner, seq, prefix, tokens, positions, allow, n + 1)
+        _sync(device)
+        runner.rollback(prefix)
+        return time.perf_counter() - t0
 
-        for n in sizes:  # a warm-up pass of each size, not counted
-            timed(n)
+    with held(runner):
+        with torch.inference_mode():  # per step: inference mode is thread-local, and other jobs run between steps
+            runner.prefill(seq, prefix)
+            for n in sizes:  # a warm-up pass of each size, not counted
+                timed(n)
+        yield
         for r in range(repeats):
-            for n in sizes[r % len(sizes):] + sizes[: r % len(sizes)]:
-                times[n].append(timed(n))
+            with torch.inference_mode():
+                for n in sizes[r % len(sizes):] + sizes[: r % len(sizes)]:
+                    times[n].append(timed(n))
+            yield
     return {n: min(t) * 1000.0 for n, t in times.items()}
 
 
