@@ -122,3 +122,35 @@ def test_a_default_generate_fits_the_screen(page, app_url, width, height):  # no
         view.screenshot(path=str(shots() / f"viewport-{width}x{height}-full.png"), full_page=True)
     finally:
         view.close()
+
+
+@pytest.mark.parametrize("width,height", VIEWPORTS, ids=[f"{w}x{h}" for w, h in VIEWPORTS])
+def test_the_speedup_is_named_alike_in_the_headline_stats_explanation_and_auto_tree_note(page, app_url, width, height):  # noqa: F811
+    """Issue 61: for one run (the auto tree on the embedded pair, Quick), the headline's quantity, its formula in words
+    under the big number, is found word for word in the stats table, the Explanation tab and the auto tree's note."""
+    from specviz.ui.tree import AUTO
+
+    phone = width < 500
+    view = page.context.browser.new_page(viewport={"width": width, "height": height}, has_touch=phone, is_mobile=phone)
+    try:
+        view.goto(app_url)
+        view.wait_for_function("() => ['#sv-pair', '#sv-tree', '#sv-quick'].every(s => document.querySelector(s))", timeout=30_000)
+        view.locator("#sv-pair input").first.click()
+        view.get_by_role("option", name="embedded", exact=True).click()
+        view.locator("#sv-tree input").first.click()
+        view.get_by_role("option", name=AUTO, exact=True).click()
+        view.locator("#sv-quick").click()
+        press_generate(view)
+        expect(view.locator("#sv-status")).to_contain_text("Done:", timeout=300_000)
+        formula = view.locator("#sv-headline .sv-headline-formula")
+        expect(formula).to_be_visible(timeout=30_000)
+        named = re.match(r"speedup = (.+?);", formula.inner_text()).group(1)
+        assert "/" in named, named
+        assert named in view.locator("#sv-stats").inner_text()
+        view.get_by_role("tab", name="Explanation").click()
+        expect(view.locator("#sv-explain")).to_contain_text(named)
+        view.get_by_role("tab", name="Theory").click()
+        expect(view.locator("#sv-auto-note")).to_contain_text("Chosen: ", timeout=30_000)
+        expect(view.locator("#sv-auto-note")).to_contain_text(named)
+    finally:
+        view.close()

@@ -5,6 +5,7 @@ run replaces (an earlier sweep's status, the folded prompt). Views are pure: che
 from __future__ import annotations
 
 import re
+from html import escape
 
 import pytest
 
@@ -15,7 +16,7 @@ from specviz.ui.files import RECORDINGS, replaying, restore_controls
 from specviz.ui.outputs import everything
 from specviz.views import round_html, speedup_figure, stats_html, summary, tokens_html
 from specviz.views.export import export_html
-from specviz.views.stats import THM_38, WHOLE_RUN
+from specviz.views.stats import THM_38, WHOLE_RUN, speedup_formula
 from specviz.views.theory import sweep_note
 from specviz.views.verdict import headline_html, judge, verdict
 from tests.conftest import tiny_lm
@@ -47,8 +48,10 @@ def test_one_speedup_figure_is_named_alike_in_headline_status_theory_and_table(r
     shown = f"{value:.2f}×"
     table = stats_html(spec, base)
     assert _stat(table, "speedup").groups() == ("600", shown)  # the one measured speedup: bold
-    assert f"speedup {shown}, {basis}" in verdict(spec, base)  # the status line
-    assert f">{shown} <span" in headline_html(spec, base)  # the headline
+    named = speedup_formula(basis)  # one name, word for word: status, headline, table
+    assert f"speedup {shown}: {named}" in verdict(spec, base)  # the status line
+    assert f">{shown} <span" in headline_html(spec, base) and f"speedup = {escape(named)}" in headline_html(spec, base)  # the headline
+    assert escape(named) in table
     measured = [t for t in speedup_figure(spec, base).data if t.name and t.name.startswith("measured speedup")]
     assert len(measured) == 1 and measured[0].y[0] == pytest.approx(value) and basis in measured[0].name
     # The others are labelled with their formula and not bold; Thm 3.8's says v = 1.

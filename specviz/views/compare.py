@@ -10,7 +10,7 @@ from specviz import theory
 from specviz.records.kinds import LABELS as DRAFTER_LABELS
 from specviz.records.speedup import estimate
 from specviz.views.charts import style_figure
-from specviz.views.stats import spread_words
+from specviz.views.stats import SPEEDUP_DECODING, spread_words
 from specviz.views.text import left_at_pace, run_label
 from specviz.views.tokens import tokens_html
 
@@ -39,8 +39,8 @@ def _numbers(spec, baseline) -> list[tuple[str, str, str]]:
         ("alpha", _num(spec.alpha, 3), f"accepted / tested = {spec.accepted} / {spec.accepted + spec.rejected}"),
         ("draft acceptance rate", _num(spec.acceptance_rate, 3), f"accepted / drafted = {spec.accepted} / {spec.drafted}"),
         ("cost coefficient c", _num(c, 3), "drafting ms per draft / target step ms"),
-        ("speedup", speed, "autoregressive decoding time / speculative decoding time over the same tokens, prefill excluded "
-                           f"(Generate's headline quantity); in turns with its own baseline on this machine{spread}"),
+        ("speedup", speed, f"{SPEEDUP_DECODING} (Generate's headline quantity); in turns with its own baseline on this "
+                           f"machine{spread}"),
     ]
 
 

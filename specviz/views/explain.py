@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from specviz import metrics
 from specviz.theory import expected_tokens_per_round
+from specviz.views.stats import SPEEDUP_DECODING
 from specviz.views.text import run_label
 
 EXPLANATION = r"""
@@ -39,7 +40,7 @@ distributions are one-hot, and the output is exactly the target's greedy text.
 | **verify cost** $v$ | time of the target's one pass over $\gamma + 1$ tokens / time of one autoregressive target step, both measured in this run (means over its passes; shown from 8 passes of each on) |
 | **tokens per round** | emitted tokens / rounds, counting the correction or bonus token |
 | **cost coefficient** $c$ | time of one drafter forward pass / time of one target forward pass, both measured in this run |
-| **speedup** | autoregressive decoding time / speculative decoding time over the same tokens, prefill excluded: same target, prompt, settings and seed, the two runs in turns. It equals speculative decoding tokens/s / autoregressive decoding tokens/s over those tokens. The one figure called speedup everywhere (headline, status, stats, Theory, Compare, the auto tree); the whole runs' tokens/s ratio, prefill included, is named as that |
+| **speedup** | SPEEDUP_DECODING: same target, prompt, settings and seed, the two runs in turns. It equals speculative decoding tokens/s / autoregressive decoding tokens/s over those tokens. The one figure called speedup everywhere (headline, status, stats, Theory, Compare, the auto tree); the whole runs' tokens/s ratio, prefill included, is named as that |
 | **interquartile range** | the speedup's spread: the middle half of the speedups over stretches of equal tokens of the run (8 stretches at most, 4 rounds each at least). "Not distinguishable from 1x" when it straddles 1x; "wide" when it spans more than half the speedup |
 | **scoring** | in the headline, the target's pass over a round's drafts in steps of the target alone's decoding time (its own sampling and bookkeeping included), so that drafting + scoring + other work adds up to the speedup. The same pass as $v$'s, in a slightly larger unit |
 | **acceptance by position** | share of rounds whose $i$-th draft was accepted (vLLM's per-position metric) |
@@ -88,7 +89,7 @@ the matrix products of several tokens may take another routine than one token's 
 status); measured on the 2-core CPUs specviz was tried on, that keeps $v$ near 1 (bf16: 9 rows of the output layer's
 shape cost 1.06 times one row) or above it (fp32 with routed products: 5 rows 1.1 to 1.2 times one row), not well below. Read a $v$ under 1 as "about one step".
 
-"""
+""".replace("SPEEDUP_DECODING", SPEEDUP_DECODING)  # the one speedup's name, word for word as everywhere
 
 
 THEORY_NOTE = r"""

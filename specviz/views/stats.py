@@ -15,6 +15,17 @@ from specviz import metrics, theory
 from specviz.records.speedup import TOO_WIDE, _time_at, estimate
 from specviz.trace import Trace
 
+# The one speedup's name, word for word wherever it is shown (headline, status, stats, Explanation, Compare, the auto
+# tree's note), by its basis (``headline_speedup``): a class reads the same quantity under the same words everywhere.
+SPEEDUP_DECODING = "autoregressive decoding time / speculative decoding time over the same tokens, prefill excluded"
+SPEEDUP_WHOLE = "speculative tokens/s / autoregressive tokens/s over the whole runs, prefill included"
+
+
+def speedup_formula(basis: str) -> str:
+    """The speedup's formula in words for its basis: "decoding" (SPEEDUP_DECODING) or "whole run" (SPEEDUP_WHOLE)."""
+    return SPEEDUP_WHOLE if basis == "whole run" else SPEEDUP_DECODING
+
+
 MIN_ROUNDS = 8  # rounds (verify passes) a spread of the speedup and a measured v need: fewer give one stretch, and a few
 # passes are noise (one slow pass on a busy machine moves their mean by half)
 
@@ -155,13 +166,12 @@ def spread_words(low: float | None, high: float | None, stretches: int, rounds: 
 def _speedup_note(s: dict) -> str:
     """The formula of the one measured speedup, by its basis (``headline_speedup``), with its spread."""
     if s["measured_speedup_basis"] == "whole run":
-        return "speculative tok/s / autoregressive tok/s over the whole runs, prefill included (too few rounds for stretches)"
+        return f"{SPEEDUP_WHOLE} (too few rounds for stretches)"
     rates = ""
     if s["speculative_decoding_tokens_per_second"] and s["autoregressive_decoding_tokens_per_second"]:
         rates = (f" = {s['speculative_decoding_tokens_per_second']:.1f} / {s['autoregressive_decoding_tokens_per_second']:.1f} "
                  "decoding tok/s")
-    return (f"autoregressive decoding time / speculative decoding time over the same {s['decoding_tokens']} tokens, "
-            f"prefill excluded{rates}; "
+    return (f"{SPEEDUP_DECODING} ({s['decoding_tokens']} tokens){rates}; "
             + spread_words(s["decode_speedup_low"], s["decode_speedup_high"], s["decode_stretches"], s["rounds"], s["measured_speedup"]))
 
 

@@ -153,8 +153,9 @@ def _entropy_labels(fig: go.Figure, tree, pos: dict) -> None:
     if not at:
         return
     fig.add_trace(go.Scatter(
-        x=[pos[k][0] for k in at], y=[pos[k][1] for k in at], mode="text", name="H(q): drafter's entropy (bits)",
-        text=[f"H {h:.2f}" for h in at.values()], textposition="bottom center",
+        # a third of a row under the node: text alone has no marker to stand clear of, and drawn at the node the marker hid it
+        x=[pos[k][0] for k in at], y=[pos[k][1] + 0.34 for k in at], mode="text", name="H(q): drafter's entropy (bits)",
+        text=[f"H {h:.2f}" for h in at.values()], textposition="middle center",
         textfont=dict(family="ui-monospace, monospace", size=10, color="#666"),
         hovertext=[f"the drafter's entropy where these children were drawn: H(q) = {h:.2f} bits" for h in at.values()],
         hoverinfo="text"))

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from specviz.theory.sequoia import acceptance_by_rank, verify_cost_at
 from specviz.trace import Trace
 from specviz.views.charts import BLUE, GREEN, GREY, ORANGE, VERMILLION, legend_room, style_figure
-from specviz.views.stats import spread_words, summary
+from specviz.views.stats import speedup_formula, spread_words, summary
 
 TREE, CHAIN, MEASURED, HAND = BLUE, ORANGE, VERMILLION, GREEN
 MAX_RANKS_SHOWN = 6  # table columns; wider ranks are summed into the last ("rank 6+")
@@ -158,8 +158,8 @@ def auto_note_markdown(choice: dict | None, measured: dict | None, run_label: st
                 f"(predicted {choice['predicted_tokens_per_round']:.2f}, {err:+.0%}); {measured['drafted']} nodes / {measured['rounds']} rounds = "
                 f"{measured['nodes_per_round']:.1f} drafted per round")
         if measured.get("speedup") is not None:
-            formula = ("autoregressive decoding time / this run's over the same tokens, prefill excluded: the headline's"
-                       if measured.get("basis") != "whole run" else "this run's tokens/s / its baseline's, whole runs: too few rounds for stretches")
+            basis = measured.get("basis")
+            formula = speedup_formula(basis) + (": the headline's" if basis != "whole run" else ": too few rounds for stretches")
             line += (f"; speedup {measured['speedup']:.2f}× ({formula}"
                      + (f"; {escape(measured['spread'])}" if measured.get("spread") else "") + ")")
         lines += [line + ". One prompt is a small sample; the calibration's own prompts are held out from the page's.", ""]

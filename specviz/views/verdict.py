@@ -26,7 +26,8 @@ from html import escape
 
 from specviz import theory
 from specviz.trace import Trace
-from specviz.views.stats import MIN_ROUNDS, NOT_DISTINGUISHABLE, spread_words, summary, v_below_one, verify_cost_shown
+from specviz.views.stats import (MIN_ROUNDS, NOT_DISTINGUISHABLE, speedup_formula, spread_words, summary, v_below_one,
+                                 verify_cost_shown)
 
 # The cost bar's colours: not the text's verdict colours (orange and green are the correction and bonus tokens).
 DRAFTING, VERIFYING, OTHER, GAINED = "#CC79A7", "#555555", "#BBBBBB", "#0072B2"
@@ -291,7 +292,7 @@ def verdict(spec: Trace, baseline: Trace | None) -> str:
               else f"v not measured ({s['verify_passes']} verify passes: it needs at least {MIN_ROUNDS})")
     below = v_below_one(s) if j.verify is not None else ""
     known = kind_note(j.kind, j.rounds, j.empty_rounds) if j.call in ("slower", "unclear") else ""
-    return (f"{_CALLS[j.call]} (speedup {j.speedup:.2f}×, {j.basis}: autoregressive time / speculative time; {_spread(j)}): "
+    return (f"{_CALLS[j.call]} (speedup {j.speedup:.2f}×: {speedup_formula(j.basis)}; {_spread(j)}): "
             f"{j.why()}. Per pass (Leviathan et al. 2023, Thm 3.8): {j.passes:.1f} drafter passes at {c_text} of a target pass, "
             f"a verify pass at {v_text} target passes ({a})."
             + (f" {known}" if known else "") + (f" {below}." if below else ""))
@@ -328,8 +329,8 @@ def headline_html(spec: Trace | None, baseline: Trace | None, pending: bool = Fa
         f'{j.speedup:.2f}× <span style="font-size:20px;font-weight:600;">speedup: {escape(words)}</span></div>'
         f'<div class="sv-headline-spread" style="font-size:14px;color:#444;">{escape(_spread(j).removesuffix(": " + NOT_DISTINGUISHABLE))}</div>'
         f'<div class="sv-headline-why" style="font-size:17px;color:#222;margin-top:4px;">{escape(_why_line(j))}</div>'
-        f'<div style="font-size:12px;color:#666;">speedup = autoregressive time / speculative time, {escape(j.basis)}'
-        f'{", prefill excluded" if j.basis == "decoding" else ", prefill included"}; a step = the target alone\'s time per token</div></div>'
+        f'<div class="sv-headline-formula" style="font-size:12px;color:#666;">speedup = {escape(speedup_formula(j.basis))}; '
+        f'a step = the target alone\'s time per token</div></div>'
         f'{cost_bar_html(j)}</div>'
     )
 
