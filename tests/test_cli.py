@@ -1,19 +1,42 @@
-"""The command line on the embedded pair (named explicitly: the default is the English pair where it is installed)."""
+"""The command line on the embedded pair (named explicitly: the default is the English pair where it is installed).
+
+Most commands run in this process (``specviz.cli.main``, what ``python -m specviz`` calls), their output and exit code
+caught as a process's would be: a new interpreter for each cost 5-10 s of imports and loads on a 2-core CPU. Two run as
+``python -m specviz`` in a process of their own, for what only a process shows: the usage's command name (argv[0]) and a
+quiet terminal (no library warning or loading bar from any logger, whenever its handler was made).
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
+from types import SimpleNamespace
 
 import pytest
 
 
-def run(*args):
-    """``python -m specviz`` with ``args``; generate, record and bench run on the embedded pair unless told otherwise."""
+def run(*args, process: bool = False):
+    """``python -m specviz`` with ``args`` (``process``: in a new interpreter; else ``specviz.cli.main`` here, its output
+    and exit status caught as the process's would be); generate, record and bench run on the embedded pair unless told
+    otherwise. Returns an object with returncode, stdout and stderr."""
     if args and args[0] in ("generate", "record", "bench") and "--pair" not in args and "--help" not in args:
         args = (args[0], "--pair", "embedded", *args[1:])
-    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, timeout=300)
+    if process:
+        return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, timeout=300)
+    from specviz.cli import main
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as end:  # as the interpreter ends: None is 0, a number itself, a message printed and 1
+            if isinstance(end.code, str):
+                print(end.code, file=sys.stderr)
+            code = end.code if isinstance(end.code, int) else (0 if end.code is None else 1)
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def test_generate_json_has_the_trace():
@@ -34,7 +57,7 @@ def test_generate_autoregressive_and_terminal_colours():
     assert out.returncode == 0, out.stderr
     assert "tokens/s" in out.stdout
     assert "bonus" not in out.stdout and "alpha" not in out.stdout  # the baseline has no drafts to colour or count
-    out = run("generate", "--prompt", "import os\n", "--max-new-tokens", "8")
+    out = run("generate", "--prompt", "import os\n", "--max-new-tokens", "8", process=True)
     assert "\x1b[" in out.stdout and "alpha" in out.stdout and "draft acceptance rate" in out.stdout
     # quiet by default: no loading bars or library warnings on the terminal
     assert "Loading weights" not in out.stderr and "warn" not in out.stderr.lower(), out.stderr
@@ -203,7 +226,7 @@ def test_usage_names_the_command_as_typed():
     assert program_name("/home/u/.local/bin/specviz") == "specviz"
     assert program_name("/site-packages/specviz/__main__.py") == "python -m specviz"
     assert build_parser(program_name("/usr/bin/specviz")).format_usage().startswith("usage: specviz ")
-    out = run("--help")
+    out = run("--help", process=True)
     assert out.returncode == 0 and out.stdout.startswith("usage: python -m specviz ")
 
 
