@@ -250,7 +250,7 @@ def _self_pair(name: str):
 @pytest.mark.parametrize("name, sampling, gamma", SELF_CASES, ids=[c[0] for c in SELF_CASES])
 def test_quantized_and_small_head_drafters_keep_the_targets_law(name, sampling, gamma):
     drafter, target = _self_pair(name)
-    stat, pvalue, acceptance = chi_square(drafter, target, sampling, gamma, runs=2000)
+    stat, pvalue, acceptance = chi_square(drafter, target, sampling, gamma)  # runs_to_catch of the law (was 2,000)
     print(f"\n{name} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} draft acceptance rate={acceptance}")
     assert acceptance is not None and 0.0 < acceptance < 1.0
     assert pvalue > ALPHA
@@ -329,7 +329,7 @@ def _schedule(name: str):
 @pytest.mark.parametrize("kind, schedule, sampling, gamma", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_every_drafter_and_schedule_keeps_the_targets_law(kind, schedule, sampling, gamma):
     drafter, target = models("different")
-    stat, pvalue, acceptance = chi_square(_drafter(kind, drafter, target), target, sampling, gamma, runs=2000,
+    stat, pvalue, acceptance = chi_square(_drafter(kind, drafter, target), target, sampling, gamma,  # runs_to_catch (was 2,000)
                                           prompt=REPEATING, schedule=_schedule(schedule))
     print(f"\n{kind} {schedule} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} draft acceptance rate={acceptance}")
     assert acceptance is not None and 0.0 < acceptance < 1.0  # drafts were made, and some were rejected

@@ -29,7 +29,7 @@ from scipy.stats import chisquare
 from transformers import TopKLogitsWarper
 
 from specviz import Sampling, speculative_generate
-from specviz.lab import ALPHA, PROMPT, VOCAB, exact_two_token_distribution, models
+from specviz.lab import ALPHA, PROMPT, VOCAB, exact_two_token_distribution, models, runs_to_catch
 from specviz.engine.runner import ModelRunner
 
 pytestmark = pytest.mark.slow
@@ -113,13 +113,16 @@ THREE = [
     ("different", Sampling(temperature=0.8, top_k=6, top_p=0.95), 1),
     ("unlike", Sampling(temperature=1.0), 1),
 ]
-RUNS = 3000
+# Each case runs runs_to_catch of its reference law (specviz.lab: a wrong law at Cohen's w 0.25 from it rejected with
+# probability 0.99 at ALPHA; 1,100-1,300 runs for two tokens, 1,700-1,900 for three), its control at the same size.
+# Every case ran 3,000 before the size was derived; the controls' faults gave chi-square inf and 920 there.
 
 
 @pytest.mark.parametrize("kind, sampling, gamma", TWO, ids=[c[0] for c in TWO])
 def test_two_tokens_follow_the_reference_law(kind, sampling, gamma):
     drafter, target = models(kind)
-    stat, pvalue = pearson(sample_counts(drafter, target, sampling, gamma, 2, RUNS), reference_law(target, _settings(sampling), 2))
+    law = reference_law(target, _settings(sampling), 2)
+    stat, pvalue = pearson(sample_counts(drafter, target, sampling, gamma, 2, runs_to_catch(law)), law)
     print(f"\n{kind} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue > ALPHA
 
@@ -128,8 +131,9 @@ def test_two_tokens_follow_the_reference_law(kind, sampling, gamma):
 def test_three_tokens_over_several_rounds_follow_the_reference_law(kind, sampling, gamma):
     drafter, target = models(kind)
     law = reference_law(target, _settings(sampling), 3)
-    assert (law * RUNS >= 5).sum() >= 30, "too few testable cells for power"
-    stat, pvalue = pearson(sample_counts(drafter, target, sampling, gamma, 3, RUNS), law)
+    runs = runs_to_catch(law)
+    assert (law * runs >= 5).sum() >= 30, "too few testable cells for power"
+    stat, pvalue = pearson(sample_counts(drafter, target, sampling, gamma, 3, runs), law)
     print(f"\n{kind} {sampling} gamma={gamma} tokens 1..3: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue > ALPHA
 
@@ -145,8 +149,9 @@ def test_control_a_filter_bug_shared_by_p_and_q_is_caught(monkeypatch):
 
     kind, sampling, gamma = "similar", Sampling(temperature=1.0, top_k=5), 3
     drafter, target = models(kind)
+    runs = runs_to_catch(reference_law(target, _settings(sampling), 2))
     monkeypatch.setattr(Sampling, "warpers", off_by_one)
-    counts = sample_counts(drafter, target, sampling, gamma, 2, RUNS)
+    counts = sample_counts(drafter, target, sampling, gamma, 2, runs)
     own_law = exact_two_token_distribution(target, sampling)  # built with the same faulty code
     monkeypatch.undo()
     _, p_own = pearson(counts, own_law)
@@ -168,7 +173,8 @@ def test_control_a_rollback_that_keeps_the_rejected_drafts_is_caught(monkeypatch
     monkeypatch.setattr(ModelRunner, "rollback", pointer_only)
     kind, sampling, gamma = THREE[1]
     drafter, target = models(kind)
-    counts = sample_counts(drafter, target, sampling, gamma, 3, RUNS)
+    runs = runs_to_catch(reference_law(target, _settings(sampling), 3))
+    counts = sample_counts(drafter, target, sampling, gamma, 3, runs)
     monkeypatch.undo()
     stat, pvalue = pearson(counts, reference_law(target, _settings(sampling), 3))
     print(f"\nplanted uncropped rollback: chi2={stat:.1f} p={pvalue:.3g}")

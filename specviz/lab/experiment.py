@@ -28,6 +28,13 @@ from specviz.engine.stopping import StopCheck, asked
 from specviz.records.lab import ALPHA, VOCAB, Result  # the experiment's record lives with the trace (the views read it)
 
 PROMPT = [1, 2, 3]
+# The test's size, from the effect it must catch: a wrong law at Cohen's w >= MIN_EFFECT from the target's
+# (w = sqrt(sum_x (p1(x) - p0(x))^2 / p0(x)); Cohen 1988, ch. 7) is rejected with probability >= POWER at ALPHA
+# (``runs_to_catch``). The planted faults of the suite move the two-token law by w 0.34 and more (raw_q, the weakest:
+# chi-square 382.5 over 3,000 runs), so they are caught at this size with room to spare; a wrong law nearer than 0.25
+# to the target's may pass one experiment, and is what a larger lab run (the page's samples) is for.
+MIN_EFFECT = 0.25
+POWER = 0.99
 
 
 def exact_two_token_distribution(target, sampling: Sampling, prompt: list[int] = PROMPT, vocab: int = VOCAB,
@@ -127,14 +134,38 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
             yield result
 
 
-def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int = 3000, prompt: list[int] = PROMPT, schedule="constant",
-               tree=None, fault: str = "none"):
+def runs_to_catch(exact: np.ndarray, effect: float = MIN_EFFECT, alpha: float = ALPHA, power: float = POWER,
+                  at_most: int = 20_000) -> int:
+    """The fewest runs (a multiple of 100, at most ``at_most``) at which the chi-square test of ``exact`` (the law, any
+    shape, summing to 1) rejects, with probability ``power`` at significance ``alpha``, a law at Cohen's w = ``effect``
+    from it.
+
+    Under such a law Pearson's statistic over n runs is about noncentral chi-square with noncentrality n w^2 (Cohen
+    1988, Sec. 7.2) and the test's degrees of freedom: the cells expected at 5 or more at n, and the pooled rest as one
+    (``Result.test``), less one. The power is that distribution's mass above the central one's 1 - ``alpha`` quantile.
+    """
+    from scipy.stats import chi2, ncx2
+
+    p = np.asarray(exact, dtype=float).ravel()
+    for n in range(100, at_most + 1, 100):
+        big = p * n >= 5
+        df = max(1, int(big.sum()) + int(p[~big].sum() > 0) - 1)
+        if ncx2.sf(chi2.isf(alpha, df), df, n * effect**2) >= power:
+            return n
+    return at_most
+
+
+def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int | None = None, prompt: list[int] = PROMPT,
+               schedule="constant", tree=None, fault: str = "none"):
     """(statistic, p-value, draft acceptance rate) of ``runs`` speculative runs against the exact law
-    (``prompt``, ``schedule``, ``tree`` and ``fault`` as in ``stream``).
+    (``prompt``, ``schedule``, ``tree`` and ``fault`` as in ``stream``); ``runs`` None: ``runs_to_catch`` of that law
+    (a wrong law at Cohen's w MIN_EFFECT rejected with probability POWER at ALPHA).
 
     Raises:
         AssertionError: the law leaves fewer than 8 testable cells (the test would lack power).
     """
+    if runs is None:
+        runs = runs_to_catch(exact_two_token_distribution(target, sampling, prompt, vocab=vocab_of(target)))
     result = None
     for result in stream(drafter, target, sampling, gamma, runs, every=runs, prompt=prompt, schedule=schedule, tree=tree, fault=fault):
         pass
