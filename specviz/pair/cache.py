@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 import torch
 
@@ -144,7 +145,8 @@ def _reclaimable_bytes(dev: torch.device) -> int:
 
 def load_pair(name: str | None = None, drafter: str | None = None, target: str | None = None,
               device: str | torch.device | None = None, *, progress: Progress | None = None,
-              allow_custom: bool | None = None, own_tokenizer: bool = False, kind: str | None = None) -> Pair:
+              allow_custom: bool | None = None, own_tokenizer: bool = False, kind: str | None = None,
+              timing: Callable | None = None) -> Pair:
     """Load a pair once and share it across callers and threads.
 
     Up to ``SPECVIZ_RESIDENT_PAIRS`` pairs (default 1) stay loaded; loading another frees the least
@@ -166,6 +168,8 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
         kind: the drafter kind the caller drafts with (None: the pair's own). A preset that does not
             draft with it is refused before anything loads (``check_drafter_kind``); "cross-tokenizer"
             implies ``own_tokenizer``.
+        timing: runs the product kernels' timing a fp32 load makes, ``timing(fn, *args)``, where the passes will run
+            (a server's device thread: ``specviz.serving.load_thread.device_step``); None: on the loading thread.
 
     Raises:
         PairError: unknown preset, custom ids turned off, malformed id, model or revision not found,
@@ -208,7 +212,7 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
             _load_lock.acquire()
         try:
             job.pair = load(label, refs, dev, preset, say, make_room=_evict_for_one_more, reclaimable=_reclaimable_bytes,
-                            own_tokenizer=own_tokenizer)
+                            own_tokenizer=own_tokenizer, timing=timing)
             with _state_lock:  # still under the load lock: no other load evicts in between
                 _resident[key] = job.pair
             settle()  # the new pair lives on: later collections leave it out

@@ -118,7 +118,7 @@ def plan(name, drafter, target, allow_custom: bool | None) -> tuple[str, tuple[M
 
 def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset: Preset | None, say: Progress,
          make_room: Callable[[], None] = lambda: None, reclaimable: Callable[[torch.device], int] = lambda dev: 0,
-         own_tokenizer: bool = False) -> Pair:
+         own_tokenizer: bool = False, timing: Callable | None = None) -> Pair:
     """The loading stages, in the order that refuses a bad pair before downloading weights.
 
     Tokenizers that differ are refused (``check_same_tokenizer``) unless the preset's drafter has
@@ -129,7 +129,7 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
     ``make_room`` is called once the pair has passed every check, the memory check included, and
     before the free memory is measured again (the resident cache frees its least recently used
     pairs there). ``reclaimable(dev)`` is the bytes ``make_room`` would free on ``dev``: a pair that
-    would not fit even then is refused before anything resident is unloaded.
+    would not fit even then is refused before anything resident is unloaded. ``timing``: as ``apply_form``'s.
 
     Raises:
         PairError: as ``load_pair`` lists.
@@ -208,9 +208,9 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
         )
 
     say(0.3, f"Loading the drafter {dref.shown}")
-    d_model = _load_model(dref, dsrc[0], dev, dsrc[1], form)
+    d_model = _load_model(dref, dsrc[0], dev, dsrc[1], form, timing=timing)
     say(0.6, f"Loading the target {tref.shown}")
-    t_model = _load_model(tref, tsrc[0], dev, tsrc[1], form)
+    t_model = _load_model(tref, tsrc[0], dev, tsrc[1], form, timing=timing)
     target_id = str(tref)
     if preset is not None and preset.gguf is not None:
         if tref.local:  # traces name the target by this: the packaged file, not a cache path
@@ -329,9 +329,10 @@ _registered = False
 _register_lock = threading.Lock()
 
 
-def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local_only: bool, form: Form, kernels: bool = True):
+def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local_only: bool, form: Form, kernels: bool = True,
+                timing: Callable | None = None):
     """The model in ``form`` on ``device``, in eval mode, with no parameter asking for gradients; ``kernels``
-    as ``apply_form`` takes it.
+    and ``timing`` as ``apply_form`` takes them.
 
     Raises:
         PairError: as ``explain`` words the loading error.
@@ -352,7 +353,7 @@ def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local
     try:
         # On ZeroGPU this runs outside @spaces.GPU, as its docs require: the weights are placed
         # on "cuda" once, at load time, and the GPU is attached when a decorated function runs.
-        return apply_form(model.to(device).eval(), form, kernels=kernels)
+        return apply_form(model.to(device).eval(), form, kernels=kernels, timing=timing)
     except OOM_ERRORS as err:
         del model
         raise explain(str(ref), err) from err

@@ -34,6 +34,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -285,24 +286,29 @@ def model_form(model) -> Form | None:
     return getattr(model, "specviz_form", None)
 
 
-def apply_form(model, form: Form, kernels: bool = True):
+def apply_form(model, form: Form, kernels: bool = True, timing: Callable | None = None):
     """Cast ``model`` to ``form.dtype`` (in place) and remember the form on it; on a CPU, let its masked
     passes share the key/value heads (``specviz.engine.gqa``) and, in fp32, give its linear layers the
     product kernels timed fastest per row count (``specviz.pair.kernels.choose``; ``kernels=False``
     or ``SPECVIZ_CPU_KERNELS=off`` keeps transformers' own), whose sentence is added to the form's
-    reason. Returns the model."""
+    reason. ``timing``: runs that choice, ``timing(fn, *args)``, where the passes it times will run (a server's
+    device thread, ``specviz.serving.load_thread.device_step``); None: here. Returns the model."""
     if next(model.parameters()).dtype != form.dtype:
         model.to(form.dtype)
     if kernels and form.dtype == torch.float32 and _route_kernels(form):
         from specviz.pair.kernels import choose
 
-        routed = choose(model, machine_key())
+        routed = (timing or _here)(choose, model, machine_key())
         if routed is not None:
             form = Form(form.dtype, f"{form.reason}; {routed.summary}", form.routed)
             model.specviz_kernels = routed
     model.specviz_form = form
     use_shared_kv_heads(model)
     return model
+
+
+def _here(fn, *args):
+    return fn(*args)
 
 
 def _route_kernels(form: Form) -> bool:

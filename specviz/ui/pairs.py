@@ -33,7 +33,7 @@ from specviz.measure.baseline import with_baseline
 from specviz.pair import Pair, PairError, encode_prompt, free_memory, load_pair, loaded_pair, preload
 from specviz.pair.download import in_background
 from specviz.pair.drafter import pair_drafter
-from specviz.serving import device_thread
+from specviz.serving import device_thread, load_thread
 from specviz.engine.zerogpu import on_zerogpu
 from specviz.ui.checks import excerpt, mistake
 from specviz.ui.limits import CODE_EXAMPLES, DEFAULTS, ENGLISH_EXAMPLES, PROMPT_TOKENS_MAX, example_kind
@@ -53,13 +53,16 @@ def pair_ids(pair_name, custom_drafter, custom_target) -> dict:
 def ensure_pair(pair_name, custom_drafter, custom_target, progress, doing: str | None = None) -> Pair:
     """Load (or reuse) the pair outside any GPU call, reporting progress to the page. A model still on
     the hub downloads in the background: the visitor is told so within seconds (``specviz.pair.download``).
+    The load runs on the load thread (``specviz.serving.load_thread``): the visitor waits for it, and the device
+    thread goes on with other visitors' runs meanwhile (only the product kernels' timing, once per machine, is a
+    step of its own there).
 
     ``doing`` (what the job runs next, in words) then replaces the loader's last message, with no
     bar: a resident pair's "is loaded - 100%" stood for seconds over a sweep, a comparison or a batch
     while nothing loaded."""
     try:
-        pair = device_thread.run(_load_in_background, pair_ids(pair_name, custom_drafter, custom_target),
-                                 lambda f, m: progress(f, desc=m))
+        pair = load_thread.run(_load_in_background, pair_ids(pair_name, custom_drafter, custom_target),
+                               lambda f, m: progress(f, desc=m))
     except PairError as err:
         raise mistake(str(err), title="Model pair unavailable") from err
     if doing:
@@ -69,9 +72,9 @@ def ensure_pair(pair_name, custom_drafter, custom_target, progress, doing: str |
 
 def _load_in_background(ids: dict, progress) -> Pair:
     """``load_pair`` leaving a hub download under way to run in the background (``in_background``: a flag of the
-    thread that loads, here the device thread)."""
+    thread that loads, here the load thread), the product kernels timed on the device thread."""
     with in_background():
-        return load_pair(**ids, progress=progress)
+        return load_pair(**ids, progress=progress, timing=load_thread.device_step)
 
 
 def resident(pair_name, custom_drafter, custom_target) -> Pair:
