@@ -8,8 +8,8 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
 0. **Start.** One visitor uses each job kind once (``warm_up``); with ``--ttl-s`` the attack then waits for its
    session and files to expire. The app's RSS then is the "start" the floods' leftovers are measured from
    (``--no-warm-up``: the app just up).
-1. **Victim baseline.** An 8-token greedy Generate on the embedded pair from 127.0.0.1 (a page session of its
-   own, joined through the queue and read to its end), ``--victims`` times: the median wall time.
+1. **Victim baseline.** An 8-token greedy Generate (``--victim-tokens``) on the embedded pair from 127.0.0.1 (a page
+   session of its own, joined through the queue and read to its end), ``--victims`` times: the median wall time.
 2. **Each flood**, bounded in time (``--flood-s`` at most, plus the victim's runs), while the victim runs again:
    fresh session hashes joining the queue (127.0.0.2); heartbeat connections opened and closed (127.0.0.3);
    concurrent ``/call/run`` posts of 128-token runs, two at a time from each of three addresses
@@ -17,7 +17,11 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
    grows by a few tokens each time (127.0.0.6: every prompt length is new to the CPU's kernel caches); a heavy batch (8 rows, the most tokens)
    re-submitted as soon as it ends, from another address named by ``X-Forwarded-For`` (10.9.9.9); Generate with the
    auto tree, 1 token, a new temperature each time, from three addresses (10.8.8.1-3); the exactness lab at the
-   page's defaults, re-run as soon as it ends, from three addresses (10.7.7.1-3). The ratio is
+   page's defaults, re-run as soon as it ends, from three addresses (10.7.7.1-3); then one address at a time
+   (10.5.5.x, 10.6.6.1), each re-running one job as soon as it ends: the lab at the page's defaults, Compare, an
+   8-row batch, exports of a prepared recording, the auto tree at a new temperature (a calibration each time), and
+   1-token Generates switching between the English and the cross-tokenizer pairs (the app keeps two pairs resident,
+   ``SPECVIZ_RESIDENT_PAIRS=2``: the victim's stays, and each switch loads the other anew). The ratio is
    the victim's median under the flood over its baseline median, measured minutes apart on the same machine.
 3. **Stop and hang-up.** A heavy batch is stopped by its session's Stop button once it has streamed for a
    second (its stream read all the while); printed: seconds from the Stop request to the batch's last message,
@@ -75,7 +79,7 @@ class App:
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = os.environ | {"GRADIO_TEMP_DIR": str(temp), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
-                            "SPECVIZ_TRUSTED_PROXIES": "1", "SPECVIZ_PRELOAD": preload}
+                            "SPECVIZ_TRUSTED_PROXIES": "1", "SPECVIZ_PRELOAD": preload, "SPECVIZ_RESIDENT_PAIRS": "2"}
         if ttl_s is not None:
             env |= {"SPECVIZ_SESSION_TTL_S": str(ttl_s), "SPECVIZ_CACHE_TTL_S": str(ttl_s)}
         self._log = open(log, "w")
@@ -85,7 +89,7 @@ class App:
             self.stop()
             raise SystemExit(f"the app did not start: {log.read_text()[-2000:]}")
         self.victim = uuid.uuid4().hex  # the victim's page session
-        self.fn = {name: fn_index(self.url, name) for name in ("generate", "stop", "batch", "compare", "lab")}
+        self.fn = {name: fn_index(self.url, name) for name in ("generate", "stop", "batch", "compare", "lab", "load_prepared", "export")}
 
     def disk(self) -> tuple[float, int]:
         """(MB, files) under the temporary folder."""
@@ -156,14 +160,19 @@ def heartbeat(http: httpx.Client, app: App) -> None:
         next(r.iter_lines())
 
 
+VICTIM_TOKENS = [8]  # the victim's Generate, in new tokens (--victim-tokens)
+
+
 def victim_runs(app: App, n: int) -> list[float]:
-    """Wall seconds of ``n`` 8-token Generate runs from the victim's page (one session, as a visitor's tab;
-    a failed run counts as inf)."""
+    """Wall seconds of ``n`` Generate runs of VICTIM_TOKENS tokens from the victim's page (one session, as a visitor's
+    tab; a failed run counts as inf)."""
     times = []
+    data = list(GENERATE)
+    data[6] = VICTIM_TOKENS[0]
     with client(VICTIM) as http:
         for _ in range(n):
             start = time.monotonic()
-            done = page_call(http, app, "generate", GENERATE, session=app.victim)
+            done = page_call(http, app, "generate", data, session=app.victim)
             times.append(time.monotonic() - start if done.get("success") else float("inf"))
     return times
 
@@ -281,6 +290,61 @@ def lab_runs(app: App, halt: threading.Event, clients: list) -> list[threading.T
     return threads
 
 
+def _one_address(api_name: str, data: list, address: str, before=None):
+    """A flood from one address (named by ``X-Forwarded-For``) re-running one page job as soon as it ends; ``before``
+    (http, headers, session) runs once first in the same page session (a recording loaded before its exports)."""
+
+    def flood(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+        http = client("127.0.0.61")
+        clients.append(http)
+        headers, session = {"X-Forwarded-For": address}, uuid.uuid4().hex
+        if before is not None:
+            before(app, http, headers, session)
+        return [threading.Thread(target=_forever, args=(halt, lambda: page_call(http, app, api_name, data, headers, session)
+                                                          or time.sleep(0.2)))]
+
+    return flood
+
+
+def _a_recording(app: App, http: httpx.Client, headers: dict, session: str) -> None:
+    from specviz.ui.files import examples
+
+    page_call(http, app, "load_prepared", [examples()[0]], headers, session)
+
+
+def pair_switches(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+    """One address switching pairs: a 1-token Generate on the English pair, then on the cross-tokenizer pair, and
+    again (with two pairs resident, the victim's embedded pair stays and each switch loads the other pair anew)."""
+    http = client("127.0.0.62")
+    clients.append(http)
+    headers, names = {"X-Forwarded-For": "10.6.6.1"}, itertools.cycle(["english", "cross"])
+
+    def one():
+        data = list(GENERATE)
+        data[0], data[6] = next(names), 1
+        if data[0] == "cross":
+            data[11] = "cross-tokenizer"
+        page_call(http, app, "generate", data, headers) or time.sleep(0.2)
+
+    return [threading.Thread(target=_forever, args=(halt, one))]
+
+
+def auto_tree_one(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
+    """One address's Generate with the auto tree, 16 tokens, a new temperature each time: a calibration each time."""
+    from specviz.ui.tree import AUTO
+
+    http = client("127.0.0.63")
+    clients.append(http)
+    headers, temperatures = {"X-Forwarded-For": "10.5.5.5"}, itertools.count()
+
+    def one():
+        data = list(GENERATE)
+        data[3], data[6], data[14] = round(0.5 + 0.001 * next(temperatures), 3), 16, AUTO
+        page_call(http, app, "generate", data, headers) or time.sleep(0.2)
+
+    return [threading.Thread(target=_forever, args=(halt, one))]
+
+
 FLOODS = {
     "fresh session hashes": fresh_sessions,
     "heartbeats": heartbeats,
@@ -290,6 +354,13 @@ FLOODS = {
     "heavy batch (X-Forwarded-For)": heavy_batches,
     "auto trees, 1 token, a new temperature each (3 addresses)": auto_trees,
     "exactness lab at the page's defaults (3 addresses)": lab_runs,
+    # One address each (issue 59's bar: the victim within 1.5x its time alone beside any one visitor's job)
+    "one address: the exactness lab at the page's defaults": _one_address("lab", LAB, "10.5.5.1"),
+    "one address: Compare drafters": _one_address("compare", COMPARE, "10.5.5.2"),
+    "one address: Batch, 8 rows": _one_address("batch", HEAVY_BATCH, "10.5.5.3"),
+    "one address: exports of a prepared recording": _one_address("export", [None], "10.5.5.4", before=_a_recording),
+    "one address: the auto tree, 16 tokens, a new temperature (a calibration) each time": auto_tree_one,
+    "one address: pair switches (English <-> cross, 1 token)": pair_switches,
 }
 
 
@@ -396,6 +467,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ttl-s", type=int, default=None,
                         help="the app's session and cached-file time to live, seconds (at least 10); then wait for both "
                              "after the attack and measure again (default: the app's own, no wait)")
+    parser.add_argument("--victim-tokens", type=int, default=8, help="the victim's Generate, in new tokens (default 8)")
     parser.add_argument("--floods", default="", help="comma-separated words; only the floods whose names hold one "
                         "(e.g. 'auto,heartbeats'; default: all)")
     parser.add_argument("--watch-s", type=int, default=0,
@@ -403,6 +475,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.ttl_s is not None and args.ttl_s < 10:
         parser.error("--ttl-s must be at least 10 seconds")
+    VICTIM_TOKENS[0] = args.victim_tokens
     root = Path(__file__).resolve().parents[2]
     settled, ends = [], []
     rows = []
