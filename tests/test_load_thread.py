@@ -27,6 +27,7 @@ def test_a_load_holds_the_visitor_who_asked_and_not_the_device_thread(monkeypatc
         return "pair"
 
     monkeypatch.setattr(pairs, "load_pair", slow_load)
+    monkeypatch.setattr(pairs, "loaded_pair", lambda **ids: None)  # not resident: it loads
     got = {}
     visitor = threading.Thread(target=lambda: got.setdefault("pair", pairs.ensure_pair("embedded", "", "", lambda *a, **k: None)))
     visitor.start()
@@ -44,6 +45,27 @@ def test_a_load_holds_the_visitor_who_asked_and_not_the_device_thread(monkeypatc
     assert seen["timing"] is load_thread.device_step and seen["timed_on"] == device_thread._device.ident
     assert device_thread.run(torch.get_num_threads) == before  # the device thread's own count is as it was
     assert load_thread.run(threading.get_ident) == seen["thread"]  # one load thread, reused
+
+
+def test_a_resident_pair_is_not_queued_behind_another_pairs_load(monkeypatch):
+    """A visitor whose pair is resident gets it at once while another visitor's load holds the load thread."""
+    from specviz.ui import pairs
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow():
+        started.set()
+        assert release.wait(30)
+
+    monkeypatch.setattr(pairs, "loaded_pair", lambda **ids: "the resident pair" if ids == {"name": "embedded"} else None)
+    other = threading.Thread(target=load_thread.run, args=(slow,))
+    other.start()
+    try:
+        assert started.wait(30)
+        assert pairs.ensure_pair("embedded", "", "", lambda *a, **k: None) == "the resident pair"
+    finally:
+        release.set()
+        other.join(30)
 
 
 def test_an_error_on_the_load_thread_is_raised_in_the_callers():

@@ -39,15 +39,19 @@ def resident_pairs() -> list[str]:
 
 def loaded_pair(name: str | None = None, drafter: str | None = None, target: str | None = None,
                 device: str | torch.device | None = None) -> Pair | None:
-    """The pair if it is resident now, else None; never loads anything.
+    """The pair if it is resident now (then marked the most recently used, as a load of it would), else None;
+    never loads anything.
 
     For code that must not load, such as a function running under ``@spaces.GPU`` on ZeroGPU
-    (loading there would repeat on every call).
+    (loading there would repeat on every call), or a caller that must not wait behind another pair's load.
     """
     _, refs, _ = plan(name, drafter, target, allow_custom=True)
     key = _key(refs, torch.device(device) if device is not None else default_device())
     with _state_lock:
-        return _resident.get(key)
+        pair = _resident.get(key)
+        if pair is not None:
+            _resident.move_to_end(key)
+        return pair
 
 
 def unload_all() -> None:

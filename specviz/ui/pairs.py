@@ -61,14 +61,27 @@ def ensure_pair(pair_name, custom_drafter, custom_target, progress, doing: str |
     ``doing`` (what the job runs next, in words) then replaces the loader's last message, with no
     bar: a resident pair's "is loaded - 100%" stood for seconds over a sweep, a comparison or a batch
     while nothing loaded."""
+    ids = pair_ids(pair_name, custom_drafter, custom_target)
     try:
-        loads = device_thread.run if torch.cuda.is_available() else load_thread.run
-        pair = loads(_load_in_background, pair_ids(pair_name, custom_drafter, custom_target), lambda f, m: progress(f, desc=m))
+        pair = _resident_preset(ids)  # not queued behind another visitor's load of another pair
+        if pair is None:
+            loads = device_thread.run if torch.cuda.is_available() else load_thread.run
+            pair = loads(_load_in_background, ids, lambda f, m: progress(f, desc=m))
     except PairError as err:
         raise mistake(str(err), title="Model pair unavailable") from err
     if doing:
         progress(None, desc=doing)
     return pair
+
+
+def _resident_preset(ids: dict) -> Pair | None:
+    """A preset pair (no custom ids) that is resident now, marked the most recently used; else None."""
+    if ids.get("drafter") or ids.get("target"):
+        return None
+    try:
+        return loaded_pair(**ids)
+    except PairError:
+        return None  # the load path words the refusal
 
 
 def _load_in_background(ids: dict, progress) -> Pair:

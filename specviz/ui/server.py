@@ -502,6 +502,14 @@ async def _refused(send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+# The GIL's switch interval while serving: a thread doing Python work beside the device thread (an export rendering
+# its HTML, a pair's load on the load thread) holds the GIL for this long before the device thread, which lets it go
+# at every torch operation, may take it back. A 16-token Generate on the embedded pair (0.43 s alone) beside one
+# visitor's exports, 2-core CPU: 6.0 s at Python's 5 ms, 3.6 s at 0.5 ms, 2.1 s at 0.05 ms
+# (python -m specviz.visitors.attack --floods exports --victim-tokens 16). A thread alone never switches.
+GIL_SWITCH_S = 0.05e-3
+
+
 def launch_kwargs(port: int | None = None) -> dict:
     """Arguments for ``demo.launch``: local only, no share link, the app's theme, a Content-Security-Policy.
 
@@ -511,6 +519,7 @@ def launch_kwargs(port: int | None = None) -> dict:
     from starlette.middleware import Middleware
 
     os.environ["FORWARDED_ALLOW_IPS"] = ""  # read by uvicorn.Config when launch builds the server
+    sys.setswitchinterval(GIL_SWITCH_S)
 
     return dict(
         # StreamWatch: specviz.ui.listening; KeepSessions: specviz.ui.sessions
