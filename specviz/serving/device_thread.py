@@ -47,6 +47,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 HALF_LIFE_S = 30.0  # device seconds used count half after this long
+# A streaming job asks for its next step only once its caller has handled the last (a page's views drawn and sent):
+# for this long after its step the device keeps its turn for it, when it is the one that would go next.
+ANTICIPATE_S = 0.05
 
 
 class Owner:
@@ -95,6 +98,9 @@ class _Device:
     def __init__(self, half_life_s: float = HALF_LIFE_S):
         self.half_life_s = half_life_s
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._streams: dict[str, int] = {}  # owner key -> its streaming jobs under way (``stepped``)
+        self._last: Owner | None = None  # whose step ran last
         self._waiting: list[_Step] = []
         self._used: dict[str, tuple[float, float]] = {}  # "a:address" or "s:address|session" -> (seconds, when)
         self._seq = itertools.count()
@@ -121,6 +127,7 @@ class _Device:
                 self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-device",
                                                                    initializer=self._mark)
             self._waiting.append(step)
+            self._arrived.notify_all()
             if self._running is not None and self._running.owner.key != owner.key:
                 owner.behind.add(_who(self._running.owner))  # it waits for the step under way
             self._pool.submit(self._turn)
@@ -129,11 +136,33 @@ class _Device:
     def _mark(self) -> None:
         self.ident = threading.get_ident()
 
+    def _rank(self, owner: Owner, now: float) -> tuple[float, float]:
+        return self._level("a:" + owner.address, now), self._level("s:" + owner.key, now)
+
+    def streaming(self, owner: Owner, delta: int) -> None:
+        """A streaming job of ``owner`` began (+1) or ended (-1)."""
+        with self._lock:
+            left = self._streams.get(owner.key, 0) + delta
+            if left > 0:
+                self._streams[owner.key] = left
+            else:
+                self._streams.pop(owner.key, None)
+
+    def _anticipate(self) -> None:
+        """Hold the turn up to ANTICIPATE_S for the next step of the owner whose step ran last, when it streams, has
+        none waiting yet and would go before every step waiting (held: the lock)."""
+        last = self._last
+        if last is None or not self._streams.get(last.key) or any(s.owner.key == last.key for s in self._waiting):
+            return
+        now = time.monotonic()
+        if all(self._rank(last, now) < self._rank(s.owner, now) for s in self._waiting):
+            self._arrived.wait_for(lambda: any(s.owner.key == last.key for s in self._waiting), timeout=ANTICIPATE_S)
+
     def _next(self) -> _Step:
         with self._lock:
+            self._anticipate()
             now = time.monotonic()
-            step = min(self._waiting, key=lambda s: (self._level("a:" + s.owner.address, now),
-                                                     self._level("s:" + s.owner.key, now), s.seq))
+            step = min(self._waiting, key=lambda s: (*self._rank(s.owner, now), s.seq))
             self._waiting.remove(step)
             self._running = step
             for other in self._waiting:  # they wait behind this step
@@ -153,6 +182,7 @@ class _Device:
         end = time.monotonic()
         with self._lock:
             self._running = None
+            self._last = step.owner
             self._charge(step.owner, end - start, end)
 
     def used(self, owner: Owner) -> tuple[float, float]:
@@ -188,11 +218,15 @@ def _next(iterator: Iterator):
 
 def stepped(iterator: Iterator[T], owner: Owner | None = None) -> Iterator[T]:
     """``iterator``'s items, each computed on the device thread for ``owner`` (one ``next`` at a time, in its
-    turn with the rest); closing the result closes ``iterator`` there too."""
+    turn with the rest); closing the result closes ``iterator`` there too. While it streams, the device keeps the turn
+    for its next step ANTICIPATE_S after each, when it would go next (``_Device._anticipate``)."""
+    owner = owner or SERVER
+    _device.streaming(owner, +1)
     try:
         while (item := run(_next, iterator, owner=owner)) is not _DONE:
             yield item
     finally:
+        _device.streaming(owner, -1)
         close = getattr(iterator, "close", None)
         if close is not None:
             run(close, owner=owner)
