@@ -56,7 +56,8 @@ def test_greedy_in_the_app_is_the_targets_greedy(client, embedded):
     tokens, *_ = call(client, temperature=0, max_new_tokens=32)
     ids = embedded.tokenizer(DEFAULTS["prompt"], add_special_tokens=False)["input_ids"]
     text = autoregressive_generate(ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=32, eos_token_id=embedded.eos_token_id, tokenizer=embedded.tokenizer).output_text
-    import html, re
+    import html
+    import re
 
     shown = html.unescape(re.sub(r"<[^>]+>", "", re.sub(r'<span class="sv-(rejected|prompt)"[^>]*>.*?</span>|<details class="sv-prompt-details".*?</details>', "", tokens, flags=re.S))).replace("\u2400", "")
     assert shown == text

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 
 from specviz.serving import device_thread
 from specviz.serving.device_thread import Owner

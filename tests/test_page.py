@@ -198,7 +198,7 @@ def test_the_explanation_on_the_page_names_the_pairs_of_the_shipped_files():
     text = explanation()
     rec = Recording.load(RECORDINGS / "english-greedy-gamma3-sweep.json")
     gaps = [abs(_eq1(p.accepted / (p.accepted + p.rejected), p.gamma) - p.tokens / p.rounds) / (p.tokens / p.rounds) for p in rec.sweep.points]
-    assert f"**`english` pair**" in text and f"within {max(gaps):.1%}" in text.split("`english-greedy-gamma3-sweep`")[1]
+    assert "**`english` pair**" in text and f"within {max(gaps):.1%}" in text.split("`english-greedy-gamma3-sweep`")[1]
     assert "**`embedded` pair**" in text and "`greedy-gamma4-sweep`" in text and "`sampled-gamma4-sweep`" in text
     beta = json.loads((ASSETS / "models" / "smollm2-drafter" / "training_log.json").read_text())["held_out_mean_beta"]["greedy"]["mean_beta"]
     assert f"mean beta {beta:.3f} (greedy)" in text

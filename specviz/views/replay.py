@@ -200,8 +200,8 @@ def _final(r: Round, stop_reason: str | None, greedy: bool = False) -> str:
         intro = (
             (f"Draft {n_acc + 1} {_chip(d.text)} was rejected: it is not the target's argmax (greedy: q and p are one-hot). "
              if greedy else f"Draft {n_acc + 1} {_chip(d.text)} was rejected: u = {d.u:.3f} ≥ min(1, p/q) = {d.accept_prob:.3f}. ")
-            + f"The <b>correction token</b> is sampled from the residual <b>norm(max(0, p − q))</b> at that position; "
-            f"drafts after it are discarded. Most likely tokens of the residual:"
+            + "The <b>correction token</b> is sampled from the residual <b>norm(max(0, p − q))</b> at that position; "
+            "drafts after it are discarded. Most likely tokens of the residual:"
         )
         head = ("token", f'<span style="color:{P_COLOUR};">■</span> p(x)', f'<span style="color:{Q_COLOUR};">■</span> q(x)', f'<span style="color:{RESIDUAL_COLOUR};">■</span> residual', "")
     else:

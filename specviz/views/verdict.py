@@ -110,7 +110,7 @@ class Verdict:
         others = {k: v for k, v in losses.items() if k != largest}
         words = {
             "acceptance": (f"acceptance: a round gave {self.tokens:.2f} of the {self.most_tokens:g} tokens "
-                           + (f"its tree's depth allows" if self.tree else f"gamma {gamma} allows")
+                           + ("its tree's depth allows" if self.tree else f"gamma {gamma} allows")
                            + (f" (alpha {self.alpha:.2f})" if self.alpha is not None else "")
                            + f", {losses['acceptance']:.2f} steps' worth lost"),
             "drafting": f"drafting: {self.passes:.1f} drafter passes at c {self.c or 0.0:.2f} cost {self.drafting:.2f} steps a round",
