@@ -12,6 +12,7 @@ from specviz.drafters import KINDS as DRAFTER_KINDS
 from specviz.pair import PRESETS, free_memory
 from specviz.recording import Recording
 from specviz.engine.schedules import SCHEDULES
+from specviz.ui import state
 from specviz.ui.checks import mistake
 from specviz.ui.downloads import save_export, save_for_download
 from specviz.ui.jobs import background_step, guarded_call
@@ -180,4 +181,4 @@ def export_recording(rec: Recording | None, request: gr.Request = None) -> str:
     folder and return its path."""
     if rec is None or not rec.speculative.rounds:
         raise mistake("Run or load something first: there is nothing to export yet.", title="Nothing to export")
-    return guarded_call("export", save_export, rec, getattr(request, "session_hash", None))
+    return guarded_call("export", save_export, rec, getattr(request, "session_hash", None), state.device_owner(request))
