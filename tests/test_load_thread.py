@@ -42,7 +42,7 @@ def test_a_load_holds_the_visitor_who_asked_and_not_the_device_thread(monkeypatc
     assert got["pair"] == "pair"
     assert seen["thread"] == load_thread._ident and seen["thread"] != device_thread._device.ident
     assert seen["threads"] == 1  # the load's tensor work runs inline on its thread: no OpenMP team of its own
-    assert seen["timing"] is load_thread.device_step and seen["timed_on"] == device_thread._device.ident
+    assert seen["timing"] is device_thread.run and seen["timed_on"] == device_thread._device.ident
     assert device_thread.run(torch.get_num_threads) == before  # the device thread's own count is as it was
     assert load_thread.run(threading.get_ident) == seen["thread"]  # one load thread, reused
 

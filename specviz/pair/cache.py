@@ -173,7 +173,7 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
             draft with it is refused before anything loads (``check_drafter_kind``); "cross-tokenizer"
             implies ``own_tokenizer``.
         timing: runs the product kernels' timing a fp32 load makes, ``timing(fn, *args)``, where the passes will run
-            (a server's device thread: ``specviz.serving.load_thread.device_step``); None: on the loading thread.
+            (a server's device thread: ``specviz.serving.device_thread.run``); None: on the loading thread.
 
     Raises:
         PairError: unknown preset, custom ids turned off, malformed id, model or revision not found,

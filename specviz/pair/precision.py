@@ -292,23 +292,19 @@ def apply_form(model, form: Form, kernels: bool = True, timing: Callable | None 
     product kernels timed fastest per row count (``specviz.pair.kernels.choose``; ``kernels=False``
     or ``SPECVIZ_CPU_KERNELS=off`` keeps transformers' own), whose sentence is added to the form's
     reason. ``timing``: runs that choice, ``timing(fn, *args)``, where the passes it times will run (a server's
-    device thread, ``specviz.serving.load_thread.device_step``); None: here. Returns the model."""
+    device thread's ``run``); None: here. Returns the model."""
     if next(model.parameters()).dtype != form.dtype:
         model.to(form.dtype)
     if kernels and form.dtype == torch.float32 and _route_kernels(form):
         from specviz.pair.kernels import choose
 
-        routed = (timing or _here)(choose, model, machine_key())
+        routed = choose(model, machine_key()) if timing is None else timing(choose, model, machine_key())
         if routed is not None:
             form = Form(form.dtype, f"{form.reason}; {routed.summary}", form.routed)
             model.specviz_kernels = routed
     model.specviz_form = form
     use_shared_kv_heads(model)
     return model
-
-
-def _here(fn, *args):
-    return fn(*args)
 
 
 def _route_kernels(form: Form) -> bool:

@@ -13,7 +13,7 @@ more such threads than cores puts every team's workers to sleep between regions:
 ``specviz.serving.device_thread`` was made to avoid). The count new threads start with is set back to the device
 thread's (torch keeps it process-wide; the device thread's own count, set when it first ran, is its own). What
 must be measured with the device thread's team, the product kernels' timing a fp32 load makes
-(``specviz.pair.kernels``), is handed back to it as one step (``device_step``).
+(``specviz.pair.kernels``), is handed back to it as one step (``load_pair``'s ``timing``: ``device_thread.run``).
 
 Errors raised on the load thread are raised again in the caller's thread. Nothing here builds a UI object.
 """
@@ -63,9 +63,3 @@ def run(fn: Callable[..., T], *args, **kwargs) -> T:
             _pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-load", initializer=_start)
     context = contextvars.copy_context()
     return _pool.submit(functools.partial(context.run, fn, *args, **kwargs)).result()
-
-
-def device_step(fn: Callable[..., T], *args, **kwargs) -> T:
-    """``fn(*args, **kwargs)`` as one step of the device thread (for work a load must time with the device thread's
-    cores, such as the product kernels' timing); ``specviz.pair`` takes it as its ``timing`` hook."""
-    return device_thread.run(fn, *args, **kwargs)

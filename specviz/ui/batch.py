@@ -18,7 +18,7 @@ from specviz.ui.pairs import ensure_pair
 from specviz.ui.sizing import batch_steps, sized
 from specviz.ui.request import RunRequest
 from specviz.views.batch import batch_figure, batch_lanes_html
-from specviz.views.text import left_at_pace
+from specviz.views.text import measured_so_far
 
 
 def _form(main) -> str:
@@ -81,12 +81,10 @@ def run_batch(pair_name, prompts_text, batch_size, gamma, temperature, top_k, to
 
 
 def _progress(measured: int, total: int, listed: str, elapsed_s: float) -> str:
-    """"Measured k of K batches (...) in T s; about R s left at that pace…": R from the batches measured so far
-    (``specviz.views.text.left_at_pace``; the first, the full batch decoded, is timed in T too)."""
-    left = left_at_pace(measured, total, elapsed_s)
-    timing = f" in {elapsed_s:.0f} s; {left}" if left else ""
-    return (f"Measured {measured} of {total} batches (batch sizes {listed}, two runs each, speculative and autoregressive "
-            f"in turns){timing}…")
+    """"Measured k of K batches (...) in T s; about R s left at that pace…" (``specviz.views.text.measured_so_far``;
+    the first, the full batch decoded, is timed in T too)."""
+    return measured_so_far(measured, total, f"batches (batch sizes {listed}, two runs each, speculative and autoregressive in turns)",
+                           elapsed_s) + "…"
 
 
 def _measured(points) -> int:

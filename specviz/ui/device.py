@@ -27,7 +27,7 @@ from specviz.ui.limits import (BATCH_MAX, CALIBRATION_SECONDS_MAX, MAX_NEW_TOKEN
 from specviz.ui.pairs import encode, failure, resident
 from specviz.ui.request import RunRequest
 from specviz.ui.tree import AUTO, resolve_steps, resolve_tree
-from specviz.views.text import left_at_pace, markdown_literal, run_label
+from specviz.views.text import markdown_literal, measured_so_far, run_label
 from specviz.views.verdict import engine_sentence, verdict
 
 
@@ -61,9 +61,8 @@ def _calibrated(steps, said: str):
 
 
 def calibration_progress(done: int, total: int, elapsed_s: float) -> str:
-    """"Measured 5 of 13 parts in 12 s; about 19 s left at that pace." (``specviz.views.text.left_at_pace``)."""
-    left = left_at_pace(done, total, elapsed_s)
-    return f"Measured {done} of {total} parts in {elapsed_s:.0f} s" + (f"; {left}." if left else ".")
+    """"Measured 5 of 13 parts in 12 s; about 19 s left at that pace." (``specviz.views.text.measured_so_far``)."""
+    return measured_so_far(done, total, "parts", elapsed_s) + "."
 
 
 def _pair_of(req: RunRequest):

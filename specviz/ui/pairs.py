@@ -88,7 +88,7 @@ def _load_in_background(ids: dict, progress) -> Pair:
     """``load_pair`` leaving a hub download under way to run in the background (``in_background``: a flag of the
     thread that loads, here the load thread), the product kernels timed on the device thread."""
     with in_background():
-        return load_pair(**ids, progress=progress, timing=load_thread.device_step)
+        return load_pair(**ids, progress=progress, timing=device_thread.run)
 
 
 def resident(pair_name, custom_drafter, custom_target) -> Pair:

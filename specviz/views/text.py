@@ -47,6 +47,13 @@ def run_label(trace) -> str:
     return f"{label}, {name} gamma from {gamma}"
 
 
+def measured_so_far(done: int, total: int, what: str, elapsed_s: float) -> str:
+    """"Measured 2 of 6 batches (...) in 40 s; about 80 s left at that pace": a long job's progress in words, ``what``
+    its parts named as the sentence goes on; the time left only once it can be told (``left_at_pace``)."""
+    left = left_at_pace(done, total, elapsed_s)
+    return f"Measured {done} of {total} {what} in {elapsed_s:.0f} s" + (f"; {left}" if left else "")
+
+
 def left_at_pace(done: int, total: int, elapsed_s: float | None) -> str:
     """"about R s left at that pace": R the mean time of a step done so far (``elapsed_s`` / ``done``) times the
     ``total - done`` steps left, rounded to whole seconds; "" when nothing is timed yet or nothing is left."""

@@ -297,19 +297,10 @@ def calibrate_by_runs_steps(drafter, target, prompts: list[list[int]], sampling:
     return (yield from refined_steps(cal, refine, max_nodes, max_depth, measured))
 
 
-def refined(cal: Calibration, refine: int, max_nodes: int, max_depth: int, measure) -> Calibration:
-    """Decide, measure the chosen shape (``measure(cal, best)`` -> Calibration), decide again: at most ``refine``
-    times, stopping when a shape is chosen a second time (its counts are the calibration's own by then)."""
-
-    def at_once(cal, best):
-        return measure(cal, best)
-        yield  # a generator that never yields: the measure takes no step of its own
-
-    return run_steps(refined_steps(cal, refine, max_nodes, max_depth, at_once))
-
-
 def refined_steps(cal: Calibration, refine: int, max_nodes: int, max_depth: int, measure):
-    """``refined`` as steps: ``measure(cal, best)`` a generator whose value is the Calibration; yields what it yields."""
+    """Decide, measure the chosen shape, decide again: at most ``refine`` times, stopping when a shape is chosen a
+    second time (its counts are the calibration's own by then). ``measure(cal, best)``: a generator whose value is the
+    new Calibration; its steps are yielded as they come. Returns the last Calibration."""
     tried: set = set()
     for _ in range(refine):
         best = cal.choose(max_nodes, max_depth).best
@@ -639,11 +630,12 @@ def calibrate_forced_steps(drafter, target, prompts: list[list[int]], sampling: 
                       chain_step_cost=drafter_ms[0] / target_ms[0], target_step_ms=step_ms, calibration_tree=calib_tree,
                       prompts=len(texts), tokens=max_new_tokens, available=tuple(available))
 
-    def walked(cal: Calibration, best: sequoia.Candidate) -> Calibration:
+    def walked(cal: Calibration, best: sequoia.Candidate):
         counts = walk_tree(texts, best.parents, walks, seed)[0] if best.kind == "tree" else walk_chain(texts, best.depth, walks, seed)
         return merged_counts(cal, best, counts)
+        yield  # no step of its own: walking the measured positions runs no model
 
-    return refined(cal, refine, max_nodes, max_depth, walked)
+    return (yield from refined_steps(cal, refine, max_nodes, max_depth, walked))
 
 
 def check_partial(d, prompts: int, max_new_tokens: int, vocab_size: int) -> dict:

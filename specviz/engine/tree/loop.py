@@ -11,9 +11,8 @@ by tests/test_tree_exactness.py against the enumerated law, with planted faults.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
 import math
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -143,9 +142,10 @@ def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warp
 
     ``logits``: (N + 1, V) the verify pass's, slot 0 the pending token. Greedy runs (no fault
     planted) judge from each slot's argmax alone (``judge_greedy``); the others through the
-    target's processed p at every slot (``judge``). With ``record``, each node's drafter entropy
-    H(q) = -sum_x q(x) log2 q(x) in bits over the q it was drawn from (``q_entropy``: (N,), its
-    parent's; none for prompt lookup, whose q is one-hot).
+    target's processed p at every slot (``judge``). With ``record``, the drafter's entropy
+    H(q) = -sum_x q(x) log2 q(x) in bits at each node with children (``q_entropy``: one per parent, in the order
+    ``dict.fromkeys(drafted.parents)`` gives, from its first child's q row, which its siblings share; none for prompt
+    lookup, whose q is one-hot).
     """
     transfer = Transfer()
     device = logits.device
@@ -170,10 +170,12 @@ def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warp
     transfer.add("tokens", drafted.tokens)
     transfer.add("finite", finite)
     if record and drafted.q is not None and drafted.size:
-        q_all = drafted.q.float()
+        # one row per parent (siblings share their parent's q): a (V,) pass each, not one per node
+        firsts = [drafted.parents.index(p) for p in dict.fromkeys(drafted.parents)]
+        q_rows = drafted.q[torch.tensor(firsts, dtype=torch.long, device=drafted.q.device)].float()
         # clamped to [0, log2 V]: float32 sums over V terms stray by their last bits
-        entropy = -(q_all * q_all.clamp_min(1e-30).log2()).sum(dim=-1)
-        transfer.add("q_entropy", entropy.clamp(0.0, math.log2(q_all.shape[-1])))
+        entropy = -(q_rows * q_rows.clamp_min(1e-30).log2()).sum(dim=-1)
+        transfer.add("q_entropy", entropy.clamp(0.0, math.log2(q_rows.shape[-1])))
     if not top_k:
         return transfer
     slots = logits.shape[0]
@@ -238,6 +240,7 @@ def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[in
     texts = decode(node_tokens + [final])
     reached = {-1, *path}
     on_path = set(path)
+    parent_row = {p: k for k, p in enumerate(dict.fromkeys(drafted.parents))}  # the q_entropy row of each parent
     nodes = []
     for i, parent in enumerate(drafted.parents):
         tested = parent in reached and (host["accepted"][i] or _before_accepted(i, drafted.parents, host))
@@ -250,7 +253,7 @@ def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[in
             u=host["u"][i] if verdict != "discarded" else None,
             mass=min(1.0, host["mass"][i]) if verdict != "discarded" else None,
             source=drafted.sources[i] if drafted.sources else None,
-            q_entropy=host["q_entropy"][i] if "q_entropy" in host else None,
+            q_entropy=host["q_entropy"][parent_row[parent]] if "q_entropy" in host else None,
         ))
     drafts = [Draft(token_id=nodes[i].token_id, text=nodes[i].text, q=nodes[i].q, p=nodes[i].p, accept_prob=nodes[i].accept_prob,
                     u=nodes[i].u, verdict="accepted", source=nodes[i].source) for i in path]
