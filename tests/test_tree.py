@@ -425,6 +425,7 @@ def test_a_tree_round_records_the_drafters_entropy_and_the_figure_draws_it():
     first = trace.rounds[0].tree
     assert [n.q_entropy for n in first.nodes if n.depth == 1] == pytest.approx([h] * sum(n.depth == 1 for n in first.nodes), abs=1e-4)
     assert all(0 <= n.q_entropy <= 3 for r in trace.rounds for n in r.tree.nodes)  # a vocabulary of 8: log2 8 = 3 bits
+    assert all(str(n.q_entropy) != "-0.0" for r in trace.rounds for n in r.tree.nodes)  # a one-hot q reads 0.00, not -0.00
     for k, r in enumerate(trace.rounds):
         (labels,) = [t for t in tree_figure(trace, k).data if t.name and t.name.startswith("H(q)")]
         parents = sorted({n.parent for n in r.tree.nodes})

@@ -173,9 +173,10 @@ def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warp
         # one row per parent (siblings share their parent's q): a (V,) pass each, not one per node
         firsts = [drafted.parents.index(p) for p in dict.fromkeys(drafted.parents)]
         q_rows = drafted.q[torch.tensor(firsts, dtype=torch.long, device=drafted.q.device)].float()
-        # clamped to [0, log2 V]: float32 sums over V terms stray by their last bits
+        # clamped to [0, log2 V]: float32 sums over V terms stray by their last bits; + 0.0 turns a one-hot row's -0.0
+        # (shown "-0.00") into 0.0
         entropy = -(q_rows * q_rows.clamp_min(1e-30).log2()).sum(dim=-1)
-        transfer.add("q_entropy", entropy.clamp(0.0, math.log2(q_rows.shape[-1])))
+        transfer.add("q_entropy", entropy.clamp(0.0, math.log2(q_rows.shape[-1])) + 0.0)
     if not top_k:
         return transfer
     slots = logits.shape[0]
