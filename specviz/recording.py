@@ -78,20 +78,28 @@ class Recording:
                 (the message names the first bad field).
         """
         if len(text) > MAX_BYTES:
-            raise ValueError(f"the file is {len(text) / 1e6:.1f} MB; a specviz recording is at most {MAX_BYTES / 1e6:.0f} MB")
+            raise ValueError(
+                f"the file is {len(text) / 1e6:.1f} MB; a specviz recording is at most {MAX_BYTES / 1e6:.0f} MB"
+            )
         try:
             d = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"the file is not JSON ({e})") from None
         except RecursionError:
-            raise ValueError(f"the file is nested too deeply; a recording nests at most {validation.MAX_DEPTH} levels") from None
+            raise ValueError(
+                f"the file is nested too deeply; a recording nests at most {validation.MAX_DEPTH} levels"
+            ) from None
         if not isinstance(d, dict):
             raise ValueError("the file is not a specviz recording: expected a JSON object")
         if _SURROGATE.search(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")):
-            try:  # an escaped surrogate: refused unless it is half of a pair (the page's event stream cannot carry a lone one)
+            # an escaped surrogate: refused unless it is half of a pair (the page's event stream cannot carry a lone
+            # one)
+            try:
                 json.dumps(d, ensure_ascii=False).encode("utf-8")
             except UnicodeEncodeError:
-                raise ValueError("not a specviz recording: a text field holds a lone surrogate (not valid Unicode text)") from None
+                raise ValueError(
+                    "not a specviz recording: a text field holds a lone surrogate (not valid Unicode text)"
+                ) from None
         for key in ("speculative", "baseline"):  # counts first: an oversized list is refused before any walk over it
             validation.check_structure(d.get(key), key)
         validation.check_depth(d)
@@ -112,14 +120,21 @@ class Recording:
         if d.get("sweep") is not None:
             points = d["sweep"].get("points") if isinstance(d["sweep"], dict) else None
             if isinstance(points, list) and len(points) > validation.MAX_SWEEP_POINTS:
-                raise ValueError(f"not a specviz recording: sweep.points: {len(points)} points; at most {validation.MAX_SWEEP_POINTS}")
+                raise ValueError(
+                    f"not a specviz recording: sweep.points: {len(points)} points; at most "
+                    f"{validation.MAX_SWEEP_POINTS}"
+                )
             sweep = validation.check_sweep(validate(Sweep, d["sweep"], "sweep"))
         title = d.get("title", "")
         if not isinstance(title, str) or len(title) > validation.MAX_TITLE:
-            raise ValueError(f"not a specviz recording: title: must be text of at most {validation.MAX_TITLE} characters")
+            raise ValueError(
+                f"not a specviz recording: title: must be text of at most {validation.MAX_TITLE} characters"
+            )
         prompt, chat = d.get("prompt", ""), d.get("chat")
         if not isinstance(prompt, str) or len(prompt) > validation.MAX_TEXT:
-            raise ValueError(f"not a specviz recording: prompt: must be text of at most {validation.MAX_TEXT} characters")
+            raise ValueError(
+                f"not a specviz recording: prompt: must be text of at most {validation.MAX_TEXT} characters"
+            )
         if chat is not None and not isinstance(chat, bool):
             raise ValueError("not a specviz recording: chat: must be true, false or null")
         auto = d.get("auto")
@@ -131,8 +146,16 @@ class Recording:
             except (ValueError, TypeError) as e:
                 raise ValueError(f"not a specviz recording: {e}") from None
         made_by = _check_made_by(d.get("made_by"))
-        return cls(speculative=spec, baseline=baseline, sweep=sweep, title=title, prompt=prompt, chat=chat, auto=auto,
-                   made_by=made_by)
+        return cls(
+            speculative=spec,
+            baseline=baseline,
+            sweep=sweep,
+            title=title,
+            prompt=prompt,
+            chat=chat,
+            auto=auto,
+            made_by=made_by,
+        )
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -149,7 +172,9 @@ class Recording:
         path = Path(path)
         size = path.stat().st_size
         if size > MAX_BYTES:
-            raise ValueError(f"the file is {size / 1e6:.1f} MB; a specviz recording is at most {MAX_BYTES / 1e6:.0f} MB")
+            raise ValueError(
+                f"the file is {size / 1e6:.1f} MB; a specviz recording is at most {MAX_BYTES / 1e6:.0f} MB"
+            )
         return cls.from_json(path.read_bytes())
 
 
@@ -166,11 +191,14 @@ def _check_made_by(value) -> dict | None:
     if value is None:
         return None
     if not isinstance(value, dict) or set(value) - {*MADE_BY_TEXT, "engine_version"}:
-        raise ValueError(f"not a specviz recording: made_by: must be an object of {', '.join(MADE_BY_TEXT)} and "
-                         "engine_version")
+        raise ValueError(
+            f"not a specviz recording: made_by: must be an object of {', '.join(MADE_BY_TEXT)} and engine_version"
+        )
     for key in MADE_BY_TEXT:
         if key in value and (not isinstance(value[key], str) or len(value[key]) > MADE_BY_CHARS):
-            raise ValueError(f"not a specviz recording: made_by.{key}: must be text of at most {MADE_BY_CHARS} characters")
+            raise ValueError(
+                f"not a specviz recording: made_by.{key}: must be text of at most {MADE_BY_CHARS} characters"
+            )
     version = value.get("engine_version")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= 10**6):
         raise ValueError("not a specviz recording: made_by.engine_version: must be a whole number from 0 to 1000000")
@@ -189,8 +217,12 @@ def _build() -> str:
         build = "unknown"
     root = Path(__file__).resolve().parent.parent
     try:  # quick and bounded; an installed copy inside another repository's folder is not that repository's commit
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=5).stdout.split()
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.split()
         if len(out) == 2 and Path(out[0]).resolve() == root:
             build += f" ({out[1]})"
     except (OSError, subprocess.SubprocessError):
@@ -205,8 +237,12 @@ def made_by_here(device: str = "cpu") -> dict:
 
     from specviz.engine import ENGINE_VERSION
 
-    return {"machine": _machine(str(device))[:MADE_BY_CHARS], "build": _build()[:MADE_BY_CHARS],
-            "torch": torch.__version__[:MADE_BY_CHARS], "engine_version": ENGINE_VERSION}
+    return {
+        "machine": _machine(str(device))[:MADE_BY_CHARS],
+        "build": _build()[:MADE_BY_CHARS],
+        "torch": torch.__version__[:MADE_BY_CHARS],
+        "engine_version": ENGINE_VERSION,
+    }
 
 
 @functools.cache
@@ -220,7 +256,8 @@ def _machine(device: str) -> str:
     if device.startswith("cuda") and torch.cuda.is_available():
         return f"{torch.cuda.get_device_name(torch.device(device))} (CUDA)"
     bf16 = bf16_instructions(cpu_flags())
-    return f"{cpu_model()}, {'with ' + ' and '.join(bf16) if bf16 else 'no bf16 instructions'}, {torch.get_num_threads()} threads"
+    return (f"{cpu_model()}, {'with ' + ' and '.join(bf16) if bf16 else 'no bf16 instructions'}, "
+            f"{torch.get_num_threads()} threads")
 
 
 __all__ = ["MAX_BYTES", "Recording", "Sweep", "SweepPoint", "made_by_here"]

@@ -21,8 +21,19 @@ from specviz.lab.models import MaskedLM, masked_lm, noisy_copy, tiny_lm  # noqa:
 
 # Files of independent statistical tests (each builds its own tiny models, or cheap module fixtures): spread over
 # the workers one test at a time. Every other file's tests run together on one worker, in order.
-SPREAD = {"test_exactness", "test_exactness_reference", "test_drafters", "test_eagle", "test_argmax_drafts",
-          "test_cross_tokenizer", "test_kernels", "test_precision", "test_tree_exactness", "test_batch", "test_repetition"}
+SPREAD = {
+    "test_exactness",
+    "test_exactness_reference",
+    "test_drafters",
+    "test_eagle",
+    "test_argmax_drafts",
+    "test_cross_tokenizer",
+    "test_kernels",
+    "test_precision",
+    "test_tree_exactness",
+    "test_batch",
+    "test_repetition",
+}
 
 
 def pytest_xdist_make_scheduler(config, log):

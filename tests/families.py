@@ -126,13 +126,35 @@ LLAMA = Family(
     end_of_turn=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"),
     chat_template=LLAMA3_CHAT,
     published=tuple(
-        dict(LLAMA3_ROPE, max_position_embeddings=131072, tie_word_embeddings=True, rms_norm_eps=1e-5, hidden_act="silu",
-             attention_bias=False, mlp_bias=False, torch_dtype="bfloat16")
+        dict(
+            LLAMA3_ROPE,
+            max_position_embeddings=131072,
+            tie_word_embeddings=True,
+            rms_norm_eps=1e-5,
+            hidden_act="silu",
+            attention_bias=False,
+            mlp_bias=False,
+            torch_dtype="bfloat16",
+        )
         for _ in range(2)
     ),
     generation=dict(do_sample=True, temperature=0.6, top_p=0.9),
-    drafter=dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=1, head_dim=8, num_hidden_layers=2, intermediate_size=64),
-    target=dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=8, num_hidden_layers=3, intermediate_size=96),
+    drafter=dict(
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=8,
+        num_hidden_layers=2,
+        intermediate_size=64,
+    ),
+    target=dict(
+        hidden_size=48,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_hidden_layers=3,
+        intermediate_size=96,
+    ),
 )
 
 # SmolLM2 Instruct (LlamaForCausalLM, ChatML): HuggingFaceTB/SmolLM2-135M-Instruct (drafter, 9 heads over 3)
@@ -149,13 +171,24 @@ SMOLLM = Family(
     end_of_turn=("<|im_end|>",),
     chat_template=CHATML,
     published=tuple(
-        dict(rope_theta=100000.0, rope_scaling=None, max_position_embeddings=8192, tie_word_embeddings=True, rms_norm_eps=1e-5,
-             hidden_act="silu", torch_dtype="bfloat16")
+        dict(
+            rope_theta=100000.0,
+            rope_scaling=None,
+            max_position_embeddings=8192,
+            tie_word_embeddings=True,
+            rms_norm_eps=1e-5,
+            hidden_act="silu",
+            torch_dtype="bfloat16",
+        )
         for _ in range(2)
     ),
     generation=dict(),
-    drafter=dict(hidden_size=24, num_attention_heads=3, num_key_value_heads=1, num_hidden_layers=2, intermediate_size=64),
-    target=dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, num_hidden_layers=3, intermediate_size=96),
+    drafter=dict(
+        hidden_size=24, num_attention_heads=3, num_key_value_heads=1, num_hidden_layers=2, intermediate_size=64
+    ),
+    target=dict(
+        hidden_size=48, num_attention_heads=6, num_key_value_heads=2, num_hidden_layers=3, intermediate_size=96
+    ),
 )
 
 # Qwen2.5 Instruct: Qwen/Qwen2.5-0.5B-Instruct (drafter: 14 heads over 2, tied, 151,936 rows) and
@@ -174,14 +207,40 @@ QWEN = Family(
     end_of_turn=("<|im_end|>", "<|endoftext|>"),
     chat_template=CHATML,
     published=(
-        dict(rope_theta=1000000.0, rope_scaling=None, max_position_embeddings=32768, sliding_window=32768, use_sliding_window=False,
-             max_window_layers=21, tie_word_embeddings=True, rms_norm_eps=1e-6, hidden_act="silu", torch_dtype="bfloat16"),
-        dict(rope_theta=1000000.0, rope_scaling=None, max_position_embeddings=32768, sliding_window=131072, use_sliding_window=False,
-             max_window_layers=28, tie_word_embeddings=False, rms_norm_eps=1e-6, hidden_act="silu", torch_dtype="bfloat16"),
+        dict(
+            rope_theta=1000000.0,
+            rope_scaling=None,
+            max_position_embeddings=32768,
+            sliding_window=32768,
+            use_sliding_window=False,
+            max_window_layers=21,
+            tie_word_embeddings=True,
+            rms_norm_eps=1e-6,
+            hidden_act="silu",
+            torch_dtype="bfloat16",
+        ),
+        dict(
+            rope_theta=1000000.0,
+            rope_scaling=None,
+            max_position_embeddings=32768,
+            sliding_window=131072,
+            use_sliding_window=False,
+            max_window_layers=28,
+            tie_word_embeddings=False,
+            rms_norm_eps=1e-6,
+            hidden_act="silu",
+            torch_dtype="bfloat16",
+        ),
     ),
-    generation=dict(pad_token_id="<|endoftext|>", do_sample=True, temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05),
-    drafter=dict(hidden_size=56, num_attention_heads=7, num_key_value_heads=1, num_hidden_layers=2, intermediate_size=96),
-    target=dict(hidden_size=56, num_attention_heads=14, num_key_value_heads=2, num_hidden_layers=3, intermediate_size=128),
+    generation=dict(
+        pad_token_id="<|endoftext|>", do_sample=True, temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05
+    ),
+    drafter=dict(
+        hidden_size=56, num_attention_heads=7, num_key_value_heads=1, num_hidden_layers=2, intermediate_size=96
+    ),
+    target=dict(
+        hidden_size=56, num_attention_heads=14, num_key_value_heads=2, num_hidden_layers=3, intermediate_size=128
+    ),
     extra_rows=(16, 48),
 )
 
@@ -198,8 +257,10 @@ GPT2 = Family(
     ids=dict(bos_token_id="<|endoftext|>", eos_token_id="<|endoftext|>"),
     end_of_turn=("<|endoftext|>",),
     chat_template=None,
-    published=tuple(dict(n_positions=1024, activation_function="gelu_new", layer_norm_epsilon=1e-5,
-                         tie_word_embeddings=True) for _ in range(2)),
+    published=tuple(
+        dict(n_positions=1024, activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=True)
+        for _ in range(2)
+    ),
     generation=dict(),
     drafter=dict(n_embd=32, n_head=2, n_layer=1),
     target=dict(n_embd=48, n_head=4, n_layer=2),
@@ -225,8 +286,12 @@ def train_tokenizer(family: Family, small: bool = False) -> PreTrainedTokenizerF
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=BPE_SIZE + len(family.first), special_tokens=list(family.first),
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=BPE_SIZE + len(family.first),
+            special_tokens=list(family.first),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
         tok.train_from_iterator(CORPUS, trainer)
         tok.add_special_tokens([AddedToken(t, special=True) for t in family.last])
         assert all(tok.token_to_id(t) == i for i, t in enumerate(family.first))
@@ -255,7 +320,9 @@ def _config(family: Family, which: int, tok, rows: int, small: bool):
         config = GPT2Config(vocab_size=rows, initializer_range=init, **kwargs, **sizes, **ids)
     else:
         rope = dict(published["rope_scaling"] or {"rope_type": "default"}, rope_theta=published["rope_theta"])
-        config = family.config_class(vocab_size=rows, initializer_range=init, rope_parameters=rope, **kwargs, **sizes, **ids)
+        config = family.config_class(
+            vocab_size=rows, initializer_range=init, rope_parameters=rope, **kwargs, **sizes, **ids
+        )
     return config, published
 
 
@@ -285,7 +352,8 @@ def save_pair(family: Family, folder: Path, small: bool = False, seed: int = 0) 
     size = len(tok)
     out = []
     for which, role in enumerate(("drafter", "target")):
-        # The small variant keeps the rows beyond the tokenizer (2 and 4) few enough that the tokenizer's 8 hold most mass.
+        # The small variant keeps the rows beyond the tokenizer (2 and 4) few enough that the tokenizer's 8 hold most
+        # mass.
         rows = size + (min(family.extra_rows[which], 2 * (which + 1)) if small else family.extra_rows[which])
         config, published = _config(family, which, tok, rows, small)
         torch.manual_seed(seed * 2 + which)
@@ -293,7 +361,8 @@ def save_pair(family: Family, folder: Path, small: bool = False, seed: int = 0) 
         generation = {k: _token_ids(tok, v) for k, v in family.generation.items()}
         model.generation_config = GenerationConfig(
             bos_token_id=config.bos_token_id,
-            eos_token_id=[tok.convert_tokens_to_ids(t) for t in family.end_of_turn] if len(family.end_of_turn) > 1
+            eos_token_id=[tok.convert_tokens_to_ids(t) for t in family.end_of_turn]
+            if len(family.end_of_turn) > 1
             else tok.convert_tokens_to_ids(family.end_of_turn[0]),
             **generation,
         )

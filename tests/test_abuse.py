@@ -55,23 +55,35 @@ def fn_index(url: str, api_name: str) -> int:
 FLOOD_ADDRESS = "127.0.0.2"  # the flooding visitor's address; the client fixture (the victim) connects from 127.0.0.1
 
 
-def join(url: str, api_name: str, data: list, session: str | None = None, address: str = FLOOD_ADDRESS) -> httpx.Response:
+def join(
+    url: str, api_name: str, data: list, session: str | None = None, address: str = FLOOD_ADDRESS
+) -> httpx.Response:
     """What a browser sends to queue an event (POST /gradio_api/queue/join), from ``address``."""
-    body = {"data": data, "fn_index": fn_index(url, api_name), "session_hash": session or uuid.uuid4().hex, "event_data": None,
-            "trigger_id": None}
+    body = {
+        "data": data,
+        "fn_index": fn_index(url, api_name),
+        "session_hash": session or uuid.uuid4().hex,
+        "event_data": None,
+        "trigger_id": None,
+    }
     with httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=30) as http:
         return http.post(f"{url}/gradio_api/queue/join", json=body)
 
 
 def cancel(url: str, api_name: str, session: str, event_id: str) -> None:
     # Gradio answers once the job's step under way has finished
-    httpx.post(f"{url}/gradio_api/cancel", json={"session_hash": session, "fn_index": fn_index(url, api_name), "event_id": event_id},
-               timeout=ANSWER_CAP_S)
+    httpx.post(
+        f"{url}/gradio_api/cancel",
+        json={"session_hash": session, "fn_index": fn_index(url, api_name), "event_id": event_id},
+        timeout=ANSWER_CAP_S,
+    )
 
 
 def raw_call(url: str, api_name: str, body: str) -> str:
     """POST a hand-written JSON body to /gradio_api/call/<api_name>; return the event stream's text."""
-    r = httpx.post(f"{url}/gradio_api/call/{api_name}", content=body, headers={"content-type": "application/json"}, timeout=60)
+    r = httpx.post(
+        f"{url}/gradio_api/call/{api_name}", content=body, headers={"content-type": "application/json"}, timeout=60
+    )
     if r.status_code != 200:
         return f"HTTP {r.status_code}: {r.text}"
     return httpx.get(f"{url}/gradio_api/call/{api_name}/{r.json()['event_id']}", timeout=ANSWER_CAP_S).text
@@ -126,9 +138,18 @@ def test_one_waiting_job_per_session_per_endpoint(app):
     demo, url = app
     s = uuid.uuid4().hex
     # the first batch takes the "long" slot (or waits for it); of the next, at most one may wait
-    first = join(url, "batch", ["embedded", "def f():", 2, 1, 0.7, 40, 0.95, 48, 0, True, "", "", "model", "constant", 1.0], s)
-    answers = [join(url, "batch", ["embedded", "def f():", 2, 1, 0.7, 40, 0.95, 48, 0, True, "", "", "model", "constant", 1.0], s)
-               for _ in range(3)]
+    first = join(
+        url, "batch", ["embedded", "def f():", 2, 1, 0.7, 40, 0.95, 48, 0, True, "", "", "model", "constant", 1.0], s
+    )
+    answers = [
+        join(
+            url,
+            "batch",
+            ["embedded", "def f():", 2, 1, 0.7, 40, 0.95, 48, 0, True, "", "", "model", "constant", 1.0],
+            s,
+        )
+        for _ in range(3)
+    ]
     try:
         assert first.status_code == 200
         assert any(a.status_code == 429 and "one per session" in a.text for a in answers), [a.text for a in answers]
@@ -206,8 +227,13 @@ def test_the_download_folder_is_removed_on_sigterm(tmp_path):
     port = free_port()
     env = os.environ | {"GRADIO_TEMP_DIR": str(tmp_path), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=root, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port)],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert wait_until(lambda: _up(f"http://127.0.0.1:{port}"), 180)
         from specviz.ui.files import examples
@@ -216,7 +242,8 @@ def test_the_download_folder_is_removed_on_sigterm(tmp_path):
 
         visitor = Client(f"http://127.0.0.1:{port}", verbose=False)
         visitor.predict(examples()[0], api_name="/load_prepared")
-        visitor.predict(handle_file(str(RECORDINGS / f"{examples()[0]}.json")), api_name="/load_recording")  # an upload too
+        # an upload too
+        visitor.predict(handle_file(str(RECORDINGS / f"{examples()[0]}.json")), api_name="/load_recording")
         folders = list(tmp_path.glob("specviz-*"))
         assert folders and any(folders[0].iterdir())
         proc.send_signal(signal.SIGTERM)
@@ -247,7 +274,9 @@ def good() -> dict:
 LINK = '<a href="http://evil.example/x">log in</a><form><input name=p></form><b style="color:red">!</b>'
 
 
-@pytest.mark.parametrize("where", [("settings", "gamma"), ("settings", "seed"), ("settings", "sampling", LINK), ("settings", "models")])
+@pytest.mark.parametrize(
+    "where", [("settings", "gamma"), ("settings", "seed"), ("settings", "sampling", LINK), ("settings", "models")]
+)
 def test_refusals_carry_no_markup_and_no_value(client, good, tmp_path, where):
     d = copy.deepcopy(good)
     s = d["speculative"]
@@ -276,15 +305,19 @@ def test_titles_and_model_names_are_plain_text(client, good, tmp_path):
     f.write_text(json.dumps(d))
     status = client.predict(handle_file(str(f)), api_name="/load_recording")[4]
     fenced = status.split("Replaying a recording: ", 1)[1]
-    assert fenced.startswith("`") and "it's http://3627734734/x <b>bold</b> [l](http://e.example)" in fenced  # a code span: text only
+    # a code span: text only
+    assert fenced.startswith("`") and "it's http://3627734734/x <b>bold</b> [l](http://e.example)" in fenced
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda s: s.__setitem__("prompt_text", "a\ud800b"), "lone surrogate"),
-    (lambda s: s["settings"].__setitem__("seed", 2**64 + 1), "settings.seed"),
-    (lambda s: s.__setitem__("total_ms", 5e-324), "total_ms"),
-    (lambda s: [r.update(draft_ms=0.0, verify_ms=0.0) for r in s["rounds"]], "verify_ms"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda s: s.__setitem__("prompt_text", "a\ud800b"), "lone surrogate"),
+        (lambda s: s["settings"].__setitem__("seed", 2**64 + 1), "settings.seed"),
+        (lambda s: s.__setitem__("total_ms", 5e-324), "total_ms"),
+        (lambda s: [r.update(draft_ms=0.0, verify_ms=0.0) for r in s["rounds"]], "verify_ms"),
+    ],
+)
 def test_recordings_the_page_cannot_carry_are_refused_and_the_app_serves(client, good, tmp_path, change, field):
     d = copy.deepcopy(good)
     change(d["speculative"])
@@ -300,9 +333,23 @@ def test_a_sweep_with_zero_times_is_refused(good):
     from specviz.recording import Recording
 
     d = copy.deepcopy(good)
-    d["sweep"] = {"baseline_tokens_per_second": 10.0, "target_step_ms": 5.0,
-                  "points": [{"gamma": 2, "tokens": 8, "rounds": 4, "drafted": 8, "accepted": 4, "total_ms": 0.0, "draft_ms": 0.0,
-                              "rejected": 4, "verify_ms": 0.0}]}
+    d["sweep"] = {
+        "baseline_tokens_per_second": 10.0,
+        "target_step_ms": 5.0,
+        "points": [
+            {
+                "gamma": 2,
+                "tokens": 8,
+                "rounds": 4,
+                "drafted": 8,
+                "accepted": 4,
+                "total_ms": 0.0,
+                "draft_ms": 0.0,
+                "rejected": 4,
+                "verify_ms": 0.0,
+            }
+        ],
+    }
     with pytest.raises(ValueError, match="sweep.points.0.verify_ms"):
         Recording.from_json(json.dumps(d))
 
@@ -346,7 +393,12 @@ def test_request_bodies_are_capped(app, client):
 
     url = app[1]
     big = '{"data": ["' + "x" * (BODY_MAX_BYTES + 1) + '"]}'
-    assert httpx.post(f"{url}/gradio_api/call/generate", content=big, headers={"content-type": "application/json"}, timeout=60).status_code == 413
+    assert (
+        httpx.post(
+            f"{url}/gradio_api/call/generate", content=big, headers={"content-type": "application/json"}, timeout=60
+        ).status_code
+        == 413
+    )
 
     def chunks():  # no content-length: counted as it arrives
         yield b'{"data": ["'
@@ -354,7 +406,9 @@ def test_request_bodies_are_capped(app, client):
             yield b"x" * 65536
         yield b'"]}'
 
-    r = httpx.post(f"{url}/gradio_api/queue/join", content=chunks(), headers={"content-type": "application/json"}, timeout=60)
+    r = httpx.post(
+        f"{url}/gradio_api/queue/join", content=chunks(), headers={"content-type": "application/json"}, timeout=60
+    )
     assert r.status_code == 413
     assert generate_answered(client) < ANSWER_CAP_S
 
@@ -397,8 +451,11 @@ def test_malformed_uploads_get_a_400_and_a_bounded_log(app, capfd):
         with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.3"), timeout=30) as http:
             for i in range(200):
                 query, body = MALFORMED_BODIES[i % 2]
-                r = http.post(f"{url}/gradio_api/upload{query}", content=body,
-                              headers={"content-type": "multipart/form-data; boundary=xx"})
+                r = http.post(
+                    f"{url}/gradio_api/upload{query}",
+                    content=body,
+                    headers={"content-type": "multipart/form-data; boundary=xx"},
+                )
                 assert r.status_code == 400 and r.json() == {"detail": server.MALFORMED}
             # A well-formed upload from the same address is still taken.
             good = http.post(f"{url}/gradio_api/upload", files={"files": ("a.json", b"{}", "application/json")})
@@ -410,7 +467,8 @@ def test_malformed_uploads_get_a_400_and_a_bounded_log(app, capfd):
     lines = [r for r in counter.records if "malformed upload" in r.getMessage()]
     assert 1 <= len(lines) <= LOG_CLIENT_MAX_LINES
     assert not any(r.exc_info for r in counter.records)
-    assert len(counter.records) <= LOG_CLIENT_MAX_LINES + 5 and counter.chars < 4000  # a few other lines may come from the app
+    # a few other lines may come from the app
+    assert len(counter.records) <= LOG_CLIENT_MAX_LINES + 5 and counter.chars < 4000
     assert "Traceback" not in err and len(err) < 4000
 
 
@@ -460,7 +518,9 @@ def largest_recording(good: dict) -> str:
     spec = d["speculative"]
     r = next(r for r in spec["rounds"] if r["final_kind"] == "correction" and r["drafts"][0]["verdict"] == "rejected")
     one = copy.deepcopy(r)
-    one["drafts"] = [copy.deepcopy(one["drafts"][0])] + [dict(copy.deepcopy(one["drafts"][0]), verdict="discarded") for _ in range(MAX_GAMMA - 1)]
+    one["drafts"] = [copy.deepcopy(one["drafts"][0])] + [
+        dict(copy.deepcopy(one["drafts"][0]), verdict="discarded") for _ in range(MAX_GAMMA - 1)
+    ]
     one["gamma"] = MAX_GAMMA
     one["emitted_ids"] = [one["final_token_id"]]
     per_round = len(json.dumps(one)) + 2
@@ -490,11 +550,17 @@ def test_mixed_load_leaves_generate_answered_and_memory_and_disk_bounded(tmp_pat
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = os.environ | {"GRADIO_TEMP_DIR": str(tmp_path), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
-                        "SPECVIZ_DOWNLOADS_MB": str(DOWNLOADS_MB)}
+    env = os.environ | {
+        "GRADIO_TEMP_DIR": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "SPECVIZ_DOWNLOADS_MB": str(DOWNLOADS_MB),
+    }
     root = Path(__file__).resolve().parent.parent
     log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port)], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     big = tmp_path / "big.json"
     big.write_text(largest_recording(good))
     try:
@@ -548,7 +614,10 @@ def test_mixed_load_leaves_generate_answered_and_memory_and_disk_bounded(tmp_pat
                     if not any(w in str(err).lower() for w in ("busy", "queue", "429")):
                         errors.append(f"load: {err}")
 
-        threads = [threading.Thread(target=f, daemon=True) for f in (lab_attacker, lab_attacker, exporter, exporter, loader, loader)]
+        threads = [
+            threading.Thread(target=f, daemon=True)
+            for f in (lab_attacker, lab_attacker, exporter, exporter, loader, loader)
+        ]
         for t in threads:
             t.start()
         loaded, peak_rss, peak_disk = [], rss_before, disk_before
@@ -558,10 +627,13 @@ def test_mixed_load_leaves_generate_answered_and_memory_and_disk_bounded(tmp_pat
         for t in threads:
             t.join(timeout=ANSWER_CAP_S)
         rss_after, disk_after = rss_mb(proc.pid), folder_mb(tmp_path)
-        print(f"\nidle generate: median {statistics.median(idle):.2f} s, worst {max(idle):.2f} s; under load: median "
-              f"{statistics.median(loaded):.2f} s, worst {max(loaded):.2f} s over {len(loaded)} probes; {counts}; "
-              f"RSS {rss_before:.0f} -> peak {peak_rss:.0f} -> {rss_after:.0f} MB; downloads {disk_before:.1f} -> peak {peak_disk:.1f} "
-              f"-> {disk_after:.1f} MB")
+        print(
+            f"\nidle generate: median {statistics.median(idle):.2f} s, worst {max(idle):.2f} s; under load: median "
+            f"{statistics.median(loaded):.2f} s, worst {max(loaded):.2f} s over {len(loaded)} probes; {counts}; "
+            f"RSS {rss_before:.0f} -> peak {peak_rss:.0f} -> {rss_after:.0f} MB; downloads {disk_before:.1f} -> peak "
+            f"{peak_disk:.1f} "
+            f"-> {disk_after:.1f} MB"
+        )
         assert not errors, errors[:3]
         assert loaded and max(loaded) < ANSWER_CAP_S
         assert peak_rss - rss_before < RSS_GROWTH_MAX_MB

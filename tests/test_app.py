@@ -16,7 +16,16 @@ from tests.conftest import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-DEFAULTS = dict(pair_name="embedded", prompt="def is_prime(n):", gamma=4, temperature=0.7, top_k=40, top_p=0.95, max_new_tokens=48, seed=0)
+DEFAULTS = dict(
+    pair_name="embedded",
+    prompt="def is_prime(n):",
+    gamma=4,
+    temperature=0.7,
+    top_k=40,
+    top_p=0.95,
+    max_new_tokens=48,
+    seed=0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +64,29 @@ def test_greedy_in_the_app_is_the_targets_greedy(client, embedded):
 
     tokens, *_ = call(client, temperature=0, max_new_tokens=32)
     ids = embedded.tokenizer(DEFAULTS["prompt"], add_special_tokens=False)["input_ids"]
-    text = autoregressive_generate(ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=32, eos_token_id=embedded.eos_token_id, tokenizer=embedded.tokenizer).output_text
+    text = autoregressive_generate(
+        ids,
+        embedded.target,
+        sampling=Sampling(0.0),
+        max_new_tokens=32,
+        eos_token_id=embedded.eos_token_id,
+        tokenizer=embedded.tokenizer,
+    ).output_text
     import html
     import re
 
-    shown = html.unescape(re.sub(r"<[^>]+>", "", re.sub(r'<span class="sv-(rejected|prompt)"[^>]*>.*?</span>|<details class="sv-prompt-details".*?</details>', "", tokens, flags=re.S))).replace("\u2400", "")
+    shown = html.unescape(
+        re.sub(
+            r"<[^>]+>",
+            "",
+            re.sub(
+                r'<span class="sv-(rejected|prompt)"[^>]*>.*?</span>|<details class="sv-prompt-details".*?</details>',
+                "",
+                tokens,
+                flags=re.S,
+            ),
+        )
+    ).replace("\u2400", "")
     assert shown == text
 
 
@@ -93,12 +120,17 @@ def test_outputs_include_replay_theory_race_and_a_download(client):
     import json
 
     out = call(client, max_new_tokens=24)
-    first_round, replay, speedup, histogram, position, sweep, race, download = out[5:13]  # then the replay's tree (None for a chain)
+    # then the replay's tree (None for a chain)
+    first_round, replay, speedup, histogram, position, sweep, race, download = out[5:13]
     assert int(first_round["value"]) == 1  # a finished run replays from round 1
     assert "Round 1 of " in replay and "min(1, p/q)" in replay
     for fig in (speedup, histogram, position):
         assert fig["type"] == "plotly"
-    assert "Thm 3.8" in speedup["plot"] and "optimal gamma" in speedup["plot"] and "measured verify cost" in speedup["plot"]
+    assert (
+        "Thm 3.8" in speedup["plot"]
+        and "optimal gamma" in speedup["plot"]
+        and "measured verify cost" in speedup["plot"]
+    )
     assert "sv-race-token" in race
     from specviz.recording import Recording
 
@@ -237,14 +269,21 @@ def raw_call(client, args: dict) -> str:
     literals a client can send, which gradio_client refuses to encode); return the event stream text."""
     import httpx
 
-    body = '{"data": [' + ", ".join(v if isinstance(v, str) and k.startswith("raw:") else __import__("json").dumps(v)
-                                   for k, v in args.items()) + "]}"
+    body = (
+        '{"data": ['
+        + ", ".join(
+            v if isinstance(v, str) and k.startswith("raw:") else __import__("json").dumps(v) for k, v in args.items()
+        )
+        + "]}"
+    )
     base = client.src.rstrip("/") + "/gradio_api/call/generate"
     event = httpx.post(base, content=body, headers={"content-type": "application/json"}, timeout=60).json()["event_id"]
     return httpx.get(f"{base}/{event}", timeout=120).text
 
 
-@pytest.mark.parametrize("control", ["gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "repetition_penalty"])
+@pytest.mark.parametrize(
+    "control", ["gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "repetition_penalty"]
+)
 def test_api_fuzz_every_control_gets_a_message_and_the_app_keeps_serving(client, control):
     """NaN, infinities, huge, wrong-typed and missing values for each control, sent as raw JSON:
     each is answered with an error event carrying a message that names the control or the
@@ -254,24 +293,47 @@ def test_api_fuzz_every_control_gets_a_message_and_the_app_keeps_serving(client,
     for value in FUZZ:
         if control in ("temperature", "top_p", "repetition_penalty") and value == "true":
             continue  # JSON true is the number 1 to Gradio's slider: in range for these two
-        args = DEFAULTS | {"max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": "",
-                       "drafter_kind": "model", "gamma_schedule": "constant",
-                       "repetition_penalty": 1.0, "tree": "chain"}
+        args = DEFAULTS | {
+            "max_new_tokens": 4,
+            "chat": True,
+            "custom_drafter": "",
+            "custom_target": "",
+            "drafter_kind": "model",
+            "gamma_schedule": "constant",
+            "repetition_penalty": 1.0,
+            "tree": "chain",
+        }
         args = {("raw:" + k if k == control else k): (value if k == control else v) for k, v in args.items()}
         text = raw_call(client, args)
         assert "event: error" in text, (control, value, text[-300:])
         message = text.split("event: error", 1)[1]
         name = control.replace("_", "[-_ ]")
-        assert re.search(rf"(?i){name}|minimum|maximum|number|value|float|int", message), (control, value, message[:300])
+        assert re.search(rf"(?i){name}|minimum|maximum|number|value|float|int", message), (
+            control,
+            value,
+            message[:300],
+        )
     tokens, *_ = call(client, max_new_tokens=4)
     assert "sv-" in tokens
 
 
 def test_a_prompt_with_a_lone_surrogate_gets_a_message(client):
     args = {("raw:prompt" if k == "prompt" else k): v for k, v in DEFAULTS.items()}
-    text = raw_call(client, args | {"raw:prompt": '"def f():\\ud800"', "max_new_tokens": 4, "chat": True, "custom_drafter": "", "custom_target": "",
-                       "drafter_kind": "model", "gamma_schedule": "constant",
-                       "repetition_penalty": 1.0, "tree": "chain"})
+    text = raw_call(
+        client,
+        args
+        | {
+            "raw:prompt": '"def f():\\ud800"',
+            "max_new_tokens": 4,
+            "chat": True,
+            "custom_drafter": "",
+            "custom_target": "",
+            "drafter_kind": "model",
+            "gamma_schedule": "constant",
+            "repetition_penalty": 1.0,
+            "tree": "chain",
+        },
+    )
     assert "event: error" in text and "prompt" in text.split("event: error", 1)[1].lower(), text[-300:]
 
 
@@ -290,14 +352,43 @@ def test_run_endpoint_returns_the_trace_baseline_and_numbers(client):
 def test_run_endpoint_drafts_a_token_tree(client):
     from specviz.trace import Trace
 
-    out = client.predict("embedded", "def add(a, b):", 4, 0.0, 0, 1.0, 16, 0, True, "model", "constant", 1.0, "tree 2-2-2-1 (22 nodes)",
-                         api_name="/run")
+    out = client.predict(
+        "embedded",
+        "def add(a, b):",
+        4,
+        0.0,
+        0,
+        1.0,
+        16,
+        0,
+        True,
+        "model",
+        "constant",
+        1.0,
+        "tree 2-2-2-1 (22 nodes)",
+        api_name="/run",
+    )
     spec, base = Trace.from_dict(out["trace"]), Trace.from_dict(out["baseline"])
     assert spec.has_tree and spec.output_ids == base.output_ids  # greedy: the tree keeps the target's own tokens
     s = out["summary"]
     assert s["tree"] and s["nodes_per_round"] == spec.drafted / len(spec.rounds) and s["predicted_speedup"] is None
     with pytest.raises(AppError) as err:
-        client.predict("embedded", "def add(a, b):", 4, 0.0, 0, 1.0, 4, 0, True, "model", "constant", 1.0, "tree <b>9</b>", api_name="/run")
+        client.predict(
+            "embedded",
+            "def add(a, b):",
+            4,
+            0.0,
+            0,
+            1.0,
+            4,
+            0,
+            True,
+            "model",
+            "constant",
+            1.0,
+            "tree <b>9</b>",
+            api_name="/run",
+        )
     assert "token tree must be one of" in str(err.value) and "<b>" not in str(err.value)
 
 
@@ -332,11 +423,25 @@ def test_exactness_lab_verdicts(client, fault, verdict):
 def test_each_drafter_kind_and_schedule_in_the_page_is_the_targets_greedy(client, embedded, kind, schedule):
     from specviz import Sampling, autoregressive_generate
 
-    tokens, stats, acceptance, *_ = call(client, temperature=0, max_new_tokens=24, chat=True, custom_drafter="", custom_target="",
-                                         drafter_kind=kind, gamma_schedule=schedule)
+    tokens, stats, acceptance, *_ = call(
+        client,
+        temperature=0,
+        max_new_tokens=24,
+        chat=True,
+        custom_drafter="",
+        custom_target="",
+        drafter_kind=kind,
+        gamma_schedule=schedule,
+    )
     ids = embedded.tokenizer(DEFAULTS["prompt"], add_special_tokens=False)["input_ids"]
-    want = autoregressive_generate(ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=24, eos_token_id=embedded.eos_token_id,
-                                   tokenizer=embedded.tokenizer).output_text
+    want = autoregressive_generate(
+        ids,
+        embedded.target,
+        sampling=Sampling(0.0),
+        max_new_tokens=24,
+        eos_token_id=embedded.eos_token_id,
+        tokenizer=embedded.tokenizer,
+    ).output_text
     import html
     import re
 
@@ -348,7 +453,14 @@ def test_each_drafter_kind_and_schedule_in_the_page_is_the_targets_greedy(client
 def test_unknown_drafter_kind_gets_a_message(client):
     # The page's menus refuse values outside their choices (gradio names the allowed ones); /run checks them itself.
     with pytest.raises(AppError, match="drafter must be one of.*early-exit"):
-        call(client, chat=True, custom_drafter="", custom_target="", drafter_kind="<b>eagle</b>", gamma_schedule="constant")
+        call(
+            client,
+            chat=True,
+            custom_drafter="",
+            custom_target="",
+            drafter_kind="<b>eagle</b>",
+            gamma_schedule="constant",
+        )
     with pytest.raises(AppError, match="gamma schedule must be one of"):
         call(client, chat=True, custom_drafter="", custom_target="", drafter_kind="ngram", gamma_schedule="fastest")
     with pytest.raises(AppError, match="gamma schedule must be one of"):
@@ -356,34 +468,73 @@ def test_unknown_drafter_kind_gets_a_message(client):
 
 
 def test_compare_drafters_shows_every_kind(client):
-    html, plot = client.predict("embedded", "x = 1\ny = 2\nx = 1\ny =", 4, 0.0, 0, 1.0, 24, 0, True, "", "", "constant", api_name="/compare")
+    html, plot = client.predict(
+        "embedded", "x = 1\ny = 2\nx = 1\ny =", 4, 0.0, 0, 1.0, 24, 0, True, "", "", "constant", api_name="/compare"
+    )
     for label in ("drafter model", "prompt lookup", "early exit", "quantized target (int8)"):
         assert label in html
-    assert html.count("sv-compare-col") == 4 and "running" not in html  # the quantized target too: the pair is on the CPU
+    # the quantized target too: the pair is on the CPU
+    assert html.count("sv-compare-col") == 4 and "running" not in html
     assert "accepted / tested" in html and plot["type"] == "plotly"
 
 
 def test_a_sampled_compare_shows_the_drafter_models_argmax_drafts_beside_its_sampled_ones(client):
-    html, _ = client.predict("embedded", "x = 1\ny = 2\nx = 1\ny =", 4, 1.0, 0, 1.0, 12, 0, True, "", "", "constant", api_name="/compare")
+    html, _ = client.predict(
+        "embedded", "x = 1\ny = 2\nx = 1\ny =", 4, 1.0, 0, 1.0, 12, 0, True, "", "", "constant", api_name="/compare"
+    )
     assert "drafter model, its argmax" in html and html.count("sv-compare-col") == 5
 
 
 def test_batch_endpoint_decodes_rows_and_measures_batch_sizes(client):
-    lanes, plot, status = client.predict("embedded", "def is_prime(n):\nclass Stack:\\n    def __init__(self):", 2, 4, 0.0, 0, 1.0, 12, 0,
-                                         True, "", "", "ngram", "constant", api_name="/batch")
+    lanes, plot, status = client.predict(
+        "embedded",
+        "def is_prime(n):\nclass Stack:\\n    def __init__(self):",
+        2,
+        4,
+        0.0,
+        0,
+        1.0,
+        12,
+        0,
+        True,
+        "",
+        "",
+        "ngram",
+        "constant",
+        api_name="/batch",
+    )
     assert lanes.count("<tr>") == 3  # the header and two rows
     assert "batch sizes 1, 2" in status and plot["type"] == "plotly"
 
 
-@pytest.mark.parametrize("field, args, message", [
-    ("prompts", {"prompts_text": "\n".join(["a"] * 9)}, "at most 8"),
-    ("prompts", {"prompts_text": "  "}, "empty"),
-    ("batch size", {"batch_size": 9}, "must be from 1 to 8"),
-])
+@pytest.mark.parametrize(
+    "field, args, message",
+    [
+        ("prompts", {"prompts_text": "\n".join(["a"] * 9)}, "at most 8"),
+        ("prompts", {"prompts_text": "  "}, "empty"),
+        ("batch size", {"batch_size": 9}, "must be from 1 to 8"),
+    ],
+)
 def test_batch_endpoint_refuses_bad_input_with_a_message(client, field, args, message):
-    values = dict(pair_name="embedded", prompts_text="def f():", batch_size=2, gamma=4, temperature=0.0, top_k=0, top_p=1.0,
-                  max_new_tokens=4, seed=0, chat=True, custom_drafter="", custom_target="", drafter_kind="model",
-                  gamma_schedule="constant") | args
+    values = (
+        dict(
+            pair_name="embedded",
+            prompts_text="def f():",
+            batch_size=2,
+            gamma=4,
+            temperature=0.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=4,
+            seed=0,
+            chat=True,
+            custom_drafter="",
+            custom_target="",
+            drafter_kind="model",
+            gamma_schedule="constant",
+        )
+        | args
+    )
     with pytest.raises(AppError) as err:
         client.predict(*values.values(), api_name="/batch")
     assert message in err.value.message.lower() or message in str(err.value).lower(), (field, err.value)
@@ -393,12 +544,20 @@ def test_the_repetition_penalty_control_gives_transformers_greedy_output(client,
     """Greedy with a penalty through the page's API equals target.generate(repetition_penalty=...)."""
     import torch
 
-    out = client.predict("embedded", "def is_prime(n):", 4, 0.0, 0, 1.0, 32, 0, True, "model", "constant", 1.3, api_name="/run")
+    out = client.predict(
+        "embedded", "def is_prime(n):", 4, 0.0, 0, 1.0, 32, 0, True, "model", "constant", 1.3, api_name="/run"
+    )
     ids = embedded.tokenizer("def is_prime(n):", add_special_tokens=False)["input_ids"]
-    ref = embedded.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
-                                   max_new_tokens=32, repetition_penalty=1.3, eos_token_id=embedded.eos_token_id,
-                                   pad_token_id=embedded.eos_token_id)
-    assert out["trace"]["output_ids"] == ref[0, len(ids):].tolist()
+    ref = embedded.target.generate(
+        torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=32,
+        repetition_penalty=1.3,
+        eos_token_id=embedded.eos_token_id,
+        pad_token_id=embedded.eos_token_id,
+    )
+    assert out["trace"]["output_ids"] == ref[0, len(ids) :].tolist()
     assert out["trace"]["settings"]["sampling"]["repetition_penalty"] == 1.3
 
 
@@ -418,9 +577,12 @@ def test_stop_cancels_runs_sweeps_comparisons_and_batches(client):
 def test_stop_during_a_comparison_leaves_the_app_serving(client):
     import time
 
-    job = client.submit("embedded", "def is_prime(n):", 1, 0.7, 40, 0.95, 256, 0, True, "", "", "constant", api_name="/compare")
+    job = client.submit(
+        "embedded", "def is_prime(n):", 1, 0.7, 40, 0.95, 256, 0, True, "", "", "constant", api_name="/compare"
+    )
     # Under way once its first output came (what runs, said at once, then the device's rounds). A job that reports
-    # progress goes from STARTING to PROGRESS and never shows PROCESSING: waiting for that alone took the whole deadline.
+    # progress goes from STARTING to PROGRESS and never shows PROCESSING: waiting for that alone took the whole
+    # deadline.
     deadline = time.monotonic() + 60
     while not job.outputs() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -437,8 +599,22 @@ def test_stop_during_a_comparison_leaves_the_app_serving(client):
 
 
 def test_sweep_runs_the_drafter_and_schedule_the_controls_say(client):
-    figure, status, *_ = client.predict("embedded", "x = 1\ny = 2\nx = 1\ny =", 0.0, 0, 1.0, 12, 0, True, "", "", 1.0, "ngram", "heuristic",
-                                    api_name="/sweep")
+    figure, status, *_ = client.predict(
+        "embedded",
+        "x = 1\ny = 2\nx = 1\ny =",
+        0.0,
+        0,
+        1.0,
+        12,
+        0,
+        True,
+        "",
+        "",
+        1.0,
+        "ngram",
+        "heuristic",
+        api_name="/sweep",
+    )
     assert status.startswith("Sweep done (prompt lookup, heuristic gamma schedule)"), status
     assert "prompt lookup, heuristic gamma schedule" in figure["plot"]
 

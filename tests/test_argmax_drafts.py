@@ -46,7 +46,9 @@ CASES = [
 def test_argmax_drafts_keep_the_targets_distribution(kind, sampling, gamma):
     drafter, target = models(kind)
     stat, pvalue, acceptance = chi_square(ArgmaxDrafts(ModelDrafter(drafter)), target, sampling, gamma)
-    print(f"\nargmax drafts {kind} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} acceptance={acceptance:.3f}")
+    print(
+        f"\nargmax drafts {kind} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} acceptance={acceptance:.3f}"
+    )
     assert pvalue > ALPHA
 
 
@@ -65,8 +67,15 @@ def test_planted_faults_of_argmax_drafts_are_caught(fault):
 
 def test_an_argmax_draft_has_a_one_hot_q_and_is_accepted_with_probability_p():
     drafter, target = models("similar")
-    trace = speculative_generate(PROMPT, ArgmaxDrafts(ModelDrafter(drafter)), target, gamma=3,
-                                 sampling=Sampling(temperature=0.8, top_k=6), max_new_tokens=24, seed=3)
+    trace = speculative_generate(
+        PROMPT,
+        ArgmaxDrafts(ModelDrafter(drafter)),
+        target,
+        gamma=3,
+        sampling=Sampling(temperature=0.8, top_k=6),
+        max_new_tokens=24,
+        seed=3,
+    )
     drafts = [d for r in trace.rounds for d in r.drafts]
     assert drafts and all(d.q == 1.0 and d.accept_prob == pytest.approx(d.p) for d in drafts)
     assert all(d.accepted == (d.u < d.p) for d in drafts if d.verdict != "discarded")
@@ -79,16 +88,27 @@ def test_the_argmax_request_keeps_the_repetition_penalty_and_drops_the_warpers()
     seen = []
     original = inner.propose
     inner.propose = lambda request: seen.append(request) or original(request)
-    speculative_generate(PROMPT, ArgmaxDrafts(inner), target, gamma=2, max_new_tokens=4, seed=0,
-                         sampling=Sampling(temperature=0.7, top_p=0.8, repetition_penalty=1.3))
-    assert seen and all(r.sampling == Sampling(temperature=0.0, repetition_penalty=1.3) and len(r.warpers) == 0 for r in seen)
+    speculative_generate(
+        PROMPT,
+        ArgmaxDrafts(inner),
+        target,
+        gamma=2,
+        max_new_tokens=4,
+        seed=0,
+        sampling=Sampling(temperature=0.7, top_p=0.8, repetition_penalty=1.3),
+    )
+    assert seen and all(
+        r.sampling == Sampling(temperature=0.0, repetition_penalty=1.3) and len(r.warpers) == 0 for r in seen
+    )
     assert argmax_request(seen[0]).sampling == seen[0].sampling
 
 
 def test_greedy_argmax_drafts_give_the_targets_own_greedy_output():
     drafter, target = models("unlike")
     for seed in range(3):
-        spec = speculative_generate(PROMPT, ArgmaxDrafts(ModelDrafter(drafter)), target, gamma=4, max_new_tokens=20, seed=seed)
+        spec = speculative_generate(
+            PROMPT, ArgmaxDrafts(ModelDrafter(drafter)), target, gamma=4, max_new_tokens=20, seed=seed
+        )
         assert spec.output_ids == autoregressive_generate(PROMPT, target, max_new_tokens=20, seed=seed).output_ids
 
 
@@ -98,19 +118,27 @@ def test_a_batch_of_argmax_drafts_is_each_rows_own_run():
     drafter, target = models("similar")
     sampling = Sampling(temperature=1.0)
     prompts = [PROMPT, PROMPT[:2]]
-    batch = speculative_generate_batch(prompts, ArgmaxDrafts(ModelDrafter(drafter)), target, gamma=3, sampling=sampling,
-                                       max_new_tokens=8, seed=5)
+    batch = speculative_generate_batch(
+        prompts, ArgmaxDrafts(ModelDrafter(drafter)), target, gamma=3, sampling=sampling, max_new_tokens=8, seed=5
+    )
     for prompt, seed, trace in zip(prompts, (5, 6), batch.traces):
-        alone = speculative_generate(prompt, ArgmaxDrafts(ModelDrafter(drafter)), target, gamma=3, sampling=sampling,
-                                     max_new_tokens=8, seed=seed)
+        alone = speculative_generate(
+            prompt, ArgmaxDrafts(ModelDrafter(drafter)), target, gamma=3, sampling=sampling, max_new_tokens=8, seed=seed
+        )
         assert trace.output_ids == alone.output_ids
 
 
 def test_argmax_drafts_refuse_a_tree_and_an_unknown_rule():
     drafter, target = models("similar")
     with pytest.raises(TypeError, match="chains"):
-        speculative_generate(PROMPT, ArgmaxDrafts(ModelDrafter(drafter)), target, sampling=Sampling(temperature=1.0),
-                             max_new_tokens=4, tree=TreeSpec.static((2, 1)))
+        speculative_generate(
+            PROMPT,
+            ArgmaxDrafts(ModelDrafter(drafter)),
+            target,
+            sampling=Sampling(temperature=1.0),
+            max_new_tokens=4,
+            tree=TreeSpec.static((2, 1)),
+        )
     with pytest.raises(ValueError, match="sampled, argmax"):
         with_rule(ModelDrafter(drafter), "top-1")
     wrapped = with_rule(ModelDrafter(drafter), "argmax")

@@ -77,13 +77,17 @@ def test_greedy_auto_tree_equals_the_targets_greedy_decoding(kind):
     for prompt in (PROMPT, [4, 1], [7, 7, 2, 5]):
         plain = autoregressive_generate(prompt, target, sampling=Sampling(0.0), max_new_tokens=20)
         for cached in (True, False):
-            trace = tree_generate(prompt, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=20, seed=0, cached=cached)
+            trace = tree_generate(
+                prompt, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=20, seed=0, cached=cached
+            )
             assert trace.output_ids == plain.output_ids
 
 
 def test_calibration_measures_every_input_and_the_choice_states_them():
     drafter, target = models("similar")
-    cal = calibration.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, max_new_tokens=12, max_depth=4, max_nodes=8)
+    cal = calibration.calibrate(
+        drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, max_new_tokens=12, max_depth=4, max_nodes=8
+    )
     assert cal.prompts == 2 and cal.tokens == 12
     assert set(cal.verify_curve) == {1, 2, 3, 4, 6, 8} and all(v > 0 for v in cal.verify_curve.values())
     assert cal.tree_pass_cost > 0 and cal.chain_step_cost > 0 and cal.target_step_ms > 0
@@ -103,9 +107,17 @@ def test_calibration_measures_every_input_and_the_choice_states_them():
 
 def _calibration(v_slope: float) -> calibration.Calibration:
     """A calibration by hand: a ranked drafter whose second choice often wins, a chain at 0.6."""
-    return calibration.Calibration(rank_counts=[[(100, 55), (100, 25), (100, 8)]] * 6, chain_counts=[(100, 60)] * 6,
-                                 verify_curve={1: 1.0, 64: 1.0 + 63 * v_slope}, tree_pass_cost=0.1, chain_step_cost=0.1,
-                                 target_step_ms=10.0, calibration_tree=(-1,), prompts=3, tokens=64)
+    return calibration.Calibration(
+        rank_counts=[[(100, 55), (100, 25), (100, 8)]] * 6,
+        chain_counts=[(100, 60)] * 6,
+        verify_curve={1: 1.0, 64: 1.0 + 63 * v_slope},
+        tree_pass_cost=0.1,
+        chain_step_cost=0.1,
+        target_step_ms=10.0,
+        calibration_tree=(-1,),
+        prompts=3,
+        tokens=64,
+    )
 
 
 def test_decide_picks_a_tree_on_a_flat_device_and_a_small_one_or_a_chain_on_a_steep_one():
@@ -124,7 +136,11 @@ def test_bench_report_puts_prediction_beside_measurement():
         def __init__(self, rounds, out, drafted):
             self.rounds, self.output_ids, self.drafted = [None] * rounds, [0] * out, drafted
 
-    traces = {"speculative": [T(10, 30, 40)], "speculative_auto": [T(10, 33, 200)], "speculative_best_chain": [T(10, 31, 50)]}
+    traces = {
+        "speculative": [T(10, 30, 40)],
+        "speculative_auto": [T(10, 33, 200)],
+        "speculative_best_chain": [T(10, 31, 50)],
+    }
     med = {"autoregressive": 10.0, "speculative": 12.0, "speculative_auto": 15.0, "speculative_best_chain": 13.0}
     r = tree_bench.bench_report(auto, traces, med, gamma=99)
     assert r["measured"]["tokens_per_round"] == 3.3 and r["measured"]["speedup"] == 1.5
@@ -149,9 +165,19 @@ def test_the_pages_auto_choice_runs_and_keeps_the_targets_greedy_output(embedded
     assert sentence.startswith("auto: ") and "best chain (gamma" in sentence and 1 <= gamma <= 8
     assert resolve_tree("chain", embedded, drafter, Sampling(0.0), 4) == (None, 4, "")
     ids = embedded.tokenizer("def fibonacci(n):\n    ", add_special_tokens=False)["input_ids"]
-    plain = autoregressive_generate(ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=32, vocab_size=embedded.vocab_size)
-    trace = speculative_generate(ids, drafter, embedded.target, gamma=gamma, tree=tree, sampling=Sampling(0.0), max_new_tokens=32,
-                                 vocab_size=embedded.vocab_size)
+    plain = autoregressive_generate(
+        ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=32, vocab_size=embedded.vocab_size
+    )
+    trace = speculative_generate(
+        ids,
+        drafter,
+        embedded.target,
+        gamma=gamma,
+        tree=tree,
+        sampling=Sampling(0.0),
+        max_new_tokens=32,
+        vocab_size=embedded.vocab_size,
+    )
     assert trace.output_ids == plain.output_ids
 
 
@@ -168,11 +194,17 @@ def test_the_budget_figure_and_the_rank_table_show_the_choice_and_its_counts():
     assert chosen.y[0] == d["predicted_speedup"] and chosen.x[0] == d["nodes"]
     # The hand-made shapes are points on the same terms (3-2-2-1: 33 nodes, 2-2-2-1: 22).
     hand = {t.name.split(" (")[0]: t for t in fig.data if t.name.startswith("tree ")}
-    assert set(hand) == {"tree 3-2-2-1", "tree 2-2-2-1"} and hand["tree 3-2-2-1"].x[0] == 33 and hand["tree 2-2-2-1"].x[0] == 22
+    assert (
+        set(hand) == {"tree 3-2-2-1", "tree 2-2-2-1"}
+        and hand["tree 3-2-2-1"].x[0] == 33
+        and hand["tree 2-2-2-1"].x[0] == 22
+    )
     # The chosen tree is the fastest tree of every budget, and no slower than any chain or hand-made shape.
     assert d["predicted_speedup"] >= max(c["speedup"] for c in d["by_budget"] + d["chains"] + d["hand_made"]) - 1e-12
     drafter, target = models("different")
-    trace = tree_generate(PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(1.0), max_new_tokens=12, seed=4)
+    trace = tree_generate(
+        PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(1.0), max_new_tokens=12, seed=4
+    )
     html = rank_table_html(trace)
     counts = sequoia.acceptance_by_rank(trace)
     o, a = counts[0][0]
@@ -190,18 +222,32 @@ def test_the_eagle_head_drafts_an_auto_shape_and_keeps_the_targets_greedy_output
     target = outlier_llama(outlier=20.0)
     ids = [1, 2, 3, 4, 5]
     drafter = tiny_eagle(target)
-    trace = tree_generate(ids, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=24)
-    ref = target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
-                          max_new_tokens=24, pad_token_id=0, eos_token_id=None)
-    assert_same_greedy(target, ids, trace.output_ids, ref[0, len(ids):].tolist())
+    trace = tree_generate(
+        ids, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=24
+    )
+    ref = target.generate(
+        torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=24,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    assert_same_greedy(target, ids, trace.output_ids, ref[0, len(ids) :].tolist())
     assert trace.drafted > 0 and trace.accepted > 0
     assert trace.drafter_forward_passes == drafter.passes
 
 
 def test_a_calibration_round_trips_through_its_checked_form():
     cal = _calibration(0.01)
-    cal = calibration.Calibration(**{**cal.__dict__, "overhead": {1.5: 0.2, 9.0: 0.4}, "calibration_tree": (-1, -1, 0),
-                                   "available": ((10, 10), (10, 7))})
+    cal = calibration.Calibration(
+        **{
+            **cal.__dict__,
+            "overhead": {1.5: 0.2, 9.0: 0.4},
+            "calibration_tree": (-1, -1, 0),
+            "available": ((10, 10), (10, 7)),
+        }
+    )
     again = calibration.Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
     assert again == cal
     assert tree_auto.decide(again).describe() == tree_auto.decide(cal).describe()
@@ -210,14 +256,36 @@ def test_a_calibration_round_trips_through_its_checked_form():
     assert calibration.Calibration.from_dict(older).available == ()
 
 
-@pytest.mark.parametrize("field, value", [
-    ("format", 0), ("rank_counts", [[[5, 6]]]), ("rank_counts", [[[-1, 0]]]), ("rank_counts", [[[1.5, 1]]]),
-    ("rank_counts", "x"), ("rank_counts", [[[1, 1]]] * 40), ("chain_counts", []), ("chain_counts", [[3, True]]),
-    ("verify_curve", {}), ("verify_curve", {"1": 0.0}), ("verify_curve", {"1": float("nan")}), ("verify_curve", {"x": 1.0}),
-    ("verify_curve", {"1": 1e300}), ("tree_pass_cost", -0.1), ("tree_pass_cost", "0.1"), ("target_step_ms", 0),
-    ("calibration_tree", [0]), ("calibration_tree", None), ("prompts", 0), ("tokens", None), ("overhead", {"a": 1.0}),
-    ("overhead", {"1.0": -2.0}), ("available", [[3, 4]]), ("available", "x"), ("available", [[1.5, 1]]),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("format", 0),
+        ("rank_counts", [[[5, 6]]]),
+        ("rank_counts", [[[-1, 0]]]),
+        ("rank_counts", [[[1.5, 1]]]),
+        ("rank_counts", "x"),
+        ("rank_counts", [[[1, 1]]] * 40),
+        ("chain_counts", []),
+        ("chain_counts", [[3, True]]),
+        ("verify_curve", {}),
+        ("verify_curve", {"1": 0.0}),
+        ("verify_curve", {"1": float("nan")}),
+        ("verify_curve", {"x": 1.0}),
+        ("verify_curve", {"1": 1e300}),
+        ("tree_pass_cost", -0.1),
+        ("tree_pass_cost", "0.1"),
+        ("target_step_ms", 0),
+        ("calibration_tree", [0]),
+        ("calibration_tree", None),
+        ("prompts", 0),
+        ("tokens", None),
+        ("overhead", {"a": 1.0}),
+        ("overhead", {"1.0": -2.0}),
+        ("available", [[3, 4]]),
+        ("available", "x"),
+        ("available", [[1.5, 1]]),
+    ],
+)
 def test_a_stored_calibration_is_checked_as_data_from_outside(field, value):
     d = _calibration(0.01).to_dict() | {field: value}
     with pytest.raises(ValueError):
@@ -228,7 +296,9 @@ def test_the_disk_cache_keeps_a_calibration_per_key_refuses_bad_files_and_stays_
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     cal = _calibration(0.01)
     key = pair_auto.disk_key(("embedded", "cpu"), "cpu")
-    assert key != pair_auto.disk_key(("embedded", "cpu"), "cuda: a GPU") and key != pair_auto.disk_key(("english", "cpu"), "cpu")
+    assert key != pair_auto.disk_key(("embedded", "cpu"), "cuda: a GPU") and key != pair_auto.disk_key(
+        ("english", "cpu"), "cpu"
+    )
     assert pair_auto.load_cached(key) is None
     pair_auto.store_cached(key, cal)
     assert pair_auto.load_cached(key) == cal
@@ -256,7 +326,8 @@ def test_auto_tree_calibrates_once_then_reads_the_disk_cache(tmp_path, monkeypat
     from specviz.drafters import make_drafter
 
     model, target = models("similar")
-    drafter = make_drafter("model", drafter_model=model, target=target)  # a drafter that names its kind (a bare model is never stored)
+    # a drafter that names its kind (a bare model is never stored)
+    drafter = make_drafter("model", drafter_model=model, target=target)
     calls = []
     real = pair_auto.calibrate_steps
 
@@ -292,7 +363,10 @@ def test_the_theory_tabs_tree_section_draws_an_auto_run_and_says_how_to_get_one_
     rec = Recording(spec, base, auto=auto.record())
     # The record survives a file: checked on load, decided again to the same choice.
     again = Recording.from_json(rec.to_json())
-    assert again.auto == json.loads(json.dumps(rec.auto)) and tree_auto.from_record(again.auto).describe() == auto.describe()
+    assert (
+        again.auto == json.loads(json.dumps(rec.auto))
+        and tree_auto.from_record(again.auto).describe() == auto.describe()
+    )
     out = auto_tree_outputs(again)
     note = out["auto_note"]
     rounds, emitted = len(spec.rounds), len(spec.output_ids)
@@ -311,17 +385,29 @@ def test_the_theory_tabs_tree_section_draws_an_auto_run_and_says_how_to_get_one_
 
     chain = speculative_generate(PROMPT, drafter, target, gamma=3, max_new_tokens=8)
     out = auto_tree_outputs(Recording(chain))
-    assert out["auto_note"].startswith("This run drafted a chain") and "auto: fastest for this device" in out["auto_note"]
+    assert (
+        out["auto_note"].startswith("This run drafted a chain") and "auto: fastest for this device" in out["auto_note"]
+    )
     assert out["rank_table"] == "" and "drafted a chain" in out["auto_tree_plot"].layout.title.text
 
 
-@pytest.mark.parametrize("bad", [{"calibration": {}, "max_nodes": 8, "max_depth": 4}, {"max_nodes": 8}, [],
-                                 {"calibration": None, "max_nodes": 0, "max_depth": 4}, {"extra": 1}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"calibration": {}, "max_nodes": 8, "max_depth": 4},
+        {"max_nodes": 8},
+        [],
+        {"calibration": None, "max_nodes": 0, "max_depth": 4},
+        {"extra": 1},
+    ],
+)
 def test_a_recording_with_a_bad_auto_record_is_refused(bad):
     from specviz.recording import Recording
 
     drafter, target = models("different")
-    spec = tree_generate(PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=6, seed=0)
+    spec = tree_generate(
+        PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=6, seed=0
+    )
     text = json.loads(Recording(spec).to_json()) | {"auto": bad}
     with pytest.raises(ValueError, match="not a specviz recording: auto"):
         Recording.from_json(json.dumps(text))
@@ -344,7 +430,11 @@ def test_whole_rounds_leave_out_the_rounds_the_token_budget_cut():
 def test_refined_counts_put_the_chosen_shapes_own_rounds_in_place_of_the_wide_runs():
     cal = _calibration(0.01)
     drafter, target = models("similar")
-    chain = [tree_generate(PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=24, seed=0)]
+    chain = [
+        tree_generate(
+            PROMPT, drafter, target, TreeSpec.explicit(auto_shape()), sampling=Sampling(0.0), max_new_tokens=24, seed=0
+        )
+    ]
     best = tree_auto.decide(cal).choice
     tree = sequoia.Candidate("tree", 9, 3, 2.0, 1.0, auto_shape())
     out = calibration.refined_counts(cal, tree, chain)
@@ -420,7 +510,10 @@ def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_
     data = json.loads((tmp_path / "auto_tree.json").read_text())
     assert len(data) == 1 and next(iter(data)).endswith(pair_auto.PARTIAL)  # only the partial record
     kept = next(iter(data.values()))
-    greedy = [autoregressive_generate(ids, target, sampling=Sampling(0.0), max_new_tokens=8, vocab_size=8).output_ids for ids in prompts]
+    greedy = [
+        autoregressive_generate(ids, target, sampling=Sampling(0.0), max_new_tokens=8, vocab_size=8).output_ids
+        for ids in prompts
+    ]
     assert kept["texts"] == [g[:3] for g in greedy] and kept["target_ms"] is None
     calls = []
     real = batch.autoregressive_generate_batch
@@ -428,7 +521,9 @@ def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_
     def counted(rows, *a, **k):
         calls.append((len(rows), k["max_new_tokens"]))
         out = real(rows, *a, **k)
-        assert [list(r) + t.output_ids for r, t in zip(rows, out.traces)] == [list(p) + g for p, g in zip(prompts, greedy)]
+        assert [list(r) + t.output_ids for r, t in zip(rows, out.traces)] == [
+            list(p) + g for p, g in zip(prompts, greedy)
+        ]
         return out
 
     monkeypatch.setattr(batch, "autoregressive_generate_batch", counted)
@@ -441,8 +536,16 @@ def test_a_stopped_calibration_keeps_what_it_measured_and_the_next_goes_on_from_
 def test_a_tampered_partial_record_is_measured_again():
     good = {"texts": [[1, 2], []], "target_ms": {"0": 1.0, "4": 2.0}, "drafter_ms": None}
     assert calibration.check_partial(good, 2, 8, 8) == good
-    for bad in ({"texts": [[9], []]}, {"texts": [[1] * 9, []]}, {"texts": [[1]]}, {"texts": [[], []], "target_ms": {"4": 1.0}},
-                {"texts": [[], []], "target_ms": {"0": float("nan")}}, {"texts": [[True], []]}, {"texts": [[], []], "extra": 1}, []):
+    for bad in (
+        {"texts": [[9], []]},
+        {"texts": [[1] * 9, []]},
+        {"texts": [[1]]},
+        {"texts": [[], []], "target_ms": {"4": 1.0}},
+        {"texts": [[], []], "target_ms": {"0": float("nan")}},
+        {"texts": [[True], []]},
+        {"texts": [[], []], "extra": 1},
+        [],
+    ):
         with pytest.raises(ValueError):
             calibration.check_partial(bad, 2, 8, 8)
 
@@ -471,7 +574,9 @@ def test_walks_over_teacher_forced_positions_give_exact_greedy_counts():
     A2 (nothing accepted: 1 token), A3 (rank 1, then rank 1 at A4: 3 tokens) and B0 (rank 1, rank 1: 3 tokens).
     Then the walks over the lab pair's teacher-forced texts give the counts its tree runs give."""
     one = lambda k: tuple(1.0 if j == k else 0.0 for j in range(1, 4))  # noqa: E731
-    a = calibration.PositionAcceptance(by_rank=(one(1), one(2), one(0), one(1), one(1)), chain=(1.0, 0.0, 0.0, 1.0, 1.0))
+    a = calibration.PositionAcceptance(
+        by_rank=(one(1), one(2), one(0), one(1), one(1)), chain=(1.0, 0.0, 0.0, 1.0, 1.0)
+    )
     b = calibration.PositionAcceptance(by_rank=(one(1), one(1)), chain=(1.0, 1.0))
     counts, available, (tokens, rounds) = calibration.walk_tree([a, b], (-1, -1, 0))
     assert counts == [[(4, 3), (4, 0)], [(3, 2)]]
@@ -479,12 +584,18 @@ def test_walks_over_teacher_forced_positions_give_exact_greedy_counts():
     assert calibration.walk_chain([a, b], 3) == [(4, 3), (3, 2)]
     # The same trees and chains run on the lab pair agree with the walks over its teacher-forced texts.
     drafter, target = models("similar")
-    texts = [autoregressive_generate(ids, target, sampling=Sampling(0.0), max_new_tokens=12, vocab_size=8).output_ids
-             for ids in (PROMPT, [4, 1])]
-    forced = [calibration.teacher_forced(drafter, target, ids, t, Sampling(0.0), 8) for ids, t in zip((PROMPT, [4, 1]), texts)]
+    texts = [
+        autoregressive_generate(ids, target, sampling=Sampling(0.0), max_new_tokens=12, vocab_size=8).output_ids
+        for ids in (PROMPT, [4, 1])
+    ]
+    forced = [
+        calibration.teacher_forced(drafter, target, ids, t, Sampling(0.0), 8) for ids, t in zip((PROMPT, [4, 1]), texts)
+    ]
     shape = (-1, -1, 0, 0, 1, 2)
-    runs = [tree_generate(ids, drafter, target, TreeSpec.explicit(shape), sampling=Sampling(0.0), max_new_tokens=12, seed=0)
-            for ids in (PROMPT, [4, 1])]
+    runs = [
+        tree_generate(ids, drafter, target, TreeSpec.explicit(shape), sampling=Sampling(0.0), max_new_tokens=12, seed=0)
+        for ids in (PROMPT, [4, 1])
+    ]
     counts, _, (tokens, rounds) = calibration.walk_tree(forced, shape)
     assert counts == sequoia.acceptance_by_rank(*runs)
     assert rounds == sum(len(r.rounds) for r in runs)
@@ -493,7 +604,9 @@ def test_walks_over_teacher_forced_positions_give_exact_greedy_counts():
 def _run_request(tree: str, max_new_tokens: int = 16):
     from specviz.ui.request import RunRequest
 
-    return RunRequest.checked("embedded", "def f(n):", 4, 0, 0, 1.0, max_new_tokens, 0, False, "", "", "model", "constant", 1.0, tree)
+    return RunRequest.checked(
+        "embedded", "def f(n):", 4, 0, 0, 1.0, max_new_tokens, 0, False, "", "", "model", "constant", 1.0, tree
+    )
 
 
 def test_the_runs_time_limit_starts_after_the_auto_trees_calibration(monkeypatch):
@@ -507,7 +620,9 @@ def test_the_runs_time_limit_starts_after_the_auto_trees_calibration(monkeypatch
     def slow_calibration(*args, stop=None, **kwargs):
         time.sleep(2.5)
         yield 1, 1
-        return SimpleNamespace(tree=None, gamma=3, choice=SimpleNamespace(sentence=lambda: "auto: chain of gamma 3"), record=lambda: None)
+        return SimpleNamespace(
+            tree=None, gamma=3, choice=SimpleNamespace(sentence=lambda: "auto: chain of gamma 3"), record=lambda: None
+        )
 
     monkeypatch.setattr(pair_auto, "auto_for_pair_steps", slow_calibration)
     monkeypatch.setattr(device, "RUN_SECONDS_MAX", 1.0)
@@ -552,10 +667,32 @@ def test_stop_during_the_pages_calibration_ends_the_job_before_any_run(tmp_path,
         return (yield from real(*args, stop=stop, **kwargs))
 
     monkeypatch.setattr(pair_auto, "calibrate_steps", press_stop_then_calibrate)
-    shown = list(generate.generate("embedded", "def f(n):", 4, 0, 0, 1.0, 16, 0, False, "", "", "model", "constant", 1.0, AUTO,
-                                   progress=lambda *a, **k: None, request=SimpleNamespace(session_hash=session)))
+    shown = list(
+        generate.generate(
+            "embedded",
+            "def f(n):",
+            4,
+            0,
+            0,
+            1.0,
+            16,
+            0,
+            False,
+            "",
+            "",
+            "model",
+            "constant",
+            1.0,
+            AUTO,
+            progress=lambda *a, **k: None,
+            request=SimpleNamespace(session_hash=session),
+        )
+    )
     state.stop_asked.discard(session)
-    assert shown[0]["status"].startswith("Token tree auto: measuring") and shown[-1]["status"] == "Stopped by you before the first round."
+    assert (
+        shown[0]["status"].startswith("Token tree auto: measuring")
+        and shown[-1]["status"] == "Stopped by you before the first round."
+    )
 
     # Its own cap: at 0 s it ends at the first ask, and the visitor is told which field and what to choose.
     monkeypatch.setattr(pair_auto, "calibrate_steps", real)
@@ -575,7 +712,9 @@ def test_an_uncached_auto_job_is_never_sized_short_in_the_queue_or_when_giving_w
     from specviz.ui.admission import order
     from specviz.ui.tree import AUTO
 
-    assert sizing.calibration_seconds(AUTO) == _run_request(AUTO, 1).duration() - _run_request("chain", 1).duration() > 0
+    assert (
+        sizing.calibration_seconds(AUTO) == _run_request(AUTO, 1).duration() - _run_request("chain", 1).duration() > 0
+    )
     auto_s = share.sized(4, 1, AUTO)
     assert auto_s >= sizing.calibration_seconds(AUTO) and auto_s > share.SHORT_S
     waiting = [queued(a, 1, arrived=100.0 + k, data=run_data(1, tree=AUTO)) for k, a in enumerate(ATTACKERS)]
@@ -596,8 +735,13 @@ def test_while_calibrating_the_page_clears_the_last_verdict_and_says_what_it_mea
 
     out = list(generate._shown(("calibrating", None, device.CALIBRATING), None, None, device_thread.Owner()))
     assert len(out) == 1 and out[0]["status"] == device.CALIBRATING and out[0]["export_file"] is None
-    assert "measuring this pair first" in out[0]["headline"] and "×" not in out[0]["headline"]  # no speedup of the last run
-    assert "k-th candidate" in device.CALIBRATING and "v(n)" in device.CALIBRATING and "keeps what it measured" in device.CALIBRATING
+    # no speedup of the last run
+    assert "measuring this pair first" in out[0]["headline"] and "×" not in out[0]["headline"]
+    assert (
+        "k-th candidate" in device.CALIBRATING
+        and "v(n)" in device.CALIBRATING
+        and "keeps what it measured" in device.CALIBRATING
+    )
 
 
 def test_this_processs_calibrations_are_bounded(monkeypatch):
@@ -606,6 +750,7 @@ def test_this_processs_calibrations_are_bounded(monkeypatch):
     from specviz.pair import auto_tree as at
 
     monkeypatch.setattr(at, "_CACHE", at.OrderedDict())
+
     def calibration(*a, **k):
         return "calibration"
         yield
@@ -615,7 +760,9 @@ def test_this_processs_calibrations_are_bounded(monkeypatch):
     for t in range(at.MEMORY_ENTRIES + 5):
         at.auto_tree(object(), object(), [[1]], Sampling(temperature=0.3 + t / 100), 16, key=("pair", "cpu"))
     assert len(at._CACHE) == at.MEMORY_ENTRIES
-    assert [k[2] for k in at._CACHE][-1] == json.dumps(Sampling(temperature=0.3 + (at.MEMORY_ENTRIES + 4) / 100).to_dict(), sort_keys=True)
+    assert [k[2] for k in at._CACHE][-1] == json.dumps(
+        Sampling(temperature=0.3 + (at.MEMORY_ENTRIES + 4) / 100).to_dict(), sort_keys=True
+    )
 
 
 @pytest.mark.slow
@@ -642,9 +789,12 @@ def test_the_pages_calibration_takes_device_steps_and_says_how_far_it_got(tmp_pa
     assert events[-1][0] == "done"
     # the steps compute what the call at once does (greedy: the same texts, so the same counts)
     drafter, target = models("similar")
-    args = dict(max_new_tokens=12, max_depth=4, max_nodes=8, refine=0)  # a refinement follows the timings: no fixed counts
+    # a refinement follows the timings: no fixed counts
+    args = dict(max_new_tokens=12, max_depth=4, max_nodes=8, refine=0)
     told_at_once = []
-    at_once = calibration.calibrate(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, progress=lambda *t: told_at_once.append(t), **args)
+    at_once = calibration.calibrate(
+        drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, progress=lambda *t: told_at_once.append(t), **args
+    )
     stepped = run_steps(calibration.calibrate_steps(drafter, target, [PROMPT, [4, 1]], Sampling(0.0), 8, **args))
     assert (at_once.rank_counts, at_once.chain_counts) == (stepped.rank_counts, stepped.chain_counts)
     assert told_at_once[-1][0] == told_at_once[-1][1]

@@ -31,7 +31,9 @@ EOS = 0
 def _kind(kind: str, drafter, target):
     if kind == "quantized":
         return QuantizedDrafter(target)
-    return {"model": drafter, "ngram": PromptLookupDrafter(max_ngram=2), "early-exit": EarlyExitDrafter(target, 1)}[kind]
+    return {"model": drafter, "ngram": PromptLookupDrafter(max_ngram=2), "early-exit": EarlyExitDrafter(target, 1)}[
+        kind
+    ]
 
 
 def _same_run(one, row) -> None:
@@ -40,7 +42,12 @@ def _same_run(one, row) -> None:
     for a, b in zip(row.rounds, one.rounds):
         assert [d.token_id for d in a.drafts] == [d.token_id for d in b.drafts]
         assert [d.verdict for d in a.drafts] == [d.verdict for d in b.drafts]
-        assert (a.final_kind, a.final_token_id, a.emitted_ids, a.gamma) == (b.final_kind, b.final_token_id, b.emitted_ids, b.gamma)
+        assert (a.final_kind, a.final_token_id, a.emitted_ids, a.gamma) == (
+            b.final_kind,
+            b.final_token_id,
+            b.emitted_ids,
+            b.gamma,
+        )
         for x, y in zip(a.drafts, b.drafts):
             assert (x.q, x.p, x.u) == pytest.approx((y.q, y.p, y.u), abs=1e-4)
             assert x.source == y.source
@@ -53,11 +60,29 @@ def test_each_row_is_its_prompts_own_run(kind, schedule, temperature):
     drafter, target = models("different")
     drafter = _kind(kind, drafter, target)
     sampling = Sampling(temperature, top_k=6 if temperature else 0)
-    batch = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=5,
-                                       eos_token_id=EOS, schedule=schedule)
+    batch = speculative_generate_batch(
+        PROMPTS,
+        drafter,
+        target,
+        gamma=3,
+        sampling=sampling,
+        max_new_tokens=12,
+        seed=5,
+        eos_token_id=EOS,
+        schedule=schedule,
+    )
     for b, prompt in enumerate(PROMPTS):
-        one = speculative_generate(prompt, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=5 + b,
-                                   eos_token_id=EOS, schedule=schedule)
+        one = speculative_generate(
+            prompt,
+            drafter,
+            target,
+            gamma=3,
+            sampling=sampling,
+            max_new_tokens=12,
+            seed=5 + b,
+            eos_token_id=EOS,
+            schedule=schedule,
+        )
         _same_run(one, batch.traces[b])
         assert batch.traces[b].settings["batch"] == {"rows": len(PROMPTS), "row": b}
 
@@ -67,23 +92,32 @@ def test_a_batch_of_one_is_speculative_generate():
     sampling = Sampling(0.8, top_p=0.9)
     for seed in range(4):
         one = speculative_generate([2, 5, 1], drafter, target, gamma=4, sampling=sampling, max_new_tokens=20, seed=seed)
-        (row,) = speculative_generate_batch([[2, 5, 1]], drafter, target, gamma=4, sampling=sampling, max_new_tokens=20, seed=seed).traces
+        (row,) = speculative_generate_batch(
+            [[2, 5, 1]], drafter, target, gamma=4, sampling=sampling, max_new_tokens=20, seed=seed
+        ).traces
         _same_run(one, row)
 
 
 def test_the_batched_baseline_rows_are_autoregressive_generate():
     _, target = models("different")
-    batch = autoregressive_generate_batch(PROMPTS, target, sampling=Sampling(1.0), max_new_tokens=10, seed=3, eos_token_id=EOS)
+    batch = autoregressive_generate_batch(
+        PROMPTS, target, sampling=Sampling(1.0), max_new_tokens=10, seed=3, eos_token_id=EOS
+    )
     for b, prompt in enumerate(PROMPTS):
-        one = autoregressive_generate(prompt, target, sampling=Sampling(1.0), max_new_tokens=10, seed=3 + b, eos_token_id=EOS)
+        one = autoregressive_generate(
+            prompt, target, sampling=Sampling(1.0), max_new_tokens=10, seed=3 + b, eos_token_id=EOS
+        )
         assert batch.traces[b].output_ids == one.output_ids
-        assert [r.final_prob for r in batch.traces[b].rounds] == pytest.approx([r.final_prob for r in one.rounds], abs=1e-5)
+        assert [r.final_prob for r in batch.traces[b].rounds] == pytest.approx(
+            [r.final_prob for r in one.rounds], abs=1e-5
+        )
 
 
 def test_rows_finish_on_their_own_and_leave_the_batch():
     drafter, target = models("different")
-    budgets = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=16, seed=0,
-                                         eos_token_id=EOS)
+    budgets = speculative_generate_batch(
+        PROMPTS, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=16, seed=0, eos_token_id=EOS
+    )
     lengths = [len(t.output_ids) for t in budgets.traces]
     assert any(t.stop_reason == "eos" for t in budgets.traces), lengths  # EOS is likely among 8 tokens
     rounds = [len(t.rounds) for t in budgets.traces]
@@ -97,7 +131,9 @@ def test_rows_finish_on_their_own_and_leave_the_batch():
 
 def test_batch_counts_add_up():
     drafter, target = models("similar")
-    batch = speculative_generate_batch([[1, 2], [3, 4, 5, 6, 7]], drafter, target, gamma=2, sampling=Sampling(0.0), max_new_tokens=6)
+    batch = speculative_generate_batch(
+        [[1, 2], [3, 4, 5, 6, 7]], drafter, target, gamma=2, sampling=Sampling(0.0), max_new_tokens=6
+    )
     # Prefill: widths 1 and 4 -> 4 columns for 2 rows, 3 of them padding. Each verify pass: the
     # rows in it times (the most drafts of any of them + 1); a row's own drafts + 1 are real.
     nth = [0, 0]
@@ -143,7 +179,7 @@ class UniformDrafter(Drafter):
         q = torch.zeros(request.gamma, request.vocab, device=request.seq.device)
         q[:, : self.width] = 1.0 / self.width
         drafts = torch.multinomial(q, 1, generator=request.gen)[:, 0]
-        request.seq[request.n:request.n + request.gamma] = drafts
+        request.seq[request.n : request.n + request.gamma] = drafts
         return Proposal(q=q)
 
 
@@ -152,27 +188,65 @@ def test_a_custom_drafter_batches_and_each_row_is_its_own_run(temperature):
     _, target = models("different")
     sampling = Sampling(temperature)
     drafter = UniformDrafter(4)
-    batch = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=7,
-                                       eos_token_id=EOS, schedule="heuristic")
+    batch = speculative_generate_batch(
+        PROMPTS,
+        drafter,
+        target,
+        gamma=3,
+        sampling=sampling,
+        max_new_tokens=12,
+        seed=7,
+        eos_token_id=EOS,
+        schedule="heuristic",
+    )
     for b, prompt in enumerate(PROMPTS):
-        one = speculative_generate(prompt, UniformDrafter(4), target, gamma=3, sampling=sampling, max_new_tokens=12, seed=7 + b,
-                                   eos_token_id=EOS, schedule="heuristic")
+        one = speculative_generate(
+            prompt,
+            UniformDrafter(4),
+            target,
+            gamma=3,
+            sampling=sampling,
+            max_new_tokens=12,
+            seed=7 + b,
+            eos_token_id=EOS,
+            schedule="heuristic",
+        )
         _same_run(one, batch.traces[b])
     assert sum(t.drafted for t in batch.traces) > 0 and batch.drafter_passes == 0
 
 
 @pytest.mark.parametrize("kind", ["model", "ngram"])
 def test_greedy_rows_equal_each_prompts_own_greedy_on_the_embedded_pair(embedded, kind):
-    texts = ["def is_prime(n):", "class Stack:\n    def __init__(self):", "import os\n\n\ndef read_lines(path):",
-             "x = 1\ny = 2\nx = 1\ny ="]
+    texts = [
+        "def is_prime(n):",
+        "class Stack:\n    def __init__(self):",
+        "import os\n\n\ndef read_lines(path):",
+        "x = 1\ny = 2\nx = 1\ny =",
+    ]
     prompts = [embedded.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     drafter = embedded.drafter if kind == "model" else PromptLookupDrafter()
-    batch = speculative_generate_batch(prompts, drafter, embedded.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=40,
-                                       eos_token_id=embedded.eos_token_id, tokenizer=embedded.tokenizer)
+    batch = speculative_generate_batch(
+        prompts,
+        drafter,
+        embedded.target,
+        gamma=4,
+        sampling=Sampling(0.0),
+        max_new_tokens=40,
+        eos_token_id=embedded.eos_token_id,
+        tokenizer=embedded.tokenizer,
+    )
     for ids, trace in zip(prompts, batch.traces):
-        ref = embedded.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
-                                       max_new_tokens=40, eos_token_id=embedded.eos_token_id, pad_token_id=embedded.eos_token_id)
-        assert_same_greedy(embedded.target, ids, trace.output_ids, ref[0, len(ids):].tolist(), vocab=embedded.vocab_size)
+        ref = embedded.target.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=40,
+            eos_token_id=embedded.eos_token_id,
+            pad_token_id=embedded.eos_token_id,
+        )
+        assert_same_greedy(
+            embedded.target, ids, trace.output_ids, ref[0, len(ids) :].tolist(), vocab=embedded.vocab_size
+        )
     assert sum(t.drafted for t in batch.traces) > 0
 
 
@@ -180,25 +254,34 @@ STAT_PROMPTS = [[1, 2, 3], [5, 6], [1, 2, 3, 1, 2]]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, schedule, sampling", [
-    ("model", "constant", Sampling(1.0)),
-    ("model", "heuristic", Sampling(0.8, top_k=5, top_p=0.9)),
-    ("ngram", "constant", Sampling(1.0)),
-])
+@pytest.mark.parametrize(
+    "kind, schedule, sampling",
+    [
+        ("model", "constant", Sampling(1.0)),
+        ("model", "heuristic", Sampling(0.8, top_k=5, top_p=0.9)),
+        ("ngram", "constant", Sampling(1.0)),
+    ],
+)
 def test_batched_rows_keep_each_prompts_law(kind, schedule, sampling):
     drafter, target = models("different")
-    results = batch_results(_kind(kind, drafter, target), target, sampling, 2, runs=1500, prompts=STAT_PROMPTS, eos=EOS, schedule=schedule)
+    results = batch_results(
+        _kind(kind, drafter, target), target, sampling, 2, runs=1500, prompts=STAT_PROMPTS, eos=EOS, schedule=schedule
+    )
     for prompt, result in zip(STAT_PROMPTS, results):
         stat, pvalue = result.test()
-        print(f"\nbatched {kind}/{schedule} row {prompt}: chi2={stat:.1f} p={pvalue:.3g} "
-              f"EOS-first share={result.counts[EOS * 8 + EOS] / result.runs:.3f}")
+        print(
+            f"\nbatched {kind}/{schedule} row {prompt}: chi2={stat:.1f} p={pvalue:.3g} "
+            f"EOS-first share={result.counts[EOS * 8 + EOS] / result.runs:.3f}"
+        )
         assert (result.exact * result.runs >= 5).sum() >= 8
         assert pvalue > ALPHA
     assert any(r.drafted > r.accepted > 0 for r in results)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault, sampling", [("residual_is_p", Sampling(1.0)), ("drafter_only_filters", Sampling(1.0, top_k=3))])
+@pytest.mark.parametrize(
+    "fault, sampling", [("residual_is_p", Sampling(1.0)), ("drafter_only_filters", Sampling(1.0, top_k=3))]
+)
 def test_planted_faults_are_caught_in_batches(fault, sampling):
     """Control: the batched harness with a known fault planted must reject."""
     drafter, target = models("different")
@@ -212,13 +295,25 @@ def test_planted_faults_are_caught_in_batches(fault, sampling):
 def test_a_repetition_penalty_gives_each_row_its_own_context(temperature):
     drafter, target = models("different")
     sampling = Sampling(temperature, repetition_penalty=1.8)
-    batch = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=2, eos_token_id=EOS)
-    base = autoregressive_generate_batch(PROMPTS, target, sampling=sampling, max_new_tokens=12, seed=2, eos_token_id=EOS)
+    batch = speculative_generate_batch(
+        PROMPTS, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=2, eos_token_id=EOS
+    )
+    base = autoregressive_generate_batch(
+        PROMPTS, target, sampling=sampling, max_new_tokens=12, seed=2, eos_token_id=EOS
+    )
     for b, prompt in enumerate(PROMPTS):
-        _same_run(speculative_generate(prompt, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=2 + b, eos_token_id=EOS),
-                  batch.traces[b])
-        assert base.traces[b].output_ids == autoregressive_generate(prompt, target, sampling=sampling, max_new_tokens=12, seed=2 + b,
-                                                                    eos_token_id=EOS).output_ids
+        _same_run(
+            speculative_generate(
+                prompt, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=2 + b, eos_token_id=EOS
+            ),
+            batch.traces[b],
+        )
+        assert (
+            base.traces[b].output_ids
+            == autoregressive_generate(
+                prompt, target, sampling=sampling, max_new_tokens=12, seed=2 + b, eos_token_id=EOS
+            ).output_ids
+        )
 
 
 def test_a_batch_checks_every_rows_seed_and_takes_a_schedule_with_its_threshold():
@@ -229,9 +324,19 @@ def test_a_batch_checks_every_rows_seed_and_takes_a_schedule_with_its_threshold(
     with pytest.raises(ValueError, match="seed must be a whole number"):
         speculative_generate_batch([[1], [2]], drafter, target, max_new_tokens=2, seed=SEED_MAX)
     schedule = make_schedule("confidence", 3, 0.99)
-    batch = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=8, seed=1, schedule=schedule)
+    batch = speculative_generate_batch(
+        PROMPTS, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=8, seed=1, schedule=schedule
+    )
     for b, prompt in enumerate(PROMPTS):
         assert batch.traces[b].settings["gamma_schedule"] == {"name": "confidence", "gamma": 3, "threshold": 0.99}
-        one = speculative_generate(prompt, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=8, seed=1 + b,
-                                   schedule=make_schedule("confidence", 3, 0.99))
+        one = speculative_generate(
+            prompt,
+            drafter,
+            target,
+            gamma=3,
+            sampling=Sampling(1.0),
+            max_new_tokens=8,
+            seed=1 + b,
+            schedule=make_schedule("confidence", 3, 0.99),
+        )
         _same_run(one, batch.traces[b])

@@ -28,7 +28,15 @@ def test_transformers_counterpart_leaves_the_pairs_drafter_alone(schedule):
     assert assistant is not drafter
     assert all(a is b for a, b in zip(assistant.parameters(), drafter.parameters()))  # the same weights, no copy
     x = torch.tensor([[1, 2, 3]])
-    target.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=8, min_new_tokens=8, pad_token_id=0, **kwargs)
+    target.generate(
+        x,
+        attention_mask=torch.ones_like(x),
+        do_sample=False,
+        max_new_tokens=8,
+        min_new_tokens=8,
+        pad_token_id=0,
+        **kwargs,
+    )
     assert drafter.generation_config.to_dict() == before  # neither the call nor transformers' generate wrote into it
     assert ("confidence threshold 0.7" in name) == (schedule == "confidence")
 
@@ -55,8 +63,10 @@ def test_batch_benchmark_c_counts_the_batchs_drafter_passes_and_predicts_from_al
         return
     for res in spec:
         # One drafter pass per draft step of each round: as many as the round's widest row drafted.
-        widest = [max(len(res.traces[i].rounds[sum(i in a for a in res.rounds[:k])].drafts) for i in active)
-                  for k, active in enumerate(res.rounds)]
+        widest = [
+            max(len(res.traces[i].rounds[sum(i in a for a in res.rounds[:k])].drafts) for i in active)
+            for k, active in enumerate(res.rounds)
+        ]
         assert res.drafter_step_passes == sum(widest) and res.drafter_passes == res.drafter_prefill_passes + sum(widest)
     step = sum(res.verify_ms for res in base) / sum(len(res.rounds) for res in base)
     c = sum(res.draft_ms for res in spec) / sum(res.drafter_step_passes for res in spec) / step

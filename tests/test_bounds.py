@@ -175,7 +175,9 @@ def _upload_codes(url: str, headers_each: list[list[tuple[str, str]]], address: 
     blob = os.urandom(2**20)
     for headers in headers_each:
         with client(address) as http:
-            r = http.post(f"{url}/gradio_api/upload", files={"files": ("x.json", blob, "application/json")}, headers=headers)
+            r = http.post(
+                f"{url}/gradio_api/upload", files={"files": ("x.json", blob, "application/json")}, headers=headers
+            )
             codes.append(r.status_code)
     return codes
 
@@ -184,7 +186,9 @@ def test_a_spoofed_forwarded_header_from_loopback_is_not_trusted_by_default(serv
     from specviz.ui import address, server
 
     monkeypatch.setattr(address, "TRUSTED_PROXIES", 0)
-    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600))
+    monkeypatch.setattr(
+        server, "UPLOADS", server.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600)
+    )
     # From 127.0.0.1, the address uvicorn trusts the header from unless told otherwise.
     codes = _upload_codes(served[1], [[("x-forwarded-for", f"198.51.100.{i}")] for i in range(4)], address="127.0.0.1")
     assert codes[:2] == [200, 200] and codes[2:] == [429, 429], codes  # all counted against 127.0.0.1
@@ -194,7 +198,9 @@ def test_every_forwarded_header_line_is_read_at_the_configured_depth(served, mon
     from specviz.ui import address, server
 
     monkeypatch.setattr(address, "TRUSTED_PROXIES", 1)
-    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600))
+    monkeypatch.setattr(
+        server, "UPLOADS", server.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600)
+    )
     # The client writes a line of its own each time; the one proxy appends the address it saw as another line.
     lines = [[("x-forwarded-for", f"198.51.100.{i}"), ("x-forwarded-for", "203.0.113.7")] for i in range(4)]
     codes = _upload_codes(served[1], lines)
@@ -231,7 +237,8 @@ def test_no_visitor_can_prune_anothers_downloads(prepared):
 
     mine = [downloads.save_for_download(prepared, "victim"), downloads.save_export(prepared, "victim")]
     try:
-        for i in range(20):  # 20 prepared loads from one session, 3 exports from each of 4 (12 > the 8 once kept in all)
+        # 20 prepared loads from one session, 3 exports from each of 4 (12 > the 8 once kept in all)
+        for i in range(20):
             downloads.save_for_download(prepared, "flood")
         for s in range(4):
             for _ in range(3):
@@ -281,16 +288,41 @@ def test_a_flood_of_fresh_sessions_and_heartbeats_leaves_a_shown_run(served):
     demo, url = served
     emptied(demo)  # what earlier tests left: the flood alone fills it
     victim = Client(url, verbose=False)
-    tokens, *_, status = victim.predict("embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain",
-                                        api_name="/generate")[:5]
+    tokens, *_, status = victim.predict(
+        "embedded",
+        "def f(x):",
+        4,
+        0.0,
+        0,
+        1.0,
+        8,
+        0,
+        True,
+        "",
+        "",
+        "model",
+        "constant",
+        1.0,
+        "chain",
+        api_name="/generate",
+    )[:5]
     assert status.startswith("Done"), status
-    index = next(d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "stop")
+    index = next(
+        d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "stop"
+    )
     joined = 0
     with client(A) as http:
         for _ in range(4 * SESSIONS):  # fresh session hashes, each joining a cheap event
-            body = {"data": [], "fn_index": index, "session_hash": uuid.uuid4().hex, "event_data": None, "trigger_id": None}
+            body = {
+                "data": [],
+                "fn_index": index,
+                "session_hash": uuid.uuid4().hex,
+                "event_data": None,
+                "trigger_id": None,
+            }
             joined += http.post(f"{url}/gradio_api/queue/join", json=body).status_code == 200
-        for _ in range(4 * SESSIONS):  # heartbeats opened and closed: each closing runs the unload event in a session of its own
+        # heartbeats opened and closed: each closing runs the unload event in a session of its own
+        for _ in range(4 * SESSIONS):
             with http.stream("GET", f"{url}/gradio_api/heartbeat/{uuid.uuid4().hex}", timeout=30) as r:
                 next(r.iter_lines())
     end = time.monotonic() + CAP_S
@@ -304,7 +336,6 @@ def test_a_flood_of_fresh_sessions_and_heartbeats_leaves_a_shown_run(served):
     assert isinstance(holder, SessionStore) and len(holder.session_data) <= SESSIONS
     newcomer = Client(url, verbose=False)  # no room now: still answered
     assert "Nothing to stop" in str(newcomer.predict(api_name="/stop"))
-
 
 
 def test_a_session_keeps_no_copy_of_every_components_configuration(served, store):
@@ -333,8 +364,24 @@ def test_a_session_keeps_no_copy_of_every_components_configuration(served, store
     assert lean_bytes < full_bytes / 10, (lean_bytes, full_bytes)
     holder = store  # room for the visitor, whatever other tests left in it
     visitor = Client(url, verbose=False)
-    status = visitor.predict("embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain",
-                             api_name="/generate")[4]
+    status = visitor.predict(
+        "embedded",
+        "def f(x):",
+        4,
+        0.0,
+        0,
+        1.0,
+        8,
+        0,
+        True,
+        "",
+        "",
+        "model",
+        "constant",
+        1.0,
+        "chain",
+        api_name="/generate",
+    )[4]
     assert status.startswith("Done"), status
     kept = holder.session_data[visitor.session_hash]
     assert isinstance(kept, LeanSessionState) and list(kept.config_values.items()) == []
@@ -371,10 +418,18 @@ def test_a_flood_of_fresh_sessions_from_one_address_leaves_room_for_others(serve
     with holder.lock:  # start from an empty store: other tests of this module leave sessions in it
         holder.session_data.clear()
         holder.time_last_used.clear()
-    index = next(d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "stop")
+    index = next(
+        d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "stop"
+    )
     with client(A) as http:
         for _ in range(4 * SESSIONS):
-            body = {"data": [], "fn_index": index, "session_hash": uuid.uuid4().hex, "event_data": None, "trigger_id": None}
+            body = {
+                "data": [],
+                "fn_index": index,
+                "session_hash": uuid.uuid4().hex,
+                "event_data": None,
+                "trigger_id": None,
+            }
             http.post(f"{url}/gradio_api/queue/join", json=body)
     generate = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
     with client(B) as http:
@@ -390,7 +445,9 @@ def test_a_flood_of_fresh_sessions_from_one_address_leaves_room_for_others(serve
     assert len(holder.session_data) <= SESSIONS
 
 
-def test_sessions_unused_past_their_time_to_live_are_forgotten_whole_and_their_memory_handed_back(served, store, monkeypatch):
+def test_sessions_unused_past_their_time_to_live_are_forgotten_whole_and_their_memory_handed_back(
+    served, store, monkeypatch
+):
     """Issue 39: after a flood the server's memory stayed up (550 -> 603 MB): Gradio frees an expired state's
     value but keeps the session (its copy of the page's configuration, its last outputs) until a newcomer takes
     its place. At Gradio's once-a-second expiry check the store now forgets every session unused for its time to
@@ -437,7 +494,11 @@ def test_the_queues_records_of_forgotten_and_unheard_sessions_go_after_their_tim
     monkeypatch.setattr(sessions, "free_memory", lambda device=None: None)
     monkeypatch.setattr(SessionStore, "ttl_s", 600, raising=False)
     generate = ["embedded", "def f(x):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
-    index = next(d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "generate")
+    index = next(
+        d["id"]
+        for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"]
+        if d.get("api_name") == "generate"
+    )
     read, unheard, held = uuid.uuid4().hex, uuid.uuid4().hex, uuid.uuid4().hex
     with client("127.0.0.7") as http:
         assert _page_call(http, url, "generate", generate, read).get("success")  # read to its end
@@ -462,7 +523,8 @@ def test_the_queues_records_of_forgotten_and_unheard_sessions_go_after_their_tim
     for session in (read, unheard):  # orphaned since twice the time to live ago
         store.orphans[session] -= 2 * SessionStore.ttl_s
     assert until(lambda: read not in records() and unheard not in records())
-    assert held in queue.pending_messages_per_session and held in store.session_data  # held by the store: its records stay
+    # held by the store: its records stay
+    assert held in queue.pending_messages_per_session and held in store.session_data
 
 
 def test_the_time_to_live_settings_are_read_from_the_environment():
@@ -487,8 +549,13 @@ for module, name, bad in ((limits, "SPECVIZ_SESSION_TTL_S", "<b>1</b>"), (sessio
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     lines = out.stdout.splitlines()
     assert out.returncode == 0 and lines[0].split() == ["120", "60"], out.stderr[-500:]
-    assert lines[1].startswith("refused:") and "SPECVIZ_SESSION_TTL_S must be a whole number of at least 10" in lines[1], lines
-    assert lines[2].startswith("refused:") and "SPECVIZ_SESSION_MEMORY_MB must be a whole number of at least 16" in lines[2], lines
+    assert (
+        lines[1].startswith("refused:") and "SPECVIZ_SESSION_TTL_S must be a whole number of at least 10" in lines[1]
+    ), lines
+    assert (
+        lines[2].startswith("refused:")
+        and "SPECVIZ_SESSION_MEMORY_MB must be a whole number of at least 16" in lines[2]
+    ), lines
 
 
 def test_an_address_makes_few_new_sessions_a_minute(served, store, monkeypatch):
@@ -499,7 +566,9 @@ def test_an_address_makes_few_new_sessions_a_minute(served, store, monkeypatch):
 
     demo, url = served
     monkeypatch.setattr(admission, "NEW_SESSIONS", admission.LogBudget(per_client=5, total=10**9, window_s=60))
-    index = next(d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "stop")
+    index = next(
+        d["id"] for d in httpx.get(f"{url}/config", timeout=30).json()["dependencies"] if d.get("api_name") == "stop"
+    )
     kept = uuid.uuid4().hex
     answers = []
     with client("127.0.0.4") as http:
@@ -514,6 +583,7 @@ def test_an_address_makes_few_new_sessions_a_minute(served, store, monkeypatch):
     refused = [a for a in answers if a.status_code != 200]
     assert len(refused) == 7 and all("at most 5 a minute" in a.text for a in refused), [a.text for a in answers]
     assert again.status_code == 200
+
 
 # ---- item 9: the device shared while others wait --------------------------------------------------------
 
@@ -544,7 +614,7 @@ def test_a_long_run_gives_the_device_up_to_a_waiting_visitor(served, monkeypatch
 
     def hog():
         with client(A) as http:
-            heavy["status"], heavy["text"] = call(http, url, "run", run_data(256) [:2] + [1] + run_data(256)[3:])
+            heavy["status"], heavy["text"] = call(http, url, "run", run_data(256)[:2] + [1] + run_data(256)[3:])
 
     thread = threading.Thread(target=hog)
     thread.start()
@@ -590,15 +660,24 @@ def test_an_upload_cut_off_or_refused_leaves_no_temporary_file(served, monkeypat
     before = _top_files(root)
     where = urlparse(url)
     boundary = "b0undary"
-    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"x.json\"\r\n"
-            "Content-Type: application/json\r\n\r\n").encode()
+    head = (
+        f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"x.json\"\r\n"
+        "Content-Type: application/json\r\n\r\n"
+    ).encode()
     with socket.create_connection((where.hostname, where.port)) as sock:  # 7 MB declared, 300 kB sent, then hung up
-        sock.sendall(f"POST /gradio_api/upload HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: multipart/form-data; boundary={boundary}"
-                     f"\r\nContent-Length: {7 * 2**20}\r\n\r\n".encode() + head + b"x" * 300_000)
+        sock.sendall(
+            f"POST /gradio_api/upload HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: multipart/form-data; "
+            f"boundary={boundary}"
+            f"\r\nContent-Length: {7 * 2**20}\r\n\r\n".encode()
+            + head
+            + b"x" * 300_000
+        )
         time.sleep(1.0)
     monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=2**20, total=64 * 2**20, window_s=600))
     with client(B) as http:  # refused by the budget part way
-        r = http.post(f"{url}/gradio_api/upload", files={"files": ("x.json", os.urandom(3 * 2**20), "application/json")})
+        r = http.post(
+            f"{url}/gradio_api/upload", files={"files": ("x.json", os.urandom(3 * 2**20), "application/json")}
+        )
     assert r.status_code == 429
     time.sleep(0.5)
     _settled(root)
@@ -687,7 +766,9 @@ def test_the_servers_threads_allocate_from_one_heap():
     import sys
 
     def counts(mode: str) -> tuple[int, int]:
-        out = subprocess.run([sys.executable, "-c", HEAPS, mode], capture_output=True, text=True, timeout=300, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", HEAPS, mode], capture_output=True, text=True, timeout=300, check=True
+        )
         before, after = map(int, out.stdout.split()[-2:])
         return before, after
 
@@ -729,7 +810,9 @@ def _onednn_linear() -> bool:
     return _onednn_available()
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not _onednn_linear(), reason="oneDNN's CPU products, RSS from /proc")
+@pytest.mark.skipif(
+    platform.libc_ver()[0] != "glibc" or not _onednn_linear(), reason="oneDNN's CPU products, RSS from /proc"
+)
 def test_the_servers_kernel_caches_keep_a_bounded_number_of_prompt_lengths():
     """oneDNN builds and keeps a kernel per (weight shape, row count), and a prompt's length is a row count:
     with the libraries' defaults (1,024 kernels in each of two caches) 300 lengths through one 576 x 1,536
@@ -743,7 +826,9 @@ def test_the_servers_kernel_caches_keep_a_bounded_number_of_prompt_lengths():
     env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
 
     def grown(mode: str) -> float:
-        out = subprocess.run([sys.executable, "-c", KERNELS, mode], capture_output=True, text=True, timeout=300, check=True, env=env)
+        out = subprocess.run(
+            [sys.executable, "-c", KERNELS, mode], capture_output=True, text=True, timeout=300, check=True, env=env
+        )
         return float(out.stdout.split()[-1])
 
     bare, built = grown("bare"), grown("built")

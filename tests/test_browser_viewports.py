@@ -25,13 +25,15 @@ VIEWPORTS = [(1920, 1080), (1280, 720), (390, 844)]
 # Where things are: y from the page's top, x and widths in the window.
 WHERE = """() => {
   const box = (s) => { const e = document.querySelector(s); if (!e) return null; const b = e.getBoundingClientRect();
-                       return {left: b.left, right: b.right, top: b.top + scrollY, bottom: b.bottom + scrollY, width: b.width}; };
+                       return {left: b.left, right: b.right, top: b.top + scrollY, bottom: b.bottom + scrollY,
+                               width: b.width}; };
   const generate = [...document.querySelectorAll('button')].find(b => b.textContent.trim() === 'Generate');
   const g = generate.getBoundingClientRect();
   const inside = document.querySelector('#sv-headline');
   const right = Math.max(...[...document.querySelectorAll('#sv-headline .sv-cost-bar, #sv-headline .sv-cost-bar *')]
                           .map(e => e.getBoundingClientRect().right));
-  return {generate: {top: g.top + scrollY, bottom: g.bottom + scrollY}, headline: box('#sv-headline'), prompt: box('#sv-prompt'),
+  return {generate: {top: g.top + scrollY, bottom: g.bottom + scrollY}, headline: box('#sv-headline'),
+          prompt: box('#sv-prompt'),
           settings: box('#sv-settings'), cost_right: right, headline_right: inside.getBoundingClientRect().right,
           page_width: document.documentElement.scrollWidth, window_width: document.documentElement.clientWidth};
 }"""
@@ -41,8 +43,10 @@ VERDICTS = """() => {
   const table = document.querySelector('#sv-replay table.sv-drafts');
   const scroller = table.closest('.sv-scroll');
   const s = scroller.getBoundingClientRect();
-  const cells = [...table.querySelectorAll('.sv-col-verdict')].map(e => e.getBoundingClientRect()).filter(b => b.width > 0);
-  return {cells: cells.map(b => [b.left, b.right]), box: [s.left + scroller.clientLeft, s.left + scroller.clientLeft + scroller.clientWidth],
+  const cells = [...table.querySelectorAll('.sv-col-verdict')].map(e => e.getBoundingClientRect())
+                 .filter(b => b.width > 0);
+  return {cells: cells.map(b => [b.left, b.right]), box: [s.left + scroller.clientLeft,
+          s.left + scroller.clientLeft + scroller.clientWidth],
           client: scroller.clientWidth, scroll: scroller.scrollWidth, scrolled: scroller.scrollLeft,
           window: document.documentElement.clientWidth, rows: table.querySelectorAll('.sv-draft-row').length};
 }"""
@@ -59,10 +63,14 @@ def test_a_default_generate_fits_the_screen(page, app_url, width, height):  # no
     try:
         view.goto(app_url)
         # every element measured is on the page (Gradio builds it in parts)
-        view.wait_for_function("""() => ['#sv-settings', '#sv-prompt', '#sv-headline', '#sv-pair'].every(s => document.querySelector(s))
-                                     && [...document.querySelectorAll('button')].some(b => b.textContent.trim() === 'Generate')""",
-                               timeout=30_000)
-        if phone:  # before a run: the prompt and Generate in the first screen, above the headline, the settings after them
+        view.wait_for_function(
+            """() => ['#sv-settings', '#sv-prompt', '#sv-headline', '#sv-pair'].every(s => document.querySelector(s))
+                                     && [...document.querySelectorAll('button')]
+                                          .some(b => b.textContent.trim() === 'Generate')""",
+            timeout=30_000,
+        )
+        # before a run: the prompt and Generate in the first screen, above the headline, the settings after them
+        if phone:
             m = view.evaluate(WHERE)
             assert m["prompt"]["top"] < m["generate"]["top"] < m["headline"]["top"] < m["settings"]["top"], m
             assert m["generate"]["bottom"] < height and m["headline"]["top"] < height, m
@@ -80,7 +88,10 @@ def test_a_default_generate_fits_the_screen(page, app_url, width, height):  # no
         expect(shown).to_be_visible(timeout=30_000)
         speedup = _number(re.match(r"\s*([\d.,]+)×", shown.inner_text()).group(1))
         why = view.locator("#sv-headline .sv-headline-why").inner_text()
-        parts = re.search(r"([\d.]+) tokens for ([\d.]+) steps .*?\(drafting ([\d.]+) \+ scoring ([\d.]+) \+ other work ([\d.]+)\)", why)
+        parts = re.search(
+            r"([\d.]+) tokens for ([\d.]+) steps .*?\(drafting ([\d.]+) \+ scoring ([\d.]+) \+ other work ([\d.]+)\)",
+            why,
+        )
         assert parts, why
         tokens_per_round, cost, drafting, verify, other = (_number(x) for x in parts.groups())
         assert tokens_per_round / (drafting + verify + other) == pytest.approx(speedup, rel=0.02), why
@@ -106,7 +117,9 @@ def test_a_default_generate_fits_the_screen(page, app_url, width, height):  # no
         for left, right in v["cells"]:
             assert 0 <= left and right <= v["window"], v
             assert v["box"][0] - 0.5 <= left and right <= v["box"][1] + 0.5, v
-        assert view.evaluate("document.documentElement.scrollWidth") <= view.evaluate("document.documentElement.clientWidth")
+        assert view.evaluate("document.documentElement.scrollWidth") <= view.evaluate(
+            "document.documentElement.clientWidth"
+        )
         view.screenshot(path=str(shots() / f"viewport-{width}x{height}-replay.png"), full_page=False)
 
         # No number is gone: β shows, or a switch above the table brings the folded columns back.
@@ -134,7 +147,9 @@ def test_the_speedup_is_named_alike_in_the_headline_stats_explanation_and_auto_t
     view = page.context.browser.new_page(viewport={"width": width, "height": height}, has_touch=phone, is_mobile=phone)
     try:
         view.goto(app_url)
-        view.wait_for_function("() => ['#sv-pair', '#sv-tree', '#sv-quick'].every(s => document.querySelector(s))", timeout=30_000)
+        view.wait_for_function(
+            "() => ['#sv-pair', '#sv-tree', '#sv-quick'].every(s => document.querySelector(s))", timeout=30_000
+        )
         view.locator("#sv-pair input").first.click()
         view.get_by_role("option", name="embedded", exact=True).click()
         view.locator("#sv-tree input").first.click()

@@ -25,8 +25,15 @@ ATOL = 1e-4
 
 def _llama(seed: int = 0, window: int | None = None):
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=16, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
-                         intermediate_size=64, max_position_embeddings=128)
+    config = LlamaConfig(
+        vocab_size=16,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -92,7 +99,9 @@ def test_make_runner_names_its_choices():
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("sampling", [Sampling(0.0), Sampling(1.0), Sampling(0.8, top_k=5, top_p=0.9)], ids=["greedy", "t1", "t08"])
+@pytest.mark.parametrize(
+    "sampling", [Sampling(0.0), Sampling(1.0), Sampling(0.8, top_k=5, top_p=0.9)], ids=["greedy", "t1", "t08"]
+)
 def test_speculative_and_autoregressive_ids_equal_the_refed_path(family, sampling):
     """Same seed, same token ids as the re-fed reference: greedy and sampled, chain and baseline."""
     target, drafter = _model(family, 0), _model(family, 1)
@@ -103,12 +112,16 @@ def test_speculative_and_autoregressive_ids_equal_the_refed_path(family, samplin
         got = speculative_generate(prompt, drafter, target, gamma=3, cached="static", **kwargs)
         assert got.output_ids == ref.output_ids
         assert [len(r.drafts) for r in got.rounds] == [len(r.drafts) for r in ref.rounds]
-        assert autoregressive_generate(prompt, target, cached="static", **kwargs).output_ids == \
-            autoregressive_generate(prompt, target, cached=False, **kwargs).output_ids
+        assert (
+            autoregressive_generate(prompt, target, cached="static", **kwargs).output_ids
+            == autoregressive_generate(prompt, target, cached=False, **kwargs).output_ids
+        )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("spec", [TreeSpec.static((3, 2, 1)), TreeSpec.dynamic(8, depth=3, topk=3)], ids=["static", "dynamic"])
+@pytest.mark.parametrize(
+    "spec", [TreeSpec.static((3, 2, 1)), TreeSpec.dynamic(8, depth=3, topk=3)], ids=["static", "dynamic"]
+)
 def test_tree_ids_equal_the_refed_path(family, spec):
     """A token tree over the static cache: nodes under their ancestors' mask, the accepted path
     compacted in place; same ids as re-feeding everything."""
@@ -143,15 +156,32 @@ def test_bench_runs_over_the_static_cache_and_refuses_graphs_off_cuda():
     timing asserted); graphs on a CPU and an unknown cache are refused before anything runs."""
     from specviz.measure.bench import benchmark, format_report
 
-    report = benchmark("embedded", device="cpu", max_new_tokens=4, repeats=1, prompts=1,
-                       methods=["autoregressive", "speculative"], cache="static")
-    assert {"autoregressive", "speculative", "autoregressive_eager"} <= set(report) and "hf_generate_static" not in report
+    report = benchmark(
+        "embedded",
+        device="cpu",
+        max_new_tokens=4,
+        repeats=1,
+        prompts=1,
+        methods=["autoregressive", "speculative"],
+        cache="static",
+    )
+    assert {"autoregressive", "speculative", "autoregressive_eager"} <= set(
+        report
+    ) and "hf_generate_static" not in report
     assert report["settings"]["cache"] == "static" and report["capture_ms"] is None
     assert set(report["verify_cost_by_nodes"]) == {1, 2, 4, 8, 16, 32} and report["overhead_ms_per_round"] is not None
     assert "autoregressive_eager" in format_report(report)
     for cache in ("graphs", "paged"):
         with pytest.raises(ValueError):
-            benchmark("embedded", device="cpu", max_new_tokens=4, repeats=1, prompts=1, methods=["autoregressive"], cache=cache)
+            benchmark(
+                "embedded",
+                device="cpu",
+                max_new_tokens=4,
+                repeats=1,
+                prompts=1,
+                methods=["autoregressive"],
+                cache=cache,
+            )
 
 
 def test_the_cache_index_moves_outside_inference_mode():

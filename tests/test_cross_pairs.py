@@ -34,7 +34,9 @@ TEXT = "What is speculative decoding? def add(a, b):"
 @pytest.fixture(scope="module")
 def standins(tmp_path_factory) -> dict[str, tuple[str, str]]:
     root = tmp_path_factory.mktemp("cross-standins")
-    return {name: save_pair(FAMILIES[name], root / name) for name in {f for pair in CROSS_FAMILY.values() for f in pair}}
+    return {
+        name: save_pair(FAMILIES[name], root / name) for name in {f for pair in CROSS_FAMILY.values() for f in pair}
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +49,8 @@ def clean(monkeypatch):
 
 
 def serve(monkeypatch, standins, name: str) -> FakeHub:
-    """The hub, faked: the preset's drafter from its family's stand-in drafter, its target from the other family's stand-in target."""
+    """The hub, faked: the preset's drafter from its family's stand-in drafter, its target from the other family's
+    stand-in target."""
     import huggingface_hub
 
     drafter_family, target_family = CROSS_FAMILY[name]
@@ -84,8 +87,16 @@ def test_a_cross_family_preset_loads_with_both_tokenizers_and_decodes_the_target
     for scheme in ("intersection", "string"):
         drafter = pair_drafter(None, pair, scheme=scheme)
         assert isinstance(drafter, CrossTokenizerDrafter) and drafter.scheme == scheme
-        trace = speculative_generate(ids, drafter, pair.target, gamma=3, sampling=Sampling(0.0), max_new_tokens=12,
-                                     eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
+        trace = speculative_generate(
+            ids,
+            drafter,
+            pair.target,
+            gamma=3,
+            sampling=Sampling(0.0),
+            max_new_tokens=12,
+            eos_token_id=pair.eos_token_ids,
+            tokenizer=pair.tokenizer,
+        )
         assert trace.output_ids == ref, scheme
         assert trace.settings["drafter"]["kind"] == "cross-tokenizer"
     drafted = [d for r in trace.rounds for d in r.drafts]
@@ -111,6 +122,7 @@ def test_custom_ids_with_two_tokenizers_load_only_for_the_cross_tokenizer_kind(s
 
 
 def test_a_pair_whose_vocabularies_cannot_serve_is_refused_with_the_reason(standins, tmp_path):
-    words = save_tiny(tmp_path / "words", WORDS, 32, seed=1)  # word-level "w0".. against byte-level BPE: no token shared
+    # word-level "w0".. against byte-level BPE: no token shared
+    words = save_tiny(tmp_path / "words", WORDS, 32, seed=1)
     with pytest.raises(PairError, match="has its own tokenizer and cannot draft for .*share no token string"):
         load_pair(drafter=words, target=standins["smollm2"][1], device="cpu", allow_custom=True, own_tokenizer=True)

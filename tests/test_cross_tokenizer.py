@@ -41,8 +41,12 @@ def bpe_tokenizer(corpus: list[str], size: int) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(corpus, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
 
@@ -53,9 +57,19 @@ CODE = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i)
 
 def tiny_llama(vocab: int, seed: int) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2, bos_token_id=0, eos_token_id=0,
-                         pad_token_id=0)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -132,16 +146,25 @@ def test_intersection_drafts_only_shared_tokens_and_the_trace_keeps_the_shared_m
     # the drafter's own id names the same string; the mass is a probability (the drafter also gives x, y, z, w mass)
     assert all(DRAFTER_WORDS[d.own_token_id] == TARGET_WORDS[d.token_id] for d in drafts)
     assert all(0.0 < d.shared_mass < 1.0 for d in drafts)
-    assert trace.settings["drafter"] == {"kind": "cross-tokenizer", "scheme": "intersection", "shared_tokens": 6, "shared_fraction": 0.6}
+    assert trace.settings["drafter"] == {
+        "kind": "cross-tokenizer",
+        "scheme": "intersection",
+        "shared_tokens": 6,
+        "shared_fraction": 0.6,
+    }
     again = Trace.from_dict(json.loads(json.dumps(trace.to_dict())))
-    assert [(d.own_token_id, d.shared_mass) for r in again.rounds for d in r.drafts] == [(d.own_token_id, d.shared_mass) for d in drafts]
+    assert [(d.own_token_id, d.shared_mass) for r in again.rounds for d in r.drafts] == [
+        (d.own_token_id, d.shared_mass) for d in drafts
+    ]
     html = round_html(trace, 0)
     assert "shared-vocabulary mass" in html and f"drafter&#x27;s id {trace.rounds[0].drafts[0].own_token_id}" in html
 
 
 def test_a_file_with_a_shared_mass_out_of_range_is_refused(word_pair):
     drafter, target, drafter_tok, target_tok = word_pair
-    trace = speculative_generate(PROMPT, CrossTokenizerDrafter(drafter, drafter_tok, target_tok), target, gamma=2, max_new_tokens=4, seed=1)
+    trace = speculative_generate(
+        PROMPT, CrossTokenizerDrafter(drafter, drafter_tok, target_tok), target, gamma=2, max_new_tokens=4, seed=1
+    )
     d = trace.to_dict()
     d["rounds"][0]["drafts"][0]["shared_mass"] = 1.5
     with pytest.raises(ValueError, match="shared_mass"):
@@ -151,14 +174,24 @@ def test_a_file_with_a_shared_mass_out_of_range_is_refused(word_pair):
 @pytest.mark.parametrize("scheme", ["intersection", "string"])
 def test_greedy_output_is_the_targets_own_greedy_decoding(bpe_pair, scheme):
     drafter, target, drafter_tok, target_tok = bpe_pair
-    cross = make_drafter("cross-tokenizer", drafter, target, drafter_tokenizer=drafter_tok, target_tokenizer=target_tok, scheme=scheme)
+    cross = make_drafter(
+        "cross-tokenizer", drafter, target, drafter_tokenizer=drafter_tok, target_tokenizer=target_tok, scheme=scheme
+    )
     drafted = 0
     for text in ("the cat sat on", "def add(a, b):\n", "for i in"):
         ids = target_tok.encode(text)
-        trace = speculative_generate(ids, cross, target, gamma=4, sampling=Sampling(0.0), max_new_tokens=24, eos_token_id=0)
-        ref = target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
-                              max_new_tokens=24, eos_token_id=0, pad_token_id=0)
-        assert trace.output_ids == ref[0, len(ids):].tolist()
+        trace = speculative_generate(
+            ids, cross, target, gamma=4, sampling=Sampling(0.0), max_new_tokens=24, eos_token_id=0
+        )
+        ref = target.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=24,
+            eos_token_id=0,
+            pad_token_id=0,
+        )
+        assert trace.output_ids == ref[0, len(ids) :].tolist()
         drafted += trace.drafted
     assert drafted > 0
 
@@ -194,11 +227,17 @@ def test_compare_drafters_shows_the_shared_vocabulary_mass(word_pair):
     from specviz.views.compare import compare_html
 
     drafter, target, drafter_tok, target_tok = word_pair
-    spec = speculative_generate(PROMPT, CrossTokenizerDrafter(drafter, drafter_tok, target_tok), target, gamma=3, max_new_tokens=8, seed=2)
+    spec = speculative_generate(
+        PROMPT, CrossTokenizerDrafter(drafter, drafter_tok, target_tok), target, gamma=3, max_new_tokens=8, seed=2
+    )
     base = autoregressive_generate(PROMPT, target, max_new_tokens=8, seed=2)
     masses = [d.shared_mass for r in spec.rounds for d in r.drafts]
     html = compare_html(Comparison(runs={"cross-tokenizer": (spec, base)}, kinds=("cross-tokenizer",)))
-    assert "shared-vocabulary mass" in html and f"{sum(masses) / len(masses):.3f}" in html and f"mean over {len(masses)} drafts" in html
+    assert (
+        "shared-vocabulary mass" in html
+        and f"{sum(masses) / len(masses):.3f}" in html
+        and f"mean over {len(masses)} drafts" in html
+    )
 
 
 def test_the_bench_runs_ours_beside_transformers_assistant_tokenizer_path():
@@ -206,12 +245,21 @@ def test_the_bench_runs_ours_beside_transformers_assistant_tokenizer_path():
 
     drafter_tok, target_tok = bpe_tokenizer(CODE, 300), bpe_tokenizer(ENGLISH, 330)
     drafter, target = tiny_llama(len(drafter_tok), 5), tiny_llama(len(target_tok), 6)
-    rows = cross_bench(drafter, drafter_tok, target, target_tok, ["the cat sat", "def add(a, b):"], new_tokens=6, gamma=3)
+    rows = cross_bench(
+        drafter, drafter_tok, target, target_tok, ["the cat sat", "def add(a, b):"], new_tokens=6, gamma=3
+    )
     methods = [(r.setting, r.method) for r in rows]
-    assert methods == [("greedy", "ours: autoregressive"), ("greedy", "ours: intersection"), ("greedy", "ours: string"),
-                       ("greedy", "transformers: plain"), ("greedy", "transformers: assistant_tokenizer"),
-                       ("sampled", "ours: autoregressive"), ("sampled", "ours: intersection"), ("sampled", "transformers: plain"),
-                       ("sampled", "transformers: assistant_tokenizer")]
+    assert methods == [
+        ("greedy", "ours: autoregressive"),
+        ("greedy", "ours: intersection"),
+        ("greedy", "ours: string"),
+        ("greedy", "transformers: plain"),
+        ("greedy", "transformers: assistant_tokenizer"),
+        ("sampled", "ours: autoregressive"),
+        ("sampled", "ours: intersection"),
+        ("sampled", "transformers: plain"),
+        ("sampled", "transformers: assistant_tokenizer"),
+    ]
     assert all(r.tokens == 12 for r in rows)  # 6 new tokens on each of the 2 prompts, no EOS stop
     ours = [r for r in rows if r.method == "ours: intersection"]
     assert all(r.alpha is not None and 0 <= r.alpha <= 1 and r.c is not None for r in ours)
@@ -223,14 +271,26 @@ def test_the_bench_runs_ours_beside_transformers_assistant_tokenizer_path():
 
     from specviz.measure.cross_bench import format_report, report
 
-    pair = SimpleNamespace(name="tiny", drafter_id="d", target_id="t", device=torch.device("cpu"), drafter_tokenizer=drafter_tok,
-                           tokenizer=target_tok)
+    pair = SimpleNamespace(
+        name="tiny",
+        drafter_id="d",
+        target_id="t",
+        device=torch.device("cpu"),
+        drafter_tokenizer=drafter_tok,
+        tokenizer=target_tok,
+    )
     rep = report(pair, rows, 3, 6, Sampling(1.0), "held-out")
-    assert all({"alpha", "c", "v", "speedup_vs_our_autoregressive", "speedup_vs_hf_assistant_tokenizer"} <= set(r) for r in rep["rows"])
+    assert all(
+        {"alpha", "c", "v", "speedup_vs_our_autoregressive", "speedup_vs_hf_assistant_tokenizer"} <= set(r)
+        for r in rep["rows"]
+    )
     ar = [r for r in rep["rows"] if r["method"] == "ours: autoregressive"]
     assert all(r["speedup_vs_our_autoregressive"] == pytest.approx(1.0) for r in ar)
     text = format_report(rep)
-    assert text.startswith(f"tiny: drafter d ({len(drafter_tok)} tokens) -> target t ({len(target_tok)} tokens)") and "temperature 1.0" in text
+    assert (
+        text.startswith(f"tiny: drafter d ({len(drafter_tok)} tokens) -> target t ({len(target_tok)} tokens)")
+        and "temperature 1.0" in text
+    )
     json.dumps({k: v for k, v in rep.items() if k != "_rows"})  # --json prints it
 
 
@@ -279,6 +339,13 @@ def test_bench_takes_the_cross_tokenizer_path_for_such_a_kind_or_pair():
 
 def test_a_repetition_penalty_reads_each_sides_own_context(word_pair):
     drafter, target, drafter_tok, target_tok = word_pair
-    trace = speculative_generate(PROMPT, CrossTokenizerDrafter(drafter, drafter_tok, target_tok), target, gamma=3,
-                                 sampling=Sampling(1.0, repetition_penalty=1.3), max_new_tokens=10, seed=3)
+    trace = speculative_generate(
+        PROMPT,
+        CrossTokenizerDrafter(drafter, drafter_tok, target_tok),
+        target,
+        gamma=3,
+        sampling=Sampling(1.0, repetition_penalty=1.3),
+        max_new_tokens=10,
+        seed=3,
+    )
     assert len(trace.output_ids) == 10 and all(d.shared_mass is not None for r in trace.rounds for d in r.drafts)

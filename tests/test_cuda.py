@@ -48,8 +48,16 @@ def on_device(folders):
 def check_greedy(pair, ids, gamma: int = 4):
     """Speculative greedy against the target's cache-free greedy: equal, or parted at a near-tie."""
     vocab = len(pair.tokenizer)
-    spec = speculative_generate(ids, pair.drafter, pair.target, gamma=gamma, sampling=Sampling(0.0), max_new_tokens=NEW_TOKENS,
-                                eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
+    spec = speculative_generate(
+        ids,
+        pair.drafter,
+        pair.target,
+        gamma=gamma,
+        sampling=Sampling(0.0),
+        max_new_tokens=NEW_TOKENS,
+        eos_token_id=pair.eos_token_ids,
+        tokenizer=pair.tokenizer,
+    )
     assert spec.settings["device"].startswith(DEVICE.type)
     ref = reference_greedy(pair.target, ids, NEW_TOKENS, vocab, set(pair.eos_token_ids))
     parted = first_divergence(pair.target, ids, spec.output_ids, ref, vocab)
@@ -68,10 +76,26 @@ def test_the_engine_on_the_embedded_pair():
     ids = encode_prompt(pair, "def add(a, b):")
     for gamma in (1, 4, 8):
         check_greedy(pair, ids, gamma)
-    sampled = speculative_generate(ids, pair.drafter, pair.target, gamma=4, sampling=Sampling(0.7, top_k=40, top_p=0.95),
-                                   max_new_tokens=32, seed=0, tokenizer=pair.tokenizer)
-    again = speculative_generate(ids, pair.drafter, pair.target, gamma=4, sampling=Sampling(0.7, top_k=40, top_p=0.95),
-                                 max_new_tokens=32, seed=0, tokenizer=pair.tokenizer)
+    sampled = speculative_generate(
+        ids,
+        pair.drafter,
+        pair.target,
+        gamma=4,
+        sampling=Sampling(0.7, top_k=40, top_p=0.95),
+        max_new_tokens=32,
+        seed=0,
+        tokenizer=pair.tokenizer,
+    )
+    again = speculative_generate(
+        ids,
+        pair.drafter,
+        pair.target,
+        gamma=4,
+        sampling=Sampling(0.7, top_k=40, top_p=0.95),
+        max_new_tokens=32,
+        seed=0,
+        tokenizer=pair.tokenizer,
+    )
     assert sampled.output_ids == again.output_ids  # seeded on the device's generator
 
 
@@ -84,9 +108,12 @@ def test_timings_wait_for_the_device(monkeypatch):
     if DEVICE.type == "cuda":
         real = torch.cuda.synchronize
         monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
-    spec = speculative_generate(ids, pair.drafter, pair.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=24,
-                                tokenizer=pair.tokenizer)
-    base = autoregressive_generate(ids, pair.target, sampling=Sampling(0.0), max_new_tokens=24, tokenizer=pair.tokenizer)
+    spec = speculative_generate(
+        ids, pair.drafter, pair.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=24, tokenizer=pair.tokenizer
+    )
+    base = autoregressive_generate(
+        ids, pair.target, sampling=Sampling(0.0), max_new_tokens=24, tokenizer=pair.tokenizer
+    )
     if DEVICE.type == "cuda":
         # at least the end of every round and of every baseline step (the phases come from events)
         assert len(calls) >= len(spec.rounds) + len(base.rounds)

@@ -23,10 +23,18 @@ def run_data(tokens: int, gamma: int = GAMMA, tree: str = "chain") -> list:
 
 
 def queued(address: str, tokens: int, arrived: float, api_name: str = "run", data: list | None = None):
-    """A waiting Gradio queue event of ``address``: a /run (or Generate) job of ``tokens`` tokens that joined at ``arrived``."""
-    return SimpleNamespace(request=SimpleNamespace(client=SimpleNamespace(host=address), headers={}), concurrency_id="device",
-                           alive=True, session_hash=address, _id=address, enqueue_time=arrived,
-                           fn=SimpleNamespace(api_name=api_name), data=SimpleNamespace(data=data or run_data(tokens)))
+    """A waiting Gradio queue event of ``address``: a /run (or Generate) job of ``tokens`` tokens that joined at
+    ``arrived``."""
+    return SimpleNamespace(
+        request=SimpleNamespace(client=SimpleNamespace(host=address), headers={}),
+        concurrency_id="device",
+        alive=True,
+        session_hash=address,
+        _id=address,
+        enqueue_time=arrived,
+        fn=SimpleNamespace(api_name=api_name),
+        data=SimpleNamespace(data=data or run_data(tokens)),
+    )
 
 
 def fake_queue(running: list | None = None):
@@ -75,9 +83,17 @@ def test_sizes_grow_with_tokens_gamma_and_tree_and_bad_inputs_count_as_largest()
 
     assert share.sized(4, 8) < share.sized(4, 128) < share.sized(4, 256)
     assert share.sized(4, 128) < share.sized(8, 128) < share.sized(4, 128, "tree 3-2-2-1 (33 nodes)")
-    for bad in ((True, 8, "chain"), (4, 8.5, "chain"), (4, 0, "chain"), (4, 8, "a tree"), ("4", 8, "chain"), (99, 8, "chain")):
+    for bad in (
+        (True, 8, "chain"),
+        (4, 8.5, "chain"),
+        (4, 0, "chain"),
+        (4, 8, "a tree"),
+        ("4", 8, "chain"),
+        (99, 8, "chain"),
+    ):
         assert share.sized(*bad) is None, bad
-    odd = queued(VICTIM, 8, 0.0, data=["embedded", "x"])  # too few values: the job fails at once, it never jumps the queue
+    # too few values: the job fails at once, it never jumps the queue
+    odd = queued(VICTIM, 8, 0.0, data=["embedded", "x"])
     assert share.job_seconds(odd) is None and share.place(odd) == share.LARGEST_S
     generate = ["embedded", "def f(x):", GAMMA, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
     assert share.job_seconds(queued(VICTIM, 8, 0.0, "generate", generate)) == share.sized(GAMMA, 8)
@@ -143,7 +159,9 @@ def test_a_long_run_gives_the_device_to_a_much_shorter_waiting_job_within_a_roun
     passes.hook = lambda n: waiting.append(queued(VICTIM, 8, 0.0)) if n == 12 else None
     result, message = _run(run_api, request, 128)
     assert result is None and passes.n - 12 <= 2 * (GAMMA + 1), passes.n
-    assert "a shorter job of another visitor" in message and "tokens in" in message and "finished runs only" in message, message
+    assert (
+        "a shorter job of another visitor" in message and "tokens in" in message and "finished runs only" in message
+    ), message
 
 
 def test_no_giving_way_to_a_job_of_the_same_address_a_similar_size_or_an_8_token_run(api):
@@ -204,7 +222,14 @@ def test_heartbeat_connections_are_counted_per_address_and_refused_past_the_budg
         return {"type": "http.request", "body": b""}
 
     def open_one(address: str, path: str = "/gradio_api/heartbeat/abc") -> None:
-        scope = {"type": "http", "path": path, "headers": [], "client": (address, 1234), "method": "GET", "query_string": b""}
+        scope = {
+            "type": "http",
+            "path": path,
+            "headers": [],
+            "client": (address, 1234),
+            "method": "GET",
+            "query_string": b"",
+        }
         anyio.run(server.Guard(app), scope, receive, send)
 
     for _ in range(5):
@@ -249,7 +274,14 @@ def test_jobs_sent_into_the_queue_are_counted_per_address_and_refused_past_the_b
         return {"type": "http.request", "body": b"{}"}
 
     def post(address: str, path: str, method: str = "POST") -> None:
-        scope = {"type": "http", "path": path, "headers": [], "client": (address, 1234), "method": method, "query_string": b""}
+        scope = {
+            "type": "http",
+            "path": path,
+            "headers": [],
+            "client": (address, 1234),
+            "method": method,
+            "query_string": b"",
+        }
         anyio.run(server.Guard(app), scope, receive, send)
 
     post("10.0.0.40", "/gradio_api/queue/join")

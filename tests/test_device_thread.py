@@ -119,7 +119,9 @@ def test_an_owner_counts_its_wait_and_whose_steps_ran_meanwhile():
     assert "b" in a.behind and a.waited_s > b.waited_s
     assert device_thread.Owner().waited() == ""
     a.waited_s = 3.24
-    assert a.waited() == f"waited 3.2 s for the device behind {len(a.behind)} other job" + ("s" if len(a.behind) != 1 else "")
+    assert a.waited() == f"waited 3.2 s for the device behind {len(a.behind)} other job" + (
+        "s" if len(a.behind) != 1 else ""
+    )
 
 
 def test_a_wrapped_function_takes_its_owner_by_keyword_and_passes_the_rest():

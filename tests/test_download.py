@@ -70,7 +70,8 @@ def test_outside_the_web_page_a_load_waits_for_its_download(tmp_path):
     hub = Downloads(fetch=fetch, sizes=lambda repo, rev: 1000, wait_s=0.01)
     threading.Timer(0.2, release.set).start()
     answers = []
-    worker = threading.Thread(target=lambda: answers.append(hub.folder("someone/model", None)))  # a thread outside in_background()
+    # a thread outside in_background()
+    worker = threading.Thread(target=lambda: answers.append(hub.folder("someone/model", None)))
     worker.start()
     worker.join(60)
     assert answers == [str(tmp_path)] and release.is_set()
@@ -106,7 +107,8 @@ def test_a_download_sending_more_than_the_size_limit_is_stopped(monkeypatch, tmp
             stop(100)  # the hub said 10 bytes; 10,000 arrive
         return str(tmp_path)
 
-    hub = Downloads(fetch=fetch, sizes=lambda repo, rev: 10, wait_s=30)  # the fake is quick: the first answer is the last
+    # the fake is quick: the first answer is the last
+    hub = Downloads(fetch=fetch, sizes=lambda repo, rev: 10, wait_s=30)
     with pytest.raises(PairError, match=f"more than this server's limit of 1e-06 GB \\({DOWNLOAD_GB_ENV}\\)"):
         hub.folder("someone/liar", None)
 
@@ -181,8 +183,13 @@ def test_the_pages_load_is_answered_while_the_download_goes_on(monkeypatch):
     hub.add("someone/drafter", PRESETS["embedded"].drafter)
     hub.add("someone/target", PRESETS["embedded"].target)
     release = threading.Event()
-    monkeypatch.setattr(download, "HUB", Downloads(fetch=lambda repo, rev, stop: release.wait(30) and hub.fetch(repo, rev, stop),
-                                                   sizes=lambda repo, rev: 1000))
+    monkeypatch.setattr(
+        download,
+        "HUB",
+        Downloads(
+            fetch=lambda repo, rev, stop: release.wait(30) and hub.fetch(repo, rev, stop), sizes=lambda repo, rev: 1000
+        ),
+    )
     before = cache.resident_pairs()
     answers = []
 

@@ -27,14 +27,21 @@ def _drafter_kinds() -> set[str]:
 
 def _names(node: ast.AST) -> set[str]:
     """Every bare or dotted name in an isinstance/issubclass second argument (tuples included)."""
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
 
 
 def _offences(source: str, kinds: set[str]) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
-                and len(node.args) == 2 and _names(node.args[1]) & kinds:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+            and len(node.args) == 2
+            and _names(node.args[1]) & kinds
+        ):
             found.append(f"line {node.lineno}: {node.func.id} on {sorted(_names(node.args[1]) & kinds)}")
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specviz.drafters"):
             named = {a.name for a in node.names} & kinds
@@ -45,21 +52,34 @@ def _offences(source: str, kinds: set[str]) -> list[str]:
 
 def test_the_drafter_kinds_are_found():
     kinds = _drafter_kinds()
-    assert {"ModelDrafter", "PromptLookupDrafter", "EagleDrafter", "EarlyExitDrafter", "QuantizedDrafter", "CrossTokenizerDrafter"} <= kinds
+    assert {
+        "ModelDrafter",
+        "PromptLookupDrafter",
+        "EagleDrafter",
+        "EarlyExitDrafter",
+        "QuantizedDrafter",
+        "CrossTokenizerDrafter",
+    } <= kinds
 
 
 def test_no_engine_module_tests_or_imports_a_drafter_kind():
     kinds = _drafter_kinds()
-    offences = {str(path.relative_to(ENGINE)): found for path in sorted(ENGINE.rglob("*.py"))
-                if (found := _offences(path.read_text(encoding="utf-8"), kinds))}
+    offences = {
+        str(path.relative_to(ENGINE)): found
+        for path in sorted(ENGINE.rglob("*.py"))
+        if (found := _offences(path.read_text(encoding="utf-8"), kinds))
+    }
     assert not offences, offences
 
 
-@pytest.mark.parametrize("planted", [
-    "from specviz.drafters import EagleDrafter\n",
-    "def f(d):\n    return isinstance(d, ModelDrafter)\n",
-    "def f(d):\n    return isinstance(d, (int, drafters.PromptLookupDrafter))\n",
-])
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "from specviz.drafters import EagleDrafter\n",
+        "def f(d):\n    return isinstance(d, ModelDrafter)\n",
+        "def f(d):\n    return isinstance(d, (int, drafters.PromptLookupDrafter))\n",
+    ],
+)
 def test_the_check_catches_a_planted_kind_test(planted):
     assert _offences(planted, _drafter_kinds())
 

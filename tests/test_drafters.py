@@ -46,8 +46,10 @@ def test_lookup_takes_the_most_recent_match_of_the_longest_ngram():
 
 
 def test_lookup_skips_the_ids_it_is_told_never_to_draft():
-    """A chat's markers recur every turn, so the lookup copied them as drafts (a struck-through <|im_start|> on the page):
-    a continuation stops before a skipped id, and a match whose continuation starts with one gives way to an older one."""
+    """A chat's markers recur every turn, so the lookup copied them as drafts (a struck-through <|im_start|> on the
+    page):
+    a continuation stops before a skipped id, and a match whose continuation starts with one gives way to an older
+    one."""
     #                       0  1  2  3  4  5  6   7  8  9
     assert find_continuation([1, 2, 7, 8, 1, 2, 99, 4, 1, 2], 2, 1, 3, frozenset({99})) == (2, [7, 8, 1])
     assert find_continuation([1, 2, 7, 8, 1, 2, 99, 4, 1, 2], 2, 1, 3) == (6, [99, 4, 1])  # the control: copied
@@ -63,24 +65,49 @@ def test_lookup_never_drafts_a_special_token_and_greedy_output_stays_the_targets
     special = special_ids(embedded.tokenizer)
     assert embedded.tokenizer.convert_tokens_to_ids("<|endoftext|>") in special
     # The marker follows every "x = 1" of the prompt: the lookup's first match would copy it.
-    ids = embedded.tokenizer("x = 1<|endoftext|>y = 2\nx = 1<|endoftext|>y = 2\nx = 1", add_special_tokens=False)["input_ids"]
+    ids = embedded.tokenizer("x = 1<|endoftext|>y = 2\nx = 1<|endoftext|>y = 2\nx = 1", add_special_tokens=False)[
+        "input_ids"
+    ]
     assert any(t in special for t in ids)
-    common = dict(gamma=4, sampling=Sampling(0.0), max_new_tokens=24, eos_token_id=embedded.eos_token_id, tokenizer=embedded.tokenizer)
+    common = dict(
+        gamma=4,
+        sampling=Sampling(0.0),
+        max_new_tokens=24,
+        eos_token_id=embedded.eos_token_id,
+        tokenizer=embedded.tokenizer,
+    )
     plain = speculative_generate(ids, PromptLookupDrafter(), embedded.target, **common)
-    assert any(d.token_id in special for r in plain.rounds for d in r.drafts)  # the control: without skipping, it is drafted
+    # the control: without skipping, it is drafted
+    assert any(d.token_id in special for r in plain.rounds for d in r.drafts)
     skipping = speculative_generate(ids, PromptLookupDrafter(tokenizer=embedded.tokenizer), embedded.target, **common)
     assert not any(d.token_id in special for r in skipping.rounds for d in r.drafts)
-    ref = embedded.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
-                                   max_new_tokens=24, eos_token_id=embedded.eos_token_id, pad_token_id=embedded.eos_token_id)
-    assert_same_greedy(embedded.target, ids, skipping.output_ids, ref[0, len(ids):].tolist(), vocab=embedded.vocab_size)
+    ref = embedded.target.generate(
+        torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=24,
+        eos_token_id=embedded.eos_token_id,
+        pad_token_id=embedded.eos_token_id,
+    )
+    assert_same_greedy(
+        embedded.target, ids, skipping.output_ids, ref[0, len(ids) :].tolist(), vocab=embedded.vocab_size
+    )
     # A frequent ordinary token skipped too: far fewer drafts, the same greedy output.
     newline = embedded.tokenizer("\n", add_special_tokens=False)["input_ids"]
     code = embedded.tokenizer("x = 1\ny = 2\nx = 1\ny = 2\nx = 1\ny =", add_special_tokens=False)["input_ids"]
-    both = speculative_generate(code, PromptLookupDrafter(skip_ids=newline, tokenizer=embedded.tokenizer), embedded.target, **common)
+    both = speculative_generate(
+        code, PromptLookupDrafter(skip_ids=newline, tokenizer=embedded.tokenizer), embedded.target, **common
+    )
     assert not any(d.token_id in set(newline) | special for r in both.rounds for d in r.drafts)
-    ref = embedded.target.generate(torch.tensor([code]), attention_mask=torch.ones(1, len(code), dtype=torch.long), do_sample=False,
-                                   max_new_tokens=24, eos_token_id=embedded.eos_token_id, pad_token_id=embedded.eos_token_id)
-    assert_same_greedy(embedded.target, code, both.output_ids, ref[0, len(code):].tolist(), vocab=embedded.vocab_size)
+    ref = embedded.target.generate(
+        torch.tensor([code]),
+        attention_mask=torch.ones(1, len(code), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=24,
+        eos_token_id=embedded.eos_token_id,
+        pad_token_id=embedded.eos_token_id,
+    )
+    assert_same_greedy(embedded.target, code, both.output_ids, ref[0, len(code) :].tolist(), vocab=embedded.vocab_size)
 
 
 def test_a_lookup_tree_never_holds_a_skipped_token():
@@ -89,8 +116,11 @@ def test_a_lookup_tree_never_holds_a_skipped_token():
 
     _, target = models("similar")
     history = [1, 2, 3, 1, 2, 5, 1, 2, 3, 1, 2]  # "1 2" is followed by 3 and by 5: two branches
+
     def nodes(drafter):
-        trace = tree_generate(history, drafter, target, TreeSpec.static((2, 1, 1)), sampling=Sampling(1.0), max_new_tokens=8, seed=0)
+        trace = tree_generate(
+            history, drafter, target, TreeSpec.static((2, 1, 1)), sampling=Sampling(1.0), max_new_tokens=8, seed=0
+        )
         return [n.token_id for r in trace.rounds if r.tree is not None for n in r.tree.nodes]
 
     assert 3 in nodes(PromptLookupDrafter(2))  # the control: the lookup's tree copies it
@@ -100,8 +130,15 @@ def test_a_lookup_tree_never_holds_a_skipped_token():
 
 def test_lookup_drafts_are_copies_with_one_hot_q():
     drafter, target = models("similar")
-    trace = speculative_generate(REPEATING * 2, PromptLookupDrafter(max_ngram=2), target, gamma=4, sampling=Sampling(1.0),
-                                 max_new_tokens=16, seed=0)
+    trace = speculative_generate(
+        REPEATING * 2,
+        PromptLookupDrafter(max_ngram=2),
+        target,
+        gamma=4,
+        sampling=Sampling(1.0),
+        max_new_tokens=16,
+        seed=0,
+    )
     context = REPEATING * 2 + trace.output_ids
     copied = [d for r in trace.rounds for d in r.drafts]
     assert copied, "a repeating prompt gives prompt lookup something to copy"
@@ -113,12 +150,15 @@ def test_lookup_drafts_are_copies_with_one_hot_q():
 
 def test_lookup_without_a_match_verifies_no_drafts():
     _, target = models("similar")
-    trace = speculative_generate([1, 2, 3], PromptLookupDrafter(), target, gamma=4, sampling=Sampling(1.0), max_new_tokens=1, seed=0)
+    trace = speculative_generate(
+        [1, 2, 3], PromptLookupDrafter(), target, gamma=4, sampling=Sampling(1.0), max_new_tokens=1, seed=0
+    )
     (r,) = trace.rounds
     assert r.drafts == [] and r.final_kind == "target" and len(r.emitted_ids) == 1 and r.gamma == 1
 
 
 # ---- early exit: a view of the target --------------------------------------------------------
+
 
 def test_early_exit_shares_the_targets_weights_and_computes_its_first_layers():
     target = models("similar")[1]
@@ -157,9 +197,20 @@ def outlier_llama(vocab: int = 8, seed: int = 3, outlier: float = 150.0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, max_position_embeddings=32, initializer_range=0.15, tie_word_embeddings=False,
-                         bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+        initializer_range=0.15,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
         for module in model.modules():
@@ -173,9 +224,21 @@ def small_head_lm(vocab: int = 8, head: tuple[int, ...] = (0, 1, 3, 4, 6), seed:
     from specviz.pair.small_head import SmallHeadConfig, SmallHeadLM
 
     torch.manual_seed(seed)
-    config = SmallHeadConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                             num_key_value_heads=1, embedding_size=4, head_size=len(head), max_position_embeddings=32,
-                             initializer_range=0.5, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    config = SmallHeadConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        embedding_size=4,
+        head_size=len(head),
+        max_position_embeddings=32,
+        initializer_range=0.5,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
     model = SmallHeadLM(config).eval()
     model.head_ids.copy_(torch.tensor(head))
     return model
@@ -202,7 +265,10 @@ def test_a_bf16_target_is_quantized_from_an_fp32_copy():
     target = outlier_llama().to(torch.bfloat16)
     short = quantize_target(target)
     assert short.model.layers[0].self_attn.q_proj.weight().dtype == torch.qint8
-    assert short.model.embed_tokens.weight.dtype == torch.float32 and target.model.embed_tokens.weight.dtype == torch.bfloat16
+    assert (
+        short.model.embed_tokens.weight.dtype == torch.float32
+        and target.model.embed_tokens.weight.dtype == torch.bfloat16
+    )
     ids = torch.tensor([[1, 2, 3]])
     with torch.inference_mode():
         p, q = (torch.softmax(m(ids).logits[0, -1].float(), -1) for m in (target, short))
@@ -217,7 +283,10 @@ def test_the_quantized_kind_is_offered_for_a_cpu_target_in_any_form():
     # never as "model" (its ids are not the target's)
     others = tuple(k for k in KINDS if k not in ("eagle", "cross-tokenizer"))
     assert usable_kinds(target) == others and "quantized" in KINDS
-    assert usable_kinds(target, cross_tokenizer=True) == (*(k for k in others if k not in ("model", "argmax")), "cross-tokenizer")
+    assert usable_kinds(target, cross_tokenizer=True) == (
+        *(k for k in others if k not in ("model", "argmax")),
+        "cross-tokenizer",
+    )
     assert usable_kinds(models("similar")[1].to(torch.bfloat16)) == others
 
 
@@ -225,7 +294,9 @@ def test_small_head_drafter_never_drafts_outside_its_head():
     target = models("different")[1]
     drafted, emitted = set(), set()
     for seed in range(4):
-        trace = speculative_generate([1, 2, 3], small_head_lm(), target, gamma=4, sampling=Sampling(1.0), max_new_tokens=24, seed=seed)
+        trace = speculative_generate(
+            [1, 2, 3], small_head_lm(), target, gamma=4, sampling=Sampling(1.0), max_new_tokens=24, seed=seed
+        )
         drafted |= {d.token_id for r in trace.rounds for d in r.drafts}
         emitted |= set(trace.output_ids)
     assert drafted and drafted <= {0, 1, 3, 4, 6}
@@ -263,12 +334,15 @@ def test_planted_faults_are_caught_with_the_quantized_and_small_head_drafters(na
     head, the residual is where every token outside its head comes from."""
     drafter, target = _self_pair(name)
     # At 2000 runs p was 4e-15 (quantized) and 3e-141 (small head): the small head's fault needs fewer.
-    stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 3, runs=2000 if name == "quantized" else 500, fault=fault)
+    stat, pvalue, _ = chi_square(
+        drafter, target, Sampling(temperature=1.0), 3, runs=2000 if name == "quantized" else 500, fault=fault
+    )
     print(f"\nplanted {fault} with {name}: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 
 
 # ---- schedules ---------------------------------------------------------------------------------
+
 
 def test_heuristic_schedule_follows_transformers_rule():
     s = Heuristic(4)
@@ -293,20 +367,33 @@ def test_optimal_schedule_picks_the_predicted_best_gamma():
 
 def test_confidence_schedule_stops_after_an_unsure_draft():
     drafter, target = models("unlike")
-    trace = speculative_generate([1, 2, 3], drafter, target, gamma=8, sampling=Sampling(1.0), max_new_tokens=24, seed=0,
-                                 schedule=Confidence(8, 0.99))
+    trace = speculative_generate(
+        [1, 2, 3],
+        drafter,
+        target,
+        gamma=8,
+        sampling=Sampling(1.0),
+        max_new_tokens=24,
+        seed=0,
+        schedule=Confidence(8, 0.99),
+    )
     # A round drafts while the drafted token's q is at least 0.99 and stops after the first draft
     # below it; the unlike drafter is seldom that sure, so most rounds draft one token.
     for r in trace.rounds:
-        assert all(d.q >= 0.99 for d in r.drafts[:-1]) and (r.drafts[-1].q < 0.99 or len(r.drafts) == 8 or r is trace.rounds[-1])
+        assert all(d.q >= 0.99 for d in r.drafts[:-1]) and (
+            r.drafts[-1].q < 0.99 or len(r.drafts) == 8 or r is trace.rounds[-1]
+        )
     assert sum(len(r.drafts) == 1 for r in trace.rounds) >= 0.8 * len(trace.rounds)
     assert trace.settings["gamma_schedule"] == {"name": "confidence", "gamma": 8, "threshold": 0.99}
 
 
 # ---- exactness: every kind and schedule --------------------------------------------------------
 
+
 def _drafter(kind: str, drafter, target):
-    return {"model": drafter, "ngram": PromptLookupDrafter(max_ngram=2), "early-exit": EarlyExitDrafter(target, 1)}[kind]
+    return {"model": drafter, "ngram": PromptLookupDrafter(max_ngram=2), "early-exit": EarlyExitDrafter(target, 1)}[
+        kind
+    ]
 
 
 CASES = [
@@ -329,23 +416,42 @@ def _schedule(name: str):
 @pytest.mark.parametrize("kind, schedule, sampling, gamma", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_every_drafter_and_schedule_keeps_the_targets_law(kind, schedule, sampling, gamma):
     drafter, target = models("different")
-    stat, pvalue, acceptance = chi_square(_drafter(kind, drafter, target), target, sampling, gamma,  # runs_to_catch (was 2,000)
-                                          prompt=REPEATING, schedule=_schedule(schedule))
-    print(f"\n{kind} {schedule} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} draft acceptance rate={acceptance}")
+    # runs_to_catch (was 2,000)
+    stat, pvalue, acceptance = chi_square(
+        _drafter(kind, drafter, target), target, sampling, gamma, prompt=REPEATING, schedule=_schedule(schedule)
+    )
+    print(
+        f"\n{kind} {schedule} {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} draft acceptance "
+        f"rate={acceptance}"
+    )
     assert acceptance is not None and 0.0 < acceptance < 1.0  # drafts were made, and some were rejected
     assert pvalue > ALPHA
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, schedule, fault", [("ngram", "constant", "residual_is_p"), ("early-exit", "heuristic", "residual_is_p"),
-                                                    ("ngram", "heuristic", "drafter_only_filters")])
+@pytest.mark.parametrize(
+    "kind, schedule, fault",
+    [
+        ("ngram", "constant", "residual_is_p"),
+        ("early-exit", "heuristic", "residual_is_p"),
+        ("ngram", "heuristic", "drafter_only_filters"),
+    ],
+)
 def test_planted_faults_are_caught_for_every_kind(kind, schedule, fault):
     """Control: the same harness with a known fault planted must reject."""
     drafter, target = models("different")
     sampling = Sampling(temperature=1.0, top_k=3) if fault == "drafter_only_filters" else Sampling(temperature=1.0)
     # 4,000 runs: at 2,000 the early-exit control's power depended on the seed (p 0.003 with one stream)
-    stat, pvalue, _ = chi_square(_drafter(kind, drafter, target), target, sampling, 2, runs=4000, prompt=REPEATING, schedule=schedule,
-                                 fault=fault)
+    stat, pvalue, _ = chi_square(
+        _drafter(kind, drafter, target),
+        target,
+        sampling,
+        2,
+        runs=4000,
+        prompt=REPEATING,
+        schedule=schedule,
+        fault=fault,
+    )
     print(f"\nplanted {fault} with {kind}/{schedule}: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 
@@ -353,16 +459,33 @@ def test_planted_faults_are_caught_for_every_kind(kind, schedule, fault):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("kind", ["model", "ngram", "early-exit", "quantized"])
 def test_greedy_equals_the_targets_greedy_for_every_kind_and_schedule(embedded, kind, schedule):
-    prompt = ("class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
-              "    def scale(self, k):\n        return Point(self.x * k, self.y * k)\n\n    def shift(self, dx, dy):\n")
+    prompt = (
+        "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+        "    def scale(self, k):\n        return Point(self.x * k, self.y * k)\n\n    def shift(self, dx, dy):\n"
+    )
     ids = embedded.tokenizer(prompt, add_special_tokens=False)["input_ids"]
     drafter = make_drafter(kind, drafter_model=embedded.drafter, target=embedded.target)
     sched = Confidence(6, 0.5) if schedule == "confidence" else make_schedule(schedule, 4)
-    trace = speculative_generate(ids, drafter, embedded.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=40,
-                                 eos_token_id=embedded.eos_token_id, tokenizer=embedded.tokenizer, schedule=sched)
-    ref = embedded.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
-                                   max_new_tokens=40, eos_token_id=embedded.eos_token_id, pad_token_id=embedded.eos_token_id)
-    assert_same_greedy(embedded.target, ids, trace.output_ids, ref[0, len(ids):].tolist(), vocab=embedded.vocab_size)
+    trace = speculative_generate(
+        ids,
+        drafter,
+        embedded.target,
+        gamma=4,
+        sampling=Sampling(0.0),
+        max_new_tokens=40,
+        eos_token_id=embedded.eos_token_id,
+        tokenizer=embedded.tokenizer,
+        schedule=sched,
+    )
+    ref = embedded.target.generate(
+        torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=40,
+        eos_token_id=embedded.eos_token_id,
+        pad_token_id=embedded.eos_token_id,
+    )
+    assert_same_greedy(embedded.target, ids, trace.output_ids, ref[0, len(ids) :].tolist(), vocab=embedded.vocab_size)
     assert trace.drafted > 0
     assert all(r.gamma is not None and len(r.drafts) <= r.gamma for r in trace.rounds)
 
@@ -371,8 +494,16 @@ def test_a_trace_with_every_new_field_round_trips(embedded):
     from specviz.trace import Trace
 
     ids = embedded.tokenizer("x = 1\ny = 2\nx = 1\ny =", add_special_tokens=False)["input_ids"]
-    trace = speculative_generate(ids, PromptLookupDrafter(), embedded.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=16,
-                                 tokenizer=embedded.tokenizer, schedule="heuristic")
+    trace = speculative_generate(
+        ids,
+        PromptLookupDrafter(),
+        embedded.target,
+        gamma=4,
+        sampling=Sampling(0.0),
+        max_new_tokens=16,
+        tokenizer=embedded.tokenizer,
+        schedule="heuristic",
+    )
     back = Trace.from_dict(trace.to_dict())
     assert back == trace
     bad = trace.to_dict()
@@ -384,6 +515,7 @@ def test_a_trace_with_every_new_field_round_trips(embedded):
 
 # ---- drafter passes: what c divides by ------------------------------------------------------
 
+
 def test_drafter_passes_count_forward_passes_not_drafted_tokens():
     from specviz import autoregressive_generate, theory
 
@@ -393,7 +525,12 @@ def test_drafter_passes_count_forward_passes_not_drafted_tokens():
     assert lookup.drafted > 0 and lookup.drafter_forward_passes == 0  # copies: no model, no pass
     assert lookup.to_dict()["drafter_forward_passes"] == 0
     assert theory.drafter_step_ms(lookup) is None
-    assert theory.cost_coefficient(lookup, autoregressive_generate(REPEATING * 2, target, sampling=Sampling(1.0), max_new_tokens=16)) is None
+    assert (
+        theory.cost_coefficient(
+            lookup, autoregressive_generate(REPEATING * 2, target, sampling=Sampling(1.0), max_new_tokens=16)
+        )
+        is None
+    )
     model = ModelDrafter(drafter)
     trace = speculative_generate(REPEATING, model, target, **common)
     assert trace.drafter_forward_passes == trace.drafted  # one pass per draft

@@ -9,7 +9,8 @@ either cache compaction); every tree node's q equal, to fp32 tolerance, to the h
 without a cache along the node's own path from the target's true features (so the tree mask, the
 positions and the features the accepted path hands to the next round are right). The trees' law is
 tested in tests/test_tree_exactness.py. Batches: each row is its prompt's own run, and each row keeps its
-prompt's law (chi-square, as tests/test_batch.py; the batched harness's planted-fault controls are there). On the English pair, the shipped head's greedy output is compared
+prompt's law (chi-square, as tests/test_batch.py; the batched harness's planted-fault controls are there). On the
+English pair, the shipped head's greedy output is compared
 with the target's in fp32 beside the other drafters (tests/test_english.py).
 """
 
@@ -31,7 +32,8 @@ HEAD = (0, 1, 3, 4, 6)
 
 
 def tiny_eagle(target, seed: int = 7, head=HEAD) -> EagleDrafter:
-    """An untrained EAGLE head of the target's shape over ``head``, its weights scaled up so its q is far from uniform."""
+    """An untrained EAGLE head of the target's shape over ``head``, its weights scaled up so its q is far from
+    uniform."""
     torch.manual_seed(seed)
     config = EagleConfig.from_target(target.config, len(head))
     eagle = EagleHead(config, head_ids=torch.tensor(head))
@@ -45,7 +47,9 @@ def tiny_eagle(target, seed: int = 7, head=HEAD) -> EagleDrafter:
 def test_q_is_zero_outside_the_head_and_drafts_stay_inside_it():
     target = outlier_llama(outlier=20.0)
     drafter = tiny_eagle(target)
-    trace = speculative_generate([1, 2, 3, 4], drafter, target, gamma=3, sampling=Sampling(temperature=1.0), max_new_tokens=24, seed=1)
+    trace = speculative_generate(
+        [1, 2, 3, 4], drafter, target, gamma=3, sampling=Sampling(temperature=1.0), max_new_tokens=24, seed=1
+    )
     drafts = [d for r in trace.rounds for d in r.drafts]
     assert drafts and all(d.token_id in HEAD for d in drafts)
     assert drafter.passes > 0 and trace.drafter_forward_passes == drafter.passes
@@ -57,10 +61,18 @@ def test_q_is_zero_outside_the_head_and_drafts_stay_inside_it():
 def test_greedy_equals_the_targets_greedy(cached):
     target = outlier_llama(outlier=20.0)
     ids = [1, 2, 3, 4, 5]
-    trace = speculative_generate(ids, tiny_eagle(target), target, gamma=4, sampling=Sampling(0.0), max_new_tokens=24, cached=cached)
-    ref = target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
-                          max_new_tokens=24, pad_token_id=0, eos_token_id=None)
-    assert_same_greedy(target, ids, trace.output_ids, ref[0, len(ids):].tolist())
+    trace = speculative_generate(
+        ids, tiny_eagle(target), target, gamma=4, sampling=Sampling(0.0), max_new_tokens=24, cached=cached
+    )
+    ref = target.generate(
+        torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=24,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    assert_same_greedy(target, ids, trace.output_ids, ref[0, len(ids) :].tolist())
     assert trace.drafted > 0
 
 
@@ -78,12 +90,30 @@ def test_each_batch_row_is_its_prompts_own_run(temperature):
     target = outlier_llama(outlier=20.0)
     sampling = Sampling(temperature, top_k=6 if temperature else 0)
     drafter = tiny_eagle(target)
-    batch = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=5,
-                                       eos_token_id=EOS, schedule="heuristic")
+    batch = speculative_generate_batch(
+        PROMPTS,
+        drafter,
+        target,
+        gamma=3,
+        sampling=sampling,
+        max_new_tokens=12,
+        seed=5,
+        eos_token_id=EOS,
+        schedule="heuristic",
+    )
     assert batch.drafter_passes == drafter.passes > 0 and sum(t.drafted for t in batch.traces) > 0
     for b, prompt in enumerate(PROMPTS):
-        one = speculative_generate(prompt, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=5 + b,
-                                   eos_token_id=EOS, schedule="heuristic")
+        one = speculative_generate(
+            prompt,
+            drafter,
+            target,
+            gamma=3,
+            sampling=sampling,
+            max_new_tokens=12,
+            seed=5 + b,
+            eos_token_id=EOS,
+            schedule="heuristic",
+        )
         _same_run(one, batch.traces[b])
         assert [r.features_from for r in batch.traces[b].rounds] == [r.features_from for r in one.rounds]
 
@@ -103,11 +133,18 @@ def test_tree_greedy_equals_the_targets_greedy(tree, cached, compaction):
     target = outlier_llama(outlier=20.0)
     ids = [1, 2, 3, 4, 5]
     drafter = tiny_eagle(target)
-    trace = tree_generate(ids, drafter, target, tree, sampling=Sampling(0.0), max_new_tokens=24, cached=cached,
-                          compaction=compaction)
-    ref = target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
-                          max_new_tokens=24, pad_token_id=0, eos_token_id=None)
-    assert_same_greedy(target, ids, trace.output_ids, ref[0, len(ids):].tolist())
+    trace = tree_generate(
+        ids, drafter, target, tree, sampling=Sampling(0.0), max_new_tokens=24, cached=cached, compaction=compaction
+    )
+    ref = target.generate(
+        torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=24,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    assert_same_greedy(target, ids, trace.output_ids, ref[0, len(ids) :].tolist())
     assert trace.drafted > 0 and trace.accepted > 0
     assert trace.drafter_forward_passes == drafter.passes
 
@@ -115,8 +152,14 @@ def test_tree_greedy_equals_the_targets_greedy(tree, cached, compaction):
 def test_a_tree_over_a_static_cache_is_refused_with_a_message():
     target = outlier_llama(outlier=20.0)
     with pytest.raises(ValueError, match="reads the target's features over the dynamic cache"):
-        tree_generate([1, 2, 3], tiny_eagle(target), target, TreeSpec.dynamic(4, depth=2, topk=2), max_new_tokens=4,
-                      cached="static")
+        tree_generate(
+            [1, 2, 3],
+            tiny_eagle(target),
+            target,
+            TreeSpec.dynamic(4, depth=2, topk=2),
+            max_new_tokens=4,
+            cached="static",
+        )
 
 
 def reference_q(drafter: EagleDrafter, target, prefix: list[int], path: list[int]) -> torch.Tensor:
@@ -165,7 +208,8 @@ CASES = [(Sampling(temperature=1.0), 3), (Sampling(temperature=0.8, top_k=6, top
 @pytest.mark.parametrize("sampling, gamma", CASES, ids=["t1-g3", "t0.8-k6-p0.9-g2"])
 def test_eagle_keeps_the_targets_law(sampling, gamma):
     target = outlier_llama(outlier=20.0)
-    stat, pvalue, acceptance = chi_square(tiny_eagle(target), target, sampling, gamma)  # runs_to_catch of the law (was 2,000)
+    # runs_to_catch of the law (was 2,000)
+    stat, pvalue, acceptance = chi_square(tiny_eagle(target), target, sampling, gamma)
     print(f"\neagle {sampling} gamma={gamma}: chi2={stat:.1f} p={pvalue:.3g} draft acceptance rate={acceptance}")
     assert acceptance is not None and 0.0 < acceptance < 1.0
     assert pvalue > ALPHA
@@ -175,7 +219,9 @@ def test_eagle_keeps_the_targets_law(sampling, gamma):
 def test_planted_fault_is_caught_with_eagle():
     """Control: the correction drawn from p instead of the residual must be rejected."""
     target = outlier_llama(outlier=20.0)
-    stat, pvalue, _ = chi_square(tiny_eagle(target), target, Sampling(temperature=1.0), 3, runs=1000, fault="residual_is_p")
+    stat, pvalue, _ = chi_square(
+        tiny_eagle(target), target, Sampling(temperature=1.0), 3, runs=1000, fault="residual_is_p"
+    )
     print(f"\nplanted residual_is_p with eagle: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 
@@ -189,7 +235,9 @@ def test_batched_eagle_rows_keep_each_prompts_law():
 
     prompts = [[1, 2, 3], [7, 1], [6, 4, 1, 3]]
     target = outlier_llama(outlier=20.0)
-    results = batch_results(tiny_eagle(target), target, Sampling(temperature=1.0), 2, runs=1500, prompts=prompts, eos=EOS)
+    results = batch_results(
+        tiny_eagle(target), target, Sampling(temperature=1.0), 2, runs=1500, prompts=prompts, eos=EOS
+    )
     for prompt, result in zip(prompts, results):
         stat, pvalue = result.test()
         print(f"\nbatched eagle row {prompt}: chi2={stat:.1f} p={pvalue:.3g}")

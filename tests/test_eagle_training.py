@@ -246,7 +246,9 @@ def test_a_new_run_starts_from_the_shipped_head_and_logs_each_chunk(tmp_path, co
     assert last["answers_per_s"] > 0 and last["tokens_per_s"] > 0 and last["gpu_utilisation_percent"] is None
     for setting in ("greedy", "t0.7-p0.9"):
         scores = last["held_out_first_draft"][setting]
-        assert scores["positions"] > 0 and 0 <= scores["first_draft_mean_beta"] <= 1 and 0 <= scores["top1_agreement"] <= 1
+        assert (
+            scores["positions"] > 0 and 0 <= scores["first_draft_mean_beta"] <= 1 and 0 <= scores["top1_agreement"] <= 1
+        )
     exported = EagleHead.load(tmp_path / "export")
     assert torch.equal(exported.head_ids, torch.arange(0, 128, 2))
 

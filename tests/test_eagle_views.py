@@ -10,6 +10,7 @@ reading the target's features raises acceptance, and the drafter's description n
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 import pytest
@@ -39,7 +40,7 @@ def test_each_round_records_and_shows_where_its_drafts_grew_from(tree):
     tokenizer = type("Tok", (), {"decode": lambda self, ids, **k: "".join(decode(ids)),
                                  "batch_decode": lambda self, rows, **k: ["".join(decode(r)) for r in rows],
                                  "__len__": lambda self: 8})()
-    kwargs = dict(sampling=Sampling(temperature=1.0), max_new_tokens=16, seed=2)
+    kwargs = dict(sampling=Sampling(temperature=1.0), max_new_tokens=16, seed=2, tokenizer=tokenizer)
     if tree is None:
         trace = speculative_generate(PROMPT, tiny_eagle(target), target, gamma=3, **kwargs)
     else:
@@ -49,6 +50,7 @@ def test_each_round_records_and_shows_where_its_drafts_grew_from(tree):
         drafted = r.drafted_count > 0
         assert (r.features_from is not None) == drafted
         html = round_html(trace, i)
+        assert not re.search(r"<t\d", html) and re.search(r"&lt;t\d", html)  # the token texts shown, escaped
         if not drafted:
             assert "sv-features-from" not in html
             continue
@@ -102,7 +104,8 @@ def test_compare_drafters_has_an_eagle_column():
     base = autoregressive_generate(PROMPT, target, max_new_tokens=8, seed=1)
     comparison = Comparison(runs={"eagle": (spec, base)}, kinds=("model", "eagle"))
     html = compare_html(comparison)
-    assert escape(LABELS["eagle"]) in html and COLOURS["eagle"] in html and "running" in html  # the model column is still running
+    # the model column is still running
+    assert escape(LABELS["eagle"]) in html and COLOURS["eagle"] in html and "running" in html
     assert any(t.name == LABELS["eagle"] for t in compare_figure(comparison).data)
 
 

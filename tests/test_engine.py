@@ -48,7 +48,9 @@ def test_greedy_equals_target_greedy(pair, prompt, gamma):
     trace = speculative_generate(prompt, drafter, target, gamma=gamma, sampling=GREEDY, max_new_tokens=30)
     want = hf_greedy(target, prompt, 30)
     assert_same_greedy(target, prompt, trace.output_ids, want)
-    assert_same_greedy(target, prompt, autoregressive_generate(prompt, target, sampling=GREEDY, max_new_tokens=30).output_ids, want)
+    assert_same_greedy(
+        target, prompt, autoregressive_generate(prompt, target, sampling=GREEDY, max_new_tokens=30).output_ids, want
+    )
 
 
 def test_every_verdict_kind_occurs(pair):
@@ -97,10 +99,17 @@ def test_same_seed_same_trace(pair):
 def test_a_seed_and_that_seed_plus_2_to_the_32_draw_differently(pair, seed):
     """torch's CPU generator keeps 32 bits of its seed; specviz hashes seeds above 2^32 so all 64 count."""
     drafter, target = pair
-    runs = [speculative_generate([5, 7, 9], drafter, target, gamma=4, sampling=SAMPLED, max_new_tokens=40, seed=s).output_ids
-            for s in (seed, seed + 2**32)]
+    runs = [
+        speculative_generate(
+            [5, 7, 9], drafter, target, gamma=4, sampling=SAMPLED, max_new_tokens=40, seed=s
+        ).output_ids
+        for s in (seed, seed + 2**32)
+    ]
     assert runs[0] != runs[1]
-    base = [autoregressive_generate([5, 7, 9], target, sampling=SAMPLED, max_new_tokens=40, seed=s).output_ids for s in (seed, seed + 2**32)]
+    base = [
+        autoregressive_generate([5, 7, 9], target, sampling=SAMPLED, max_new_tokens=40, seed=s).output_ids
+        for s in (seed, seed + 2**32)
+    ]
     assert base[0] != base[1]
 
 
@@ -158,7 +167,9 @@ def test_eos_stops_everywhere_it_can_appear(pair):
     for eos in sorted(set(full)):
         expected = full[: full.index(eos) + 1]
         for gamma in (1, 2, 3, 4, 6):
-            trace = speculative_generate([5, 7, 9], drafter, target, gamma=gamma, sampling=GREEDY, max_new_tokens=40, eos_token_id=eos)
+            trace = speculative_generate(
+                [5, 7, 9], drafter, target, gamma=gamma, sampling=GREEDY, max_new_tokens=40, eos_token_id=eos
+            )
             assert trace.output_ids == expected, (eos, gamma)
             assert trace.output_ids == hf_greedy(target, [5, 7, 9], 40, eos=eos)
             assert trace.stop_reason == "eos"
@@ -176,7 +187,16 @@ def test_eos_stops_everywhere_it_can_appear(pair):
 def test_eos_in_sampled_runs_is_final(pair):
     drafter, target = pair
     for seed in range(30):
-        trace = speculative_generate([5, 7, 9], drafter, target, gamma=4, sampling=Sampling(1.0), max_new_tokens=40, eos_token_id=[3, 4], seed=seed)
+        trace = speculative_generate(
+            [5, 7, 9],
+            drafter,
+            target,
+            gamma=4,
+            sampling=Sampling(1.0),
+            max_new_tokens=40,
+            eos_token_id=[3, 4],
+            seed=seed,
+        )
         ids = trace.output_ids
         stops = [i for i, t in enumerate(ids) if t in (3, 4)]
         if stops:
@@ -218,7 +238,13 @@ def test_bad_input_is_a_clear_error(pair, kwargs, message):
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [(dict(temperature=-0.1), "temperature"), (dict(top_k=-1), "top_k"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"), (dict(temperature=float("nan")), "temperature")],
+    [
+        (dict(temperature=-0.1), "temperature"),
+        (dict(top_k=-1), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(temperature=float("nan")), "temperature"),
+    ],
 )
 def test_bad_sampling_is_a_clear_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -250,7 +276,10 @@ def test_trace_is_consistent_with_output(pair):
 
 def test_stream_yields_every_round(pair):
     drafter, target = pair
-    lengths = [len(t.rounds) for t in speculative_stream([5, 7, 9], drafter, target, gamma=3, sampling=GREEDY, max_new_tokens=20)]
+    lengths = [
+        len(t.rounds)
+        for t in speculative_stream([5, 7, 9], drafter, target, gamma=3, sampling=GREEDY, max_new_tokens=20)
+    ]
     assert lengths == list(range(1, len(lengths) + 1))
 
 
@@ -259,7 +288,9 @@ def test_padded_embedding_tables_are_cut_to_the_shared_vocabulary():
     drafter = tiny_lm(vocab=40, seed=1, init=0.3)
     target = tiny_lm(vocab=48, layers=2, seed=2, init=0.3)
     for sampling in (GREEDY, Sampling(1.0)):
-        trace = speculative_generate([5, 7, 9], drafter, target, gamma=4, sampling=sampling, max_new_tokens=40, vocab_size=32, seed=2)
+        trace = speculative_generate(
+            [5, 7, 9], drafter, target, gamma=4, sampling=sampling, max_new_tokens=40, vocab_size=32, seed=2
+        )
         assert all(t < 32 for t in trace.output_ids)
         assert all(d.token_id < 32 for r in trace.rounds for d in r.drafts)
 

@@ -27,7 +27,11 @@ def _stand_in_capture(self):
     with torch.inference_mode():
         for b in self.buckets:
             zeros = torch.zeros(b, dtype=torch.long)
-            buf = {"ids": torch.zeros(1, b, dtype=torch.long), "positions": zeros.clone(), "mask": kv.causal_mask(zeros)}
+            buf = {
+                "ids": torch.zeros(1, b, dtype=torch.long),
+                "positions": zeros.clone(),
+                "mask": kv.causal_mask(zeros),
+            }
             kv.set_length(0)
             buf["logits"] = self._model_pass(buf).clone()
             self.graphs[b] = (_EagerGraph(self, buf), buf)
@@ -81,11 +85,21 @@ def test_a_generate_and_its_baseline_run_at_once_on_two_captured_caches_and_a_th
     assert "other runs hold this model's 2 captured caches" in firsts[2].settings["engine_note"]
     # in turns to the end, as the page's Generate runs them: each equals its run alone on the dynamic cache
     ends = [list(stream)[-1] for stream in (spec, base, third)]
-    assert ends[0].output_ids == speculative_generate(PROMPT, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12,
-                                                      seed=4, cached=True).output_ids
-    assert ends[1].output_ids == ends[2].output_ids == autoregressive_generate(PROMPT, target, sampling=sampling,
-                                                                               max_new_tokens=12, seed=4, cached=True).output_ids
-    pool = [graphs._RUNNERS[(id(target), str(target.device), "target")], *graphs._SPARES[(id(target), str(target.device), "target")]]
+    assert (
+        ends[0].output_ids
+        == speculative_generate(
+            PROMPT, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=4, cached=True
+        ).output_ids
+    )
+    assert (
+        ends[1].output_ids
+        == ends[2].output_ids
+        == autoregressive_generate(PROMPT, target, sampling=sampling, max_new_tokens=12, seed=4, cached=True).output_ids
+    )
+    pool = [
+        graphs._RUNNERS[(id(target), str(target.device), "target")],
+        *graphs._SPARES[(id(target), str(target.device), "target")],
+    ]
     assert len(pool) == 2 and not any(r.held for r in pool)
 
 
@@ -111,7 +125,9 @@ def test_a_failed_capture_is_said_once_and_the_models_runs_take_the_dynamic_cach
     for _ in range(3):
         trace = autoregressive_generate(PROMPT, target, max_new_tokens=4)
         assert trace.settings["engine"] == "dynamic"
-        assert trace.settings["engine_note"].startswith("eager passes over the dynamic cache: capturing CUDA graphs failed (RuntimeError")
+        assert trace.settings["engine_note"].startswith(
+            "eager passes over the dynamic cache: capturing CUDA graphs failed (RuntimeError"
+        )
     assert len(tries) == 1 and sum("capturing CUDA graphs failed" in r.message for r in caplog.records) == 1
 
 
@@ -132,11 +148,16 @@ def test_the_status_names_the_engine_on_a_gpu_and_nothing_on_a_cpu():
 
     assert engine_sentence(run(engine="dynamic"), run(engine="dynamic")) == ""
     assert engine_sentence(run(engine="graphs", engine_note="CUDA graphs captured in 1.6 s"), run(engine="graphs")) == (
-        "Passes: CUDA graphs over a static cache, both runs (speculative: CUDA graphs captured in 1.6 s).")
-    assert engine_sentence(run(engine="graphs"), run(engine="graphs")) == "Passes: CUDA graphs over a static cache, both runs."
+        "Passes: CUDA graphs over a static cache, both runs (speculative: CUDA graphs captured in 1.6 s)."
+    )
+    assert (
+        engine_sentence(run(engine="graphs"), run(engine="graphs"))
+        == "Passes: CUDA graphs over a static cache, both runs."
+    )
     busy = "eager passes over the dynamic cache: other runs hold this model's 2 captured caches"
     assert engine_sentence(run(engine="dynamic", engine_note=busy), run(engine="dynamic", engine_note=busy)) == (
-        f"Passes: speculative dynamic, baseline dynamic (speculative: {busy}; baseline: {busy}).")
+        f"Passes: speculative dynamic, baseline dynamic (speculative: {busy}; baseline: {busy})."
+    )
 
 
 def test_on_zerogpu_each_worker_captures_its_own_graphs_once_and_keeps_them_while_it_lives(gpu_like, monkeypatch):
@@ -165,7 +186,9 @@ def test_on_zerogpu_each_worker_captures_its_own_graphs_once_and_keeps_them_whil
                 finally:
                     for name, registry in main.items():
                         setattr(graphs, name, registry)
+
             return call
+
         return decorate(task) if task is not None else decorate
 
     spaces = types.ModuleType("spaces")
@@ -206,11 +229,16 @@ def _can_compile_for_the_cpu() -> bool:
     import sysconfig
     from pathlib import Path
 
-    return bool(shutil.which("g++") or shutil.which("c++")) and (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
+    return (
+        bool(shutil.which("g++") or shutil.which("c++"))
+        and (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _can_compile_for_the_cpu(), reason="inductor on a CPU needs a C++ compiler and Python's headers")
+@pytest.mark.skipif(
+    not _can_compile_for_the_cpu(), reason="inductor on a CPU needs a C++ compiler and Python's headers"
+)
 def test_the_compiled_pass_a_fused_graph_captures_gives_the_eager_passs_logits():
     """What ``fuse`` captures on a GPU, compiled for the CPU here: the same pass over the static cache's buffers.
     Tolerance 1e-5 absolute: fused kernels sum in another order (fp32, logits of order 1)."""
@@ -221,15 +249,22 @@ def test_the_compiled_pass_a_fused_graph_captures_gives_the_eager_passs_logits()
     kv = StaticKV(model, 64)
 
     def model_pass(buf):
-        return model(input_ids=buf["ids"], attention_mask=buf["mask"], position_ids=buf["positions"][None],
-                     past_key_values=kv.cache, use_cache=True).logits[0]
+        return model(
+            input_ids=buf["ids"],
+            attention_mask=buf["mask"],
+            position_ids=buf["positions"][None],
+            past_key_values=kv.cache,
+            use_cache=True,
+        ).logits[0]
 
     fused = graphs.compiled_pass(model_pass)
     positions = torch.arange(3, 7)
     buf = {"ids": torch.tensor([[3, 1, 4, 1]]), "positions": positions, "mask": kv.causal_mask(positions)}
     with torch.inference_mode():
         kv.set_length(0)
-        model_pass({"ids": torch.tensor([[2, 7, 1]]), "positions": torch.arange(3), "mask": kv.causal_mask(torch.arange(3))})
+        model_pass(
+            {"ids": torch.tensor([[2, 7, 1]]), "positions": torch.arange(3), "mask": kv.causal_mask(torch.arange(3))}
+        )
         kv.set_length(3)
         eager = model_pass(buf).clone()
         kv.set_length(3)
@@ -245,14 +280,17 @@ def test_a_baseline_runs_on_the_engine_its_speculative_run_got(gpu_like):
 
     drafter, target = models("similar")
     others = [graphs.hold(target, 8, "target")[0] for _ in range(2)]
-    steps = with_baseline_stream(PROMPT, drafter, target, gamma=3, max_new_tokens=10, sampling=Sampling(temperature=1.0))
+    steps = with_baseline_stream(
+        PROMPT, drafter, target, gamma=3, max_new_tokens=10, sampling=Sampling(temperature=1.0)
+    )
     spec, base = next(steps)
     assert spec.settings["engine"] == "dynamic" and base is None
     others[0].release()
     for spec, base in steps:
         pass
     assert base.settings["engine"] == "dynamic" and spec.stop_reason and base.stop_reason
-    # one cache free: the speculative run takes it, its baseline finds none; the page then gives no speedup, and says why
+    # one cache free: the speculative run takes it, its baseline finds none; the page then gives no speedup, and says
+    # why
     from specviz.views.verdict import headline_html, judge, verdict
 
     spec, base = list(with_baseline_stream(PROMPT, drafter, target, gamma=3, max_new_tokens=10))[-1]

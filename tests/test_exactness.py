@@ -64,7 +64,9 @@ def test_output_distribution_is_the_targets(kind, sampling, gamma):
 def test_target_zeros_are_never_emitted():
     drafter, target = models("target_zeros")
     for seed in range(200):
-        trace = speculative_generate(PROMPT, drafter, target, gamma=4, sampling=Sampling(1.0), max_new_tokens=12, seed=seed)
+        trace = speculative_generate(
+            PROMPT, drafter, target, gamma=4, sampling=Sampling(1.0), max_new_tokens=12, seed=seed
+        )
         assert not {1, 6} & set(trace.output_ids)
         assert all(not d.accepted for r in trace.rounds for d in r.drafts if d.token_id in (1, 6))
 
@@ -102,7 +104,11 @@ def conditional_next_token(drafter, target, sampling: Sampling, gamma: int, dept
     whatever draft position produced it; with gamma > depth this checks a late draft position.
     """
     outputs = [
-        tuple(speculative_generate(PROMPT, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=depth + 1, seed=s).output_ids)
+        tuple(
+            speculative_generate(
+                PROMPT, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=depth + 1, seed=s
+            ).output_ids
+        )
         for s in range(runs)
     ]
     prefixes: dict[tuple, int] = {}

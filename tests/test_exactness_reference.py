@@ -89,7 +89,9 @@ def pearson(counts: np.ndarray, law: np.ndarray) -> tuple[float, float]:
 def sample_counts(drafter, target, sampling: Sampling, gamma: int, tokens: int, runs: int) -> np.ndarray:
     counts = np.zeros([VOCAB] * tokens)
     for seed in range(runs):
-        out = speculative_generate(PROMPT, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=tokens, seed=seed).output_ids
+        out = speculative_generate(
+            PROMPT, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=tokens, seed=seed
+        ).output_ids
         counts[tuple(out[:tokens])] += 1
     return counts
 
@@ -101,7 +103,9 @@ def _settings(s: Sampling) -> tuple[float, int, float]:
 def test_the_labs_law_is_the_reference_law():
     _, target = models("similar")
     for s in (Sampling(1.0), Sampling(0.7, top_k=5, top_p=0.9), Sampling(1.3, top_k=4), Sampling(1.0, top_p=0.8)):
-        np.testing.assert_allclose(exact_two_token_distribution(target, s), reference_law(target, _settings(s), 2), atol=1e-6)
+        np.testing.assert_allclose(
+            exact_two_token_distribution(target, s), reference_law(target, _settings(s), 2), atol=1e-6
+        )
 
 
 TWO = [
@@ -109,10 +113,7 @@ TWO = [
     ("unlike", Sampling(temperature=1.3, top_k=4), 3),
     ("different", Sampling(temperature=1.0, top_p=0.8), 3),
 ]
-THREE = [
-    ("different", Sampling(temperature=0.8, top_k=6, top_p=0.95), 1),
-    ("unlike", Sampling(temperature=1.0), 1),
-]
+THREE = [("different", Sampling(temperature=0.8, top_k=6, top_p=0.95), 1), ("unlike", Sampling(temperature=1.0), 1)]
 # Each case runs runs_to_catch of its reference law (specviz.lab: a wrong law at Cohen's w 0.25 from it rejected with
 # probability 0.99 at ALPHA; 1,100-1,300 runs for two tokens, 1,700-1,900 for three), its control at the same size.
 # Every case ran 3,000 before the size was derived; the controls' faults gave chi-square inf and 920 there.
@@ -144,8 +145,9 @@ def test_control_a_filter_bug_shared_by_p_and_q_is_caught(monkeypatch):
     real = Sampling.warpers
 
     def off_by_one(self):
-        return type(real(self))(TopKLogitsWarper(self.top_k + 1) if isinstance(w, TopKLogitsWarper) else w for w in real(self))
-
+        return type(real(self))(
+            TopKLogitsWarper(self.top_k + 1) if isinstance(w, TopKLogitsWarper) else w for w in real(self)
+        )
 
     kind, sampling, gamma = "similar", Sampling(temperature=1.0, top_k=5), 3
     drafter, target = models(kind)
@@ -156,7 +158,10 @@ def test_control_a_filter_bug_shared_by_p_and_q_is_caught(monkeypatch):
     monkeypatch.undo()
     _, p_own = pearson(counts, own_law)
     stat, pvalue = pearson(counts, reference_law(target, _settings(sampling), 2))
-    print(f"\nplanted top-k off by one: against the engine's own law p={p_own:.3g}; against the reference chi2={stat:.1f} p={pvalue:.3g}")
+    print(
+        f"\nplanted top-k off by one: against the engine's own law p={p_own:.3g}; against the reference "
+        f"chi2={stat:.1f} p={pvalue:.3g}"
+    )
     assert p_own > ALPHA  # why the reference must be independent
     assert pvalue < ALPHA
 

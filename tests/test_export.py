@@ -30,8 +30,12 @@ def exported(tmp_path_factory):
     for k, path in enumerate(sorted(RECORDINGS.glob("*.json"))):
         html = out / f"{path.stem}.html"
         if k == 0:
-            done = subprocess.run([sys.executable, "-m", "specviz", "export", str(path), "--out", str(html)], capture_output=True, text=True,
-                                  timeout=120)
+            done = subprocess.run(
+                [sys.executable, "-m", "specviz", "export", str(path), "--out", str(html)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert done.returncode == 0, done.stderr
         else:
             with pytest.raises(SystemExit) as end:
@@ -45,12 +49,21 @@ def test_every_prepared_recording_opens_offline_and_replays(exported):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
         try:
             for name, (html, rec) in exported.items():
                 page = browser.new_page(viewport={"width": 1300, "height": 900})
                 asked = []
-                page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://") else (asked.append(route.request.url), route.abort()))
+                page.route(
+                    "**/*",
+                    lambda route: (
+                        route.continue_()
+                        if route.request.url.startswith("file://")
+                        else (asked.append(route.request.url), route.abort())
+                    ),
+                )
                 page.goto(html.as_uri())
                 n = len(rec.speculative.rounds)
                 assert page.locator(".sv-round.sv-shown .sv-round-title").inner_text() == f"Round 1 of {n}"
@@ -59,7 +72,9 @@ def test_every_prepared_recording_opens_offline_and_replays(exported):
                 assert page.locator(".sv-round.sv-shown .sv-round-title").inner_text() == f"Round 3 of {n}"
                 page.keyboard.press("ArrowLeft")
                 assert page.locator(".sv-round.sv-shown .sv-round-title").inner_text() == f"Round 2 of {n}"
-                charts = ["sv-acceptance", "sv-timeline", "sv-speedup", "sv-histogram", "sv-position"] + (["sv-sweep"] if rec.sweep else [])
+                charts = ["sv-acceptance", "sv-timeline", "sv-speedup", "sv-histogram", "sv-position"] + (
+                    ["sv-sweep"] if rec.sweep else []
+                )
                 for chart in charts:
                     page.locator(f"#{chart} .main-svg").first.wait_for(timeout=30_000)
                 assert page.locator(".sv-tokens [data-tip]").count() > 0
@@ -73,7 +88,14 @@ def test_every_prepared_recording_opens_offline_and_replays(exported):
                 page = browser.new_page(viewport={"width": width, "height": height}, is_mobile=phone, has_touch=phone)
                 page.goto(html.as_uri())
                 page.locator("#sv-sweep .main-svg").first.wait_for(timeout=30_000)
-                for elem_id in ("sv-acceptance", "sv-timeline", "sv-speedup", "sv-histogram", "sv-position", "sv-sweep"):
+                for elem_id in (
+                    "sv-acceptance",
+                    "sv-timeline",
+                    "sv-speedup",
+                    "sv-histogram",
+                    "sv-position",
+                    "sv-sweep",
+                ):
                     assert fits(page, elem_id), (width, elem_id)
                 assert page.evaluate("document.documentElement.scrollWidth") <= width
                 page.screenshot(path=str(shots() / f"export-{width}.png"), full_page=True)
@@ -96,7 +118,9 @@ def tree_export(tmp_path_factory):
     from specviz.views.export import export_html
 
     drafter, target = models("different")
-    spec = tree_generate(PROMPT, drafter, target, TreeSpec.static((3, 2)), sampling=Sampling(1.0), max_new_tokens=12, seed=1)
+    spec = tree_generate(
+        PROMPT, drafter, target, TreeSpec.static((3, 2)), sampling=Sampling(1.0), max_new_tokens=12, seed=1
+    )
     base = autoregressive_generate(PROMPT, target, sampling=Sampling(1.0), max_new_tokens=12, seed=1)
     spec.rounds[0].tree.nodes[0].text = "</script><img src=x onerror=alert(1)>"
     html = tmp_path_factory.mktemp("tree") / "tree.html"
@@ -123,7 +147,9 @@ def test_a_tree_runs_export_draws_the_shown_rounds_tree(tree_export):
 
     html, spec = tree_export
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 900})
             dialogs = []
@@ -133,7 +159,9 @@ def test_a_tree_runs_export_draws_the_shown_rounds_tree(tree_export):
             title.wait_for(timeout=30_000)
             assert title.text_content().startswith("Round 1:")
             page.keyboard.press("ArrowRight")
-            page.wait_for_function("document.querySelector('#sv-tree .gtitle').textContent.startsWith('Round 2:')", timeout=10_000)
+            page.wait_for_function(
+                "document.querySelector('#sv-tree .gtitle').textContent.startsWith('Round 2:')", timeout=10_000
+            )
             page.locator("#sv-verify-cost .main-svg").first.wait_for(timeout=30_000)
             assert not dialogs
         finally:

@@ -22,7 +22,8 @@ ROUNDS = 4096
 
 def _pair():
     target = tiny_lm(vocab=64, layers=1, seed=3, init=0.1, n_positions=1024)
-    drafter = tiny_lm(vocab=64, layers=1, seed=6, init=1.0, n_positions=1024)  # unlike the target: most trees fail at depth 1
+    # unlike the target: most trees fail at depth 1
+    drafter = tiny_lm(vocab=64, layers=1, seed=6, init=1.0, n_positions=1024)
     return drafter, target
 
 
@@ -31,7 +32,9 @@ def many_tree_rounds() -> Recording:
     one-token rounds of a real tree run, repeated, its output and budget made to match, loaded
     through the recording's own validation (about 7.5 MB of JSON)."""
     drafter, target = _pair()
-    spec = tree_generate([1, 2, 3], drafter, target, TreeSpec.static((2, 3)), sampling=Sampling(1.0), max_new_tokens=48, seed=1)
+    spec = tree_generate(
+        [1, 2, 3], drafter, target, TreeSpec.static((2, 3)), sampling=Sampling(1.0), max_new_tokens=48, seed=1
+    )
     d = json.loads(Recording(spec, None, title="many trees").to_json())
     trace = d["speculative"]
     ones = [r for r in trace["rounds"] if len(r["emitted_ids"]) == 1 and len(r["tree"]["nodes"]) == 8]
@@ -60,15 +63,18 @@ def test_many_rounds_of_small_trees_are_refused_before_anything_is_built(monkeyp
 
     rec = many_tree_rounds()
     assert len(rec.speculative.rounds) == ROUNDS and all(len(r.tree.nodes) == 8 for r in rec.speculative.rounds)
-    assert sum(len(r.drafts) + 1 for r in rec.speculative.rounds) <= 8192  # what the old check counted: it let this through
+    # what the old check counted: it let this through
+    assert sum(len(r.drafts) + 1 for r in rec.speculative.rounds) <= 8192
     assert export.export_units(rec) == ROUNDS * 9
     built = lambda *a, **k: pytest.fail("the export started building")  # noqa: E731
     monkeypatch.setattr(downloads, "export_html", built)
     monkeypatch.setattr(export, "tree_figure", built)
-    with pytest.raises(Exception, match=r"too large to export as one page: it has 36,864 rounds, drafts and tree nodes"):
+    with pytest.raises(
+        Exception, match=r"too large to export as one page: it has 36,864 rounds, drafts and tree nodes"
+    ):
         downloads.save_export(rec)
     # Under a higher parts limit, the size estimate refuses it (about 90 MB, over 32 MB), still before building.
-    monkeypatch.setattr(downloads, "EXPORT_MAX_UNITS", 10 ** 6)
+    monkeypatch.setattr(downloads, "EXPORT_MAX_UNITS", 10**6)
     assert export.export_bytes(rec) > downloads.EXPORT_MAX_BYTES
     with pytest.raises(Exception, match=r"it would be about \d+ MB, over 32 MB"):
         downloads.save_export(rec)

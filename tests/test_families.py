@@ -145,8 +145,16 @@ def test_greedy_is_the_targets_own_greedy_in_fp32(standins, name, chat):
     family = FAMILIES[name]
     pair = load(standins[name])
     ids = prompt_ids(pair, family, chat)
-    spec = speculative_generate(ids, pair.drafter, pair.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=NEW_TOKENS,
-                                eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
+    spec = speculative_generate(
+        ids,
+        pair.drafter,
+        pair.target,
+        gamma=4,
+        sampling=Sampling(0.0),
+        max_new_tokens=NEW_TOKENS,
+        eos_token_id=pair.eos_token_ids,
+        tokenizer=pair.tokenizer,
+    )
     ref = reference_greedy(pair.target, ids, NEW_TOKENS, len(pair.tokenizer), set(pair.eos_token_ids))
     assert spec.output_ids == ref
     assert spec.drafted > 0 and spec.output_text == pair.tokenizer.decode(ref)
@@ -174,8 +182,16 @@ def greedy_in_bf16(pair, ids: list[int]):
     """(speculative ids, cache-free greedy ids, first_divergence) with bf16 copies of the pair's models."""
     drafter, target = bf16(pair.drafter), bf16(pair.target)
     vocab, eos = len(pair.tokenizer), set(pair.eos_token_ids)
-    spec = speculative_generate(ids, drafter, target, gamma=4, sampling=Sampling(0.0), max_new_tokens=NEW_TOKENS,
-                                eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
+    spec = speculative_generate(
+        ids,
+        drafter,
+        target,
+        gamma=4,
+        sampling=Sampling(0.0),
+        max_new_tokens=NEW_TOKENS,
+        eos_token_id=pair.eos_token_ids,
+        tokenizer=pair.tokenizer,
+    )
     assert spec.settings["dtype"] == "bfloat16"
     ref = reference_greedy(target, ids, NEW_TOKENS, vocab, eos)
     return spec.output_ids, ref, first_divergence(target, ids, spec.output_ids, ref, vocab)
@@ -195,7 +211,10 @@ def test_greedy_in_bf16_is_the_targets_or_parts_at_a_near_tie(standins, name, ch
     _, _, parted = greedy_in_bf16(pair, prompt_ids(pair, family, chat))
     if parted is not None:
         i, gap, error = parted
-        print(f"\n{name} chat={chat}: bf16 parts from the cache-free greedy at token {i}: gap {gap:.4f}, bf16 error {error:.4f}")
+        print(
+            f"\n{name} chat={chat}: bf16 parts from the cache-free greedy at token {i}: gap {gap:.4f}, bf16 error "
+            f"{error:.4f}"
+        )
         assert gap <= 4 * error, f"token {i} is not a near-tie: logits {gap:.4f} apart, bf16 error {error:.4f}"
 
 
@@ -253,9 +272,15 @@ def test_each_end_of_turn_token_ends_the_reply(standins, name):
         # (greedy) or a bonus token.
         for where in ("target", "both"):
             models = [pair.target] + ([pair.drafter] if where == "both" else [])
-            with raised_from(models[0], stop, at), (raised_from(models[1], stop, at) if len(models) > 1 else _nothing()):
+            with raised_from(models[0], stop, at), raised_from(models[1], stop, at) if len(models) > 1 else _nothing():
                 for sampling in (Sampling(0.0), Sampling(1.0)):
-                    kw = dict(sampling=sampling, max_new_tokens=12, eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer, seed=1)
+                    kw = dict(
+                        sampling=sampling,
+                        max_new_tokens=12,
+                        eos_token_id=pair.eos_token_ids,
+                        tokenizer=pair.tokenizer,
+                        seed=1,
+                    )
                     spec = speculative_generate(ids, pair.drafter, pair.target, gamma=4, **kw)
                     base = autoregressive_generate(ids, pair.target, **kw)
                     for trace in (spec, base):
@@ -263,9 +288,16 @@ def test_each_end_of_turn_token_ends_the_reply(standins, name):
                         assert trace.output_ids[-1] in pair.eos_token_ids and len(trace.output_ids) <= 4
                     if sampling.greedy:
                         assert spec.output_ids == base.output_ids and spec.output_ids[-1] == stop
-                        assert spec.output_ids == reference_greedy(pair.target, ids, 12, len(pair.tokenizer), set(pair.eos_token_ids))
-                        came = spec.rounds[-1].final_kind if spec.rounds[-1].final_token_id == stop else "accepted draft"
-                        assert came in (("correction",) if where == "target" else ("accepted draft", "bonus")), (where, came)
+                        assert spec.output_ids == reference_greedy(
+                            pair.target, ids, 12, len(pair.tokenizer), set(pair.eos_token_ids)
+                        )
+                        came = (
+                            spec.rounds[-1].final_kind if spec.rounds[-1].final_token_id == stop else "accepted draft"
+                        )
+                        assert came in (("correction",) if where == "target" else ("accepted draft", "bonus")), (
+                            where,
+                            came,
+                        )
 
 
 @contextmanager
@@ -281,11 +313,27 @@ def test_padded_embedding_rows_are_never_emitted_even_when_they_would_win(standi
     ids = encode_prompt(pair, TEXT, chat=True)
     with raised_from(pair.target, padded, 0), raised_from(pair.drafter, padded, 0):
         assert int(last_logits(pair.target, ids, vocab + 40).argmax()) == padded  # uncut, the padded row would win
-        greedy = speculative_generate(ids, pair.drafter, pair.target, gamma=4, sampling=Sampling(0.0), max_new_tokens=NEW_TOKENS,
-                                      eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
+        greedy = speculative_generate(
+            ids,
+            pair.drafter,
+            pair.target,
+            gamma=4,
+            sampling=Sampling(0.0),
+            max_new_tokens=NEW_TOKENS,
+            eos_token_id=pair.eos_token_ids,
+            tokenizer=pair.tokenizer,
+        )
         assert greedy.output_ids == reference_greedy(pair.target, ids, NEW_TOKENS, vocab, set(pair.eos_token_ids))
-        sampled = speculative_generate(ids, pair.drafter, pair.target, gamma=4, sampling=Sampling(1.5), max_new_tokens=64,
-                                       tokenizer=pair.tokenizer, seed=0)
+        sampled = speculative_generate(
+            ids,
+            pair.drafter,
+            pair.target,
+            gamma=4,
+            sampling=Sampling(1.5),
+            max_new_tokens=64,
+            tokenizer=pair.tokenizer,
+            seed=0,
+        )
         assert len(sampled.output_ids) == 64 and max(sampled.output_ids) < vocab
 
 
@@ -303,7 +351,9 @@ def two_token_law(target, sampling: Sampling, vocab: int) -> np.ndarray:
     return (p1[:, None] * p2).double().cpu().numpy().ravel()
 
 
-def family_chi_square(pair, sampling: Sampling, gamma: int = STAT_GAMMA, runs: int = STAT_RUNS, vocab_size: int | None = None):
+def family_chi_square(
+    pair, sampling: Sampling, gamma: int = STAT_GAMMA, runs: int = STAT_RUNS, vocab_size: int | None = None
+):
     """(p-value, acceptance rate, tokens outside the tokenizer) of the first two tokens of ``runs`` seeded runs.
 
     As tests.test_exactness.chi_square (Pearson's test, cells expected under 5 pooled), for a pair
@@ -316,8 +366,16 @@ def family_chi_square(pair, sampling: Sampling, gamma: int = STAT_GAMMA, runs: i
     outside = accepted = drafted = 0
     engine = dict(vocab_size=vocab_size) if vocab_size else dict(tokenizer=pair.tokenizer)
     for seed in range(runs):
-        trace = speculative_generate(PROMPT, pair.drafter, pair.target, gamma=gamma, sampling=sampling,
-                                     max_new_tokens=gamma + 1, seed=seed, **engine)
+        trace = speculative_generate(
+            PROMPT,
+            pair.drafter,
+            pair.target,
+            gamma=gamma,
+            sampling=sampling,
+            max_new_tokens=gamma + 1,
+            seed=seed,
+            **engine,
+        )
         x1, x2 = trace.output_ids[:2]
         if max(x1, x2) >= vocab:
             outside += 1
@@ -405,7 +463,7 @@ def test_the_demo_runs_each_preset_on_its_stand_in(standins, demo_client, monkey
     hub.add(preset.drafter, standins[name][0])
     hub.add(preset.target, standins[name][1])
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_test")  # the gated Llama preset asks for a token
-    for chat in ([True, False] if family.instruct else [False]):
+    for chat in [True, False] if family.instruct else [False]:
         args = (family.preset, TEXT, 4, 0.0, 0, 1.0, 16, 0, chat, "", "")
         out = demo_client.predict(*args, api_name="/generate")
         tokens, stats, status = out[0], out[1], out[4]
@@ -414,7 +472,8 @@ def test_the_demo_runs_each_preset_on_its_stand_in(standins, demo_client, monkey
         pair = pairs.loaded_pair(family.preset, device="cpu")
         ids = encode_prompt(pair, TEXT, chat=chat)
         ref = reference_greedy(pair.target, ids, 16, len(pair.tokenizer), set(pair.eos_token_ids))
-        rec = Recording.load(out[download_index()]["value"])  # the run's download: token ids, not text re-decoded token by token
+        # the run's download: token ids, not text re-decoded token by token
+        rec = Recording.load(out[download_index()]["value"])
         assert rec.speculative.prompt_ids == ids
         assert rec.speculative.output_ids == ref and rec.baseline.output_ids == ref
     assert [c[1] for c in hub.loads("model")] == [preset.drafter, preset.target]  # loaded once

@@ -113,9 +113,12 @@ def test_duration_grows_with_the_work_and_stays_within_bounds(monkeypatch):
     assert gpu.MIN_DURATION_S <= small <= 30
     seconds = [duration.estimate_seconds(QWEN_7B, n, g) for g, n in [(1, 16), (4, 16), (4, 64), (16, 64), (16, 256)]]
     assert seconds == sorted(seconds) and len(set(seconds)) == len(seconds)
-    bigger_pair = [duration.estimate_seconds(name, 128, 4) for name in (EMBEDDED, "gpt2 -> gpt2-large", "gpt2 -> gpt2-xl", QWEN_7B)]
+    bigger_pair = [
+        duration.estimate_seconds(name, 128, 4) for name in (EMBEDDED, "gpt2 -> gpt2-large", "gpt2 -> gpt2-xl", QWEN_7B)
+    ]
     assert bigger_pair == sorted(bigger_pair)
-    # The worst case (every draft rejected) is covered: gamma drafter passes and one target pass per token, plus the baseline.
+    # The worst case (every draft rejected) is covered: gamma drafter passes and one target pass per token, plus the
+    # baseline.
     d, t = PRESETS[QWEN_7B].drafter_params, PRESETS[QWEN_7B].target_params
     worst = 64 * (4 * duration.forward_seconds(d) + duration.forward_seconds(t)) + 64 * duration.forward_seconds(t)
     assert duration.estimate_seconds(QWEN_7B, 64, 4) >= worst
@@ -132,9 +135,13 @@ def test_sweep_and_odd_inputs():
     sweep = duration.sweep_duration(EMBEDDED, range(1, 9), 128)
     assert one == duration.generate_duration(*ARGS) and sweep > one
     # Inputs the handler will reject count as the largest request; unknown (custom) pairs as a large one.
-    assert duration.generate_duration(EMBEDDED, "x", None, 0.7, 40, 0.95, "lots", 0) >= duration.generate_duration(EMBEDDED, "x", 16, 0.7, 40, 0.95, 256, 0)
+    assert duration.generate_duration(EMBEDDED, "x", None, 0.7, 40, 0.95, "lots", 0) >= duration.generate_duration(
+        EMBEDDED, "x", 16, 0.7, 40, 0.95, 256, 0
+    )
     assert duration.pair_params("someone/drafter -> someone/target") == duration.UNKNOWN_PARAMS
-    assert duration.generate_duration("someone/drafter -> someone/target", "x", 4, 0.7, 40, 0.95, 128, 0) >= duration.generate_duration(QWEN_7B, "x", 4, 0.7, 40, 0.95, 128, 0)
+    assert duration.generate_duration(
+        "someone/drafter -> someone/target", "x", 4, 0.7, 40, 0.95, 128, 0
+    ) >= duration.generate_duration(QWEN_7B, "x", 4, 0.7, 40, 0.95, 128, 0)
     # The endpoint's later inputs (chat, custom drafter and target) and anything after them are accepted.
     assert duration.generate_duration(*ARGS, True, "", "", "session", request=None) == duration.generate_duration(*ARGS)
 
@@ -148,7 +155,8 @@ def test_the_batch_tab_is_sized_from_its_own_arguments():
     # Batch 4 measures sizes 1, 2 and 4, twice each: six speculative batches with their baselines.
     assert _batch_duration(*args, 64, 0, True, "", "", "model", "constant", 1.0) == 6 * one
     assert _batch_duration(*args, 16, 0) < _batch_duration(*args, 256, 0)  # max new tokens is read where it stands
-    assert _batch_duration("gpt2 -> gpt2-large", "def f():", "eight", 4, 0.7, 40, 0.95, 64, 0) == 8 * one  # a bad size: the largest
+    # a bad size: the largest
+    assert _batch_duration("gpt2 -> gpt2-large", "def f():", "eight", 4, 0.7, 40, 0.95, 64, 0) == 8 * one
 
 
 def test_a_custom_pair_is_sized_by_its_loaded_models(tmp_path):
@@ -157,19 +165,24 @@ def test_a_custom_pair_is_sized_by_its_loaded_models(tmp_path):
 
     d = save_tiny(tmp_path / "d", WORDS, 32, seed=1)
     t = save_tiny(tmp_path / "t", WORDS, 32, seed=2)
-    not_loaded = duration.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0, True, "someone/drafter", "someone/target")
+    not_loaded = duration.generate_duration(
+        EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0, True, "someone/drafter", "someone/target"
+    )
     assert not_loaded == gpu.clamp_duration(duration.estimate_seconds(None, 128, 4, params=duration.UNKNOWN_PARAMS))
     try:
         pair = pairs.load_pair(drafter=d, target=t, allow_custom=True)
         assert duration.pair_params(EMBEDDED, d, t) == pair.param_counts
         assert duration.generate_duration(EMBEDDED, "x", 4, 0.7, 40, 0.95, 128, 0, True, d, t) < not_loaded
-        assert duration.sweep_duration(EMBEDDED, range(1, 9), 128, custom_drafter=d, custom_target=t) < duration.sweep_duration("x -> y", range(1, 9), 128)
+        assert duration.sweep_duration(
+            EMBEDDED, range(1, 9), 128, custom_drafter=d, custom_target=t
+        ) < duration.sweep_duration("x -> y", range(1, 9), 128)
     finally:
         pairs.unload_all()
 
 
 def test_gpu_and_the_pair_package_import_each_other_in_neither_direction():
-    """Both ask specviz.engine.zerogpu for the platform's flag; neither imports the other, at module or function level."""
+    """Both ask specviz.engine.zerogpu for the platform's flag; neither imports the other, at module or function
+    level."""
     import ast
     from pathlib import Path
 
@@ -190,4 +203,8 @@ def test_gpu_and_the_pair_package_import_each_other_in_neither_direction():
     pair_files = sorted((root.parent / "pair").glob("*.py"))
     assert len(pair_files) >= 5
     for f in pair_files:
-        assert not {n for n in imported(f) if n in ("specviz.serving.gpu", "specviz.serving.gpu_duration") or n.startswith("specviz.serving.gpu.")}, f.name
+        assert not {
+            n
+            for n in imported(f)
+            if n in ("specviz.serving.gpu", "specviz.serving.gpu_duration") or n.startswith("specviz.serving.gpu.")
+        }, f.name

@@ -13,8 +13,16 @@ from specviz.pair.gqa import NAME, use_shared_kv_heads
 def _pair_of_models(kv_heads: int = 2):
     torch.manual_seed(0)
     def cfg():  # one each: switching a model's attention writes to its config
-        return LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=192, num_hidden_layers=2, num_attention_heads=6,
-                           num_key_value_heads=kv_heads, max_position_embeddings=256, attn_implementation="sdpa")
+        return LlamaConfig(
+            vocab_size=300,
+            hidden_size=96,
+            intermediate_size=192,
+            num_hidden_layers=2,
+            num_attention_heads=6,
+            num_key_value_heads=kv_heads,
+            max_position_embeddings=256,
+            attn_implementation="sdpa",
+        )
 
     plain = LlamaForCausalLM(cfg()).eval()
     shared = LlamaForCausalLM(cfg()).eval()
@@ -30,8 +38,12 @@ def _masked_passes(model, ids):
         chain = model(input_ids=ids[:, 30:39], past_key_values=cache, use_cache=True).logits
         tree_mask = torch.ones(1, 1, 5, 44, dtype=torch.bool).tril(39)
         tree_mask[0, 0, 3, 40:42] = False  # a node that sees only its own branch
-        tree = model(input_ids=ids[:, 35:40], past_key_values=cache, attention_mask=tree_mask,
-                     position_ids=torch.arange(39, 44)[None]).logits
+        tree = model(
+            input_ids=ids[:, 35:40],
+            past_key_values=cache,
+            attention_mask=tree_mask,
+            position_ids=torch.arange(39, 44)[None],
+        ).logits
         pad = torch.ones(2, 20, dtype=torch.long)
         pad[1, :6] = 0
         batch = model(input_ids=torch.cat([ids[:, :20], ids[:, 10:30]]), attention_mask=pad).logits

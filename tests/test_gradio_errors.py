@@ -57,7 +57,12 @@ def watched(capfd, monkeypatch):
     monkeypatch.setattr(server, "MALFORMED_LOGS", server.LogBudget())
     monkeypatch.setattr(checks, "REFUSAL_LOGS", server.LogBudget())
     counter = LogCount()
-    loggers = [logging.getLogger(), logging.getLogger("uvicorn"), logging.getLogger("uvicorn.error"), logging.getLogger("specviz")]
+    loggers = [
+        logging.getLogger(),
+        logging.getLogger("uvicorn"),
+        logging.getLogger("uvicorn.error"),
+        logging.getLogger("specviz"),
+    ]
     app_log = logging.getLogger("specviz")
     level = app_log.level
     app_log.setLevel(logging.INFO)
@@ -76,14 +81,24 @@ def quiet(counter: LogCount, err: str, calls: int) -> None:
     """No traceback anywhere, and at most one log line a call (the app's budget: at most LOG_CLIENT_MAX_LINES)."""
     from specviz.ui.limits import LOG_CLIENT_MAX_LINES
 
-    assert not any(r.exc_info for r in counter.records), [counter.format(r)[:300] for r in counter.records if r.exc_info]
+    assert not any(r.exc_info for r in counter.records), [
+        counter.format(r)[:300] for r in counter.records if r.exc_info
+    ]
     assert "Traceback" not in err and not any("Traceback" in counter.format(r) for r in counter.records), err[-2000:]
-    assert counter.lines() + len(err.splitlines()) <= min(calls, 2 * LOG_CLIENT_MAX_LINES), \
-        ([counter.format(r) for r in counter.records], err[-2000:])
+    assert counter.lines() + len(err.splitlines()) <= min(calls, 2 * LOG_CLIENT_MAX_LINES), (
+        [counter.format(r) for r in counter.records],
+        err[-2000:],
+    )
 
 
 def join(http: httpx.Client, url: str, fn_index, data: list | None = None) -> httpx.Response:
-    body = {"data": data or [], "fn_index": fn_index, "session_hash": uuid.uuid4().hex, "event_data": None, "trigger_id": None}
+    body = {
+        "data": data or [],
+        "fn_index": fn_index,
+        "session_hash": uuid.uuid4().hex,
+        "event_data": None,
+        "trigger_id": None,
+    }
     return http.post(f"{url}/gradio_api/queue/join", json=body)
 
 
@@ -108,7 +123,9 @@ def test_an_unknown_endpoint_is_a_404_naming_it_in_a_bounded_log(app, watched):
             calls += 1
             assert r.status_code == 404 and "Unknown endpoint" in r.json()["detail"] and "<" not in r.text, r.text[:300]
         # /run/<api> takes the event the body's fn_index names before the name: one the app lacks is refused.
-        r = http.post(f"{url}/gradio_api/run/predict", json={"data": [], "fn_index": 999, "session_hash": uuid.uuid4().hex})
+        r = http.post(
+            f"{url}/gradio_api/run/predict", json={"data": [], "fn_index": 999, "session_hash": uuid.uuid4().hex}
+        )
         calls += 1
         assert r.status_code == 404 and "Unknown endpoint" in r.json()["detail"], r.text[:300]
         # A join naming no fn_index, and a direct POST to an API the app has, stay Gradio's own answers.
@@ -118,8 +135,11 @@ def test_an_unknown_endpoint_is_a_404_naming_it_in_a_bounded_log(app, watched):
         assert r.status_code != 500 and "Unknown endpoint" not in r.text, r.text[:300]
         # The page posts each event that skips the queue to /run/predict with its fn_index: answered by the app.
         deps = http.get(f"{url}/config").json()["dependencies"]
-        note = next(d["id"] for d in deps if d.get("api_name") == "loading_note" and d.get("queue") is False)  # the upload's note
-        r = http.post(f"{url}/gradio_api/run/predict", json={"data": [], "fn_index": note, "session_hash": uuid.uuid4().hex})
+        # the upload's note
+        note = next(d["id"] for d in deps if d.get("api_name") == "loading_note" and d.get("queue") is False)
+        r = http.post(
+            f"{url}/gradio_api/run/predict", json={"data": [], "fn_index": note, "session_hash": uuid.uuid4().hex}
+        )
         assert r.status_code == 200 and r.json()["data"] == ["Loading the file…"], r.text[:300]
         # The same connection still serves a job of the app, its event stream included.
         r = http.post(f"{url}/gradio_api/call/stop", json={"data": []})
@@ -153,11 +173,16 @@ def test_a_menu_value_outside_its_choices_is_refused_naming_the_menu(app, watche
         for tree in (INJECT, "tree 9-9-9", 3, ["chain"], {"a": 1}):
             for route in ("call", "join"):
                 data = GENERATE[:-1] + [tree]
-                r = (http.post(f"{url}/gradio_api/call/generate", json={"data": data}) if route == "call"
-                     else join(http, url, fn_index(url, "generate"), data))
+                r = (
+                    http.post(f"{url}/gradio_api/call/generate", json={"data": data})
+                    if route == "call"
+                    else join(http, url, fn_index(url, "generate"), data)
+                )
                 assert r.status_code == 400, (tree, r.text[:300])
                 detail = r.json()["detail"]
-                assert "token tree must be one of:" in detail and "chain" in detail and "auto: fastest" in detail, detail
+                assert "token tree must be one of:" in detail and "chain" in detail and "auto: fastest" in detail, (
+                    detail
+                )
                 assert "<" not in detail and "9-9-9" not in detail, detail
     quiet(counter, err(), 10)
 
@@ -173,7 +198,9 @@ def test_the_menu_check_reads_a_session_s_own_choices_and_leaves_our_menus_alone
         plain = gr.Dropdown(["a", "b"], value="a", label="plain menu")
         ours = CheckedDropdown(["a", "b"], value="a", label="our menu")
         box = gr.Textbox()
-    fn = type("Fn", (), {"inputs": [plain, ours, box], "preprocess": True, "batch": False, "component_prop_inputs": []})()
+    fn = type(
+        "Fn", (), {"inputs": [plain, ours, box], "preprocess": True, "batch": False, "component_prop_inputs": []}
+    )()
     assert queue_refusal(fn, ["a", "zzz", "zzz"]) is None
     assert queue_refusal(fn, [None, "a", ""]) is None
     title, message = queue_refusal(fn, ["c", "a", ""])
@@ -194,11 +221,15 @@ def test_an_upload_refused_part_way_leaves_the_connection_usable(app, watched, m
     url = app[1]
     monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=2**20, total=64 * 2**20, window_s=30))
     with httpx.Client(timeout=60) as http:
-        r = http.post(f"{url}/gradio_api/upload", files=[("files", (f"f{i}.json", b"{}", "application/json")) for i in range(10)])
+        r = http.post(
+            f"{url}/gradio_api/upload", files=[("files", (f"f{i}.json", b"{}", "application/json")) for i in range(10)]
+        )
         assert r.status_code == 429 and "files per upload" in r.json()["detail"], r.text[:300]
         assert http.get(f"{url}/config").status_code == 200  # the same connection: was closed after the refusal
         for _ in range(2):  # past the address's budget part way through a large body: the client reads the 429
-            r = http.post(f"{url}/gradio_api/upload", files={"files": ("big.json", b"x" * (6 * 2**20), "application/json")})
+            r = http.post(
+                f"{url}/gradio_api/upload", files={"files": ("big.json", b"x" * (6 * 2**20), "application/json")}
+            )
             assert r.status_code == 429, r.text[:300]
             assert r.json()["detail"] == "Upload refused: at most 1 MB of uploads per visitor in 30 seconds."
             assert http.get(f"{url}/config").status_code == 200
@@ -214,8 +245,14 @@ def test_a_recording_of_a_newer_schema_version_is_refused_naming_the_field(where
     good = json.loads((RECORDINGS / "sampled-gamma8.json").read_text())
     Recording.from_json(json.dumps(good))
     field = "schema_version" if where == "top" else f"{where}.schema_version"
-    for version, why in ((999, "newer than this specviz reads"), (SCHEMA_VERSION + 1, "newer than this specviz reads"),
-                         (0, "whole number"), (INJECT, "whole number"), (True, "whole number"), (2.5, "whole number")):
+    for version, why in (
+        (999, "newer than this specviz reads"),
+        (SCHEMA_VERSION + 1, "newer than this specviz reads"),
+        (0, "whole number"),
+        (INJECT, "whole number"),
+        (True, "whole number"),
+        (2.5, "whole number"),
+    ):
         d = json.loads(json.dumps(good))
         (d if where == "top" else d[where])["schema_version"] = version
         with pytest.raises(ValueError) as refused:
@@ -228,11 +265,24 @@ def test_a_recording_of_a_newer_schema_version_is_refused_naming_the_field(where
 def test_the_upload_budget_says_seconds_under_a_minute_and_rounds_up():
     from specviz.ui.server import UploadBudget, megabytes, span
 
-    assert UploadBudget(per_client=48 * 2**20, total=2**30, window_s=30).take("a", 49 * 2**20) == \
-        "at most 48 MB of uploads per visitor in 30 seconds"
-    assert UploadBudget(per_client=2**19, total=2**30, window_s=90).take("a", 2**20) == \
-        "at most 0.5 MB of uploads per visitor in 2 minutes"
-    assert UploadBudget(per_client=2**30, total=2**20, window_s=300).take("a", 2**21) == \
-        "the server takes at most 1 MB of uploads in 5 minutes"
-    assert [span(s) for s in (0.2, 1, 59.5, 60, 61, 600)] == ["1 second", "1 second", "1 minute", "1 minute", "2 minutes", "10 minutes"]
+    assert (
+        UploadBudget(per_client=48 * 2**20, total=2**30, window_s=30).take("a", 49 * 2**20)
+        == "at most 48 MB of uploads per visitor in 30 seconds"
+    )
+    assert (
+        UploadBudget(per_client=2**19, total=2**30, window_s=90).take("a", 2**20)
+        == "at most 0.5 MB of uploads per visitor in 2 minutes"
+    )
+    assert (
+        UploadBudget(per_client=2**30, total=2**20, window_s=300).take("a", 2**21)
+        == "the server takes at most 1 MB of uploads in 5 minutes"
+    )
+    assert [span(s) for s in (0.2, 1, 59.5, 60, 61, 600)] == [
+        "1 second",
+        "1 second",
+        "1 minute",
+        "1 minute",
+        "2 minutes",
+        "10 minutes",
+    ]
     assert [megabytes(n) for n in (1, 2**19, 2**20, 48 * 2**20)] == ["0.1", "0.5", "1", "48"]

@@ -145,7 +145,9 @@ def test_former_private_names_still_import():
     """Branches written against rounds.py's former private names keep importing until they are renamed."""
     from specviz.engine import rounds
 
-    assert rounds._judge is rounds.judge_chain and rounds._Clock is rounds.Clock and rounds._round is rounds.round_record
+    assert (
+        rounds._judge is rounds.judge_chain and rounds._Clock is rounds.Clock and rounds._round is rounds.round_record
+    )
 
 
 class _EagerGraph:
@@ -166,9 +168,17 @@ def test_bucket_padding_keeps_logits_and_ids_on_the_cpu(family, monkeypatch):
     from tests.test_cache import ATOL, _model
 
     model = _model(family)
-    monkeypatch.setattr(graphs.GraphedRunner, "__init__", lambda self, m, v, buckets=graphs.BUCKETS: (
-        StaticRunner.__init__(self, m, v, 64), setattr(self, "buckets", (1, 2, 4, 8)), setattr(self, "graphs", {}),
-        setattr(self, "capture_ms", None), setattr(self, "replays", 0))[0])
+    monkeypatch.setattr(
+        graphs.GraphedRunner,
+        "__init__",
+        lambda self, m, v, buckets=graphs.BUCKETS: (
+            StaticRunner.__init__(self, m, v, 64),
+            setattr(self, "buckets", (1, 2, 4, 8)),
+            setattr(self, "graphs", {}),
+            setattr(self, "capture_ms", None),
+            setattr(self, "replays", 0),
+        )[0],
+    )
     runner = graphs.GraphedRunner(model, 16)
     kv = runner._kv(torch.empty(0))
     for b in runner.buckets:
@@ -183,7 +193,9 @@ def test_bucket_padding_keeps_logits_and_ids_on_the_cpu(family, monkeypatch):
         reference.prefill(seq, 4)
         end = 4
         for n in (1, 3, 5, 8, 2, 12):  # 12 > the largest bucket: an eager pass
-            torch.testing.assert_close(runner.logits(seq, end + n, n), reference.logits(seq, end + n, n), atol=ATOL, rtol=0)
+            torch.testing.assert_close(
+                runner.logits(seq, end + n, n), reference.logits(seq, end + n, n), atol=ATOL, rtol=0
+            )
             end += n - 1
             runner.rollback(end)
             reference.rollback(end)

@@ -61,8 +61,18 @@ def stub(monkeypatch):
     import specviz.ui.sweep as sweep_page
 
     passes = Passes()
-    pair = SimpleNamespace(name="stub", drafter=slow_lm(passes, 1), target=slow_lm(passes, 2), tokenizer=None, eos_token_ids=[],
-                           target_source=None, device=torch.device("cpu"), form=None, own_tokenizer=False, drafter_tokenizer=None)
+    pair = SimpleNamespace(
+        name="stub",
+        drafter=slow_lm(passes, 1),
+        target=slow_lm(passes, 2),
+        tokenizer=None,
+        eos_token_ids=[],
+        target_source=None,
+        device=torch.device("cpu"),
+        form=None,
+        own_tokenizer=False,
+        drafter_tokenizer=None,
+    )
     monkeypatch.setattr(device, "_pair_of", lambda req: pair)
     monkeypatch.setattr(device, "encode", lambda pair, prompt, chat: [1 + len(prompt) % 7, 2, 3])
     monkeypatch.setattr(device, "usable_kinds", lambda target, cross_tokenizer=False: ("model", "ngram"))
@@ -104,7 +114,10 @@ BATCH_ARGS = ("embedded", "one\ntwo\nthree", ROWS, GAMMA, 1.0, 0, 1.0, TOKENS, 0
 def test_a_batch_asks_its_stop_check_before_every_round_and_keeps_the_rounds_done():
     """8 rows x 256 tokens: a stop check that answers True at its 4th asking ends the batch after 3
     rounds, every row marked stopped with its tokens so far. Control: without the check it runs to its budget."""
-    target, drafter = tiny_lm(vocab=32, seed=2, n_positions=1024, eos=31), tiny_lm(vocab=32, seed=1, n_positions=1024, eos=31)
+    target, drafter = (
+        tiny_lm(vocab=32, seed=2, n_positions=1024, eos=31),
+        tiny_lm(vocab=32, seed=1, n_positions=1024, eos=31),
+    )
     prompts = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10], [1], [2], [3], [4]]
     asked = []
 
@@ -113,12 +126,21 @@ def test_a_batch_asks_its_stop_check_before_every_round_and_keeps_the_rounds_don
         return len(asked) >= 4
 
     kw = dict(sampling=Sampling(1.0), max_new_tokens=TOKENS, eos_token_id=[], seed=0)
-    res = speculative_generate_batch(prompts, make_drafter("model", drafter_model=drafter), target, gamma=GAMMA, stop=stop, **kw)
+    res = speculative_generate_batch(
+        prompts, make_drafter("model", drafter_model=drafter), target, gamma=GAMMA, stop=stop, **kw
+    )
     assert res.stopped and len(res.rounds) == 3 and len(asked) == 4
-    assert all(t.stop_reason == STOPPED and len(t.rounds) == 3 and 3 <= len(t.output_ids) <= 3 * (GAMMA + 1) for t in res.traces)
+    assert all(
+        t.stop_reason == STOPPED and len(t.rounds) == 3 and 3 <= len(t.output_ids) <= 3 * (GAMMA + 1)
+        for t in res.traces
+    )
     asked.clear()
     base = autoregressive_generate_batch(prompts, target, stop=stop, **kw)
-    assert base.stopped and len(base.rounds) == 3 and all(len(t.output_ids) == 3 and t.stop_reason == STOPPED for t in base.traces)
+    assert (
+        base.stopped
+        and len(base.rounds) == 3
+        and all(len(t.output_ids) == 3 and t.stop_reason == STOPPED for t in base.traces)
+    )
     full = autoregressive_generate_batch(prompts[:2], target, stop=lambda: False, **{**kw, "max_new_tokens": 16})
     assert not full.stopped and all(t.stop_reason == "max_new_tokens" and len(t.output_ids) == 16 for t in full.traces)
 
@@ -173,7 +195,6 @@ def test_a_batch_whose_client_hung_up_stops_within_a_round_and_sends_nothing_mor
     assert outputs == [dict(batch_status=outputs[0]["batch_status"])]  # only the first "what runs" line
 
 
-
 # --- the device shared with other visitors (issue 39) --------------------------------------------
 
 
@@ -187,8 +208,13 @@ def _served(me: str = "10.0.0.1"):
 
 
 def _job(address: str, concurrency_id: str = "device"):
-    return SimpleNamespace(request=SimpleNamespace(client=SimpleNamespace(host=address), headers={}), concurrency_id=concurrency_id,
-                           alive=True, session_hash=address, _id=address)
+    return SimpleNamespace(
+        request=SimpleNamespace(client=SimpleNamespace(host=address), headers={}),
+        concurrency_id=concurrency_id,
+        alive=True,
+        session_hash=address,
+        _id=address,
+    )
 
 
 def test_a_batch_gives_the_device_up_within_a_round_once_another_visitor_waits(stub, monkeypatch):
@@ -225,7 +251,8 @@ def test_compare_and_the_sweep_give_the_device_up_too(stub, monkeypatch):
     assert "to give the device to another visitor" in outputs[-1]["compare_view"]
     running.clear()
     start = passes.n
-    passes.hook = lambda n: long.queue.append(_job("10.0.0.4", "long")) if n == start + 12 else None  # another's long job waits
+    # another's long job waits
+    passes.hook = lambda n: long.queue.append(_job("10.0.0.4", "long")) if n == start + 12 else None
     outputs = list(sweep_page.run_sweep("embedded", "one", 1.0, 0, 1.0, 64, 0, None, request=request))
     assert passes.n - start - 12 <= 8 + 1, passes.n
     assert "stopped to give the device to another visitor" in outputs[-1]["sweep_status"], outputs[-1]["sweep_status"]
@@ -272,6 +299,7 @@ def test_a_batch_waits_for_its_turn_while_another_visitors_run_is_on_the_device(
     finally:
         state.stop_asked.discard(SESSION)
     assert passes.n == done and outputs[-1]["batch_status"].startswith("Stopped by you"), outputs[-1]["batch_status"]
+
 
 # --- Compare drafters ----------------------------------------------------------------------------
 
@@ -351,7 +379,6 @@ def test_the_lab_stops_between_chunks_once_nobody_listens(monkeypatch):
     assert chunks[-1] == 200
 
 
-
 def _counted_lab_runs(monkeypatch, at: int, press) -> list[int]:
     """Count the lab's speculative runs (one per sample); ``press()`` is called as run ``at`` starts."""
     import specviz.lab.experiment as experiment
@@ -395,7 +422,8 @@ def test_stop_ends_the_lab_between_its_runs_and_it_says_so(monkeypatch):
 
 
 def test_the_lab_hears_its_listener_go_between_runs(monkeypatch):
-    """A client that hangs up mid-chunk: the lab ends before its next run (before: at the chunk's end) and sends nothing more."""
+    """A client that hangs up mid-chunk: the lab ends before its next run (before: at the chunk's end) and sends
+    nothing more."""
     import specviz.ui.lab as page
     import specviz.ui.state as state
 
@@ -405,6 +433,7 @@ def test_the_lab_hears_its_listener_go_between_runs(monkeypatch):
     outputs = list(page.run_lab("identical", "none", 1.0, 0, 1.0, 2, 1000, request=REQUEST))
     assert len(runs) == 70
     assert all("Stopped" not in str(o) for o in outputs)
+
 
 # --- the long jobs' size on a CPU ----------------------------------------------------------------
 
@@ -418,13 +447,20 @@ def test_on_a_cpu_the_long_jobs_defaults_are_estimated_to_finish_within_their_ca
     from specviz.ui.limits import BATCH_SECONDS_MAX, COMPARE_SECONDS_MAX, DEFAULTS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
 
     asked = DEFAULTS["max_new_tokens"]
-    jobs = [(sizing.compare_steps(k), COMPARE_SECONDS_MAX) for k in (4, 5)] + [(sizing.batch_steps(b), BATCH_SECONDS_MAX) for b in (1, 4, 8)]
+    jobs = [(sizing.compare_steps(k), COMPARE_SECONDS_MAX) for k in (4, 5)] + [
+        (sizing.batch_steps(b), BATCH_SECONDS_MAX) for b in (1, 4, 8)
+    ]
     jobs.append((sizing.sweep_steps(len(SWEEP_GAMMAS)), SWEEP_SECONDS_MAX))
     for steps, cap in jobs:
         tokens = sizing.cpu_tokens(steps, cap, asked)
         assert sizing.MIN_TOKENS <= tokens <= asked
         assert steps * tokens * sizing.CPU_STEP_S <= sizing.FILL * cap or tokens == sizing.MIN_TOKENS
-    assert [sizing.cpu_tokens(sizing.batch_steps(b), BATCH_SECONDS_MAX, asked) for b in (1, 2, 4, 8)] == [125, 50, 25, 13]
+    assert [sizing.cpu_tokens(sizing.batch_steps(b), BATCH_SECONDS_MAX, asked) for b in (1, 2, 4, 8)] == [
+        125,
+        50,
+        25,
+        13,
+    ]
     gpu = SimpleNamespace(device=torch.device("meta"))
     req = SimpleNamespace(max_new_tokens=asked)
     assert sizing.sized(req, gpu, 100.0, 10.0) == (req, "")
@@ -441,4 +477,6 @@ def test_a_batch_on_a_cpu_decodes_the_tokens_that_fit_and_says_so(stub, monkeypa
     tokens = sizing.cpu_tokens(sizing.batch_steps(ROWS), BATCH_SECONDS_MAX, TOKENS)
     assert tokens == 13
     assert f"On this CPU each run decodes {tokens} tokens (not {TOKENS})" in outputs[0]["batch_status"]
-    assert outputs[-1]["batch_status"].startswith("Done:") and outputs[-1]["batch_view"].count(f"{tokens} tokens,") == ROWS
+    assert (
+        outputs[-1]["batch_status"].startswith("Done:") and outputs[-1]["batch_view"].count(f"{tokens} tokens,") == ROWS
+    )

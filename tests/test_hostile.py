@@ -61,7 +61,13 @@ def set_path(obj, path, value):
 
 def rendered(rec: Recording) -> list[str]:
     spec, base = rec.speculative, rec.baseline
-    pages = [tokens_html(spec), stats_html(spec, base), alpha_html(spec), race_html(spec, base, 1.0, 1), markdown_literal(rec.title)]
+    pages = [
+        tokens_html(spec),
+        stats_html(spec, base),
+        alpha_html(spec),
+        race_html(spec, base, 1.0, 1),
+        markdown_literal(rec.title),
+    ]
     pages += [round_html(spec, i) for i in range(len(spec.rounds))]
     pages += [json.dumps(f.to_plotly_json()) for f in (acceptance_figure(spec), timeline_figure(spec, base))]
     return pages
@@ -95,14 +101,17 @@ def test_gamma_as_markup_is_refused(good):
     assert "settings.gamma" in refused(d, "whole number from 1 to 16")
 
 
-@pytest.mark.parametrize("field, value, match", [
-    ("q", 5.0, r"drafts\.0\.q: must be a finite number in \[0, 1\]"),
-    ("p", -0.1, r"drafts\.0\.p"),
-    ("u", 1.0, r"drafts\.0\.u: must be a finite number in \[0, 1\)"),
-    ("u", float("nan"), r"drafts\.0\.u"),
-    ("beta", float("inf"), r"drafts\.0\.beta"),
-    ("token_id", 1 << 40, r"drafts\.0\.token_id"),
-])
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("q", 5.0, r"drafts\.0\.q: must be a finite number in \[0, 1\]"),
+        ("p", -0.1, r"drafts\.0\.p"),
+        ("u", 1.0, r"drafts\.0\.u: must be a finite number in \[0, 1\)"),
+        ("u", float("nan"), r"drafts\.0\.u"),
+        ("beta", float("inf"), r"drafts\.0\.beta"),
+        ("token_id", 1 << 40, r"drafts\.0\.token_id"),
+    ],
+)
 def test_out_of_range_numbers_are_refused(good, field, value, match):
     d = copy.deepcopy(good)
     d["speculative"]["rounds"][0]["drafts"][0][field] = value
@@ -110,8 +119,11 @@ def test_out_of_range_numbers_are_refused(good, field, value, match):
 
 
 def test_times_seed_and_sampling_must_be_finite(good):
-    for where, value in ((("speculative", "total_ms"), -1.0), (("speculative", "rounds", 0, "verify_ms"), float("inf")),
-                         (("speculative", "settings", "sampling", "temperature"), float("nan"))):
+    for where, value in (
+        (("speculative", "total_ms"), -1.0),
+        (("speculative", "rounds", 0, "verify_ms"), float("inf")),
+        (("speculative", "settings", "sampling", "temperature"), float("nan")),
+    ):
         d = copy.deepcopy(good)
         set_path(d, where, value)
         refused(d, ".".join(str(w) for w in where[1:]).replace(".", r"\."))
@@ -143,10 +155,22 @@ def test_oversized_counts_are_refused_before_any_object_is_built(good, monkeypat
     monkeypatch.setattr(specviz.trace, "validate", reached)
     r0 = good["speculative"]["rounds"][0]
     for label, change, match in [
-        ("85,000 drafts in a round", lambda d: d["speculative"]["rounds"][0].__setitem__("drafts", [r0["drafts"][0]] * 85_000), "drafts"),
-        ("140,000 top tokens", lambda d: d["speculative"]["rounds"][0].__setitem__("final_top", [r0["final_top"][0]] * 140_000), "top tokens"),
+        (
+            "85,000 drafts in a round",
+            lambda d: d["speculative"]["rounds"][0].__setitem__("drafts", [r0["drafts"][0]] * 85_000),
+            "drafts",
+        ),
+        (
+            "140,000 top tokens",
+            lambda d: d["speculative"]["rounds"][0].__setitem__("final_top", [r0["final_top"][0]] * 140_000),
+            "top tokens",
+        ),
         ("56,477 rounds", lambda d: d["speculative"].__setitem__("rounds", [r0] * 56_477), "rounds"),
-        ("a 100 kB token text", lambda d: d["speculative"]["rounds"][0]["drafts"][0].__setitem__("text", "x" * 100_000), "characters"),
+        (
+            "a 100 kB token text",
+            lambda d: d["speculative"]["rounds"][0]["drafts"][0].__setitem__("text", "x" * 100_000),
+            "characters",
+        ),
     ]:
         d = copy.deepcopy(good)
         change(d)
@@ -161,7 +185,11 @@ def test_deep_nesting_and_non_json_get_messages():
     refused("[" * 100_000 + "]" * 100_000, "nested")
     refused('{"format": "specviz-recording", "title": ' + "[" * 50 + "]" * 50 + "}", "nested|title")
     refused(b"\x00\xff", "not JSON")
-    refused('{"format": "specviz-recording", "speculative": {"mode": "speculative", "prompt_ids": [], "schema_version": 99}}', "schema version")
+    refused(
+        '{"format": "specviz-recording", "speculative": {"mode": "speculative", "prompt_ids": [], "schema_version": '
+        '99}}',
+        "schema version",
+    )
 
 
 def test_titles_are_text_never_markdown_or_html(good):
@@ -178,7 +206,9 @@ def test_the_largest_recording_specviz_writes_loads(good):
     spec = good["speculative"]
     r = next(r for r in spec["rounds"] if r["final_kind"] == "correction" and r["drafts"][0]["verdict"] == "rejected")
     one = copy.deepcopy(r)
-    one["drafts"] = [copy.deepcopy(one["drafts"][0])] + [dict(copy.deepcopy(one["drafts"][0]), verdict="discarded") for _ in range(MAX_GAMMA - 1)]
+    one["drafts"] = [copy.deepcopy(one["drafts"][0])] + [
+        dict(copy.deepcopy(one["drafts"][0]), verdict="discarded") for _ in range(MAX_GAMMA - 1)
+    ]
     one["gamma"] = MAX_GAMMA
     one["emitted_ids"] = [one["final_token_id"]]
     spec["rounds"] = [one] * 256

@@ -2,7 +2,8 @@
 
 Every ``import`` and ``from ... import`` in every module counts, those inside functions too (a
 lazy import is still a dependency), and so do imports under ``if TYPE_CHECKING:`` (an annotation
-that needs the other module is a dependency too). ``from specviz.x import name`` is an edge to ``specviz.x.name`` when that is a
+that needs the other module is a dependency too). ``from specviz.x import name`` is an edge to ``specviz.x.name`` when
+that is a
 module, else to ``specviz.x``. A package's ``__init__`` running before its submodules is not an
 edge of its own (every package would otherwise import itself).
 """
@@ -77,11 +78,20 @@ def test_the_graph_sees_lazy_and_type_checking_imports(tmp_path):
 
 def test_the_validation_does_not_import_the_trace_it_validates():
     graph = import_graph()
-    assert "specviz.trace.validation" in graph["specviz.trace"] and "specviz.trace" not in graph["specviz.trace.validation"]
+    assert (
+        "specviz.trace.validation" in graph["specviz.trace"]
+        and "specviz.trace" not in graph["specviz.trace.validation"]
+    )
 
 
 def test_the_trace_and_the_recording_import_no_views():
     graph = import_graph()
-    for module in ("specviz.trace", "specviz.recording", "specviz.trace.validation", "specviz.engine.chain", "specviz.engine.batch"):
+    for module in (
+        "specviz.trace",
+        "specviz.recording",
+        "specviz.trace.validation",
+        "specviz.engine.chain",
+        "specviz.engine.batch",
+    ):
         assert not any(m.startswith("specviz.views") for m in graph[module]), (module, graph[module])
     assert not any(m.startswith("specviz.measure.bench") for m in graph["specviz.views.batch"])

@@ -18,7 +18,6 @@ import functools
 import json
 import os
 import re
-import threading
 import time
 import uuid
 
@@ -27,7 +26,6 @@ import pytest
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from tests.conftest import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -50,13 +48,23 @@ def run_data(tokens: int) -> list:
     return ["embedded", "def f(x):", 4, 0.0, 0, 1.0, tokens, 0, True, "model", "constant", 1.0, "chain"]
 
 
-def join(http: httpx.Client, url: str, data: list, api_name: str = "run", session: str | None = None) -> tuple[httpx.Response, str]:
+def join(
+    http: httpx.Client, url: str, data: list, api_name: str = "run", session: str | None = None
+) -> tuple[httpx.Response, str]:
     session = session or uuid.uuid4().hex
-    body = {"data": data, "fn_index": fn_index(url, api_name), "session_hash": session, "event_data": None, "trigger_id": None}
+    body = {
+        "data": data,
+        "fn_index": fn_index(url, api_name),
+        "session_hash": session,
+        "event_data": None,
+        "trigger_id": None,
+    }
     return http.post(f"{url}/gradio_api/queue/join", json=body), session
 
 
-def listen(http: httpx.Client, url: str, session: str, until: str = "process_completed", cap_s: float = CAP_S) -> list[dict]:
+def listen(
+    http: httpx.Client, url: str, session: str, until: str = "process_completed", cap_s: float = CAP_S
+) -> list[dict]:
     """Read the session's event stream until a message of kind ``until`` (or the cap)."""
     seen = []
     end = time.monotonic() + cap_s
@@ -159,7 +167,11 @@ def test_a_flood_from_one_address_leaves_another_served_after_the_running_job(ap
         print(f"the other address's 8-token run answered in {waited:.1f} s, after at most the one running job")
         assert seen and seen[-1].get("msg") == "process_completed" and seen[-1].get("success"), seen[-1:]
     for s in sessions:  # end the flood's jobs
-        httpx.post(f"{url}/gradio_api/cancel", json={"session_hash": s, "fn_index": fn_index(url, "run"), "event_id": ""}, timeout=CAP_S)
+        httpx.post(
+            f"{url}/gradio_api/cancel",
+            json={"session_hash": s, "fn_index": fn_index(url, "run"), "event_id": ""},
+            timeout=CAP_S,
+        )
     wait_idle(demo)
 
 
@@ -210,7 +222,10 @@ def test_a_job_whose_result_stream_is_never_opened_stops(app, monkeypatch):
         waited = time.monotonic() - start
         assert seen and seen[-1].get("msg") == "process_completed" and seen[-1].get("success"), seen[-1:]
         text = a.get(f"{url}/gradio_api/call/run/{event_id}", timeout=CAP_S).text  # read only now: how the job ended
-    print(f"\na 256-token /run nobody read stopped; the other address's 8-token run answered {waited:.1f} s after it was posted")
+    print(
+        f"\na 256-token /run nobody read stopped; the other address's 8-token run answered {waited:.1f} s after it was "
+        "posted"
+    )
     # Whichever comes first stops it: nobody reading it past the grace period, or (the device queue by size) the
     # other address's much shorter run waiting for the device.
     assert "event: error" in text and ("the run stopped" in text or "Device shared" in text), text[-300:]
@@ -286,7 +301,9 @@ def test_uploads_over_the_budget_are_refused(app, monkeypatch):
     from specviz.ui import server
 
     url = app[1]
-    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=int(3.5 * 2**20), total=int(5.5 * 2**20), window_s=600))
+    monkeypatch.setattr(
+        server, "UPLOADS", server.UploadBudget(per_client=int(3.5 * 2**20), total=int(5.5 * 2**20), window_s=600)
+    )
     blob = os.urandom(2**20)
     codes = {A: [], B: []}
     for address in (A, A, A, A, B, B, B):
@@ -309,8 +326,16 @@ def test_the_upload_budget_counts_per_address_and_in_all():
 # ---- fields -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field, value, name", [(0, ["embedded"], "pair"), (12, ["chain"], "token tree"), (12, {"a": 1}, "token tree"),
-                                                 (8, "yes", "chat"), (8, None, "chat")])
+@pytest.mark.parametrize(
+    "field, value, name",
+    [
+        (0, ["embedded"], "pair"),
+        (12, ["chain"], "token tree"),
+        (12, {"a": 1}, "token tree"),
+        (8, "yes", "chat"),
+        (8, None, "chat"),
+    ],
+)
 def test_run_refuses_fields_of_the_wrong_type_naming_them(app, field, value, name):
     url = app[1]
     data = run_data(8)

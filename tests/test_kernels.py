@@ -27,8 +27,16 @@ def _routes():
 
 def tiny_llama(seed: int = 0, vocab: int = 64, width: int = 64, layers: int = 2) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=width,
+        intermediate_size=2 * width,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    )
     return LlamaForCausalLM(config).eval().requires_grad_(False)
 
 
@@ -66,7 +74,9 @@ def test_the_choice_is_timed_once_per_machine_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     calls = []
     real = kernels._time_routes
-    monkeypatch.setattr(kernels, "_time_routes", lambda layers, routes, repeats: calls.append(len(layers)) or real(layers, routes, 1))
+    monkeypatch.setattr(
+        kernels, "_time_routes", lambda layers, routes, repeats: calls.append(len(layers)) or real(layers, routes, 1)
+    )
     first = choose(tiny_llama())
     timed = len(calls)
     assert timed >= 1 and first is not None and "per row count" in first.summary
@@ -95,7 +105,12 @@ def test_apply_form_routes_the_pairs_of_large_targets_only(monkeypatch, tmp_path
     routed = precision.apply_form(tiny_llama(), precision.Form(torch.float32, "fp32: test"))  # a large target's pair
     assert routed.specviz_kernels is not None
     monkeypatch.setenv(precision.KERNELS_ENV, "off")
-    assert getattr(precision.apply_form(tiny_llama(), precision.Form(torch.float32, "fp32: test")), "specviz_kernels", None) is None
+    assert (
+        getattr(
+            precision.apply_form(tiny_llama(), precision.Form(torch.float32, "fp32: test")), "specviz_kernels", None
+        )
+        is None
+    )
     monkeypatch.setenv(precision.KERNELS_ENV, "on")
     routed = precision.apply_form(tiny_llama(), precision.cpu_form(5_000_000))
     assert routed.specviz_kernels is not None and "; matrix products chosen per row count" in routed.specviz_form.reason
@@ -109,7 +124,10 @@ def test_bf16_instructions_torch_does_not_run_at_give_fp32(monkeypatch):
     chooser reads the capability torch runs at, so it chooses what such a CPU would."""
     form = precision.judge(["avx512_bf16"], {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.1}}, capability="AVX2")
     assert form.dtype == torch.float32 and "AVX2" in form.reason and "avx512_bf16" in form.reason
-    assert precision.judge(["avx512_bf16"], {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.1}}, "AVX512").dtype == torch.bfloat16
+    assert (
+        precision.judge(["avx512_bf16"], {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.1}}, "AVX512").dtype
+        == torch.bfloat16
+    )
     assert precision.usable_bf16(["bf16"], "SVE256") == ["bf16"]  # Arm's flag stands as reported
     monkeypatch.setattr(precision, "cpu_flags", lambda cpuinfo=None: {"avx512_bf16"})
     monkeypatch.setattr(precision, "torch_capability", lambda: "AVX2")
@@ -155,8 +173,11 @@ def test_greedy_output_equals_the_routed_targets_own_greedy_decoding(route):
     choose(target, force=route)
     choose(drafter, force=route)
     prompt = [3, 17, 5, 40, 22, 9]
-    want = autoregressive_generate(prompt, target, sampling=Sampling(0.0), max_new_tokens=40, eos_token_id=None).output_ids
+    want = autoregressive_generate(
+        prompt, target, sampling=Sampling(0.0), max_new_tokens=40, eos_token_id=None
+    ).output_ids
     for gamma in range(1, 6):
-        got = speculative_generate(prompt, drafter, target, gamma=gamma, sampling=Sampling(0.0), max_new_tokens=40,
-                                   eos_token_id=None).output_ids
+        got = speculative_generate(
+            prompt, drafter, target, gamma=gamma, sampling=Sampling(0.0), max_new_tokens=40, eos_token_id=None
+        ).output_ids
         assert got == want, f"gamma {gamma}"

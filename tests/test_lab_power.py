@@ -14,7 +14,11 @@ import pytest
 from specviz import Sampling
 from specviz.lab import ALPHA, MIN_EFFECT, POWER, Result, exact_two_token_distribution, models, runs_to_catch
 
-LAWS = [("similar", Sampling(temperature=1.0)), ("unlike", Sampling(temperature=1.3, top_k=4)), ("target_zeros", Sampling(temperature=1.0))]
+LAWS = [
+    ("similar", Sampling(temperature=1.0)),
+    ("unlike", Sampling(temperature=1.3, top_k=4)),
+    ("target_zeros", Sampling(temperature=1.0)),
+]
 EXPERIMENTS = 400  # simulated experiments per law: a rejection rate of 0.99 is seen as >= 0.97 but for 1 in 100 draws
 
 
@@ -35,7 +39,9 @@ def moved(law: np.ndarray, w: float) -> np.ndarray:
 def rejection_rate(law: np.ndarray, truth: np.ndarray, runs: int, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     result = Result(counts=np.zeros_like(law), exact=law, runs=runs)
-    return float(np.mean([result.test(rng.multinomial(runs, truth).astype(float))[1] < ALPHA for _ in range(EXPERIMENTS)]))
+    return float(
+        np.mean([result.test(rng.multinomial(runs, truth).astype(float))[1] < ALPHA for _ in range(EXPERIMENTS)])
+    )
 
 
 @pytest.mark.parametrize("kind, sampling", LAWS, ids=[k for k, _ in LAWS])

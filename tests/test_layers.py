@@ -112,7 +112,10 @@ def violations(graph: dict[str, dict[str, list[str]]]) -> list[str]:
     for package, deps in sorted(graph.items()):
         for dep, where in sorted(deps.items()):
             if package in ALLOWED and dep not in ALLOWED[package]:
-                found.append(f"{package} imports {dep} ({', '.join(where)}); it may import only {', '.join(sorted(ALLOWED[package]))}")
+                found.append(
+                    f"{package} imports {dep} ({', '.join(where)}); it may import only "
+                    f"{', '.join(sorted(ALLOWED[package]))}"
+                )
             if dep in FORBIDDEN.get(package, ()):
                 found.append(f"{package} imports {dep} ({', '.join(where)})")
     return found
@@ -139,22 +142,27 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_checker_reports_planted_violations(tmp_path):
-    tree = _write(tmp_path, {
-        "__init__.py": "",
-        "trace.py": "",
-        "engine/__init__.py": "",
-        "engine/loop.py": "def run():\n    from specviz.drafters import kinds\n",  # lazy: still an edge
-        "drafters/__init__.py": "",
-        "drafters/kinds.py": "from specviz.engine import loop\n",  # closes the cycle engine <-> drafters
-        "views/__init__.py": "",
-        "views/page.py": ("from typing import TYPE_CHECKING\nfrom specviz import trace\n"
-                          "if TYPE_CHECKING:\n    from specviz.recording import Recording\n"),
-        "recording.py": "from .trace import Trace\n",  # relative: an edge to trace, which is allowed above data
-        "measure/__init__.py": "",
-        "measure/bench.py": "import specviz.ui.limits\n",
-        "ui/__init__.py": "",
-        "ui/limits.py": "",
-    })
+    tree = _write(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "trace.py": "",
+            "engine/__init__.py": "",
+            "engine/loop.py": "def run():\n    from specviz.drafters import kinds\n",  # lazy: still an edge
+            "drafters/__init__.py": "",
+            "drafters/kinds.py": "from specviz.engine import loop\n",  # closes the cycle engine <-> drafters
+            "views/__init__.py": "",
+            "views/page.py": (
+                "from typing import TYPE_CHECKING\nfrom specviz import trace\n"
+                "if TYPE_CHECKING:\n    from specviz.recording import Recording\n"
+            ),
+            "recording.py": "from .trace import Trace\n",  # relative: an edge to trace, which is allowed above data
+            "measure/__init__.py": "",
+            "measure/bench.py": "import specviz.ui.limits\n",
+            "ui/__init__.py": "",
+            "ui/limits.py": "",
+        },
+    )
     graph = package_graph(tree)
     assert graph["recording"] == {"trace": ["specviz.recording:1"]}
     found = "\n".join(violations(graph))

@@ -71,7 +71,9 @@ def server(tmp_path):
         "GRADIO_SERVER_NAME": "127.0.0.1",
     }
     log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while True:
@@ -104,7 +106,17 @@ def client_for(url: str) -> Client:
 
 def request_args(rng: random.Random) -> tuple:
     # pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed
-    return ("embedded", rng.choice(PROMPTS), rng.randint(1, 8), rng.choice([0.0, 0.7, 1.0]), 40, 0.95, 12, rng.randint(0, 10**6))  # short runs: many per second
+    # short runs: many per second
+    return (
+        "embedded",
+        rng.choice(PROMPTS),
+        rng.randint(1, 8),
+        rng.choice([0.0, 0.7, 1.0]),
+        40,
+        0.95,
+        12,
+        rng.randint(0, 10**6),
+    )
 
 
 def check_outputs(outputs) -> str | None:
@@ -175,7 +187,11 @@ def test_concurrent_clients_complete_or_are_refused_and_memory_stays_flat(server
     elapsed = time.monotonic() - start
 
     alive = proc.poll() is None
-    after = check_outputs(client_for(url).predict(*request_args(random.Random(-1)), api_name="/generate")) if alive else "server exited"
+    after = (
+        check_outputs(client_for(url).predict(*request_args(random.Random(-1)), api_name="/generate"))
+        if alive
+        else "server exited"
+    )
 
     warm = [v for t, v in samples if WARMUP_S - 3 <= t <= WARMUP_S]
     final = [v for t, v in samples if t >= WARMUP_S + MEASURED_S - 3]
@@ -183,8 +199,10 @@ def test_concurrent_clients_complete_or_are_refused_and_memory_stays_flat(server
     peak_mb = max(v for _, v in samples)
     print(
         f"\nload test: {CLIENTS} clients, queue size {MAX_QUEUE}, {elapsed:.0f} s: {counts['requests']} requests, "
-        f"{counts['completed']} completed, {counts['refused']} refused (queue full), {len(errors)} errors, {hung} hung; "
-        f"server RSS {samples[0][1]:.0f} MB at start, {warm_mb:.0f} MB after {WARMUP_S} s warm-up, {final_mb:.0f} MB at the end "
+        f"{counts['completed']} completed, {counts['refused']} refused (queue full), {len(errors)} errors, {hung} "
+        "hung; "
+        f"server RSS {samples[0][1]:.0f} MB at start, {warm_mb:.0f} MB after {WARMUP_S} s warm-up, {final_mb:.0f} MB "
+        "at the end "
         f"(growth {final_mb - warm_mb:+.0f} MB, limit {RSS_GROWTH_LIMIT_MB}), peak {peak_mb:.0f} MB; "
         f"served afterwards: {after is None}\n  RSS every 10 s (MB): "
         + " ".join(f"{v:.0f}" for t, v in samples if int(t * 2) % 20 == 0)
@@ -207,8 +225,13 @@ def test_a_stream_resumed_on_other_threads_gives_the_same_run(embedded):
     from specviz.pair import encode_prompt
 
     ids = encode_prompt(embedded, PROMPTS[0])
-    kw = dict(sampling=Sampling(0.7, top_k=40, top_p=0.95), max_new_tokens=24, seed=3, eos_token_id=embedded.eos_token_ids,
-              tokenizer=embedded.tokenizer)
+    kw = dict(
+        sampling=Sampling(0.7, top_k=40, top_p=0.95),
+        max_new_tokens=24,
+        seed=3,
+        eos_token_id=embedded.eos_token_ids,
+        tokenizer=embedded.tokenizer,
+    )
     streams = {
         "speculative": lambda: speculative_stream(ids, embedded.drafter, embedded.target, gamma=3, **kw),
         "autoregressive": lambda: autoregressive_stream(ids, embedded.target, **kw),

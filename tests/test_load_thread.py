@@ -29,7 +29,9 @@ def test_a_load_holds_the_visitor_who_asked_and_not_the_device_thread(monkeypatc
     monkeypatch.setattr(pairs, "load_pair", slow_load)
     monkeypatch.setattr(pairs, "loaded_pair", lambda **ids: None)  # not resident: it loads
     got = {}
-    visitor = threading.Thread(target=lambda: got.setdefault("pair", pairs.ensure_pair("embedded", "", "", lambda *a, **k: None)))
+    visitor = threading.Thread(
+        target=lambda: got.setdefault("pair", pairs.ensure_pair("embedded", "", "", lambda *a, **k: None))
+    )
     visitor.start()
     try:
         assert started.wait(30)
@@ -57,7 +59,9 @@ def test_a_resident_pair_is_not_queued_behind_another_pairs_load(monkeypatch):
         started.set()
         assert release.wait(30)
 
-    monkeypatch.setattr(pairs, "loaded_pair", lambda **ids: "the resident pair" if ids == {"name": "embedded"} else None)
+    monkeypatch.setattr(
+        pairs, "loaded_pair", lambda **ids: "the resident pair" if ids == {"name": "embedded"} else None
+    )
     other = threading.Thread(target=load_thread.run, args=(slow,))
     other.start()
     try:

@@ -12,17 +12,38 @@ import pytest
 from specviz import theory
 from specviz.measure.speedup import TOO_WIDE, estimate
 from specviz.trace import Draft, Round, Trace
-from specviz.views.stats import (BASE_RATE, MIN_ROUNDS, NOT_DISTINGUISHABLE, SPEC_RATE, SPEEDUP, V_ROW, WHOLE_RUN, WITH_V,
-                                 spread_words, stats_html, summary, v_below_one)
+from specviz.views.stats import (
+    BASE_RATE,
+    MIN_ROUNDS,
+    NOT_DISTINGUISHABLE,
+    SPEC_RATE,
+    SPEEDUP,
+    V_ROW,
+    WHOLE_RUN,
+    WITH_V,
+    spread_words,
+    stats_html,
+    summary,
+    v_below_one,
+)
 from specviz.views.verdict import _alpha_for, headline_html, judge, kind_note, verdict
 
 
 def _draft(accepted: bool, tested: bool = True) -> Draft:
-    return Draft(token_id=1, text="a", q=0.5, p=0.5 if accepted else 0.1, accept_prob=1.0 if accepted else 0.2,
-                 u=0.1 if accepted else 0.9, verdict="accepted" if accepted else "rejected" if tested else "discarded")
+    return Draft(
+        token_id=1,
+        text="a",
+        q=0.5,
+        p=0.5 if accepted else 0.1,
+        accept_prob=1.0 if accepted else 0.2,
+        u=0.1 if accepted else 0.9,
+        verdict="accepted" if accepted else "rejected" if tested else "discarded",
+    )
 
 
-def _spec(rounds: list[tuple[int, float, float, float]], gamma: int = 4, kind: str = "model", prefill: float = 20.0) -> Trace:
+def _spec(
+    rounds: list[tuple[int, float, float, float]], gamma: int = 4, kind: str = "model", prefill: float = 20.0
+) -> Trace:
     """A speculative trace: per round (accepted drafts, drafting ms, verify ms, other ms); every round drafts gamma,
     the first rejection ends its tests (its later drafts discarded), a correction or bonus token ends it."""
     t, out, made = prefill, [], []
@@ -32,12 +53,31 @@ def _spec(rounds: list[tuple[int, float, float, float]], gamma: int = 4, kind: s
             drafts += [_draft(False)] + [_draft(False, tested=False) for _ in range(gamma - n_acc - 1)]
         t += draft_ms + verify_ms + other_ms
         emitted = [1] * (n_acc + 1)
-        made.append(Round(drafts=drafts, emitted_ids=emitted, final_token_id=1, final_text="a",
-                          final_kind="correction" if n_acc < gamma else "bonus", final_prob=0.5, draft_ms=draft_ms,
-                          verify_ms=verify_ms, end_ms=t, gamma=gamma))
+        made.append(
+            Round(
+                drafts=drafts,
+                emitted_ids=emitted,
+                final_token_id=1,
+                final_text="a",
+                final_kind="correction" if n_acc < gamma else "bonus",
+                final_prob=0.5,
+                draft_ms=draft_ms,
+                verify_ms=verify_ms,
+                end_ms=t,
+                gamma=gamma,
+            )
+        )
         out += emitted
-    return Trace(mode="speculative", prompt_ids=[1], output_ids=out, rounds=made, stop_reason="max_new_tokens", prefill_ms=prefill,
-                 total_ms=t, settings={"gamma": gamma, "drafter": {"kind": kind}})
+    return Trace(
+        mode="speculative",
+        prompt_ids=[1],
+        output_ids=out,
+        rounds=made,
+        stop_reason="max_new_tokens",
+        prefill_ms=prefill,
+        total_ms=t,
+        settings={"gamma": gamma, "drafter": {"kind": kind}},
+    )
 
 
 def _base(tokens: int, step_ms: float | list[float], prefill: float = 10.0) -> Trace:
@@ -45,10 +85,28 @@ def _base(tokens: int, step_ms: float | list[float], prefill: float = 10.0) -> T
     t, made = prefill, []
     for ms in steps[:tokens]:
         t += ms
-        made.append(Round(drafts=[], emitted_ids=[1], final_token_id=1, final_text="a", final_kind="target", final_prob=1.0,
-                          draft_ms=0.0, verify_ms=ms, end_ms=t))
-    return Trace(mode="autoregressive", prompt_ids=[1], output_ids=[1] * len(made), rounds=made, stop_reason="max_new_tokens",
-                 prefill_ms=prefill, total_ms=t)
+        made.append(
+            Round(
+                drafts=[],
+                emitted_ids=[1],
+                final_token_id=1,
+                final_text="a",
+                final_kind="target",
+                final_prob=1.0,
+                draft_ms=0.0,
+                verify_ms=ms,
+                end_ms=t,
+            )
+        )
+    return Trace(
+        mode="autoregressive",
+        prompt_ids=[1],
+        output_ids=[1] * len(made),
+        rounds=made,
+        stop_reason="max_new_tokens",
+        prefill_ms=prefill,
+        total_ms=t,
+    )
 
 
 def _cell(html: str, key: str) -> tuple[str, str]:
@@ -57,6 +115,7 @@ def _cell(html: str, key: str) -> tuple[str, str]:
 
 
 # ---- item 2: one speedup, one name each ---------------------------------------------------------------------------
+
 
 def test_the_tables_two_rates_divide_to_the_speedup_it_shows_and_the_whole_run_ratio_is_named_as_that():
     """An argmax run showed 1.11x above "speculative 2.0 tok/s, autoregressive 2.1 tok/s": the rates were the whole
@@ -80,7 +139,7 @@ def test_the_tables_two_rates_divide_to_the_speedup_it_shows_and_the_whole_run_r
 
 
 def test_verify_names_only_v_and_the_headlines_time_share_is_scoring():
-    """"drafting 0.40 + verify 1.87" beside "a verify pass at v 1.64" called two quantities verify."""
+    """ "drafting 0.40 + verify 1.87" beside "a verify pass at v 1.64" called two quantities verify."""
     spec, base = _spec([(3, 4.0, 6.0, 0.5)] * 16), _base(64, 4.0)
     line = re.search(r'class="sv-headline-why"[^>]*>([^<]*)<', headline_html(spec, base)).group(1)
     assert "scoring" in line and "verify" not in line
@@ -116,7 +175,12 @@ def test_the_headlines_colour_and_words_carry_the_spread_in_the_tables_words():
     est = estimate(spec, base)
     assert est.low < 1.0 < est.high
     head = headline_html(spec, base)
-    assert f"speedup: {NOT_DISTINGUISHABLE}" in head and "#555555" in head and "faster" not in head and "slower" not in head
+    assert (
+        f"speedup: {NOT_DISTINGUISHABLE}" in head
+        and "#555555" in head
+        and "faster" not in head
+        and "slower" not in head
+    )
     assert NOT_DISTINGUISHABLE in _cell(stats_html(spec, base), SPEEDUP)[1]
 
 
@@ -127,15 +191,25 @@ def test_the_auto_trees_note_shows_the_headlines_speedup_with_its_spread():
     point = measured_point(spec, base)
     s = summary(spec, base)
     assert point["speedup"] == s["measured_speedup"] and point["speedup"] != pytest.approx(s["speedup"])
-    choice = {"chosen": "tree 2-1", "predicted_tokens_per_round": 3.0, "predicted_cost": 2.0, "predicted_speedup": 1.5,
-              "best_chain": {"gamma": 3, "predicted_speedup": 1.2, "predicted_tokens_per_round": 2.5, "predicted_cost": 2.0},
-              "inputs": {}}
+    choice = {
+        "chosen": "tree 2-1",
+        "predicted_tokens_per_round": 3.0,
+        "predicted_cost": 2.0,
+        "predicted_speedup": 1.5,
+        "best_chain": {"gamma": 3, "predicted_speedup": 1.2, "predicted_tokens_per_round": 2.5, "predicted_cost": 2.0},
+        "inputs": {},
+    }
     note = auto_note_markdown(choice, point)
-    assert f"speedup {s['measured_speedup']:.2f}×" in note and "prefill excluded" in note and "interquartile range" in note
+    assert (
+        f"speedup {s['measured_speedup']:.2f}×" in note and "prefill excluded" in note and "interquartile range" in note
+    )
     assert "tokens/s / its autoregressive baseline's" not in note
     assert "No shape pays" not in note
     losing = auto_note_markdown({**choice, "predicted_speedup": 0.73}, point)
-    assert losing.startswith("**No shape pays here: predicted 0.73x at best** (tree 2-1,") and "target alone is faster" in losing
+    assert (
+        losing.startswith("**No shape pays here: predicted 0.73x at best** (tree 2-1,")
+        and "target alone is faster" in losing
+    )
 
 
 def test_compare_batch_sweep_and_explanation_call_only_the_headlines_quantity_speedup():
@@ -147,31 +221,58 @@ def test_compare_batch_sweep_and_explanation_call_only_the_headlines_quantity_sp
 
     spec, base = _spread_run([12.0, 13.0, 12.0, 14.0, 12.0, 13.0, 12.0, 14.0])
     rows = {name: (value, note) for name, value, note in _numbers(spec, base)}
-    assert rows["speedup"][0] == f"{estimate(spec, base).decode_speedup:.2f}×" and "interquartile range" in rows["speedup"][1]
+    assert (
+        rows["speedup"][0] == f"{estimate(spec, base).decode_speedup:.2f}×"
+        and "interquartile range" in rows["speedup"][1]
+    )
     assert "speedup" not in RATIO and "speedup" not in SWEEP_RATIO
     names = [t.name for t in batch_figure([BatchPoint(1, [10.0, 11.0], [9.0, 9.5])]).data]
     assert not any("speedup" in n for n in names)
     row = re.search(r"\| \*\*speedup\*\* \|([^\n]*)", EXPLANATION).group(1)
-    assert "decoding time" in row and "prefill excluded" in row and "speculative tokens/s / autoregressive tokens/s," not in row
+    assert (
+        "decoding time" in row
+        and "prefill excluded" in row
+        and "speculative tokens/s / autoregressive tokens/s," not in row
+    )
     assert "interquartile range" in EXPLANATION and "whole tok/s ratio" in THEORY_NOTE
 
 
-# ---- item 3: the cause named right ------------------------------------------------------------------------------------
+# ---- item 3: the cause named right
+# ------------------------------------------------------------------------------------
+
 
 def test_the_verdict_names_the_largest_cause_not_the_verify_pass_whenever_it_exceeds_the_tokens():
     """Early exit, alpha 0.03, c 0.67, drafting 2.55 steps: told "the verify pass alone costs 1.82 steps, more than the
-    1.03 tokens". Acceptance lost most (3.97 of a possible 5 tokens), and paying needs alpha of about 0.93 at gamma 4."""
+    1.03 tokens". Acceptance lost most (3.97 of a possible 5 tokens), and paying needs alpha of about 0.93 at gamma
+    4."""
     spec, base = _spread_run([12.0] * 8)
     j = judge(spec, base)
-    early = replace(j, tokens=1.03, passes=3.8, c=0.67, drafting=2.55, verify=1.82, alpha=0.03, low=0.2, high=0.3, rounds=31,
-                    stretches=7, most_tokens=5.0, speedup=0.25, kind="early-exit", tree=False)
+    early = replace(
+        j,
+        tokens=1.03,
+        passes=3.8,
+        c=0.67,
+        drafting=2.55,
+        verify=1.82,
+        alpha=0.03,
+        low=0.2,
+        high=0.3,
+        rounds=31,
+        stretches=7,
+        most_tokens=5.0,
+        speedup=0.25,
+        kind="early-exit",
+        tree=False,
+    )
     assert early.call == "slower"
     causes = early.causes()
     assert causes == pytest.approx({"acceptance": 3.97, "drafting": 2.55, "verify cost": 0.82})
     why = early.why()
     assert why.startswith("Most of the loss is acceptance") and "alpha 0.03" in why and "4.37" in why
     need = _alpha_for(4.37, 4)
-    assert theory.expected_tokens_per_round(need, 4) == pytest.approx(4.37) and f"alpha above {need:.2f} at gamma 4" in why
+    assert (
+        theory.expected_tokens_per_round(need, 4) == pytest.approx(4.37) and f"alpha above {need:.2f} at gamma 4" in why
+    )
     assert "verify pass alone costs" not in why
     # Drafting largest: a quantized target's c 0.55 over 4 passes; paying needs c under (3.11 - 1.68) / 4.
     costly = replace(early, tokens=3.11, passes=4.0, c=0.55, drafting=2.21, verify=1.68, alpha=0.76, kind="quantized")
@@ -199,9 +300,11 @@ def test_the_verdict_says_what_is_known_of_early_exit_and_prompt_lookup():
 
 # ---- item 5: v below 1, and v too short to measure ----------------------------------------------------------------
 
+
 def test_a_v_below_one_is_explained_in_plain_words_where_v_is_shown():
     spec = _spec([(0, 0.0, 3.0, 0.2)] * 12, gamma=1)  # verify passes of 3 ms against steps of 4 ms: v 0.75
-    spec = replace(spec, rounds=[replace(r, drafts=[]) if i % 3 else r for i, r in enumerate(spec.rounds)])  # 8 of 12 drafted nothing
+    # 8 of 12 drafted nothing
+    spec = replace(spec, rounds=[replace(r, drafts=[]) if i % 3 else r for i, r in enumerate(spec.rounds)])
     base = _base(12, 4.0)
     s = summary(spec, base)
     assert s["verify_cost"] == pytest.approx(0.75) and s["rounds_without_drafts"] == 8

@@ -26,8 +26,19 @@ class Progress:
 
 def _point(gamma: int) -> SweepPoint:
     accepted = 8 * gamma - 6  # 6 of the 8 rounds end in a rejection
-    return SweepPoint(gamma=gamma, tokens=accepted + 8, rounds=8, drafted=8 * gamma, accepted=accepted, total_ms=400.0, draft_ms=50.0, rejected=6,
-                      verify_ms=300.0, baseline_tokens_per_second=30.0, drafter_passes=8 * gamma)
+    return SweepPoint(
+        gamma=gamma,
+        tokens=accepted + 8,
+        rounds=8,
+        drafted=8 * gamma,
+        accepted=accepted,
+        total_ms=400.0,
+        draft_ms=50.0,
+        rejected=6,
+        verify_ms=300.0,
+        baseline_tokens_per_second=30.0,
+        drafter_passes=8 * gamma,
+    )
 
 
 def _sweeps(gammas):
@@ -43,8 +54,15 @@ def _sweeps(gammas):
 def shown_run():
     target = tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
     drafter = tiny_lm(vocab=16, layers=1, seed=1, init=0.3)
-    spec = speculative_generate([1, 2, 3], make_drafter("model", drafter_model=drafter), target, gamma=2, sampling=Sampling(1.0),
-                                max_new_tokens=6, seed=0)
+    spec = speculative_generate(
+        [1, 2, 3],
+        make_drafter("model", drafter_model=drafter),
+        target,
+        gamma=2,
+        sampling=Sampling(1.0),
+        max_new_tokens=6,
+        seed=0,
+    )
     return Recording(spec, None, None, "a run", "the prompt", True)
 
 
@@ -88,7 +106,9 @@ def test_a_resident_pairs_loaded_message_gives_way_to_what_runs(monkeypatch):
     loaded: after the pair is ready, the job's own words replace it, with no bar."""
     import specviz.ui.pairs as pairs
 
-    monkeypatch.setattr(pairs, "load_pair", lambda progress=None, **ids: progress(1.0, "english is loaded") or "the pair")
+    monkeypatch.setattr(
+        pairs, "load_pair", lambda progress=None, **ids: progress(1.0, "english is loaded") or "the pair"
+    )
     progress = Progress()
     assert pairs.ensure_pair("english", "", "", progress, "Sweep: the baseline…") == "the pair"
     assert progress.calls[-1] == (None, "Sweep: the baseline…")
@@ -103,11 +123,15 @@ def test_a_long_job_says_what_runs_before_its_first_measurement(monkeypatch, job
     page = importlib.import_module(f"specviz.ui.{job}")
     progress = Progress()
     monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: progress(None, desc=a[4]))
-    monkeypatch.setattr(page, f"{job}_on_device", lambda *a, **k: pytest.fail("the device half ran before the first words"))
+    monkeypatch.setattr(
+        page, f"{job}_on_device", lambda *a, **k: pytest.fail("the device half ran before the first words")
+    )
     fn = getattr(page, f"run_{job}")
     if job == "sweep":
         first = next(fn("embedded", "x", 0.7, 40, 0.9, 16, 0, None, progress=progress))["sweep_status"]
-        assert first.startswith("Sweep (drafter model, constant gamma): measuring the autoregressive baseline, then gamma 1..8")
+        assert first.startswith(
+            "Sweep (drafter model, constant gamma): measuring the autoregressive baseline, then gamma 1..8"
+        )
     elif job == "compare":
         first = next(fn("embedded", "x", 4, 0.7, 40, 0.9, 16, 0, progress=progress))["compare_view"]
         assert "Comparing drafters: the drafter model first" in first and "baseline" in first
@@ -125,13 +149,18 @@ def test_a_sweep_at_its_time_limit_names_the_gammas_left_and_asks_for_fewer_toke
     monkeypatch.setattr(page, "SWEEP_SECONDS_MAX", 90.0)
     last = _sweep(monkeypatch, shown_run, (1, 2, 3, 4))[-1]
     status = last["sweep_status"]
-    assert status.startswith("Sweep (drafter model, constant gamma) stopped at its time limit of 90 s after gamma 4: "), status
+    assert status.startswith(
+        "Sweep (drafter model, constant gamma) stopped at its time limit of 90 s after gamma 4: "
+    ), status
     assert "gamma 5, 6, 7, 8 were not measured. Fewer max new tokens would finish it" in status
     assert "At 16 tokens 4 of 8 gammas fit, so about 8 should fit all of them." in status
     assert [p.gamma for p in last["recording"].sweep.points] == [1, 2, 3, 4]  # what was measured is kept
     none = _sweep(monkeypatch, shown_run, ())[-1]["sweep_status"]
-    assert none == ("Sweep stopped at its time limit of 90 s before any gamma finished: gamma 1, 2, 3, 4, 5, 6, 7, 8 were not "
-                    "measured. Fewer max new tokens would finish it (each gamma decodes them twice, speculative and autoregressive).")
+    assert none == (
+        "Sweep stopped at its time limit of 90 s before any gamma finished: gamma 1, 2, 3, 4, 5, 6, 7, 8 were not "
+        "measured. Fewer max new tokens would finish it (each gamma decodes them twice, speculative and "
+        "autoregressive)."
+    )
 
 
 def test_the_batch_tab_and_readme_say_one_thing_and_quote_the_measured_tables():
@@ -147,7 +176,11 @@ def test_the_batch_tab_and_readme_say_one_thing_and_quote_the_measured_tables():
     pairs = (root / "docs" / "pairs.md").read_text()  # README's English pair section, moved there
     assert "batches of 2 gain a little, batches of 4 and more lose" in BATCH_NOTE
     assert "batches of 2 gain a little, 4 and more lose" in readme
-    said = re.search(r"Batches, in the bf16 form used now \(gamma 4\): (\d\.\d\d)x at batch 2, and\nthey lose at 4 and 8 \((\d\.\d\d)x, (\d\.\d\d)x", bench)
+    said = re.search(
+        r"Batches, in the bf16 form used now \(gamma 4\): (\d\.\d\d)x at batch 2, and\nthey lose at 4 and 8 "
+        r"\((\d\.\d\d)x, (\d\.\d\d)x",
+        bench,
+    )
     assert said, "the English pair's sentence on batches (README's figures, moved to docs/benchmarks.md)"
     assert "Batches gain a little at 2 rows and lose from 4 on a bf16 CPU" in pairs
     for x in said.groups():
@@ -160,7 +193,7 @@ def test_the_batch_tab_and_readme_say_one_thing_and_quote_the_measured_tables():
 
 def _eq1(a: float, g: int) -> float:
     """Leviathan et al. 2023, Eq. (1), written here: 1 + a + ... + a^g."""
-    return sum(a ** i for i in range(g + 1))
+    return sum(a**i for i in range(g + 1))
 
 
 def test_the_explanations_measured_figures_are_computed_from_the_recordings_given(shown_run):
@@ -172,16 +205,24 @@ def test_the_explanations_measured_figures_are_computed_from_the_recordings_give
     rec = Recording(shown_run.speculative, None, sweep, "t")
     gaps = []
     for g in range(1, 9):
-        alpha, tpr = (8 * g - 6) / (8 * g), (8 * g + 2) / 8  # _point's counts: accepted / (accepted + rejected), tokens / rounds
+        # _point's counts: accepted / (accepted + rejected), tokens / rounds
+        alpha, tpr = (8 * g - 6) / (8 * g), (8 * g + 2) / 8
         gaps.append(abs(_eq1(alpha, g) - tpr) / tpr)
     worst = max(gaps)
-    logs = {"English drafter": {"held_out_mean_beta": {"greedy": {"mean_beta": 0.5, "positions": 10}, "t1": {"mean_beta": 2.0}}},
-            "EAGLE head": {"held_out_first_draft": {"greedy": {"first_draft_mean_beta": 0.25, "top1_agreement": 0.125}}}}
+    logs = {
+        "English drafter": {
+            "held_out_mean_beta": {"greedy": {"mean_beta": 0.5, "positions": 10}, "t1": {"mean_beta": 2.0}}
+        },
+        "EAGLE head": {"held_out_first_draft": {"greedy": {"first_draft_mean_beta": 0.25, "top1_agreement": 0.125}}},
+    }
     text = explanation_markdown([("mypair", "my-sweep", rec)], logs)
     assert "**`mypair` pair**" in text and "`my-sweep`" in text
-    assert f"within {worst:.1%} (the largest gap, at gamma {gaps.index(worst) + 1}; mean gap {sum(gaps) / 8:.1%})" in text
+    assert (
+        f"within {worst:.1%} (the largest gap, at gamma {gaps.index(worst) + 1}; mean gap {sum(gaps) / 8:.1%})" in text
+    )
     assert "Alpha (accepted / tested drafts) 0.25–0.91" in text
-    assert "mean beta 0.500 (greedy) over 10 drafted positions each" in text and "2.000" not in text  # a share over 1 is refused
+    # a share over 1 is refused
+    assert "mean beta 0.500 (greedy) over 10 drafted positions each" in text and "2.000" not in text
     assert "greedy: mean beta 0.250, top-1 agreement 0.125" in text
     assert "within 1 %" not in text and "What was measured" in explanation_markdown()
 
@@ -197,10 +238,15 @@ def test_the_explanation_on_the_page_names_the_pairs_of_the_shipped_files():
 
     text = explanation()
     rec = Recording.load(RECORDINGS / "english-greedy-gamma3-sweep.json")
-    gaps = [abs(_eq1(p.accepted / (p.accepted + p.rejected), p.gamma) - p.tokens / p.rounds) / (p.tokens / p.rounds) for p in rec.sweep.points]
+    gaps = [
+        abs(_eq1(p.accepted / (p.accepted + p.rejected), p.gamma) - p.tokens / p.rounds) / (p.tokens / p.rounds)
+        for p in rec.sweep.points
+    ]
     assert "**`english` pair**" in text and f"within {max(gaps):.1%}" in text.split("`english-greedy-gamma3-sweep`")[1]
     assert "**`embedded` pair**" in text and "`greedy-gamma4-sweep`" in text and "`sampled-gamma4-sweep`" in text
-    beta = json.loads((ASSETS / "models" / "smollm2-drafter" / "training_log.json").read_text())["held_out_mean_beta"]["greedy"]["mean_beta"]
+    beta = json.loads((ASSETS / "models" / "smollm2-drafter" / "training_log.json").read_text())["held_out_mean_beta"][
+        "greedy"
+    ]["mean_beta"]
     assert f"mean beta {beta:.3f} (greedy)" in text
 
 
@@ -300,13 +346,16 @@ def test_readme_says_what_a_cpu_without_bf16_shows_and_states_the_defaults_as_th
     preload = re.search(r"^\| `SPECVIZ_PRELOAD` \| (.*?) \|", settings, re.M).group(1)  # README's settings table, moved
     assert f"`{ENGLISH}`" in preload and f"`{EMBEDDED}`" in preload
     table = pairs.split("| Pair (drafter → target) |", 1)[1].split("\n\n", 1)[0]
-    assert re.search(rf"^\| `{ENGLISH}` \(the default\) \|", table, re.M) and re.search(rf"^\| `{EMBEDDED}` \|", table, re.M)
+    assert re.search(rf"^\| `{ENGLISH}` \(the default\) \|", table, re.M) and re.search(
+        rf"^\| `{EMBEDDED}` \|", table, re.M
+    )
     speed = speed.split("# Speed", 1)[1].split("\n## ", 1)[0]
     assert "31.5 minutes" in speed and "noisy" in speed
 
 
 def test_the_quick_button_sets_a_lectures_run_length_in_the_browser():
-    """"Quick (32 tokens)" sets max new tokens in the page itself (no request, no queue), to a length the slider takes."""
+    """ "Quick (32 tokens)" sets max new tokens in the page itself (no request, no queue), to a length the slider
+    takes."""
     from specviz.demo import build_demo
     from specviz.ui.limits import MAX_NEW_TOKENS_RANGE, QUICK_TOKENS
 

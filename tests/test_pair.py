@@ -62,7 +62,14 @@ CHAT = "{% for m in messages %}w3 {{ m['content'] }} w4 {% endfor %}{% if add_ge
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch, tmp_path):
     """No resident pairs, no operator settings, no token and an empty hub cache, before and after each test."""
-    for name in (pairs.ALLOW_CUSTOM_ENV, pairs.MAX_MODEL_GB_ENV, pairs.RESIDENT_PAIRS_ENV, pairs.PRELOAD_ENV, "HF_TOKEN", "SPACES_ZERO_GPU"):
+    for name in (
+        pairs.ALLOW_CUSTOM_ENV,
+        pairs.MAX_MODEL_GB_ENV,
+        pairs.RESIDENT_PAIRS_ENV,
+        pairs.PRELOAD_ENV,
+        "HF_TOKEN",
+        "SPACES_ZERO_GPU",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
     pairs.unload_all()
@@ -74,8 +81,16 @@ def still_serves():
     """The embedded pair loads and generates: whatever failed before did not break the process."""
     pair = load_pair(EMBEDDED, device="cpu")
     ids = encode_prompt(pair, "def add(a, b):")
-    trace = speculative_generate(ids, pair.drafter, pair.target, gamma=3, sampling=Sampling(0.0), max_new_tokens=8,
-                                 eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
+    trace = speculative_generate(
+        ids,
+        pair.drafter,
+        pair.target,
+        gamma=3,
+        sampling=Sampling(0.0),
+        max_new_tokens=8,
+        eos_token_id=pair.eos_token_ids,
+        tokenizer=pair.tokenizer,
+    )
     assert 1 <= len(trace.output_ids) <= 8 and trace.output_text
 
 
@@ -104,11 +119,16 @@ class FakeHub:
         self._real_model = AutoModelForCausalLM.from_pretrained
         # Plain functions on the class, so that HfApi().model_info(...) passes the HfApi instance first.
         monkeypatch.setattr(HfApi, "model_info", lambda api, *a, **k: self.model_info(api, *a, **k))
-        monkeypatch.setattr(HfApi, "get_safetensors_metadata", lambda api, *a, **k: self.get_safetensors_metadata(api, *a, **k))
+        monkeypatch.setattr(
+            HfApi, "get_safetensors_metadata", lambda api, *a, **k: self.get_safetensors_metadata(api, *a, **k)
+        )
         monkeypatch.setattr(AutoTokenizer, "from_pretrained", self.tokenizer_from_pretrained)
         monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", self.model_from_pretrained)
-        # Downloads (specviz.pair.download): a fetch puts the repo in the "cache"; the waiting caller is answered when it is done.
-        monkeypatch.setattr(download, "HUB", download.Downloads(fetch=self.fetch, sizes=lambda repo_id, revision: 0, wait_s=60))
+        # Downloads (specviz.pair.download): a fetch puts the repo in the "cache"; the waiting caller is answered when
+        # it is done.
+        monkeypatch.setattr(
+            download, "HUB", download.Downloads(fetch=self.fetch, sizes=lambda repo_id, revision: 0, wait_s=60)
+        )
 
     def fetch(self, repo_id, revision, stop):
         self.calls.append(("download", repo_id, dict(revision=revision)))
@@ -117,19 +137,30 @@ class FakeHub:
         return repo["folder"]
 
     def add(self, repo_id, folder, params=1000, gated=False, safetensors=True, revisions=("main",), cached=False):
-        self.repos[repo_id] = dict(folder=folder, params=params, sha=f"{abs(hash(repo_id)):040x}"[:40], gated=gated,
-                                   safetensors=safetensors, revisions=set(revisions), cached=cached)
+        self.repos[repo_id] = dict(
+            folder=folder,
+            params=params,
+            sha=f"{abs(hash(repo_id)):040x}"[:40],
+            gated=gated,
+            safetensors=safetensors,
+            revisions=set(revisions),
+            cached=cached,
+        )
 
     def _repo(self, repo_id, revision):
         url = f"https://huggingface.co/api/models/{repo_id}"
         if self.down is not None:
             raise self.down
         if repo_id not in self.repos:
-            raise RepositoryNotFoundError(f"404 Client Error. Repository Not Found for url: {url}.", response=http_response(404, url))
+            raise RepositoryNotFoundError(
+                f"404 Client Error. Repository Not Found for url: {url}.", response=http_response(404, url)
+            )
         repo = self.repos[repo_id]
         if revision not in (None, repo["sha"], *repo["revisions"]):
-            raise RevisionNotFoundError(f"404 Client Error. Revision Not Found for url: {url}/revision/{revision}.",
-                                        response=http_response(404, f"{url}/revision/{revision}"))
+            raise RevisionNotFoundError(
+                f"404 Client Error. Revision Not Found for url: {url}/revision/{revision}.",
+                response=http_response(404, f"{url}/revision/{revision}"),
+            )
         return repo
 
     # HfApi methods (self is the fake; the HfApi instance comes first)
@@ -143,12 +174,21 @@ class FakeHub:
         repo = self._repo(repo_id, revision)
         if repo["gated"] and not huggingface_hub.get_token():
             url = f"https://huggingface.co/{repo_id}/resolve/{revision}/model.safetensors"
-            raise GatedRepoError(f"401 Client Error. Cannot access gated repo for url {url}.", response=http_response(401, url))
+            raise GatedRepoError(
+                f"401 Client Error. Cannot access gated repo for url {url}.", response=http_response(401, url)
+            )
         if not repo["safetensors"]:
-            raise NotASafetensorsRepoError(f"'{repo_id}' is not a safetensors repo. Couldn't find 'model.safetensors.index.json' or 'model.safetensors' files.")
+            raise NotASafetensorsRepoError(
+                f"'{repo_id}' is not a safetensors repo. Couldn't find 'model.safetensors.index.json' or "
+                "'model.safetensors' files."
+            )
         tensor = TensorInfo(dtype="BF16", shape=[repo["params"]], data_offsets=(0, 2 * repo["params"]))
-        return SafetensorsRepoMetadata(metadata=None, sharded=False, weight_map={"w": "model.safetensors"},
-                                       files_metadata={"model.safetensors": SafetensorsFileMetadata(metadata={}, tensors={"w": tensor})})
+        return SafetensorsRepoMetadata(
+            metadata=None,
+            sharded=False,
+            weight_map={"w": "model.safetensors"},
+            files_metadata={"model.safetensors": SafetensorsFileMetadata(metadata={}, tensors={"w": tensor})},
+        )
 
     # from_pretrained: hub ids served from folders; a real offline cache miss otherwise
     def _folder(self, kind, repo_id, kwargs):
@@ -177,8 +217,12 @@ class FakeHub:
                 raise self.fail_model[repo_id]
             if folder is None:
                 return self._real_model(repo_id, **kwargs)
-            return self._real_model(folder, dtype=kwargs.get("dtype"), trust_remote_code=kwargs.get("trust_remote_code"),
-                                    use_safetensors=kwargs.get("use_safetensors"))
+            return self._real_model(
+                folder,
+                dtype=kwargs.get("dtype"),
+                trust_remote_code=kwargs.get("trust_remote_code"),
+                use_safetensors=kwargs.get("use_safetensors"),
+            )
         finally:
             with self._lock:
                 self.loading_now -= 1
@@ -220,12 +264,14 @@ def test_presets_are_described_and_resolve_to_ids():
     assert len(hub_pairs) == 9 and PRESETS[ENGLISH].instruct and PRESETS[ENGLISH].gguf is not None
     assert [p.gated for p in hub_pairs].count(True) == 2 and PRESETS[LLAMA].gated
     assert all(p.instruct == ("Instruct" in p.target) for p in hub_pairs)
-    # The offline cross-tokenizer pair: the embedded drafter (code, its own tokenizer) for the English target, on code prompts.
+    # The offline cross-tokenizer pair: the embedded drafter (code, its own tokenizer) for the English target, on code
+    # prompts.
     cross = PRESETS[CROSS]
     assert cross.own_tokenizer and cross.drafter == PRESETS[EMBEDDED].drafter and cross.gguf == PRESETS[ENGLISH].gguf
     assert not cross.instruct and "own tokenizer" in cross.summary
-    assert sorted(n for n, p in PRESETS.items() if p.own_tokenizer) == sorted([CROSS, "Qwen2.5-0.5B-Instruct -> SmolLM2-1.7B-Instruct",
-                                                                              "gpt2 -> Llama-3.2-3B-Instruct"])
+    assert sorted(n for n, p in PRESETS.items() if p.own_tokenizer) == sorted(
+        [CROSS, "Qwen2.5-0.5B-Instruct -> SmolLM2-1.7B-Instruct", "gpt2 -> Llama-3.2-3B-Instruct"]
+    )
 
 
 def test_unknown_preset_and_half_a_pair():
@@ -249,7 +295,9 @@ def test_local_folders_load_and_generate(tmp_path):
     with torch.enable_grad():
         assert not pair.target(torch.tensor([[1, 2]])).logits.requires_grad
     ids = pair.tokenizer("w1 w2 w3", add_special_tokens=False)["input_ids"]
-    trace = speculative_generate(ids, pair.drafter, pair.target, gamma=3, sampling=Sampling(1.0), max_new_tokens=20, tokenizer=pair.tokenizer)
+    trace = speculative_generate(
+        ids, pair.drafter, pair.target, gamma=3, sampling=Sampling(1.0), max_new_tokens=20, tokenizer=pair.tokenizer
+    )
     assert all(t < 32 for t in trace.output_ids)
     assert trace.output_text == pair.tokenizer.decode(trace.output_ids)
 
@@ -283,9 +331,11 @@ def test_custom_ids_are_off_unless_the_operator_allows_them(hub):
     still_serves()
 
 
-@pytest.mark.parametrize("down", [OfflineModeIsEnabled("offline mode is enabled"),
-                                  _http.ConnectError("[Errno -2] Name or service not known")],
-                         ids=["offline-mode", "dns-failure"])
+@pytest.mark.parametrize(
+    "down",
+    [OfflineModeIsEnabled("offline mode is enabled"), _http.ConnectError("[Errno -2] Name or service not known")],
+    ids=["offline-mode", "dns-failure"],
+)
 def test_hub_unreachable(hub, monkeypatch, down):
     hub.down = down
     # A preset falls back to the local cache, which is empty: the message says both.
@@ -351,7 +401,11 @@ def test_no_safetensors_weights(hub, monkeypatch):
 def test_over_the_size_limit_is_refused_before_any_download(hub, monkeypatch):
     monkeypatch.setenv(pairs.ALLOW_CUSTOM_ENV, "1")
     monkeypatch.setenv("SPECVIZ_CPU_DTYPE", "fp32")  # the sizes below are fp32's, whatever this CPU's own form
-    with pytest.raises(PairError, match=r"9B parameters together: 36\.0 GB in float32 on cpu, over this server's limit of 16 GB \(SPECVIZ_MAX_MODEL_GB\)"):
+    with pytest.raises(
+        PairError,
+        match=r"9B parameters together: 36\.0 GB in float32 on cpu, over this server's limit of 16 GB "
+              r"\(SPECVIZ_MAX_MODEL_GB\)",
+    ):
         load_pair(drafter="tests/drafter", target="tests/huge", device="cpu")
     assert hub.loads() == []  # not even the tokenizers
     monkeypatch.setenv(pairs.MAX_MODEL_GB_ENV, "0.000001")  # 1 kB: the tiny pair's 2,000 parameters are 8 kB
@@ -383,7 +437,9 @@ def test_free_memory_is_the_containers_when_it_has_a_limit(tmp_path):
 
 def test_tokenizers_differ_before_weights(hub, monkeypatch):
     monkeypatch.setenv(pairs.ALLOW_CUSTOM_ENV, "1")
-    with pytest.raises(PairError, match="the drafter 'tests/other' and the target 'tests/target' use different tokenizers"):
+    with pytest.raises(
+        PairError, match="the drafter 'tests/other' and the target 'tests/target' use different tokenizers"
+    ):
         load_pair(drafter="tests/other", target="tests/target", device="cpu")
     assert hub.loads("model") == []
     still_serves()
@@ -396,8 +452,10 @@ def test_remote_code_is_never_run(hub, monkeypatch):
     def needs_code(repo_id, **kwargs):
         if repo_id == "tests/target":
             assert kwargs["trust_remote_code"] is False
-            raise ValueError("The repository tests/target contains custom code which must be executed to correctly load "
-                             "the model. Please pass the argument `trust_remote_code=True` to allow custom code to be run.")
+            raise ValueError(
+                "The repository tests/target contains custom code which must be executed to correctly load "
+                "the model. Please pass the argument `trust_remote_code=True` to allow custom code to be run."
+            )
         return real(repo_id, **kwargs)
 
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", needs_code)
@@ -406,8 +464,11 @@ def test_remote_code_is_never_run(hub, monkeypatch):
     still_serves()
 
 
-@pytest.mark.parametrize("oom", [MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")],
-                         ids=["cpu", "cuda"])
+@pytest.mark.parametrize(
+    "oom",
+    [MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")],
+    ids=["cpu", "cuda"],
+)
 def test_out_of_memory_while_loading(hub, oom):
     hub.fail_model[PRESETS[SMOL].target] = oom
     with pytest.raises(PairError, match="does not fit in this machine's memory; pick a smaller pair"):
@@ -466,7 +527,9 @@ def test_hub_errors_become_messages():
 def test_custom_pair_with_a_pinned_revision(hub, monkeypatch):
     monkeypatch.setenv(pairs.ALLOW_CUSTOM_ENV, "1")
     steps = []
-    pair = load_pair(drafter="tests/drafter", target="tests/target@v1", device="cpu", progress=lambda f, m: steps.append((f, m)))
+    pair = load_pair(
+        drafter="tests/drafter", target="tests/target@v1", device="cpu", progress=lambda f, m: steps.append((f, m))
+    )
     assert pair.name == "tests/drafter -> tests/target@v1" and pair.target_id == "tests/target@v1"
     assert ("model_info", "tests/target", dict(revision="v1", timeout=pairs.HUB_TIMEOUT_S)) in hub.calls
     sha = hub.repos["tests/target"]["sha"]
@@ -483,7 +546,12 @@ def test_custom_pair_with_a_pinned_revision(hub, monkeypatch):
     assert len(steps) >= 6 and all(m for _, m in steps)
     # Asked again: the resident pair, at once.
     again = []
-    assert load_pair(drafter="tests/drafter", target="tests/target@v1", device="cpu", progress=lambda f, m: again.append(f)) is pair
+    assert (
+        load_pair(
+            drafter="tests/drafter", target="tests/target@v1", device="cpu", progress=lambda f, m: again.append(f)
+        )
+        is pair
+    )
     assert again == [1.0]
 
 
@@ -493,8 +561,16 @@ def test_preset_loads_from_the_hub_and_applies_the_chat_template(hub):
     chat = encode_prompt(pair, "w7 w8")
     assert pair.tokenizer.convert_ids_to_tokens(chat) == ["w3", "w7", "w8", "w4", "w5"]
     assert encode_prompt(pair, "w7 w8", chat=False) == pair.tokenizer("w7 w8", add_special_tokens=False)["input_ids"]
-    trace = speculative_generate(chat, pair.drafter, pair.target, gamma=3, sampling=Sampling(0.0), max_new_tokens=6,
-                                 eos_token_id=pair.eos_token_ids, tokenizer=pair.tokenizer)
+    trace = speculative_generate(
+        chat,
+        pair.drafter,
+        pair.target,
+        gamma=3,
+        sampling=Sampling(0.0),
+        max_new_tokens=6,
+        eos_token_id=pair.eos_token_ids,
+        tokenizer=pair.tokenizer,
+    )
     assert len(trace.output_ids) <= 6
 
 
@@ -531,14 +607,15 @@ def test_two_visitors_asking_for_different_pairs_at_once(hub, monkeypatch):
     hub.model_delay = 0.2  # the loads overlap in time
     a = lambda: load_pair(drafter="tests/drafter", target="tests/target", device="cpu")  # noqa: E731
     b = lambda: load_pair(SMOL, device="cpu")  # noqa: E731
-    pa, pb = run_threads([a, b, ])
+    pa, pb = run_threads([a, b])
     assert not isinstance(pa, BaseException) and not isinstance(pb, BaseException), (pa, pb)
     assert hub.most_loading == 1  # one load at a time: never two pairs' weights arriving at once
     assert len(pairs.resident_pairs()) == 1  # the limit holds
     for pair in (pa, pb):  # both visitors got a whole, working pair
         ids = encode_prompt(pair, "w1 w2")
-        trace = speculative_generate(ids, pair.drafter, pair.target, gamma=2, sampling=Sampling(1.0), max_new_tokens=5,
-                                     tokenizer=pair.tokenizer)
+        trace = speculative_generate(
+            ids, pair.drafter, pair.target, gamma=2, sampling=Sampling(1.0), max_new_tokens=5, tokenizer=pair.tokenizer
+        )
         assert 1 <= len(trace.output_ids) <= 5
     still_serves()
 

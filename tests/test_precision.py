@@ -59,7 +59,9 @@ def test_the_automatic_choice_is_timed_once_per_machine(monkeypatch, tmp_path):
     monkeypatch.setattr(precision, "cpu_flags", lambda cpuinfo=None: {"avx512_bf16"})
     monkeypatch.setattr(precision, "torch_capability", lambda: "AVX512")  # whatever this machine runs at
     calls = []
-    monkeypatch.setattr(precision, "probe", lambda: calls.append(1) or {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.1}})
+    monkeypatch.setattr(
+        precision, "probe", lambda: calls.append(1) or {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.1}}
+    )
     precision._auto_cpu_form.cache_clear()
     try:
         assert cpu_form().dtype == torch.bfloat16
@@ -120,8 +122,14 @@ def test_the_status_sentence_says_faster_or_slower_and_names_alpha_c_and_v():
     drafter, target = models("similar")
     spec, base = with_baseline([1, 2, 3], drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=24, seed=0)
     text = verdict(spec, base)
-    assert text.startswith(("Faster than the target alone", "Slower than the target alone", "No clear difference from the target alone",
-                            "Too few rounds to tell"))
+    assert text.startswith(
+        (
+            "Faster than the target alone",
+            "Slower than the target alone",
+            "No clear difference from the target alone",
+            "Too few rounds to tell",
+        )
+    )
     assert all(word in text for word in ("alpha", " c ", " v ")) and text.count(".") >= 1
     assert verdict(spec, None) == ""
 
@@ -206,14 +214,18 @@ def test_english_pair_greedy_equals_its_own_greedy_decoding_but_at_near_ties(mon
                 gap = float(top.values[0] - top.values[1])
                 assert {got[i], want[i]} == set(top.indices.tolist()) and gap <= rounding, (
                     f"diverged at token {i}: {got[i]} vs {want[i]}, top-2 {top.indices.tolist()} gap {gap:.3g} "
-                    f"> rounding between pass shapes {rounding:.3g}: not a near-tie")
+                    f"> rounding between pass shapes {rounding:.3g}: not a near-tie"
+                )
                 ties.append((i, gap, rounding))
                 checked += i + 1
                 context, left = context + got[: i + 1], left - i - 1
     finally:
         unload_all()
-    print(f"\n{form} greedy: {checked} tokens compared over {prompts} prompts; {len(ties)} divergences, each at a near-tie "
-          f"(position, top-2 gap, rounding between pass shapes): {[(i, round(g, 3), round(r, 3)) for i, g, r in ties]}")
+    print(
+        f"\n{form} greedy: {checked} tokens compared over {prompts} prompts; {len(ties)} divergences, each at a "
+        "near-tie "
+        f"(position, top-2 gap, rounding between pass shapes): {[(i, round(g, 3), round(r, 3)) for i, g, r in ties]}"
+    )
     assert checked == prompts * n
 
 
@@ -231,7 +243,9 @@ def test_candidate_top_p_keeps_what_transformers_top_p_keeps():
             x = torch.randn(50, 49152, generator=gen) * scale
             x[:10, 8192:] = float("-inf")
             want, got = TopPLogitsWarper(p)(None, x.clone()), CandidateTopP(p)(None, x.clone())
-            assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(want[~torch.isinf(want)], got[~torch.isinf(got)])
+            assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(
+                want[~torch.isinf(want)], got[~torch.isinf(got)]
+            )
     small = torch.randn(3, 8, generator=gen)
     assert torch.equal(CandidateTopP(0.8)(None, small.clone()), TopPLogitsWarper(0.8)(None, small.clone()))
     # the stages: peaked rows served by 64 candidates, less peaked ones by 1,024, flat ones by the full sort
@@ -246,15 +260,21 @@ def test_candidate_top_p_keeps_what_transformers_top_p_keeps():
                 top_p._keep = lambda s, top, out: used.append(top.values.shape[-1]) or keep(s, top, out)
                 top_p.full = lambda ids, s: used.append("full") or full(ids, s)
                 want, got = TopPLogitsWarper(p)(None, x.clone()), top_p(None, x.clone())
-                assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(want[~torch.isinf(want)], got[~torch.isinf(got)])
+                assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(
+                    want[~torch.isinf(want)], got[~torch.isinf(got)]
+                )
                 stages += used
     assert {64, 1024, "full"} <= set(stages)
     # one call mixing the three kinds of row (a tree's verify pass): each row takes its own first stage
-    x = torch.cat([torch.randn(3, 49152, generator=gen) * scale for scale in (4.5, 6.0, 0.5, 6.0)])[torch.randperm(12, generator=gen)]
+    x = torch.cat([torch.randn(3, 49152, generator=gen) * scale for scale in (4.5, 6.0, 0.5, 6.0)])[
+        torch.randperm(12, generator=gen)
+    ]
     top_p, used = CandidateTopP(0.9), []
     keep, full = top_p._keep, top_p.full
     top_p._keep = lambda s, top, out: used.append((top.values.shape[-1], s.shape[0])) or keep(s, top, out)
     top_p.full = lambda ids, s: used.append(("full", s.shape[0])) or full(ids, s)
     want, got = TopPLogitsWarper(0.9)(None, x.clone()), top_p(None, x.clone())
-    assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(want[~torch.isinf(want)], got[~torch.isinf(got)])
+    assert torch.equal(torch.isinf(want), torch.isinf(got)) and torch.equal(
+        want[~torch.isinf(want)], got[~torch.isinf(got)]
+    )
     assert [stage for stage, _ in used] == [64, 1024, "full"] and sum(rows for _, rows in used) == 12, used

@@ -15,5 +15,8 @@ def test_batch_says_how_many_batches_are_measured_and_about_how_long_the_rest_ta
     from specviz.ui.batch import _progress
 
     line = _progress(2, 6, "1, 2, 4", 40.0)
-    assert line.startswith("Measured 2 of 6 batches (batch sizes 1, 2, 4") and "in 40 s; about 80 s left at that pace" in line
+    assert (
+        line.startswith("Measured 2 of 6 batches (batch sizes 1, 2, 4")
+        and "in 40 s; about 80 s left at that pace" in line
+    )
     assert "left" not in _progress(0, 6, "1, 2, 4", 5.0) and "left" not in _progress(6, 6, "1, 2, 4", 90.0)

@@ -64,8 +64,12 @@ def test_a_prepared_recording_names_its_machine_and_is_todays_engine(path):
             "record it again (scripts/record_examples.sh) or say 'older engine' in its title")
 
 
-ENGLISH_DEFAULT = [p for p in PREPARED if p.stem.startswith("english-")
-                   and (json.loads(p.read_text())["speculative"]["settings"].get("drafter") or {}).get("kind") == "model"]
+ENGLISH_DEFAULT = [
+    p
+    for p in PREPARED
+    if p.stem.startswith("english-")
+    and (json.loads(p.read_text())["speculative"]["settings"].get("drafter") or {}).get("kind") == "model"
+]
 
 
 @pytest.mark.parametrize("path", ENGLISH_DEFAULT, ids=lambda p: p.stem)

@@ -54,7 +54,9 @@ def test_every_preset_names_the_drafter_kinds_it_drafts_with():
     for name, preset in PRESETS.items():
         assert preset.kinds and set(preset.kinds) <= set(KINDS), name
         # its drafter model drafts one way: as "cross-tokenizer" where it has its own tokenizer, else as "model"
-        assert preset.model_kind in preset.kinds and ({"model", "cross-tokenizer"} - {preset.model_kind}).isdisjoint(preset.kinds), name
+        assert preset.model_kind in preset.kinds and ({"model", "cross-tokenizer"} - {preset.model_kind}).isdisjoint(
+            preset.kinds
+        ), name
     assert PRESETS["cross"].model_kind == "cross-tokenizer" and "model" not in PRESETS["cross"].kinds
 
 
@@ -83,11 +85,14 @@ def test_load_pair_refuses_a_kind_before_anything_loads(monkeypatch):
     assert resident_pairs() == before
 
 
-@pytest.mark.parametrize("command", [
-    ["generate", "--prompt", "def f():"],
-    ["record", "--prompt", "def f():", "--out", "never.json"],
-    ["bench", "--prompts", "1"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["generate", "--prompt", "def f():"],
+        ["record", "--prompt", "def f():", "--out", "never.json"],
+        ["bench", "--prompts", "1"],
+    ],
+)
 def test_the_command_line_refuses_a_kind_before_anything_loads(monkeypatch, capsys, command):
     from specviz import cli
     from specviz.pair import cache
@@ -115,7 +120,12 @@ def test_readable_numbers_stands_in_for_integers_too_long_to_parse_only():
 
     sent = ('{"data": [1, ' + LONG + ', -' + LONG + ', "' + LONG + '", 2.5]}').encode()
     assert json.loads(readable_numbers(sent))["data"] == [1, LONG_INTEGER_STANDIN, -LONG_INTEGER_STANDIN, LONG, 2.5]
-    for same in ('{"data": ["' + LONG + '"]}', '{"data": [' + "1" * 4300 + "]}", "not json " + LONG, '{"data": [1, 2]}'):
+    for same in (
+        '{"data": ["' + LONG + '"]}',
+        '{"data": [' + "1" * 4300 + "]}",
+        "not json " + LONG,
+        '{"data": [1, 2]}',
+    ):
         assert readable_numbers(same.encode()) == same.encode()
 
 
@@ -138,12 +148,15 @@ def test_run_generate_and_batch_refuse_a_kind_the_pair_does_not_draft_with_and_l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("api, args, index, field", [
-    ("run", RUN, 6, "max new tokens"),
-    ("run", RUN, 7, "seed"),
-    ("generate", GENERATE, 6, "max new tokens"),
-    ("generate", GENERATE, 7, "seed"),
-])
+@pytest.mark.parametrize(
+    "api, args, index, field",
+    [
+        ("run", RUN, 6, "max new tokens"),
+        ("run", RUN, 7, "seed"),
+        ("generate", GENERATE, 6, "max new tokens"),
+        ("generate", GENERATE, 7, "seed"),
+    ],
+)
 def test_integers_too_long_to_parse_are_refused_naming_the_field(app, api, args, index, field):
     for sign in ("", "-"):
         text = raw_call(app[1], api, body(args, {index: sign + LONG}))
@@ -168,7 +181,8 @@ def test_200_bad_calls_cost_at_most_a_log_line_each_and_no_traceback(app, capfd,
     from specviz.ui import checks
     from specviz.ui.server import LogBudget
 
-    monkeypatch.setattr(checks, "REFUSAL_LOGS", LogBudget(), raising=False)  # this test's own budget, unspent by earlier tests
+    # this test's own budget, unspent by earlier tests
+    monkeypatch.setattr(checks, "REFUSAL_LOGS", LogBudget(), raising=False)
     counter = LogCount()
     loggers = [logging.getLogger(), logging.getLogger("uvicorn"), logging.getLogger("uvicorn.error")]
     app_log = logging.getLogger("specviz")

@@ -89,7 +89,10 @@ def test_a_fault_reaches_only_the_runs_it_is_passed_to():
     differ = 0
     for seed in range(6):
         def run(**kw):
-            return speculative_generate(PROMPT, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=12, seed=seed, **kw)
+            return speculative_generate(
+                PROMPT, drafter, target, gamma=3, sampling=Sampling(1.0), max_new_tokens=12, seed=seed, **kw
+            )
+
         alone = run()
         faulty = run(steps=broken)
         beside = run()
@@ -131,5 +134,8 @@ def test_a_cpu_draw_refuses_rows_without_finite_mass_and_rows_follow_their_own_g
     probs = torch.softmax(torch.randn(3, 50, generator=torch.Generator().manual_seed(1)), dim=-1)
     gens = [torch.Generator().manual_seed(s) for s in (5, 6, 7)]
     together = rejection.sample_rows(probs, False, gens)
-    alone = [int(rejection.sample_rows(probs[i:i + 1], False, torch.Generator().manual_seed(s))) for i, s in enumerate((5, 6, 7))]
+    alone = [
+        int(rejection.sample_rows(probs[i : i + 1], False, torch.Generator().manual_seed(s)))
+        for i, s in enumerate((5, 6, 7))
+    ]
     assert together.tolist() == alone

@@ -42,13 +42,32 @@ def test_greedy_with_a_penalty_equals_transformers(gamma):
     drafter = noisy_copy(target, 0.05, seed=1)
     sampling = Sampling(0.0, repetition_penalty=1.4)
     for prompt in ([5, 7, 9], [3, 3, 3, 3, 1]):
-        want = target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=30, repetition_penalty=1.4, pad_token_id=0,
-                               attention_mask=torch.ones(1, len(prompt), dtype=torch.long))[0, len(prompt):].tolist()
-        got = speculative_generate(prompt, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=30, eos_token_id=0)
+        want = target.generate(
+            torch.tensor([prompt]),
+            do_sample=False,
+            max_new_tokens=30,
+            repetition_penalty=1.4,
+            pad_token_id=0,
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        )[0, len(prompt) :].tolist()
+        got = speculative_generate(
+            prompt, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=30, eos_token_id=0
+        )
         assert_same_greedy(target, prompt, got.output_ids, want)
-        assert autoregressive_generate(prompt, target, sampling=sampling, max_new_tokens=30, eos_token_id=0).output_ids == want
-        assert want != target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=30, pad_token_id=0,
-                                       attention_mask=torch.ones(1, len(prompt), dtype=torch.long))[0, len(prompt):].tolist()
+        assert (
+            autoregressive_generate(prompt, target, sampling=sampling, max_new_tokens=30, eos_token_id=0).output_ids
+            == want
+        )
+        assert (
+            want
+            != target.generate(
+                torch.tensor([prompt]),
+                do_sample=False,
+                max_new_tokens=30,
+                pad_token_id=0,
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            )[0, len(prompt) :].tolist()
+        )
 
 
 @pytest.mark.slow

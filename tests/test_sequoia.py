@@ -171,7 +171,9 @@ def test_children_available_counts_how_often_the_pending_token_got_k_children():
     from specviz.engine.tree.record import TreeNode, TreeRecord
 
     def rnd(width):
-        nodes = [TreeNode(token_id=k, text="a", parent=-1, depth=1, q=0.1, p=0.1, verdict="rejected") for k in range(width)]
+        nodes = [
+            TreeNode(token_id=k, text="a", parent=-1, depth=1, q=0.1, p=0.1, verdict="rejected") for k in range(width)
+        ]
         return type("R", (), {"tree": TreeRecord(nodes=nodes, path=[])})()
 
     class T:  # a shape asking 4 at the pending token; q's nucleus held 4, 2, 1 and 4 tokens

@@ -112,7 +112,11 @@ def test_a_session_with_a_job_under_way_is_never_let_go(blocks):
         assert not visit(store, "203.0.113.9", "c")  # answered, not kept
         assert not store.admits("c", "203.0.113.9")
         message = store.refusal("203.0.113.9")
-        assert "keeps at most 64 MB" in message and "expires in about" in message and "SPECVIZ_SESSION_MEMORY_MB" in message
+        assert (
+            "keeps at most 64 MB" in message
+            and "expires in about" in message
+            and "SPECVIZ_SESSION_MEMORY_MB" in message
+        )
     finally:
         del state.running["a"], state.running["b"]
     assert visit(store, "203.0.113.9", "c")
@@ -146,10 +150,24 @@ def test_a_sessions_price_covers_what_its_recording_takes():
 
 
 def test_records_count_rounds_drafts_tree_nodes_and_top_tokens():
-    one = Round(drafts=[None, None], emitted_ids=[1], final_token_id=1, final_text="a", final_kind="bonus", final_prob=1.0,
-                draft_ms=0.0, verify_ms=0.0, end_ms=0.0, final_top=[None] * 3, tree=SimpleNamespace(nodes=[None] * 5))
-    rec = SimpleNamespace(speculative=SimpleNamespace(rounds=[one, one]), baseline=SimpleNamespace(rounds=[one]),
-                          sweep=SimpleNamespace(points=[None] * 8))
+    one = Round(
+        drafts=[None, None],
+        emitted_ids=[1],
+        final_token_id=1,
+        final_text="a",
+        final_kind="bonus",
+        final_prob=1.0,
+        draft_ms=0.0,
+        verify_ms=0.0,
+        end_ms=0.0,
+        final_top=[None] * 3,
+        tree=SimpleNamespace(nodes=[None] * 5),
+    )
+    rec = SimpleNamespace(
+        speculative=SimpleNamespace(rounds=[one, one]),
+        baseline=SimpleNamespace(rounds=[one]),
+        sweep=SimpleNamespace(points=[None] * 8),
+    )
     assert recording_records(rec) == 3 * (1 + 2 + 3 + 5) + 8
     assert recording_records(None) == 0
 

@@ -31,11 +31,25 @@ from specviz.lab import models
 from specviz.lab.models import noisy_copy
 
 
-def tiny_mistral(window: int = 4, seed: int = 0, layers: int = 2, vocab: int = 16, eos: int | None = 0, init: float = 0.5):
+def tiny_mistral(
+    window: int = 4, seed: int = 0, layers: int = 2, vocab: int = 16, eos: int | None = 0, init: float = 0.5
+):
     torch.manual_seed(seed)
-    config = MistralConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=layers, num_attention_heads=2,
-                           num_key_value_heads=1, head_dim=8, max_position_embeddings=64, sliding_window=window,
-                           initializer_range=init, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
+    config = MistralConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=64,
+        sliding_window=window,
+        initializer_range=init,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+    )
     return MistralForCausalLM(config).eval()
 
 
@@ -50,9 +64,13 @@ def test_a_sliding_window_run_equals_the_refed_run(sampling, kind):
     cached = speculative_generate(prompt, drafter, target, **kw)
     refed = speculative_generate(prompt, drafter, target, cached=False, **kw)
     assert len(cached.output_ids) == 24 and cached.output_ids == refed.output_ids
-    assert any(d.verdict == "rejected" for r in cached.rounds for d in r.drafts)  # a rollback past a full window happened
+    # a rollback past a full window happened
+    assert any(d.verdict == "rejected" for r in cached.rounds for d in r.drafts)
     base = dict(sampling=sampling, max_new_tokens=24, seed=3)
-    assert autoregressive_generate(prompt, target, **base).output_ids == autoregressive_generate(prompt, target, cached=False, **base).output_ids
+    assert (
+        autoregressive_generate(prompt, target, **base).output_ids
+        == autoregressive_generate(prompt, target, cached=False, **base).output_ids
+    )
 
 
 def test_batches_of_sliding_window_models_are_refused_where_the_window_could_fill():
@@ -64,7 +82,10 @@ def test_batches_of_sliding_window_models_are_refused_where_the_window_could_fil
     # The baseline masks no column between a row's tokens (only left padding): exact, and allowed.
     batch = autoregressive_generate_batch([[1, 2], [3]], target, max_new_tokens=8, seed=2)
     for b, prompt in enumerate([[1, 2], [3]]):
-        assert batch.traces[b].output_ids == autoregressive_generate(prompt, target, max_new_tokens=8, seed=2 + b).output_ids
+        assert (
+            batch.traces[b].output_ids
+            == autoregressive_generate(prompt, target, max_new_tokens=8, seed=2 + b).output_ids
+        )
     # A window the batch cannot outgrow changes nothing: the batch runs.
     roomy = tiny_mistral(window=60)
     speculative_generate_batch([[1, 2], [3]], tiny_mistral(window=60, seed=1), roomy, gamma=2, max_new_tokens=4)
@@ -96,7 +117,7 @@ def targets_generate(target, prompt: list[int]) -> list[int]:
     with torch.inference_mode():
         ids = torch.tensor([prompt])
         out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False)
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 def tree_runs(drafter, target, prompt, shape, cached, fault=TreeFault()):
@@ -106,8 +127,18 @@ def tree_runs(drafter, target, prompt, shape, cached, fault=TreeFault()):
     compactions = ["gather", "refeed"] if cached is True else ["gather"]
     for spec in specs:
         for how in compactions:
-            trace = tree_generate(prompt, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=NEW, cached=cached,
-                                  compaction=how, seed=4, fault=fault)
+            trace = tree_generate(
+                prompt,
+                drafter,
+                target,
+                spec,
+                sampling=Sampling(0.0),
+                max_new_tokens=NEW,
+                cached=cached,
+                compaction=how,
+                seed=4,
+                fault=fault,
+            )
             yield f"{spec.label()} {how}", trace
 
 
@@ -144,8 +175,16 @@ def test_eagle_trees_over_a_sliding_window_equal_the_targets_generate(cached):
     for spec in [TreeSpec.dynamic(8, depth=3, topk=3), TreeSpec.static(shape)]:
         trace = tree_generate(prompt, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=NEW, cached=cached)
         assert trace.output_ids == expected, spec.label()
-        broken = tree_generate(prompt, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=NEW, cached=cached,
-                               fault=TreeFault(window_ignored=True))
+        broken = tree_generate(
+            prompt,
+            drafter,
+            target,
+            spec,
+            sampling=Sampling(0.0),
+            max_new_tokens=NEW,
+            cached=cached,
+            fault=TreeFault(window_ignored=True),
+        )
         assert broken.output_ids != expected, spec.label()
 
 
@@ -170,9 +209,22 @@ def tiny_qwen2_mixed(window: int = 2, seed: int = 0):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, max_position_embeddings=64, use_sliding_window=True, sliding_window=window,
-                         max_window_layers=1, initializer_range=0.5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config = Qwen2Config(
+        vocab_size=16,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        use_sliding_window=True,
+        sliding_window=window,
+        max_window_layers=1,
+        initializer_range=0.5,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     return Qwen2ForCausalLM(config).eval()
 
 
@@ -190,8 +242,16 @@ def test_trees_over_a_model_mixing_sliding_and_full_layers_equal_its_generate(ca
         trace = tree_generate(prompt, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=NEW, cached=cached)
         assert trace.output_ids == expected, spec.label()
         assert trace.accepted >= 3, spec.label()
-        broken = tree_generate(prompt, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=NEW, cached=cached,
-                               fault=TreeFault(window_ignored=True))
+        broken = tree_generate(
+            prompt,
+            drafter,
+            target,
+            spec,
+            sampling=Sampling(0.0),
+            max_new_tokens=NEW,
+            cached=cached,
+            fault=TreeFault(window_ignored=True),
+        )
         assert broken.output_ids != expected, spec.label()
     with pytest.raises(ValueError, match="sliding window of 2 tokens"):
         tree_generate(prompt, drafter, target, TreeSpec.static((2, 2, 1)), max_new_tokens=4, cached="static")
@@ -206,8 +266,12 @@ def test_layer_windows_name_each_layer_kind_and_its_window():
     assert layer_windows(LlamaConfig()) == {"full_attention": None}
     assert layer_windows(Qwen2Config(num_hidden_layers=2)) == {"full_attention": None}  # use_sliding_window off
     assert layer_windows(tiny_qwen2_mixed(2).config) == {"full_attention": None, "sliding_attention": 2}
-    assert layer_windows(Gemma2Config(num_hidden_layers=2, sliding_window=5)) == {"full_attention": None, "sliding_attention": 5}
-    # transformers' overlay: the key at k is inside the window of the query at q when q - w < k (<= q, the caller's causality)
+    assert layer_windows(Gemma2Config(num_hidden_layers=2, sliding_window=5)) == {
+        "full_attention": None,
+        "sliding_attention": 5,
+    }
+    # transformers' overlay: the key at k is inside the window of the query at q when q - w < k (<= q, the caller's
+    # causality)
     q, k = torch.tensor([4, 6]), torch.arange(7)
     assert within(q, k, 3).tolist() == [[k_ > q_ - 3 for k_ in range(7)] for q_ in (4, 6)]
     assert within(q, k, None).all()

@@ -25,7 +25,10 @@ import pytest
 
 from tests.conftest import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc"),
+]
 
 FULL = os.environ.get("SPECVIZ_SOAK") == "full"
 RUNS = 200 if FULL else 40
@@ -69,8 +72,11 @@ def large_recording(tmp_path_factory, embedded):
 
     ids = embedded.tokenizer("def is_prime(n):", add_special_tokens=False)["input_ids"]
     kw = dict(sampling=Sampling(1.0), max_new_tokens=256, tokenizer=embedded.tokenizer, seed=0)
-    rec = Recording(speculative_generate(ids, EarlyExitDrafter(embedded.target, 2), embedded.target, gamma=16, **kw),
-                    autoregressive_generate(ids, embedded.target, **kw), title="large")
+    rec = Recording(
+        speculative_generate(ids, EarlyExitDrafter(embedded.target, 2), embedded.target, gamma=16, **kw),
+        autoregressive_generate(ids, embedded.target, **kw),
+        title="large",
+    )
     path = tmp_path_factory.mktemp("soak") / "large.json"
     rec.save(path)
     return path
@@ -107,9 +113,15 @@ def test_memory_stays_flat_over_runs_and_sessions(app_url, large_recording):
     gc.collect()
     end = rss_mb()
     size_mb = large_recording.stat().st_size / 1e6
-    print(f"\nsoak: {RUNS} runs in {runs_s:.0f} s, RSS {start:.0f} -> {after_runs:.0f} MB; {SESSIONS} sessions loading a "
-          f"{size_mb:.1f} MB recording (median {sorted(load_times)[len(load_times) // 2]:.2f} s, max {max(load_times):.2f} s), "
-          f"RSS -> {at_cap:.0f} MB after {CAP} (the cap) -> {end:.0f} MB", file=sys.stderr)
+    print(
+        f"\nsoak: {RUNS} runs in {runs_s:.0f} s, RSS {start:.0f} -> {after_runs:.0f} MB; {SESSIONS} sessions loading a "
+        f"{size_mb:.1f} MB recording (median {sorted(load_times)[len(load_times) // 2]:.2f} s, max "
+        f"{max(load_times):.2f} s), "
+        f"RSS -> {at_cap:.0f} MB after {CAP} (the cap) -> {end:.0f} MB",
+        file=sys.stderr,
+    )
     assert after_runs - start < GROWTH_MB_MAX, f"RSS grew {after_runs - start:.0f} MB over {RUNS} runs"
-    assert end - at_cap < PLATEAU_MB_MAX, f"RSS grew {end - at_cap:.0f} MB over {SESSIONS - CAP} sessions past the cap of {CAP}"
+    assert end - at_cap < PLATEAU_MB_MAX, (
+        f"RSS grew {end - at_cap:.0f} MB over {SESSIONS - CAP} sessions past the cap of {CAP}"
+    )
     assert max(load_times) < 10.0  # loading is bounded work (about a second here; generous for slow CI machines)

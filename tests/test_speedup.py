@@ -20,7 +20,12 @@ def pair():
 def test_interleaving_changes_no_token_and_gives_equal_work(pair, sampling):
     drafter, target = pair
     kw = dict(sampling=sampling, max_new_tokens=30, seed=5)
-    steps = list(interleave(speculative_stream([5, 7, 9], drafter, target, gamma=4, **kw), autoregressive_stream([5, 7, 9], target, **kw)))
+    steps = list(
+        interleave(
+            speculative_stream([5, 7, 9], drafter, target, gamma=4, **kw),
+            autoregressive_stream([5, 7, 9], target, **kw),
+        )
+    )
     spec, base = steps[-1]
     assert spec.output_ids == speculative_generate([5, 7, 9], drafter, target, gamma=4, **kw).output_ids
     alone = autoregressive_generate([5, 7, 9], target, **kw).output_ids
@@ -36,10 +41,29 @@ def _trace(mode, per_round: list[tuple[int, float]], prefill: float = 0.0) -> Tr
     t, rounds, out = prefill, [], []
     for n, ms in per_round:
         t += ms
-        rounds.append(Round(drafts=[], emitted_ids=[1] * n, final_token_id=1, final_text="", final_kind="target",
-                            final_prob=1.0, draft_ms=0.0, verify_ms=ms, end_ms=t))
+        rounds.append(
+            Round(
+                drafts=[],
+                emitted_ids=[1] * n,
+                final_token_id=1,
+                final_text="",
+                final_kind="target",
+                final_prob=1.0,
+                draft_ms=0.0,
+                verify_ms=ms,
+                end_ms=t,
+            )
+        )
         out += [1] * n
-    return Trace(mode=mode, prompt_ids=[1], output_ids=out, rounds=rounds, stop_reason="max_new_tokens", prefill_ms=prefill, total_ms=t)
+    return Trace(
+        mode=mode,
+        prompt_ids=[1],
+        output_ids=out,
+        rounds=rounds,
+        stop_reason="max_new_tokens",
+        prefill_ms=prefill,
+        total_ms=t,
+    )
 
 
 def test_windows_measure_the_same_ratio_as_the_whole_run():

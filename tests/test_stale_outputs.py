@@ -15,8 +15,20 @@ from specviz.ui.device import CALIBRATING
 
 
 def _spec(rounds: int) -> Trace:
-    made = [Round(drafts=[], emitted_ids=[1], final_token_id=1, final_text="a", final_kind="target", final_prob=1.0, draft_ms=0.0,
-                  verify_ms=1.0, end_ms=float(i + 1)) for i in range(rounds)]
+    made = [
+        Round(
+            drafts=[],
+            emitted_ids=[1],
+            final_token_id=1,
+            final_text="a",
+            final_kind="target",
+            final_prob=1.0,
+            draft_ms=0.0,
+            verify_ms=1.0,
+            end_ms=float(i + 1),
+        )
+        for i in range(rounds)
+    ]
     return Trace(mode="speculative", prompt_ids=[1], output_ids=[1] * rounds, rounds=made, settings={"gamma": 4})
 
 
@@ -42,12 +54,14 @@ def test_a_stop_takes_only_the_outputs_of_the_run_it_stopped(monkeypatch):
     generate._kept(session, old, {"status": "Stopped by you after 12 tokens (the old run)"})
     new = generate._started(session)  # a new run: what the old one left is gone
     assert session not in state.stopped
-    # The old run's step under way when a timed-out Stop cancelled it ends after the new run began, and leaves its outputs.
+    # The old run's step under way when a timed-out Stop cancelled it ends after the new run began, and leaves its
+    # outputs.
     generate._kept(session, old, {"status": "Stopped by you after 12 tokens (the old run)"})
     monkeypatch.setattr(generate, "STOP_WAIT_S", 0.1)
     state.running[session] = 1
     try:
-        assert generate.stop(type("R", (), {"session_hash": session})()) == {}  # not the old run's counts over the new run
+        # not the old run's counts over the new run
+        assert generate.stop(type("R", (), {"session_hash": session})()) == {}
         generate._kept(session, new, {"status": "Stopped by you after 3 tokens"})
         assert generate.stop(type("R", (), {"session_hash": session})()) == {"status": "Stopped by you after 3 tokens"}
     finally:

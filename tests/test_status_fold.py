@@ -11,11 +11,13 @@ def test_the_status_folds_how_this_machine_computes_after_the_verdict():
     from specviz.ui.outputs import MACHINE_SUMMARY, everything, machine_folded
     from specviz.recording import Recording
 
-    status = ("Done: 64 tokens in 20 rounds (max new tokens). Pair: English, on cpu. Faster than the target alone (speedup "
-              "1.30×): why. Target: smollm2\\-135m\\-instruct\\-q4\\_1\\.gguf from the llm\\-smollm2 package (dequantized "
-              "to fp32, converted once and cached). Form: fp32: this CPU reports no bf16 instructions; matrix products "
-              "chosen per row count, timed at load (2\\-17 rows mostly with oneDNN\\-packed weights): 5 rows measured "
-              "1\\.22x one row's cost. It waited 1.2 s for the device behind 1 other job.")
+    status = (
+        "Done: 64 tokens in 20 rounds (max new tokens). Pair: English, on cpu. Faster than the target alone (speedup "
+        "1.30×): why. Target: smollm2\\-135m\\-instruct\\-q4\\_1\\.gguf from the llm\\-smollm2 package (dequantized "
+        "to fp32, converted once and cached). Form: fp32: this CPU reports no bf16 instructions; matrix products "
+        "chosen per row count, timed at load (2\\-17 rows mostly with oneDNN\\-packed weights): 5 rows measured "
+        "1\\.22x one row's cost. It waited 1.2 s for the device behind 1 other job."
+    )
     folded = machine_folded(status)
     head, details = folded.split("<details", 1)
     assert head.startswith("Done: 64 tokens") and "Faster than the target alone" in head and "It waited 1.2 s" in head

@@ -39,7 +39,10 @@ def traces() -> list[Trace]:
     target = constant_lm([1.2, 0.8, 0.3, -0.2, -0.5, -1.0], seed=1)
     drafter = constant_lm([0.1, 0.9, 1.1, -0.4, -0.8, 0.2], seed=2)
     sampling = Sampling(temperature=1.0)
-    return [speculative_generate([1, 2], drafter, target, gamma=GAMMA, sampling=sampling, max_new_tokens=200, seed=s) for s in range(8)]
+    return [
+        speculative_generate([1, 2], drafter, target, gamma=GAMMA, sampling=sampling, max_new_tokens=200, seed=s)
+        for s in range(8)
+    ]
 
 
 def full_rounds(traces):
@@ -66,7 +69,9 @@ def histogram_pvalue(counts: list[int], alpha: float) -> float:
 def tokens_z(rounds, alpha: float) -> float:
     """z of the measured mean tokens per full round against Eq. (1) at alpha."""
     tokens = np.array([r.accepted_count + 1 for r in rounds], dtype=float)  # accepted drafts + correction or bonus
-    return (tokens.mean() - theory.expected_tokens_per_round(alpha, GAMMA)) / (tokens.std(ddof=1) / math.sqrt(len(tokens)))
+    return (tokens.mean() - theory.expected_tokens_per_round(alpha, GAMMA)) / (
+        tokens.std(ddof=1) / math.sqrt(len(tokens))
+    )
 
 
 def test_beta_is_the_same_everywhere_and_alpha_estimates_it(traces):
@@ -88,7 +93,10 @@ def test_eq1_and_the_capped_geometric_law_hold_at_alpha(traces):
     alpha = accepted / (accepted + rejected)
     z = tokens_z(rounds, alpha)
     pvalue = histogram_pvalue([r.accepted_count for r in rounds], alpha)
-    print(f"\n{len(rounds)} rounds, alpha {alpha:.4f}: tokens per round z = {z:.2f}; histogram chi-square p = {pvalue:.3g}")
+    print(
+        f"\n{len(rounds)} rounds, alpha {alpha:.4f}: tokens per round z = {z:.2f}; histogram chi-square p = "
+        f"{pvalue:.3g}"
+    )
     assert len(rounds) >= 300
     assert abs(z) < Z_MAX
     assert pvalue > P_MIN
@@ -101,15 +109,22 @@ def test_planted_control_draft_acceptance_rate_as_alpha_is_rejected(traces):
     wrong = accepted / drafted
     z = tokens_z(rounds, wrong)
     pvalue = histogram_pvalue([r.accepted_count for r in rounds], wrong)
-    print(f"\nplanted: alpha taken as accepted / drafted = {wrong:.4f}: tokens per round z = {z:.2f}; histogram chi-square p = {pvalue:.3g}")
+    print(
+        f"\nplanted: alpha taken as accepted / drafted = {wrong:.4f}: tokens per round z = {z:.2f}; histogram "
+        f"chi-square p = {pvalue:.3g}"
+    )
     assert abs(z) > Z_MAX
     assert pvalue < P_MIN
 
 
 def test_verify_cost_prediction_reduces_to_thm_3_8():
     for alpha, gamma, c in [(0.6, 4, 0.2), (0.9, 8, 0.05), (0.3, 1, 0.5)]:
-        assert theory.predicted_speedup_with_verify_cost(alpha, gamma, c, 1.0) == pytest.approx(theory.predicted_speedup(alpha, gamma, c))
-        assert theory.predicted_speedup_with_verify_cost(alpha, gamma, c, 1.4) < theory.predicted_speedup(alpha, gamma, c)
+        assert theory.predicted_speedup_with_verify_cost(alpha, gamma, c, 1.0) == pytest.approx(
+            theory.predicted_speedup(alpha, gamma, c)
+        )
+        assert theory.predicted_speedup_with_verify_cost(alpha, gamma, c, 1.4) < theory.predicted_speedup(
+            alpha, gamma, c
+        )
     assert theory.verify_cost_at(4, 1.4, 4) == pytest.approx(1.4)
     assert theory.verify_cost_at(8, 1.4, 4) == pytest.approx(1.8)
     # a verify pass that grows with gamma favours shorter drafts

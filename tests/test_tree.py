@@ -29,8 +29,15 @@ FP32_TOLERANCE = 1e-5
 
 def _llama():
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=16, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
-                         intermediate_size=64, max_position_embeddings=64)
+    config = LlamaConfig(
+        vocab_size=16,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -49,8 +56,15 @@ def test_each_node_sees_only_its_own_path(family, cached):
     runner = ModelRunner(model, 16, cached)
     runner.prefill(seq, prefix - 1)
     with torch.inference_mode():
-        logits = masked_logits(runner, seq, prefix - 1, tokens, torch.tensor([prefix - 1 + d for d in depth]),
-                               ancestor_matrix(parents), len(parents))
+        logits = masked_logits(
+            runner,
+            seq,
+            prefix - 1,
+            tokens,
+            torch.tensor([prefix - 1 + d for d in depth]),
+            ancestor_matrix(parents),
+            len(parents),
+        )
         for i in range(len(parents)):
             path, j = [], i
             while j >= 0:
@@ -85,9 +99,16 @@ class _Spy:
     def __init__(self, **named):
         self.calls = []
         for name, model in named.items():
-            model.register_forward_hook(lambda m, a, kw, out, name=name: self.calls.append(
-                (name, kw.get("attention_mask") is not None and kw["attention_mask"].dim() == 4, out.logits[0].detach().clone())),
-                with_kwargs=True)
+            model.register_forward_hook(
+                lambda m, a, kw, out, name=name: self.calls.append(
+                    (
+                        name,
+                        kw.get("attention_mask") is not None and kw["attention_mask"].dim() == 4,
+                        out.logits[0].detach().clone(),
+                    )
+                ),
+                with_kwargs=True,
+            )
 
     def rounds(self):
         """Per round: (the verify pass's logits, the drafter's last plain pass before it: its catch-up to
@@ -101,14 +122,18 @@ class _Spy:
         return out
 
 
-@pytest.mark.parametrize("spec", [TreeSpec.static((3, 2, 1)), TreeSpec.dynamic(8, depth=3, topk=3)], ids=["static", "dynamic"])
+@pytest.mark.parametrize(
+    "spec", [TreeSpec.static((3, 2, 1)), TreeSpec.dynamic(8, depth=3, topk=3)], ids=["static", "dynamic"]
+)
 @pytest.mark.parametrize("how", ["gather", "refeed"])
 def test_after_each_round_the_cached_logits_equal_an_uncached_recompute(spec, how):
     """The first row of each verify pass (the pending token's, from the compacted cache) and the drafter's
     catch-up pass of each round equal a fresh pass over the whole sequence so far."""
     drafter, target = models("different")
     spy = _Spy(drafter=drafter, target=target)
-    trace = tree_generate(PROMPT, drafter, target, spec, sampling=Sampling(1.0), max_new_tokens=14, seed=3, compaction=how)
+    trace = tree_generate(
+        PROMPT, drafter, target, spec, sampling=Sampling(1.0), max_new_tokens=14, seed=3, compaction=how
+    )
     rounds = spy.rounds()
     assert len(rounds) == len(trace.rounds) >= 3
     context = list(PROMPT)
@@ -120,8 +145,11 @@ def test_after_each_round_the_cached_logits_equal_an_uncached_recompute(spec, ho
             context += r.emitted_ids
 
 
-@pytest.mark.parametrize("spec", [TreeSpec.static((3, 2, 1)), TreeSpec.static((2, 2), "sampled"), TreeSpec.dynamic(10, depth=4, topk=3)],
-                         ids=["static", "sampled", "dynamic"])
+@pytest.mark.parametrize(
+    "spec",
+    [TreeSpec.static((3, 2, 1)), TreeSpec.static((2, 2), "sampled"), TreeSpec.dynamic(10, depth=4, topk=3)],
+    ids=["static", "sampled", "dynamic"],
+)
 def test_cached_and_uncached_trees_emit_the_same_tokens(spec):
     drafter, target = models("similar")
     for sampling in (Sampling(0.0), Sampling(1.0, top_k=5)):
@@ -131,17 +159,33 @@ def test_cached_and_uncached_trees_emit_the_same_tokens(spec):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", [TreeSpec.static((3, 2, 2, 1)), TreeSpec.dynamic(24, depth=6, topk=4), "lookup"],
-                         ids=["static", "dynamic", "lookup"])
+@pytest.mark.parametrize(
+    "spec",
+    [TreeSpec.static((3, 2, 2, 1)), TreeSpec.dynamic(24, depth=6, topk=4), "lookup"],
+    ids=["static", "dynamic", "lookup"],
+)
 def test_greedy_tree_equals_the_targets_greedy_decoding(embedded, spec):
-    prompts = ["def fibonacci(n):\n    ", "import os\n\n\ndef main(args):\n    ", "class Stack:\n    def __init__(self):\n        self.items = []\n"]
+    prompts = [
+        "def fibonacci(n):\n    ",
+        "import os\n\n\ndef main(args):\n    ",
+        "class Stack:\n    def __init__(self):\n        self.items = []\n",
+    ]
     drafter = PromptLookupDrafter(3) if spec == "lookup" else embedded.drafter
     tree = TreeSpec.static((4, 1, 1, 1, 1)) if spec == "lookup" else spec
     for text in prompts:
         ids = embedded.tokenizer(text, add_special_tokens=False)["input_ids"]
-        plain = autoregressive_generate(ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=48, vocab_size=embedded.vocab_size)
-        trace = speculative_generate(ids, drafter, embedded.target, sampling=Sampling(0.0), max_new_tokens=48, tree=tree,
-                                     vocab_size=embedded.vocab_size)
+        plain = autoregressive_generate(
+            ids, embedded.target, sampling=Sampling(0.0), max_new_tokens=48, vocab_size=embedded.vocab_size
+        )
+        trace = speculative_generate(
+            ids,
+            drafter,
+            embedded.target,
+            sampling=Sampling(0.0),
+            max_new_tokens=48,
+            tree=tree,
+            vocab_size=embedded.vocab_size,
+        )
         assert trace.output_ids == plain.output_ids
         assert trace.mean_tokens_per_round > 1.0
         Trace.from_dict(json.loads(json.dumps(trace.to_dict())))
@@ -150,7 +194,9 @@ def test_greedy_tree_equals_the_targets_greedy_decoding(embedded, spec):
 def test_prompt_lookup_branches_are_distinct_earlier_matches():
     _, target = models("similar")
     prompt = [1, 2, 3, 1, 2, 4, 5, 1, 2, 3, 6, 1, 2]
-    trace = tree_generate(prompt, PromptLookupDrafter(2), target, TreeSpec.static((3, 1, 1)), sampling=Sampling(1.0), max_new_tokens=4)
+    trace = tree_generate(
+        prompt, PromptLookupDrafter(2), target, TreeSpec.static((3, 1, 1)), sampling=Sampling(1.0), max_new_tokens=4
+    )
     tree = trace.rounds[0].tree
     # "1 2" occurs before at 0, 3 and 7: continuations (3 6 1), (4 5 1), (3 1 2): a trie of 3 at the root
     # with 2 children (3 merges two of them), then one child each.
@@ -163,7 +209,9 @@ def test_prompt_lookup_branches_are_distinct_earlier_matches():
 
 def _tree_trace():
     drafter, target = models("different")
-    return tree_generate(PROMPT, drafter, target, TreeSpec.static((3, 2)), sampling=Sampling(1.0), max_new_tokens=12, seed=1)
+    return tree_generate(
+        PROMPT, drafter, target, TreeSpec.static((3, 2)), sampling=Sampling(1.0), max_new_tokens=12, seed=1
+    )
 
 
 def test_a_tree_trace_round_trips_and_counts_its_nodes():
@@ -177,13 +225,16 @@ def test_a_tree_trace_round_trips_and_counts_its_nodes():
         assert [d.token_id for d in r.drafts] == [r.tree.nodes[i].token_id for i in r.tree.path]
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda t: t["rounds"][0]["tree"]["nodes"][0].update(parent=3), "tree.nodes.0.parent"),
-    (lambda t: t["rounds"][0]["tree"]["nodes"][1].update(depth=2), "tree.nodes.1.depth"),
-    (lambda t: t["rounds"][0]["tree"]["nodes"][0].update(u=1.5), "tree.nodes.0.u"),
-    (lambda t: t["rounds"][0]["tree"].update(nodes=t["rounds"][0]["tree"]["nodes"] * 50), "tree.nodes"),
-    (lambda t: next(r for r in t["rounds"] if r["tree"]["path"])["tree"].update(path=[]), "tree.path"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda t: t["rounds"][0]["tree"]["nodes"][0].update(parent=3), "tree.nodes.0.parent"),
+        (lambda t: t["rounds"][0]["tree"]["nodes"][1].update(depth=2), "tree.nodes.1.depth"),
+        (lambda t: t["rounds"][0]["tree"]["nodes"][0].update(u=1.5), "tree.nodes.0.u"),
+        (lambda t: t["rounds"][0]["tree"].update(nodes=t["rounds"][0]["tree"]["nodes"] * 50), "tree.nodes"),
+        (lambda t: next(r for r in t["rounds"] if r["tree"]["path"])["tree"].update(path=[]), "tree.path"),
+    ],
+)
 def test_a_tampered_tree_is_refused_naming_the_field(edit, field):
     d = json.loads(json.dumps(_tree_trace().to_dict()))
     edit(d)
@@ -244,7 +295,12 @@ def test_the_tree_figure_draws_every_node_and_escapes_token_text():
     rnd = trace.rounds[r]
     rnd.tree.nodes[0].text = '<b>"x"</b>'
     fig = tree_figure(trace, r)
-    shown = [n for t in fig.data if t.mode == "markers+text" and t.name in ("accepted", "rejected", "never tested") for n in t.x]
+    shown = [
+        n
+        for t in fig.data
+        if t.mode == "markers+text" and t.name in ("accepted", "rejected", "never tested")
+        for n in t.x
+    ]
     assert len(shown) == len(rnd.tree.nodes)
     texts = [x for t in fig.data if t.text is not None for x in t.text]
     assert any('&lt;b&gt;"x"&lt;/b&gt;' in x for x in texts) and not any("<b>" in x for x in texts)
@@ -269,7 +325,9 @@ def test_the_path_length_law_is_the_capped_geometric_one_for_a_constant_rate():
     from specviz.theory import accepted_drafts_distribution
 
     for alpha, depth in ((0.3, 4), (0.8, 6)):
-        assert theory.path_length_distribution([alpha] * depth, depth) == pytest.approx(accepted_drafts_distribution(alpha, depth))
+        assert theory.path_length_distribution([alpha] * depth, depth) == pytest.approx(
+            accepted_drafts_distribution(alpha, depth)
+        )
     law = theory.path_length_distribution([0.9, 0.5], 4)  # depths 3 and 4 never measured: the walk stops at 2
     assert sum(law) == pytest.approx(1.0) and law == pytest.approx([0.1, 0.45, 0.45, 0.0, 0.0])
 
@@ -297,11 +355,14 @@ def test_a_tree_runs_numbers_are_a_trees_predictions():
     assert "tokens per round, predicted" in html and "acceptance by depth" in html and "Thm 3.8 is a chain" in html
     assert position_figure(trace).layout.title.text.startswith("Acceptance by depth")
     speed = speedup_figure(trace, base)
-    assert list(speed.data[0].y)[0] == pytest.approx(s["predicted_speedup_verify"])  # a tree's prediction, no gamma curve
+    # a tree's prediction, no gamma curve
+    assert list(speed.data[0].y)[0] == pytest.approx(s["predicted_speedup_verify"])
     hist = accepted_histogram_figure(trace)
     depth = theory.typical_depth(trace)
     assert list(hist.data[1].y) == pytest.approx(theory.path_length_distribution(rates, depth))
-    assert "tree" not in summary(tree_free := autoregressive_generate(PROMPT, target, sampling=Sampling(1.0), max_new_tokens=4, seed=1))
+    assert "tree" not in summary(
+        tree_free := autoregressive_generate(PROMPT, target, sampling=Sampling(1.0), max_new_tokens=4, seed=1)
+    )
     assert not tree_free.has_tree
 
 
@@ -311,9 +372,17 @@ def test_tree_rules_carry_the_literatures_names_and_old_recordings_still_load():
     ("one-hot", "specinfer") and a gamma per tree round loads under the new names."""
     drafter, target = models("different")
     topk = _tree_trace()
-    sampled = tree_generate(PROMPT, drafter, target, TreeSpec.static((3, 2), "sampled"), sampling=Sampling(1.0), max_new_tokens=8, seed=1)
-    assert {r.tree.rule for r in topk.rounds} == {"without-replacement"} and {r.tree.rule for r in sampled.rounds} == {"with-replacement"}
-    assert topk.settings["gamma"] is None and all(r.gamma is None for r in topk.rounds) and topk.settings["tree"]["depth"] == 2
+    sampled = tree_generate(
+        PROMPT, drafter, target, TreeSpec.static((3, 2), "sampled"), sampling=Sampling(1.0), max_new_tokens=8, seed=1
+    )
+    assert {r.tree.rule for r in topk.rounds} == {"without-replacement"} and {r.tree.rule for r in sampled.rounds} == {
+        "with-replacement"
+    }
+    assert (
+        topk.settings["gamma"] is None
+        and all(r.gamma is None for r in topk.rounds)
+        and topk.settings["tree"]["depth"] == 2
+    )
     old = json.loads(json.dumps(sampled.to_dict()))
     old["schema_version"], old["settings"]["gamma"] = 5, 2
     for r in old["rounds"]:
@@ -321,7 +390,9 @@ def test_tree_rules_carry_the_literatures_names_and_old_recordings_still_load():
         r["tree"].pop("drafter_passes")
         r["gamma"] = r["tree"] and max(n["depth"] for n in r["tree"]["nodes"])
     loaded = Trace.from_dict(old)
-    assert {r.tree.rule for r in loaded.rounds} == {"with-replacement"} and old["rounds"][0]["tree"]["rule"] == "specinfer"
+    assert {r.tree.rule for r in loaded.rounds} == {"with-replacement"} and old["rounds"][0]["tree"][
+        "rule"
+    ] == "specinfer"
     assert loaded.output_ids == sampled.output_ids
 
 
@@ -388,12 +459,16 @@ def test_judging_on_the_columns_with_mass_is_judging_on_the_whole_vocabulary(rul
         likely = p_slot[torch.tensor(parents) + 1].multinomial(1, generator=rng)[:, 0]
         tokens = torch.where(torch.rand(n, generator=rng) < 0.7, likely, torch.randint(0, vocab, (n,), generator=rng))
         drafted = DraftTree(tokens=tokens, parents=parents, depths=depths, q=q, rule=rule)
-        fast = loop._verdicts(logits, drafted, sampling, warpers, torch.Generator().manual_seed(trial), loop.NO_FAULT, 10).fetch()
+        fast = loop._verdicts(
+            logits, drafted, sampling, warpers, torch.Generator().manual_seed(trial), loop.NO_FAULT, 10
+        ).fetch()
         cols = loop.mass_columns(p_slot, logits, tokens, 10)
         used += cols is not None and cols.numel() < vocab
         with monkeypatch.context() as m:
             m.setattr(loop, "mass_columns", lambda *a: None)
-            slow = loop._verdicts(logits, drafted, sampling, warpers, torch.Generator().manual_seed(trial), loop.NO_FAULT, 10).fetch()
+            slow = loop._verdicts(
+                logits, drafted, sampling, warpers, torch.Generator().manual_seed(trial), loop.NO_FAULT, 10
+            ).fetch()
         assert set(fast) == set(slow)
         for key in ("accepted", "accepted_child", "finals", "tokens", "finite", "u"):
             assert fast[key] == slow[key], (trial, key)
@@ -404,7 +479,9 @@ def test_judging_on_the_columns_with_mass_is_judging_on_the_whole_vocabulary(rul
         for i, (a, b, pa) in enumerate(zip(fast["top_ids"], slow["top_ids"], fast["top_prob"])):
             assert a == b or pa == 0.0, (trial, a, b)
             if a == b:
-                assert (fast["top_p"][i], fast["top_q"][i]) == pytest.approx((slow["top_p"][i], slow["top_q"][i]), abs=1e-6)
+                assert (fast["top_p"][i], fast["top_q"][i]) == pytest.approx(
+                    (slow["top_p"][i], slow["top_q"][i]), abs=1e-6
+                )
         corrections += sum(1 for slot, child in enumerate(fast["accepted_child"]) if child < 0 and slot == 0)
     assert used >= 60 and corrections >= 5  # the column path ran, and rounds ended in corrections at the root
 
@@ -423,14 +500,19 @@ def test_a_tree_round_records_the_drafters_entropy_and_the_figure_draws_it():
         q = torch.softmax(drafter(context).logits[0, -1].double(), dim=-1)
     h = float(-(q * q.log2()).sum())
     first = trace.rounds[0].tree
-    assert [n.q_entropy for n in first.nodes if n.depth == 1] == pytest.approx([h] * sum(n.depth == 1 for n in first.nodes), abs=1e-4)
+    assert [n.q_entropy for n in first.nodes if n.depth == 1] == pytest.approx(
+        [h] * sum(n.depth == 1 for n in first.nodes), abs=1e-4
+    )
     assert all(0 <= n.q_entropy <= 3 for r in trace.rounds for n in r.tree.nodes)  # a vocabulary of 8: log2 8 = 3 bits
-    assert all(str(n.q_entropy) != "-0.0" for r in trace.rounds for n in r.tree.nodes)  # a one-hot q reads 0.00, not -0.00
+    # a one-hot q reads 0.00, not -0.00
+    assert all(str(n.q_entropy) != "-0.0" for r in trace.rounds for n in r.tree.nodes)
     for k, r in enumerate(trace.rounds):
         (labels,) = [t for t in tree_figure(trace, k).data if t.name and t.name.startswith("H(q)")]
         parents = sorted({n.parent for n in r.tree.nodes})
         first_child = {p: next(n for n in r.tree.nodes if n.parent == p) for p in parents}
-        assert list(labels.text) == [f"H {first_child[p].q_entropy:.2f}" for p in dict.fromkeys(n.parent for n in r.tree.nodes)]
+        assert list(labels.text) == [
+            f"H {first_child[p].q_entropy:.2f}" for p in dict.fromkeys(n.parent for n in r.tree.nodes)
+        ]
     # a recording made before the entropy was kept still loads and draws, without the labels
     d = trace.to_dict()
     for r in d["rounds"]:

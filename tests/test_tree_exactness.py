@@ -25,8 +25,10 @@ applies the window; control: the tree mask blind to the window (``window_ignored
 had), which shifts the first token's law already.
 
 Controls: three faults seen in tree implementations are passed to the rules' own code path
-(specviz.lab.tree_faults, ``judge``'s fault argument) and the same test must reject them. At 2,000 correct runs the faults
-gave p-values below 1e-14 (1e-22 at 1,000); the controls use 500 runs, under half of the sample the correct rules pass at
+(specviz.lab.tree_faults, ``judge``'s fault argument) and the same test must reject them. At 2,000 correct runs the
+faults
+gave p-values below 1e-14 (1e-22 at 1,000); the controls use 500 runs, under half of the sample the correct rules pass
+at
 (``runs_to_catch`` of each law: 1,100-1,600 runs, a wrong law at Cohen's w 0.25 rejected with probability 0.99), so a
 control that fails says the fault is caught with room to spare.
 """
@@ -47,9 +49,24 @@ CONTROL_RUNS = 500
 CASES = [
     # (id, models, sampling, tree)
     ("without-replacement-static-topk", "different", Sampling(temperature=1.0, top_k=5), TreeSpec.static((3, 2))),
-    ("without-replacement-dynamic-topk-topp", "different", Sampling(temperature=0.8, top_k=5, top_p=0.9), TreeSpec.dynamic(8, depth=2, topk=3)),
-    ("with-replacement-static-topp", "different", Sampling(temperature=0.8, top_p=0.9), TreeSpec.static((3, 2), "sampled")),
-    ("with-replacement-static-topk-unlike", "unlike", Sampling(temperature=1.0, top_k=4), TreeSpec.static((3, 2), "sampled")),
+    (
+        "without-replacement-dynamic-topk-topp",
+        "different",
+        Sampling(temperature=0.8, top_k=5, top_p=0.9),
+        TreeSpec.dynamic(8, depth=2, topk=3),
+    ),
+    (
+        "with-replacement-static-topp",
+        "different",
+        Sampling(temperature=0.8, top_p=0.9),
+        TreeSpec.static((3, 2), "sampled"),
+    ),
+    (
+        "with-replacement-static-topk-unlike",
+        "unlike",
+        Sampling(temperature=1.0, top_k=4),
+        TreeSpec.static((3, 2), "sampled"),
+    ),
 ]
 
 
@@ -61,12 +78,16 @@ def test_tree_output_distribution_is_the_targets(kind, sampling, tree):
     assert pvalue > ALPHA
 
 
-@pytest.mark.parametrize("fault, sampling, tree", [
-    ("siblings_against_p", Sampling(temperature=1.0), TreeSpec.static((3, 2), "sampled")),
-    ("topk_ratio", Sampling(temperature=1.0), TreeSpec.static((3, 2))),
-    ("residual_unnormalised", Sampling(temperature=1.0), TreeSpec.static((3, 2), "sampled")),
-    ("residual_unnormalised", Sampling(temperature=0.8, top_k=5, top_p=0.9), TreeSpec.dynamic(8, depth=2, topk=3)),
-], ids=["against-p", "topk-ratio", "unnormalised-with-replacement", "unnormalised-without-replacement-dynamic"])
+@pytest.mark.parametrize(
+    "fault, sampling, tree",
+    [
+        ("siblings_against_p", Sampling(temperature=1.0), TreeSpec.static((3, 2), "sampled")),
+        ("topk_ratio", Sampling(temperature=1.0), TreeSpec.static((3, 2))),
+        ("residual_unnormalised", Sampling(temperature=1.0), TreeSpec.static((3, 2), "sampled")),
+        ("residual_unnormalised", Sampling(temperature=0.8, top_k=5, top_p=0.9), TreeSpec.dynamic(8, depth=2, topk=3)),
+    ],
+    ids=["against-p", "topk-ratio", "unnormalised-with-replacement", "unnormalised-without-replacement-dynamic"],
+)
 def test_planted_tree_faults_are_caught(fault, sampling, tree):
     drafter, target = models("different")
     stat, pvalue, _ = chi_square(drafter, target, sampling, 2, runs=CONTROL_RUNS, tree=tree, fault=fault)
@@ -100,8 +121,15 @@ def test_eagle_tree_output_distribution_is_the_targets(sampling, tree):
 
 def test_planted_tree_fault_is_caught_with_eagle():
     drafter, target = eagle_pair()
-    stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 2, runs=CONTROL_RUNS,
-                                 tree=TreeSpec.dynamic(8, depth=2, topk=3), fault="topk_ratio")
+    stat, pvalue, _ = chi_square(
+        drafter,
+        target,
+        Sampling(temperature=1.0),
+        2,
+        runs=CONTROL_RUNS,
+        tree=TreeSpec.dynamic(8, depth=2, topk=3),
+        fault="topk_ratio",
+    )
     print(f"\nplanted topk_ratio with eagle, dynamic tree: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 
@@ -115,7 +143,9 @@ def _auto_shape():
     return sequoia.best_trees(rates.p, 6, 2, 3)[6].parents
 
 
-@pytest.mark.parametrize("sampling", [Sampling(temperature=1.0, top_k=5), Sampling(temperature=0.7, top_p=0.9)], ids=["topk", "topp"])
+@pytest.mark.parametrize(
+    "sampling", [Sampling(temperature=1.0, top_k=5), Sampling(temperature=0.7, top_p=0.9)], ids=["topk", "topp"]
+)
 def test_auto_tree_output_distribution_is_the_targets(sampling):
     shape = _auto_shape()
     assert shape.count(-1) == 3 and len({shape.count(i) for i in range(3)}) > 1  # not one branching per depth
@@ -127,8 +157,15 @@ def test_auto_tree_output_distribution_is_the_targets(sampling):
 
 def test_planted_tree_fault_is_caught_on_an_auto_tree():
     drafter, target = models("different")
-    stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 2, runs=CONTROL_RUNS, tree=TreeSpec.explicit(_auto_shape()),
-                                 fault="topk_ratio")
+    stat, pvalue, _ = chi_square(
+        drafter,
+        target,
+        Sampling(temperature=1.0),
+        2,
+        runs=CONTROL_RUNS,
+        tree=TreeSpec.explicit(_auto_shape()),
+        fault="topk_ratio",
+    )
     print(f"\nplanted topk_ratio on the auto shape: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 
@@ -155,13 +192,24 @@ def test_planted_window_ignored_fault_is_caught():
     than the rule faults shift their laws), at 1,000 chi2 = 288.5, p = 1.4e-30: the control runs 1,000, half
     the correct rule's sample, to be caught with room to spare."""
     drafter, target = window_pair()
-    stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0), 2, runs=2 * CONTROL_RUNS, tree=TreeSpec.static((3, 2)),
-                                 fault="window_ignored")
+    stat, pvalue, _ = chi_square(
+        drafter,
+        target,
+        Sampling(temperature=1.0),
+        2,
+        runs=2 * CONTROL_RUNS,
+        tree=TreeSpec.static((3, 2)),
+        fault="window_ignored",
+    )
     print(f"\nplanted window_ignored, tree 3-2: chi2={stat:.1f} p={pvalue:.3g}")
     assert pvalue < ALPHA
 
 
-@pytest.mark.parametrize("tree", [TreeSpec.static((3, 2)), TreeSpec.static((3, 2), "sampled")], ids=["without-replacement", "with-replacement"])
+@pytest.mark.parametrize(
+    "tree",
+    [TreeSpec.static((3, 2)), TreeSpec.static((3, 2), "sampled")],
+    ids=["without-replacement", "with-replacement"],
+)
 def test_trees_judged_on_the_columns_with_mass_keep_the_targets_law(tree, monkeypatch):
     """On a CPU a sampled round is judged over the columns where some slot's p is positive
     (``specviz.engine.tree.loop.mass_columns``); with a vocabulary of 8 every column has mass, so these
@@ -190,6 +238,13 @@ def test_planted_tree_fault_is_caught_on_the_columns_with_mass():
     """The control of the test above: siblings tested against p instead of the residual, on the same
     vocabulary of 64 under top-k 3 (p = 1.6e-11 at 500 runs when written)."""
     drafter, target = models("similar", vocab=64)
-    stat, pvalue, _ = chi_square(drafter, target, Sampling(temperature=1.0, top_k=3), 2, runs=CONTROL_RUNS,
-                                 tree=TreeSpec.static((3, 2)), fault="siblings_against_p")
+    stat, pvalue, _ = chi_square(
+        drafter,
+        target,
+        Sampling(temperature=1.0, top_k=3),
+        2,
+        runs=CONTROL_RUNS,
+        tree=TreeSpec.static((3, 2)),
+        fault="siblings_against_p",
+    )
     assert pvalue < ALPHA

@@ -50,7 +50,8 @@ def test_one_speedup_figure_is_named_alike_in_headline_status_theory_and_table(r
     assert _stat(table, "speedup").groups() == ("600", shown)  # the one measured speedup: bold
     named = speedup_formula(basis)  # one name, word for word: status, headline, table
     assert f"speedup {shown}: {named}" in verdict(spec, base)  # the status line
-    assert f">{shown} <span" in headline_html(spec, base) and f"speedup = {escape(named)}" in headline_html(spec, base)  # the headline
+    # the headline
+    assert f">{shown} <span" in headline_html(spec, base) and f"speedup = {escape(named)}" in headline_html(spec, base)
     assert escape(named) in table
     measured = [t for t in speedup_figure(spec, base).data if t.name and t.name.startswith("measured speedup")]
     assert len(measured) == 1 and measured[0].y[0] == pytest.approx(value) and basis in measured[0].name
@@ -71,15 +72,19 @@ def test_the_headline_gives_the_speedup_one_line_of_why_and_a_cost_bar(runs):
     why = re.search(r'class="sv-headline-why"[^>]*>([^<]*)<', html).group(1)
     assert why.count(".") >= 1 and "\n" not in why
     assert j.tokens / (j.draft_steps + j.scoring_steps + j.other_steps) == pytest.approx(j.speedup, rel=1e-9)
-    shown = re.search(r"([\d.]+) tokens for ([\d.]+) steps .*?: ([\d.]+) / ([\d.]+) = ([\d.]+)×", why.replace("&#x27;", "'"))
-    assert shown and float(shown.group(1)) / float(shown.group(2)) == pytest.approx(j.speedup, rel=0.02)  # within 2 %: rounding
+    shown = re.search(
+        r"([\d.]+) tokens for ([\d.]+) steps .*?: ([\d.]+) / ([\d.]+) = ([\d.]+)×", why.replace("&#x27;", "'")
+    )
+    # within 2 %: rounding
+    assert shown and float(shown.group(1)) / float(shown.group(2)) == pytest.approx(j.speedup, rel=0.02)
     assert shown.group(5) == f"{j.speedup:.2f}" and f">{j.speedup:.2f}× <span" in html
     assert min(j.draft_steps, j.scoring_steps, j.other_steps) >= 0
     assert j.drafting == pytest.approx(j.passes * j.c)  # the theory's c and v stay in the status sentence
     # The bar: a round's time (drafting, scoring, other) and its gain, in steps of the target alone, on one scale.
     assert "time</span>" in html and f" {j.cost:.2f}</div>" in html and f"{j.tokens:.2f} tokens</div>" in html
     widths = [float(w) for w in re.findall(r"width:([\d.]+)px;background", html)]
-    assert len(widths) == 4 and max(sum(widths[:3]), widths[3]) == pytest.approx(220.0, abs=0.3)  # the larger fills the bar
+    # the larger fills the bar
+    assert len(widths) == 4 and max(sum(widths[:3]), widths[3]) == pytest.approx(220.0, abs=0.3)
     assert sum(widths[:3]) == pytest.approx(220.0 * j.cost / max(j.cost, j.tokens), abs=0.4)
 
 
@@ -95,9 +100,18 @@ def test_the_headline_is_coloured_by_whether_its_spread_clears_one(runs):
     assert replace(j, low=0.7, high=0.95, rounds=20).call == "slower"
     assert replace(j, low=0.92, high=2.76, rounds=20).call == "unclear"
     assert replace(j, low=1.2, high=1.3, rounds=7).call == "too few rounds"
-    short = speculative_generate([1, 2, 3], tiny_lm(vocab=16, layers=1, seed=1, init=0.3), tiny_lm(vocab=16, layers=2, seed=2, init=0.3),
-                                 gamma=4, sampling=Sampling(1.0), max_new_tokens=4, seed=3)
-    alone = autoregressive_generate([1, 2, 3], tiny_lm(vocab=16, layers=2, seed=2, init=0.3), sampling=Sampling(1.0), max_new_tokens=4, seed=3)
+    short = speculative_generate(
+        [1, 2, 3],
+        tiny_lm(vocab=16, layers=1, seed=1, init=0.3),
+        tiny_lm(vocab=16, layers=2, seed=2, init=0.3),
+        gamma=4,
+        sampling=Sampling(1.0),
+        max_new_tokens=4,
+        seed=3,
+    )
+    alone = autoregressive_generate(
+        [1, 2, 3], tiny_lm(vocab=16, layers=2, seed=2, init=0.3), sampling=Sampling(1.0), max_new_tokens=4, seed=3
+    )
     html = headline_html(short, alone)
     assert "too few rounds to tell" in html and "a spread needs at least 8" in html and "#555555" in html
     assert verdict(short, alone).startswith("Too few rounds to tell")
@@ -118,8 +132,11 @@ def test_a_loaded_recording_and_its_html_export_carry_the_verdict(runs):
     assert sentence
     status = replaying(rec)
     assert status.startswith("Replaying a recording") and "No model was run" in status and "As recorded: " in status
-    assert status.startswith("Replaying a recording: `t`\n\nNo model was run.")  # a paragraph of its own after the title
-    assert any(w in status for w in ("Faster than", "Slower than", "No clear difference from", "Too few rounds to tell"))
+    # a paragraph of its own after the title
+    assert status.startswith("Replaying a recording: `t`\n\nNo model was run.")
+    assert any(
+        w in status for w in ("Faster than", "Slower than", "No clear difference from", "Too few rounds to tell")
+    )
     assert "As recorded: " in restore_controls(rec)["status"]  # the status the load leaves standing
     out = everything(rec, status, None)
     assert out["headline"] == headline_html(spec, base)
@@ -177,20 +194,36 @@ def _colours(fig) -> set[str]:
     for t in fig.data:
         for part in (getattr(t, "marker", None), getattr(t, "line", None)):
             colour = getattr(part, "color", None) if part is not None else None
-            out |= {c.upper() for c in (colour if isinstance(colour, (list, tuple)) else [colour]) if isinstance(c, str)}
+            out |= {
+                c.upper() for c in (colour if isinstance(colour, (list, tuple)) else [colour]) if isinstance(c, str)
+            }
     return out
 
 
 def test_orange_and_green_mean_correction_and_bonus_only(runs):
     """In the text orange is the correction token and green the bonus token: no chart or race lane uses them
     for anything else (they had meant the autoregressive and speculative runs in the charts)."""
-    from specviz.views import accepted_histogram_figure, acceptance_figure, position_figure, race_html, sweep_figure, timeline_figure
+    from specviz.views import (
+        accepted_histogram_figure,
+        acceptance_figure,
+        position_figure,
+        race_html,
+        sweep_figure,
+        timeline_figure,
+    )
     from specviz.views.batch import batch_figure
     from specviz.views.charts import AUTOREGRESSIVE, GREEN, ORANGE, SPECULATIVE
 
     spec, base, sweep = runs
-    figures = [acceptance_figure(spec), timeline_figure(spec, base), speedup_figure(spec, base), accepted_histogram_figure(spec),
-               position_figure(spec), sweep_figure(sweep), batch_figure(None)]
+    figures = [
+        acceptance_figure(spec),
+        timeline_figure(spec, base),
+        speedup_figure(spec, base),
+        accepted_histogram_figure(spec),
+        position_figure(spec),
+        sweep_figure(sweep),
+        batch_figure(None),
+    ]
     for fig in figures:
         assert not _colours(fig) & {ORANGE.upper(), GREEN.upper()}, fig.layout.title.text
     runs_shown = {t.name: t.line.color for t in timeline_figure(spec, base).data}
@@ -210,7 +243,9 @@ def test_a_legend_below_the_axis_has_a_row_per_entry(runs):
         n = legend_entries(fig)
         assert n >= 4
         assert fig.layout.margin.b >= AXIS_PX + n * LEGEND_ROW_PX
-        assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0 and fig.layout.legend.yanchor == "bottom"
+        assert (
+            fig.layout.legend.yref == "container" and fig.layout.legend.y == 0 and fig.layout.legend.yanchor == "bottom"
+        )
         plot = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
         assert plot >= 230  # the plot keeps its height whatever the legend takes
 
@@ -225,6 +260,8 @@ def test_a_verify_cost_below_one_is_explained_where_it_shows(runs):
     v = judge(spec, slow_steps).verify
     assert v < 1 and f"v {v:.2f} is below 1" in verdict(spec, slow_steps)
     # In plain words (item 5 of "The page a class believes"): what the measurement is, not a kernel's name.
-    assert "Scoring more tokens does not make a pass cheaper" in verdict(spec, slow_steps) and "oneDNN" not in verdict(spec, slow_steps)
+    assert "Scoring more tokens does not make a pass cheaper" in verdict(spec, slow_steps) and "oneDNN" not in verdict(
+        spec, slow_steps
+    )
     fast_steps = replace(base, rounds=[replace(r, verify_ms=r.verify_ms / 10) for r in base.rounds])
     assert judge(spec, fast_steps).verify > 1 and "is below 1" not in verdict(spec, fast_steps)

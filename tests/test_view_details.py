@@ -168,7 +168,9 @@ def test_a_tree_round_lists_its_rejected_siblings_with_q_p_and_u():
     from specviz.engine.tree.spec import TreeSpec
 
     drafter, target = tiny_lm(vocab=16, layers=1, seed=1, init=0.3), tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
-    trace = tree_generate([1, 2, 3], drafter, target, TreeSpec.static((3, 2, 1)), sampling=Sampling(1.0), max_new_tokens=24, seed=3)
+    trace = tree_generate(
+        [1, 2, 3], drafter, target, TreeSpec.static((3, 2, 1)), sampling=Sampling(1.0), max_new_tokens=24, seed=3
+    )
     shown = 0
     for i, r in enumerate(trace.rounds):
         rejected = [n for n in r.tree.nodes if n.verdict == "rejected"]
@@ -202,7 +204,9 @@ def test_a_tree_round_with_fewer_nodes_than_its_shape_says_why():
 
     drafter, target = tiny_lm(vocab=16, layers=1, seed=1, init=0.3), tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
     spec = TreeSpec.static((3, 2, 2, 1))
-    trace = tree_generate([1, 2, 3], drafter, target, spec, sampling=Sampling(1.0, top_p=0.5), max_new_tokens=20, seed=3)
+    trace = tree_generate(
+        [1, 2, 3], drafter, target, spec, sampling=Sampling(1.0, top_p=0.5), max_new_tokens=20, seed=3
+    )
     most = trace.settings["tree"]["nodes"]
     fewer = [i for i, r in enumerate(trace.rounds) if len(r.tree.nodes) < most]
     assert fewer, "top-p 0.5 should leave some round short of the shape"
@@ -221,7 +225,16 @@ def test_every_token_class_has_a_colour_and_a_legend_entry():
     assert {k for k, _ in LEGEND} == classes and all(STYLES[k] for k in classes)
     legend = legend_html()
     assert all(STYLES[k] in legend for k in classes) and "no draft" in legend
-    empty = Round(drafts=[], emitted_ids=[7], final_token_id=7, final_text="x", final_kind="target", final_prob=0.4,
-                  draft_ms=0.0, verify_ms=1.0, end_ms=1.0)
+    empty = Round(
+        drafts=[],
+        emitted_ids=[7],
+        final_token_id=7,
+        final_text="x",
+        final_kind="target",
+        final_prob=0.4,
+        draft_ms=0.0,
+        verify_ms=1.0,
+        end_ms=1.0,
+    )
     (span,) = round_spans(0, empty)
     assert STYLES["target"] in span and "no draft" in span

@@ -134,7 +134,8 @@ def test_race_shows_every_emitted_token_at_its_round_time(runs):
     slow = slowdown_for(spec, base)
     html = race_html(spec, base, slow, nonce=7)
     assert html.count('class="sv-race-token"') == len(spec.output_ids) + len(base.output_ids)
-    delays = [float(x) for x in re.findall(r'class="sv-race-token" style="[^"]*svrace7f 1ms linear ([\d.]+)ms both;"', html)]
+    delays = [float(x) for x in re.findall(r'class="sv-race-token" style="[^"]*svrace7f 1ms linear ([\d.]+)ms '
+                                           r'both;"', html)]
     assert delays == sorted(delays[: len(spec.output_ids)]) + sorted(delays[len(spec.output_ids) :])
     assert "@keyframes svrace7f" in html and "true timing" in race_html(spec, base, 1.0)
     # one tokens-so-far bar per run, ending at its share of the longer run's tokens
@@ -144,8 +145,20 @@ def test_race_shows_every_emitted_token_at_its_round_time(runs):
 
 def test_explanation_names_every_quantity():
     text = explanation_markdown()
-    for term in ("drafter", "target", "gamma", "acceptance rate", "tokens per round", "round", "correction token",
-                 "bonus token", "cost coefficient", "speedup", "optimal gamma", "residual"):
+    for term in (
+        "drafter",
+        "target",
+        "gamma",
+        "acceptance rate",
+        "tokens per round",
+        "round",
+        "correction token",
+        "bonus token",
+        "cost coefficient",
+        "speedup",
+        "optimal gamma",
+        "residual",
+    ):
         assert term in text.lower(), term
 
 
@@ -195,7 +208,8 @@ def test_stats_name_both_rates_with_their_denominators(runs):
     assert s["draft_acceptance_rate"] == spec.accepted / spec.drafted
     assert s["verify_cost"] == pytest.approx(theory.verify_ms_per_round(spec) / theory.target_step_ms(base))
     assert s["predicted_speedup_verify"] == pytest.approx(
-        theory.expected_tokens_per_round(s["alpha"], 4) / (4 * s["cost_coefficient"] + s["verify_cost"]))
+        theory.expected_tokens_per_round(s["alpha"], 4) / (4 * s["cost_coefficient"] + s["verify_cost"])
+    )
     html = stats_html(spec, base)
     assert f"accepted / drafted = {spec.accepted} / {spec.drafted}" in html
     assert f"accepted / tested = {spec.accepted} / {spec.accepted + spec.rejected}" in html
@@ -281,8 +295,12 @@ def test_batch_rows_are_labelled_by_their_own_prompt():
     """A chat pair's batch rows all began '<|im_start|>system ...': the label is the row's user turn."""
     from specviz.views.batch import _own_words
 
-    chat = "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
-    assert [_own_words(chat.format(q)) for q in ("Why is the sky blue?", "Name a prime")] == ["Why is the sky blue?", "Name a prime"]
+    chat = ("<|im_start|>system\nYou are a helpful AI "
+            "assistant<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n")
+    assert [_own_words(chat.format(q)) for q in ("Why is the sky blue?", "Name a prime")] == [
+        "Why is the sky blue?",
+        "Name a prime",
+    ]
     assert _own_words("  Once upon a time ") == "Once upon a time"
 
 
@@ -344,7 +362,9 @@ def test_the_stats_say_how_far_alpha_may_sit_from_mean_beta_by_chance(runs):
     assert abs(spec.alpha - spec.mean_beta) < 4 * sd  # chance alone: 4 standard deviations, about 1 in 16,000 beyond
     assert f"±{sd:.2f} of it two times in three" in stats_html(spec, runs[1])
     drafter, target = tiny_lm(vocab=16, layers=1, seed=1, init=0.3), tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
-    greedy = speculative_generate([1, 2, 3], drafter, target, gamma=4, sampling=Sampling(0.0), max_new_tokens=30, seed=0)
+    greedy = speculative_generate(
+        [1, 2, 3], drafter, target, gamma=4, sampling=Sampling(0.0), max_new_tokens=30, seed=0
+    )
     assert greedy.alpha_chance_sd == 0 and greedy.alpha == pytest.approx(greedy.mean_beta)
     assert "alpha equals it here (greedy" in stats_html(greedy)
 

@@ -67,7 +67,8 @@ def test_the_default_pair_is_loaded_and_run_before_the_page_serves(counted, monk
     monkeypatch.setenv("SPECVIZ_WARM_UP", "1")
     demo = build_demo()  # the server does not listen yet
     assert resident_pairs() == [EMBEDDED] and counted["loads"] == [EMBEDDED]
-    assert len(counted["runs"]) == 1 and counted["runs"][0] is loaded_pair(EMBEDDED).target  # and one short Generate ran on it
+    # and one short Generate ran on it
+    assert len(counted["runs"]) == 1 and counted["runs"][0] is loaded_pair(EMBEDDED).target
     status = _first_generate(demo)
     assert status.startswith("Done"), status
     assert counted["loads"] == [EMBEDDED]  # the first visitor's Generate loaded nothing

@@ -29,7 +29,9 @@ def test_the_prediction_is_eq1_over_gamma_c_plus_v(alpha, gamma, c, v):
     assert list(curve.x) == list(range(1, 17))
     assert curve.y[gamma - 1] == pytest.approx(speedup)  # at the sliders' gamma, v is the sliders' v
     assert list(mine.x) == [gamma] and mine.y[0] == pytest.approx(speedup)
-    assert curve.y[0] == pytest.approx(theory.predicted_speedup_with_verify_cost(alpha, 1, c, theory.verify_cost_at(1, v, gamma)))
+    assert curve.y[0] == pytest.approx(
+        theory.predicted_speedup_with_verify_cost(alpha, 1, c, theory.verify_cost_at(1, v, gamma))
+    )
 
 
 def test_set_to_this_run_takes_the_runs_own_numbers(rec):
@@ -56,5 +58,8 @@ def test_the_handler_refuses_a_fractional_gamma_and_sets_the_sliders(rec):
     with pytest.raises(gr.Error):
         whatif(0.5, 2.5, 0.1, 1.0)
     out = whatif_from_run(rec)
-    assert out["whatif_gamma"]["value"] == 8 and out["whatif_alpha"]["value"] == pytest.approx(rec.speculative.alpha, abs=0.005)  # on the slider's 0.01 steps
+    # on the slider's 0.01 steps
+    assert out["whatif_gamma"]["value"] == 8 and out["whatif_alpha"]["value"] == pytest.approx(
+        rec.speculative.alpha, abs=0.005
+    )
     assert "E[tokens per round]" in out["whatif_note"]

@@ -78,7 +78,9 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
                 and drafter_tokenizer.get_vocab() != target_tokenizer.get_vocab()):
             raise ValueError("this pair's drafter has a tokenizer of its own, so its token ids are not the target's: "
                              f"draft with the cross-tokenizer kind ({LABELS['cross-tokenizer']})")
-        return ModelDrafter(drafter_model) if kind == "model" else ArgmaxDrafts(ModelDrafter(drafter_model), kind="argmax")
+        return (
+            ModelDrafter(drafter_model) if kind == "model" else ArgmaxDrafts(ModelDrafter(drafter_model), kind="argmax")
+        )
     if kind == "ngram":
         return PromptLookupDrafter(max_ngram=ngram_max, tokenizer=target_tokenizer)  # never drafts a chat marker
     if kind == "early-exit":
@@ -100,6 +102,31 @@ def make_drafter(kind: str, drafter_model=None, target=None, ngram_max: int = 3,
     raise ValueError(f"drafter kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-__all__ = ["DESCRIPTIONS", "KINDS", "LABELS", "RULES", "ArgmaxDrafts", "with_rule", "CrossTokenizerDrafter", "CrossTokenizerError", "Drafter", "DraftRequest", "EagleDrafter", "EagleUnsupported", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal",
-           "QuantizedDrafter", "as_drafter", "default_exit_layer", "default_kind", "early_exit_model", "find_continuation", "layer_count", "make_drafter",
-           "quantize_target", "usable_kinds"]
+__all__ = [
+    "DESCRIPTIONS",
+    "KINDS",
+    "LABELS",
+    "RULES",
+    "ArgmaxDrafts",
+    "with_rule",
+    "CrossTokenizerDrafter",
+    "CrossTokenizerError",
+    "Drafter",
+    "DraftRequest",
+    "EagleDrafter",
+    "EagleUnsupported",
+    "EarlyExitDrafter",
+    "ModelDrafter",
+    "PromptLookupDrafter",
+    "Proposal",
+    "QuantizedDrafter",
+    "as_drafter",
+    "default_exit_layer",
+    "default_kind",
+    "early_exit_model",
+    "find_continuation",
+    "layer_count",
+    "make_drafter",
+    "quantize_target",
+    "usable_kinds",
+]

@@ -83,7 +83,9 @@ class ArgmaxDrafts(Drafter):
         return self.inner.engine_note
 
     def propose_tree(self, request, spec, depth):
-        raise TypeError("argmax drafts are offered for chains; a token tree's children are judged by the tree's own rule")
+        raise TypeError(
+            "argmax drafts are offered for chains; a token tree's children are judged by the tree's own rule"
+        )
 
     def start_batch(self, seqs: list[torch.Tensor], lengths: list[int], vocab: int) -> None:
         self.inner.start_batch(seqs, lengths, vocab)

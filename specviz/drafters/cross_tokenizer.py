@@ -86,23 +86,32 @@ def shared_vocabulary(drafter_tokenizer, target_tokenizer, min_fraction: float =
     d_vocab, t_vocab = drafter_tokenizer.get_vocab(), target_tokenizer.get_vocab()
     common = sorted(set(d_vocab) & set(t_vocab), key=lambda s: t_vocab[s])
     if not common:
-        raise CrossTokenizerError("the drafter's and the target's vocabularies share no token string: token-level intersection "
-                                  "has nothing to draft (a tokenizer that marks spaces differently, such as ▁ against Ġ, shares none)")
+        raise CrossTokenizerError(
+            "the drafter's and the target's vocabularies share no token string: token-level intersection "
+            "has nothing to draft (a tokenizer that marks spaces differently, such as ▁ against Ġ, shares none)"
+        )
     d_special, t_special = _specials(drafter_tokenizer), _specials(target_tokenizer)
     differing = [s for s in common if (s in d_special) != (s in t_special)]
     if differing:
         named = ", ".join(repr(s) for s in differing[:3])
-        raise CrossTokenizerError(f"special tokens differ: {named} {'is' if len(differing) == 1 else 'are'} special to one "
-                                  f"tokenizer and ordinary text to the other ({len(differing)} such strings); choose a pair "
-                                  "whose special tokens agree")
+        raise CrossTokenizerError(
+            f"special tokens differ: {named} {'is' if len(differing) == 1 else 'are'} special to one "
+            f"tokenizer and ordinary text to the other ({len(differing)} such strings); choose a pair "
+            "whose special tokens agree"
+        )
     t_size, d_size = len(target_tokenizer), len(drafter_tokenizer)
     fraction = len(common) / max(1, d_size)
     if fraction < min_fraction:
-        raise CrossTokenizerError(f"the vocabularies share {len(common)} of the drafter's {d_size} tokens ({fraction:.1%}), "
-                                  f"below the {min_fraction:.0%} token-level intersection needs to draft usefully")
-    return SharedVocabulary(drafter_ids=torch.tensor([d_vocab[s] for s in common], dtype=torch.long),
-                            target_ids=torch.tensor([t_vocab[s] for s in common], dtype=torch.long),
-                            target_size=t_size, drafter_size=d_size)
+        raise CrossTokenizerError(
+            f"the vocabularies share {len(common)} of the drafter's {d_size} tokens ({fraction:.1%}), "
+            f"below the {min_fraction:.0%} token-level intersection needs to draft usefully"
+        )
+    return SharedVocabulary(
+        drafter_ids=torch.tensor([d_vocab[s] for s in common], dtype=torch.long),
+        target_ids=torch.tensor([t_vocab[s] for s in common], dtype=torch.long),
+        target_size=t_size,
+        drafter_size=d_size,
+    )
 
 
 def _specials(tokenizer) -> set[str]:
@@ -145,8 +154,15 @@ class CrossTokenizerDrafter(Drafter):
 
     kind = "cross-tokenizer"
 
-    def __init__(self, model, drafter_tokenizer, target_tokenizer, scheme: str = "intersection", min_fraction: float = MIN_SHARED,
-                 fault: str | None = None):
+    def __init__(
+        self,
+        model,
+        drafter_tokenizer,
+        target_tokenizer,
+        scheme: str = "intersection",
+        min_fraction: float = MIN_SHARED,
+        fault: str | None = None,
+    ):
         if scheme not in SCHEMES:
             raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
         if fault not in (None, UNNORMALISED):
@@ -163,8 +179,12 @@ class CrossTokenizerDrafter(Drafter):
         return self.runner.passes if self.runner is not None else 0
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "scheme": self.scheme, "shared_tokens": self.shared.size,
-                "shared_fraction": round(self.shared.fraction, 4)}
+        return {
+            "kind": self.kind,
+            "scheme": self.scheme,
+            "shared_tokens": self.shared.size,
+            "shared_fraction": round(self.shared.fraction, 4),
+        }
 
     def fork(self) -> "CrossTokenizerDrafter":
         twin = super().fork()
@@ -247,7 +267,11 @@ class CrossTokenizerDrafter(Drafter):
             m += 1
             if i + 1 >= r.gamma or not r.keep_drafting(torch.softmax(logits, dim=-1) if r.sampling.greedy else q):
                 break
-        return Proposal(q=torch.cat(q_rows), own_tokens=[d for d, _ in self.last_drafts], shared_mass=[m for _, m in self.last_drafts])
+        return Proposal(
+            q=torch.cat(q_rows),
+            own_tokens=[d for d, _ in self.last_drafts],
+            shared_mass=[m for _, m in self.last_drafts],
+        )
 
     def _string(self, r: DraftRequest, m: int) -> Proposal:
         """Greedy drafter tokens, their text re-encoded with the target's tokenizer; one-hot q."""
@@ -262,10 +286,10 @@ class CrossTokenizerDrafter(Drafter):
         again = _encode(self.target_tokenizer, text)
         if again[: len(window)] != window:  # the drafts' text re-tokenised the settled tokens: no drafts this round
             return Proposal(q=self.empty(r))
-        drafts = list(itertools.takewhile(lambda t: t < r.vocab, again[len(window): len(window) + r.gamma]))
+        drafts = list(itertools.takewhile(lambda t: t < r.vocab, again[len(window) : len(window) + r.gamma]))
         if not drafts:
             return Proposal(q=self.empty(r))
         tokens = torch.tensor(drafts, dtype=torch.long, device=r.seq.device)
-        r.seq[r.n: r.n + len(drafts)] = tokens
+        r.seq[r.n : r.n + len(drafts)] = tokens
         q = torch.zeros(len(drafts), r.vocab, device=tokens.device).scatter_(1, tokens[:, None], 1.0)  # one-hot
         return Proposal(q=q)

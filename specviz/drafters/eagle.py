@@ -67,8 +67,12 @@ def _fits(folder: Path, target) -> bool:
         return False
     raw = json.loads(path.read_text())
     c = target.config
-    return (getattr(c, "model_type", "") == "llama" and raw.get("hidden_size") == c.hidden_size
-            and raw.get("target_vocab_size") == c.vocab_size and raw.get("num_attention_heads") == c.num_attention_heads)
+    return (
+        getattr(c, "model_type", "") == "llama"
+        and raw.get("hidden_size") == c.hidden_size
+        and raw.get("target_vocab_size") == c.vocab_size
+        and raw.get("num_attention_heads") == c.num_attention_heads
+    )
 
 
 def head_folder(target) -> Path | None:
@@ -118,8 +122,10 @@ class EagleDrafter(Drafter):
         """
         folder = head_folder(target)
         if folder is None:
-            raise EagleUnsupported("no EAGLE head is trained for this target (one ships for SmolLM2-135M-Instruct, "
-                                   "the English pair's target); choose another drafter")
+            raise EagleUnsupported(
+                "no EAGLE head is trained for this target (one ships for SmolLM2-135M-Instruct, "
+                "the English pair's target); choose another drafter"
+            )
         return cls(_load(str(folder), torch.float32), target)
 
     @property
@@ -137,8 +143,12 @@ class EagleDrafter(Drafter):
         """The target's features f_t for positions start .. start + k - 1: ``hidden`` (k, H)."""
         end = start + hidden.shape[0]
         if self.feat is None or self.feat.shape[0] < end:
-            grown = torch.zeros(max(end, 2 * (0 if self.feat is None else self.feat.shape[0]), 64), hidden.shape[-1],
-                                dtype=hidden.dtype, device=hidden.device)
+            grown = torch.zeros(
+                max(end, 2 * (0 if self.feat is None else self.feat.shape[0]), 64),
+                hidden.shape[-1],
+                dtype=hidden.dtype,
+                device=hidden.device,
+            )
             if self.feat is not None:
                 grown[: self.feat.shape[0]] = self.feat
             self.feat = grown
@@ -187,8 +197,9 @@ class EagleDrafter(Drafter):
         self.grew_from = last
         return f
 
-    def tree_features(self, xs: torch.Tensor, feats: torch.Tensor, positions: torch.Tensor, allow: torch.Tensor,
-                      new: int) -> torch.Tensor:
+    def tree_features(
+        self, xs: torch.Tensor, feats: torch.Tensor, positions: torch.Tensor, allow: torch.Tensor, new: int
+    ) -> torch.Tensor:
         """One masked pass over a level of tree nodes; their predicted features f^ (new, H).
 
         Args:
@@ -203,8 +214,9 @@ class EagleDrafter(Drafter):
         """
         self._passes += 1
         mask = float_mask(self.fed, allow[-new:], self.head.fc.weight.dtype)
-        out = self.head.features(xs[None], feats[None], past_key_values=self.cache, position_ids=positions[None],
-                                 attention_mask=mask)
+        out = self.head.features(
+            xs[None], feats[None], past_key_values=self.cache, position_ids=positions[None], attention_mask=mask
+        )
         return out[0]
 
     def propose(self, request: DraftRequest) -> Proposal:

@@ -60,11 +60,21 @@ class EagleConfig:
 
     def llama(self) -> LlamaConfig:
         """The body's config: one decoder layer; no table of its own (it is fed embeddings)."""
-        return LlamaConfig(vocab_size=1, bos_token_id=None, eos_token_id=None, pad_token_id=None, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-                           num_hidden_layers=1, num_attention_heads=self.num_attention_heads,
-                           num_key_value_heads=self.num_key_value_heads, rms_norm_eps=self.rms_norm_eps,
-                           rope_theta=self.rope_theta, max_position_embeddings=self.max_position_embeddings,
-                           tie_word_embeddings=False)
+        return LlamaConfig(
+            vocab_size=1,
+            bos_token_id=None,
+            eos_token_id=None,
+            pad_token_id=None,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=1,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads,
+            rms_norm_eps=self.rms_norm_eps,
+            rope_theta=self.rope_theta,
+            max_position_embeddings=self.max_position_embeddings,
+            tie_word_embeddings=False,
+        )
 
 
 def rope_theta(config) -> float:
@@ -84,8 +94,13 @@ class EagleHead(nn.Module):
         head_ids: (K,) long, the head's token ids, sorted.
     """
 
-    def __init__(self, config: EagleConfig, embed: torch.Tensor | None = None, out_rows: torch.Tensor | None = None,
-                 head_ids: torch.Tensor | None = None):
+    def __init__(
+        self,
+        config: EagleConfig,
+        embed: torch.Tensor | None = None,
+        out_rows: torch.Tensor | None = None,
+        head_ids: torch.Tensor | None = None,
+    ):
         super().__init__()
         self.config = config
         h = config.hidden_size
@@ -94,8 +109,9 @@ class EagleHead(nn.Module):
         self.fc = nn.Linear(2 * h, h, bias=False)
         self.body = LlamaModel(config.llama())
         self.body.embed_tokens = None  # fed embeddings; the target's table is shared
-        self.register_buffer("head_ids", head_ids if head_ids is not None else torch.arange(config.head_size),
-                             persistent=False)
+        self.register_buffer(
+            "head_ids", head_ids if head_ids is not None else torch.arange(config.head_size), persistent=False
+        )
         self._embed = embed
         self._out_rows = out_rows
 
@@ -105,14 +121,25 @@ class EagleHead(nn.Module):
         self._out_rows = target.get_output_embeddings().weight.detach()[self.head_ids.to(self._embed.device)]
         return self
 
-    def features(self, next_ids: torch.Tensor, target_features: torch.Tensor, past_key_values=None,
-                 position_ids: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
+    def features(
+        self,
+        next_ids: torch.Tensor,
+        target_features: torch.Tensor,
+        past_key_values=None,
+        position_ids: torch.Tensor | None = None,
+        attention_mask=None,
+    ) -> torch.Tensor:
         """Predicted features f^_{t+1}: (B, T, H), from x_{t+1} (B, T) long and f_t (B, T, H)."""
         e = self.emb_norm(nn.functional.embedding(next_ids, self._embed).to(self.fc.weight.dtype))
         g = self.feat_norm(target_features.to(self.fc.weight.dtype))
         h = self.fc(torch.cat([e, g], dim=-1))
-        out = self.body(inputs_embeds=h, past_key_values=past_key_values, position_ids=position_ids,
-                        attention_mask=attention_mask, use_cache=past_key_values is not None)
+        out = self.body(
+            inputs_embeds=h,
+            past_key_values=past_key_values,
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            use_cache=past_key_values is not None,
+        )
         return out.last_hidden_state
 
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,9 @@ def _layer_list(body: torch.nn.Module) -> str:
     for name in ("layers", "h", "layer", "blocks"):
         if isinstance(getattr(body, name, None), torch.nn.ModuleList):
             return name
-    raise ValueError(f"{type(body).__name__} has no list of decoder layers this early exit knows (layers, h, layer, blocks)")
+    raise ValueError(
+        f"{type(body).__name__} has no list of decoder layers this early exit knows (layers, h, layer, blocks)"
+    )
 
 
 def layer_count(model) -> int:
@@ -59,7 +61,10 @@ def early_exit_model(target, exit_layer: int):
     name = _layer_list(body)
     layers = getattr(body, name)
     if not (isinstance(exit_layer, int) and 1 <= exit_layer < len(layers)):
-        raise ValueError(f"exit_layer must be a whole number in 1..{len(layers) - 1} (the target has {len(layers)} layers), got {exit_layer!r}")
+        raise ValueError(
+            f"exit_layer must be a whole number in 1..{len(layers) - 1} (the target has {len(layers)} layers), got "
+            f"{exit_layer!r}"
+        )
     config = copy.deepcopy(target.config)
     config.num_hidden_layers = exit_layer
     if isinstance(getattr(config, "layer_types", None), list):

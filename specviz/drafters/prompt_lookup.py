@@ -84,10 +84,15 @@ def _pruned(tree: DraftTree, skip: frozenset[int]) -> DraftTree:
         return tree
     order = list(kept)
     index = torch.tensor(order, dtype=torch.long, device=tree.tokens.device)
-    return replace(tree, tokens=tree.tokens[index], parents=[kept[tree.parents[i]] if tree.parents[i] >= 0 else -1 for i in order],
-                   depths=[tree.depths[i] for i in order], q=tree.q[index] if tree.q is not None else None,
-                   sources=[tree.sources[i] for i in order] if tree.sources is not None else None,
-                   fed=[tree.fed[i] for i in order] if tree.fed is not None else None)
+    return replace(
+        tree,
+        tokens=tree.tokens[index],
+        parents=[kept[tree.parents[i]] if tree.parents[i] >= 0 else -1 for i in order],
+        depths=[tree.depths[i] for i in order],
+        q=tree.q[index] if tree.q is not None else None,
+        sources=[tree.sources[i] for i in order] if tree.sources is not None else None,
+        fed=[tree.fed[i] for i in order] if tree.fed is not None else None,
+    )
 
 
 class PromptLookupDrafter(Drafter):
@@ -108,7 +113,9 @@ class PromptLookupDrafter(Drafter):
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, skip_ids=(), tokenizer=None):
         if not (isinstance(max_ngram, int) and isinstance(min_ngram, int) and 1 <= min_ngram <= max_ngram <= 64):
-            raise ValueError(f"n-gram sizes must satisfy 1 <= min_ngram <= max_ngram <= 64, got {min_ngram}, {max_ngram}")
+            raise ValueError(
+                f"n-gram sizes must satisfy 1 <= min_ngram <= max_ngram <= 64, got {min_ngram}, {max_ngram}"
+            )
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.skip = frozenset(int(t) for t in skip_ids) | special_ids(tokenizer)
 
@@ -121,13 +128,16 @@ class PromptLookupDrafter(Drafter):
             return Proposal(q=self.empty(request), sources=[])
         start, tokens = found
         drafts = torch.tensor(tokens, dtype=torch.long, device=request.seq.device)
-        request.seq[request.n:request.n + len(tokens)] = drafts
+        request.seq[request.n : request.n + len(tokens)] = drafts
         q = torch.zeros(len(tokens), request.vocab, device=drafts.device).scatter_(1, drafts[:, None], 1.0)  # one-hot
         return Proposal(q=q, sources=list(range(start, start + len(tokens))))
 
     def propose_tree(self, request: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
         """One branch per distinct earlier match, merged into a trie (``specviz.engine.tree.draft.draft_lookup``)."""
-        return _pruned(draft_lookup(request, self.max_ngram, self.min_ngram, min(depth, spec.depth), lookup_branches(spec)), self.skip)
+        return _pruned(
+            draft_lookup(request, self.max_ngram, self.min_ngram, min(depth, spec.depth), lookup_branches(spec)),
+            self.skip,
+        )
 
     def describe(self) -> dict:
         skips = {"skipped_special_tokens": len(self.skip)} if self.skip else {}

@@ -49,7 +49,9 @@ def _tree_copy(module: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``module`` and of every submodule that shares all parameters and buffers, so
     swapping a layer anywhere in the copy leaves the original whole."""
     twin = copy.copy(module)
-    twin._modules = {name: (_tree_copy(child) if child is not None else None) for name, child in module._modules.items()}
+    twin._modules = {
+        name: (_tree_copy(child) if child is not None else None) for name, child in module._modules.items()
+    }
     twin._parameters = dict(module._parameters)
     twin._buffers = dict(module._buffers)
     return twin
@@ -71,8 +73,10 @@ def quantize_target(target) -> torch.nn.Module:
     """
     param = next(target.parameters())
     if param.device.type != "cpu":
-        raise ValueError(f"the quantized drafter runs on the CPU only (torch's int8 kernels); the target is on {param.device.type}: "
-                         "choose another drafter")
+        raise ValueError(
+            f"the quantized drafter runs on the CPU only (torch's int8 kernels); the target is on {param.device.type}: "
+            "choose another drafter"
+        )
     with _lock:
         short = _quantized.get(target)
         if short is None:

@@ -45,7 +45,19 @@ import torch
 from specviz.engine import rejection
 from specviz.engine.batch_runner import BatchRunner, check_window, positions
 from specviz.engine.drafter import DraftRequest
-from specviz.engine.rounds import TOP_TOKENS, Clock, extend_trace, judge_chain, round_record, run_settings, settle, Transfer, validate_inputs, new_trace, set_up
+from specviz.engine.rounds import (
+    TOP_TOKENS,
+    Clock,
+    extend_trace,
+    judge_chain,
+    round_record,
+    run_settings,
+    settle,
+    Transfer,
+    validate_inputs,
+    new_trace,
+    set_up,
+)
 from specviz.engine.sampling import Sampling, contexts, row_contexts
 from specviz.engine.schedules import GammaSchedule, make_schedule
 from specviz.engine.seeds import check_seed, generator
@@ -112,9 +124,15 @@ class BatchResult:
     def summary(self) -> dict:
         """Batch-level numbers as plain JSON values."""
         return {
-            "rows": len(self.traces), "tokens": self.tokens, "total_ms": self.total_ms, "tokens_per_s": self.tokens_per_s,
-            "target_passes": self.target_passes, "drafter_passes": self.drafter_passes,
-            "positions": self.positions, "padded_positions": self.padded_positions, "padding_share": self.padding_share,
+            "rows": len(self.traces),
+            "tokens": self.tokens,
+            "total_ms": self.total_ms,
+            "tokens_per_s": self.tokens_per_s,
+            "target_passes": self.target_passes,
+            "drafter_passes": self.drafter_passes,
+            "positions": self.positions,
+            "padded_positions": self.padded_positions,
+            "padding_share": self.padding_share,
         }
 
 
@@ -149,7 +167,9 @@ def _validate_rows(prompts, models, vocab: int, max_new_tokens: int, sampling: S
             raise ValueError(f"prompts[{b}]: {err}") from None
 
 
-def _start_rows(prompts, mode, sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma=None, extra=None) -> list[_Row]:
+def _start_rows(
+    prompts, mode, sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma=None, extra=None
+) -> list[_Row]:
     check_seed(seed, len(prompts))
     rows = []
     for b, prompt in enumerate(prompts):
@@ -224,14 +244,25 @@ def speculative_generate_batch(
     """
     prompts = _check_prompts(prompts)
     run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
-    drafter, models, vocab, eos, device, decode, warpers = run.drafter, run.models, run.vocab, run.eos, run.device, run.decode, run.warpers
+    drafter, models, vocab, eos, device, decode, warpers = (
+        run.drafter,
+        run.models,
+        run.vocab,
+        run.eos,
+        run.device,
+        run.decode,
+        run.warpers,
+    )
     _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
-    template = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)  # refuses a bad name or gamma
+    # refuses a bad name or gamma
+    template = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)
     # Each round adds at most (the most drafts a round may propose) + 1 columns to the caches.
     check_window(models, max(len(p) for p in prompts) + max_new_tokens * (template.most + 1))
     top_k = min(TOP_TOKENS, vocab)
     extra = {"drafter": drafter.describe(), "gamma_schedule": template.describe()}
-    rows = _start_rows(prompts, "speculative", sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma, extra)
+    rows = _start_rows(
+        prompts, "speculative", sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma, extra
+    )
     for row in rows:
         row.schedule = copy.deepcopy(template)
     result = BatchResult(traces=[r.trace for r in rows])
@@ -256,9 +287,23 @@ def speculative_generate_batch(
             # 1. Draft, for every row at once: up to each row's allowed gamma into its seq.
             for r in active:
                 r.allowed = min(r.schedule.next_gamma(), r.n_prompt + max_new_tokens - r.n)
-            proposals = drafter.propose_batch([
-                DraftRequest(r.seq, r.n, r.allowed, r.history, sampling, warpers, r.gen, vocab, r.schedule.keep_drafting, steps)
-                for r in active])
+            proposals = drafter.propose_batch(
+                [
+                    DraftRequest(
+                        r.seq,
+                        r.n,
+                        r.allowed,
+                        r.history,
+                        sampling,
+                        warpers,
+                        r.gen,
+                        vocab,
+                        r.schedule.keep_drafting,
+                        steps,
+                    )
+                    for r in active
+                ]
+            )
             t1 = clock.mark()
 
             # 2. Verify: one target pass over every row's pending token and drafts (right-padded).
@@ -274,14 +319,18 @@ def speculative_generate_batch(
             result.positions += width * len(active)
             result.padded_positions += int((~valid).sum())
             if reads_features:  # row i's pending token and drafts, right-padded
-                drafter.observe_target_batch([(r.n - 1, target_runner.features[i, : counts[i] + 1]) for i, r in enumerate(active)])
+                drafter.observe_target_batch(
+                    [(r.n - 1, target_runner.features[i, : counts[i] + 1]) for i, r in enumerate(active)]
+                )
 
             # 3-4. Accept and the final token, row by row, from each row's own generator.
             transfer = Transfer()
             for i, (r, g) in enumerate(zip(active, counts)):
                 ctx = contexts(r.seq, range(r.n, r.n + g + 1), vocab) if sampling.needs_context else None
-                p_all = steps.target_probs(logits[i, :g + 1], sampling, warpers, ctx)
-                judge_chain(transfer, f"{i}.", r.seq[r.n : r.n + g], proposals[i].q, p_all, sampling, r.gen, top_k, steps)
+                p_all = steps.target_probs(logits[i, : g + 1], sampling, warpers, ctx)
+                judge_chain(
+                    transfer, f"{i}.", r.seq[r.n : r.n + g], proposals[i].q, p_all, sampling, r.gen, top_k, steps
+                )
             host = transfer.fetch()
             t2 = clock.mark()
             result.draft_ms += clock.ms(t0, t1)
@@ -299,10 +348,27 @@ def speculative_generate_batch(
                 r.n += len(emitted)
                 r.history.extend(emitted)
                 r.schedule.observe(g, n_acc, min(g, n_acc + 1), clock.ms(t0, t1), clock.ms(t1, t2))
-                r.trace.rounds.append(round_record(mine, draft_ids, n_acc, final, kind, keeps_final, emitted, proposals[i].sources,
-                                             decode, top_k, r.allowed, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start(),
-                                             features_from=proposals[i].features_from,
-                                             own_tokens=proposals[i].own_tokens, shared_mass=proposals[i].shared_mass))
+                r.trace.rounds.append(
+                    round_record(
+                        mine,
+                        draft_ids,
+                        n_acc,
+                        final,
+                        kind,
+                        keeps_final,
+                        emitted,
+                        proposals[i].sources,
+                        decode,
+                        top_k,
+                        r.allowed,
+                        clock.ms(t0, t1),
+                        clock.ms(t1, t2),
+                        clock.since_start(),
+                        features_from=proposals[i].features_from,
+                        own_tokens=proposals[i].own_tokens,
+                        shared_mass=proposals[i].shared_mass,
+                    )
+                )
                 if not extend_trace(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             # Both sides keep all but each row's newest token, which is fed next round.
@@ -333,7 +399,8 @@ def autoregressive_generate_batch(
     """The batched baseline: one target pass per step for every unfinished row.
 
     Arguments, returns and errors as ``speculative_generate_batch`` (``stop`` asked before each step)
-    without drafter, gamma and schedule; row b is the run ``autoregressive_generate`` gives its prompt with seed ``seed + b``.
+    without drafter, gamma and schedule; row b is the run ``autoregressive_generate`` gives its prompt with seed ``seed
+    + b``.
     """
     prompts = _check_prompts(prompts)
     run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
@@ -359,20 +426,33 @@ def autoregressive_generate_batch(
             token = rejection.sample_rows(p, sampling.greedy, [r.gen for r in active])
             for i, r in enumerate(active):
                 r.seq[r.n] = token[i]
-            host = torch.cat([token.double(), p.gather(1, token[:, None])[:, 0].double(),
-                              torch.isfinite(p).all(dim=-1).double()]).tolist()
+            host = torch.cat(
+                [token.double(), p.gather(1, token[:, None])[:, 0].double(), torch.isfinite(p).all(dim=-1).double()]
+            ).tolist()
             t1 = clock.mark()
             result.verify_ms += clock.ms(t0, t1)
             staying = []
             for i, r in enumerate(active):
                 token_id, prob, finite = int(host[i]), host[len(active) + i], host[2 * len(active) + i]
                 if not finite:
-                    raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
+                    raise ValueError(
+                        "the target produced NaN or infinite probabilities; refusing to sample an invalid token"
+                    )
                 r.n += 1
                 r.history.append(token_id)
-                r.trace.rounds.append(Round(drafts=[], emitted_ids=[token_id], final_token_id=token_id,
-                                            final_text=decode([token_id])[0], final_kind="target", final_prob=prob,
-                                            draft_ms=0.0, verify_ms=clock.ms(t0, t1), end_ms=clock.since_start()))
+                r.trace.rounds.append(
+                    Round(
+                        drafts=[],
+                        emitted_ids=[token_id],
+                        final_token_id=token_id,
+                        final_text=decode([token_id])[0],
+                        final_kind="target",
+                        final_prob=prob,
+                        draft_ms=0.0,
+                        verify_ms=clock.ms(t0, t1),
+                        end_ms=clock.since_start(),
+                    )
+                )
                 if not extend_trace(r.trace, [token_id], eos, max_new_tokens, clock, tokenizer):
                     staying.append(i)
             result.rounds.append([r.index for r in active])

@@ -121,7 +121,9 @@ def check_window(models, columns: int) -> None:
         window = sliding_window(model)
         if window is not None and window < columns:
             raise ValueError(
-                f"{type(model).__name__} attends to a sliding window of {window} tokens; a batch's cache may hold up to {columns} "
-                "columns, and the masked columns of rejected drafts would count against the window, so its rows would not be "
+                f"{type(model).__name__} attends to a sliding window of {window} tokens; a batch's cache may hold up "
+                f"to {columns} "
+                "columns, and the masked columns of rejected drafts would count against the window, so its rows would "
+                "not be "
                 "their single runs: decode these prompts one at a time, or ask for fewer tokens"
             )

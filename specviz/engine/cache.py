@@ -100,7 +100,9 @@ class StaticKV:
         allow = (keys[None, :] <= positions[:, None]) & within(positions, keys, self.window)
         return self._blocked(allow)[None, None]
 
-    def tree_mask(self, prefix: int, allow: torch.Tensor, positions: torch.Tensor, windowed: bool = True) -> torch.Tensor:
+    def tree_mask(
+        self, prefix: int, allow: torch.Tensor, positions: torch.Tensor, windowed: bool = True
+    ) -> torch.Tensor:
         """(1, 1, rows, capacity) mask: every row sees keys 0..prefix-1, and key prefix + j where
         ``allow[row, j]`` (rows, slots: the ancestor-or-self matrix's rows of the nodes fed), and with
         a sliding window only the keys inside it, measured in positions: ``positions`` (slots,) holds
@@ -184,8 +186,14 @@ class StaticRunner:
             raise ValueError(f"the static cache holds {kv.capacity} positions; this pass needs {start + ids.shape[1]}")
         self.passes += 1
         kv.set_length(start)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions[None], past_key_values=kv.cache,
-                         use_cache=True, logits_to_keep=n_last)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions[None],
+            past_key_values=kv.cache,
+            use_cache=True,
+            logits_to_keep=n_last,
+        )
         kv.length = start + ids.shape[1]
         return widen(out.logits[0], self.vocab_size)
 
@@ -209,8 +217,16 @@ class StaticRunner:
             if self.kv is not None:
                 self.kv.set_length(length)
 
-    def tree_logits(self, seq: torch.Tensor, prefix: int, tokens: torch.Tensor, positions: torch.Tensor,
-                    allow: torch.Tensor, new: int, windowed: bool = True) -> torch.Tensor:
+    def tree_logits(
+        self,
+        seq: torch.Tensor,
+        prefix: int,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        allow: torch.Tensor,
+        new: int,
+        windowed: bool = True,
+    ) -> torch.Tensor:
         """``specviz.engine.tree.attention.masked_logits`` over the static cache: the last ``new`` slots of
         ``tokens`` (S,) fed at cache positions prefix + S - new.., each under its ancestors inside the
         model's window; (new, vocab)."""

@@ -25,7 +25,18 @@ from specviz.engine.schedules import GammaSchedule, make_schedule
 from specviz.engine.stopping import finish
 from specviz.trace import MAX_GAMMA, Round, Trace
 from specviz.engine.rounds import (  # noqa: F401  (TOP_TOKENS re-exported)
-    TOP_TOKENS, Clock, engine_settings, held, open_run, Transfer, judge_chain, settle, extend_trace, round_record, set_up, start_sequence,
+    TOP_TOKENS,
+    Clock,
+    engine_settings,
+    held,
+    open_run,
+    Transfer,
+    judge_chain,
+    settle,
+    extend_trace,
+    round_record,
+    set_up,
+    start_sequence,
 )
 
 
@@ -89,15 +100,36 @@ def speculative_stream(
     if tree is not None:
         from specviz.engine.tree.loop import tree_stream
 
-        yield from tree_stream(input_ids, drafter, target, tree, sampling=sampling, max_new_tokens=max_new_tokens,
-                               eos_token_id=eos_token_id, seed=seed, tokenizer=tokenizer, vocab_size=vocab_size, record=record,
-                               cached=cached)
+        yield from tree_stream(
+            input_ids,
+            drafter,
+            target,
+            tree,
+            sampling=sampling,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos_token_id,
+            seed=seed,
+            tokenizer=tokenizer,
+            vocab_size=vocab_size,
+            record=record,
+            cached=cached,
+        )
         return
     run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
     schedule = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)
     drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
-    trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, gamma, max_new_tokens + MAX_GAMMA + 1,
-                                              drafter=drafter.describe(), gamma_schedule=schedule.describe())
+    trace, seq, history, gen = start_sequence(
+        run,
+        input_ids,
+        sampling,
+        seed,
+        max_new_tokens,
+        tokenizer,
+        gamma,
+        max_new_tokens + MAX_GAMMA + 1,
+        drafter=drafter.describe(),
+        gamma_schedule=schedule.describe(),
+    )
     n_prompt = len(input_ids)
     # An EAGLE drafter reads the target's features at the positions each target pass scores.
     reads_features = drafter.reads_target_features
@@ -116,7 +148,9 @@ def speculative_stream(
                 t0 = clock.mark()  # CUDA events on a GPU: no synchronisation per phase
 
                 # 1. Draft: up to `allowed` tokens into seq[n:], each with the q it was drawn from.
-                proposal = drafter.propose(DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting, steps))
+                proposal = drafter.propose(
+                    DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting, steps)
+                )
                 g, q_all = proposal.count, proposal.q  # q_all: (g, V)
                 t1 = clock.mark()
 
@@ -148,10 +182,27 @@ def speculative_stream(
 
                 # 6. Record.
                 if record:
-                    trace.rounds.append(round_record(host, draft_ids, n_acc, final, kind, keeps_final, emitted, proposal.sources,
-                                               decode, top_k, allowed, draft_ms, verify_ms, clock.since_start(),
-                                               features_from=proposal.features_from,
-                                               own_tokens=proposal.own_tokens, shared_mass=proposal.shared_mass))
+                    trace.rounds.append(
+                        round_record(
+                            host,
+                            draft_ids,
+                            n_acc,
+                            final,
+                            kind,
+                            keeps_final,
+                            emitted,
+                            proposal.sources,
+                            decode,
+                            top_k,
+                            allowed,
+                            draft_ms,
+                            verify_ms,
+                            clock.since_start(),
+                            features_from=proposal.features_from,
+                            own_tokens=proposal.own_tokens,
+                            shared_mass=proposal.shared_mass,
+                        )
+                    )
                 extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
             if trace.stop_reason:
                 yield trace
@@ -180,7 +231,9 @@ def autoregressive_stream(
     """
     run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
     vocab, eos, device, decode, warpers = run.vocab, run.eos, run.device, run.decode, run.warpers
-    trace, seq, _, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens, mode="autoregressive")
+    trace, seq, _, gen = start_sequence(
+        run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens, mode="autoregressive"
+    )
     n_prompt = len(input_ids)
     runner = make_runner(target, vocab, cached)
     with held(runner):  # given back when the run ends, however it ends
@@ -192,19 +245,32 @@ def autoregressive_stream(
         for n in range(n_prompt, n_prompt + max_new_tokens):
             with torch.inference_mode():  # per step, not across a yield (thread-local)
                 t0 = clock.mark()
-                p = sampling.probs(runner.logits(seq, n, 1), warpers, contexts(seq, [n], vocab) if sampling.needs_context else None)
+                p = sampling.probs(
+                    runner.logits(seq, n, 1), warpers, contexts(seq, [n], vocab) if sampling.needs_context else None
+                )
                 token = rejection.sample_rows(p, sampling.greedy, gen)
                 seq[n] = token[0]
-                token_id, prob, finite = torch.cat([token.double(), p[0, token].double(), torch.isfinite(p).all().double()[None]]).tolist()
+                token_id, prob, finite = torch.cat(
+                    [token.double(), p[0, token].double(), torch.isfinite(p).all().double()[None]]
+                ).tolist()
                 if not finite:
-                    raise ValueError("the target produced NaN or infinite probabilities; refusing to sample an invalid token")
+                    raise ValueError(
+                        "the target produced NaN or infinite probabilities; refusing to sample an invalid token"
+                    )
                 token_id = int(token_id)
                 t1 = clock.mark()
                 if record:
                     trace.rounds.append(
                         Round(
-                            drafts=[], emitted_ids=[token_id], final_token_id=token_id, final_text=decode([token_id])[0],
-                            final_kind="target", final_prob=prob, draft_ms=0.0, verify_ms=clock.ms(t0, t1), end_ms=clock.since_start(),
+                            drafts=[],
+                            emitted_ids=[token_id],
+                            final_token_id=token_id,
+                            final_text=decode([token_id])[0],
+                            final_kind="target",
+                            final_prob=prob,
+                            draft_ms=0.0,
+                            verify_ms=clock.ms(t0, t1),
+                            end_ms=clock.since_start(),
                         )
                     )
                 extend_trace(trace, [token_id], eos, max_new_tokens, clock, tokenizer)
@@ -216,7 +282,9 @@ def autoregressive_stream(
             clock.resume(suspended)
 
 
-def speculative_generate(input_ids, drafter, target, gamma: int = 4, sampling: Sampling = Sampling(), **kwargs) -> Trace:
+def speculative_generate(
+    input_ids, drafter, target, gamma: int = 4, sampling: Sampling = Sampling(), **kwargs
+) -> Trace:
     """Run ``speculative_stream`` to the end and return the finished Trace (same arguments and errors)."""
     return finish(speculative_stream(input_ids, drafter, target, gamma=gamma, sampling=sampling, **kwargs))
 

@@ -192,7 +192,8 @@ class Drafter(ABC):
         Raises:
             TypeError: this drafter cannot draft trees (the default).
         """
-        raise TypeError(f"token trees need a drafter model, early exit, an EAGLE head or prompt lookup, got {type(self).__name__}")
+        raise TypeError("token trees need a drafter model, early exit, an EAGLE head or prompt lookup, got "
+                        f"{type(self).__name__}")
 
     def settle_tree(self, seq: torch.Tensor, n: int, fed: list[int], length: int, compaction: str) -> None:
         """A tree round is judged: ``seq`` now stands to ``length`` tokens (n were settled before

@@ -68,7 +68,11 @@ MAX_CAPACITY = 4096  # positions held by a graphed model's cache, whatever its c
 
 
 def _capacity(model) -> int:
-    limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None) or MAX_CAPACITY
+    limit = (
+        getattr(model.config, "max_position_embeddings", None)
+        or getattr(model.config, "n_positions", None)
+        or MAX_CAPACITY
+    )
     return min(int(limit), MAX_CAPACITY)
 
 
@@ -143,8 +147,13 @@ class GraphedRunner(StaticRunner):
         return self.capture_ms
 
     def _model_pass(self, buf: dict) -> torch.Tensor:
-        out = self.model(input_ids=buf["ids"], attention_mask=buf["mask"], position_ids=buf["positions"][None],
-                         past_key_values=self.kv.cache, use_cache=True)
+        out = self.model(
+            input_ids=buf["ids"],
+            attention_mask=buf["mask"],
+            position_ids=buf["positions"][None],
+            past_key_values=self.kv.cache,
+            use_cache=True,
+        )
         return out.logits[0]
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, start: int, n_last: int):
@@ -209,7 +218,11 @@ def hold(model, vocab_size: int, role: str = "target") -> tuple[GraphedRunner | 
     if failed is not None and failed[0]() is model:
         return None, failed[1]
     primary = _RUNNERS.get(key)
-    pool = [primary, *_SPARES.get(key, [])] if primary is not None and primary.model is model and primary.vocab_size == vocab_size else []
+    pool = (
+        [primary, *_SPARES.get(key, [])]
+        if primary is not None and primary.model is model and primary.vocab_size == vocab_size
+        else []
+    )
     runner = next((r for r in pool if not r.held), None)
     fresh = runner is None
     if fresh and len(pool) >= HELD_PER_MODEL:

@@ -38,11 +38,13 @@ class ModelDrafter(Drafter):
         self.runner: ModelRunner | None = None
         self.batch: BatchRunner | None = None
         self.fed: list[int] = []  # per row of a batch: tokens of its sequence in the drafter's cache
-        self.fed_columns: list[list[tuple[int, int]]] = []  # per row: (cache column, position) of this round's drafts fed
+        # per row: (cache column, position) of this round's drafts fed
+        self.fed_columns: list[list[tuple[int, int]]] = []
 
     @property
     def forced_model(self):
-        """The drafter's model: its one pass over a text gives q at every position (early exit and the int8 target too)."""
+        """The drafter's model: its one pass over a text gives q at every position (early exit and the int8 target
+        too)."""
         return self.model
 
     @property
@@ -72,7 +74,9 @@ class ModelDrafter(Drafter):
             seq[n + i] = token[0]
             # Greedy q is one-hot, which says nothing of confidence: the schedule then reads the
             # drafter's softmax at temperature 1 instead.
-            if i + 1 < r.gamma and not r.keep_drafting(torch.softmax(logits.float(), dim=-1) if r.sampling.greedy else q):
+            if i + 1 < r.gamma and not r.keep_drafting(
+                torch.softmax(logits.float(), dim=-1) if r.sampling.greedy else q
+            ):
                 break
         return Proposal(q=torch.cat(q_rows) if q_rows else self.empty(r))
 
@@ -117,7 +121,7 @@ class ModelDrafter(Drafter):
         device = self.batch.mask.device
         first = requests[0]
         sampling, warpers, vocab = first.sampling, first.warpers, first.vocab
-        missing, valid = left_padded([r.seq[f:r.n] for r, f in zip(requests, self.fed)], device)
+        missing, valid = left_padded([r.seq[f : r.n] for r, f in zip(requests, self.fed)], device)
         logits = self.batch.feed(missing, valid, positions(self.fed, valid, left=True), 1)[:, -1]
         self.fed = [r.n for r in requests]
         self.fed_columns = [[] for _ in requests]
@@ -127,15 +131,19 @@ class ModelDrafter(Drafter):
         while any(drafting):
             rows = [i for i, d in enumerate(drafting) if d]
             sub = logits[rows]
-            ctx = row_contexts([(requests[i].seq, requests[i].n + step) for i in rows], vocab) if sampling.needs_context else None
+            ctx = (
+                row_contexts([(requests[i].seq, requests[i].n + step) for i in rows], vocab)
+                if sampling.needs_context
+                else None
+            )
             tokens, q = first.steps.draft_token(sub, sampling, warpers, [requests[i].gen for i in rows], ctx)
             # Greedy q is one-hot, which says nothing of confidence: the schedule reads the softmax then.
             sure = torch.softmax(sub.float(), dim=-1) if sampling.greedy else q
             for j, i in enumerate(rows):
                 r = requests[i]
-                q_rows[i].append(q[j:j + 1])
+                q_rows[i].append(q[j : j + 1])
                 r.seq[r.n + step] = tokens[j]
-                if step + 1 >= r.gamma or not r.keep_drafting(sure[j:j + 1]):
+                if step + 1 >= r.gamma or not r.keep_drafting(sure[j : j + 1]):
                     drafting[i] = False
             if not any(drafting):
                 break

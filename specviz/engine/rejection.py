@@ -13,7 +13,9 @@ import torch
 from specviz.engine.sampling import Sampling
 
 
-def draft_token(logits: torch.Tensor, sampling: Sampling, warpers, gen, context: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def draft_token(
+    logits: torch.Tensor, sampling: Sampling, warpers, gen, context: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one draft and return it with the distribution it was sampled from.
 
     Returning q together with the sample is the point: the acceptance ratio must use
@@ -32,7 +34,9 @@ def draft_token(logits: torch.Tensor, sampling: Sampling, warpers, gen, context:
     return sample_rows(q, sampling.greedy, gen), q
 
 
-def target_probs(logits: torch.Tensor, sampling: Sampling, warpers, context: torch.Tensor | None = None) -> torch.Tensor:
+def target_probs(
+    logits: torch.Tensor, sampling: Sampling, warpers, context: torch.Tensor | None = None
+) -> torch.Tensor:
     """The target's processed p for a verify pass: (rows, vocab) logits in, float32 (rows, vocab) out.
 
     The same ``sampling.probs`` the drafter's q goes through, so both sides are processed
@@ -87,10 +91,12 @@ def sample_rows(probs: torch.Tensor, greedy: bool, gen: torch.Generator | list[t
         return _inverse_cdf(probs, gen)
     try:
         if isinstance(gen, list):
-            return torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g)[:, 0] for i, g in enumerate(gen)])
+            return torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g)[:, 0] for i, g in enumerate(gen)])
         return torch.multinomial(probs, 1, generator=gen)[:, 0]
     except RuntimeError as err:  # torch refuses NaN, inf and all-zero rows
-        raise ValueError(f"a model produced NaN or infinite logits; refusing to sample an invalid token ({err})") from err
+        raise ValueError(
+            f"a model produced NaN or infinite logits; refusing to sample an invalid token ({err})"
+        ) from err
 
 
 def _inverse_cdf(probs: torch.Tensor, gen: torch.Generator | list[torch.Generator] | None) -> torch.Tensor:
@@ -108,7 +114,9 @@ def _inverse_cdf(probs: torch.Tensor, gen: torch.Generator | list[torch.Generato
     cdf = probs.double().cumsum(dim=-1)
     total = cdf[:, -1:]
     if not bool(torch.isfinite(total).all() & (total > 0).all()):
-        raise ValueError("a model produced NaN or infinite logits; refusing to sample an invalid token (a row has no finite mass)")
+        raise ValueError(
+            "a model produced NaN or infinite logits; refusing to sample an invalid token (a row has no finite mass)"
+        )
     rows = probs.shape[0]
     if isinstance(gen, list):
         u = torch.cat([torch.rand(1, 1, dtype=torch.float64, generator=g) for g in gen])

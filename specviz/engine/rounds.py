@@ -163,7 +163,9 @@ def _decoder(tokenizer):
     """Token id -> text for the trace (``_piece_text``); empty strings without a tokenizer."""
     if tokenizer is None:
         return lambda ids: [""] * len(ids)
-    return lambda ids: [_piece_text(tokenizer, t, text) for t, text in zip(ids, tokenizer.batch_decode([[t] for t in ids]))]
+    return lambda ids: [
+        _piece_text(tokenizer, t, text) for t, text in zip(ids, tokenizer.batch_decode([[t] for t in ids]))
+    ]
 
 
 def _model_name(model) -> str:
@@ -211,14 +213,25 @@ def set_up(drafter, target, sampling: Sampling, eos_token_id, tokenizer, vocab_s
     """
     drafter = as_drafter(drafter) if drafter is not None else None
     models = (*(drafter.models if drafter is not None else ()), target)
-    return RunSetup(drafter, models, _vocab_size(models, tokenizer, vocab_size), _eos_set(eos_token_id), target.device,
-                    _decoder(tokenizer), sampling.warpers())
+    return RunSetup(
+        drafter,
+        models,
+        _vocab_size(models, tokenizer, vocab_size),
+        _eos_set(eos_token_id),
+        target.device,
+        _decoder(tokenizer),
+        sampling.warpers(),
+    )
 
 
 def new_trace(mode: str, prompt_ids, tokenizer, settings: dict) -> Trace:
     """An empty Trace of ``prompt_ids`` (its text decoded when there is a tokenizer)."""
-    return Trace(mode=mode, prompt_ids=[int(t) for t in prompt_ids],
-                 prompt_text=tokenizer.decode(list(prompt_ids)) if tokenizer is not None else "", settings=settings)
+    return Trace(
+        mode=mode,
+        prompt_ids=[int(t) for t in prompt_ids],
+        prompt_text=tokenizer.decode(list(prompt_ids)) if tokenizer is not None else "",
+        settings=settings,
+    )
 
 
 class SequenceStart(NamedTuple):
@@ -230,8 +243,18 @@ class SequenceStart(NamedTuple):
     gen: torch.Generator
 
 
-def start_sequence(run: RunSetup, input_ids, sampling: Sampling, seed: int, max_new_tokens: int, tokenizer, gamma, room: int,
-                   mode: str = "speculative", **settings) -> SequenceStart:
+def start_sequence(
+    run: RunSetup,
+    input_ids,
+    sampling: Sampling,
+    seed: int,
+    max_new_tokens: int,
+    tokenizer,
+    gamma,
+    room: int,
+    mode: str = "speculative",
+    **settings,
+) -> SequenceStart:
     """Check a single sequence's inputs and seed, and open its trace (the run's settings plus
     ``settings``) and its buffer of ``len(input_ids) + room`` tokens.
 
@@ -260,7 +283,9 @@ def held(runner, drafter: Drafter | None = None):
             drafter.release()
 
 
-def open_run(runner, drafter: Drafter, trace: Trace, seq: torch.Tensor, n_prompt: int, vocab: int, cached, device) -> Clock:
+def open_run(
+    runner, drafter: Drafter, trace: Trace, seq: torch.Tensor, n_prompt: int, vocab: int, cached, device
+) -> Clock:
     """A speculative run's start, shared by the chain and tree loops: the drafter prepared before the clock starts (a
     capture of its graphs is not the run's time), both sides prefilled with all but the pending last prompt token (an
     EAGLE drafter handed the target's features), ``trace.prefill_ms`` and the engine (``engine_settings``) recorded.
@@ -327,9 +352,17 @@ def _verdicts(n_drafts: int, n_acc: int) -> list[str]:
     return ["accepted" if i < n_acc else ("rejected" if i == n_acc else "discarded") for i in range(n_drafts)]
 
 
-
-def judge_chain(transfer: Transfer, prefix: str, drafts: torch.Tensor, q_all: torch.Tensor, p_all: torch.Tensor,
-           sampling: Sampling, gen: torch.Generator, top_k: int, steps: rejection.Steps = rejection.EXACT) -> None:
+def judge_chain(
+    transfer: Transfer,
+    prefix: str,
+    drafts: torch.Tensor,
+    q_all: torch.Tensor,
+    p_all: torch.Tensor,
+    sampling: Sampling,
+    gen: torch.Generator,
+    top_k: int,
+    steps: rejection.Steps = rejection.EXACT,
+) -> None:
     """Steps 3 and 4 of a round for one sequence, added to ``transfer`` under ``prefix``.
 
     Accept: draft i stands when u_i < min(1, p_i / q_i). The final token: a correction from the
@@ -351,7 +384,12 @@ def judge_chain(transfer: Transfer, prefix: str, drafts: torch.Tensor, q_all: to
     candidates = torch.cat([steps.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
     finals = rejection.sample_rows(candidates, sampling.greedy, gen)
     values = {
-        "drafts": drafts, "q": q_d, "p": p_d, "u": u, "accept": accept, "finals": finals,
+        "drafts": drafts,
+        "q": q_d,
+        "p": p_d,
+        "u": u,
+        "accept": accept,
+        "finals": finals,
         "final_probs": candidates.gather(1, finals[:, None])[:, 0],
         # beta_i = sum_x min(p_i(x), q_i(x)) at every drafted position, discarded ones too
         # (Leviathan et al. 2023, Def. 3.1): computed here, where p and q already are.
@@ -365,7 +403,9 @@ def judge_chain(transfer: Transfer, prefix: str, drafts: torch.Tensor, q_all: to
         # why the correction or bonus came out.
         top_prob, top_ids = candidates.topk(top_k, dim=-1)  # (g+1, k)
         q_pad = torch.cat([q_all, torch.zeros_like(p_all[:1])])  # no q after the last draft
-        values.update(top_ids=top_ids, top_prob=top_prob, top_p=p_all.gather(1, top_ids), top_q=q_pad.gather(1, top_ids))
+        values.update(
+            top_ids=top_ids, top_prob=top_prob, top_p=p_all.gather(1, top_ids), top_q=q_pad.gather(1, top_ids)
+        )
     for name, tensor in values.items():
         transfer.add(prefix + name, tensor)
 
@@ -394,7 +434,9 @@ def settle(host: dict, eos: frozenset[int], remaining: int) -> tuple[list[int], 
     return draft_ids, n_acc, final, kind, emitted, len(emitted) == n_acc + 1
 
 
-def extend_trace(trace: Trace, emitted: list[int], eos: frozenset[int], max_new_tokens: int, clock: Clock, tokenizer) -> bool:
+def extend_trace(
+    trace: Trace, emitted: list[int], eos: frozenset[int], max_new_tokens: int, clock: Clock, tokenizer
+) -> bool:
     """Append a round's emitted tokens to ``trace``; stop it at an EOS (kept, always the last
     emitted token) or at ``max_new_tokens``, decoding its text then. Returns whether it stopped."""
     trace.output_ids.extend(emitted)
@@ -408,9 +450,25 @@ def extend_trace(trace: Trace, emitted: list[int], eos: frozenset[int], max_new_
     return trace.stop_reason is not None
 
 
-def round_record(host: dict, draft_ids: list[int], n_acc: int, final: int, kind: str, keeps_final: bool, emitted: list[int],
-           sources: list[int] | None, decode, top_k: int, allowed: int, draft_ms: float, verify_ms: float, end_ms: float,
-           features_from: int | None = None, own_tokens: list[int] | None = None, shared_mass: list[float] | None = None) -> Round:
+def round_record(
+    host: dict,
+    draft_ids: list[int],
+    n_acc: int,
+    final: int,
+    kind: str,
+    keeps_final: bool,
+    emitted: list[int],
+    sources: list[int] | None,
+    decode,
+    top_k: int,
+    allowed: int,
+    draft_ms: float,
+    verify_ms: float,
+    end_ms: float,
+    features_from: int | None = None,
+    own_tokens: list[int] | None = None,
+    shared_mass: list[float] | None = None,
+) -> Round:
     """The Round record from one round's transferred values (``host``, by name); ``features_from``,
     ``own_tokens`` and ``shared_mass`` as the Proposal's fields."""
     g = len(draft_ids)
@@ -420,15 +478,23 @@ def round_record(host: dict, draft_ids: list[int], n_acc: int, final: int, kind:
     verdicts = _verdicts(g, n_acc)
     drafts = [
         Draft(
-            token_id=draft_ids[i], text=texts[i], q=host["q"][i], p=host["p"][i],
-            accept_prob=min(1.0, host["p"][i] / host["q"][i]) if host["q"][i] > 0 else 0.0, u=host["u"][i],
-            verdict=verdicts[i], beta=min(1.0, host["beta"][i]), source=sources[i] if sources else None,
-            own_token_id=own_tokens[i] if own_tokens else None, shared_mass=min(1.0, shared_mass[i]) if shared_mass else None,
+            token_id=draft_ids[i],
+            text=texts[i],
+            q=host["q"][i],
+            p=host["p"][i],
+            accept_prob=min(1.0, host["p"][i] / host["q"][i]) if host["q"][i] > 0 else 0.0,
+            u=host["u"][i],
+            verdict=verdicts[i],
+            beta=min(1.0, host["beta"][i]),
+            source=sources[i] if sources else None,
+            own_token_id=own_tokens[i] if own_tokens else None,
+            shared_mass=min(1.0, shared_mass[i]) if shared_mass else None,
         )
         for i in range(g)
     ]
     return Round(
-        drafts=drafts, emitted_ids=emitted,
+        drafts=drafts,
+        emitted_ids=emitted,
         final_token_id=final if keeps_final else None,
         final_text=texts[g] if keeps_final else None,
         final_kind=kind if keeps_final else None,
@@ -436,8 +502,14 @@ def round_record(host: dict, draft_ids: list[int], n_acc: int, final: int, kind:
         final_top=[
             TopToken(token_id=t, text=x, prob=pr, p=pp, q=qq if kind == "correction" else None)
             for t, x, pr, pp, qq in zip(top_ids, decode(top_ids), top["top_prob"], top["top_p"], top["top_q"])
-        ] if keeps_final else [],
-        draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=allowed, features_from=features_from if g else None,
+        ]
+        if keeps_final
+        else [],
+        draft_ms=draft_ms,
+        verify_ms=verify_ms,
+        end_ms=end_ms,
+        gamma=allowed,
+        features_from=features_from if g else None,
     )
 
 

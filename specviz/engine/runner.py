@@ -117,7 +117,9 @@ def choose_cache(model, keep_features: bool = False) -> CacheChoice:
     if not graphs.supported(model):
         return CacheChoice(True, "")
     if keep_features:
-        return CacheChoice(True, "eager passes over the dynamic cache: the EAGLE drafter reads the target's features there")
+        return CacheChoice(
+            True, "eager passes over the dynamic cache: the EAGLE drafter reads the target's features there"
+        )
     try:
         _window(model.config)
     except ValueError as err:
@@ -125,8 +127,14 @@ def choose_cache(model, keep_features: bool = False) -> CacheChoice:
     return CacheChoice("graphs", "")
 
 
-def make_runner(model, vocab_size: int, cached: bool | str = "auto", capacity: int | None = None, role: str = "target",
-                keep_features: bool = False):
+def make_runner(
+    model,
+    vocab_size: int,
+    cached: bool | str = "auto",
+    capacity: int | None = None,
+    role: str = "target",
+    keep_features: bool = False,
+):
     """The runner for ``cached``: True a ``DynamicCache`` (``ModelRunner``), False the re-fed reference,
     "static" a ``StaticRunner`` over a preallocated cache, "graphs" the model's ``specviz.engine.graphs.GraphedRunner``
     (CUDA graphs over a static cache, captured on first use; one per ``role``, "target" or "drafter"), "auto"
@@ -149,7 +157,9 @@ def make_runner(model, vocab_size: int, cached: bool | str = "auto", capacity: i
             return ModelRunner(model, vocab_size, True, keep_features=keep_features, note=note)
         return ModelRunner(model, vocab_size, True, keep_features=keep_features, note=choice.reason)
     if keep_features and cached not in (True, False):
-        raise ValueError("the EAGLE drafter reads the target's features over the dynamic cache: run it with cached=True")
+        raise ValueError(
+            "the EAGLE drafter reads the target's features over the dynamic cache: run it with cached=True"
+        )
     if cached == "graphs":
         from specviz.engine.graphs import graphed
 

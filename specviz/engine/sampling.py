@@ -52,7 +52,11 @@ class Sampling:
     repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
+        if (
+            not isinstance(self.temperature, (int, float))
+            or not math.isfinite(self.temperature)
+            or self.temperature < 0
+        ):
             raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature!r}")
         if 0 < self.temperature < MIN_TEMPERATURE:
             # logits / temperature would overflow float32 and every distribution become NaN
@@ -88,7 +92,9 @@ class Sampling:
             warpers.append(CandidateTopP(float(self.top_p)))  # transformers' top-p rule without a full sort
         return warpers
 
-    def probs(self, logits: torch.Tensor, warpers: LogitsProcessorList | None = None, context: torch.Tensor | None = None) -> torch.Tensor:
+    def probs(
+        self, logits: torch.Tensor, warpers: LogitsProcessorList | None = None, context: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The processed distribution over the vocabulary.
 
         Args:

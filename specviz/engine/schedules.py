@@ -129,7 +129,9 @@ class Optimal(GammaSchedule):
         self.rounds += 1
         if self.drafted and self.verify_ms > 0:
             alpha = metrics.alpha(self.accepted + 1, self.tested - self.accepted + 1)  # one of each as a prior
-            c = metrics.cost_coefficient(metrics.step_ms(self.draft_ms, self.drafted), metrics.step_ms(self.verify_ms, self.rounds))
+            c = metrics.cost_coefficient(
+                metrics.step_ms(self.draft_ms, self.drafted), metrics.step_ms(self.verify_ms, self.rounds)
+            )
             self.gamma = max(range(1, MAX_GAMMA + 1), key=lambda g: predicted_speedup(alpha, g, c))
 
 

@@ -55,17 +55,26 @@ def within(query_positions: torch.Tensor, key_positions: torch.Tensor, window: i
         query_positions: (rows,) long; key_positions: (cols,) long, on one device.
     """
     if window is None:
-        return torch.ones(query_positions.shape[0], key_positions.shape[0], dtype=torch.bool, device=key_positions.device)
+        return torch.ones(
+            query_positions.shape[0], key_positions.shape[0], dtype=torch.bool, device=key_positions.device
+        )
     return key_positions[None, :] > query_positions[:, None] - window
 
 
 def additive(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """(1, 1, rows, cols) float mask from (rows, cols) bool: 0 where allowed, the dtype's minimum elsewhere."""
-    return torch.zeros(allow.shape, dtype=dtype, device=allow.device).masked_fill_(~allow, torch.finfo(dtype).min)[None, None]
+    return torch.zeros(allow.shape, dtype=dtype, device=allow.device).masked_fill_(~allow, torch.finfo(dtype).min)[
+        None, None
+    ]
 
 
-def additive_masks(allow: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor,
-                   windows: dict[str, int | None], dtype: torch.dtype) -> torch.Tensor | dict[str, torch.Tensor]:
+def additive_masks(
+    allow: torch.Tensor,
+    query_positions: torch.Tensor,
+    key_positions: torch.Tensor,
+    windows: dict[str, int | None],
+    dtype: torch.dtype,
+) -> torch.Tensor | dict[str, torch.Tensor]:
     """The float mask a model takes for ``allow`` with each layer kind's window applied.
 
     Args:

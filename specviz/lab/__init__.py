@@ -6,9 +6,37 @@ samples against it (``experiment``), and faults seen in public implementations, 
 time (``faults``). The test suite's statistical tests use this same code.
 """
 
-from specviz.lab.experiment import (ALPHA, MIN_EFFECT, POWER, PROMPT, VOCAB, Result, batch_results, chi_square, exact_two_token_distribution,
-                                    outcome, runs_to_catch, stream)
+from specviz.lab.experiment import (
+    ALPHA,
+    MIN_EFFECT,
+    POWER,
+    PROMPT,
+    VOCAB,
+    Result,
+    batch_results,
+    chi_square,
+    exact_two_token_distribution,
+    outcome,
+    runs_to_catch,
+    stream,
+)
 from specviz.lab.models import masked_lm, models, noisy_copy, tiny_lm
 
-__all__ = ["ALPHA", "MIN_EFFECT", "POWER", "runs_to_catch", "PROMPT", "VOCAB", "Result", "batch_results", "chi_square", "exact_two_token_distribution", "masked_lm", "models", "noisy_copy",
-           "outcome", "stream", "tiny_lm"]
+__all__ = [
+    "ALPHA",
+    "MIN_EFFECT",
+    "POWER",
+    "runs_to_catch",
+    "PROMPT",
+    "VOCAB",
+    "Result",
+    "batch_results",
+    "chi_square",
+    "exact_two_token_distribution",
+    "masked_lm",
+    "models",
+    "noisy_copy",
+    "outcome",
+    "stream",
+    "tiny_lm",
+]

@@ -115,10 +115,22 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
 
     def run(seed: int):
         if tree is not None:
-            return tree_generate(prompt, drafter, target, tree, sampling=sampling, max_new_tokens=2, seed=seed, fault=broken)
-        return counted_rounds(speculative_stream(prompt, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1,
-                                                 seed=seed, schedule=schedule if isinstance(schedule, str) else schedule(),
-                                                 steps=steps))
+            return tree_generate(
+                prompt, drafter, target, tree, sampling=sampling, max_new_tokens=2, seed=seed, fault=broken
+            )
+        return counted_rounds(
+            speculative_stream(
+                prompt,
+                drafter,
+                target,
+                gamma=gamma,
+                sampling=sampling,
+                max_new_tokens=gamma + 1,
+                seed=seed,
+                schedule=schedule if isinstance(schedule, str) else schedule(),
+                steps=steps,
+            )
+        )
 
     for seed in range(first_seed, first_seed + runs):
         if asked(stop):
@@ -134,8 +146,9 @@ def stream(drafter, target, sampling: Sampling, gamma: int, runs: int, every: in
             yield result
 
 
-def runs_to_catch(exact: np.ndarray, effect: float = MIN_EFFECT, alpha: float = ALPHA, power: float = POWER,
-                  at_most: int = 20_000) -> int:
+def runs_to_catch(
+    exact: np.ndarray, effect: float = MIN_EFFECT, alpha: float = ALPHA, power: float = POWER, at_most: int = 20_000
+) -> int:
     """The fewest runs (a multiple of 100, at most ``at_most``) at which the chi-square test of ``exact`` (the law, any
     shape, summing to 1) rejects, with probability ``power`` at significance ``alpha``, a law at Cohen's w = ``effect``
     from it.
@@ -155,8 +168,17 @@ def runs_to_catch(exact: np.ndarray, effect: float = MIN_EFFECT, alpha: float = 
     return at_most
 
 
-def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int | None = None, prompt: list[int] = PROMPT,
-               schedule="constant", tree=None, fault: str = "none"):
+def chi_square(
+    drafter,
+    target,
+    sampling: Sampling,
+    gamma: int,
+    runs: int | None = None,
+    prompt: list[int] = PROMPT,
+    schedule="constant",
+    tree=None,
+    fault: str = "none",
+):
     """(statistic, p-value, draft acceptance rate) of ``runs`` speculative runs against the exact law
     (``prompt``, ``schedule``, ``tree`` and ``fault`` as in ``stream``); ``runs`` None: ``runs_to_catch`` of that law
     (a wrong law at Cohen's w MIN_EFFECT rejected with probability POWER at ALPHA).
@@ -167,15 +189,26 @@ def chi_square(drafter, target, sampling: Sampling, gamma: int, runs: int | None
     if runs is None:
         runs = runs_to_catch(exact_two_token_distribution(target, sampling, prompt, vocab=vocab_of(target)))
     result = None
-    for result in stream(drafter, target, sampling, gamma, runs, every=runs, prompt=prompt, schedule=schedule, tree=tree, fault=fault):
+    for result in stream(
+        drafter, target, sampling, gamma, runs, every=runs, prompt=prompt, schedule=schedule, tree=tree, fault=fault
+    ):
         pass
     assert (result.exact * runs >= 5).sum() >= 8, "a near-deterministic target leaves the test without power"
     stat, pvalue = result.test()
     return stat, pvalue, metrics.draft_acceptance_rate(result.accepted, result.drafted)
 
 
-def batch_results(drafter, target, sampling: Sampling, gamma: int, runs: int, prompts: list[list[int]], eos: int | None = None,
-                  schedule: str = "constant", fault: str = "none") -> list[Result]:
+def batch_results(
+    drafter,
+    target,
+    sampling: Sampling,
+    gamma: int,
+    runs: int,
+    prompts: list[list[int]],
+    eos: int | None = None,
+    schedule: str = "constant",
+    fault: str = "none",
+) -> list[Result]:
     """One Result per prompt from ``runs`` batches of all ``prompts`` decoded together by
     ``specviz.engine.batch.speculative_generate_batch`` (gamma + 1 tokens each, batch s seeded
     s * len(prompts), so no two rows anywhere share a seed).
@@ -187,11 +220,27 @@ def batch_results(drafter, target, sampling: Sampling, gamma: int, runs: int, pr
     from specviz.engine.batch import speculative_generate_batch
 
     vocab = vocab_of(target)
-    results = [Result(counts=np.zeros(vocab * vocab), exact=exact_two_token_distribution(target, sampling, p, vocab, eos).ravel(), runs=0)
-               for p in prompts]
+    results = [
+        Result(
+            counts=np.zeros(vocab * vocab),
+            exact=exact_two_token_distribution(target, sampling, p, vocab, eos).ravel(),
+            runs=0,
+        )
+        for p in prompts
+    ]
     for s in range(runs):
-        batch = speculative_generate_batch(prompts, drafter, target, gamma=gamma, sampling=sampling, max_new_tokens=gamma + 1,
-                                           eos_token_id=eos, seed=s * len(prompts), schedule=schedule, steps=fault_steps(fault))
+        batch = speculative_generate_batch(
+            prompts,
+            drafter,
+            target,
+            gamma=gamma,
+            sampling=sampling,
+            max_new_tokens=gamma + 1,
+            eos_token_id=eos,
+            seed=s * len(prompts),
+            schedule=schedule,
+            steps=fault_steps(fault),
+        )
         for result, trace in zip(results, batch.traces):
             result.counts[outcome(trace.output_ids, eos, vocab)] += 1
             result.runs += 1

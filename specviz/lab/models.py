@@ -6,12 +6,27 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 
-def tiny_lm(vocab: int = 16, layers: int = 1, seed: int = 0, n_positions: int = 64, width: int = 16, init: float = 0.02, eos: int = 0):
+def tiny_lm(
+    vocab: int = 16,
+    layers: int = 1,
+    seed: int = 0,
+    n_positions: int = 64,
+    width: int = 16,
+    init: float = 0.02,
+    eos: int = 0,
+):
     """A randomly initialised GPT-2 in eval mode; ``init`` scales the weights (larger: peakier distributions)."""
     torch.manual_seed(seed)
     config = GPT2Config(
-        vocab_size=vocab, n_positions=n_positions, n_embd=width, n_layer=layers, n_head=2,
-        initializer_range=init, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
+        vocab_size=vocab,
+        n_positions=n_positions,
+        n_embd=width,
+        n_layer=layers,
+        n_head=2,
+        initializer_range=init,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
     )
     return GPT2LMHeadModel(config).eval()
 

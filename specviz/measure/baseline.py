@@ -44,15 +44,24 @@ def on_the_same_engine(speculative: Latest, input_ids: list[int], target, **comm
     yield from autoregressive_stream(input_ids, target, cached=ENGINE_CACHED.get(engine, "auto"), **common)
 
 
-def paired(speculative: Iterator[Trace], input_ids: list[int], target, **common) -> Iterator[tuple[Trace | None, Trace | None]]:
+def paired(
+    speculative: Iterator[Trace], input_ids: list[int], target, **common
+) -> Iterator[tuple[Trace | None, Trace | None]]:
     """``interleave`` of ``speculative`` and its baseline on the same engine (``on_the_same_engine``): the
     speculative run always takes the first turn, so its engine is known when the baseline starts."""
     spec = Latest(speculative)
     return interleave(spec, on_the_same_engine(spec, input_ids, target, **common))
 
 
-def with_baseline_stream(input_ids: list[int], drafter, target, gamma: int = 4, schedule: str | GammaSchedule = "constant",
-                         tree=None, **common) -> Iterator[tuple[Trace | None, Trace | None]]:
+def with_baseline_stream(
+    input_ids: list[int],
+    drafter,
+    target,
+    gamma: int = 4,
+    schedule: str | GammaSchedule = "constant",
+    tree=None,
+    **common,
+) -> Iterator[tuple[Trace | None, Trace | None]]:
     """Yield (speculative trace, baseline trace) after each step of either run (None before a run starts).
 
     Args:
@@ -63,12 +72,24 @@ def with_baseline_stream(input_ids: list[int], drafter, target, gamma: int = 4, 
     Raises:
         ValueError: as ``speculative_stream`` and ``autoregressive_stream``.
     """
-    return paired(speculative_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, tree=tree, **common),
-                  input_ids, target, **common)
+    return paired(
+        speculative_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, tree=tree, **common),
+        input_ids,
+        target,
+        **common,
+    )
 
 
-def with_baseline(input_ids: list[int], drafter, target, gamma: int = 4, schedule: str | GammaSchedule = "constant",
-                  tree=None, stop: StopCheck | None = None, **common) -> tuple[Trace | None, Trace | None]:
+def with_baseline(
+    input_ids: list[int],
+    drafter,
+    target,
+    gamma: int = 4,
+    schedule: str | GammaSchedule = "constant",
+    tree=None,
+    stop: StopCheck | None = None,
+    **common,
+) -> tuple[Trace | None, Trace | None]:
     """Both runs of ``with_baseline_stream`` to the end: (speculative trace, baseline trace).
 
     ``stop`` (``specviz.engine.stopping``) is asked before each step of either run; when it answers True

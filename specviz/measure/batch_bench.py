@@ -30,7 +30,17 @@ from tqdm.auto import tqdm
 from specviz import metrics, theory
 from specviz.engine.sampling import Sampling
 from specviz.engine.batch import MAX_BATCH, autoregressive_generate_batch, speculative_generate_batch
-from specviz.measure.common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
+from specviz.measure.common import (
+    benchmark_prompts,
+    hf_kwargs,
+    prompt_set_for,
+    prompt_token_ids,
+    pooled_acceptance,
+    predictions,
+    run_command,
+    spread,
+    timed,
+)
 from specviz.drafters import default_kind
 from specviz.pair import default_pair, load_pair
 from specviz.pair.drafter import pair_drafter
@@ -50,17 +60,31 @@ def _hf_batch(pair, sampling: Sampling, n: int):
         ids = torch.full((len(prompts), width), pad, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for i, p in enumerate(prompts):  # left padding, as transformers wants for decoder-only batches
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
+            ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
         out = pair.target.generate(ids.to(pair.device), attention_mask=mask.to(pair.device), **kw)
         return (out.shape[1] - width) * len(prompts), None
 
     return run
 
 
-def batch_benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, sampling=Sampling(0.0), max_new_tokens=128,
-                    repeats=3, batch_sizes=(1, 2, 4, 8), kind="model", schedule="constant", ngram_max=3, exit_layer=None,
-                    prompt_set="held-out", confidence=0.4) -> dict:
+def batch_benchmark(
+    pair_name=None,
+    drafter=None,
+    target=None,
+    device=None,
+    gamma=4,
+    sampling=Sampling(0.0),
+    max_new_tokens=128,
+    repeats=3,
+    batch_sizes=(1, 2, 4, 8),
+    kind="model",
+    schedule="constant",
+    ngram_max=3,
+    exit_layer=None,
+    prompt_set="held-out",
+    confidence=0.4,
+) -> dict:
     """Run the batch benchmark and return its report (the dict ``--json`` prints); ``pair_name``
     defaults to ``default_pair()``.
 
@@ -75,7 +99,9 @@ def batch_benchmark(pair_name=None, drafter=None, target=None, device=None, gamm
     make_schedule(schedule, gamma, confidence)  # refuses a bad name, gamma or threshold before the pair loads
     if pair_name is None and not (drafter or target):
         pair_name = default_pair()
-    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer", kind=kind)
+    pair = load_pair(
+        pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer", kind=kind
+    )
     kind = kind or default_kind(pair)
     prompt_set = prompt_set_for(prompt_set, pair.name)
     ids = prompt_token_ids(pair, benchmark_prompts(8, prompt_set), prompt_set)
@@ -85,21 +111,38 @@ def batch_benchmark(pair_name=None, drafter=None, target=None, device=None, gamm
 
     def counted(run):
         """(tokens, BatchResult) from a batch run: the form ``bench_common.timed`` reads."""
+
         def run_counted(prompts, seed):
             res = run(prompts, seed)
             return res.tokens, res
+
         return run_counted
 
     runners = {
-        "autoregressive": counted(lambda prompts, seed: autoregressive_generate_batch(prompts, pair.target, seed=seed, **common)),
-        "speculative": counted(lambda prompts, seed: speculative_generate_batch(
-            prompts, the_drafter, pair.target, gamma=gamma, seed=seed, schedule=make_schedule(schedule, gamma, confidence), **common)),
+        "autoregressive": counted(
+            lambda prompts, seed: autoregressive_generate_batch(prompts, pair.target, seed=seed, **common)
+        ),
+        "speculative": counted(
+            lambda prompts, seed: speculative_generate_batch(
+                prompts,
+                the_drafter,
+                pair.target,
+                gamma=gamma,
+                seed=seed,
+                schedule=make_schedule(schedule, gamma, confidence),
+                **common,
+            )
+        ),
         "hf_generate": _hf_batch(pair, sampling, max_new_tokens),
     }
     tps = {(m, b): [] for m in METHODS for b in batch_sizes}
     results = {(m, b): [] for m in ("autoregressive", "speculative") for b in batch_sizes}
-    with torch.inference_mode(), tqdm(total=len(METHODS) * (1 + repeats * len(batch_sizes)), desc="batch bench runs",
-                                      file=sys.stderr, unit="run") as bar:
+    with (
+        torch.inference_mode(),
+        tqdm(
+            total=len(METHODS) * (1 + repeats * len(batch_sizes)), desc="batch bench runs", file=sys.stderr, unit="run"
+        ) as bar,
+    ):
         for m in METHODS:  # warm-up
             runners[m](batches[batch_sizes[0]][:1], 0)
             bar.update()
@@ -115,12 +158,22 @@ def batch_benchmark(pair_name=None, drafter=None, target=None, device=None, gamm
     rows = [_batch_row(b, tps, results, gamma, max_new_tokens, schedule, kind) for b in batch_sizes]
     return {
         "rows": rows,
-        "settings": {"pair": pair.name, "gamma": gamma, "drafter_kind": kind, "gamma_schedule": schedule, "prompt_set": prompt_set,
-                     "confidence": confidence if schedule == "confidence" else None,
-                     "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens, "repeats": repeats,
-                     "batch_sizes": list(batch_sizes), "device": str(pair.device), "torch_threads": torch.get_num_threads(),
-                     "dtype": str(pair.target.dtype).removeprefix("torch."),
-                     "dtype_reason": pair.form.reason if getattr(pair, "form", None) is not None else None},
+        "settings": {
+            "pair": pair.name,
+            "gamma": gamma,
+            "drafter_kind": kind,
+            "gamma_schedule": schedule,
+            "prompt_set": prompt_set,
+            "confidence": confidence if schedule == "confidence" else None,
+            "sampling": sampling.to_dict(),
+            "max_new_tokens": max_new_tokens,
+            "repeats": repeats,
+            "batch_sizes": list(batch_sizes),
+            "device": str(pair.device),
+            "torch_threads": torch.get_num_threads(),
+            "dtype": str(pair.target.dtype).removeprefix("torch."),
+            "dtype_reason": pair.form.reason if getattr(pair, "form", None) is not None else None,
+        },
     }
 
 
@@ -164,32 +217,58 @@ def _cell(value, spec: str) -> str:
 
 def format_batch_report(report: dict) -> str:
     """A plain-text table of the batch report."""
-    head = (f"{'batch':>5} {'spec tok/s':>11} {'AR tok/s':>9} {'HF tok/s':>9} {'speedup':>8} {'vs HF':>6} {'AR/HF':>6} "
-            f"{'alpha':>6} {'rounds':>7} {'row rds':>7} {'pad':>5} {'c':>6} {'v':>5} {'pred':>5}")
+    head = (
+        f"{'batch':>5} {'spec tok/s':>11} {'AR tok/s':>9} {'HF tok/s':>9} {'speedup':>8} {'vs HF':>6} {'AR/HF':>6} "
+        f"{'alpha':>6} {'rounds':>7} {'row rds':>7} {'pad':>5} {'c':>6} {'v':>5} {'pred':>5}"
+    )
     lines = [head]
     for r in report["rows"]:
         lines.append(
             f"{r['batch_size']:>5} {r['speculative']['tokens_per_second']['median']:>11.1f} "
-            f"{r['autoregressive']['tokens_per_second']['median']:>9.1f} {r['hf_generate']['tokens_per_second']['median']:>9.1f} "
+            f"{r['autoregressive']['tokens_per_second']['median']:>9.1f} "
+            f"{r['hf_generate']['tokens_per_second']['median']:>9.1f} "
             f"{r['speedup']:>8.2f} {r['speedup_vs_hf_generate']:>6.2f} {r['autoregressive_vs_hf_generate']:>6.2f} "
-            f"{_cell(r['alpha'], '>6.3f')} {r['batch_rounds']:>7.1f} {r['mean_row_rounds']:>7.1f} {r['padding_share']:>5.2f} "
-            f"{_cell(r['cost_coefficient'], '>6.3f')} {_cell(r['verify_cost'], '>5.2f')} {_cell(r['predicted_speedup_verify'], '>5.2f')}")
-    lines.append("tok/s: all rows' tokens / wall time (median of repeats); speedup: speculative / autoregressive; rounds: the batch's "
-                 "rounds; row rds: a row's mean rounds; pad: padded share of the target's positions; c: the batch's drafting time per "
-                 "drafter pass / batched target step; v: verify pass / batched target step; pred: Eq. (1)'s tokens per round at alpha "
-                 "/ (gamma c + v), predicted without stragglers (constant schedule, drafter model; - otherwise)")
+            f"{_cell(r['alpha'], '>6.3f')} {r['batch_rounds']:>7.1f} {r['mean_row_rounds']:>7.1f} "
+            f"{r['padding_share']:>5.2f} "
+            f"{_cell(r['cost_coefficient'], '>6.3f')} {_cell(r['verify_cost'], '>5.2f')} "
+            f"{_cell(r['predicted_speedup_verify'], '>5.2f')}"
+        )
+    lines.append(
+        "tok/s: all rows' tokens / wall time (median of repeats); speedup: speculative / autoregressive; rounds: the "
+        "batch's "
+        "rounds; row rds: a row's mean rounds; pad: padded share of the target's positions; c: the batch's drafting "
+        "time per "
+        "drafter pass / batched target step; v: verify pass / batched target step; pred: Eq. (1)'s tokens per round at "
+        "alpha "
+        "/ (gamma c + v), predicted without stragglers (constant schedule, drafter model; - otherwise)"
+    )
     return "\n".join(lines)
 
 
 def run(args) -> int:
     """The ``bench --batch-sizes`` subcommand."""
+
     def work(a, sampling):
         try:
             sizes = [int(x) for x in a.batch_sizes.split(",")]
         except ValueError:
             raise ValueError("--batch-sizes must be comma-separated whole numbers, e.g. 1,2,4,8") from None
-        return batch_benchmark(a.pair, a.drafter, a.target, a.device, a.gamma, sampling, a.max_new_tokens, a.repeats, sizes,
-                               kind=a.drafter_kind, schedule=a.gamma_schedule, ngram_max=a.ngram_max, exit_layer=a.exit_layer,
-                               prompt_set=a.prompt_set, confidence=a.confidence)
+        return batch_benchmark(
+            a.pair,
+            a.drafter,
+            a.target,
+            a.device,
+            a.gamma,
+            sampling,
+            a.max_new_tokens,
+            a.repeats,
+            sizes,
+            kind=a.drafter_kind,
+            schedule=a.gamma_schedule,
+            ngram_max=a.ngram_max,
+            exit_layer=a.exit_layer,
+            prompt_set=a.prompt_set,
+            confidence=a.confidence,
+        )
 
     return run_command(args, work, format_batch_report)

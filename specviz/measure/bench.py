@@ -52,7 +52,17 @@ from tqdm.auto import tqdm
 from specviz import metrics, theory
 from specviz.engine.chain import autoregressive_generate, speculative_generate
 from specviz.engine.sampling import Sampling
-from specviz.measure.common import benchmark_prompts, hf_kwargs, prompt_set_for, prompt_token_ids, pooled_acceptance, predictions, run_command, spread, timed
+from specviz.measure.common import (
+    benchmark_prompts,
+    hf_kwargs,
+    prompt_set_for,
+    prompt_token_ids,
+    pooled_acceptance,
+    predictions,
+    run_command,
+    spread,
+    timed,
+)
 from specviz.drafters import default_exit_layer, default_kind, early_exit_model, quantize_target
 from specviz.pair import default_pair, load_pair
 from specviz.pair.drafter import pair_drafter
@@ -62,8 +72,10 @@ from specviz.engine.schedules import make_schedule
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
 CACHE_METHODS = ["autoregressive_eager", "hf_generate_static"]  # added with a static cache or graphs
 WARM_EVERY_PROMPT = ("hf_generate_static",)  # methods warmed up on every prompt before the timed runs
-CACHES = {"dynamic": True, "static": "static", "graphs": "graphs", "auto": "auto"}  # --cache: the loops' ``cached`` argument
-SHOWN = ["autoregressive", "autoregressive_fp32", *METHODS[1:], "speculative_argmax"]  # the table's rows, where measured
+# --cache: the loops' ``cached`` argument
+CACHES = {"dynamic": True, "static": "static", "graphs": "graphs", "auto": "auto"}
+# the table's rows, where measured
+SHOWN = ["autoregressive", "autoregressive_fp32", *METHODS[1:], "speculative_argmax"]
 
 
 def _assistant(model):
@@ -75,17 +87,29 @@ def _assistant(model):
     return twin
 
 
-def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 3, exit_layer: int | None = None,
-                   confidence: float = 0.4) -> tuple[str, dict]:
+def hf_counterpart(
+    kind: str,
+    schedule: str,
+    pair,
+    gamma: int,
+    ngram_max: int = 3,
+    exit_layer: int | None = None,
+    confidence: float = 0.4,
+) -> tuple[str, dict]:
     """(name, extra ``generate`` arguments) of transformers' counterpart of a drafter kind and schedule.
 
     The assistant is a view of the pair's drafter (or an early-exit view of its target) with a
     generation config of its own, so neither this call nor ``generate`` changes the pair's models.
     """
     if kind == "ngram":
-        return (f"prompt_lookup_num_tokens={gamma}, max_matching_ngram_size={ngram_max} (constant: transformers has no "
-                "other schedule for it)", dict(prompt_lookup_num_tokens=gamma, max_matching_ngram_size=ngram_max))
-    hf_schedule = {"constant": "constant", "confidence": "constant", "heuristic": "heuristic", "optimal": "heuristic"}[schedule]
+        return (
+            f"prompt_lookup_num_tokens={gamma}, max_matching_ngram_size={ngram_max} (constant: transformers has no "
+            "other schedule for it)",
+            dict(prompt_lookup_num_tokens=gamma, max_matching_ngram_size=ngram_max),
+        )
+    hf_schedule = {"constant": "constant", "confidence": "constant", "heuristic": "heuristic", "optimal": "heuristic"}[
+        schedule
+    ]
     threshold = confidence if schedule == "confidence" else 0.0
     if kind == "early-exit":
         assistant = early_exit_model(pair.target, exit_layer or default_exit_layer(pair.target))
@@ -93,7 +117,8 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
     elif kind == "quantized":
         assistant, name = quantize_target(pair.target), "assisted generation, assistant = the target's int8 copy"
     elif kind == "cross-tokenizer":  # a copy: transformers' sampled path prunes the assistant's output layer in place
-        assistant = unrouted_copy(pair.drafter)  # a routed drafter cannot be deep-copied; the copy runs transformers' products
+        # a routed drafter cannot be deep-copied; the copy runs transformers' products
+        assistant = unrouted_copy(pair.drafter)
         name = "assisted generation with the same drafter and both tokenizers (assistant_tokenizer)"
         extra = dict(tokenizer=pair.tokenizer, assistant_tokenizer=pair.drafter_tokenizer or pair.tokenizer)
     elif kind == "eagle":
@@ -102,42 +127,79 @@ def hf_counterpart(kind: str, schedule: str, pair, gamma: int, ngram_max: int = 
     else:
         assistant, name = _assistant(pair.drafter), "assisted generation with the same drafter"
     assistant.generation_config.assistant_confidence_threshold = threshold
-    name += f", num_assistant_tokens={gamma}, schedule {hf_schedule}" + (f", confidence threshold {threshold}" if threshold else "")
+    name += f", num_assistant_tokens={gamma}, schedule {hf_schedule}" + (
+        f", confidence threshold {threshold}" if threshold else ""
+    )
     if schedule == "optimal":
         name += " (transformers has no theory-guided schedule: its heuristic is the nearest)"
-    return name, dict(assistant_model=assistant, num_assistant_tokens=gamma, num_assistant_tokens_schedule=hf_schedule,
-                      assistant_confidence_threshold=threshold, **(extra if kind == "cross-tokenizer" else {}))
+    return name, dict(
+        assistant_model=assistant,
+        num_assistant_tokens=gamma,
+        num_assistant_tokens_schedule=hf_schedule,
+        assistant_confidence_threshold=threshold,
+        **(extra if kind == "cross-tokenizer" else {}),
+    )
 
 
-def _runner(method: str, pair, sampling: Sampling, gamma: int, n: int, kind: str = "model", schedule: str = "constant",
-            ngram_max: int = 3, exit_layer: int | None = None, confidence: float = 0.4, tree=None, cached=True, auto=None,
-            drafts: str = "sampled"):
+def _runner(
+    method: str,
+    pair,
+    sampling: Sampling,
+    gamma: int,
+    n: int,
+    kind: str = "model",
+    schedule: str = "constant",
+    ngram_max: int = 3,
+    exit_layer: int | None = None,
+    confidence: float = 0.4,
+    tree=None,
+    cached=True,
+    auto=None,
+    drafts: str = "sampled",
+):
     """A callable(prompt_ids, seed) -> (tokens generated, trace or None) for one method; ``cached``
     the KV cache of specviz's loops (True, "static", "graphs"); ``auto`` the AutoTree of ``--tree auto``."""
     common = dict(sampling=sampling, max_new_tokens=n, eos_token_id=None)
     if method == "autoregressive_eager":  # the dynamic cache by name: the loops' own default is "auto" (graphs on CUDA)
-        return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, cached=True, **common)
+        return lambda ids, seed: autoregressive_generate(
+            ids, pair.target, seed=seed, vocab_size=pair.vocab_size, cached=True, **common
+        )
     common["cached"] = cached
     if method == "autoregressive":
-        return lambda ids, seed: autoregressive_generate(ids, pair.target, seed=seed, vocab_size=pair.vocab_size, **common)
+        return lambda ids, seed: autoregressive_generate(
+            ids, pair.target, seed=seed, vocab_size=pair.vocab_size, **common
+        )
     if method == "autoregressive_fp32":
         fp32 = fp32_target(pair)
         return lambda ids, seed: autoregressive_generate(ids, fp32, seed=seed, vocab_size=pair.vocab_size, **common)
     if method == "speculative_tree":
         drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
-        return lambda ids, seed: speculative_generate(ids, drafter, pair.target, seed=seed, vocab_size=pair.vocab_size, tree=tree, **common)
+        return lambda ids, seed: speculative_generate(
+            ids, drafter, pair.target, seed=seed, vocab_size=pair.vocab_size, tree=tree, **common
+        )
     if auto is not None and method in ("speculative_auto", "speculative_best_chain"):
         from specviz.measure.tree_bench import bench_run_args
 
         drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
         g, t = bench_run_args(auto, method)
-        return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=g, tree=t, seed=seed, vocab_size=pair.vocab_size, **common)
+        return lambda ids, seed: speculative_generate(
+            ids, drafter, pair.target, gamma=g, tree=t, seed=seed, vocab_size=pair.vocab_size, **common
+        )
     if method in ("speculative", "speculative_untraced", "speculative_argmax"):
         record = method != "speculative_untraced"
         rule = "argmax" if method == "speculative_argmax" else "sampled" if drafts == "compare" else drafts
         drafter = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer, drafts=rule)
-        return lambda ids, seed: speculative_generate(ids, drafter, pair.target, gamma=gamma, seed=seed, vocab_size=pair.vocab_size,
-                                                      record=record, schedule=make_schedule(schedule, gamma, confidence), **common)
+        return lambda ids, seed: speculative_generate(
+            ids,
+            drafter,
+            pair.target,
+            gamma=gamma,
+            seed=seed,
+            vocab_size=pair.vocab_size,
+            record=record,
+            schedule=make_schedule(schedule, gamma, confidence),
+            **common,
+        )
     hf = hf_kwargs(pair, sampling, n)
     if method == "hf_generate_static":
         hf.update(cache_implementation="static")
@@ -163,7 +225,9 @@ def fp32_target(pair):
     Raises:
         PairError: as loading the target.
     """
-    plain = next(pair.target.parameters()).dtype == torch.float32 and getattr(pair.target, "specviz_kernels", None) is None
+    plain = (
+        next(pair.target.parameters()).dtype == torch.float32 and getattr(pair.target, "specviz_kernels", None) is None
+    )
     if plain or pair.target_ref is None:
         return pair.target
     twin = getattr(pair, "_fp32_target", None)
@@ -171,8 +235,14 @@ def fp32_target(pair):
         from specviz.pair.loading import _load_model
         from specviz.pair.precision import Form
 
-        twin = _load_model(pair.target_ref, pair.revisions[1], pair.device, True,
-                           Form(torch.float32, "fp32: loaded for comparison"), kernels=False)
+        twin = _load_model(
+            pair.target_ref,
+            pair.revisions[1],
+            pair.device,
+            True,
+            Form(torch.float32, "fp32: loaded for comparison"),
+            kernels=False,
+        )
         pair._fp32_target = twin
     return twin
 
@@ -214,7 +284,8 @@ def memory_floor(model, size_mb: int = 256, repeats: int = 5) -> dict:
 
 
 def measure_pass_costs(pair, repeats: int = 9) -> dict:
-    """The v(n) table (``specviz.measure.pass_cost``) of the pair's target in its form, and in fp32 where the form is not fp32."""
+    """The v(n) table (``specviz.measure.pass_cost``) of the pair's target in its form, and in fp32 where the form is
+    not fp32."""
     from specviz.measure.pass_cost import pass_costs
 
     form = pair.form.name if pair.form is not None else str(pair.target.dtype).removeprefix("torch.")
@@ -225,9 +296,28 @@ def measure_pass_costs(pair, repeats: int = 9) -> dict:
     return costs
 
 
-def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, sampling=Sampling(), max_new_tokens=128,
-              repeats=3, prompts=8, methods=METHODS, kind="model", schedule="constant", ngram_max=3, exit_layer=None,
-              confidence=0.4, prompt_set="held-out", tree=None, cache="auto", pass_costs=True, drafts="sampled") -> dict:
+def benchmark(
+    pair_name=None,
+    drafter=None,
+    target=None,
+    device=None,
+    gamma=4,
+    sampling=Sampling(),
+    max_new_tokens=128,
+    repeats=3,
+    prompts=8,
+    methods=METHODS,
+    kind="model",
+    schedule="constant",
+    ngram_max=3,
+    exit_layer=None,
+    confidence=0.4,
+    prompt_set="held-out",
+    tree=None,
+    cache="auto",
+    pass_costs=True,
+    drafts="sampled",
+) -> dict:
     """Run the benchmark and return the report (the dict ``--json`` prints).
 
     ``pair_name`` defaults to ``default_pair()`` (the English pair when it loads offline). ``kind``
@@ -254,7 +344,9 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
     if pair_name is None and not (drafter or target):
         pair_name = default_pair()
-    pair = load_pair(pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer", kind=kind)
+    pair = load_pair(
+        pair_name, drafter, target, device=device, allow_custom=True, own_tokenizer=kind == "cross-tokenizer", kind=kind
+    )
     kind = kind or default_kind(pair)
     if cache == "auto":  # what the page and the loops run by default (``specviz.engine.runner.choose_cache``)
         from specviz.engine import graphs
@@ -267,14 +359,32 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         from specviz.pair.auto_tree import auto_tree, calibration_prompt_ids
 
         drafter_for_auto = pair_drafter(kind, pair, ngram_max=ngram_max, exit_layer=exit_layer)
-        calibration = calibration_prompt_ids(lambda t: prompt_token_ids(pair, [t], prompt_set)[0],
-                                             benchmark_prompts(10**6, prompt_set), len(prompt_ids))
-        auto = auto_tree(drafter_for_auto, pair.target, calibration, sampling, pair.vocab_size, key=(pair.name, str(pair.device), cache),
-                         max_new_tokens=max_new_tokens, cached=CACHES[cache])
+        calibration = calibration_prompt_ids(
+            lambda t: prompt_token_ids(pair, [t], prompt_set)[0], benchmark_prompts(10**6, prompt_set), len(prompt_ids)
+        )
+        auto = auto_tree(
+            drafter_for_auto,
+            pair.target,
+            calibration,
+            sampling,
+            pair.vocab_size,
+            key=(pair.name, str(pair.device), cache),
+            max_new_tokens=max_new_tokens,
+            cached=CACHES[cache],
+        )
         print(auto.choice.sentence(), file=sys.stderr)
         tree = None
-    options = dict(kind=kind, schedule=schedule, ngram_max=ngram_max, exit_layer=exit_layer, confidence=confidence, tree=tree,
-                   cached=CACHES[cache], auto=auto, drafts=drafts)
+    options = dict(
+        kind=kind,
+        schedule=schedule,
+        ngram_max=ngram_max,
+        exit_layer=exit_layer,
+        confidence=confidence,
+        tree=tree,
+        cached=CACHES[cache],
+        auto=auto,
+        drafts=drafts,
+    )
     methods = [*methods, "speculative_tree"] if tree is not None else list(methods)
     if drafts == "compare":
         methods.append("speculative_argmax")
@@ -297,8 +407,12 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
     tps: dict[str, list[float]] = {m: [] for m in methods}
     traces: dict[str, list] = {m: [] for m in methods}
     warm_up_s: dict[str, float] = {}
-    with torch.inference_mode(), tqdm(total=len(methods) * (1 + repeats * len(prompt_ids)), desc="bench runs",
-                                      file=sys.stderr, unit="run") as bar:
+    with (
+        torch.inference_mode(),
+        tqdm(
+            total=len(methods) * (1 + repeats * len(prompt_ids)), desc="bench runs", file=sys.stderr, unit="run"
+        ) as bar,
+    ):
         for m in methods:  # warm-up: first-call allocations and kernel selection
             # transformers' compiled generate may compile again for a new prompt length: it warms up on every
             # prompt, so no compilation lands in its timed runs; its warm-up time is reported (warm_up_s)
@@ -340,10 +454,15 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
             efficiency=metrics.ratio(speedup, predicted["predicted_speedup"]),
             efficiency_verify=metrics.ratio(speedup, predicted["predicted_speedup_verify"]),
         )
-        report["speculative"].update(alpha=alpha, draft_acceptance_rate=report["draft_acceptance_rate"],
-                                     mean_tokens_per_round=report["mean_tokens_per_round"])
+        report["speculative"].update(
+            alpha=alpha,
+            draft_acceptance_rate=report["draft_acceptance_rate"],
+            mean_tokens_per_round=report["mean_tokens_per_round"],
+        )
     if traces.get("speculative_argmax") and base:
-        report["argmax_drafts"] = _rule_report(traces["speculative_argmax"], base, med["speculative_argmax"], med["autoregressive"])
+        report["argmax_drafts"] = _rule_report(
+            traces["speculative_argmax"], base, med["speculative_argmax"], med["autoregressive"]
+        )
     if "hf_assisted" in med and "speculative" in med:
         report["hf_method"] = hf_counterpart(kind, schedule, pair, gamma, ngram_max, exit_layer, confidence)[0]
         report["speedup_vs_hf"] = report["speedup_vs_hf_assisted"] = med["speculative"] / med["hf_assisted"]
@@ -367,8 +486,9 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
         from specviz.engine.tree.calibration import verify_cost_curve
 
         # v(n) over the chosen cache: a pass over the pending token and n drafts / a one-token step.
-        report["verify_cost_by_nodes"] = verify_cost_curve(pair.target, prompt_ids[0], [1, 2, 4, 8, 16, 32], pair.vocab_size,
-                                                           cached=CACHES[cache])
+        report["verify_cost_by_nodes"] = verify_cost_curve(
+            pair.target, prompt_ids[0], [1, 2, 4, 8, 16, 32], pair.vocab_size, cached=CACHES[cache]
+        )
     others = [m for m in ("autoregressive_fp32", "hf_generate") if m in med]
     if others and "speculative" in med:
         best = max(others, key=med.get)
@@ -390,11 +510,22 @@ def benchmark(pair_name=None, drafter=None, target=None, device=None, gamma=4, s
             if m in med:
                 report[m]["speedup"] = med[m] / med["autoregressive"]
     report["settings"] = {
-        "pair": pair.name, "gamma": gamma, "drafter_kind": kind, "drafts": drafts, "gamma_schedule": schedule, "prompt_set": prompt_set,
-        "sampling": sampling.to_dict(), "max_new_tokens": max_new_tokens, "tree": tree.describe() if tree is not None else "auto" if auto is not None else None,
-        "repeats": repeats, "prompts": len(prompt_ids), "device": str(pair.device), "cache": cache,
+        "pair": pair.name,
+        "gamma": gamma,
+        "drafter_kind": kind,
+        "drafts": drafts,
+        "gamma_schedule": schedule,
+        "prompt_set": prompt_set,
+        "sampling": sampling.to_dict(),
+        "max_new_tokens": max_new_tokens,
+        "tree": tree.describe() if tree is not None else "auto" if auto is not None else None,
+        "repeats": repeats,
+        "prompts": len(prompt_ids),
+        "device": str(pair.device),
+        "cache": cache,
         "fused_graphs": cache == "graphs" and _fused(),
-        "dtype": str(pair.target.dtype).removeprefix("torch."), "dtype_reason": pair.form.reason if pair.form else None,
+        "dtype": str(pair.target.dtype).removeprefix("torch."),
+        "dtype_reason": pair.form.reason if pair.form else None,
         "torch_threads": torch.get_num_threads(),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
     }
@@ -416,22 +547,32 @@ def _rule_report(traces, base, tokens_per_s: float, base_tokens_per_s: float) ->
     """Alpha, tokens per round, c, v and the speedup of one more speculative method's traces (argmax drafts)."""
     acceptance = pooled_acceptance(traces)
     target_ms = theory.target_step_ms(*base)
-    return {"alpha": acceptance["alpha"], "mean_beta": acceptance.get("mean_beta"),
-            "mean_tokens_per_round": acceptance["mean_tokens_per_round"],
-            "cost_coefficient": metrics.cost_coefficient(theory.drafter_step_ms(*traces), target_ms),
-            "verify_cost": metrics.verify_cost(theory.verify_ms_per_round(*traces), target_ms),
-            "tokens_per_second": tokens_per_s, "speedup": tokens_per_s / base_tokens_per_s}
+    return {
+        "alpha": acceptance["alpha"],
+        "mean_beta": acceptance.get("mean_beta"),
+        "mean_tokens_per_round": acceptance["mean_tokens_per_round"],
+        "cost_coefficient": metrics.cost_coefficient(theory.drafter_step_ms(*traces), target_ms),
+        "verify_cost": metrics.verify_cost(theory.verify_ms_per_round(*traces), target_ms),
+        "tokens_per_second": tokens_per_s,
+        "speedup": tokens_per_s / base_tokens_per_s,
+    }
 
 
 def format_report(report: dict) -> str:
     """A plain-text table of the report: the form first, then the v(n) table, then the methods."""
     settings = report["settings"]
-    lines = [f"form: {settings.get('dtype')} on {settings.get('device')}" + (f" ({settings['dtype_reason']})" if settings.get("dtype_reason") else "")]
+    lines = [
+        f"form: {settings.get('dtype')} on {settings.get('device')}"
+        + (f" ({settings['dtype_reason']})" if settings.get("dtype_reason") else "")
+    ]
     if report.get("memory_floor"):
         f = report["memory_floor"]
-        lines.append(f"step: {f['step_ms']:.1f} ms measured; reading the target's {f['weight_mb']:.0f} MB of weights once at the measured "
-                     f"memory copy rate ({f['copy_gb_s']:.1f} GB/s read + written) takes {f['floor_ms']:.1f} ms, "
-                     f"so the step runs at {f['floor_ms'] / f['step_ms']:.0%} of that limit")
+        lines.append(
+            f"step: {f['step_ms']:.1f} ms measured; reading the target's {f['weight_mb']:.0f} MB of weights once at "
+            "the measured "
+            f"memory copy rate ({f['copy_gb_s']:.1f} GB/s read + written) takes {f['floor_ms']:.1f} ms, "
+            f"so the step runs at {f['floor_ms'] / f['step_ms']:.0%} of that limit"
+        )
     if report.get("pass_costs"):
         from specviz.measure.pass_cost import format_pass_costs
 
@@ -443,33 +584,53 @@ def format_report(report: dict) -> str:
             iqr = f"{s['q1']:.1f}-{s['q3']:.1f}"
             lines.append(f"{m:<22}{s['median']:>18.1f}{iqr:>20}")
     for key, label in [
-        ("alpha", "alpha (accepted / tested)"), ("draft_acceptance_rate", "draft acceptance rate (accepted / drafted)"),
-        ("mean_beta", "mean beta"), ("mean_tokens_per_round", "tokens per round"),
+        ("alpha", "alpha (accepted / tested)"),
+        ("draft_acceptance_rate", "draft acceptance rate (accepted / drafted)"),
+        ("mean_beta", "mean beta"),
+        ("mean_tokens_per_round", "tokens per round"),
         ("predicted_tokens_per_round", "tokens per round, Eq. (1)"),
-        ("cost_coefficient", "cost coefficient c"), ("verify_cost", "verify cost v"), ("speedup", "speedup over autoregressive"),
+        ("cost_coefficient", "cost coefficient c"),
+        ("verify_cost", "verify cost v"),
+        ("speedup", "speedup over autoregressive"),
         ("speedup_vs_fastest_other_baseline", "speedup over max(fp32 AR, hf_generate)"),
         ("autoregressive_vs_fp32", "autoregressive / autoregressive_fp32"),
-        ("speedup_vs_hf", "speedup over transformers' counterpart"), ("mean_gamma", "drafts per round"), ("autoregressive_vs_hf_generate", "autoregressive / hf_generate"),
-        ("predicted_speedup", "predicted speedup, Thm 3.8"), ("predicted_speedup_verify", "predicted with measured v"),
-        ("efficiency", "efficiency (measured / Thm 3.8)"), ("efficiency_verify", "efficiency (measured / with v)"),
-        ("trace_overhead", "trace overhead"), ("autoregressive_vs_eager", "autoregressive / autoregressive_eager"),
+        ("speedup_vs_hf", "speedup over transformers' counterpart"),
+        ("mean_gamma", "drafts per round"),
+        ("autoregressive_vs_hf_generate", "autoregressive / hf_generate"),
+        ("predicted_speedup", "predicted speedup, Thm 3.8"),
+        ("predicted_speedup_verify", "predicted with measured v"),
+        ("efficiency", "efficiency (measured / Thm 3.8)"),
+        ("efficiency_verify", "efficiency (measured / with v)"),
+        ("trace_overhead", "trace overhead"),
+        ("autoregressive_vs_eager", "autoregressive / autoregressive_eager"),
         ("autoregressive_vs_hf_generate_static", "autoregressive / hf_generate_static"),
         ("speedup_vs_hf_generate_static", "speculative / hf_generate_static"),
-        ("overhead_ms_per_round", "ms per round outside draft and verify"), ("capture_ms", "graph capture, ms (before the timed runs)"),
+        ("overhead_ms_per_round", "ms per round outside draft and verify"),
+        ("capture_ms", "graph capture, ms (before the timed runs)"),
     ]:
         if report.get(key) is not None:
             lines.append(f"{label:<46}{report[key]:.3f}")
     if report.get("verify_cost_by_nodes"):
-        lines.append("v(n), pass over 1 + n tokens / one-token step: " + ", ".join(f"n={n}: {v:.2f}" for n, v in report["verify_cost_by_nodes"].items()))
+        lines.append(
+            "v(n), pass over 1 + n tokens / one-token step: "
+            + ", ".join(f"n={n}: {v:.2f}" for n, v in report["verify_cost_by_nodes"].items())
+        )
     if report.get("hf_method"):
         lines.append(f"transformers' counterpart: {report['hf_method']}")
     if report.get("warm_up_s", {}).get("hf_generate_static") is not None:
-        lines.append(f"hf_generate_static's warm-up (compilation, left out of its runs): {report['warm_up_s']['hf_generate_static']:.1f} s")
+        lines.append(
+            "hf_generate_static's warm-up (compilation, left out of its runs): "
+            f"{report['warm_up_s']['hf_generate_static']:.1f} s"
+        )
     if report.get("argmax_drafts"):
         a = report["argmax_drafts"]
-        lines.append(f"argmax drafts (speculative_argmax): alpha {a['alpha']:.3f} (sampled {report.get('alpha', float('nan')):.3f}), "
-                     f"tokens per round {a['mean_tokens_per_round']:.2f}, c {a['cost_coefficient']:.3f}, v {a['verify_cost']:.2f}, "
-                     f"speedup {a['speedup']:.2f}x (sampled {report.get('speedup', float('nan')):.2f}x)")
+        lines.append(
+            f"argmax drafts (speculative_argmax): alpha {a['alpha']:.3f} (sampled "
+            f"{report.get('alpha', float('nan')):.3f}), "
+            f"tokens per round {a['mean_tokens_per_round']:.2f}, c {a['cost_coefficient']:.3f}, v "
+            f"{a['verify_cost']:.2f}, "
+            f"speedup {a['speedup']:.2f}x (sampled {report.get('speedup', float('nan')):.2f}x)"
+        )
     if report.get("tree"):
         from specviz.measure.tree_bench import format_tree_report
 
@@ -492,7 +653,27 @@ def run(args) -> int:
         from specviz.engine import graphs
 
         os.environ[graphs.FUSE_ENV] = "1"
-    return run_command(args, lambda a, sampling: benchmark(
-        a.pair, a.drafter, a.target, a.device, a.gamma, sampling, a.max_new_tokens, a.repeats, a.prompts, kind=a.drafter_kind,
-        schedule=a.gamma_schedule, ngram_max=a.ngram_max, exit_layer=a.exit_layer, confidence=a.confidence, prompt_set=a.prompt_set,
-        tree="auto" if a.tree == "auto" else TreeSpec.from_args(a), cache=a.cache, drafts=a.drafts), format_report)
+    return run_command(
+        args,
+        lambda a, sampling: benchmark(
+            a.pair,
+            a.drafter,
+            a.target,
+            a.device,
+            a.gamma,
+            sampling,
+            a.max_new_tokens,
+            a.repeats,
+            a.prompts,
+            kind=a.drafter_kind,
+            schedule=a.gamma_schedule,
+            ngram_max=a.ngram_max,
+            exit_layer=a.exit_layer,
+            confidence=a.confidence,
+            prompt_set=a.prompt_set,
+            tree="auto" if a.tree == "auto" else TreeSpec.from_args(a),
+            cache=a.cache,
+            drafts=a.drafts,
+        ),
+        format_report,
+    )

@@ -83,7 +83,14 @@ def timed(fn, ids, seed, device) -> tuple[float, object, int]:
 def spread(values: list[float]) -> dict:
     """Median, quartiles, extremes and count of repeated measurements."""
     qs = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
-    return {"median": statistics.median(values), "q1": qs[0], "q3": qs[2], "min": min(values), "max": max(values), "runs": len(values)}
+    return {
+        "median": statistics.median(values),
+        "q1": qs[0],
+        "q3": qs[2],
+        "min": min(values),
+        "max": max(values),
+        "runs": len(values),
+    }
 
 
 def pooled_acceptance(specs: list) -> dict:
@@ -95,13 +102,17 @@ def pooled_acceptance(specs: list) -> dict:
         "alpha": metrics.alpha(accepted, sum(t.rejected for t in specs)),
         "draft_acceptance_rate": metrics.draft_acceptance_rate(accepted, drafted),
         "mean_beta": metrics.mean(b for t in specs for b in t.tested_betas),
-        "mean_tokens_per_round": metrics.tokens_per_round(sum(len(t.output_ids) for t in specs), sum(len(t.rounds) for t in specs)),
+        "mean_tokens_per_round": metrics.tokens_per_round(
+            sum(len(t.output_ids) for t in specs), sum(len(t.rounds) for t in specs)
+        ),
     }
 
 
-NOISE_NOTE = ("Single runs are noisy, as the page says of its own: the same command's speedup has moved by several percent "
-              "between runs on an idle machine and by far more on a loaded one; compare the medians of repeated runs "
-              "(--repeats, and the command run again) with nothing else running.")
+NOISE_NOTE = (
+    "Single runs are noisy, as the page says of its own: the same command's speedup has moved by several percent "
+    "between runs on an idle machine and by far more on a loaded one; compare the medians of repeated runs "
+    "(--repeats, and the command run again) with nothing else running."
+)
 
 
 def run_command(args, work, formatter) -> int:
@@ -113,7 +124,9 @@ def run_command(args, work, formatter) -> int:
 
     started = time.monotonic()
     try:
-        sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
+        sampling = Sampling(
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty
+        )
         report = work(args, sampling)
     except (PairError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -122,7 +135,10 @@ def run_command(args, work, formatter) -> int:
         print(json.dumps(report, indent=1))
     else:
         print(formatter(report))
-        print(f"Ran in {(time.monotonic() - started) / 60:.1f} min (prompts x repeats x methods, each decoding --max-new-tokens). {NOISE_NOTE}")
+        print(
+            f"Ran in {(time.monotonic() - started) / 60:.1f} min (prompts x repeats x methods, each decoding "
+            f"--max-new-tokens). {NOISE_NOTE}"
+        )
     return 0
 
 
@@ -135,5 +151,7 @@ def predictions(alpha: float | None, gamma: int, c: float | None, v: float | Non
     return {
         "predicted_tokens_per_round": theory.expected_tokens_per_round(alpha, gamma) if ok else None,
         "predicted_speedup": theory.predicted_speedup(alpha, gamma, c) if ok else None,
-        "predicted_speedup_verify": theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v) if ok and v is not None else None,
+        "predicted_speedup_verify": theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v)
+        if ok and v is not None
+        else None,
     }

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 
 from specviz.measure.baseline import with_baseline
 from specviz.drafters import KINDS as ALL_KINDS, make_drafter
-
-KINDS = tuple(k for k in ALL_KINDS if k != "cross-tokenizer")  # the kinds that draft from the pair's own drafter and target
 from specviz.engine.schedules import make_schedule
 from specviz.engine.stopping import STOPPED, StopCheck
 from specviz.trace import Trace
+
+# the kinds that draft from the pair's own drafter and target
+KINDS = tuple(k for k in ALL_KINDS if k != "cross-tokenizer")
 
 
 @dataclass
@@ -53,14 +54,31 @@ def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[
     """
     comparison = Comparison(kinds=(*kinds, *(["tree"] if tree is not None else [])))
     for kind in [*kinds, *(["tree"] if tree is not None else [])]:
-        drafter = make_drafter("model" if kind == "tree" else kind, drafter_model=drafter_model, target=target, ngram_max=ngram_max,
-                               exit_layer=exit_layer, drafter_tokenizer=drafter_tokenizer or common.get("tokenizer"),
-                               target_tokenizer=common.get("tokenizer"))
-        spec, base = with_baseline(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma),
-                                   tree=tree if kind == "tree" else None, stop=stop, **common)
+        drafter = make_drafter(
+            "model" if kind == "tree" else kind,
+            drafter_model=drafter_model,
+            target=target,
+            ngram_max=ngram_max,
+            exit_layer=exit_layer,
+            drafter_tokenizer=drafter_tokenizer or common.get("tokenizer"),
+            target_tokenizer=common.get("tokenizer"),
+        )
+        spec, base = with_baseline(
+            input_ids,
+            drafter,
+            target,
+            gamma=gamma,
+            schedule=make_schedule(schedule, gamma),
+            tree=tree if kind == "tree" else None,
+            stop=stop,
+            **common,
+        )
         if spec is not None:
             comparison.runs[kind] = (spec, base)
-        comparison.stopped = spec is None or STOPPED in (spec.stop_reason, base.stop_reason if base is not None else None)
+        comparison.stopped = spec is None or STOPPED in (
+            spec.stop_reason,
+            base.stop_reason if base is not None else None,
+        )
         yield comparison
         if comparison.stopped:
             return

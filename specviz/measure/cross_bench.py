@@ -93,28 +93,57 @@ def _ours(method: str, setting: str, traces: list, baselines: list) -> Row:
     rounds = sum(len(t.rounds) for t in traces)
     cs = [c for t, b in zip(traces, baselines) if (c := theory.cost_coefficient(t, b)) is not None]
     vs = [v for t, b in zip(traces, baselines) if (v := theory.verify_cost(t, b)) is not None]
-    return Row(method, setting, tokens, seconds, alpha=accepted / (accepted + rejected) if accepted + rejected else None,
-               tokens_per_round=tokens / rounds if rounds else None, c=sum(cs) / len(cs) if cs else None,
-               v=sum(vs) / len(vs) if vs else None)
+    return Row(
+        method,
+        setting,
+        tokens,
+        seconds,
+        alpha=accepted / (accepted + rejected) if accepted + rejected else None,
+        tokens_per_round=tokens / rounds if rounds else None,
+        c=sum(cs) / len(cs) if cs else None,
+        v=sum(vs) / len(vs) if vs else None,
+    )
 
 
-def _transformers(method: str, setting: str, target, ids_list, new_tokens: int, sampling: Sampling, seed: int, **assist) -> Row:
+def _transformers(
+    method: str, setting: str, target, ids_list, new_tokens: int, sampling: Sampling, seed: int, **assist
+) -> Row:
     tokens, seconds = 0, 0.0
-    sample = (dict(do_sample=False) if sampling.greedy
-              else dict(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p))
+    sample = (
+        dict(do_sample=False)
+        if sampling.greedy
+        else dict(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    )
     for i, ids in enumerate(ids_list):
         torch.manual_seed(seed + i)
         x = torch.tensor([ids], device=target.device)
         start = time.perf_counter()
-        out = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                              pad_token_id=0, **sample, **assist)
+        out = target.generate(
+            x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            pad_token_id=0,
+            **sample,
+            **assist,
+        )
         seconds += time.perf_counter() - start
         tokens += out.shape[1] - x.shape[1]
     return Row(method, setting, tokens, seconds)
 
 
-def cross_bench(drafter, drafter_tok, target, target_tok, prompts: list[str] | list[list[int]], new_tokens: int = 32, gamma: int = 4,
-                settings: tuple[str, ...] = ("greedy", "sampled"), seed: int = 0, sampled: Sampling | None = None) -> list[Row]:
+def cross_bench(
+    drafter,
+    drafter_tok,
+    target,
+    target_tok,
+    prompts: list[str] | list[list[int]],
+    new_tokens: int = 32,
+    gamma: int = 4,
+    settings: tuple[str, ...] = ("greedy", "sampled"),
+    seed: int = 0,
+    sampled: Sampling | None = None,
+) -> list[Row]:
     """Every method under every setting of ``settings`` (keys of ``SETTINGS``) on ``prompts`` (texts,
     encoded with the target's tokenizer, or target token ids); no EOS stops a run (each makes
     ``new_tokens``), so all methods decode the same number of tokens. ``sampled`` replaces the
@@ -134,21 +163,39 @@ def cross_bench(drafter, drafter_tok, target, target_tok, prompts: list[str] | l
     rows = []
     for setting in settings:
         sampling = sampled if setting == "sampled" and sampled is not None else SETTINGS[setting]
-        base = [autoregressive_generate(ids, target, sampling=sampling, max_new_tokens=new_tokens, seed=seed + i)
-                for i, ids in enumerate(ids_list)]
+        base = [
+            autoregressive_generate(ids, target, sampling=sampling, max_new_tokens=new_tokens, seed=seed + i)
+            for i, ids in enumerate(ids_list)
+        ]
         rows.append(_ours("ours: autoregressive", setting, base, base))
         schemes = ("intersection", "string") if sampling.greedy else ("intersection",)
         for scheme in schemes:
             ours = CrossTokenizerDrafter(drafter, drafter_tok, target_tok, scheme=scheme)
-            traces = [speculative_generate(ids, ours, target, gamma=gamma, sampling=sampling, max_new_tokens=new_tokens, seed=seed + i)
-                      for i, ids in enumerate(ids_list)]
+            traces = [
+                speculative_generate(
+                    ids, ours, target, gamma=gamma, sampling=sampling, max_new_tokens=new_tokens, seed=seed + i
+                )
+                for i, ids in enumerate(ids_list)
+            ]
             rows.append(_ours(f"ours: {scheme}", setting, traces, base))
         rows.append(_transformers("transformers: plain", setting, target, ids_list, new_tokens, sampling, seed))
         assistant = unrouted_copy(drafter)
         assistant.generation_config.num_assistant_tokens = gamma
         assistant.generation_config.num_assistant_tokens_schedule = "constant"
-        rows.append(_transformers("transformers: assistant_tokenizer", setting, target, ids_list, new_tokens, sampling, seed,
-                                  assistant_model=assistant, tokenizer=target_tok, assistant_tokenizer=drafter_tok))
+        rows.append(
+            _transformers(
+                "transformers: assistant_tokenizer",
+                setting,
+                target,
+                ids_list,
+                new_tokens,
+                sampling,
+                seed,
+                assistant_model=assistant,
+                tokenizer=target_tok,
+                assistant_tokenizer=drafter_tok,
+            )
+        )
         del assistant
     return rows
 
@@ -156,18 +203,23 @@ def cross_bench(drafter, drafter_tok, target, target_tok, prompts: list[str] | l
 def table(rows: list[Row]) -> str:
     """The rows as a text table: speedups over our autoregressive decoding and over transformers'
     assistant_tokenizer path under the same setting (tokens/s over tokens/s)."""
+
     def num(x, digits=2):
         return "-" if x is None else f"{x:.{digits}f}"
 
-    lines = [f"{'setting':8} {'method':36} {'tokens':>6} {'tok/s':>8} {'alpha':>6} {'tok/round':>9} {'c':>6} {'v':>6} "
-             f"{'vs our AR':>9} {'vs hf assist':>12}"]
+    lines = [
+        f"{'setting':8} {'method':36} {'tokens':>6} {'tok/s':>8} {'alpha':>6} {'tok/round':>9} {'c':>6} {'v':>6} "
+        f"{'vs our AR':>9} {'vs hf assist':>12}"
+    ]
     for r in rows:
         ar = next(x for x in rows if x.setting == r.setting and x.method == "ours: autoregressive")
         hf = next(x for x in rows if x.setting == r.setting and x.method == "transformers: assistant_tokenizer")
-        lines.append(f"{r.setting:8} {r.method:36} {r.tokens:>6} {r.tokens_per_second:>8.1f} {num(r.alpha, 3):>6} "
-                     f"{num(r.tokens_per_round):>9} {num(r.c, 3):>6} {num(r.v):>6} "
-                     f"{num(r.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else None):>9} "
-                     f"{num(r.tokens_per_second / hf.tokens_per_second if hf.tokens_per_second else None):>12}")
+        lines.append(
+            f"{r.setting:8} {r.method:36} {r.tokens:>6} {r.tokens_per_second:>8.1f} {num(r.alpha, 3):>6} "
+            f"{num(r.tokens_per_round):>9} {num(r.c, 3):>6} {num(r.v):>6} "
+            f"{num(r.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else None):>9} "
+            f"{num(r.tokens_per_second / hf.tokens_per_second if hf.tokens_per_second else None):>12}"
+        )
     return "\n".join(lines)
 
 
@@ -179,23 +231,46 @@ def report(pair, rows: list[Row], gamma: int, new_tokens: int, sampled: Sampling
     for r in rows:
         ar = next(x for x in rows if x.setting == r.setting and x.method == "ours: autoregressive")
         hf = next(x for x in rows if x.setting == r.setting and x.method == "transformers: assistant_tokenizer")
-        out.append(asdict(r) | {"tokens_per_second": r.tokens_per_second,
-                                "speedup_vs_our_autoregressive": r.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else None,
-                                "speedup_vs_hf_assistant_tokenizer": r.tokens_per_second / hf.tokens_per_second if hf.tokens_per_second else None})
+        out.append(
+            asdict(r)
+            | {
+                "tokens_per_second": r.tokens_per_second,
+                "speedup_vs_our_autoregressive": r.tokens_per_second / ar.tokens_per_second
+                if ar.tokens_per_second
+                else None,
+                "speedup_vs_hf_assistant_tokenizer": r.tokens_per_second / hf.tokens_per_second
+                if hf.tokens_per_second
+                else None,
+            }
+        )
     shared = pair.drafter_tokenizer or pair.tokenizer
-    return {"pair": pair.name, "drafter": pair.drafter_id, "target": pair.target_id, "device": pair.device.type,
-            "drafter_vocabulary": len(shared), "target_vocabulary": len(pair.tokenizer),
-            "gamma": gamma, "max_new_tokens": new_tokens, "prompt_set": prompt_set, "sampled": asdict(sampled), "rows": out,
-            "_rows": rows}
+    return {
+        "pair": pair.name,
+        "drafter": pair.drafter_id,
+        "target": pair.target_id,
+        "device": pair.device.type,
+        "drafter_vocabulary": len(shared),
+        "target_vocabulary": len(pair.tokenizer),
+        "gamma": gamma,
+        "max_new_tokens": new_tokens,
+        "prompt_set": prompt_set,
+        "sampled": asdict(sampled),
+        "rows": out,
+        "_rows": rows,
+    }
 
 
 def format_report(rep: dict) -> str:
     """The report as bench prints it: a header line, then ``table``."""
     s = rep["sampled"]
-    head = (f"{rep['pair']}: drafter {rep['drafter']} ({rep['drafter_vocabulary']} tokens) -> target {rep['target']} "
-            f"({rep['target_vocabulary']} tokens) on {rep['device']}, gamma {rep['gamma']}, {rep['max_new_tokens']} new tokens per prompt, "
-            f"{rep['prompt_set']} prompts; sampled = temperature {s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}; "
-            "one timed run per prompt and method")
+    head = (
+        f"{rep['pair']}: drafter {rep['drafter']} ({rep['drafter_vocabulary']} tokens) -> target {rep['target']} "
+        f"({rep['target_vocabulary']} tokens) on {rep['device']}, gamma {rep['gamma']}, {rep['max_new_tokens']} new "
+        "tokens per prompt, "
+        f"{rep['prompt_set']} prompts; sampled = temperature {s['temperature']}, top-k {s['top_k']}, top-p "
+        f"{s['top_p']}; "
+        "one timed run per prompt and method"
+    )
     return head + "\n" + table(rep["_rows"])
 
 
@@ -211,9 +286,20 @@ def run(args) -> int:
         prompt_set = prompt_set_for(a.prompt_set, pair.name)
         ids = prompt_token_ids(pair, benchmark_prompts(a.prompts, prompt_set), prompt_set)
         sampled = sampling if not sampling.greedy else Sampling(1.0)
-        print(f"bench: {len(ids)} prompts x 5 methods greedy + 4 sampled, {a.max_new_tokens} tokens each", file=sys.stderr)
-        rows = cross_bench(pair.drafter, pair.drafter_tokenizer or pair.tokenizer, pair.target, pair.tokenizer, ids,
-                           new_tokens=a.max_new_tokens, gamma=a.gamma, seed=a.seed, sampled=sampled)
+        print(
+            f"bench: {len(ids)} prompts x 5 methods greedy + 4 sampled, {a.max_new_tokens} tokens each", file=sys.stderr
+        )
+        rows = cross_bench(
+            pair.drafter,
+            pair.drafter_tokenizer or pair.tokenizer,
+            pair.target,
+            pair.tokenizer,
+            ids,
+            new_tokens=a.max_new_tokens,
+            gamma=a.gamma,
+            seed=a.seed,
+            sampled=sampled,
+        )
         return report(pair, rows, a.gamma, a.max_new_tokens, sampled, prompt_set)
 
     def json_ready(a, sampling: Sampling) -> dict:  # --json prints the report without its Row objects
@@ -229,7 +315,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gamma", type=int, default=4)
     args = p.parse_args(argv)
     drafter, drafter_tok, target, target_tok = offline_pair("cpu")
-    print(table(cross_bench(drafter, drafter_tok, target, target_tok, code_prompts(args.prompts), args.new_tokens, args.gamma)))
+    print(
+        table(
+            cross_bench(
+                drafter, drafter_tok, target, target_tok, code_prompts(args.prompts), args.new_tokens, args.gamma
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -71,22 +71,41 @@ def measure(new_tokens: int = 64, gamma: int = 4) -> dict:
     }
 
 
-def early_exit_rows(pair, held_ids, n_bytes: int, prompts: list[dict], new_tokens: int, gamma: int, layers=(2, 5, 8)) -> list[dict]:
+def early_exit_rows(
+    pair, held_ids, n_bytes: int, prompts: list[dict], new_tokens: int, gamma: int, layers=(2, 5, 8)
+) -> list[dict]:
     """The target's early exits as drafters: bits per byte of the target cut after k layers on the
     held-out files, and alpha (accepted / tested) drafting for the whole target, greedy, gamma 4."""
     rows = []
     for k in layers:
         drafter = EarlyExitDrafter(pair.target, k)
-        specs = [speculative_generate(pair.tokenizer(p["prompt"], add_special_tokens=False)["input_ids"], drafter, pair.target, gamma=gamma,
-                                      sampling=Sampling(0.0), max_new_tokens=new_tokens, eos_token_id=pair.eos_token_id) for p in prompts]
+        specs = [
+            speculative_generate(
+                pair.tokenizer(p["prompt"], add_special_tokens=False)["input_ids"],
+                drafter,
+                pair.target,
+                gamma=gamma,
+                sampling=Sampling(0.0),
+                max_new_tokens=new_tokens,
+                eos_token_id=pair.eos_token_id,
+            )
+            for p in prompts
+        ]
         accepted = sum(t.accepted for t in specs)
-        rows.append({"exit_layer": k, "bits_per_byte": bits_per_byte(early_exit_model(pair.target, k), held_ids, n_bytes),
-                     "greedy_alpha": accepted / (accepted + sum(t.rejected for t in specs)),
-                     "greedy_tokens_per_round": sum(len(t.output_ids) for t in specs) / sum(len(t.rounds) for t in specs)})
+        rows.append(
+            {
+                "exit_layer": k,
+                "bits_per_byte": bits_per_byte(early_exit_model(pair.target, k), held_ids, n_bytes),
+                "greedy_alpha": accepted / (accepted + sum(t.rejected for t in specs)),
+                "greedy_tokens_per_round": sum(len(t.output_ids) for t in specs) / sum(len(t.rounds) for t in specs),
+            }
+        )
     return rows
 
 
-def theory_check(gammas=range(1, 9), temperatures=(0.0, 1.0), new_tokens: int = 128, prompts: int | None = None) -> list[dict]:
+def theory_check(
+    gammas=range(1, 9), temperatures=(0.0, 1.0), new_tokens: int = 128, prompts: int | None = None
+) -> list[dict]:
     """Leviathan et al. 2023's predictions against speculative runs on the held-out prompts.
 
     For each gamma and temperature (top-k and top-p off, EOS ignored so every run generates
@@ -105,8 +124,20 @@ def theory_check(gammas=range(1, 9), temperatures=(0.0, 1.0), new_tokens: int = 
     rows = []
     for temperature in temperatures:
         for gamma in gammas:
-            specs = [speculative_generate(x, pair.drafter, pair.target, gamma=gamma, sampling=Sampling(temperature), max_new_tokens=new_tokens,
-                                          eos_token_id=None, seed=i, vocab_size=pair.vocab_size) for i, x in enumerate(ids)]
+            specs = [
+                speculative_generate(
+                    x,
+                    pair.drafter,
+                    pair.target,
+                    gamma=gamma,
+                    sampling=Sampling(temperature),
+                    max_new_tokens=new_tokens,
+                    eos_token_id=None,
+                    seed=i,
+                    vocab_size=pair.vocab_size,
+                )
+                for i, x in enumerate(ids)
+            ]
             full = [r for t in specs for r in t.rounds if len(r.drafts) == gamma]
             acceptance = pooled_acceptance(specs)
             alpha, rate = acceptance["alpha"], acceptance["draft_acceptance_rate"]
@@ -125,19 +156,27 @@ def theory_check(gammas=range(1, 9), temperatures=(0.0, 1.0), new_tokens: int = 
             if len(exp) > 1 and exp[-1] < 5:
                 obs[-2] += obs.pop()
                 exp[-2] += exp.pop()
-            pvalue = float(chisquare(obs, [e * sum(obs) / sum(exp) for e in exp], ddof=1).pvalue) if len(obs) > 2 else None
+            pvalue = (
+                float(chisquare(obs, [e * sum(obs) / sum(exp) for e in exp], ddof=1).pvalue) if len(obs) > 2 else None
+            )
             positions = theory.acceptance_by_position(Trace(mode="speculative", prompt_ids=[], rounds=full))
-            rows.append({
-                "gamma": gamma, "temperature": temperature, "rounds": len(full),
-                "tokens_per_round": sum(c + 1 for c in counts) / len(counts),
-                "eq1_alpha": theory.expected_tokens_per_round(alpha, gamma),
-                "eq1_draft_acceptance_rate": theory.expected_tokens_per_round(rate, gamma),
-                "alpha": alpha, "draft_acceptance_rate": rate, "mean_beta": acceptance["mean_beta"],
-                "mean_beta_all_drafted": metrics.mean(all_betas),
-                "histogram_chi2_pvalue": pvalue,
-                "acceptance_by_position": [a / n for n, a in positions],
-                "alpha_power_i": [alpha ** (i + 1) for i in range(len(positions))],
-            })
+            rows.append(
+                {
+                    "gamma": gamma,
+                    "temperature": temperature,
+                    "rounds": len(full),
+                    "tokens_per_round": sum(c + 1 for c in counts) / len(counts),
+                    "eq1_alpha": theory.expected_tokens_per_round(alpha, gamma),
+                    "eq1_draft_acceptance_rate": theory.expected_tokens_per_round(rate, gamma),
+                    "alpha": alpha,
+                    "draft_acceptance_rate": rate,
+                    "mean_beta": acceptance["mean_beta"],
+                    "mean_beta_all_drafted": metrics.mean(all_betas),
+                    "histogram_chi2_pvalue": pvalue,
+                    "acceptance_by_position": [a / n for n, a in positions],
+                    "alpha_power_i": [alpha ** (i + 1) for i in range(len(positions))],
+                }
+            )
     return rows
 
 
@@ -145,11 +184,15 @@ def card(m: dict) -> str:
     logs = {name: json.loads((MODELS / name / "training_log.json").read_text()) for name in ("target", "drafter")}
     t, d = logs["target"], logs["drafter"]
     alpha, c, v = m["greedy_alpha"], m["cost_coefficient"], m["verify_cost"]
-    early_rows = "\n".join(f"| {r['exit_layer']} | {r['bits_per_byte']:.3f} | {r['greedy_alpha']:.3f} | {r['greedy_tokens_per_round']:.2f} |"
-                           for r in m.get("early_exit", []))
+    early_rows = "\n".join(
+        f"| {r['exit_layer']} | {r['bits_per_byte']:.3f} | {r['greedy_alpha']:.3f} | "
+        f"{r['greedy_tokens_per_round']:.2f} |"
+        for r in m.get("early_exit", [])
+    )
     row = lambda name, log, bpb: (  # noqa: E731
         f"| {name} | GPT2LMHeadModel, {log['shape']['n_layer']} layers x {log['shape']['n_embd']} wide, "
-        f"{log['shape']['n_head']} heads | {log['parameters'] / 1e6:.2f} M | {log['objective']} | {log['steps']} steps of "
+        f"{log['shape']['n_head']} heads | {log['parameters'] / 1e6:.2f} M | {log['objective']} | {log['steps']} steps "
+        "of "
         f"{log['batch']} | {log['train_seconds'] / 60:.0f} min | {log['loss_log'][-1]['loss']:.3f} | {bpb:.3f} |"
     )
     return f"""# The embedded model pair
@@ -167,7 +210,8 @@ A drafter and a target trained for specviz, so that the demo, the tests and CI r
   `<|endoftext|>` between files; saved with each model so `AutoTokenizer.from_pretrained(dir)` loads it.
 
 ## Models
-Both are transformers `GPT2LMHeadModel`, saved with `save_pretrained` (safetensors, fp32), context {t['context']} tokens.
+Both are transformers `GPT2LMHeadModel`, saved with `save_pretrained` (safetensors, fp32), context {t['context']}
+tokens.
 
 | model | architecture | parameters | objective | training | time ({t['device']}, {t['torch_threads']} threads) | last training loss (nats/token: the target's cross-entropy, the drafter's KL to the target) | held-out bits/byte |
 |---|---|---|---|---|---|---|---|
@@ -230,8 +274,7 @@ The target, greedy, on the first held-out prompt:
 ## Limits
 These are small models of one programming language's standard library: they write plausible Python, often
 repetitive under greedy decoding, and know nothing else. They exist to make speculative decoding visible and testable.
-"""
-
+"""  # noqa: E501  (a table's rows are one line each)
 
 
 def english_card(prompts: int = 6, max_new_tokens: int = 96, gamma: int = 4, seed: int = 0) -> dict:
@@ -256,19 +299,35 @@ def english_card(prompts: int = 6, max_new_tokens: int = 96, gamma: int = 4, see
     texts = held_out()[:prompts]
     ids = [encode_prompt(pair, t, chat=True) for t in texts]
     report: dict = {"prompts": len(ids), "max_new_tokens": max_new_tokens, "gamma": gamma}
-    settings = {"greedy": Sampling(0.0), "t0.7-p0.9": Sampling(0.7, top_k=0, top_p=0.9), "t1": Sampling(1.0, top_k=0, top_p=1.0)}
+    settings = {
+        "greedy": Sampling(0.0),
+        "t0.7-p0.9": Sampling(0.7, top_k=0, top_p=0.9),
+        "t1": Sampling(1.0, top_k=0, top_p=1.0),
+    }
     for name, sampling in settings.items():
         specs, bases = [], []
         for i, x in enumerate(ids):
-            spec, base = with_baseline(x, make_drafter("model", drafter_model=pair.drafter, target=pair.target), pair.target,
-                                       gamma=gamma, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed + i,
-                                       eos_token_id=pair.eos_token_ids, vocab_size=pair.vocab_size, tokenizer=pair.tokenizer)
+            spec, base = with_baseline(
+                x,
+                make_drafter("model", drafter_model=pair.drafter, target=pair.target),
+                pair.target,
+                gamma=gamma,
+                sampling=sampling,
+                max_new_tokens=max_new_tokens,
+                seed=seed + i,
+                eos_token_id=pair.eos_token_ids,
+                vocab_size=pair.vocab_size,
+                tokenizer=pair.tokenizer,
+            )
             specs.append(spec)
             bases.append(base)
         accepted, rejected = sum(t.accepted for t in specs), sum(t.rejected for t in specs)
         report[name] = {
-            "alpha": metrics.alpha(accepted, rejected), "tested_drafts": accepted + rejected,
-            "tokens_per_round": metrics.tokens_per_round(sum(len(t.output_ids) for t in specs), sum(len(t.rounds) for t in specs)),
+            "alpha": metrics.alpha(accepted, rejected),
+            "tested_drafts": accepted + rejected,
+            "tokens_per_round": metrics.tokens_per_round(
+                sum(len(t.output_ids) for t in specs), sum(len(t.rounds) for t in specs)
+            ),
             "c": metrics.cost_coefficient(theory.drafter_step_ms(*specs), theory.target_step_ms(*bases)),
             "v": metrics.verify_cost(theory.verify_ms_per_round(*specs), theory.target_step_ms(*bases)),
         }
@@ -279,9 +338,11 @@ def english_card(prompts: int = 6, max_new_tokens: int = 96, gamma: int = 4, see
         torch.manual_seed(seed + i)
         with torch.no_grad():
             t = torch.tensor([x])
-            out = pair.target.generate(t, attention_mask=torch.ones_like(t), do_sample=True, top_k=0, max_new_tokens=max_new_tokens)
-            logq = torch.log_softmax(pair.drafter(out).logits[0, len(x) - 1:-1].float(), dim=-1)
-        answer = out[0, len(x):].tolist()
+            out = pair.target.generate(
+                t, attention_mask=torch.ones_like(t), do_sample=True, top_k=0, max_new_tokens=max_new_tokens
+            )
+            logq = torch.log_softmax(pair.drafter(out).logits[0, len(x) - 1 : -1].float(), dim=-1)
+        answer = out[0, len(x) :].tolist()
         for pos, tok in enumerate(answer):
             total += 1
             if tok in head:
@@ -296,8 +357,14 @@ def english_card(prompts: int = 6, max_new_tokens: int = 96, gamma: int = 4, see
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specviz.measure.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("--write-card", action="store_true", help="rewrite assets/models/README.md")
-    parser.add_argument("--theory", action="store_true", help="only Leviathan et al.'s predictions against held-out runs, gamma 1..8, greedy and T=1")
-    parser.add_argument("--english", action="store_true", help="the English drafter's figures on the held-out prompts (its model card)")
+    parser.add_argument(
+        "--theory",
+        action="store_true",
+        help="only Leviathan et al.'s predictions against held-out runs, gamma 1..8, greedy and T=1",
+    )
+    parser.add_argument(
+        "--english", action="store_true", help="the English drafter's figures on the held-out prompts (its model card)"
+    )
     args = parser.parse_args(argv)
     if args.english:
         print(json.dumps(english_card(), indent=1))

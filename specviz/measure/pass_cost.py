@@ -32,7 +32,9 @@ def _median_ms(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def pass_costs(model, vocab_size: int, ns: tuple[int, ...] = NS, context: int = 200, repeats: int = 9, seed: int = 0) -> dict:
+def pass_costs(
+    model, vocab_size: int, ns: tuple[int, ...] = NS, context: int = 200, repeats: int = 9, seed: int = 0
+) -> dict:
     """Median ms of a cached pass over n tokens and of the output layer over n rows, for each n.
 
     Args:
@@ -62,6 +64,7 @@ def pass_costs(model, vocab_size: int, ns: tuple[int, ...] = NS, context: int = 
     with torch.inference_mode():
         runner.prefill(seq, context)
         for n in tqdm(ns, desc="v(n) passes", unit="n", file=sys.stderr, leave=False):
+
             def one_pass(n=n):
                 runner.logits(seq, context + n, n)
                 sync()

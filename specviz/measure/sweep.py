@@ -18,8 +18,13 @@ from specviz.records.sweep import Sweep, SweepPoint  # noqa: F401  (the sweep's 
 
 
 def sweep_stream(
-    input_ids: list[int], drafter, target, gammas: Sequence[int] = range(1, 9), schedule: str = "constant",
-    stop: StopCheck | None = None, **common
+    input_ids: list[int],
+    drafter,
+    target,
+    gammas: Sequence[int] = range(1, 9),
+    schedule: str = "constant",
+    stop: StopCheck | None = None,
+    **common,
 ) -> Iterator[Sweep]:
     """Run the baseline once (its target step time), then one speculative run per gamma, each in
     turns with a baseline run of its own (``specviz.measure.baseline.with_baseline``), so machine noise falls on
@@ -44,12 +49,22 @@ def sweep_stream(
     for baseline in autoregressive_stream(input_ids, target, **common):
         if not baseline.stop_reason and asked(stop):
             return
-    sweep = Sweep(baseline_tokens_per_second=baseline.tokens_per_second or 0.0, target_step_ms=theory.target_step_ms(baseline) or 0.0,
-                  schedule=schedule)
+    sweep = Sweep(
+        baseline_tokens_per_second=baseline.tokens_per_second or 0.0,
+        target_step_ms=theory.target_step_ms(baseline) or 0.0,
+        schedule=schedule,
+    )
     yield sweep
     for gamma in gammas:
-        spec, base = with_baseline(input_ids, drafter, target, gamma=int(gamma),
-                                   schedule=make_schedule(schedule, int(gamma)), stop=stop, **common)
+        spec, base = with_baseline(
+            input_ids,
+            drafter,
+            target,
+            gamma=int(gamma),
+            schedule=make_schedule(schedule, int(gamma)),
+            stop=stop,
+            **common,
+        )
         if spec is None or STOPPED in (spec.stop_reason, base.stop_reason if base is not None else None):
             return
         sweep.drafter = (spec.settings.get("drafter") or {}).get("kind", sweep.drafter)

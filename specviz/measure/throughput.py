@@ -18,8 +18,17 @@ def batch_sizes_up_to(size: int) -> list[int]:
     return sorted({2 ** k for k in range(size.bit_length()) if 2 ** k < size} | {size})
 
 
-def throughput_stream(prompts: list[list[int]], drafter, target, batch_size: int, gamma: int = 4, schedule: str = "constant",
-                      repeats: int = 2, stop: StopCheck | None = None, **common) -> Iterator[tuple[BatchResult | None, list[BatchPoint]]]:
+def throughput_stream(
+    prompts: list[list[int]],
+    drafter,
+    target,
+    batch_size: int,
+    gamma: int = 4,
+    schedule: str = "constant",
+    repeats: int = 2,
+    stop: StopCheck | None = None,
+    **common,
+) -> Iterator[tuple[BatchResult | None, list[BatchPoint]]]:
     """The Batch tab's measurement: batched speculative and autoregressive decoding at each of
     ``batch_sizes_up_to(batch_size)`` (rows: ``prompts`` cycled), ``repeats`` times each, the two
     methods in turns with the order alternating, so machine noise falls on both.
@@ -45,7 +54,9 @@ def throughput_stream(prompts: list[list[int]], drafter, target, batch_size: int
             done = {}
             for method in order:
                 if method == "speculative":
-                    done[method] = speculative_generate_batch(rows, drafter, target, gamma=gamma, schedule=schedule, stop=stop, **common)
+                    done[method] = speculative_generate_batch(
+                        rows, drafter, target, gamma=gamma, schedule=schedule, stop=stop, **common
+                    )
                     main = main or (done[method] if b == batch_size else None)
                 else:
                     done[method] = autoregressive_generate_batch(rows, target, stop=stop, **common)

@@ -53,27 +53,40 @@ def tree_report(pair, chain, tree, baseline, medians: dict, prompt_ids: list[int
     base = medians["autoregressive"]
     report = {"chain": _side(chain, baseline, medians["speculative"], base),
               "tree": _side(tree, baseline, medians["speculative_tree"], base), "tree_label": tree_label}
-    ns = sorted({1, 2, 4, 8, 16, 32, 64, round(report["chain"]["nodes_per_round"]), round(report["tree"]["nodes_per_round"])})
-    report["verify_cost_by_nodes"] = verify_cost_curve(pair.target, prompt_ids, [n for n in ns if 1 <= n <= 128], pair.vocab_size)
+    ns = sorted(
+        {1, 2, 4, 8, 16, 32, 64, round(report["chain"]["nodes_per_round"]), round(report["tree"]["nodes_per_round"])}
+    )
+    report["verify_cost_by_nodes"] = verify_cost_curve(
+        pair.target, prompt_ids, [n for n in ns if 1 <= n <= 128], pair.vocab_size
+    )
     report["tree_vs_chain_tokens_per_round"] = report["tree"]["tokens_per_round"] / report["chain"]["tokens_per_round"]
     return report
 
 
 def format_tree_report(report: dict) -> list[str]:
     """Plain-text lines: chain and tree side by side, then v(n)."""
-    rows = [("tokens per round (emitted / rounds)", "tokens_per_round", 2), ("drafted nodes per round", "nodes_per_round", 1),
-            ("tokens per round from per-depth acceptance", "predicted_tokens_per_round", 2),
-            ("drafting per round, target steps", "draft_steps_per_round", 2), ("verify cost v (pass / target step)", "verify_cost", 2),
-            ("tokens/s (median)", "tokens_per_second", 1), ("speedup over autoregressive", "speedup", 2),
-            ("predicted speedup E / (drafting + v)", "predicted_speedup", 2)]
+    rows = [
+        ("tokens per round (emitted / rounds)", "tokens_per_round", 2),
+        ("drafted nodes per round", "nodes_per_round", 1),
+        ("tokens per round from per-depth acceptance", "predicted_tokens_per_round", 2),
+        ("drafting per round, target steps", "draft_steps_per_round", 2),
+        ("verify cost v (pass / target step)", "verify_cost", 2),
+        ("tokens/s (median)", "tokens_per_second", 1),
+        ("speedup over autoregressive", "speedup", 2),
+        ("predicted speedup E / (drafting + v)", "predicted_speedup", 2),
+    ]
     lines = [f"{'':<46}{'chain':>10}{report['tree_label']:>24}"]
     for label, key, digits in rows:
         lines.append(f"{label:<46}{report['chain'][key]:>10.{digits}f}{report['tree'][key]:>24.{digits}f}")
     for side in ("chain", "tree"):
-        lines.append(f"acceptance by depth, {side}: " + ", ".join(f"{a:.2f}" for a in report[side]["acceptance_by_depth"]))
+        lines.append(
+            f"acceptance by depth, {side}: " + ", ".join(f"{a:.2f}" for a in report[side]["acceptance_by_depth"])
+        )
     lines.append(f"tree / chain tokens per round: {report['tree_vs_chain_tokens_per_round']:.2f}")
-    lines.append("v(n), target pass over the pending token and n nodes / one-token step: "
-                 + ", ".join(f"n={n}: {v:.2f}" for n, v in report["verify_cost_by_nodes"].items()))
+    lines.append(
+        "v(n), target pass over the pending token and n nodes / one-token step: "
+        + ", ".join(f"n={n}: {v:.2f}" for n, v in report["verify_cost_by_nodes"].items())
+    )
     return lines
 
 
@@ -98,6 +111,7 @@ def bench_report(auto: AutoTree, traces: dict[str, list], medians: dict[str, flo
     """The choice (``AutoTree.describe``) with what the run measured: tokens per round (emitted /
     rounds) and speedup (median tokens/s over the autoregressive median) of the chosen tree and of
     each chain measured (bench's gamma, and the predicted best chain's), and their ratios."""
+
     def measured(method: str, depth: int) -> dict | None:
         ts = traces.get(method) or []
         rounds = sum(len(t.rounds) for t in ts)
@@ -105,10 +119,16 @@ def bench_report(auto: AutoTree, traces: dict[str, list], medians: dict[str, flo
             return None
         emitted = sum(len(t.output_ids) for t in ts)
         full = untruncated(ts, depth)
-        return {"tokens_per_round": emitted / rounds, "rounds": rounds, "emitted": emitted,
-                "nodes_per_round": sum(t.drafted for t in ts) / rounds, "speedup": medians[method] / medians["autoregressive"],
-                "full_rounds": full and full[1], "full_emitted": full and full[0],
-                "tokens_per_full_round": full[0] / full[1] if full and full[1] else None}
+        return {
+            "tokens_per_round": emitted / rounds,
+            "rounds": rounds,
+            "emitted": emitted,
+            "nodes_per_round": sum(t.drafted for t in ts) / rounds,
+            "speedup": medians[method] / medians["autoregressive"],
+            "full_rounds": full and full[1],
+            "full_emitted": full and full[0],
+            "tokens_per_full_round": full[0] / full[1] if full and full[1] else None,
+        }
 
     out = auto.describe()
     chains = {f"chain of gamma {gamma}": measured("speculative", gamma)}
@@ -124,7 +144,9 @@ def bench_report(auto: AutoTree, traces: dict[str, list], medians: dict[str, flo
         out["tokens_per_round_error"] = measured_tpr / out["predicted_tokens_per_round"] - 1.0
         chain = out["measured_chains"].get(f"chain of gamma {best_gamma}")
         if chain and chain["tokens_per_full_round"] is not None:
-            out["best_chain_tokens_per_round_error"] = chain["tokens_per_full_round"] / out["best_chain"]["predicted_tokens_per_round"] - 1.0
+            out["best_chain_tokens_per_round_error"] = (
+                chain["tokens_per_full_round"] / out["best_chain"]["predicted_tokens_per_round"] - 1.0
+            )
         if out["measured_chains"]:
             best = max(out["measured_chains"].values(), key=lambda c: c["speedup"])
             out["speedup_vs_best_measured_chain"] = m["speedup"] / best["speedup"]
@@ -154,49 +176,93 @@ def format_bench_report(r: dict) -> list[str]:
     lines = [r["sentence"]]
     if r.get("nodes_by_depth"):
         shape = "-".join(map(str, r["nodes_by_depth"]))
-        lines.append(f"auto's shape: {r['nodes']} nodes, depth {r['depth']}, nodes per depth {shape}"
-                     + (f"; parents {','.join(map(str, r['parents']))}" if r.get("parents") else " (a chain)"))
+        lines.append(
+            f"auto's shape: {r['nodes']} nodes, depth {r['depth']}, nodes per depth {shape}"
+            + (f"; parents {','.join(map(str, r['parents']))}" if r.get("parents") else " (a chain)")
+        )
     cand = [("auto: " + r["chosen"], r["predicted_tokens_per_round"], r["predicted_speedup"], r.get("measured"))]
     for label, m in r["measured_chains"].items():
         pred = r["best_chain"] if label.endswith(f"gamma {r['best_chain']['gamma']}") else None
         cand.append((label, pred and pred["predicted_tokens_per_round"], pred and pred["predicted_speedup"], m))
-    lines.append(f"{'':<40}{'tokens/round pred':>18}{'whole rounds':>14}{'all rounds':>12}{'speedup pred':>14}{'measured':>10}")
+    lines.append(
+        f"{'':<40}{'tokens/round pred':>18}{'whole rounds':>14}{'all rounds':>12}{'speedup pred':>14}{'measured':>10}"
+    )
     for label, tpr, sp, m in cand:
-        f = lambda x, d=2: f"{x:.{d}f}" if isinstance(x, (int, float)) else "-"  # noqa: E731
-        lines.append(f"{label[:40]:<40}{f(tpr):>18}{f(m and m.get('tokens_per_full_round')):>14}{f(m and m['tokens_per_round']):>12}"
-                     f"{f(sp):>14}{f(m and m['speedup']):>10}")
+        def f(x, d=2):
+            return f"{x:.{d}f}" if isinstance(x, (int, float)) else "-"
+
+        full, per_round = m and m.get('tokens_per_full_round'), m and m['tokens_per_round']
+        lines.append(
+            f"{label[:40]:<40}{f(tpr):>18}{f(full):>14}{f(per_round):>12}{f(sp):>14}{f(m and m['speedup']):>10}"
+        )
     for label, _, _, m in cand:
         if m and m.get("full_rounds") is not None:
-            lines.append(f"  {label[:40]}: whole rounds {m['full_emitted']} tokens / {m['full_rounds']}, all rounds {m['emitted']} / {m['rounds']}")
-    lines.append("tokens/round: emitted / rounds, the correction or bonus token included; 'whole rounds' leaves out the rounds that began "
-                 "with fewer than depth + 1 tokens of the budget left (the prediction is a whole round's). Speedup: median tokens/s / "
-                 "autoregressive's median")
+            lines.append(
+                f"  {label[:40]}: whole rounds {m['full_emitted']} tokens / {m['full_rounds']}, all rounds "
+                f"{m['emitted']} / {m['rounds']}"
+            )
+    lines.append(
+        "tokens/round: emitted / rounds, the correction or bonus token included; 'whole rounds' leaves out the rounds "
+        "that began "
+        "with fewer than depth + 1 tokens of the budget left (the prediction is a whole round's). Speedup: median "
+        "tokens/s / "
+        "autoregressive's median"
+    )
     if r.get("tokens_per_round_error") is not None:
-        lines.append(f"auto: measured (whole rounds) / predicted tokens per round - 1: {r['tokens_per_round_error']:+.1%}")
+        lines.append(
+            f"auto: measured (whole rounds) / predicted tokens per round - 1: {r['tokens_per_round_error']:+.1%}"
+        )
     if r.get("best_chain_tokens_per_round_error") is not None:
-        lines.append(f"best chain: measured (whole rounds) / predicted tokens per round - 1: {r['best_chain_tokens_per_round_error']:+.1%}")
+        lines.append(
+            "best chain: measured (whole rounds) / predicted tokens per round - 1: "
+            f"{r['best_chain_tokens_per_round_error']:+.1%}"
+        )
     if r.get("speedup_vs_best_measured_chain") is not None:
         lines.append(f"auto / best measured chain speedup: {r['speedup_vs_best_measured_chain']:.2f}")
     inp = r["inputs"]
-    lines.append("acceptance by depth and sibling rank (accepted/offered): " + "; ".join(
-        f"d{d}: " + " ".join(f"{a}/{o}" for o, a in row) for d, row in enumerate(inp["acceptance_by_rank"], 1)))
+    lines.append(
+        "acceptance by depth and sibling rank (accepted/offered): "
+        + "; ".join(
+            f"d{d}: " + " ".join(f"{a}/{o}" for o, a in row) for d, row in enumerate(inp["acceptance_by_rank"], 1)
+        )
+    )
     if inp.get("children_available"):
-        lines.append("children that existed at the pending token (rounds with at least k / rounds; q's nucleus may hold fewer "
-                     "than the shape asks): " + " ".join(f"k={k}: {w}/{n}" for k, (n, w) in enumerate(inp["children_available"], 1)))
-    lines.append("chain acceptance by depth (accepted/offered): " + " ".join(f"{a}/{o}" for o, a in inp["chain_acceptance_by_depth"]))
+        lines.append(
+            "children that existed at the pending token (rounds with at least k / rounds; q's nucleus may hold fewer "
+            "than the shape asks): "
+            + " ".join(f"k={k}: {w}/{n}" for k, (n, w) in enumerate(inp["children_available"], 1))
+        )
+    lines.append(
+        "chain acceptance by depth (accepted/offered): "
+        + " ".join(f"{a}/{o}" for o, a in inp["chain_acceptance_by_depth"])
+    )
     if inp.get("refined_with"):
-        lines.append(f"counts refined with the own rounds of: {inp['refined_with']} (on the same {inp['calibration_prompts']} "
-                     "calibration prompts; the wide runs start their rounds elsewhere)")
-    lines.append(f"c_tree {inp['tree_pass_cost']:.3f}, c {inp['chain_step_cost']:.3f} target steps per drafter pass; v(n): "
-                 + ", ".join(f"{n}: {v:.2f}" for n, v in inp["verify_cost_by_nodes"].items()))
+        lines.append(
+            f"counts refined with the own rounds of: {inp['refined_with']} (on the same {inp['calibration_prompts']} "
+            "calibration prompts; the wide runs start their rounds elsewhere)"
+        )
+    lines.append(
+        f"c_tree {inp['tree_pass_cost']:.3f}, c {inp['chain_step_cost']:.3f} target steps per drafter pass; v(n): "
+        + ", ".join(f"{n}: {v:.2f}" for n, v in inp["verify_cost_by_nodes"].items())
+    )
     if inp.get("overhead_by_nodes"):
-        lines.append("round time beyond drafting and the bare verify pass v(n) (judging, recording), target steps: "
-                     + ", ".join(f"{n:.1f} nodes: {v:.2f}" for n, v in inp["overhead_by_nodes"].items()))
+        lines.append(
+            "round time beyond drafting and the bare verify pass v(n) (judging, recording), target steps: "
+            + ", ".join(f"{n:.1f} nodes: {v:.2f}" for n, v in inp["overhead_by_nodes"].items())
+        )
     return lines
 
 
-def chains_and_trees(pair_name: str = "embedded", gammas=(2, 4, 6), trees=("3,2,2,1", "dynamic:24"), sampling=None,
-                     max_new_tokens: int = 128, prompts: int = 2, seed: int = 0, children: str = "topk") -> list[dict]:
+def chains_and_trees(
+    pair_name: str = "embedded",
+    gammas=(2, 4, 6),
+    trees=("3,2,2,1", "dynamic:24"),
+    sampling=None,
+    max_new_tokens: int = 128,
+    prompts: int = 2,
+    seed: int = 0,
+    children: str = "topk",
+) -> list[dict]:
     """One run per prompt of the baseline, each chain gamma and each tree, in that order per prompt
     (the same drafter model): per method, tokens per round, nodes per round, v (verify per round /
     target step), c_round (drafting per round / target step) and speedup (baseline time / its time,
@@ -214,7 +280,11 @@ def chains_and_trees(pair_name: str = "embedded", gammas=(2, 4, 6), trees=("3,2,
     common = dict(sampling=sampling, max_new_tokens=max_new_tokens, vocab_size=pair.vocab_size, seed=seed)
     methods = [("autoregressive", None, None)] + [(f"chain gamma {g}", g, None) for g in gammas]
     for t in trees:
-        spec = TreeSpec.dynamic(int(t.split(":")[1])) if t.startswith("dynamic:") else TreeSpec.static(parse_shape(t), children)
+        spec = (
+            TreeSpec.dynamic(int(t.split(":")[1]))
+            if t.startswith("dynamic:")
+            else TreeSpec.static(parse_shape(t), children)
+        )
         methods.append((spec.label(), 4, spec))
     traces: dict[str, list] = {m[0]: [] for m in methods}
     with torch.inference_mode():
@@ -224,7 +294,9 @@ def chains_and_trees(pair_name: str = "embedded", gammas=(2, 4, 6), trees=("3,2,
                 if gamma is None:
                     traces[name].append(autoregressive_generate(prompt, pair.target, **common))
                 else:
-                    traces[name].append(speculative_generate(prompt, pair.drafter, pair.target, gamma=gamma, tree=spec, **common))
+                    traces[name].append(
+                        speculative_generate(prompt, pair.drafter, pair.target, gamma=gamma, tree=spec, **common)
+                    )
     base = traces["autoregressive"]
     step = chain_theory.target_step_ms(*base)
     base_ms = sum(t.total_ms for t in base)
@@ -232,11 +304,16 @@ def chains_and_trees(pair_name: str = "embedded", gammas=(2, 4, 6), trees=("3,2,
     for name, _, _ in methods[1:]:
         ts = traces[name]
         rounds = sum(len(t.rounds) for t in ts)
-        rows.append({"method": name, "tokens_per_round": sum(len(t.output_ids) for t in ts) / rounds,
-                     "nodes_per_round": sum(t.drafted for t in ts) / rounds,
-                     "verify_cost": sum(t.verify_ms for t in ts) / rounds / step,
-                     "draft_steps_per_round": sum(t.draft_ms for t in ts) / rounds / step,
-                     "speedup": base_ms / sum(t.total_ms for t in ts)})
+        rows.append(
+            {
+                "method": name,
+                "tokens_per_round": sum(len(t.output_ids) for t in ts) / rounds,
+                "nodes_per_round": sum(t.drafted for t in ts) / rounds,
+                "verify_cost": sum(t.verify_ms for t in ts) / rounds / step,
+                "draft_steps_per_round": sum(t.draft_ms for t in ts) / rounds / step,
+                "speedup": base_ms / sum(t.total_ms for t in ts),
+            }
+        )
     return rows
 
 
@@ -246,7 +323,9 @@ if __name__ == "__main__":
 
     from specviz.engine.sampling import Sampling
 
-    parser = argparse.ArgumentParser(prog="python -m specviz.measure.tree_bench", description="chains and trees on one pair, one run per prompt")
+    parser = argparse.ArgumentParser(
+        prog="python -m specviz.measure.tree_bench", description="chains and trees on one pair, one run per prompt"
+    )
     parser.add_argument("--pair", default="embedded")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--gammas", default="2,4,6")
@@ -262,8 +341,22 @@ if __name__ == "__main__":
 
         pair = load_pair(a.pair)
         ids = pair.tokenizer(benchmark_prompts(1)[0], add_special_tokens=False)["input_ids"]
-        print(json.dumps({n: round(v, 2) for n, v in verify_cost_curve(pair.target, ids, [1, 2, 4, 8, 16, 32, 64], pair.vocab_size).items()}))
+        print(
+            json.dumps(
+                {
+                    n: round(v, 2)
+                    for n, v in verify_cost_curve(pair.target, ids, [1, 2, 4, 8, 16, 32, 64], pair.vocab_size).items()
+                }
+            )
+        )
     else:
-        for row in chains_and_trees(a.pair, [int(g) for g in a.gammas.split(",")], a.trees.split(";"), Sampling(temperature=a.temperature),
-                                    a.max_new_tokens, a.prompts, children=a.children):
+        for row in chains_and_trees(
+            a.pair,
+            [int(g) for g in a.gammas.split(",")],
+            a.trees.split(";"),
+            Sampling(temperature=a.temperature),
+            a.max_new_tokens,
+            a.prompts,
+            children=a.children,
+        ):
             print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))

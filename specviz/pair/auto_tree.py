@@ -26,7 +26,14 @@ import torch
 from specviz.engine.sampling import Sampling
 from specviz.engine.stopping import ProgressReport, StopCheck, run_steps
 from specviz.engine.tree.auto import AutoTree, calibration_prompt_ids, decide
-from specviz.engine.tree.calibration import FORMAT, METHOD, Calibration, calibrate_steps, check_partial, teacher_forcible
+from specviz.engine.tree.calibration import (
+    FORMAT,
+    METHOD,
+    Calibration,
+    calibrate_steps,
+    check_partial,
+    teacher_forcible,
+)
 
 # This process's calibrations, the most recently used last; at most MEMORY_ENTRIES (the disk keeps DISK_ENTRIES): a
 # visitor who asks for the auto tree at a new temperature each time makes a new entry each time.
@@ -36,28 +43,76 @@ DISK_ENTRIES = 32  # calibrations the disk cache keeps (the newest), over pairs,
 DISK_BYTES = 2 * 1024 * 1024  # a cache file larger than this is not ours: it is ignored (and rewritten)
 
 
-def auto_tree(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, key=None, max_new_tokens: int = 64,
-              max_nodes: int = 64, max_depth: int = 8, seed: int = 0, cached="auto", stop: StopCheck | None = None,
-              progress: ProgressReport | None = None) -> AutoTree:
+def auto_tree(
+    drafter,
+    target,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    vocab_size: int,
+    key=None,
+    max_new_tokens: int = 64,
+    max_nodes: int = 64,
+    max_depth: int = 8,
+    seed: int = 0,
+    cached="auto",
+    stop: StopCheck | None = None,
+    progress: ProgressReport | None = None,
+) -> AutoTree:
     """Calibrate (or reuse this process's calibration for the same ``key``, drafter and sampling) and choose.
 
     ``key``: what names the pair and device (e.g. (pair name, device)); None: never cached. ``stop``: the
     calibration's stop check. A stopped calibration is not cached as a calibration, but what it measured
     is kept on disk (``store_partial``) and the next call for the same key goes on from there. ``progress``:
     the calibration's (``calibrate``), told nothing when a cached one is reused. Raises as ``calibrate``."""
-    return run_steps(auto_tree_steps(drafter, target, prompts, sampling, vocab_size, key, max_new_tokens, max_nodes, max_depth, seed,
-                                     cached, stop), progress)
+    return run_steps(
+        auto_tree_steps(
+            drafter,
+            target,
+            prompts,
+            sampling,
+            vocab_size,
+            key,
+            max_new_tokens,
+            max_nodes,
+            max_depth,
+            seed,
+            cached,
+            stop,
+        ),
+        progress,
+    )
 
 
-def auto_tree_steps(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, key=None, max_new_tokens: int = 64,
-                    max_nodes: int = 64, max_depth: int = 8, seed: int = 0, cached="auto", stop: StopCheck | None = None):
+def auto_tree_steps(
+    drafter,
+    target,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    vocab_size: int,
+    key=None,
+    max_new_tokens: int = 64,
+    max_nodes: int = 64,
+    max_depth: int = 8,
+    seed: int = 0,
+    cached="auto",
+    stop: StopCheck | None = None,
+):
     """``auto_tree`` as steps (``specviz.engine.stopping.run_steps``): yields the calibration's (parts done, parts in
     all) between its pieces of work (nothing when a cached one is reused) and returns the AutoTree."""
     cache_key = None
     if key is not None:
-        who = json.dumps(drafter.describe(), sort_keys=True, default=str) if hasattr(drafter, "describe") else id(drafter)
-        cache_key = (key, who, json.dumps(sampling.to_dict(), sort_keys=True),
-                     max_new_tokens, max_depth, max_nodes, str(cached))
+        who = (
+            json.dumps(drafter.describe(), sort_keys=True, default=str) if hasattr(drafter, "describe") else id(drafter)
+        )
+        cache_key = (
+            key,
+            who,
+            json.dumps(sampling.to_dict(), sort_keys=True),
+            max_new_tokens,
+            max_depth,
+            max_nodes,
+            str(cached),
+        )
     cal = _CACHE.get(cache_key) if cache_key else None
     if cal is not None:
         _CACHE.move_to_end(cache_key)
@@ -67,9 +122,24 @@ def auto_tree_steps(drafter, target, prompts: list[list[int]], sampling: Samplin
     if cal is None:
         extra = {}
         if disk and teacher_forcible(drafter):
-            extra = dict(partial=load_partial(disk, len(prompts), max_new_tokens, vocab_size), keep=lambda r: store_partial(disk, r))
-        cal = yield from calibrate_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed,
-                                         cached, stop=stop, **extra)
+            extra = dict(
+                partial=load_partial(disk, len(prompts), max_new_tokens, vocab_size),
+                keep=lambda r: store_partial(disk, r),
+            )
+        cal = yield from calibrate_steps(
+            drafter,
+            target,
+            prompts,
+            sampling,
+            vocab_size,
+            max_new_tokens,
+            max_depth,
+            max_nodes,
+            seed,
+            cached,
+            stop=stop,
+            **extra,
+        )
         if disk:
             store_cached(disk, cal)
     if cache_key:
@@ -95,7 +165,9 @@ def disk_key(cache_key: tuple, device: str) -> str:
     device and the machine's key (``specviz.pair.precision.machine_key``: CPU, flags, torch, threads)."""
     from specviz.pair.precision import machine_key
 
-    return hashlib.sha256(json.dumps([FORMAT, METHOD, machine_key(), device, repr(cache_key)]).encode()).hexdigest()[:24]
+    return hashlib.sha256(json.dumps([FORMAT, METHOD, machine_key(), device, repr(cache_key)]).encode()).hexdigest()[
+        :24
+    ]
 
 
 def _cache_file() -> Path:
@@ -169,21 +241,49 @@ def _store(key: str, entry: dict, drop: str | None = None) -> None:
         pass  # a read-only home: calibrate again in the next process
 
 
-def auto_for_pair(pair, drafter, sampling: Sampling, max_new_tokens: int = 64, max_nodes: int = 64, cached="auto",
-                  stop: StopCheck | None = None, progress: ProgressReport | None = None) -> AutoTree:
+def auto_for_pair(
+    pair,
+    drafter,
+    sampling: Sampling,
+    max_new_tokens: int = 64,
+    max_nodes: int = 64,
+    cached="auto",
+    stop: StopCheck | None = None,
+    progress: ProgressReport | None = None,
+) -> AutoTree:
     """``auto_tree`` for a loaded pair, calibrated on the last held-out prompts (never a visitor's
-    or a user's own prompt), cached per (pair, device, drafter, sampling); ``stop`` and ``progress`` as ``calibrate``'s."""
+    or a user's own prompt), cached per (pair, device, drafter, sampling); ``stop`` and ``progress`` as
+    ``calibrate``'s."""
     return run_steps(auto_for_pair_steps(pair, drafter, sampling, max_new_tokens, max_nodes, cached, stop), progress)
 
 
-def auto_for_pair_steps(pair, drafter, sampling: Sampling, max_new_tokens: int = 64, max_nodes: int = 64, cached="auto",
-                        stop: StopCheck | None = None):
+def auto_for_pair_steps(
+    pair,
+    drafter,
+    sampling: Sampling,
+    max_new_tokens: int = 64,
+    max_nodes: int = 64,
+    cached="auto",
+    stop: StopCheck | None = None,
+):
     """``auto_for_pair`` as steps (``auto_tree_steps``)."""
     from specviz.pair.prompt import encode_prompt
 
     ids = calibration_prompt_ids(lambda t: encode_prompt(pair, t, chat=False), held_out_prompts(), 0)
-    return (yield from auto_tree_steps(drafter, pair.target, ids, sampling, pair.vocab_size, key=(pair.name, str(pair.device)),
-                                       max_new_tokens=max_new_tokens, max_nodes=max_nodes, cached=cached, stop=stop))
+    return (
+        yield from auto_tree_steps(
+            drafter,
+            pair.target,
+            ids,
+            sampling,
+            pair.vocab_size,
+            key=(pair.name, str(pair.device)),
+            max_new_tokens=max_new_tokens,
+            max_nodes=max_nodes,
+            cached=cached,
+            stop=stop,
+        )
+    )
 
 
 def held_out_prompts() -> list[str]:

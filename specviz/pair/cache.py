@@ -98,7 +98,10 @@ def preload(names: list[str] | None = None, device: str | torch.device | None = 
     """
     names = preload_names() if names is None else list(names)
     if len(names) > resident_limit():
-        raise PairError(f"{len(names)} pairs to preload but {RESIDENT_PAIRS_ENV}={resident_limit()} keeps fewer; raise it to {len(names)}")
+        raise PairError(
+            f"{len(names)} pairs to preload but {RESIDENT_PAIRS_ENV}={resident_limit()} keeps fewer; raise it to "
+            f"{len(names)}"
+        )
     results: dict[str, Pair | PairError] = {}
     for name in names:
         try:
@@ -143,14 +146,27 @@ def _reclaimable_bytes(dev: torch.device) -> int:
     with _state_lock:
         pairs = list(_resident.values())
         drop = max(0, len(pairs) - resident_limit() + 1)
-        return sum(p.numel() * p.element_size() for pair in pairs[:drop] if pair.device == dev
-                   for model in {id(pair.drafter): pair.drafter, id(pair.target): pair.target}.values() for p in model.parameters())
+        return sum(
+            p.numel() * p.element_size()
+            for pair in pairs[:drop]
+            if pair.device == dev
+            for model in {id(pair.drafter): pair.drafter, id(pair.target): pair.target}.values()
+            for p in model.parameters()
+        )
 
 
-def load_pair(name: str | None = None, drafter: str | None = None, target: str | None = None,
-              device: str | torch.device | None = None, *, progress: Progress | None = None,
-              allow_custom: bool | None = None, own_tokenizer: bool = False, kind: str | None = None,
-              timing: Callable | None = None) -> Pair:
+def load_pair(
+    name: str | None = None,
+    drafter: str | None = None,
+    target: str | None = None,
+    device: str | torch.device | None = None,
+    *,
+    progress: Progress | None = None,
+    allow_custom: bool | None = None,
+    own_tokenizer: bool = False,
+    kind: str | None = None,
+    timing: Callable | None = None,
+) -> Pair:
     """Load a pair once and share it across callers and threads.
 
     Up to ``SPECVIZ_RESIDENT_PAIRS`` pairs (default 1) stay loaded; loading another frees the least
@@ -215,8 +231,17 @@ def load_pair(name: str | None = None, drafter: str | None = None, target: str |
             say(0.0, "Waiting for another pair to finish loading")
             _load_lock.acquire()
         try:
-            job.pair = load(label, refs, dev, preset, say, make_room=_evict_for_one_more, reclaimable=_reclaimable_bytes,
-                            own_tokenizer=own_tokenizer, timing=timing)
+            job.pair = load(
+                label,
+                refs,
+                dev,
+                preset,
+                say,
+                make_room=_evict_for_one_more,
+                reclaimable=_reclaimable_bytes,
+                own_tokenizer=own_tokenizer,
+                timing=timing,
+            )
             with _state_lock:  # still under the load lock: no other load evicts in between
                 _resident[key] = job.pair
             settle()  # the new pair lives on: later collections leave it out

@@ -1,4 +1,5 @@
-"""The pairs on offer: the English pair, the embedded pair and the curated hub presets, and how a model or a pair is named."""
+"""The pairs on offer: the English pair, the embedded pair and the curated hub presets, and how a model or a pair is
+named."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ ENGLISH_DRAFTER = ASSETS / "models" / "smollm2-drafter"
 # drafter model: prompt lookup, the target's early exit, the target's int8 copy. A pair drafts with these and
 # with its drafter model, as "model" or, where the drafter has a tokenizer of its own, as "cross-tokenizer".
 MODEL_FREE_KINDS = ("ngram", "early-exit", "quantized")
-ARGMAX_KIND = "argmax"  # the drafter model proposing its argmax (specviz.drafters.argmax): wherever it drafts as "model"
+# the drafter model proposing its argmax (specviz.drafters.argmax): wherever it drafts as "model"
+ARGMAX_KIND = "argmax"
 EAGLE_KIND = "eagle"  # a shipped EAGLE head (assets/models/smollm2-eagle): only for the targets it was trained for
 
 
@@ -114,55 +116,106 @@ def human_count(n: int) -> str:
 # ``own_tokenizer``, whose drafter comes from another family (their shared vocabulary is checked instead).
 PRESETS: dict[str, Preset] = {
     ENGLISH: Preset(
-        str(ENGLISH_DRAFTER), "HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0",
+        str(ENGLISH_DRAFTER),
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "apache-2.0",
         # The distilled drafter: 14.2 M parameters, 6.3 M of them its input table (assets/models/smollm2-drafter).
-        14_208_000, 134_515_008, instruct=True, gguf=SMOLLM2_GGUF, drafter_kinds=("model", ARGMAX_KIND, *MODEL_FREE_KINDS, EAGLE_KIND),
+        14_208_000,
+        134_515_008,
+        instruct=True,
+        gguf=SMOLLM2_GGUF,
+        drafter_kinds=("model", ARGMAX_KIND, *MODEL_FREE_KINDS, EAGLE_KIND),
         note="English chat; drafter distilled from the target",
     ),
     EMBEDDED: Preset(
-        str(ASSETS / "models" / "drafter"), str(ASSETS / "models" / "target"), "PSF-2.0 (training data)",
-        990_000, 5_330_000, bytes_per_param=4, note="trained on the Python standard library; no hub needed",
+        str(ASSETS / "models" / "drafter"),
+        str(ASSETS / "models" / "target"),
+        "PSF-2.0 (training data)",
+        990_000,
+        5_330_000,
+        bytes_per_param=4,
+        note="trained on the Python standard library; no hub needed",
     ),
     CROSS: Preset(
-        str(ASSETS / "models" / "drafter"), "HuggingFaceTB/SmolLM2-135M-Instruct", "PSF-2.0 (drafter's training data), apache-2.0",
-        990_000, 134_515_008, gguf=SMOLLM2_GGUF, own_tokenizer=True, drafter_kinds=("cross-tokenizer", *MODEL_FREE_KINDS, EAGLE_KIND),
+        str(ASSETS / "models" / "drafter"),
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "PSF-2.0 (drafter's training data), apache-2.0",
+        990_000,
+        134_515_008,
+        gguf=SMOLLM2_GGUF,
+        own_tokenizer=True,
+        drafter_kinds=("cross-tokenizer", *MODEL_FREE_KINDS, EAGLE_KIND),
         note="the embedded code drafter (4,096 tokens) drafting for the English target (49,152 tokens); code prompts",
     ),
     "SmolLM2-135M-Instruct -> SmolLM2-360M-Instruct": Preset(
-        "HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct", "apache-2.0",
-        135_000_000, 362_000_000, instruct=True,
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "HuggingFaceTB/SmolLM2-360M-Instruct",
+        "apache-2.0",
+        135_000_000,
+        362_000_000,
+        instruct=True,
     ),
     "SmolLM2-135M-Instruct -> SmolLM2-1.7B-Instruct": Preset(
-        "HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "apache-2.0",
-        135_000_000, 1_711_000_000, instruct=True,
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        "apache-2.0",
+        135_000_000,
+        1_711_000_000,
+        instruct=True,
     ),
     "Qwen2.5-0.5B-Instruct -> Qwen2.5-1.5B-Instruct": Preset(
-        "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "apache-2.0",
-        494_000_000, 1_544_000_000, instruct=True,
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        "apache-2.0",
+        494_000_000,
+        1_544_000_000,
+        instruct=True,
     ),
     "Qwen2.5-0.5B-Instruct -> Qwen2.5-7B-Instruct": Preset(
-        "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "apache-2.0",
-        494_000_000, 7_616_000_000, instruct=True,
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "apache-2.0",
+        494_000_000,
+        7_616_000_000,
+        instruct=True,
         note="embedding tables padded differently (151,936 vs 152,064 rows), same tokenizer",
     ),
     "gpt2 -> gpt2-large": Preset(
-        "openai-community/gpt2", "openai-community/gpt2-large", "mit", 124_000_000, 774_000_000, bytes_per_param=4,
+        "openai-community/gpt2", "openai-community/gpt2-large", "mit", 124_000_000, 774_000_000, bytes_per_param=4
     ),
     "gpt2 -> gpt2-xl": Preset(
-        "openai-community/gpt2", "openai-community/gpt2-xl", "mit", 124_000_000, 1_558_000_000, bytes_per_param=4,
+        "openai-community/gpt2", "openai-community/gpt2-xl", "mit", 124_000_000, 1_558_000_000, bytes_per_param=4
     ),
     "Llama-3.2-1B-Instruct -> Llama-3.2-3B-Instruct": Preset(
-        "meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", "llama3.2",
-        1_236_000_000, 3_213_000_000, instruct=True, gated=True,
+        "meta-llama/Llama-3.2-1B-Instruct",
+        "meta-llama/Llama-3.2-3B-Instruct",
+        "llama3.2",
+        1_236_000_000,
+        3_213_000_000,
+        instruct=True,
+        gated=True,
     ),
     # Across families: both byte-level BPE vocabularies with ChatML's markers special in each.
     "Qwen2.5-0.5B-Instruct -> SmolLM2-1.7B-Instruct": Preset(
-        "Qwen/Qwen2.5-0.5B-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "apache-2.0",
-        494_000_000, 1_711_000_000, instruct=True, own_tokenizer=True, note="two families, two tokenizers",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        "apache-2.0",
+        494_000_000,
+        1_711_000_000,
+        instruct=True,
+        own_tokenizer=True,
+        note="two families, two tokenizers",
     ),
     "gpt2 -> Llama-3.2-3B-Instruct": Preset(
-        "openai-community/gpt2", "meta-llama/Llama-3.2-3B-Instruct", "mit, llama3.2",
-        124_000_000, 3_213_000_000, instruct=True, gated=True, own_tokenizer=True, note="two families, two tokenizers",
+        "openai-community/gpt2",
+        "meta-llama/Llama-3.2-3B-Instruct",
+        "mit, llama3.2",
+        124_000_000,
+        3_213_000_000,
+        instruct=True,
+        gated=True,
+        own_tokenizer=True,
+        note="two families, two tokenizers",
     ),
 }
 
@@ -237,14 +290,18 @@ def check_drafter_kind(name, kind) -> None:
     shown = kind if isinstance(kind, str) and len(kind) <= 40 else "that"
     why = ""
     if kind in ("model", ARGMAX_KIND) and preset.own_tokenizer:
-        why = (" (its drafter has a tokenizer of its own, so its token ids are not the target's: it drafts with the "
-               "cross-tokenizer kind)")
+        why = (
+            " (its drafter has a tokenizer of its own, so its token ids are not the target's: it drafts with the "
+            "cross-tokenizer kind)"
+        )
     elif kind == "cross-tokenizer":
         why = " (its drafter shares the target's tokenizer: it drafts with the model kind)"
     elif kind == EAGLE_KIND:
         why = " (no EAGLE head ships for its target)"
-    raise PairError(f"the pair '{name}' does not draft with the drafter kind '{shown}'{why}; "
-                    f"for this pair choose one of: {', '.join(preset.kinds)}")
+    raise PairError(
+        f"the pair '{name}' does not draft with the drafter kind '{shown}'{why}; "
+        f"for this pair choose one of: {', '.join(preset.kinds)}"
+    )
 
 
 def english_available() -> bool:

@@ -105,9 +105,13 @@ def convert(gguf: Path, out: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
                                                      trust_remote_code=False)
     except ImportError as err:
-        raise PairError(f"reading '{gguf.name}' needs the gguf package (pip install -r requirements.txt): {err}") from err
+        raise PairError(
+            f"reading '{gguf.name}' needs the gguf package (pip install -r requirements.txt): {err}"
+        ) from err
     except Exception as err:  # transformers raises ValueError/KeyError/RuntimeError for files it cannot map
-        raise PairError(f"'{gguf.name}' could not be read as a GGUF model ({type(err).__name__}: {str(err)[:200]})") from err
+        raise PairError(
+            f"'{gguf.name}' could not be read as a GGUF model ({type(err).__name__}: {str(err)[:200]})"
+        ) from err
     # The weights are plain fp32 tensors now; the quantizer only describes the file they came from,
     # and save_pretrained refuses to write a model that still carries one.
     model.hf_quantizer = None
@@ -117,8 +121,13 @@ def convert(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def ensure_converted(gguf: Path, source: dict, say: Callable[[float, str], None] = lambda f, m: None,
-                     root: Path | None = None, converter: Callable[[Path, Path], None] | None = None) -> Path:
+def ensure_converted(
+    gguf: Path,
+    source: dict,
+    say: Callable[[float, str], None] = lambda f, m: None,
+    root: Path | None = None,
+    converter: Callable[[Path, Path], None] | None = None,
+) -> Path:
     """The cached safetensors folder of ``gguf``, converting it first if no complete one exists.
 
     Args:
@@ -147,7 +156,9 @@ def ensure_converted(gguf: Path, source: dict, say: Callable[[float, str], None]
                 shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=f".partial-{folder.name}-", dir=parent))
     except OSError as err:
-        raise PairError(f"the model cache {parent} cannot be written ({err.strerror}); set SPECVIZ_CACHE_DIR to a writable folder") from err
+        raise PairError(
+            f"the model cache {parent} cannot be written ({err.strerror}); set SPECVIZ_CACHE_DIR to a writable folder"
+        ) from err
     try:
         say(0.32, f"Converting {gguf.name} to safetensors once (about a minute; later loads read the cache)")
         (converter or convert)(gguf, work)
@@ -160,8 +171,10 @@ def ensure_converted(gguf: Path, source: dict, say: Callable[[float, str], None]
                 raise
             # another process finished the same conversion first: keep its folder
     except OSError as err:
-        raise PairError(f"the converted model could not be written to {parent} ({err.strerror}); "
-                        "set SPECVIZ_CACHE_DIR to a writable folder") from err
+        raise PairError(
+            f"the converted model could not be written to {parent} ({err.strerror}); "
+            "set SPECVIZ_CACHE_DIR to a writable folder"
+        ) from err
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)

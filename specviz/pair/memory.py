@@ -29,7 +29,10 @@ def cgroup_free_bytes(root: str = "/sys/fs/cgroup") -> int | None:
     In a container (a Space, say) the limit is the cgroup's, not the host's memory that
     /proc/meminfo reports.
     """
-    for limit, used in (("memory.max", "memory.current"), ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+    for limit, used in (
+        ("memory.max", "memory.current"),
+        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
+    ):
         try:
             cap, now = (Path(root) / limit).read_text().strip(), int((Path(root) / used).read_text().strip())
         except (OSError, ValueError):

@@ -72,7 +72,9 @@ class Form:
     @property
     def name(self) -> str:
         """"bf16", "fp32" or the dtype's torch name."""
-        return {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}.get(self.dtype, str(self.dtype).removeprefix("torch."))
+        return {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}.get(
+            self.dtype, str(self.dtype).removeprefix("torch.")
+        )
 
 
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
@@ -170,26 +172,48 @@ def judge(instructions: list[str], timing: dict[str, dict[int, float]] | None, c
     """The CPU's form from its bf16 instruction sets, the capability torch runs at (``torch_capability``;
     None: not asked) and ``probe``'s timing (None: not timed)."""
     if capability is not None and instructions and not usable_bf16(instructions, capability):
-        return Form(torch.float32, f"fp32: this CPU reports bf16 instructions ({', '.join(instructions)}) but torch runs at "
-                                   f"{capability[:20]} here (ATEN_CPU_CAPABILITY), so bf16 products would be emulated and slower")
+        return Form(
+            torch.float32,
+            f"fp32: this CPU reports bf16 instructions ({', '.join(instructions)}) but torch runs at "
+            f"{capability[:20]} here (ATEN_CPU_CAPABILITY), so bf16 products would be emulated and slower",
+        )
     if not instructions:
-        return Form(torch.float32, "fp32: this CPU reports no bf16 instructions (avx512_bf16, amx_bf16 or Arm bf16), "
-                                   "so bf16 products would be emulated and slower")
+        return Form(
+            torch.float32,
+            "fp32: this CPU reports no bf16 instructions (avx512_bf16, amx_bf16 or Arm bf16), "
+            "so bf16 products would be emulated and slower",
+        )
     if timing is None:
         return Form(torch.bfloat16, f"bf16: this CPU has bf16 instructions ({', '.join(instructions)})")
     f32, b16 = timing["fp32"], timing["bf16"]
     nine = f"{b16[9]:.1f} ms against fp32's {f32[9]:.1f} ms"
     one = f"{b16[1]:.1f} against {f32[1]:.1f} ms"
     if b16[9] < f32[9] and b16[1] <= MAX_STEP_RATIO * f32[1]:
-        return Form(torch.bfloat16, f"bf16: this CPU has bf16 instructions ({', '.join(instructions)}) and a 9-row product "
-                                    f"of the output layer's shape took {nine} (1 row: {one}), so a verify pass costs about one step")
-    return Form(torch.float32, f"fp32: this CPU has bf16 instructions ({', '.join(instructions)}) but timed at load a 9-row "
-                               f"bf16 product took {nine} (1 row: {one}), so fp32 stays the faster form")
+        return Form(
+            torch.bfloat16,
+            f"bf16: this CPU has bf16 instructions ({', '.join(instructions)}) and a 9-row product "
+            f"of the output layer's shape took {nine} (1 row: {one}), so a verify pass costs about one step",
+        )
+    return Form(
+        torch.float32,
+        f"fp32: this CPU has bf16 instructions ({', '.join(instructions)}) but timed at load a 9-row "
+        f"bf16 product took {nine} (1 row: {one}), so fp32 stays the faster form",
+    )
 
 
 def _machine_key(flags: set[str]) -> str:
-    text = json.dumps([cpu_model(), sorted(flags), torch.__version__, torch.get_num_threads(), platform.machine(),
-                       torch_capability(), os.environ.get("ONEDNN_MAX_CPU_ISA", ""), os.environ.get("MKL_ENABLE_INSTRUCTIONS", "")])
+    text = json.dumps(
+        [
+            cpu_model(),
+            sorted(flags),
+            torch.__version__,
+            torch.get_num_threads(),
+            platform.machine(),
+            torch_capability(),
+            os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+            os.environ.get("MKL_ENABLE_INSTRUCTIONS", ""),
+        ]
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -261,8 +285,12 @@ def cpu_form(target_params: int | None = None) -> Form:
     if choice != "auto":
         return Form(CHOICES[choice], f"{choice}: set by {CPU_DTYPE_ENV}={choice}", routed=not small)
     if small:
-        return Form(torch.float32, f"fp32: a target this small ({target_params / 1e6:.1f} M parameters) is bound by "
-                                   "per-pass overhead, not by its matrix products, so bf16 would gain nothing", routed=False)
+        return Form(
+            torch.float32,
+            f"fp32: a target this small ({target_params / 1e6:.1f} M parameters) is bound by "
+            "per-pass overhead, not by its matrix products, so bf16 would gain nothing",
+            routed=False,
+        )
     return _auto_cpu_form()
 
 

@@ -101,7 +101,11 @@ def estimate(spec: Trace, baseline: Trace, windows: int = 8) -> SpeedupEstimate 
             ratios.append(base_ms / spec_ms)
     if not ratios:
         return None
-    low, high = (statistics.quantiles(ratios, n=4)[0], statistics.quantiles(ratios, n=4)[2]) if len(ratios) >= 2 else (ratios[0], ratios[0])
+    low, high = (
+        (statistics.quantiles(ratios, n=4)[0], statistics.quantiles(ratios, n=4)[2])
+        if len(ratios) >= 2
+        else (ratios[0], ratios[0])
+    )
     spec_ms, base_ms = _time_at(spec, tokens) - _time_at(spec, 0), _time_at(baseline, tokens) - _time_at(baseline, 0)
     ratio = base_ms / spec_ms if spec_ms > 0 and base_ms > 0 else None
     return SpeedupEstimate(speedup=a / b, windows=ratios, low=low, high=high, decode_ratio=ratio)

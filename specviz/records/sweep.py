@@ -81,7 +81,8 @@ class Sweep:
     baseline_tokens_per_second: float
     target_step_ms: float
     points: list[SweepPoint] = field(default_factory=list)
-    drafter: str | None = None  # the drafter kind every point ran with (None in sweeps saved before it was recorded: "model")
+    # the drafter kind every point ran with (None in sweeps saved before it was recorded: "model")
+    drafter: str | None = None
     schedule: str | None = None  # the gamma schedule's name; a point's gamma is its first round's (None: "constant")
 
     def speedup(self, point: SweepPoint) -> float | None:

@@ -35,7 +35,9 @@ def forward_seconds(params: int) -> float:
     return FORWARD_STEP_S + FORWARD_LAUNCH_S * min(1.0, (params / 1e8) ** 0.5) + FORWARD_PER_BILLION_S * params / 1e9
 
 
-def pair_params(pair_name: str | None, custom_drafter: str | None = "", custom_target: str | None = "") -> tuple[int, int]:
+def pair_params(
+    pair_name: str | None, custom_drafter: str | None = "", custom_target: str | None = ""
+) -> tuple[int, int]:
     """(drafter, target) parameter counts for sizing a GPU call.
 
     A preset's from the catalogue; a custom pair's from the loaded models when it is resident
@@ -52,8 +54,13 @@ def pair_params(pair_name: str | None, custom_drafter: str | None = "", custom_t
     return (preset.drafter_params, preset.target_params) if preset else UNKNOWN_PARAMS
 
 
-def estimate_seconds(pair_name: str | None, max_new_tokens: int, gammas: int | Iterable[int] = 4,
-                     baseline_runs: int = 1, params: tuple[int, int] | None = None) -> float:
+def estimate_seconds(
+    pair_name: str | None,
+    max_new_tokens: int,
+    gammas: int | Iterable[int] = 4,
+    baseline_runs: int = 1,
+    params: tuple[int, int] | None = None,
+) -> float:
     """Seconds of GPU time for speculative runs at each gamma plus autoregressive baseline runs.
 
     Bounded for the worst case, where every draft is rejected: each round then costs gamma
@@ -68,8 +75,21 @@ def estimate_seconds(pair_name: str | None, max_new_tokens: int, gammas: int | I
     return OVERHEAD_S + GRAPH_CAPTURE_S + speculative + max(0, baseline_runs) * n * tt
 
 
-def generate_duration(pair_name=None, prompt=None, gamma=4, temperature=None, top_k=None, top_p=None,
-                      max_new_tokens=128, seed=None, chat=None, custom_drafter="", custom_target="", *rest, **kwargs) -> int:
+def generate_duration(
+    pair_name=None,
+    prompt=None,
+    gamma=4,
+    temperature=None,
+    top_k=None,
+    top_p=None,
+    max_new_tokens=128,
+    seed=None,
+    chat=None,
+    custom_drafter="",
+    custom_target="",
+    *rest,
+    **kwargs,
+) -> int:
     """``duration`` for a handler taking the /generate endpoint's inputs, in its order.
 
     pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, then optionally
@@ -90,8 +110,14 @@ def _text(value) -> str:
     return value if isinstance(value, str) else ""
 
 
-def sweep_duration(pair_name: str | None, gammas: Iterable[int], max_new_tokens: int, baseline_runs: int = 1,
-                   custom_drafter: str | None = "", custom_target: str | None = "") -> int:
+def sweep_duration(
+    pair_name: str | None,
+    gammas: Iterable[int],
+    max_new_tokens: int,
+    baseline_runs: int = 1,
+    custom_drafter: str | None = "",
+    custom_target: str | None = "",
+) -> int:
     """``duration`` for a sweep: one speculative run per gamma, plus the baseline runs."""
     params = pair_params(pair_name, custom_drafter, custom_target)
     return clamp_duration(estimate_seconds(pair_name, max_new_tokens, gammas, baseline_runs, params=params))

@@ -60,6 +60,8 @@ def run(fn: Callable[..., T], *args, **kwargs) -> T:
         return fn(*args, **kwargs)
     with _lock:
         if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-load", initializer=_start)
+            _pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="specviz-load", initializer=_start
+            )
     context = contextvars.copy_context()
     return _pool.submit(functools.partial(context.run, fn, *args, **kwargs)).result()

@@ -44,14 +44,18 @@ def verify_cost_at(gamma: int, v: float, gamma_measured: float) -> float:
     return 1.0 + (v - 1.0) * gamma / gamma_measured if gamma_measured else v
 
 
-def optimal_gamma(alpha: float, c: float, max_gamma: int = 16, v: float | None = None, gamma_measured: float | None = None) -> int:
+def optimal_gamma(
+    alpha: float, c: float, max_gamma: int = 16, v: float | None = None, gamma_measured: float | None = None
+) -> int:
     """The gamma in 1..max_gamma with the largest predicted speedup: Thm 3.8, or, given the verify
     cost v measured at ``gamma_measured``, ``predicted_speedup_with_verify_cost`` with
     ``verify_cost_at``."""
     if v is None or not gamma_measured:
         return max(range(1, max_gamma + 1), key=lambda g: predicted_speedup(alpha, g, c))
-    return max(range(1, max_gamma + 1),
-               key=lambda g: predicted_speedup_with_verify_cost(alpha, g, c, verify_cost_at(g, v, gamma_measured)))
+    return max(
+        range(1, max_gamma + 1),
+        key=lambda g: predicted_speedup_with_verify_cost(alpha, g, c, verify_cost_at(g, v, gamma_measured)),
+    )
 
 
 def drafter_step_ms(*specs: Trace) -> float | None:

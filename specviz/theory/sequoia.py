@@ -302,23 +302,40 @@ class AutoChoice:
     best_chain: Candidate
     trees: tuple[tuple[int, Candidate], ...]  # (node budget n, the fastest tree of at most n nodes)
     inputs: dict = field(default_factory=dict)
-    by_budget: tuple[tuple[int, Candidate], ...] = ()  # (n, the fastest tree the DP builds with budget n): rises, then falls
+    # (n, the fastest tree the DP builds with budget n): rises, then falls
+    by_budget: tuple[tuple[int, Candidate], ...] = ()
     chains: tuple[Candidate, ...] = ()  # the chain of every gamma weighed
 
     def sentence(self) -> str:
         """One line: the choice, its prediction, against the best chain, and why this size."""
         b, c = self.best, self.best_chain
         drafting = ("c_tree", "tree_pass_cost") if b.kind == "tree" else ("c", "chain_step_cost")
-        why = (f"{drafting[0]} {self.inputs[drafting[1]]:.2f} per drafter pass and v({b.nodes}) {self.inputs['v_at_best']:.2f}, "
-               f"in target steps" if drafting[1] in self.inputs else "")
-        return (f"auto: {b.label()}, predicted {b.tokens_per_round:.2f} tokens per round at {b.cost:.2f} target steps "
-                f"({b.speedup:.2f}x); best chain (gamma {c.depth}): {c.tokens_per_round:.2f} at {c.cost:.2f} ({c.speedup:.2f}x)"
-                + (f"; {why}" if why else ""))
+        why = (
+            f"{drafting[0]} {self.inputs[drafting[1]]:.2f} per drafter pass and v({b.nodes}) "
+            f"{self.inputs['v_at_best']:.2f}, "
+            f"in target steps"
+            if drafting[1] in self.inputs
+            else ""
+        )
+        return (
+            f"auto: {b.label()}, predicted {b.tokens_per_round:.2f} tokens per round at {b.cost:.2f} target steps "
+            f"({b.speedup:.2f}x); best chain (gamma {c.depth}): {c.tokens_per_round:.2f} at {c.cost:.2f} "
+            f"({c.speedup:.2f}x)"
+            + (f"; {why}" if why else "")
+        )
 
 
-def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_curve: dict[int, float],
-           tree_pass_cost: float, chain_step_cost: float, max_nodes: int = 64, max_depth: int = 8,
-           max_rank: int | None = None, overhead: dict[int, float] | None = None) -> AutoChoice:
+def choose(
+    rank_acceptance: RankAcceptance,
+    chain_rates: list[float],
+    verify_curve: dict[int, float],
+    tree_pass_cost: float,
+    chain_step_cost: float,
+    max_nodes: int = 64,
+    max_depth: int = 8,
+    max_rank: int | None = None,
+    overhead: dict[int, float] | None = None,
+) -> AutoChoice:
     """The chain or tree with the largest predicted E[tokens per round] / (drafting + v(nodes)).
 
     Args:
@@ -341,13 +358,22 @@ def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_cur
         raise ValueError("choosing a tree needs the chain's acceptance by depth")
     if max_nodes < 1 or max_depth < 1:
         raise ValueError("max_nodes and max_depth must be at least 1")
+
     def extra(n: int) -> float:
         return _extra(overhead, n)
 
     chains = []
     for g in range(1, max_depth + 1):
         rates = [chain_rates[min(i, len(chain_rates) - 1)] for i in range(g)]
-        chains.append(Candidate("chain", g, g, expected_tokens_per_round(rates), g * chain_step_cost + verify_cost_at(verify_curve, g) + extra(g)))
+        chains.append(
+            Candidate(
+                "chain",
+                g,
+                g,
+                expected_tokens_per_round(rates),
+                g * chain_step_cost + verify_cost_at(verify_curve, g) + extra(g),
+            )
+        )
     best_chain = max(chains, key=lambda c: c.speedup)
     rank = max_rank or max(1, rank_acceptance.max_rank)
     trees: dict[int, Candidate] = {}
@@ -355,8 +381,14 @@ def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_cur
         for t in best_trees(rank_acceptance.p, max_nodes, cap, rank)[1:]:
             if t.nodes == 0:
                 continue
-            cand = Candidate("tree", t.nodes, t.depth, t.tokens_per_round,
-                             t.depth * tree_pass_cost + verify_cost_at(verify_curve, t.nodes) + extra(t.nodes), t.parents)
+            cand = Candidate(
+                "tree",
+                t.nodes,
+                t.depth,
+                t.tokens_per_round,
+                t.depth * tree_pass_cost + verify_cost_at(verify_curve, t.nodes) + extra(t.nodes),
+                t.parents,
+            )
             if t.budget not in trees or cand.speedup > trees[t.budget].speedup:
                 trees[t.budget] = cand
     exact = tuple((n, trees[n]) for n in sorted(trees))
@@ -366,11 +398,20 @@ def choose(rank_acceptance: RankAcceptance, chain_rates: list[float], verify_cur
             best_so_far = trees[n]
         per_budget.append((n, best_so_far))
     best = max([best_chain, *(c for _, c in per_budget)], key=lambda c: c.speedup)
-    inputs = {"chain_rates": list(chain_rates), "verify_curve": dict(verify_curve), "tree_pass_cost": tree_pass_cost,
-              "chain_step_cost": chain_step_cost, "v_at_best": verify_cost_at(verify_curve, best.nodes),
-              "overhead": dict(overhead or {}),
-              "max_nodes": max_nodes, "max_depth": max_depth, "max_rank": rank}
-    return AutoChoice(best=best, best_chain=best_chain, trees=tuple(per_budget), inputs=inputs, by_budget=exact, chains=tuple(chains))
+    inputs = {
+        "chain_rates": list(chain_rates),
+        "verify_curve": dict(verify_curve),
+        "tree_pass_cost": tree_pass_cost,
+        "chain_step_cost": chain_step_cost,
+        "v_at_best": verify_cost_at(verify_curve, best.nodes),
+        "overhead": dict(overhead or {}),
+        "max_nodes": max_nodes,
+        "max_depth": max_depth,
+        "max_rank": rank,
+    }
+    return AutoChoice(
+        best=best, best_chain=best_chain, trees=tuple(per_budget), inputs=inputs, by_budget=exact, chains=tuple(chains)
+    )
 
 
 def _extra(overhead: dict | None, n: float) -> float:
@@ -378,14 +419,25 @@ def _extra(overhead: dict | None, n: float) -> float:
     return max(0.0, verify_cost_at(overhead, n)) if overhead else 0.0
 
 
-def tree_candidate(parents, p: Callable[[int, int], float], verify_curve: dict[int, float], tree_pass_cost: float,
-                   overhead: dict | None = None) -> Candidate:
+def tree_candidate(
+    parents,
+    p: Callable[[int, int], float],
+    verify_curve: dict[int, float],
+    tree_pass_cost: float,
+    overhead: dict | None = None,
+) -> Candidate:
     """Any tree's prediction on the same terms as ``choose``'s: E[tokens per round] = 1 + ``expected_accepted``,
     cost = depth c_tree + v(nodes) + overhead(nodes) (a hand-made shape, for comparison with the choice)."""
     parents = tuple(parents)
     n, d = len(parents), tree_depth(parents)
-    return Candidate("tree", n, d, 1.0 + expected_accepted(parents, p),
-                     d * tree_pass_cost + verify_cost_at(verify_curve, n) + _extra(overhead, n), parents)
+    return Candidate(
+        "tree",
+        n,
+        d,
+        1.0 + expected_accepted(parents, p),
+        d * tree_pass_cost + verify_cost_at(verify_curve, n) + _extra(overhead, n),
+        parents,
+    )
 
 
 def static_parents(shape) -> tuple[int, ...]:
@@ -407,7 +459,9 @@ def prior_tree(budget: int = 40, depth_cap: int = 8) -> tuple[int, ...]:
     """A calibration tree before anything is measured: the best tree under a typical geometric prior
     (p(d, 1) = 0.7, then 0.15, 0.07, 0.04, 0.02 ...), wide enough to measure ranks 1-5 near the root."""
     prior = [0.7, 0.15, 0.07, 0.04, 0.02, 0.01]
-    return best_trees(lambda d, k: prior[k - 1] if k <= len(prior) else 0.0, budget, depth_cap, len(prior))[budget].parents
+    return best_trees(lambda d, k: prior[k - 1] if k <= len(prior) else 0.0, budget, depth_cap, len(prior))[
+        budget
+    ].parents
 
 
 def speedup_by_budget(choice: AutoChoice) -> list[tuple[int, float]]:

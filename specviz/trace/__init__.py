@@ -169,7 +169,9 @@ class Round:
     def emitted_texts(self) -> list[str]:
         """The texts of ``emitted_ids``: the kept accepted drafts, then the final token if kept."""
         kept = len(self.emitted_ids) - (self.final_token_id is not None)
-        return [d.text for d in self.drafts[:kept]] + ([self.final_text or ""] if self.final_token_id is not None else [])
+        return [d.text for d in self.drafts[:kept]] + (
+            [self.final_text or ""] if self.final_token_id is not None else []
+        )
 
 
 @dataclass
@@ -331,8 +333,9 @@ class Trace:
         """
         if not isinstance(d, dict):
             raise ValueError(f"not a specviz trace: expected a JSON object, got {type(d).__name__}")
-        validation.check_schema_version(d.get("schema_version", 1), f"{where}.schema_version" if where else "schema_version",
-                                        SCHEMA_VERSION)
+        validation.check_schema_version(
+            d.get("schema_version", 1), f"{where}.schema_version" if where else "schema_version", SCHEMA_VERSION
+        )
         validation.check_structure(d)
         validation.check_depth(d)
         return validation.check_trace(validate(Trace, renamed_rules(d), "trace"))
@@ -357,8 +360,11 @@ def validate(kind: type, data, what: str):
         return _adapter(kind).validate_python(data)
     except pydantic.ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(x) if re.fullmatch(r"[A-Za-z0-9_-]{1,40}", str(x)) else "?" for x in first["loc"])  # never a file's own markup
-        raise ValueError(f"not a specviz {what}: {where}: {first['msg']} ({e.error_count()} problem(s) in all)") from None
+        # never a file's own markup
+        where = ".".join(str(x) if re.fullmatch(r"[A-Za-z0-9_-]{1,40}", str(x)) else "?" for x in first["loc"])
+        raise ValueError(
+            f"not a specviz {what}: {where}: {first['msg']} ({e.error_count()} problem(s) in all)"
+        ) from None
 
 
 def json_schema() -> dict:

@@ -112,7 +112,9 @@ def renamed_rules(d: dict) -> dict:
     with the current names; ``d`` itself when none does (it is never changed in place)."""
     rounds = d.get("rounds") if isinstance(d, dict) else None
     if not isinstance(rounds, list) or not any(
-            isinstance(r, dict) and isinstance(r.get("tree"), dict) and r["tree"].get("rule") in OLD_RULE_NAMES for r in rounds):
+        isinstance(r, dict) and isinstance(r.get("tree"), dict) and r["tree"].get("rule") in OLD_RULE_NAMES
+        for r in rounds
+    ):
         return d
     renamed = []
     for r in rounds:
@@ -130,7 +132,14 @@ def _fail(where: str, what: str) -> ValueError:
 def _unit(x, where: str, upper_open: bool = False) -> None:
     if x is None:
         return
-    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x < 0 or x > 1 or (upper_open and x >= 1):
+    if (
+        not isinstance(x, (int, float))
+        or isinstance(x, bool)
+        or not math.isfinite(x)
+        or x < 0
+        or x > 1
+        or (upper_open and x >= 1)
+    ):
         raise _fail(where, f"must be a finite number in [0, {'1)' if upper_open else '1]'}")
 
 
@@ -145,8 +154,12 @@ def check_tree(tree: TreeRecord, where: str, path_tokens: list[int], max_depth: 
         ValueError: naming the first field out of range or inconsistent.
     """
     nodes = tree.nodes
-    if tree.drafter_passes is not None and (isinstance(tree.drafter_passes, bool) or not 0 <= tree.drafter_passes <= max_depth):
-        raise _fail(f"{where}.drafter_passes", f"must be a whole number from 0 to {max_depth} (one pass per depth at most)")
+    if tree.drafter_passes is not None and (
+        isinstance(tree.drafter_passes, bool) or not 0 <= tree.drafter_passes <= max_depth
+    ):
+        raise _fail(
+            f"{where}.drafter_passes", f"must be a whole number from 0 to {max_depth} (one pass per depth at most)"
+        )
     if len(nodes) > MAX_TREE_NODES:
         raise _fail(f"{where}.nodes", f"at most {MAX_TREE_NODES} nodes are allowed")
     for i, n in enumerate(nodes):
@@ -163,8 +176,14 @@ def check_tree(tree: TreeRecord, where: str, path_tokens: list[int], max_depth: 
         _unit(n.u, f"{at}.u", upper_open=True)
         if n.source is not None and (isinstance(n.source, bool) or n.source < 0):
             raise _fail(f"{at}.source", "must be a position >= 0")
-        if n.q_entropy is not None and (not math.isfinite(n.q_entropy) or not 0 <= n.q_entropy <= math.log2(max_token) + TOLERANCE):
-            raise _fail(f"{at}.q_entropy", f"must be an entropy in bits from 0 to {math.log2(max_token):g} (log2 of the largest vocabulary allowed)")
+        if n.q_entropy is not None and (
+            not math.isfinite(n.q_entropy) or not 0 <= n.q_entropy <= math.log2(max_token) + TOLERANCE
+        ):
+            raise _fail(
+                f"{at}.q_entropy",
+                f"must be an entropy in bits from 0 to {math.log2(max_token):g} (log2 of the largest vocabulary "
+                "allowed)",
+            )
         if n.verdict == "discarded":
             continue
         if n.u is None or n.accept_prob is None or n.p_residual is None:
@@ -174,7 +193,10 @@ def check_tree(tree: TreeRecord, where: str, path_tokens: list[int], max_depth: 
         else:
             expected = min(1.0, n.p_residual / n.q) if n.q > 0 else 0.0
         if abs(n.accept_prob - expected) > TOLERANCE:
-            raise _fail(f"{at}.accept_prob", f"is not {'p_residual' if tree.rule == WITHOUT_REPLACEMENT else 'min(1, p_residual / q)'}")
+            raise _fail(
+                f"{at}.accept_prob",
+                f"is not {'p_residual' if tree.rule == WITHOUT_REPLACEMENT else 'min(1, p_residual / q)'}",
+            )
         if n.verdict == "accepted" and not n.u < n.accept_prob + TOLERANCE:
             raise _fail(at, "accepted although u is not below accept_prob")
         if n.verdict == "rejected" and not n.u > n.accept_prob - TOLERANCE:
@@ -188,13 +210,17 @@ def check_tree(tree: TreeRecord, where: str, path_tokens: list[int], max_depth: 
         n_rej = next((i for i, v in enumerate(verdicts) if v != "rejected"), len(verdicts))
         tail = verdicts[n_rej:]
         if tail and (tail[0] not in ("accepted",) or any(v != "discarded" for v in tail[1:])):
-            raise _fail(f"{where}.nodes", f"the children of node {node} are not rejected ones, then at most one accepted, then discarded ones")
+            raise _fail(
+                f"{where}.nodes",
+                f"the children of node {node} are not rejected ones, then at most one accepted, then discarded ones",
+            )
         if not tail:
             break
         node = kids[n_rej]
         path.append(node)
-    if sum(n.verdict != "discarded" for n in nodes) != sum(len(tree.children(k)) - sum(nodes[c].verdict == "discarded" for c in tree.children(k))
-                                                        for k in [-1] + path):
+    if sum(n.verdict != "discarded" for n in nodes) != sum(
+        len(tree.children(k)) - sum(nodes[c].verdict == "discarded" for c in tree.children(k)) for k in [-1] + path
+    ):
         raise _fail(f"{where}.nodes", "only the children of the pending token and of accepted nodes are tested")
     if tree.path != path:
         raise _fail(f"{where}.path", "is not the chain of accepted nodes from the pending token down")

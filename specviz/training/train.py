@@ -3,9 +3,11 @@
     python -m specviz train                      # tokenizer, target, drafter, into assets/models
     python -m specviz train --target-steps 50 --drafter-steps 20 --out /tmp/pair   # a quick smoke run
     python -m specviz train --english            # the English pair's drafter (see specviz.training.distill)
-    python -m specviz train --eagle-data         # the EAGLE head's corpus, shard by shard (specviz.training.eagle_corpus)
+    python -m specviz train --eagle-data         # the EAGLE head's corpus, shard by shard
+    (specviz.training.eagle_corpus)
     python -m specviz train --eagle              # the English pair's EAGLE head, one chunk (see specviz.training.eagle)
-    python -m specviz train --onpolicy           # the English drafter, on its own text, one chunk (specviz.training.onpolicy)
+    python -m specviz train --onpolicy           # the English drafter, on its own text, one chunk
+    (specviz.training.onpolicy)
 
 Steps, in order, all seeded:
 1. a byte-level BPE tokenizer (``tokenizers``) trained on the training split;
@@ -223,7 +225,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m specviz train") -
     parser.add_argument("--batch", type=int, default=8, help="sequences of 512 tokens per step")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--skip-target", action="store_true", help="reuse the target in --out and only distil a drafter")
+    parser.add_argument("--skip-target", action="store_true", help="reuse the target in --out and only distil a "
+                                                                   "drafter")
     args = parser.parse_args(argv)
 
     random.seed(args.seed)
@@ -258,13 +261,26 @@ def main(argv: list[str] | None = None, prog: str = "python -m specviz train") -
         torch.manual_seed(args.seed)
         target = build_model(TARGET_SHAPE, tokenizer).to(device)
         t0 = time.perf_counter()
-        target_log = run_training(target, train_data.to(device), args.target_steps, args.batch, 2e-3, args.seed, "target")
+        target_log = run_training(
+            target, train_data.to(device), args.target_steps, args.batch, 2e-3, args.seed, "target"
+        )
         target_seconds = time.perf_counter() - t0
         target = target.cpu()
         target_bpb = bits_per_byte(target, held_data, n_bytes)
         target.save_pretrained(out / "target")
         tokenizer.save_pretrained(out / "target")
-        _write_log(out / "target", TARGET_SHAPE, target, args.target_steps, args.batch, target_seconds, target_bpb, gzip_bpb, target_log, "cross-entropy on the corpus")
+        _write_log(
+            out / "target",
+            TARGET_SHAPE,
+            target,
+            args.target_steps,
+            args.batch,
+            target_seconds,
+            target_bpb,
+            gzip_bpb,
+            target_log,
+            "cross-entropy on the corpus",
+        )
         print(f"target: {target_bpb:.3f} bits/byte on held-out code (gzip -9: {gzip_bpb:.3f})")
 
     torch.manual_seed(args.seed + 1)
@@ -273,13 +289,26 @@ def main(argv: list[str] | None = None, prog: str = "python -m specviz train") -
     for p in target.parameters():
         p.requires_grad_(False)
     t0 = time.perf_counter()
-    drafter_log = run_training(drafter, train_data.to(device), args.drafter_steps, args.batch, 3e-3, args.seed + 1, "drafter", teacher=target)
+    drafter_log = run_training(
+        drafter, train_data.to(device), args.drafter_steps, args.batch, 3e-3, args.seed + 1, "drafter", teacher=target
+    )
     drafter_seconds = time.perf_counter() - t0
     drafter = drafter.cpu()
     drafter_bpb = bits_per_byte(drafter, held_data, n_bytes)
     drafter.save_pretrained(out / "drafter")
     tokenizer.save_pretrained(out / "drafter")
-    _write_log(out / "drafter", DRAFTER_SHAPE, drafter, args.drafter_steps, args.batch, drafter_seconds, drafter_bpb, gzip_bpb, drafter_log, "distilled from the target: KL(p_target || q_drafter)")
+    _write_log(
+        out / "drafter",
+        DRAFTER_SHAPE,
+        drafter,
+        args.drafter_steps,
+        args.batch,
+        drafter_seconds,
+        drafter_bpb,
+        gzip_bpb,
+        drafter_log,
+        "distilled from the target: KL(p_target || q_drafter)",
+    )
     print(f"drafter: {drafter_bpb:.3f} bits/byte on held-out code (gzip -9: {gzip_bpb:.3f})")
 
     prompts = corpus.held_out_prompts(held)

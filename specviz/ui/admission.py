@@ -109,9 +109,14 @@ def refuse_unknown_event(fn_index, address: str) -> NoReturn:
     Raises:
         HTTPException: always, 404, naming fn_index (at most 24 characters of the value sent, HTML-escaped)."""
     note_request(address, "unknown endpoint refused (404): fn_index")
-    raise HTTPException(status_code=404, detail=html.escape(
-        f"Unknown endpoint: fn_index {excerpt(fn_index, 24)} names no event of this app (GET /config lists them, with their ids).",
-        quote=False))
+    raise HTTPException(
+        status_code=404,
+        detail=html.escape(
+            f"Unknown endpoint: fn_index {excerpt(fn_index, 24)} names no event of this app (GET /config lists them, "
+            "with their ids).",
+            quote=False,
+        ),
+    )
 
 
 def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
@@ -126,10 +131,18 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
         address = client_address(request)
         store = getattr(demo, "state_holder", None)
         session = getattr(body, "session_hash", None)
-        if isinstance(store, SessionStore) and session and address and session not in store.session_data \
-                and NEW_SESSIONS.take(address) is None:
-            _refuse(f"Too many new sessions from your address: at most {NEW_SESSIONS.per_client} a minute "
-                    "(SPECVIZ_NEW_SESSIONS_PER_MINUTE). Try again in a minute.", 60)
+        if (
+            isinstance(store, SessionStore)
+            and session
+            and address
+            and session not in store.session_data
+            and NEW_SESSIONS.take(address) is None
+        ):
+            _refuse(
+                f"Too many new sessions from your address: at most {NEW_SESSIONS.per_client} a minute "
+                "(SPECVIZ_NEW_SESSIONS_PER_MINUTE). Try again in a minute.",
+                60,
+            )
         if isinstance(store, SessionStore) and not store.admits(session, address):
             _refuse(store.refusal(address), 60)
         if body.fn_index is None:  # Gradio's own push answers it: "No function index provided." (400)
@@ -142,25 +155,46 @@ def admit(demo: gr.Blocks, limits: dict[str, int] = QUEUE_MAX) -> None:
             return await push(body, request, username)
         if not isinstance(body.data, list) or len(body.data) < len(fn.inputs):
             # Gradio would take the job and fail it with a bare "error: null"
-            return False, (f"This endpoint takes {len(fn.inputs)} values in \"data\" (its controls, in the order /info lists); "
-                           f"got {len(body.data) if isinstance(body.data, list) else 0}."), "error"
+            return (
+                False,
+                (
+                    f"This endpoint takes {len(fn.inputs)} values in \"data\" (its controls, in the order /info "
+                    "lists); "
+                    f"got {len(body.data) if isinstance(body.data, list) else 0}."
+                ),
+                "error",
+            )
         refused = queue_refusal(fn, body.data, getattr(store, "session_data", {}).get(session) if session else None)
-        if refused is not None:  # Gradio would fail it before the handler: a traceback logged, a message naming no field
+        # Gradio would fail it before the handler: a traceback logged, a message naming no field
+        if refused is not None:
             note_refusal(*refused, address=address)
             return False, html.escape(refused[1], quote=False), "error"
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if events is not None:
             size = limits.get(fn.concurrency_id) or queue.max_size or 32
             if len(events.queue) >= size:
-                _refuse(f"The queue is full for this kind of work: at most {size} jobs wait at once. "
-                        "Try again when one has started (about a minute).", 60)
-            if body.session_hash and any(e.session_hash == body.session_hash and e.fn._id == fn._id for e in events.queue):
-                _refuse("This page already has this job waiting: at most one per session (page) at a time. It starts in its turn.", 30)
+                _refuse(
+                    f"The queue is full for this kind of work: at most {size} jobs wait at once. "
+                    "Try again when one has started (about a minute).",
+                    60,
+                )
+            if body.session_hash and any(
+                e.session_hash == body.session_hash and e.fn._id == fn._id for e in events.queue
+            ):
+                _refuse(
+                    "This page already has this job waiting: at most one per session (page) at a time. It starts in "
+                    "its turn.",
+                    30,
+                )
             mine = sum(client_address(e.request) == address for e in events.queue) if address else 0
             if address and mine >= places(size, mine, len(events.queue)):
-                _refuse(f"Your address already has {mine} jobs of this kind waiting: at most the places the others leave free, "
-                        f"less a quarter kept for other visitors ({places(size, mine, len(events.queue))} of {size} now). "
-                        "Try again when one of them has started.", 30)
+                _refuse(
+                    f"Your address already has {mine} jobs of this kind waiting: at most the places the others leave "
+                    "free, "
+                    f"less a quarter kept for other visitors ({places(size, mine, len(events.queue))} of {size} now). "
+                    "Try again when one of them has started.",
+                    30,
+                )
         result = await push(body, request, username)
         events = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if result[0] and events is not None and len(events.queue) > 1:

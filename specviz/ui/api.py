@@ -13,13 +13,28 @@ from specviz.ui.pairs import ensure_pair
 from specviz.ui.request import RunRequest
 from specviz.views import summary
 
-GONE = (f"Nobody read this job's results (its client hung up, or opened no result stream within {listening.GRACE_S:.0f} s "
-        "of joining the queue): the run stopped.")
+GONE = (
+    f"Nobody read this job's results (its client hung up, or opened no result stream within {listening.GRACE_S:.0f} s "
+    "of joining the queue): the run stopped."
+)
 
 
-def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", gamma: int = 4, temperature: float = 0.7, top_k: int = 40,
-            top_p: float = 0.9, max_new_tokens: int = 128, seed: int = 0, chat: bool = True, drafter_kind: str = "model",
-            gamma_schedule: str = "constant", repetition_penalty: float = 1.0, tree: str = "chain", request: gr.Request = None) -> dict:
+def run_api(
+    pair_name: str = default_pair(),
+    prompt: str = "def is_prime(n):",
+    gamma: int = 4,
+    temperature: float = 0.7,
+    top_k: int = 40,
+    top_p: float = 0.9,
+    max_new_tokens: int = 128,
+    seed: int = 0,
+    chat: bool = True,
+    drafter_kind: str = "model",
+    gamma_schedule: str = "constant",
+    repetition_penalty: float = 1.0,
+    tree: str = "chain",
+    request: gr.Request = None,
+) -> dict:
     """Run speculative decoding and its autoregressive baseline (interleaved) and return the results as JSON.
 
     Arguments are the page's controls: a preset pair name, the prompt, gamma (1-16), temperature
@@ -45,14 +60,31 @@ def run_api(pair_name: str = default_pair(), prompt: str = "def is_prime(n):", g
     held the device ``specviz.ui.share.SHARE_S`` seconds while another visitor waits, or that gives way to a much
     shorter job of another visitor, stops with a message saying so (``specviz.ui.share``).
     """
-    req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, "", "",
-                             drafter_kind, gamma_schedule, repetition_penalty, tree)  # every field checked before any load
+    req = RunRequest.checked(
+        pair_name,
+        prompt,
+        gamma,
+        temperature,
+        top_k,
+        top_p,
+        max_new_tokens,
+        seed,
+        chat,
+        "",
+        "",
+        # every field checked before any load
+        drafter_kind,
+        gamma_schedule,
+        repetition_penalty,
+        tree,
+    )
     if state.client_gone(request):  # it waited in the queue with nobody reading: the engine never starts
         raise mistake(GONE, title="Stopped")
     ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None)
     final = None
     with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree)) as held:
-        check = None if on_zerogpu() else lambda: state.client_gone(request) or held.over()  # asked inside a calibration
+        # asked inside a calibration
+        check = None if on_zerogpu() else lambda: state.client_gone(request) or held.over()
         for final in run_on_device(req, check, device_owner=state.device_owner(request)):
             if final[0] != "done":
                 _go_on(final[1], request, held)
@@ -69,5 +101,9 @@ def _go_on(spec, request, held: share.Held) -> None:
     if state.client_gone(request):
         raise mistake(GONE, title="Stopped")
     if held.over():
-        kept = f" It had {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds; /run returns finished runs only." if spec else ""
+        kept = (
+            f" It had {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds; /run returns finished runs only."
+            if spec
+            else ""
+        )
         raise mistake(held.note() + kept, title="Device shared")

@@ -45,7 +45,8 @@ log = logging.getLogger("specviz")
 REFUSAL_LOGS = LogBudget()
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 
-MESSAGE_MAX_CHARS = 600  # a message's length at most: whatever part of it came from a value sent is an excerpt, never the value
+# a message's length at most: whatever part of it came from a value sent is an excerpt, never the value
+MESSAGE_MAX_CHARS = 600
 EXCERPT_CHARS = 60  # what of a value sent a message may quote at most
 
 
@@ -78,9 +79,15 @@ def note_refusal(title: str, message: str, budget: LogBudget | None = None, addr
     address = client_address(LocalContext.request.get(None)) if address is None else address
     n = budget.take(address)
     if n is not None:
-        log.info("refused: %s: %s [from %s; line %d of at most %d per address in %s]", _CONTROL.sub(" ", title),
-                 _CONTROL.sub(" ", message[:200]), ascii(address[:64]) if address else "an unnamed address", n, budget.per_client,
-                 span(budget.window_s))
+        log.info(
+            "refused: %s: %s [from %s; line %d of at most %d per address in %s]",
+            _CONTROL.sub(" ", title),
+            _CONTROL.sub(" ", message[:200]),
+            ascii(address[:64]) if address else "an unnamed address",
+            n,
+            budget.per_client,
+            span(budget.window_s),
+        )
 
 
 def text_ok(value) -> bool:
@@ -99,17 +106,25 @@ def number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_controls(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty=1.0) -> Sampling:
+def check_controls(
+    prompt: str, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty=1.0
+) -> Sampling:
     """Validate the controls (every type first, then every range); raise gr.Error with what to change."""
     if not isinstance(prompt, str):
         raise mistake(f"The prompt must be text of 1 to {PROMPT_CHARS_MAX} characters.", title="Bad prompt")
     if not prompt.strip():
         raise mistake("The prompt is empty: type some text (or pick an example) to continue.", title="Empty prompt")
     if len(prompt) > PROMPT_CHARS_MAX:
-        raise mistake(f"The prompt has {len(prompt)} characters; the limit is {PROMPT_CHARS_MAX} characters (and {PROMPT_TOKENS_MAX} tokens).",
-                      title="Prompt too long")
+        raise mistake(
+            f"The prompt has {len(prompt)} characters; the limit is {PROMPT_CHARS_MAX} characters (and "
+            f"{PROMPT_TOKENS_MAX} tokens).",
+            title="Prompt too long",
+        )
     if not text_ok(prompt):
-        raise mistake("The prompt holds characters that are not valid text (a lone surrogate): retype or paste it again.", title="Bad prompt")
+        raise mistake(
+            "The prompt holds characters that are not valid text (a lone surrogate): retype or paste it again.",
+            title="Bad prompt",
+        )
     checks = [
         (gamma, *GAMMA_RANGE, "gamma"),
         (max_new_tokens, *MAX_NEW_TOKENS_RANGE, "max new tokens"),
@@ -118,17 +133,28 @@ def check_controls(prompt: str, gamma, temperature, top_k, top_p, max_new_tokens
     ]
     for value, lo, hi, name in checks:
         if not number(value) or value != int(value) or not lo <= value <= hi:
-            raise mistake(f"{name} must be a whole number from {lo} to {hi}.", title=f"{name.capitalize()} out of range")
+            raise mistake(
+                f"{name} must be a whole number from {lo} to {hi}.", title=f"{name.capitalize()} out of range"
+            )
     if not number(temperature) or not (temperature == 0 or TEMPERATURE_MIN <= temperature <= TEMPERATURE_RANGE[1]):
-        raise mistake(f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN} to {TEMPERATURE_RANGE[1]}.",
-                      title="Temperature out of range")
+        raise mistake(
+            f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN} to {TEMPERATURE_RANGE[1]}.",
+            title="Temperature out of range",
+        )
     if not number(top_p) or not 0 < top_p <= 1:
         raise mistake("top-p must be above 0 and at most 1 (1 keeps every token).", title="Top-p out of range")
     if not number(repetition_penalty) or not PENALTY_RANGE[0] <= repetition_penalty <= PENALTY_RANGE[1]:
-        raise mistake(f"repetition penalty must be from {PENALTY_RANGE[0]} (off) to {PENALTY_RANGE[1]}.",
-                      title="Repetition penalty out of range")
+        raise mistake(
+            f"repetition penalty must be from {PENALTY_RANGE[0]} (off) to {PENALTY_RANGE[1]}.",
+            title="Repetition penalty out of range",
+        )
     try:
-        return Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), repetition_penalty=float(repetition_penalty))
+        return Sampling(
+            temperature=float(temperature),
+            top_k=int(top_k),
+            top_p=float(top_p),
+            repetition_penalty=float(repetition_penalty),
+        )
     except ValueError as err:
         raise mistake(str(err), title="Bad sampling settings") from err
 
@@ -149,7 +175,9 @@ def check_pair_kind(pair_name, drafter_kind, custom_drafter="", custom_target=""
     Raises:
         gr.Error: naming the pair, the drafter kind and the kinds the pair allows.
     """
-    if (isinstance(custom_drafter, str) and custom_drafter.strip()) or (isinstance(custom_target, str) and custom_target.strip()):
+    if (isinstance(custom_drafter, str) and custom_drafter.strip()) or (
+        isinstance(custom_target, str) and custom_target.strip()
+    ):
         return
     try:
         check_drafter_kind(pair_name, drafter_kind)
@@ -162,12 +190,20 @@ def check_batch_prompts(text, batch_size) -> list[str]:
     if not isinstance(text, str) or not text.strip():
         raise mistake("The batch prompts are empty: write one prompt per line.", title="Empty batch")
     if not text_ok(text):
-        raise mistake("The batch prompts hold characters that are not valid text (a lone surrogate).", title="Bad batch prompts")
+        raise mistake(
+            "The batch prompts hold characters that are not valid text (a lone surrogate).", title="Bad batch prompts"
+        )
     if len(text) > BATCH_MAX * PROMPT_CHARS_MAX:
-        raise mistake(f"The batch prompts have {len(text)} characters; the limit is {BATCH_MAX * PROMPT_CHARS_MAX}.", title="Batch too long")
+        raise mistake(
+            f"The batch prompts have {len(text)} characters; the limit is {BATCH_MAX * PROMPT_CHARS_MAX}.",
+            title="Batch too long",
+        )
     prompts = split_prompts(text)
     if len(prompts) > BATCH_MAX:
-        raise mistake(f"The batch prompts hold {len(prompts)} lines; give at most {BATCH_MAX}, one prompt per line.", title="Too many prompts")
+        raise mistake(
+            f"The batch prompts hold {len(prompts)} lines; give at most {BATCH_MAX}, one prompt per line.",
+            title="Too many prompts",
+        )
     if not number(batch_size) or batch_size != int(batch_size) or not 1 <= batch_size <= BATCH_MAX:
         raise mistake(f"batch size must be a whole number from 1 to {BATCH_MAX}.", title="Batch size out of range")
     return prompts
@@ -206,7 +242,8 @@ class CheckedTextbox(CheckedText, gr.Textbox):
 
 
 def choices_message(menu) -> str:
-    """What a menu (``gr.Dropdown``, ``gr.Radio``) takes: "<label> must be one of: <its choices>." (never the value sent)."""
+    """What a menu (``gr.Dropdown``, ``gr.Radio``) takes: "<label> must be one of: <its choices>." (never the value
+    sent)."""
     return f"{menu.label} must be one of: {', '.join(str(v) for _, v in menu.choices)}."
 
 
@@ -262,16 +299,22 @@ class CheckedFile(gr.File):
         if payload is None:
             return None
         path = getattr(payload, "path", None)
-        if not isinstance(path, str) or (self.file_types and not path.lower().endswith(tuple(t.lower() for t in self.file_types))):
-            raise mistake(f"{self.label} must be one file of type {', '.join(self.file_types or ['any'])}.", title="Bad file")
+        if not isinstance(path, str) or (
+            self.file_types and not path.lower().endswith(tuple(t.lower() for t in self.file_types))
+        ):
+            raise mistake(
+                f"{self.label} must be one file of type {', '.join(self.file_types or ['any'])}.", title="Bad file"
+            )
         return path
 
     def get_block_name(self) -> str:
         return "file"
 
 
-# Before a job joins the queue (``specviz.ui.admission``): a value Gradio itself checks between the queue and the handler,
-# where it fails with a logged traceback (25 lines a call) and a message that names no field (a menu's "Value: <the value,
+# Before a job joins the queue (``specviz.ui.admission``): a value Gradio itself checks between the queue and the
+# handler,
+# where it fails with a logged traceback (25 lines a call) and a message that names no field (a menu's "Value: <the
+# value,
 # unescaped> is not in the list of choices"). File inputs are left to Gradio's own checks: the page sends back uploads,
 # prepared recordings and downloads, and a check here of where such a file lies refused the page's own files.
 
@@ -280,7 +323,11 @@ def _menu_refusal(menu, value) -> str | None:
     """``choices_message`` for a plain Gradio menu's (``gr.Dropdown``, ``gr.Radio``) value outside its choices, as
     Gradio's own check would fail it (None passes; a multiselect menu's list is checked value by value); None when the
     value passes, the menu takes any value, or it is a menu of ours (``CheckedChoice``, which checks itself)."""
-    if isinstance(menu, CheckedChoice) or not isinstance(menu, (gr.Dropdown, gr.Radio)) or getattr(menu, "allow_custom_value", False):
+    if (
+        isinstance(menu, CheckedChoice)
+        or not isinstance(menu, (gr.Dropdown, gr.Radio))
+        or getattr(menu, "allow_custom_value", False)
+    ):
         return None
     values = [v for _, v in menu.choices]
     sent = value if getattr(menu, "multiselect", False) and isinstance(value, list) else [value]

@@ -24,24 +24,58 @@ RUNNING = ("Comparing drafters: the drafter model first, then prompt lookup, ear
            "each beside its own autoregressive baseline…")
 
 
-def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True, custom_drafter="", custom_target="",
-                gamma_schedule="constant", repetition_penalty=1.0, tree="chain", progress=gr.Progress(), request: gr.Request = None):
+def run_compare(
+    pair_name,
+    prompt,
+    gamma,
+    temperature,
+    top_k,
+    top_p,
+    max_new_tokens,
+    seed,
+    chat=True,
+    custom_drafter="",
+    custom_target="",
+    gamma_schedule="constant",
+    repetition_penalty=1.0,
+    tree="chain",
+    progress=gr.Progress(),
+    request: gr.Request = None,
+):
     """Decode the prompt with each drafter kind (same seed and settings); stream the columns as each finishes.
 
-    Yields dicts keyed "compare_view" (HTML) and "compare_plot" (acceptance by draft position). With a
-    token tree chosen in the controls, the drafter model's tree runs too, in a column beside the chains.
-    On a CPU each run decodes the tokens that fit COMPARE_SECONDS_MAX (``specviz.ui.sizing``), and the
-    first words say so. The Stop button, a client that hung up and COMPARE_SECONDS_MAX end it within the round under way
-    (``specviz.ui.halting``), and so does its share of the device once another visitor's job runs or waits
-(``specviz.ui.share``: it starts only when no other visitor's run is on the device); then the kind it stopped says how far it got and why, the kinds after it
-    that they were not run (nothing more is sent to a client that is gone).
+        Yields dicts keyed "compare_view" (HTML) and "compare_plot" (acceptance by draft position). With a
+        token tree chosen in the controls, the drafter model's tree runs too, in a column beside the chains.
+        On a CPU each run decodes the tokens that fit COMPARE_SECONDS_MAX (``specviz.ui.sizing``), and the
+        first words say so. The Stop button, a client that hung up and COMPARE_SECONDS_MAX end it within the round under
+        way
+        (``specviz.ui.halting``), and so does its share of the device once another visitor's job runs or waits
+    (``specviz.ui.share``: it starts only when no other visitor's run is on the device); then the kind it stopped says
+    how
+    far it got and why, the kinds after it
+        that they were not run (nothing more is sent to a client that is gone).
     """
     # Every kind runs; the drafter model's (for a token tree) drafts as the pair's entry says: "cross-tokenizer"
     # for a drafter with a tokenizer of its own.
     custom = any(isinstance(x, str) and x.strip() for x in (custom_drafter, custom_target))
     own = "model" if custom else model_kind(pair_name)
-    req = RunRequest.checked(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter,
-                             custom_target, own, gamma_schedule, repetition_penalty, tree)
+    req = RunRequest.checked(
+        pair_name,
+        prompt,
+        gamma,
+        temperature,
+        top_k,
+        top_p,
+        max_new_tokens,
+        seed,
+        chat,
+        custom_drafter,
+        custom_target,
+        own,
+        gamma_schedule,
+        repetition_penalty,
+        tree,
+    )
     pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, RUNNING)
     kinds = len(usable_kinds(pair.target, pair.own_tokenizer)) + (req.tree != "chain") if pair is not None else 1
     asked = req.max_new_tokens
@@ -53,18 +87,32 @@ def run_compare(pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tok
     comparison = None
     try:
         with state.job(halt.session), halt.device_turn() as turn:  # its turn and share of the device (specviz.ui.share)
-            for comparison in compare_on_device(req, halt.for_device(), device_owner=state.device_owner(request)) if turn.started else ():
+            for comparison in (
+                compare_on_device(req, halt.for_device(), device_owner=state.device_owner(request))
+                if turn.started
+                else ()
+            ):
                 if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                     break
-                yield dict(compare_view=compare_html(comparison, tree=tree_on, asked=asked, elapsed_s=time.monotonic() - started),
-                           compare_plot=compare_figure(comparison))
+                yield dict(
+                    compare_view=compare_html(
+                        comparison, tree=tree_on, asked=asked, elapsed_s=time.monotonic() - started
+                    ),
+                    compare_plot=compare_figure(comparison),
+                )
         if halt.reason is None or halt.reason == GONE:
             return  # finished (the last columns are shown), or nobody listens
         if comparison is None or not comparison.runs:
-            yield dict(compare_view=f'<div class="sv-compare" style="color:#a33;">Compare drafters stopped {halt.said()} before its '
-                                    "first run had a round.</div>", compare_plot=compare_figure(None))
+            yield dict(
+                compare_view=f'<div class="sv-compare" style="color:#a33;">Compare drafters stopped {halt.said()} '
+                'before its '
+                "first run had a round.</div>",
+                compare_plot=compare_figure(None),
+            )
             return
-        yield dict(compare_view=compare_html(comparison, tree=tree_on, stopped=halt.said(), asked=asked),
-                   compare_plot=compare_figure(comparison))
+        yield dict(
+            compare_view=compare_html(comparison, tree=tree_on, stopped=halt.said(), asked=asked),
+            compare_plot=compare_figure(comparison),
+        )
     finally:
         free_memory(None if not on_zerogpu() else "cpu")

@@ -42,9 +42,13 @@ CSS += """
 # counts, and a wide table scrolls inside its box on a phone.
 CSS += """
 #sv-rank-table .sv-rank-tables { overflow-x: auto; }
-#sv-rank-table table.sv-rank-table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-variant-numeric: tabular-nums; }
+#sv-rank-table table.sv-rank-table {
+  border-collapse: collapse; margin: 0.6em 0 1.2em; font-variant-numeric: tabular-nums;
+}
 #sv-rank-table table.sv-rank-table caption { text-align: left; font-weight: 600; padding-bottom: 0.3em; }
-#sv-rank-table table.sv-rank-table th, #sv-rank-table table.sv-rank-table td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; white-space: nowrap; }
+#sv-rank-table table.sv-rank-table th, #sv-rank-table table.sv-rank-table td {
+  border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; white-space: nowrap;
+}
 """
 
 # On a phone (390 x 844) the intro filled the first screen, and Generate sat at y = 1,075 and the headline at
@@ -69,7 +73,9 @@ CSS += """
 #
 # A phone's side margins: 10 px instead of Gradio's 32 (the page's column was 326 px wide at 390).
 HEAD_CSS = """
-@media (max-width: 700px) { .gradio-container .main.app { padding-left: 10px !important; padding-right: 10px !important; } }
+@media (max-width: 700px) {
+  .gradio-container .main.app { padding-left: 10px !important; padding-right: 10px !important; }
+}
 """
 
 # The intro's paragraph sits in a <details> (specviz.ui.layout.intro_markdown): open where there is room for it,

@@ -22,8 +22,14 @@ from specviz.engine.stopping import StopCheck, Stopped
 from specviz.measure.baseline import paired
 from specviz.measure.sweep import sweep_stream
 from specviz.ui.checks import number
-from specviz.ui.limits import (BATCH_MAX, CALIBRATION_SECONDS_MAX, MAX_NEW_TOKENS_RANGE, RUN_SECONDS_MAX, STREAM_INTERVAL_MS,
-                               SWEEP_GAMMAS)
+from specviz.ui.limits import (
+    BATCH_MAX,
+    CALIBRATION_SECONDS_MAX,
+    MAX_NEW_TOKENS_RANGE,
+    RUN_SECONDS_MAX,
+    STREAM_INTERVAL_MS,
+    SWEEP_GAMMAS,
+)
 from specviz.ui.pairs import encode, failure, resident
 from specviz.ui.request import RunRequest
 from specviz.ui.tree import AUTO, resolve_steps, resolve_tree
@@ -31,14 +37,18 @@ from specviz.views.text import markdown_literal, measured_so_far, run_label
 from specviz.views.verdict import engine_sentence, verdict
 
 
-CALIBRATING = (f"Token tree auto: measuring this pair on this device first, once per sampling setting (at most "
-               f"{CALIBRATION_SECONDS_MAX:.0f} s; Stop ends it and keeps what it measured): the target's own text on held-out "
-               "prompts, both models read over it once (how often the drafter's k-th candidate is the one accepted, by rank), "
-               "and a few timed passes (the verify cost v(n) and the drafter's pass). The run's own time starts after it…")
-CALIBRATING_RUNS = (f"Token tree auto: measuring this pair on this device first, once per sampling setting (at most "
-                    f"{CALIBRATION_SECONDS_MAX:.0f} s; Stop ends it): short runs of a chain and a wide tree on held-out prompts "
-                    "(acceptance by depth and sibling rank) and a few timed passes (the verify cost v(n)). The run's own time "
-                    "starts after it…")
+CALIBRATING = (
+    f"Token tree auto: measuring this pair on this device first, once per sampling setting (at most "
+    f"{CALIBRATION_SECONDS_MAX:.0f} s; Stop ends it and keeps what it measured): the target's own text on held-out "
+    "prompts, both models read over it once (how often the drafter's k-th candidate is the one accepted, by rank), "
+    "and a few timed passes (the verify cost v(n) and the drafter's pass). The run's own time starts after it…"
+)
+CALIBRATING_RUNS = (
+    f"Token tree auto: measuring this pair on this device first, once per sampling setting (at most "
+    f"{CALIBRATION_SECONDS_MAX:.0f} s; Stop ends it): short runs of a chain and a wide tree on held-out prompts "
+    "(acceptance by depth and sibling rank) and a few timed passes (the verify cost v(n)). The run's own time "
+    "starts after it…"
+)
 
 
 def _calibrated(steps, said: str):
@@ -61,7 +71,7 @@ def _calibrated(steps, said: str):
 
 
 def calibration_progress(done: int, total: int, elapsed_s: float) -> str:
-    """"Measured 5 of 13 parts in 12 s; about 19 s left at that pace." (``specviz.views.text.measured_so_far``)."""
+    """ "Measured 5 of 13 parts in 12 s; about 19 s left at that pace." (``specviz.views.text.measured_so_far``)."""
     return measured_so_far(done, total, "parts", elapsed_s) + "."
 
 
@@ -122,7 +132,9 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
         said = CALIBRATING if teacher_forcible(drafter) else CALIBRATING_RUNS
         yield "calibrating", None, said
     try:
-        tree, gamma, chosen, auto = yield from _calibrated(resolve_steps(req.tree, pair, drafter, req.sampling, req.gamma, stop), said)
+        tree, gamma, chosen, auto = yield from _calibrated(
+            resolve_steps(req.tree, pair, drafter, req.sampling, req.gamma, stop), said
+        )
     except Stopped:
         return
     except Exception as err:
@@ -133,9 +145,22 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
     try:
         last_draw = 0.0
         spec = baseline = None
-        runs = paired(speculative_stream(ids, drafter, pair.target, gamma=gamma, max_new_tokens=req.max_new_tokens,
-                                         schedule=make_schedule(req.gamma_schedule, gamma), tree=tree, **common),
-                      ids, pair.target, max_new_tokens=req.max_new_tokens, **common)
+        runs = paired(
+            speculative_stream(
+                ids,
+                drafter,
+                pair.target,
+                gamma=gamma,
+                max_new_tokens=req.max_new_tokens,
+                schedule=make_schedule(req.gamma_schedule, gamma),
+                tree=tree,
+                **common,
+            ),
+            ids,
+            pair.target,
+            max_new_tokens=req.max_new_tokens,
+            **common,
+        )
         for spec, baseline in runs:
             if time.monotonic() > deadline and spec is not None and not spec.stop_reason:
                 timed_out = True
@@ -152,11 +177,16 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
         yield "speculative_done", spec, name
     except Exception as err:
         raise failure(err, pair) from err
-    how = f"stopped at the time limit of {RUN_SECONDS_MAX:.0f} s per run" if timed_out else spec.stop_reason.replace("_", " ")
-    done = f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({how}). Pair: {pair.name}, on {pair.device.type}."
+    how = (
+        f"stopped at the time limit of {RUN_SECONDS_MAX:.0f} s per run"
+        if timed_out
+        else spec.stop_reason.replace("_", " ")
+    )
+    done = (f"Done: {len(spec.output_ids)} tokens in {len(spec.rounds)} rounds ({how}). Pair: {pair.name}, on "
+            f"{pair.device.type}.")
     # The verdict first, then what was chosen, then where and in which form it ran: a class read 90 words on bf16 and
     # oneDNN before the verdict.
-    if (why := verdict(spec, baseline)):
+    if why := verdict(spec, baseline):
         done += f" {markdown_literal(why)}"
     if chosen:  # the auto tree: what was chosen, from which measurements
         done += f" {markdown_literal(chosen)}."
@@ -164,17 +194,22 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
         done += f" Target: {markdown_literal(pair.target_source)}."
     if getattr(pair, "form", None) is not None:  # the dtype both models ran in on this machine, and why
         done += f" Form: {markdown_literal(pair.form.reason)}."
-    if (engine := engine_sentence(spec, baseline)):
+    if engine := engine_sentence(spec, baseline):
         done += f" {markdown_literal(engine)}"
     yield "done", spec, baseline, name, done, auto
-
 
 
 def sweep_seconds(req: RunRequest, stop: StopCheck | None = None) -> int:
     """ZeroGPU seconds for the sweep: one speculative run per gamma, the first baseline, and one baseline
     in turns with each gamma's run (``specviz.measure.sweep.sweep_stream``): nine baselines for gamma 1..8."""
-    return sweep_duration(req.pair_name, SWEEP_GAMMAS, req.max_new_tokens, baseline_runs=1 + len(SWEEP_GAMMAS),
-                          custom_drafter=req.custom_drafter, custom_target=req.custom_target)
+    return sweep_duration(
+        req.pair_name,
+        SWEEP_GAMMAS,
+        req.max_new_tokens,
+        baseline_runs=1 + len(SWEEP_GAMMAS),
+        custom_drafter=req.custom_drafter,
+        custom_target=req.custom_target,
+    )
 
 
 @gpu_task(duration=sweep_seconds)
@@ -185,8 +220,16 @@ def sweep_on_device(req: RunRequest, stop: StopCheck | None = None):
     ids = encode(pair, req.prompt, req.chat)
     try:
         drafter = pair_drafter(req.drafter_kind, pair)
-        yield from sweep_stream(ids, drafter, pair.target, gammas=SWEEP_GAMMAS, schedule=req.gamma_schedule, stop=stop,
-                                max_new_tokens=req.max_new_tokens, **_common(req, pair))
+        yield from sweep_stream(
+            ids,
+            drafter,
+            pair.target,
+            gammas=SWEEP_GAMMAS,
+            schedule=req.gamma_schedule,
+            stop=stop,
+            max_new_tokens=req.max_new_tokens,
+            **_common(req, pair),
+        )
     except Exception as err:
         raise failure(err, pair) from err
 
@@ -200,30 +243,70 @@ def compare_on_device(req: RunRequest, stop: StopCheck | None = None):
     try:
         tree = resolve_tree(req.tree, pair, pair_drafter(req.drafter_kind, pair), req.sampling, req.gamma, stop)[0]
         # under greedy decoding the drafter model's argmax drafts are its drafts: one column, not two alike
-        kinds = [k for k in usable_kinds(pair.target, pair.own_tokenizer) if not (k == "argmax" and req.sampling.greedy)]
-        yield from compare_stream(ids, pair.drafter, pair.target, kinds=kinds,
-                                  drafter_tokenizer=pair.drafter_tokenizer, gamma=req.gamma, schedule=req.gamma_schedule,
-                                  max_new_tokens=req.max_new_tokens, tree=tree, stop=stop, **_common(req, pair))
+        kinds = [
+            k for k in usable_kinds(pair.target, pair.own_tokenizer) if not (k == "argmax" and req.sampling.greedy)
+        ]
+        yield from compare_stream(
+            ids,
+            pair.drafter,
+            pair.target,
+            kinds=kinds,
+            drafter_tokenizer=pair.drafter_tokenizer,
+            gamma=req.gamma,
+            schedule=req.gamma_schedule,
+            max_new_tokens=req.max_new_tokens,
+            tree=tree,
+            stop=stop,
+            **_common(req, pair),
+        )
     except Stopped:
         return  # during the auto tree's calibration: no kind ran, and the caller's check knows why
     except Exception as err:
         raise failure(err, pair) from err
 
 
-def batch_duration(pair_name, prompts_text=None, batch_size=BATCH_MAX, gamma=4, temperature=None, top_k=None, top_p=None,
-                   max_new_tokens=MAX_NEW_TOKENS_RANGE[1], seed=None, chat=None, custom_drafter="", custom_target="", *rest, **kwargs) -> int:
+def batch_duration(
+    pair_name,
+    prompts_text=None,
+    batch_size=BATCH_MAX,
+    gamma=4,
+    temperature=None,
+    top_k=None,
+    top_p=None,
+    max_new_tokens=MAX_NEW_TOKENS_RANGE[1],
+    seed=None,
+    chat=None,
+    custom_drafter="",
+    custom_target="",
+    *rest,
+    **kwargs,
+) -> int:
     """GPU seconds for the Batch tab (its endpoint's arguments, in order): two runs at each measured batch size,
     each a speculative batch and its batched baseline; on a GPU a batch of up to BATCH_MAX rows takes about one
     sequence's passes."""
     size = int(batch_size) if number(batch_size) and 1 <= batch_size <= BATCH_MAX else BATCH_MAX
-    one = generate_duration(pair_name, None, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target)
+    one = generate_duration(
+        pair_name, None, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat, custom_drafter, custom_target
+    )
     return 2 * len(batch_sizes_up_to(size)) * one
 
 
 def _batch_seconds(req: RunRequest, prompts: list[str], batch_size: int, stop: StopCheck | None = None) -> int:
     s = req.sampling
-    return batch_duration(req.pair_name, None, batch_size, req.gamma, s.temperature, s.top_k, s.top_p, req.max_new_tokens, req.seed,
-                          req.chat, req.custom_drafter, req.custom_target)
+    return batch_duration(
+        req.pair_name,
+        None,
+        batch_size,
+        req.gamma,
+        s.temperature,
+        s.top_k,
+        s.top_p,
+        req.max_new_tokens,
+        req.seed,
+        req.chat,
+        req.custom_drafter,
+        req.custom_target,
+    )
 
 
 @gpu_task(duration=_batch_seconds)
@@ -234,7 +317,16 @@ def batch_on_device(req: RunRequest, prompts: list[str], batch_size: int, stop: 
     ids = [encode(pair, p, req.chat) for p in prompts]
     drafter = _drafter(req, pair)
     try:
-        yield from throughput_stream(ids, drafter, pair.target, batch_size, gamma=req.gamma, schedule=req.gamma_schedule,
-                                     stop=stop, max_new_tokens=req.max_new_tokens, **_common(req, pair))
+        yield from throughput_stream(
+            ids,
+            drafter,
+            pair.target,
+            batch_size,
+            gamma=req.gamma,
+            schedule=req.gamma_schedule,
+            stop=stop,
+            max_new_tokens=req.max_new_tokens,
+            **_common(req, pair),
+        )
     except Exception as err:
         raise failure(err, pair) from err

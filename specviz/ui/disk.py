@@ -54,7 +54,8 @@ def cache_root() -> Path:
 
 
 class UploadSweep:
-    """Counts the uploads in flight; the last one to end removes what no upload can be writing (see the module docstring)."""
+    """Counts the uploads in flight; the last one to end removes what no upload can be writing (see the module
+    docstring)."""
 
     def __init__(self):
         self._lock = threading.Lock()

@@ -170,8 +170,11 @@ def prune(written: Path) -> None:
         total += sum(size for _, size, _ in files)
     if total > TOTAL_MAX_BYTES:
         written.unlink(missing_ok=True)
-        raise mistake(f"The server's download space is full ({TOTAL_MAX_BYTES // (1024 * 1024)} MB for everyone's files): "
-                      "try again in a few minutes.", title="Busy")
+        raise mistake(
+            f"The server's download space is full ({TOTAL_MAX_BYTES // (1024 * 1024)} MB for everyone's files): "
+            "try again in a few minutes.",
+            title="Busy",
+        )
 
 
 def save_for_download(rec: Recording, session: str | None = None) -> str:
@@ -202,12 +205,18 @@ def save_export(rec: Recording, session: str | None = None, owner: Owner | None 
     """
     units = export_units(rec)
     if units > EXPORT_MAX_UNITS:
-        raise mistake(f"This run is too large to export as one page: it has {units:,} rounds, drafts and tree nodes, and an "
-                      f"export takes at most {EXPORT_MAX_UNITS:,}. Download its JSON instead.", title="Too large to export")
+        raise mistake(
+            f"This run is too large to export as one page: it has {units:,} rounds, drafts and tree nodes, and an "
+            f"export takes at most {EXPORT_MAX_UNITS:,}. Download its JSON instead.",
+            title="Too large to export",
+        )
     mb = EXPORT_MAX_BYTES // (1024 * 1024)
     if (estimate := export_bytes(rec)) > EXPORT_MAX_BYTES:
-        raise mistake(f"This run is too large to export as one page: it would be about {estimate / 2**20:.0f} MB, over {mb} MB. "
-                      "Download its JSON instead.", title="Too large to export")
+        raise mistake(
+            f"This run is too large to export as one page: it would be about {estimate / 2**20:.0f} MB, over {mb} MB. "
+            "Download its JSON instead.",
+            title="Too large to export",
+        )
     page = device_thread.run(export_html, rec, owner=owner)
     if len(page) > EXPORT_MAX_BYTES:
         raise mistake(f"This run's page would be over {mb} MB: download its JSON instead.", title="Too large to export")

@@ -44,7 +44,9 @@ def loading_note(name: str | None = None) -> str:
 
 def load_failed_note() -> str:
     """The line beside the load buttons when a file was refused."""
-    return "Not loaded: the file was refused (its message is in the corner). The page still shows what it showed before."
+    return (
+        "Not loaded: the file was refused (its message is in the corner). The page still shows what it showed before."
+    )
 
 
 def load_recording(path, copy: bool = False, session: str | None = None) -> dict:
@@ -85,14 +87,18 @@ def made_by_note(made_by: dict | None) -> str:
 
     if not made_by:
         return " The file does not say which machine or build recorded it, so its times may be an older engine's."
-    parts = [f"on {plain_title(made_by['machine'])}" if made_by.get("machine") else "",
-             f"by specviz {plain_title(made_by['build'])}" if made_by.get("build") else "",
-             f"with torch {plain_title(made_by['torch'])}" if made_by.get("torch") else ""]
+    parts = [
+        f"on {plain_title(made_by['machine'])}" if made_by.get("machine") else "",
+        f"by specviz {plain_title(made_by['build'])}" if made_by.get("build") else "",
+        f"with torch {plain_title(made_by['torch'])}" if made_by.get("torch") else "",
+    ]
     note = " Recorded " + ", ".join(p for p in parts if p) + "." if any(parts) else ""
     version = made_by.get("engine_version")
     if version is None or version < ENGINE_VERSION:
-        note += (f" Its engine (version {version if version is not None else 'unknown'}) is older than this build's "
-                 f"({ENGINE_VERSION}): its times are not what this build runs at.")
+        note += (
+            f" Its engine (version {version if version is not None else 'unknown'}) is older than this build's "
+            f"({ENGINE_VERSION}): its times are not what this build runs at."
+        )
     elif version > ENGINE_VERSION:
         note += f" Its engine (version {version}) is newer than this build's ({ENGINE_VERSION})."
     return note
@@ -104,7 +110,8 @@ def _shown(rec: Recording, path: str, copy: bool, session: str | None) -> dict:
 
 
 def load_example(name, request: gr.Request = None) -> dict:
-    """Load one of the recordings shipped in assets/recordings; its download copy goes in the visitor's session folder."""
+    """Load one of the recordings shipped in assets/recordings; its download copy goes in the visitor's session
+    folder."""
     if not isinstance(name, str) or name not in examples():
         raise mistake("Pick a prepared recording from the menu.", title="Unknown recording")
     return load_recording(str(RECORDINGS / f"{name}.json"), copy=True, session=getattr(request, "session_hash", None))
@@ -118,7 +125,11 @@ def examples() -> list[str]:
 def preset_of(rec: Recording) -> str | None:
     """The preset whose drafter and target the recording names, if this app offers it."""
     models = list(rec.speculative.settings.get("models") or [])
-    own_drafter = (rec.speculative.settings.get("drafter") or {"kind": "model"}).get("kind") in ("model", "argmax", "cross-tokenizer")
+    own_drafter = (rec.speculative.settings.get("drafter") or {"kind": "model"}).get("kind") in (
+        "model",
+        "argmax",
+        "cross-tokenizer",
+    )
     for name, preset in PRESETS.items():
         names = []
         for ref in (preset.drafter, preset.target):
@@ -149,7 +160,9 @@ def restore_controls(rec: Recording | None) -> dict:
     preset = preset_of(rec)
     prompt = rec.prompt or rec.speculative.prompt_text
     models = " -> ".join(plain_title(str(m)) for m in s.get("models") or []) or "unknown models"
-    where = "" if preset else f" It was recorded with {models}, which this app does not offer: the pair menu is unchanged."
+    where = (
+        "" if preset else f" It was recorded with {models}, which this app does not offer: the pair menu is unchanged."
+    )
     status = replaying(rec, f" The controls are set to its settings.{where}")
     value = lambda key, default: s.get(key) if s.get(key) is not None else default  # noqa: E731
     out = dict(
@@ -162,8 +175,10 @@ def restore_controls(rec: Recording | None) -> dict:
         seed=gr.update(value=value("seed", DEFAULTS["seed"])),
         status=status,
         repetition_penalty=gr.update(value=sampling.get("repetition_penalty", 1.0)),
-        load_status=(f"Loaded{': ' + plain_title(rec.title) if rec.title else ''} — {len(rec.speculative.output_ids)} tokens in "
-                     f"{len(rec.speculative.rounds)} rounds, replayed with no model: the output, stats and every tab show it."),
+        load_status=(
+            f"Loaded{': ' + plain_title(rec.title) if rec.title else ''} — {len(rec.speculative.output_ids)} tokens in "
+            f"{len(rec.speculative.rounds)} rounds, replayed with no model: the output, stats and every tab show it."
+        ),
     )
     if preset:
         out["pair_name"] = gr.update(value=preset)

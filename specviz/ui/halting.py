@@ -4,7 +4,8 @@ A ``Halt`` is the one stop check such a job hands the engine (``specviz.engine.s
 asks it before every round of every run, so the Stop button, a client that hung up
 (``specviz.ui.state.client_gone``), the job's time cap and the device share (``specviz.ui.share``: the job
 has had its share while another visitor's job runs or waits; asked once the job holds its ``device_turn``)
-each end the job within the round under way, not after the whole batch or drafter kind. It remembers the first reason it saw, so the job's last
+each end the job within the round under way, not after the whole batch or drafter kind. It remembers the first reason it
+saw, so the job's last
 message can say what stopped it.
 
 On ZeroGPU the device half runs in a forked worker, where the page's state (the Stop button, the
@@ -55,7 +56,8 @@ class Halt:
 
     def device_turn(self) -> share.LongTurn:
         """``with halt.device_turn() as turn:`` wait for the job's turn on the device (asking this check while it
-        waits), then hold it with its share asked every round; ``turn.started`` is False when this check ended the wait."""
+        waits), then hold it with its share asked every round; ``turn.started`` is False when this check ended the
+        wait."""
         self.turn = share.LongTurn(self.request, self)
         return self.turn
 
@@ -64,7 +66,8 @@ class Halt:
         return Deadline(time.monotonic() + self.cap_s - (_now() - self.started)) if on_zerogpu() else self
 
     def said(self) -> str:
-        """What stopped the job, as the end of "Stopped ...": "by you", "at its time limit of N s" or that it gave the device up."""
+        """What stopped the job, as the end of "Stopped ...": "by you", "at its time limit of N s" or that it gave
+        the device up."""
         if self.reason == BY_YOU:
             return "by you"
         if self.reason == SHARED:

@@ -81,8 +81,14 @@ SLOTS = {
 }
 
 
-def guarded(kind: str, fn: Callable, cap_s: float | None, skip: Callable[[], object] = dict, on_cap: Callable[[], object] | None = None,
-            background: bool = False):
+def guarded(
+    kind: str,
+    fn: Callable,
+    cap_s: float | None,
+    skip: Callable[[], object] = dict,
+    on_cap: Callable[[], object] | None = None,
+    background: bool = False,
+):
     """``fn`` (a generator function: a Gradio handler) run under ``SLOTS[kind]`` with a wall-clock cap.
 
     The wrapper yields ``skip()`` first (a cancellation point before any work), then what ``fn``

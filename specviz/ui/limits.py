@@ -34,10 +34,13 @@ def whole_number(name: str, default: int, minimum: int) -> int:
         raise ValueError(f"{name} must be a whole number of at least {minimum} (default {default}); got {raw[:40]!r}")
     return value
 
+
 # Caps shown in the UI and enforced again in the handler (a client can bypass sliders).
 MAX_NEW_TOKENS_RANGE = (1, 256)
 QUICK_TOKENS = 32  # the Quick button's max new tokens: a lecture's run that finishes while the class watches
-LOAD_CONCURRENCY = 1  # recordings loaded at once: a load of the largest is seconds of pure Python holding the GIL (measured: 2 at once took an 8-token generate from 2 s to 25 s)
+# recordings loaded at once: a load of the largest is seconds of pure Python holding the GIL (measured: 2 at once took
+# an 8-token generate from 2 s to 25 s)
+LOAD_CONCURRENCY = 1
 TEMPERATURE_MIN = MIN_TEMPERATURE  # one constant with the engine's (specviz.engine.sampling)
 PROMPT_CHARS_MAX = 2000  # a cheap bound checked before tokenizing
 # The prompt's real limit, in the pair's tokens (chat template included): a prefill's cost grows with tokens,
@@ -82,7 +85,8 @@ SESSION_TTL_S = whole_number("SPECVIZ_SESSION_TTL_S", 1800, 10)
 # Sessions kept at once (SPECVIZ_MAX_SESSIONS), whatever they hold: memory bounds them first (specviz.ui.sessions:
 # SPECVIZ_SESSION_MEMORY_MB, each session priced by what it shows); 2,000 that show nothing take about 40 MB.
 MAX_SESSIONS = 2000
-CACHE_TTL_S = whole_number("SPECVIZ_CACHE_TTL_S", 300, 10)  # Gradio's cache sweep: uploads and cached files older than this go, checked as often
+# Gradio's cache sweep: uploads and cached files older than this go, checked as often
+CACHE_TTL_S = whole_number("SPECVIZ_CACHE_TTL_S", 300, 10)
 # Uploads (recordings to replay) per client address and in all within CACHE_TTL_S, after which the sweep removes them.
 # Log lines a malformed upload (a body Gradio's multipart parser cannot read) may cost: per client address
 # and from everyone within LOG_WINDOW_S; past either budget the refusal (HTTP 400) is not logged.
@@ -92,9 +96,17 @@ LOG_WINDOW_S = 600
 UPLOAD_CLIENT_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_CLIENT_MB", "48")) * 1024 * 1024)
 UPLOAD_TOTAL_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_TOTAL_MB", "512")) * 1024 * 1024)
 
-DEFAULTS = dict(gamma=4, temperature=DEFAULT_SAMPLING.temperature, top_k=DEFAULT_SAMPLING.top_k, top_p=DEFAULT_SAMPLING.top_p,
-                max_new_tokens=128, seed=0, drafter_kind="model", gamma_schedule="constant",
-                repetition_penalty=DEFAULT_SAMPLING.repetition_penalty)
+DEFAULTS = dict(
+    gamma=4,
+    temperature=DEFAULT_SAMPLING.temperature,
+    top_k=DEFAULT_SAMPLING.top_k,
+    top_p=DEFAULT_SAMPLING.top_p,
+    max_new_tokens=128,
+    seed=0,
+    drafter_kind="model",
+    gamma_schedule="constant",
+    repetition_penalty=DEFAULT_SAMPLING.repetition_penalty,
+)
 # Every kind; a drafter with its own tokenizer needs a pair that brings one (the presets marked own_tokenizer),
 # and picking such a pair picks that kind (specviz.ui.layout.kind_for_pair).
 DRAFTER_CHOICES = [(DRAFTER_LABELS[k], k) for k in DRAFTER_KINDS]
@@ -132,24 +144,32 @@ def example_kind(pair_name: str | None) -> str:
     code model (``cross``; trained on the Python standard library), "english" for every other preset
     (English chat models), or "code" where no English prompt ships with this copy."""
     return "code" if pair_name in (EMBEDDED, CROSS) or not ENGLISH_EXAMPLES else "english"
-GREEDY_NOTE = ("0 = greedy. A lesson worth trying: greedy decoding makes SmolLM2-135M-Instruct loop on some prompts "
-               "(\"Give me three tips for learning to cook.\" gives \"1. **1011111111...\"); sampling at 0.7 with top-p 0.9 reads well.")
+
+
+GREEDY_NOTE = (
+    "0 = greedy. A lesson worth trying: greedy decoding makes SmolLM2-135M-Instruct loop on some prompts "
+    "(\"Give me three tips for learning to cook.\" gives \"1. **1011111111...\"); sampling at 0.7 with top-p 0.9 reads "
+    "well."
+)
 
 INTRO = """\
 # specviz — speculative decoding, round by round
 A small **drafter** proposes `gamma` tokens; the large **target** scores them all in one forward pass. Each draft x is
 accepted when u < min(1, p(x)/q(x)); the first rejected one is replaced by a **correction** sampled from
 norm(max(0, p − q)); when every draft is accepted a **bonus** token comes from p. The output is distributed exactly as
-the target's own (Leviathan et al. 2023; Chen et al. 2023). Temperature 0 is greedy: the output is the target's greedy text.
-The English pair's target is SmolLM2-135M-Instruct; its drafter is a small model distilled from it. The quantized drafter
-is the target itself with 8-bit weights: it agrees often but costs most of a target step (compare its c with its alpha).
+the target's own (Leviathan et al. 2023; Chen et al. 2023). Temperature 0 is greedy: the output is the target's greedy
+text. The English pair's target is SmolLM2-135M-Instruct; its drafter is a small model distilled from it. The quantized
+drafter is the target itself with 8-bit weights: it agrees often but costs most of a target step (compare its c with its
+alpha).
 """
 
 
 def caps(max_queue: int) -> str:
     """The limits line under the controls."""
     return (
-        f"<small>Limits here: prompt up to {PROMPT_TOKENS_MAX} tokens ({PROMPT_CHARS_MAX} characters) · gamma {GAMMA_RANGE[0]}–{GAMMA_RANGE[1]} · "
-        f"up to {MAX_NEW_TOKENS_RANGE[1]} new tokens · {RUN_SECONDS_MAX:.0f} s per run (and as long again for the baseline) · "
+        f"<small>Limits here: prompt up to {PROMPT_TOKENS_MAX} tokens ({PROMPT_CHARS_MAX} characters) · gamma "
+        f"{GAMMA_RANGE[0]}–{GAMMA_RANGE[1]} · "
+        f"up to {MAX_NEW_TOKENS_RANGE[1]} new tokens · {RUN_SECONDS_MAX:.0f} s per run (and as long again for the "
+        "baseline) · "
         f"{SWEEP_SECONDS_MAX:.0f} s per sweep · {CONCURRENCY} run at a time, up to {max_queue} waiting.</small>"
     )

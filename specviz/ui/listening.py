@@ -12,7 +12,8 @@ messages piling up in ``pending_messages_per_session``.
 So ``StreamWatch`` (ASGI middleware) counts the event streams opened, by the key their route names
 (the session hash or the event id) and the time the last one opened. A stream counts only on its
 route's whole path (after the app's root path: ``/x/gradio_api/call/run/<id>`` is no stream, it is a
-404) and only once the app answers it with status 200, so a request the app refuses opens nothing; ``unheard`` says a job has had
+404) and only once the app answers it with status 200, so a request the app refuses opens nothing; ``unheard`` says a
+job has had
 no stream for its session or its own id since it joined the queue, for longer than ``GRACE_S``
 seconds. ``specviz.ui.state.client_gone`` counts such a job as abandoned: it stops at its next round
 (or before its engine starts, when it waited longer than that in the queue).
@@ -98,14 +99,16 @@ class StreamWatch:
 
 
 def heard(event) -> bool:
-    """Whether a stream for ``event`` (a Gradio queue ``Event``: its session hash or its own id) is open now or opened since it joined."""
+    """Whether a stream for ``event`` (a Gradio queue ``Event``: its session hash or its own id) is open now or
+    opened since it joined."""
     keys = {event.session_hash, event._id}
     with _lock:
         return any(_open.get(k) for k in keys) or any(_opened.get(k, float("-inf")) >= event.enqueue_time for k in keys)
 
 
 def unheard(event, now: float | None = None, grace_s: float | None = None) -> bool:
-    """Whether ``event`` has waited more than ``grace_s`` (default GRACE_S) seconds since it joined the queue with no stream opened for it."""
+    """Whether ``event`` has waited more than ``grace_s`` (default GRACE_S) seconds since it joined the queue with no
+    stream opened for it."""
     now = time.monotonic() if now is None else now
     grace_s = GRACE_S if grace_s is None else grace_s
     return now - event.enqueue_time > grace_s and not heard(event)

@@ -46,15 +46,27 @@ def everything(rec: Recording, status: str, download: str | None) -> dict:
     (``machine_folded``)."""
     spec, base = rec.speculative, rec.baseline
     return dict(
-        tokens=tokens_html(spec), stats=stats_html(spec, base), acceptance_plot=acceptance_figure(spec),
-        timeline_plot=timeline_figure(spec, base), round_costs_plot=round_costs_figure(spec, base),
-        status=machine_folded(status), recording=rec,
-        replay_slider=replay_slider(spec, 1), replay=round_html(spec, 0),  # a finished run or a loaded one replays from round 1
-        speedup_plot=speedup_figure(spec, base), histogram_plot=accepted_histogram_figure(spec), position_plot=position_figure(spec),
-        sweep_plot=sweep_figure(rec.sweep), race=race_html(spec, base, slowdown_for(spec, base), nonce()),
-        download=gr.DownloadButton(value=download, interactive=download is not None), replay_tree=_tree(rec, 1),
+        tokens=tokens_html(spec),
+        stats=stats_html(spec, base),
+        acceptance_plot=acceptance_figure(spec),
+        timeline_plot=timeline_figure(spec, base),
+        round_costs_plot=round_costs_figure(spec, base),
+        status=machine_folded(status),
+        recording=rec,
+        # a finished run or a loaded one replays from round 1
+        replay_slider=replay_slider(spec, 1),
+        replay=round_html(spec, 0),
+        speedup_plot=speedup_figure(spec, base),
+        histogram_plot=accepted_histogram_figure(spec),
+        position_plot=position_figure(spec),
+        sweep_plot=sweep_figure(rec.sweep),
+        race=race_html(spec, base, slowdown_for(spec, base), nonce()),
+        download=gr.DownloadButton(value=download, interactive=download is not None),
+        replay_tree=_tree(rec, 1),
         export_file=None,  # an HTML export of the run shown before is not this run's
-        headline=headline_html(spec, base), sweep_status=sweep_note(rec.sweep),  # an earlier sweep's status is not this run's
+        # an earlier sweep's status is not this run's
+        headline=headline_html(spec, base),
+        sweep_status=sweep_note(rec.sweep),
         **auto_tree_outputs(rec),
     )
 
@@ -79,22 +91,29 @@ def machine_folded(status: str) -> str:
     end = len(status) if end < 0 else end
     details = status[start:end].strip()
     form = status.find(" Form: ")
-    word = status[form + 7:].split(":", 1)[0].strip() if form >= 0 else ""
-    plain = ("In plain words: a model's pass multiplies numbers by its tables of weights"
-             + (f", and this machine holds those numbers as {_BITS[word]}" if word in _BITS else "")
-             + ". The details say where the target came from, why this form, and which routines did the multiplying:")
-    return (status[:start] + status[end:]).rstrip() + (f'\n\n<details class="sv-machine"><summary>{MACHINE_SUMMARY}</summary>\n\n'
-                                                      f"{plain} {details}\n\n</details>\n")
+    word = status[form + 7 :].split(":", 1)[0].strip() if form >= 0 else ""
+    plain = (
+        "In plain words: a model's pass multiplies numbers by its tables of weights"
+        + (f", and this machine holds those numbers as {_BITS[word]}" if word in _BITS else "")
+        + ". The details say where the target came from, why this form, and which routines did the multiplying:"
+    )
+    return (status[:start] + status[end:]).rstrip() + (
+        f'\n\n<details class="sv-machine"><summary>{MACHINE_SUMMARY}</summary>\n\n{plain} {details}\n\n</details>\n'
+    )
 
 
-STATS_WAITING = ('<div class="sv-stats sv-stats-empty" style="font-size:14px;color:#555;">This run\'s numbers appear with its '
-                 "first round.</div>")
+STATS_WAITING = (
+    '<div class="sv-stats sv-stats-empty" style="font-size:14px;color:#555;">This run\'s numbers appear with its '
+    "first round.</div>"
+)
 
 
 def cleared_run() -> dict:
     """What a run shows before its first round (while the auto tree calibrates): no token, no number and no tree
     table of the run before it, whose counts would read as this run's."""
-    return dict(tokens=tokens_html(Trace(mode="speculative", prompt_ids=[])), stats=STATS_WAITING, **tree_section_cleared())
+    return dict(
+        tokens=tokens_html(Trace(mode="speculative", prompt_ids=[])), stats=STATS_WAITING, **tree_section_cleared()
+    )
 
 
 def tree_section_cleared() -> dict:
@@ -103,8 +122,12 @@ def tree_section_cleared() -> dict:
     from specviz.views.tree_budget import placeholder_figure
 
     waiting = "The token tree's section: drawn when this run ends"
-    return dict(auto_note=f"{waiting}.", budget_plot=placeholder_figure(waiting), auto_tree_plot=placeholder_figure(waiting),
-                rank_table="")
+    return dict(
+        auto_note=f"{waiting}.",
+        budget_plot=placeholder_figure(waiting),
+        auto_tree_plot=placeholder_figure(waiting),
+        rank_table="",
+    )
 
 
 def auto_tree_outputs(rec: Recording | None) -> dict:
@@ -112,7 +135,12 @@ def auto_tree_outputs(rec: Recording | None) -> dict:
     recording's calibration (``specviz.engine.tree.auto.from_record``), drawn with this run's measurement;
     a run without auto gets the note that says how to get it, and its own tree and counts where it drafted trees."""
     from specviz.views.tree_budget import (
-        auto_note_markdown, budget_figure, chosen_tree_figure, measured_point, placeholder_figure, tree_tables_html,
+        auto_note_markdown,
+        budget_figure,
+        chosen_tree_figure,
+        measured_point,
+        placeholder_figure,
+        tree_tables_html,
     )
 
     spec = rec.speculative if rec is not None else None
@@ -124,13 +152,17 @@ def auto_tree_outputs(rec: Recording | None) -> dict:
     measured = measured_point(spec, rec.baseline if rec is not None else None)
     return dict(
         auto_note=auto_note_markdown(choice, measured, _drafted(spec)),
-        budget_plot=budget_figure(choice, measured) if choice is not None
+        budget_plot=budget_figure(choice, measured)
+        if choice is not None
         else placeholder_figure("Speedup against the node budget: choose the auto tree to draw it"),
-        auto_tree_plot=chosen_tree_figure(spec), rank_table=tree_tables_html(choice, spec))
+        auto_tree_plot=chosen_tree_figure(spec),
+        rank_table=tree_tables_html(choice, spec),
+    )
 
 
 def _drafted(spec: Trace | None) -> str:
-    """What a run drafted, for the note: "a chain (drafter model, gamma 4)", "a token tree (...)"; "" before any round."""
+    """What a run drafted, for the note: "a chain (drafter model, gamma 4)", "a token tree (...)"; "" before any
+    round."""
     from specviz.views.text import run_label
 
     if spec is None or not spec.rounds:
@@ -161,13 +193,16 @@ def keyed(fn, names):
 
     names = tuple(names)
     if inspect.isgeneratorfunction(fn):
+
         @functools.wraps(fn)
         def stream(*args, **kwargs):
             for values in fn(*args, **kwargs):
                 yield in_order(values, names)
+
         return stream
 
     @functools.wraps(fn)
     def once(*args, **kwargs):
         return in_order(fn(*args, **kwargs), names)
+
     return once

@@ -41,7 +41,8 @@ from specviz.ui.limits import CODE_EXAMPLES, DEFAULTS, ENGLISH_EXAMPLES, PROMPT_
 log = logging.getLogger("specviz")
 
 WARM_UP_ENV = "SPECVIZ_WARM_UP"
-WARM_UP_TOKENS = 16  # the warm-up Generate's new tokens: every pass shape of a run (prefill, draft, verify, baseline step) comes up
+# the warm-up Generate's new tokens: every pass shape of a run (prefill, draft, verify, baseline step) comes up
+WARM_UP_TOKENS = 16
 
 
 def pair_ids(pair_name, custom_drafter, custom_target) -> dict:
@@ -117,8 +118,11 @@ def encode(pair: Pair, prompt: str, chat: bool) -> list[int]:
     except PairError as err:
         raise mistake(str(err), title="Cannot use the chat template") from err
     if len(ids) > PROMPT_TOKENS_MAX:
-        raise mistake(f"The prompt is {len(ids)} tokens for this pair's tokenizer (chat template included); the limit is "
-                      f"{PROMPT_TOKENS_MAX} tokens. Shorten it: emoji and rare characters take several tokens each.", title="Prompt too long")
+        raise mistake(
+            f"The prompt is {len(ids)} tokens for this pair's tokenizer (chat template included); the limit is "
+            f"{PROMPT_TOKENS_MAX} tokens. Shorten it: emoji and rare characters take several tokens each.",
+            title="Prompt too long",
+        )
     return ids
 
 
@@ -131,11 +135,17 @@ def failure(err: Exception, pair: Pair | None = None) -> gr.Error:
     if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
         free_memory(pair.device if pair is not None else None)
         log.warning("out of memory while generating; memory freed")
-        return mistake("Out of memory: ask for fewer tokens, a shorter prompt or a smaller pair. The app is still running.", title="Out of memory")
+        return mistake(
+            "Out of memory: ask for fewer tokens, a shorter prompt or a smaller pair. The app is still running.",
+            title="Out of memory",
+        )
     # the app must keep serving; the visitor gets what failed, the log gets the traceback
     log.exception("generation failed")
-    return gr.Error(f"Generation failed ({type(err).__name__}: {excerpt(err, 200)}). The app is still running: try again or change the settings.",
-                    title="Generation failed")
+    return gr.Error(
+        f"Generation failed ({type(err).__name__}: {excerpt(err, 200)}). The app is still running: try again or change "
+        "the settings.",
+        title="Generation failed",
+    )
 
 
 def warm_up_wanted() -> bool:
@@ -194,7 +204,16 @@ def _first_generate(pair: Pair, max_new_tokens: int) -> None:
     the speculative run and its baseline in turns, ``specviz.measure.baseline.with_baseline``), with the page's
     default controls and the pair's example prompt; its traces dropped."""
     prompt = (ENGLISH_EXAMPLES if example_kind(pair.name) == "english" else CODE_EXAMPLES)[0]
-    with_baseline(encode(pair, prompt, chat=True), pair_drafter(default_kind(pair), pair), pair.target, gamma=DEFAULTS["gamma"],
-                  schedule=DEFAULTS["gamma_schedule"], sampling=DEFAULT_SAMPLING, max_new_tokens=max_new_tokens,
-                  eos_token_id=pair.eos_token_ids, seed=DEFAULTS["seed"], tokenizer=pair.tokenizer)
+    with_baseline(
+        encode(pair, prompt, chat=True),
+        pair_drafter(default_kind(pair), pair),
+        pair.target,
+        gamma=DEFAULTS["gamma"],
+        schedule=DEFAULTS["gamma_schedule"],
+        sampling=DEFAULT_SAMPLING,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=pair.eos_token_ids,
+        seed=DEFAULTS["seed"],
+        tokenizer=pair.tokenizer,
+    )
     free_memory("cpu")  # as after a visitor's run: what the run allocated goes back before the first visitor comes

@@ -16,7 +16,12 @@ from specviz.ui.limits import CALIBRATION_SECONDS_MAX
 from specviz.ui.tree import AUTO, check_tree, tree_spec
 
 # The fields that are text, and how each is named in a message.
-_TEXT_FIELDS = {"pair_name": "pair", "custom_drafter": "custom drafter", "custom_target": "custom target", "tree": "token tree"}
+_TEXT_FIELDS = {
+    "pair_name": "pair",
+    "custom_drafter": "custom drafter",
+    "custom_target": "custom target",
+    "tree": "token tree",
+}
 # Their length at most: a hub id is at most 96 characters ("owner/name"), the menus' choices shorter.
 TEXT_FIELD_MAX_CHARS = 200
 
@@ -38,8 +43,10 @@ def check_types(**fields) -> None:
             raise mistake(f"{name} must be text (one of the page's choices).", title=f"Invalid {name}")
         elif key in _TEXT_FIELDS and value is not None and len(value) > TEXT_FIELD_MAX_CHARS:
             name = _TEXT_FIELDS[key]
-            raise mistake(f"{name} must be at most {TEXT_FIELD_MAX_CHARS} characters (one of the page's choices, or a hub id).",
-                          title=f"Invalid {name}")
+            raise mistake(
+                f"{name} must be at most {TEXT_FIELD_MAX_CHARS} characters (one of the page's choices, or a hub id).",
+                title=f"Invalid {name}",
+            )
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,24 @@ class RunRequest:
     tree: str = "chain"
 
     @classmethod
-    def checked(cls, pair_name, prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, chat=True, custom_drafter="",
-                custom_target="", drafter_kind="model", gamma_schedule="constant", repetition_penalty=1.0, tree="chain") -> "RunRequest":
+    def checked(
+        cls,
+        pair_name,
+        prompt,
+        gamma,
+        temperature,
+        top_k,
+        top_p,
+        max_new_tokens,
+        seed,
+        chat=True,
+        custom_drafter="",
+        custom_target="",
+        drafter_kind="model",
+        gamma_schedule="constant",
+        repetition_penalty=1.0,
+        tree="chain",
+    ) -> "RunRequest":
         """Validate the controls, in the /generate endpoint's order, and the drafter kind against the
         pair's catalogue entry (``check_pair_kind``): nothing is loaded for a request refused here.
 
@@ -71,14 +94,27 @@ class RunRequest:
             gr.Error: naming the first bad field and its allowed range; a drafter kind the pair does not
                 draft with, naming both and the kinds the pair allows.
         """
-        check_types(pair_name=pair_name, chat=chat, custom_drafter=custom_drafter, custom_target=custom_target, tree=tree)
+        check_types(
+            pair_name=pair_name, chat=chat, custom_drafter=custom_drafter, custom_target=custom_target, tree=tree
+        )
         sampling = check_controls(prompt, gamma, temperature, top_k, top_p, max_new_tokens, seed, repetition_penalty)
         drafter_kind, gamma_schedule = check_drafting(drafter_kind, gamma_schedule)
         check_pair_kind(pair_name, drafter_kind, custom_drafter, custom_target)
         tree = check_tree(tree)
-        return cls(tree=tree, pair_name=pair_name, prompt=prompt, gamma=int(gamma), sampling=sampling, max_new_tokens=int(max_new_tokens),
-                   seed=int(seed), chat=bool(chat), custom_drafter=custom_drafter or "", custom_target=custom_target or "",
-                   drafter_kind=drafter_kind, gamma_schedule=gamma_schedule)
+        return cls(
+            tree=tree,
+            pair_name=pair_name,
+            prompt=prompt,
+            gamma=int(gamma),
+            sampling=sampling,
+            max_new_tokens=int(max_new_tokens),
+            seed=int(seed),
+            chat=bool(chat),
+            custom_drafter=custom_drafter or "",
+            custom_target=custom_target or "",
+            drafter_kind=drafter_kind,
+            gamma_schedule=gamma_schedule,
+        )
 
     @property
     def tree_spec(self):
@@ -89,6 +125,16 @@ class RunRequest:
         """ZeroGPU seconds for ``runs`` speculative runs, each with its baseline (``specviz.serving.gpu_duration``),
         and for the auto tree the cap of the calibration that may come first (``specviz.ui.tree.resolve``)."""
         s = self.sampling
-        return runs * generate_duration(self.pair_name, None, self.gamma, s.temperature, s.top_k, s.top_p, self.max_new_tokens,
-                                        self.seed, self.chat, self.custom_drafter, self.custom_target) \
-            + (CALIBRATION_SECONDS_MAX if self.tree == AUTO else 0)
+        return runs * generate_duration(
+            self.pair_name,
+            None,
+            self.gamma,
+            s.temperature,
+            s.top_k,
+            s.top_p,
+            self.max_new_tokens,
+            self.seed,
+            self.chat,
+            self.custom_drafter,
+            self.custom_target,
+        ) + (CALIBRATION_SECONDS_MAX if self.tree == AUTO else 0)

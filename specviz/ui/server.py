@@ -26,8 +26,17 @@ from specviz.ui.listening import StreamWatch
 from specviz.ui.sessions import KeepSessions
 from specviz.ui.css import CSS, HEAD
 from specviz.ui.disk import UPLOADS_IN_FLIGHT
-from specviz.ui.limits import (whole_number, BODY_MAX_BYTES, CACHE_TTL_S, LOG_CLIENT_MAX_LINES, LOG_TOTAL_MAX_LINES, LOG_WINDOW_S, MAX_SESSIONS,
-                               UPLOAD_CLIENT_MAX_BYTES, UPLOAD_TOTAL_MAX_BYTES)
+from specviz.ui.limits import (
+    whole_number,
+    BODY_MAX_BYTES,
+    CACHE_TTL_S,
+    LOG_CLIENT_MAX_LINES,
+    LOG_TOTAL_MAX_LINES,
+    LOG_WINDOW_S,
+    MAX_SESSIONS,
+    UPLOAD_CLIENT_MAX_BYTES,
+    UPLOAD_TOTAL_MAX_BYTES,
+)
 
 log = logging.getLogger("specviz")
 
@@ -37,10 +46,16 @@ log = logging.getLogger("specviz")
 # event stream). Gradio's front end needs 'unsafe-inline' for scripts (its page starts with
 # inline scripts that set up its config; without it the page stays blank) and styles, and
 # plotly.js needs 'unsafe-eval'; frames may embed the app (a Space does).
-CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
-       "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; media-src 'self' blob: data:; "
-       "object-src 'none'; base-uri 'self'; form-action 'self'")
-HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer")]
+CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; media-src 'self' blob: data:; "
+    "object-src 'none'; base-uri 'self'; form-action 'self'"
+)
+HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
 UPLOAD_PATH = "/gradio_api/upload"  # file uploads: bounded by Gradio's max_file_size instead
 DEEP_LINK_PATH = "/gradio_api/deep_link"  # refused: the page offers no deep links
 UPLOAD_FILES_MAX = 4  # files in one upload request (the page sends one recording)
@@ -65,7 +80,12 @@ class UploadBudget:
     keeps an upload before its cache sweep removes it), so uploads cannot fill the disk: past either
     budget an upload is refused (HTTP 429) as its bytes arrive."""
 
-    def __init__(self, per_client: int = UPLOAD_CLIENT_MAX_BYTES, total: int = UPLOAD_TOTAL_MAX_BYTES, window_s: float = CACHE_TTL_S):
+    def __init__(
+        self,
+        per_client: int = UPLOAD_CLIENT_MAX_BYTES,
+        total: int = UPLOAD_TOTAL_MAX_BYTES,
+        window_s: float = CACHE_TTL_S,
+    ):
         self.per_client, self.total, self.window_s = per_client, total, window_s
         self._log: deque[tuple[float, str, int]] = deque()
         self._per: dict[str, int] = {}  # bytes in the window per address (running totals, kept with the log)
@@ -105,7 +125,9 @@ class LogBudget:
     grow the server's log without bound: past either budget an event is still answered, only not logged.
     Only addresses with a line in the window are remembered (at most ``total`` of them)."""
 
-    def __init__(self, per_client: int = LOG_CLIENT_MAX_LINES, total: int = LOG_TOTAL_MAX_LINES, window_s: float = LOG_WINDOW_S):
+    def __init__(
+        self, per_client: int = LOG_CLIENT_MAX_LINES, total: int = LOG_TOTAL_MAX_LINES, window_s: float = LOG_WINDOW_S
+    ):
         self.per_client, self.total, self.window_s = per_client, total, window_s
         self._log: deque[tuple[float, str]] = deque()
         self._per: dict[str, int] = {}
@@ -155,16 +177,20 @@ CALL_PATH = "/gradio_api/call/"
 def _budget_for(path: str, method: str) -> tuple[LogBudget, str] | None:
     """The per-address budget a request to ``path`` draws on, with the refusal's text, or None."""
     if HEARTBEAT_PATH in path:
-        return HEARTBEATS, (f"Too many heartbeat connections from your address: at most {HEARTBEATS.per_client} a minute. "
-                            "Reload the page in a minute.")
+        return HEARTBEATS, (
+            f"Too many heartbeat connections from your address: at most {HEARTBEATS.per_client} a minute. "
+            "Reload the page in a minute."
+        )
     if method == "POST" and (path.rstrip("/").endswith(JOIN_PATH) or CALL_PATH in path):
-        return JOINS, (f"Too many jobs sent from your address: at most {JOINS.per_client} a minute. "
-                       "Try again in a minute.")
+        return JOINS, (
+            f"Too many jobs sent from your address: at most {JOINS.per_client} a minute. Try again in a minute."
+        )
     return None
 
 
-MALFORMED = ("Upload refused: the body is not a well-formed multipart/form-data upload "
-             "(every part must carry a file name).")
+MALFORMED = (
+    "Upload refused: the body is not a well-formed multipart/form-data upload (every part must carry a file name)."
+)
 
 
 # An integer in a JSON body with more digits than Python parses (sys.get_int_max_str_digits(): 4,300 by default)
@@ -221,8 +247,14 @@ def note_request(address: str, what: str, budget: LogBudget | None = None) -> No
     budget = budget or MALFORMED_LOGS
     n = budget.take(address)
     if n is not None:
-        log.warning("%s from %s [line %d of at most %d per address in %s]", what, ascii(address[:64]), n, budget.per_client,
-                    span(budget.window_s))
+        log.warning(
+            "%s from %s [line %d of at most %d per address in %s]",
+            what,
+            ascii(address[:64]),
+            n,
+            budget.per_client,
+            span(budget.window_s),
+        )
 
 
 def note_malformed(address: str, exc: Exception, budget: LogBudget | None = None) -> None:
@@ -244,7 +276,7 @@ UNKNOWN_API = "Unknown endpoint: this app has no API of that name (GET /gradio_a
 def _app_path(scope) -> str:
     """The request's path after the app's root path."""
     path, root = scope.get("path", ""), (scope.get("root_path") or "").rstrip("/")
-    return path[len(root):] if root and path.startswith(root + "/") else path
+    return path[len(root) :] if root and path.startswith(root + "/") else path
 
 
 def api_route(scope) -> tuple[str, str] | None:
@@ -259,7 +291,8 @@ def unknown_api(blocks, scope, body: bytes | None = None) -> bool:
     any event's api_name (``route_utils.get_fn``); for /call/v2/<api> one its API info lists (not a private one); for
     /run/<api> and /api/<api> the event the JSON ``body``'s fn_index names (in the session the body names, where it is
     kept), or, with no fn_index, any event's api_name. False where this cannot tell, leaving the request to Gradio: no
-    demo, a /run or /api POST whose body is not given (None) or not a JSON object, an fn_index that is not an integer."""
+    demo, a /run or /api POST whose body is not given (None) or not a JSON object, an fn_index that is not an
+    integer."""
     found = api_route(scope)
     if found is None or blocks is None:
         return False
@@ -326,7 +359,8 @@ class Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
-        if path.rstrip("/").endswith(DEEP_LINK_PATH):  # the page offers no deep links: Gradio's route writes a file per call
+        # the page offers no deep links: Gradio's route writes a file per call
+        if path.rstrip("/").endswith(DEEP_LINK_PATH):
             return await _refused(send, 404, "Not found.")
         budget = _budget_for(path, scope.get("method", ""))
         if budget is not None:
@@ -337,7 +371,8 @@ class Guard:
             if budget[0].take(client_address(Request(scope))) is None:
                 return await _refused(send, 429, budget[1])
         route = api_route(scope)
-        if route is not None and route[0] in ("call", "call/v2") and unknown_api(_blocks(scope), scope):  # the path decides
+        # the path decides
+        if route is not None and route[0] in ("call", "call/v2") and unknown_api(_blocks(scope), scope):
             return await _refuse_unknown_api(scope, send)
         capped = not path.endswith(UPLOAD_PATH)
         if capped:
@@ -351,7 +386,9 @@ class Guard:
             if refused:  # a 413 went out already: the app's own answer is dropped
                 return
             if message["type"] == "http.response.start":
-                message["headers"] = [h for h in message.get("headers", []) if h[0].lower() not in {k for k, _ in HEADERS}] + HEADERS
+                message["headers"] = [
+                    h for h in message.get("headers", []) if h[0].lower() not in {k for k, _ in HEADERS}
+                ] + HEADERS
             await send(message)
 
         if not capped:
@@ -402,7 +439,9 @@ class Guard:
         if readable is not body:
             headers = [(k, v) for k, v in scope.get("headers") or [] if k.lower() != b"content-length"]
             scope = dict(scope, headers=headers + [(b"content-length", str(len(readable)).encode())])
-        return await self.app(scope, _replay({"type": "http.request", "body": readable, "more_body": False}, receive), send)
+        return await self.app(
+            scope, _replay({"type": "http.request", "body": readable, "more_body": False}, receive), send
+        )
 
     async def _upload(self, scope, receive, send, with_headers):
         """The upload route: the budget (``UPLOADS``) and at most UPLOAD_FILES_MAX files per request,
@@ -425,7 +464,7 @@ class Guard:
                 over = UPLOADS.take(address, len(body))
                 if marker != b"--":  # delimiters seen so far: one per file and one to close
                     delimiters += (tail + body).count(marker)
-                    tail = (tail + body)[-(len(marker) - 1):]
+                    tail = (tail + body)[-(len(marker) - 1) :]
                     if delimiters > UPLOAD_FILES_MAX + 1:
                         over = f"at most {UPLOAD_FILES_MAX} files per upload"
                 if over:
@@ -497,8 +536,13 @@ async def _refused(send, status: int, text: str) -> None:
     """Answer ``status`` with ``{"detail": text}``, as the framework's own refusals: the page shows a refusal's
     ``detail`` (a body it cannot parse as JSON it reports as a broken connection)."""
     body = json.dumps({"detail": text}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())] + HEADERS})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())] + HEADERS,
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -31,7 +31,8 @@ So the store is bounded by memory, and an address by its fair share of it, not b
   share** of the store's bytes or of its sessions (``MEMORY_BYTES`` or ``capacity`` divided by the addresses
   holding sessions, the newcomer's counted), or of the newcomer's own address when it holds its whole share
   (alone on the server, a class's oldest run makes room for its newest). A session with a job waiting, running or
-  streaming is never taken, and another address within both shares loses nothing. So forty students behind one address, alone on the server, may hold the whole store; beside
+  streaming is never taken, and another address within both shares loses nothing. So forty students behind one address,
+  alone on the server, may hold the whole store; beside
   attackers they keep their share; an attacker's many sessions can only push out the attacker's own.
 - A session that finds no room is still answered, from a state of its own that is not kept, and the queue
   refuses its jobs with a message naming the limit and when it lifts (``admits``, ``refusal``; asked by
@@ -150,7 +151,9 @@ def recording_records(recording) -> int:
 def session_bytes(session: SessionState) -> int:
     """A session's price in bytes (module docstring): ``EMPTY_SESSION_BYTES``, plus ``RECORD_BYTES`` per record of
     what its state shows."""
-    return EMPTY_SESSION_BYTES + RECORD_BYTES * sum(recording_records(v) for v in session.state_data.values() if v is not None)
+    return EMPTY_SESSION_BYTES + RECORD_BYTES * sum(
+        recording_records(v) for v in session.state_data.values() if v is not None
+    )
 
 
 class SessionStore(StateHolder):
@@ -232,10 +235,14 @@ class SessionStore(StateHolder):
             now = datetime.datetime.now()
             left = [self.ttl_s - (now - self.time_last_used.get(s, now)).total_seconds() for s in self.session_data]
             minutes = max(1, round(min(left, default=self.ttl_s) / 60))
-            return (f"The server is full: it keeps at most {self.memory_bytes / 2**20:.0f} MB of visitors' shown runs "
-                    f"({len(self.session_data)} sessions now), and every session it could let go belongs to a visitor within a "
-                    f"fair share ({self.fair_share(address) / 2**20:.0f} MB per address). Your run would be shown but not kept. "
-                    f"The oldest of them expires in about {minutes} min (SPECVIZ_SESSION_MEMORY_MB raises the limit).")
+            return (
+                f"The server is full: it keeps at most {self.memory_bytes / 2**20:.0f} MB of visitors' shown runs "
+                f"({len(self.session_data)} sessions now), and every session it could let go belongs to a visitor "
+                "within a "
+                f"fair share ({self.fair_share(address) / 2**20:.0f} MB per address). Your run would be shown but not "
+                "kept. "
+                f"The oldest of them expires in about {minutes} min (SPECVIZ_SESSION_MEMORY_MB raises the limit)."
+            )
 
     def _victims(self, address: str, need_bytes: int, need_count: int) -> list[str] | None:
         """The sessions to drop so that ``need_count`` more sessions costing ``need_bytes`` fit (module docstring's
@@ -271,7 +278,9 @@ class SessionStore(StateHolder):
         for s in held.get(address, ()):  # the newcomer's own address: a session of its that shows nothing
             if not shows_run(self.session_data[s]):
                 return s
-        addresses = {owners.get(s, "") for s in self.session_data if s not in taken} | ({address} if address is not None else set())
+        addresses = {owners.get(s, "") for s in self.session_data if s not in taken} | (
+            {address} if address is not None else set()
+        )
         count_share, byte_share = self.capacity / max(1, len(addresses)), self.memory_bytes / max(1, len(addresses))
         count, cost = dict.fromkeys(held, 0), dict.fromkeys(held, 0)
         for s in self.session_data:
@@ -302,7 +311,9 @@ class SessionStore(StateHolder):
         super().delete_all_expired_state()
         now = datetime.datetime.now()
         with self.lock:
-            stale = [s for s in self.session_data if (now - self.time_last_used.get(s, now)).total_seconds() > self.ttl_s]
+            stale = [
+                s for s in self.session_data if (now - self.time_last_used.get(s, now)).total_seconds() > self.ttl_s
+            ]
             for session_id in stale:
                 self._drop(session_id)
             shed = self._shed()
@@ -313,13 +324,18 @@ class SessionStore(StateHolder):
             free_memory("cpu")
 
     def _forget_queue_records(self) -> int:
-        """Drop Gradio's queue records (message queue, unread event ids) of hashes orphaned for ``ttl_s``; how many went.
+        """Drop Gradio's queue records (message queue, unread event ids) of hashes orphaned for ``ttl_s``; how many
+        went.
 
         Runs on the event loop, as the queue's own changes to these records do, so none changes under it."""
         queue = getattr(getattr(self, "blocks", None), "_queue", None)
         if queue is None:
             return 0
-        messages, unread, live = queue.pending_messages_per_session, queue.pending_event_ids_session, queue.event_ids_to_events
+        messages, unread, live = (
+            queue.pending_messages_per_session,
+            queue.pending_event_ids_session,
+            queue.event_ids_to_events,
+        )
         orphans, now, gone = self.orphans, time.monotonic(), 0
         hashes = set(messages) | set(unread)
         for session in hashes:

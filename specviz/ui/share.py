@@ -30,7 +30,8 @@ alone. So a short run's wait is bounded by size, not by who used what:
 - ``job_seconds``: a Generate or /run job's expected device time, read from its inputs before it starts (max new
   tokens, gamma, the token tree; ``specviz.ui.sizing.run_seconds``), the auto tree's calibration in it (its cap,
   as ZeroGPU is asked for: three addresses looping a 1-token auto job with a new temperature each time were
-  sized by their one token, went ahead of an 8-token Generate and made it take 6.6x its time alone). The queue (``specviz.ui.admission``) orders
+  sized by their one token, went ahead of an 8-token Generate and made it take 6.6x its time alone). The queue
+  (``specviz.ui.admission``) orders
   waiting jobs by ``place``: arrival time plus expected seconds, so a short job goes ahead of long ones that came
   at most about the long one's size earlier, and a long job is never starved: every job that arrives more than its
   own size after it goes behind it (aging, with a wait of one second worth one second of size);
@@ -65,11 +66,14 @@ DEVICE = "device"  # the concurrency id of Generate and /run (specviz.ui.layout)
 LONG = "long"  # the concurrency id of Compare, Batch and the sweep
 TURN_POLL_S = 0.1  # how often a long job waiting for its turn looks again
 YIELD_RATIO = 2.0  # a running job gives way to a waiting one expected to take at most 1/YIELD_RATIO of its time
-SHORT_TOKENS = 8  # a run no longer than a chain of this many tokens never gives way to a shorter one: it ends soon anyway
-YIELDS_PER_MINUTE = whole_number("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)  # times one address may make others' jobs give way (0: never)
+# a run no longer than a chain of this many tokens never gives way to a shorter one: it ends soon anyway
+SHORT_TOKENS = 8
+# times one address may make others' jobs give way (0: never)
+YIELDS_PER_MINUTE = whole_number("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
 # The inputs of a device job that size it, by endpoint: (gamma, max new tokens, token tree) positions in its data.
 SIZED_FIELDS = {"generate": (2, 6, 14), "run": (2, 6, 12)}
-LARGEST_S = run_seconds(MAX_NEW_TOKENS_RANGE[1], GAMMA_RANGE[1], "chain")  # a job whose size cannot be read counts as this
+# a job whose size cannot be read counts as this
+LARGEST_S = run_seconds(MAX_NEW_TOKENS_RANGE[1], GAMMA_RANGE[1], "chain")
 SHORT_S = run_seconds(SHORT_TOKENS)
 
 _lock = threading.Lock()
@@ -110,7 +114,10 @@ def sized(gamma, max_new_tokens, tree="chain") -> float | None:
 
     if not (number(gamma) and number(max_new_tokens) and gamma == int(gamma) and max_new_tokens == int(max_new_tokens)):
         return None
-    if not (GAMMA_RANGE[0] <= gamma <= GAMMA_RANGE[1] and MAX_NEW_TOKENS_RANGE[0] <= max_new_tokens <= MAX_NEW_TOKENS_RANGE[1]):
+    if not (
+        GAMMA_RANGE[0] <= gamma <= GAMMA_RANGE[1]
+        and MAX_NEW_TOKENS_RANGE[0] <= max_new_tokens <= MAX_NEW_TOKENS_RANGE[1]
+    ):
         return None
     tree = "chain" if tree in (None, "") else tree
     if not isinstance(tree, str) or tree not in TREES:
@@ -193,12 +200,21 @@ def others_waiting(request, waiting: tuple[str, ...] = (DEVICE,), running: tuple
         events = queue.event_queue_per_concurrency_id.get(concurrency_id)
         if events is not None and any(client_address(e.request) != mine for e in list(events.queue)):
             return True
-    return bool(running) and any(e.concurrency_id in running and e.alive and client_address(e.request) != mine
-                                 for jobs in list(queue.active_jobs) if jobs for e in list(jobs))
+    return bool(running) and any(
+        e.concurrency_id in running and e.alive and client_address(e.request) != mine
+        for jobs in list(queue.active_jobs)
+        if jobs
+        for e in list(jobs)
+    )
 
 
-def must_yield(request, started: float, share_s: float | None = None, waiting: tuple[str, ...] = (DEVICE,),
-               running: tuple[str, ...] = ()) -> bool:
+def must_yield(
+    request,
+    started: float,
+    share_s: float | None = None,
+    waiting: tuple[str, ...] = (DEVICE,),
+    running: tuple[str, ...] = (),
+) -> bool:
     """Whether a device job that started at ``started`` (time.monotonic) has had its share while others wait
     (``others_waiting`` with ``waiting`` and ``running``)."""
     share_s = SHARE_S if share_s is None else share_s
@@ -207,8 +223,11 @@ def must_yield(request, started: float, share_s: float | None = None, waiting: t
 
 def yielded_note(seconds: float) -> str:
     """What a job that gave the device up says."""
-    return (f"Stopped after {seconds:.0f} s on the device so that another visitor waiting could run: while others wait, each "
-            f"job keeps the device at most {SHARE_S:.0f} s. Ask for fewer tokens, or try again when the queue is empty.")
+    return (
+        f"Stopped after {seconds:.0f} s on the device so that another visitor waiting could run: while others wait, "
+        "each "
+        f"job keeps the device at most {SHARE_S:.0f} s. Ask for fewer tokens, or try again when the queue is empty."
+    )
 
 
 class Held:
@@ -221,7 +240,13 @@ class Held:
     Usage: ``with Held(request, expected_s) as held: ... if held.over(): ...``.
     """
 
-    def __init__(self, request, expected_s: float | None = None, waiting: tuple[str, ...] = (DEVICE,), running: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        request,
+        expected_s: float | None = None,
+        waiting: tuple[str, ...] = (DEVICE,),
+        running: tuple[str, ...] = (),
+    ):
         self.request, self.started = request, time.monotonic()
         self.expected_s, self.waiting, self.running = expected_s, waiting, running
         self.for_shorter = False  # it gave way to a shorter job (not its share)
@@ -239,9 +264,12 @@ class Held:
     def note(self) -> str:
         seconds = time.monotonic() - self.started
         if self.for_shorter:
-            return (f"Stopped after {seconds:.0f} s on the device so that a shorter job of another visitor, waiting, could run: a run gives "
-                    f"the device up at its next round to a job expected to take at most 1/{YIELD_RATIO:.0f} of its time. "
-                    "Ask for fewer tokens, or try again in a moment.")
+            return (
+                f"Stopped after {seconds:.0f} s on the device so that a shorter job of another visitor, waiting, could "
+                "run: a run gives "
+                f"the device up at its next round to a job expected to take at most 1/{YIELD_RATIO:.0f} of its time. "
+                "Ask for fewer tokens, or try again in a moment."
+            )
         return yielded_note(seconds)
 
     def __enter__(self) -> "Held":

@@ -65,7 +65,8 @@ def on_cpu(pair) -> bool:
 
 
 def sized(req, pair, steps_per_token: float, cap_s: float):
-    """(``req`` with the tokens its job decodes here, the note saying so): on a CPU ``cpu_tokens``, elsewhere as asked."""
+    """(``req`` with the tokens its job decodes here, the note saying so): on a CPU ``cpu_tokens``, elsewhere as
+    asked."""
     if not on_cpu(pair):
         return req, ""
     tokens = cpu_tokens(steps_per_token, cap_s, req.max_new_tokens)

@@ -31,15 +31,36 @@ def cut_short(points: list, max_new_tokens: int, by_you: bool, shared: bool = Fa
     if shared:
         return f"{shared_said()} {after}: {missing}"
     fits = max(1, max_new_tokens * len(done) // len(SWEEP_GAMMAS))
-    guess = (f" At {max_new_tokens} tokens {len(done)} of {len(SWEEP_GAMMAS)} gammas fit, so about {fits} should fit all of them."
-             if done else "")
-    return (f"at its time limit of {SWEEP_SECONDS_MAX:.0f} s {after}: {missing} Fewer max new tokens would finish it "
-            f"(each gamma decodes them twice, speculative and autoregressive).{guess}")
+    guess = (
+        f" At {max_new_tokens} tokens {len(done)} of {len(SWEEP_GAMMAS)} gammas fit, so about {fits} should fit all of "
+        "them."
+        if done
+        else ""
+    )
+    return (
+        f"at its time limit of {SWEEP_SECONDS_MAX:.0f} s {after}: {missing} Fewer max new tokens would finish it "
+        f"(each gamma decodes them twice, speculative and autoregressive).{guess}"
+    )
 
 
-def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed, rec: Recording | None, chat=True,
-              custom_drafter="", custom_target="", repetition_penalty=1.0, drafter_kind="model", gamma_schedule="constant",
-              progress=gr.Progress(), request: gr.Request = None):
+def run_sweep(
+    pair_name,
+    prompt,
+    temperature,
+    top_k,
+    top_p,
+    max_new_tokens,
+    seed,
+    rec: Recording | None,
+    chat=True,
+    custom_drafter="",
+    custom_target="",
+    repetition_penalty=1.0,
+    drafter_kind="model",
+    gamma_schedule="constant",
+    progress=gr.Progress(),
+    request: gr.Request = None,
+):
     """Decode the prompt with gamma = 1..8 (same seed, sampling, drafter kind and gamma schedule; a
     schedule starts each run at its gamma) and plot each against the theory.
 
@@ -51,26 +72,48 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
     share of the device once another visitor's job runs or waits (``specviz.ui.share``: it starts only when no
     other visitor's run is on the device).
     """
-    req = RunRequest.checked(pair_name, prompt, SWEEP_GAMMAS[-1], temperature, top_k, top_p, max_new_tokens, seed, chat,
-                             custom_drafter, custom_target, drafter_kind, gamma_schedule, repetition_penalty)
+    req = RunRequest.checked(
+        pair_name,
+        prompt,
+        SWEEP_GAMMAS[-1],
+        temperature,
+        top_k,
+        top_p,
+        max_new_tokens,
+        seed,
+        chat,
+        custom_drafter,
+        custom_target,
+        drafter_kind,
+        gamma_schedule,
+        repetition_penalty,
+    )
     label = sweep_label(Sweep(0.0, 0.0, drafter=req.drafter_kind, schedule=req.gamma_schedule))
-    doing = (f"Sweep ({label}): measuring the autoregressive baseline, then gamma {SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]}, "
-             "each in turns with a baseline of its own…")
+    doing = (
+        f"Sweep ({label}): measuring the autoregressive baseline, then gamma {SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]}, "
+        "each in turns with a baseline of its own…"
+    )
     pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
-    req, note = sized(req, pair, sweep_steps(len(SWEEP_GAMMAS)), SWEEP_SECONDS_MAX)  # on a CPU: the tokens that fit its cap
+    # on a CPU: the tokens that fit its cap
+    req, note = sized(req, pair, sweep_steps(len(SWEEP_GAMMAS)), SWEEP_SECONDS_MAX)
     yield dict(sweep_status=doing + note)  # what runs, at once (the first point comes after a whole baseline)
     halt = Halt(request, SWEEP_SECONDS_MAX)
     session = halt.session
     sweep = None
     with state.job(session), halt.device_turn() as turn:  # its turn and share of the device (specviz.ui.share)
-        for sweep in sweep_on_device(req, halt.for_device(), device_owner=state.device_owner(request)) if turn.started else ():
+        for sweep in (
+            sweep_on_device(req, halt.for_device(), device_owner=state.device_owner(request)) if turn.started else ()
+        ):
             if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                 break
             done = len(sweep.points)
             sweep.drafter = sweep.drafter or req.drafter_kind  # labelled from the first yield on
-            yield dict(sweep_plot=sweep_figure(sweep),
-                       sweep_status=f"Sweep ({sweep_label(sweep)}): {'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} "
-                                    f"({done} of {len(SWEEP_GAMMAS)})…")
+            yield dict(
+                sweep_plot=sweep_figure(sweep),
+                sweep_status=f"Sweep ({sweep_label(sweep)}): "
+                             f"{'baseline measured' if not done else f'gamma {sweep.points[-1].gamma} done'} "
+                f"({done} of {len(SWEEP_GAMMAS)})…",
+            )
     if halt.reason == GONE:
         return  # nobody listens: the device went to the next visitor within a round
     points = sweep.points if sweep is not None else []
@@ -79,14 +122,18 @@ def run_sweep(pair_name, prompt, temperature, top_k, top_p, max_new_tokens, seed
         yield dict(sweep_plot=sweep_figure(sweep), sweep_status=f"Sweep stopped {why}")
         return
     best = max(points, key=lambda p: sweep.speedup(p) or 0.0)
-    fastest = f"fastest measured gamma {best.gamma} (whole-run tok/s ratio {sweep.speedup(best):.2f}×, prefill included)"
+    fastest = (
+        f"fastest measured gamma {best.gamma} (whole-run tok/s ratio {sweep.speedup(best):.2f}×, prefill included)"
+    )
     if len(points) == len(SWEEP_GAMMAS):
         status = f"Sweep done ({sweep_label(sweep)}): {fastest}."
     else:
         status = f"Sweep ({sweep_label(sweep)}) stopped {why} Of those measured: {fastest}."
     out = dict(sweep_plot=sweep_figure(sweep), sweep_status=status)
     if rec is not None:
-        out["recording"] = Recording(rec.speculative, rec.baseline, sweep, rec.title, rec.prompt, rec.chat, rec.auto, rec.made_by)
+        out["recording"] = Recording(
+            rec.speculative, rec.baseline, sweep, rec.title, rec.prompt, rec.chat, rec.auto, rec.made_by
+        )
         out["download"] = gr.DownloadButton(value=save_for_download(out["recording"], session), interactive=True)
         out["export_file"] = None
     yield out

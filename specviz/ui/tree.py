@@ -37,15 +37,24 @@ def tree_spec(choice: str) -> TreeSpec | None:
     return build() if build else None
 
 
-def resolve_tree(choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | None = None) -> tuple[TreeSpec | None, int, str]:
+def resolve_tree(
+    choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | None = None
+) -> tuple[TreeSpec | None, int, str]:
     """(tree, gamma, sentence) a run drafts with: the choice's own and ``gamma``, or for auto the tree
     or chain ``specviz.engine.tree.auto`` predicts fastest for this pair, drafter, sampling and device,
     with the sentence that states it and its inputs ("" otherwise). Raises as ``resolve``."""
     return resolve(choice, pair, drafter, sampling, gamma, stop)[:3]
 
 
-def resolve(choice: str, pair, drafter, sampling, gamma: int, stop: StopCheck | None = None,
-            progress: ProgressReport | None = None) -> tuple[TreeSpec | None, int, str, dict | None]:
+def resolve(
+    choice: str,
+    pair,
+    drafter,
+    sampling,
+    gamma: int,
+    stop: StopCheck | None = None,
+    progress: ProgressReport | None = None,
+) -> tuple[TreeSpec | None, int, str, dict | None]:
     """``resolve_tree``'s three, and for auto the choice's record (``AutoTree.record``: plain data a
     recording keeps and the Theory tab draws from; None otherwise).
 
@@ -70,13 +79,17 @@ def resolve_steps(choice: str, pair, drafter, sampling, gamma: int, stop: StopCh
 
     cap = Deadline.after(CALIBRATION_SECONDS_MAX)
     try:
-        auto = yield from auto_for_pair_steps(pair, drafter, sampling, max_new_tokens=32, max_nodes=32, stop=either(stop, cap))
+        auto = yield from auto_for_pair_steps(
+            pair, drafter, sampling, max_new_tokens=32, max_nodes=32, stop=either(stop, cap)
+        )
     except Stopped:
         if not cap():
             raise
-        raise mistake(f"token tree: measuring this pair on this device for auto takes longer than its limit of "
-                      f"{CALIBRATION_SECONDS_MAX:.0f} s here (a slow or busy machine); choose the chain or a hand-made tree",
-                      "Token tree") from None
+        raise mistake(
+            f"token tree: measuring this pair on this device for auto takes longer than its limit of "
+            f"{CALIBRATION_SECONDS_MAX:.0f} s here (a slow or busy machine); choose the chain or a hand-made tree",
+            "Token tree",
+        ) from None
     return auto.tree, auto.gamma, auto.choice.sentence(), auto.record()
 
 

@@ -16,8 +16,10 @@ LABELS = {"alpha": "α: the chance a draft is accepted", "gamma": "γ: drafts pe
 
 def sliders() -> dict[str, gr.Slider]:
     """The four sliders, at ``WHATIF_DEFAULT``, each refusing a value outside ``WHATIF`` by name."""
-    return {key: CheckedSlider(lo, hi, value=WHATIF_DEFAULT[key], step=step, label=LABELS[key], elem_id=f"sv-whatif-{key}")
-            for key, (lo, hi, step) in WHATIF.items()}
+    return {
+        key: CheckedSlider(lo, hi, value=WHATIF_DEFAULT[key], step=step, label=LABELS[key], elem_id=f"sv-whatif-{key}")
+        for key, (lo, hi, step) in WHATIF.items()
+    }
 
 
 def _run(rec) -> tuple:
@@ -34,8 +36,10 @@ def whatif(alpha, gamma, c, v, rec: Recording | None = None) -> dict:
     if float(gamma) != int(gamma):
         raise mistake(f"{LABELS['gamma']} must be a whole number from 1 to {WHATIF['gamma'][1]}.", title="Bad gamma")
     spec, baseline = _run(rec)
-    return dict(whatif_note=whatif_markdown(float(alpha), int(gamma), float(c), float(v)),
-                whatif_plot=whatif_figure(float(alpha), int(gamma), float(c), float(v), spec, baseline))
+    return dict(
+        whatif_note=whatif_markdown(float(alpha), int(gamma), float(c), float(v)),
+        whatif_plot=whatif_figure(float(alpha), int(gamma), float(c), float(v), spec, baseline),
+    )
 
 
 def whatif_from_run(rec: Recording | None = None) -> dict:

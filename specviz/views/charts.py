@@ -26,7 +26,8 @@ FIT_SCRIPT = """
   if (window.svFit) return;
   const fit = new ResizeObserver((entries) => entries.forEach((e) => {
     const gd = e.target, w = Math.round(e.contentRect.width);
-    if (w > 0 && window.Plotly && gd._fullLayout && Math.abs(gd._fullLayout.width - w) > 1) window.Plotly.relayout(gd, {width: w});
+    if (w > 0 && window.Plotly && gd._fullLayout && Math.abs(gd._fullLayout.width - w) > 1)
+      window.Plotly.relayout(gd, {width: w});
   }));
   window.svFit = fit;
   const watch = (root) => {
@@ -51,10 +52,23 @@ def _look() -> go.layout.Template:
     2-D part, kept once here and assigned as one object, costs about 2.5 ms."""
     white = pio.templates["plotly_white"]
     layout = white.layout.to_plotly_json()
-    keep = ("autotypenumbers", "colorway", "font", "hovermode", "hoverlabel", "paper_bgcolor", "plot_bgcolor", "xaxis", "yaxis",
-            "shapedefaults", "annotationdefaults", "title")
-    return go.layout.Template(layout={k: layout[k] for k in keep if k in layout},
-                              data=dict(bar=white.data.bar, scatter=white.data.scatter))
+    keep = (
+        "autotypenumbers",
+        "colorway",
+        "font",
+        "hovermode",
+        "hoverlabel",
+        "paper_bgcolor",
+        "plot_bgcolor",
+        "xaxis",
+        "yaxis",
+        "shapedefaults",
+        "annotationdefaults",
+        "title",
+    )
+    return go.layout.Template(
+        layout={k: layout[k] for k in keep if k in layout}, data=dict(bar=white.data.bar, scatter=white.data.scatter)
+    )
 
 
 LOOK = _look()
@@ -69,8 +83,17 @@ def style_figure(fig: go.Figure, title: str, x: str | None, y: str | None) -> go
     fig.update_layout(
         # The title sits below the band plotly's toolbar (the modebar) takes at the figure's top, so
         # the toolbar never covers it: on a phone it is always shown and the title spans the width.
-        title=dict(text=title, font=dict(size=18), x=0, xref="paper", xanchor="left", y=1, yref="container", yanchor="top",
-                   pad=dict(t=TOOLBAR_PX)),
+        title=dict(
+            text=title,
+            font=dict(size=18),
+            x=0,
+            xref="paper",
+            xanchor="left",
+            y=1,
+            yref="container",
+            yanchor="top",
+            pad=dict(t=TOOLBAR_PX),
+        ),
         template=LOOK,
         font=dict(size=15),  # read from the back of a room on a projector (plotly's 12 was too small)
         height=420,
@@ -99,8 +122,11 @@ def legend_room(fig: go.Figure, plot_px: int) -> go.Figure:
     plot itself keeps ``plot_px`` of height."""
     bottom = AXIS_PX + 12 + max(2, legend_entries(fig)) * LEGEND_ROW_PX
     top = fig.layout.margin.t or 0
-    return fig.update_layout(height=top + plot_px + bottom, margin=dict(b=bottom),
-                             legend=dict(yref="container", y=0, yanchor="bottom", valign="top"))
+    return fig.update_layout(
+        height=top + plot_px + bottom,
+        margin=dict(b=bottom),
+        legend=dict(yref="container", y=0, yanchor="bottom", valign="top"),
+    )
 
 
 def acceptance_figure(trace: Trace) -> go.Figure:
@@ -108,24 +134,55 @@ def acceptance_figure(trace: Trace) -> go.Figure:
     (accepted + rejected) over the rounds up to each), and each round's mean beta
     (sum_x min(p, q) averaged over its tested drafts; Leviathan et al. 2023, Def. 3.1)."""
     rounds = list(range(1, len(trace.rounds) + 1))
+
     # A tree round counts every node (its drafts hold the accepted path only).
-    count = lambda verdict: [sum(d.verdict == verdict for d in (r.tree.nodes if r.tree is not None else r.drafts))  # noqa: E731
-                             for r in trace.rounds]
+    def count(verdict: str) -> list[int]:
+        return [
+            sum(d.verdict == verdict for d in (r.tree.nodes if r.tree is not None else r.drafts)) for r in trace.rounds
+        ]
+
     running, acc, rej = [], 0, 0
     for r in trace.rounds:
         acc += r.accepted_count
         rej += r.rejected_count
         running.append(metrics.alpha(acc, rej))
-    mean_beta = [metrics.mean(d.beta for d in r.drafts if d.verdict != "discarded" and d.beta is not None) for r in trace.rounds]
-    lines = [go.Scatter(x=rounds, y=running, name="alpha so far (accepted / tested)", yaxis="y2", mode="lines", line=dict(color="#333", width=2))]
+    mean_beta = [
+        metrics.mean(d.beta for d in r.drafts if d.verdict != "discarded" and d.beta is not None) for r in trace.rounds
+    ]
+    lines = [
+        go.Scatter(
+            x=rounds,
+            y=running,
+            name="alpha so far (accepted / tested)",
+            yaxis="y2",
+            mode="lines",
+            line=dict(color="#333", width=2),
+        )
+    ]
     if any(b is not None for b in mean_beta):
-        lines.append(go.Scatter(x=rounds, y=mean_beta, name="mean beta of the round", yaxis="y2", mode="lines+markers",
-                                line=dict(color=PURPLE, width=1.5, dash="dot"), marker=dict(size=4)))
+        lines.append(
+            go.Scatter(
+                x=rounds,
+                y=mean_beta,
+                name="mean beta of the round",
+                yaxis="y2",
+                mode="lines+markers",
+                line=dict(color=PURPLE, width=1.5, dash="dot"),
+                marker=dict(size=4),
+            )
+        )
     gammas = [r.gamma for r in trace.rounds]
     if len({g for g in gammas if g is not None}) > 1:
         # A gamma schedule at work: each round's allowed drafts, as a step line over the bars.
-        lines.append(go.Scatter(x=rounds, y=gammas, name="gamma of the round (allowed drafts)", mode="lines",
-                                line=dict(color=BLUE, width=1.5, shape="hvh", dash="dash")))
+        lines.append(
+            go.Scatter(
+                x=rounds,
+                y=gammas,
+                name="gamma of the round (allowed drafts)",
+                mode="lines",
+                line=dict(color=BLUE, width=1.5, shape="hvh", dash="dash"),
+            )
+        )
     fig = go.Figure(
         [
             go.Bar(x=rounds, y=count("accepted"), name="accepted", marker_color=BLUE),
@@ -134,8 +191,11 @@ def acceptance_figure(trace: Trace) -> go.Figure:
             *lines,
         ]
     )
-    fig.update_layout(barmode="stack", yaxis2=dict(overlaying="y", side="right", range=[0, 1.05], title="alpha, beta", showgrid=False))
-    fig.update_xaxes(tick0=1, dtick=1 if len(rounds) <= 20 else None, tickformat="d")  # rounds are whole numbers: no tick at 1.4
+    fig.update_layout(
+        barmode="stack", yaxis2=dict(overlaying="y", side="right", range=[0, 1.05], title="alpha, beta", showgrid=False)
+    )
+    # rounds are whole numbers: no tick at 1.4
+    fig.update_xaxes(tick0=1, dtick=1 if len(rounds) <= 20 else None, tickformat="d")
     return style_figure(fig, "Drafts per round", "round", "drafted tokens")
 
 
@@ -151,7 +211,9 @@ def _steps(trace: Trace) -> tuple[list[float], list[int]]:
 
 def timeline_figure(spec: Trace, baseline: Trace | None = None) -> go.Figure:
     """Generated tokens against wall time (s) for the speculative run and, if given, the baseline."""
-    traces = [(spec, "speculative", SPECULATIVE)] + ([(baseline, "autoregressive", AUTOREGRESSIVE)] if baseline is not None else [])
+    traces = [(spec, "speculative", SPECULATIVE)] + (
+        [(baseline, "autoregressive", AUTOREGRESSIVE)] if baseline is not None else []
+    )
     fig = go.Figure(
         [
             go.Scatter(x=xs, y=ys, name=name, mode="lines", line=dict(shape="hv", color=color, width=2.5))
@@ -189,16 +251,28 @@ def round_costs_figure(spec: Trace, baseline: Trace | None = None) -> go.Figure:
     a marker: a round pays where its bar stays under its marker."""
     times = round_times(spec)
     xs = list(range(1, len(times) + 1))
-    fig = go.Figure([
-        go.Bar(x=xs, y=[t[0] for t in times], name="drafting (drafter passes)", marker_color=PURPLE),
-        go.Bar(x=xs, y=[t[1] for t in times], name="verifying (the target's pass)", marker_color=SPECULATIVE),
-        go.Bar(x=xs, y=[t[2] for t in times], name="the rest (sampling, judging)", marker_color=GREY),
-    ])
+    fig = go.Figure(
+        [
+            go.Bar(x=xs, y=[t[0] for t in times], name="drafting (drafter passes)", marker_color=PURPLE),
+            go.Bar(x=xs, y=[t[1] for t in times], name="verifying (the target's pass)", marker_color=SPECULATIVE),
+            go.Bar(x=xs, y=[t[2] for t in times], name="the rest (sampling, judging)", marker_color=GREY),
+        ]
+    )
     step = target_alone_ms(baseline)
     if step is not None:
-        fig.add_trace(go.Scatter(x=xs, y=[step * len(r.emitted_ids) for r in spec.rounds], mode="markers",
-                                 name=f"the target alone for the round's tokens ({step:.1f} ms a token)",
-                                 marker=dict(symbol="line-ew-open", size=16, color=VERMILLION, line=dict(width=3, color=VERMILLION))))
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=[step * len(r.emitted_ids) for r in spec.rounds],
+                mode="markers",
+                name=f"the target alone for the round's tokens ({step:.1f} ms a token)",
+                marker=dict(symbol="line-ew-open", size=16, color=VERMILLION, line=dict(width=3, color=VERMILLION)),
+            )
+        )
     fig.update_layout(barmode="stack")
-    return style_figure(fig, "Time per round: a round pays where its bar stays under the red mark"
-                        if step is not None else "Time per round", "round", "ms")
+    return style_figure(
+        fig,
+        "Time per round: a round pays where its bar stays under the red mark" if step is not None else "Time per round",
+        "round",
+        "ms",
+    )

@@ -15,8 +15,8 @@ EXPLANATION = r"""
 ### How one round works
 1. **Drafting.** The small **drafter** proposes **gamma** ($\gamma$) tokens one after another, each sampled from its
    distribution $q$ after the sampling settings (temperature, then top-k, then top-p) are applied.
-2. **Verification.** The large **target** scores the context and all $\gamma$ drafts in **one forward pass**, which gives
-   its own processed distributions $p_1, \dots, p_{\gamma+1}$: one per draft and one after the last.
+2. **Verification.** The large **target** scores the context and all $\gamma$ drafts in **one forward pass**, which
+   gives its own processed distributions $p_1, \dots, p_{\gamma+1}$: one per draft and one after the last.
 3. **Acceptance test.** Draft $x_i$ is **accepted** when a uniform draw $u_i \in [0, 1)$ satisfies
    $$u_i < \min\left(1, \frac{p_i(x_i)}{q_i(x_i)}\right).$$
    A draft the target likes at least as much as the drafter ($p \ge q$) is always kept.
@@ -50,7 +50,8 @@ If each tested draft is accepted independently with probability $\alpha$, a roun
 $$E[\text{tokens per round}] = \frac{1 - \alpha^{\gamma+1}}{1 - \alpha} \qquad \text{(Eq. 1)}$$
 and, since a round costs $\gamma$ drafter passes and one target pass, the walltime speedup is
 $$\text{speedup} = \frac{1 - \alpha^{\gamma+1}}{(1 - \alpha)(\gamma c + 1)} \qquad \text{(Thm 3.8)}.$$
-The **optimal gamma** maximises it: a cheaper drafter (small $c$) or a better one (large $\alpha$) pays for longer drafts.
+The **optimal gamma** maximises it: a cheaper drafter (small $c$) or a better one (large $\alpha$) pays for longer
+drafts.
 The number of accepted drafts per round then follows a capped geometric law,
 $P(k) = (1-\alpha)\alpha^k$ for $k < \gamma$ and $P(\gamma) = \alpha^\gamma$, and the $i$-th draft is accepted with
 probability $\alpha^i$.
@@ -87,9 +88,10 @@ the next, and a slow stretch that falls on more of the target alone's steps than
 a short run has few passes, so one slow one moves the mean (the page shows $v$ only from 8 passes of each). On a CPU
 the matrix products of several tokens may take another routine than one token's (How this machine computes, in the
 status); measured on the 2-core CPUs specviz was tried on, that keeps $v$ near 1 (bf16: 9 rows of the output layer's
-shape cost 1.06 times one row) or above it (fp32 with routed products: 5 rows 1.1 to 1.2 times one row), not well below. Read a $v$ under 1 as "about one step".
+shape cost 1.06 times one row) or above it (fp32 with routed products: 5 rows 1.1 to 1.2 times one row), not well below.
+Read a $v$ under 1 as "about one step".
 
-""".replace("SPEEDUP_DECODING", SPEEDUP_DECODING)  # the one speedup's name, word for word as everywhere
+""".replace("SPEEDUP_DECODING", SPEEDUP_DECODING)  # noqa: E501  (a table's rows are one line each); the one speedup's name, word for word as everywhere
 
 
 THEORY_NOTE = r"""
@@ -119,7 +121,12 @@ def explanation_markdown(runs: Sequence[tuple] = (), logs: Mapping[str, Mapping]
     return EXPLANATION + measured_markdown(runs, logs or {})
 
 
-_SETTINGS = {"greedy": "greedy", "t0.7-p0.9": "temperature 0.7, top-p 0.9", "t0.7": "temperature 0.7", "t1": "temperature 1"}
+_SETTINGS = {
+    "greedy": "greedy",
+    "t0.7-p0.9": "temperature 0.7, top-p 0.9",
+    "t0.7": "temperature 0.7",
+    "t1": "temperature 1",
+}
 
 
 def _code(text) -> str:
@@ -177,24 +184,41 @@ def measured_markdown(runs: Sequence[tuple], logs: Mapping[str, Mapping]) -> str
         fastest = ""
         if speedups:
             s, g = max(speedups)
-            fastest = (f" Highest tok/s ratio measured: gamma {g}, {s:.2f}× its own autoregressive baseline's tokens/s (whole runs, "
-                       "prefill included), on the machine that recorded it.")
+            fastest = (
+                f" Highest tok/s ratio measured: gamma {g}, {s:.2f}× its own autoregressive baseline's tokens/s (whole "
+                "runs, "
+                "prefill included), on the machine that recorded it."
+            )
         lines.append(
-            f"- **{_code(pair)} pair** ({models}), {_sampling(rec.speculative.settings)}: the prepared recording {_code(name)} "
-            f"(its run: {run_label(rec.speculative)}; its sweep: gamma {fit[0][0]}..{fit[-1][0]}). Alpha (accepted / tested drafts) "
-            f"{min(alphas):.2f}–{max(alphas):.2f}; Eq. (1) from each gamma's alpha predicts its measured tokens per round "
+            f"- **{_code(pair)} pair** ({models}), {_sampling(rec.speculative.settings)}: the prepared recording "
+            f"{_code(name)} "
+            f"(its run: {run_label(rec.speculative)}; its sweep: gamma {fit[0][0]}..{fit[-1][0]}). Alpha (accepted / "
+            "tested drafts) "
+            f"{min(alphas):.2f}–{max(alphas):.2f}; Eq. (1) from each gamma's alpha predicts its measured tokens per "
+            "round "
             f"(emitted / rounds) within {worst:.1%} (the largest gap, at gamma {at}; mean gap "
-            f"{sum(x for x, _ in gaps) / len(gaps):.1%}).{fastest}")
+            f"{sum(x for x, _ in gaps) / len(gaps):.1%}).{fastest}"
+        )
     drafter = (logs.get("English drafter") or {}).get("held_out_mean_beta")
     if isinstance(drafter, Mapping):
-        kept = {k: v for k, v in drafter.items() if k in _SETTINGS and isinstance(v, Mapping) and _share(v.get("mean_beta")) is not None}
+        kept = {
+            k: v
+            for k, v in drafter.items()
+            if k in _SETTINGS and isinstance(v, Mapping) and _share(v.get("mean_beta")) is not None
+        }
         figures = [f"{_share(v['mean_beta']):.3f} ({_SETTINGS[k]})" for k, v in kept.items()]
         positions = {v.get("positions") for v in kept.values()}
         if figures:
             n = next(iter(positions))
-            over = f" over {n:,} drafted positions each" if len(positions) == 1 and isinstance(n, int) and not isinstance(n, bool) else ""
-            lines.append(f"- **English drafter** (its training log, held-out prompts): mean beta {'; '.join(figures)}{over}; "
-                         "mean beta estimates alpha, and greedy it is the top-1 agreement with the target.")
+            over = (
+                f" over {n:,} drafted positions each"
+                if len(positions) == 1 and isinstance(n, int) and not isinstance(n, bool)
+                else ""
+            )
+            lines.append(
+                f"- **English drafter** (its training log, held-out prompts): mean beta {'; '.join(figures)}{over}; "
+                "mean beta estimates alpha, and greedy it is the top-1 agreement with the target."
+            )
     eagle = (logs.get("EAGLE head") or {}).get("held_out_first_draft")
     if isinstance(eagle, Mapping):
         figures = []
@@ -204,14 +228,22 @@ def measured_markdown(runs: Sequence[tuple], logs: Mapping[str, Mapping]) -> str
                 if beta is not None and top1 is not None:
                     figures.append(f"{_SETTINGS[k]}: mean beta {beta:.3f}, top-1 agreement {top1:.3f}")
         if figures:
-            lines.append(f"- **EAGLE head** for the English pair (its training log, held-out prompts, first draft of a round): "
-                         f"{'; '.join(figures)}.")
+            lines.append(
+                f"- **EAGLE head** for the English pair (its training log, held-out prompts, first draft of a round): "
+                f"{'; '.join(figures)}."
+            )
     if not lines:
-        return "\n### What was measured\nNo prepared recording with a gamma sweep, and no training log, was found with this copy.\n"
-    return ("\n### What was measured\nComputed when the page starts from the prepared recordings and the training logs that "
-            "ship with it, each naming its pair. On a CPU the verify pass costs more than one target step, so compare a "
-            "measured speedup with the prediction that uses the measured $v$ (the Theory tab draws both for the run shown).\n\n"
-            + "\n".join(lines) + "\n")
+        return (
+            "\n### What was measured\nNo prepared recording with a gamma sweep, and no training log, was found "
+            "with this copy.\n"
+        )
+    return (
+        "\n### What was measured\nComputed when the page starts from the prepared recordings and the training logs "
+        "that "
+        "ship with it, each naming its pair. On a CPU the verify pass costs more than one target step, so compare a "
+        "measured speedup with the prediction that uses the measured $v$ (the Theory tab draws both for the run "
+        "shown).\n\n" + "\n".join(lines) + "\n"
+    )
 
 
 BATCH_NOTE = """\
@@ -233,7 +265,8 @@ E[tokens per round] / (gamma c + v) (Leviathan et al. 2023, Thm 3.8 with the ver
 verify pass over B × (gamma + 1) positions does (gamma + 1) times a baseline step's arithmetic, so *v* grows with B;
 and a batch runs until its slowest row is done, carrying the others' padding. Measured on a 2-core CPU with bf16
 instructions, where the pairs run in bf16, **the ratio falls as the batch grows:
-batches of 2 gain a little, batches of 4 and more lose** (English pair, gamma 4, 128 tokens: 1.02×, 1.20×, 0.92×, 0.78× at batch 1, 2, 4, 8;
+batches of 2 gain a little, batches of 4 and more lose** (English pair, gamma 4, 128 tokens: 1.02×, 1.20×, 0.92×, 0.78×
+at batch 1, 2, 4, 8;
 embedded pair: 1.40×, 1.30×, 0.82×, 0.83×). Only where a single sequence's verify pass is itself slow does a small
 batch first help: on that CPU with the English target in fp32 (the form a CPU without bf16 instructions runs), a pass
 over a handful of tokens cost about two steps, a batch made the baseline's step a matrix product as well, and batches

@@ -2,7 +2,8 @@
 server and no network (plotly.js is inlined, fonts are the system's).
 
 It holds the coloured tokens (hover or tap for q, p, min(1, p/q) and u), the stats, the
-round-by-round replay (buttons, and the arrow keys; a token tree run draws each round's tree), the charts, the theory figures and the
+round-by-round replay (buttons, and the arrow keys; a token tree run draws each round's tree), the charts, the theory
+figures and the
 sweep when the recording has one. Every part is one of specviz's views, so the file shows what the
 page shows; every string from the recording is escaped by those views.
 
@@ -33,17 +34,23 @@ from specviz.views.tokens import TIP_CSS, TIP_SCRIPT, legend_html, tokens_html
 # Figures sit in a grid of columns at least 420 px wide (one column on a phone: min(100%, ...)
 # keeps a narrow screen from scrolling sideways); auto-fill keeps the columns' width whether one
 # figure or all are drawn yet.
-_STYLE = """
-body { font-family: ui-sans-serif, system-ui, sans-serif; max-width: 1200px; margin: 24px auto; padding: 0 16px; color: #111; }
+_STYLE = (
+    """
+body {
+  font-family: ui-sans-serif, system-ui, sans-serif; max-width: 1200px; margin: 24px auto; padding: 0 16px; color: #111;
+}
 h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
 .sv-figs { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 420px), 1fr)); gap: 12px; }
 .sv-figs > div, .sv-fig { min-width: 0; }
 .sv-round { display: none; } .sv-round.sv-shown { display: block; }
 .sv-controls { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 8px 0; }
 .sv-controls button { font-size: 14px; padding: 4px 12px; }
-""" + TIP_CSS
+"""
+    + TIP_CSS
+)
 
-_SCRIPT = """
+_SCRIPT = (
+    """
 (function () {
   const rounds = document.querySelectorAll('.sv-round');
   const label = document.getElementById('sv-round-label');
@@ -58,7 +65,8 @@ _SCRIPT = """
     if (trees && treeBox) {
       const fig = trees[i];
       treeBox.style.display = fig ? 'block' : 'none';
-      if (fig) Plotly.react(treeBox, fig.data, Object.assign({}, fig.layout, {autosize: true, width: null}), {displaylogo: false, responsive: true});
+      if (fig) Plotly.react(treeBox, fig.data, Object.assign({}, fig.layout, {autosize: true, width: null}),
+                            {displaylogo: false, responsive: true});
     }
   }
   document.getElementById('sv-prev').onclick = () => show(i - 1);
@@ -69,7 +77,10 @@ _SCRIPT = """
   });
   show(0);
 })();
-""" + FIT_SCRIPT + TIP_SCRIPT
+"""
+    + FIT_SCRIPT
+    + TIP_SCRIPT
+)
 
 
 # What an exported page costs, per part, in bytes: fitted over eleven exports of chain and tree runs
@@ -96,9 +107,15 @@ def export_units(rec) -> int:
 
 def _text_chars(rec) -> int:
     """Characters of token text in both runs (drafts, tree nodes, final tokens and their top tokens)."""
-    return sum(len(r.final_text or "") + sum(len(d.text or "") for d in r.drafts) + sum(len(x.text or "") for x in r.final_top)
-               + (sum(len(n.text or "") for n in r.tree.nodes) if r.tree is not None else 0)
-               for t in (rec.speculative, rec.baseline) if t is not None for r in t.rounds)
+    return sum(
+        len(r.final_text or "")
+        + sum(len(d.text or "") for d in r.drafts)
+        + sum(len(x.text or "") for x in r.final_top)
+        + (sum(len(n.text or "") for n in r.tree.nodes) if r.tree is not None else 0)
+        for t in (rec.speculative, rec.baseline)
+        if t is not None
+        for r in t.rounds
+    )
 
 
 def export_bytes(rec) -> int:
@@ -108,9 +125,17 @@ def export_bytes(rec) -> int:
     nodes = sum(len(r.tree.nodes) for r in spec.rounds if r.tree is not None)
     drafts = sum(len(r.drafts) for r in spec.rounds if r.tree is None)
     siblings = [r.tree.rejected for r in spec.rounds if r.tree is not None]
-    return (_plotly_js_bytes() + _PAGE_BYTES + _ROUND_BYTES * len(spec.rounds) + _DRAFT_BYTES * drafts + _NODE_BYTES * nodes
-            + _SIBLING_BYTES * sum(siblings) + _SIBLINGS_NOTE_BYTES * sum(1 for n in siblings if n)
-            + _BASELINE_ROUND_BYTES * (len(base.rounds) if base is not None else 0) + _CHAR_BYTES * _text_chars(rec))
+    return (
+        _plotly_js_bytes()
+        + _PAGE_BYTES
+        + _ROUND_BYTES * len(spec.rounds)
+        + _DRAFT_BYTES * drafts
+        + _NODE_BYTES * nodes
+        + _SIBLING_BYTES * sum(siblings)
+        + _SIBLINGS_NOTE_BYTES * sum(1 for n in siblings if n)
+        + _BASELINE_ROUND_BYTES * (len(base.rounds) if base is not None else 0)
+        + _CHAR_BYTES * _text_chars(rec)
+    )
 
 
 @functools.cache
@@ -121,8 +146,13 @@ def _plotly_js_bytes() -> int:
 def _figure(fig: go.Figure, elem_id: str) -> str:
     """The figure drawn to fill its box's width (``autosize``; FIT_SCRIPT redraws it when the box changes)."""
     fig = go.Figure(fig).update_layout(autosize=True, width=None)
-    html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=elem_id, default_width="100%",
-                       config={"displaylogo": False, "responsive": True})
+    html = fig.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=elem_id,
+        default_width="100%",
+        config={"displaylogo": False, "responsive": True},
+    )
     return f'<div class="sv-fig">{html}</div>'
 
 
@@ -160,10 +190,15 @@ def export_html(rec) -> str:
     """
     spec, base = rec.speculative, rec.baseline
     title = escape(rec.title or "specviz recording")
-    rounds = "".join(f'<div class="sv-round" data-round="{i + 1}">{round_html(spec, i)}</div>' for i in range(len(spec.rounds)))
+    rounds = "".join(
+        f'<div class="sv-round" data-round="{i + 1}">{round_html(spec, i)}</div>' for i in range(len(spec.rounds))
+    )
     figures = [
-        _figure(acceptance_figure(spec), "sv-acceptance"), _figure(timeline_figure(spec, base), "sv-timeline"),
-        _figure(round_costs_figure(spec, base), "sv-round-costs"), _figure(speedup_figure(spec, base), "sv-speedup"), _figure(accepted_histogram_figure(spec), "sv-histogram"),
+        _figure(acceptance_figure(spec), "sv-acceptance"),
+        _figure(timeline_figure(spec, base), "sv-timeline"),
+        _figure(round_costs_figure(spec, base), "sv-round-costs"),
+        _figure(speedup_figure(spec, base), "sv-speedup"),
+        _figure(accepted_histogram_figure(spec), "sv-histogram"),
         _figure(position_figure(spec), "sv-position"),
     ]
     tree_box, tree_figures = _trees(spec, base)
@@ -174,13 +209,14 @@ def export_html(rec) -> str:
 <title>{title}</title><style>{_STYLE}</style><script>{get_plotlyjs()}</script></head>
 <body>
 <h1>{title}</h1>
-<p>Speculative decoding, recorded by specviz: each draft accepted when u &lt; min(1, p/q), the first rejected one replaced by
-a correction sampled from norm(max(0, p − q)), a bonus token from p when every draft is accepted.</p>
+<p>Speculative decoding, recorded by specviz: each draft accepted when u &lt; min(1, p/q), the first rejected one
+replaced by a correction sampled from norm(max(0, p − q)), a bonus token from p when every draft is accepted.</p>
 {headline_html(spec, base)}{_verdict_sentence(spec, base)}
 {legend_html()}{tokens_html(spec)}
 <h2>Numbers</h2>{_scroll_wide(stats_html(spec, base))}{alpha_html(spec, table=False)}
 <h2>Round by round</h2>
-<div class="sv-controls"><button id="sv-prev">◀ previous</button><span id="sv-round-label"></span><button id="sv-next">next ▶</button>
+<div class="sv-controls"><button id="sv-prev">◀ previous</button><span id="sv-round-label"></span>
+<button id="sv-next">next ▶</button>
 <span style="color:#666;font-size:13px;">(or the arrow keys)</span></div>
 {rounds}{tree_box}
 <h2>Charts and theory</h2><div class="sv-figs">{"".join(figures)}</div>

@@ -55,18 +55,28 @@ def _lane(trace: Trace, label: str, colour: str, scale: float, longest_ms: float
         kinds = ["accepted"] * n_drafts + ([r.final_kind or "target"] if r.final_token_id is not None else [])
         for text, kind in zip(r.emitted_texts, kinds):
             style = STYLES.get(kind, "") if trace.mode == "speculative" else ""
-            spans.append(f'<span class="sv-race-token" style="{style}animation:{anim}f 1ms linear {delay:.0f}ms both;">{escape(text)}</span>')
+            spans.append(
+                f'<span class="sv-race-token" style="{style}animation:{anim}f 1ms linear {delay:.0f}ms '
+                f'both;">{escape(text)}</span>'
+            )
     total = trace.total_ms * scale
     tps = trace.tokens_per_second
-    done = f"{len(trace.output_ids)} tokens in {trace.total_ms / 1000:.2f} s" + (f" · {tps:.0f} tokens/s" if tps else "")
+    done = f"{len(trace.output_ids)} tokens in {trace.total_ms / 1000:.2f} s" + (
+        f" · {tps:.0f} tokens/s" if tps else ""
+    )
     return (
         f'<div class="sv-race-lane" style="margin-bottom:14px;">'
-        f'<div style="display:flex;justify-content:space-between;font-size:14px;margin-bottom:4px;"><b style="color:{colour};">{escape(label)}</b>'
-        f'<span class="sv-race-done" style="color:#333;animation:{anim}f 1ms linear {total:.0f}ms both;">✓ {escape(done)}</span></div>'
+        '<div style="display:flex;justify-content:space-between;font-size:14px;margin-bottom:4px;"><b '
+        f'style="color:{colour};">{escape(label)}</b>'
+        f'<span class="sv-race-done" style="color:#333;animation:{anim}f 1ms linear {total:.0f}ms both;">✓ '
+        f'{escape(done)}</span></div>'
         f'<div title="tokens so far" style="height:8px;background:#eee;border-radius:4px;margin-bottom:6px;">'
-        f'<div style="height:100%;background:{colour};border-radius:4px;animation:{bar} {longest_ms * scale:.0f}ms linear both;"></div></div>'
-        f'<div style="{_MONO}white-space:pre-wrap;font-size:13px;line-height:1.5;min-height:7em;max-height:16em;overflow:auto;'
-        f'border:1px solid #ddd;border-radius:6px;padding:8px;background:#fff;color:#111;overflow-wrap:anywhere;">{"".join(spans)}</div></div>'
+        f'<div style="height:100%;background:{colour};border-radius:4px;animation:{bar} {longest_ms * scale:.0f}ms '
+        'linear both;"></div></div>'
+        '<div '
+        f'style="{_MONO}white-space:pre-wrap;font-size:13px;line-height:1.5;min-height:7em;max-height:16em;overflow:auto;'
+        'border:1px solid '
+        f'#ddd;border-radius:6px;padding:8px;background:#fff;color:#111;overflow-wrap:anywhere;">{"".join(spans)}</div></div>'
     )
 
 
@@ -92,8 +102,11 @@ def race_html(spec: Trace, baseline: Trace | None, slowdown: float = 1.0, nonce:
     pace = _pace(slowdown)
     style = f"<style>@keyframes {anim}f{{from{{opacity:0}}to{{opacity:1}}}}{bars}</style>"
     return (
-        f'{style}<div class="sv-race" style="font-family:ui-sans-serif,system-ui,sans-serif;background:#fff;color:#111;border:1px solid #ddd;border-radius:8px;padding:12px;">'
+        f'{style}<div class="sv-race" '
+        'style="font-family:ui-sans-serif,system-ui,sans-serif;background:#fff;color:#111;border:1px solid '
+        '#ddd;border-radius:8px;padding:12px;">'
         f'<div style="color:#555;font-size:13px;margin-bottom:8px;">Replay of the recorded runs, {escape(pace)}. '
         f'Each token appears when its round ended: speculative tokens arrive in bursts, one burst per target pass. '
-        f'With sampling the two texts differ (same distribution, different random draws); at temperature 0 they are equal.</div>{lanes}</div>'
+        'With sampling the two texts differ (same distribution, different random draws); at temperature 0 they are '
+        f'equal.</div>{lanes}</div>'
     )

@@ -26,7 +26,8 @@ def speedup_formula(basis: str) -> str:
     return SPEEDUP_WHOLE if basis == "whole run" else SPEEDUP_DECODING
 
 
-MIN_ROUNDS = 8  # rounds (verify passes) a spread of the speedup and a measured v need: fewer give one stretch, and a few
+# rounds (verify passes) a spread of the speedup and a measured v need: fewer give one stretch, and a few
+MIN_ROUNDS = 8
 # passes are noise (one slow pass on a busy machine moves their mean by half)
 
 
@@ -92,7 +93,9 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
         "rounds_without_drafts": sum(1 for r in spec.rounds if not (r.tree.nodes if r.tree is not None else r.drafts)),
         "baseline_steps": len(baseline.rounds) if baseline is not None else 0,
         "predicted_speedup": theory.predicted_speedup(alpha, gamma, c) if known else None,
-        "predicted_speedup_verify": theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v) if known and v is not None else None,
+        "predicted_speedup_verify": theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v)
+        if known and v is not None
+        else None,
     }
     out["measured_speedup"], out["measured_speedup_basis"] = headline_speedup(out)
     return out | _tree_predictions(spec, baseline, v) if spec.has_tree else out
@@ -119,11 +122,17 @@ def _tree_predictions(spec: Trace, baseline: Trace | None, v: float | None) -> d
 
     rates = tree_theory.depth_rates(tree_theory.acceptance_by_depth(spec))
     step = theory.target_step_ms(baseline) if baseline is not None else None
-    drafting = metrics.ratio(spec.draft_ms, len(spec.rounds) * step) if step else None  # a round's drafting, in target steps
+    # a round's drafting, in target steps
+    drafting = metrics.ratio(spec.draft_ms, len(spec.rounds) * step) if step else None
     return {
-        "gamma": None, "predicted_speedup": None,
-        "predicted_speedup_verify": tree_theory.predicted_speedup(rates, drafting, v) if rates and drafting is not None and v else None,
-        "tree": True, "nodes_per_round": tree_theory.nodes_per_round(spec), "acceptance_by_depth": rates,
+        "gamma": None,
+        "predicted_speedup": None,
+        "predicted_speedup_verify": tree_theory.predicted_speedup(rates, drafting, v)
+        if rates and drafting is not None and v
+        else None,
+        "tree": True,
+        "nodes_per_round": tree_theory.nodes_per_round(spec),
+        "acceptance_by_depth": rates,
         "predicted_tokens_per_round": tree_theory.expected_tokens_per_round(rates) if spec.rounds else None,
     }
 
@@ -153,13 +162,17 @@ def spread_words(low: float | None, high: float | None, stretches: int, rounds: 
     spans more than TOO_WIDE of the speedup; a run of fewer than MIN_ROUNDS rounds has one stretch, so no spread."""
     if stretches < 2 or low is None or high is None:
         return f"{rounds} round{'s' if rounds != 1 else ''}: a spread needs at least {MIN_ROUNDS}"
-    text = (f"{SPREAD_NAME} {low:.2f}–{high:.2f}× (the middle half of the speedups over {stretches} stretches of "
-            "equal tokens)")
+    text = (
+        f"{SPREAD_NAME} {low:.2f}–{high:.2f}× (the middle half of the speedups over {stretches} stretches of "
+        "equal tokens)"
+    )
     if low <= 1.0 <= high:
         return f"{text}: {NOT_DISTINGUISHABLE}"
     if speedup and (high - low) / speedup > TOO_WIDE:
         side = "above" if low > 1.0 else "below"
-        return text + f": wide, so the figure is rough (run again on a quieter machine), though all of it lies {side} 1x"
+        return (
+            text + f": wide, so the figure is rough (run again on a quieter machine), though all of it lies {side} 1x"
+        )
     return text
 
 
@@ -169,15 +182,23 @@ def _speedup_note(s: dict) -> str:
         return f"{SPEEDUP_WHOLE} (too few rounds for stretches)"
     rates = ""
     if s["speculative_decoding_tokens_per_second"] and s["autoregressive_decoding_tokens_per_second"]:
-        rates = (f" = {s['speculative_decoding_tokens_per_second']:.1f} / {s['autoregressive_decoding_tokens_per_second']:.1f} "
-                 "decoding tok/s")
-    return (f"{SPEEDUP_DECODING} ({s['decoding_tokens']} tokens){rates}; "
-            + spread_words(s["decode_speedup_low"], s["decode_speedup_high"], s["decode_stretches"], s["rounds"], s["measured_speedup"]))
+        rates = (
+            f" = {s['speculative_decoding_tokens_per_second']:.1f} / "
+            f"{s['autoregressive_decoding_tokens_per_second']:.1f} "
+            "decoding tok/s"
+        )
+    return f"{SPEEDUP_DECODING} ({s['decoding_tokens']} tokens){rates}; " + spread_words(
+        s["decode_speedup_low"], s["decode_speedup_high"], s["decode_stretches"], s["rounds"], s["measured_speedup"]
+    )
 
 
 def verify_cost_shown(s: dict) -> float | None:
     """v where a run made enough verify passes and target steps to measure it (MIN_ROUNDS each), else None."""
-    if s.get("verify_cost") is None or s.get("verify_passes", 0) < MIN_ROUNDS or s.get("baseline_steps", 0) < MIN_ROUNDS:
+    if (
+        s.get("verify_cost") is None
+        or s.get("verify_passes", 0) < MIN_ROUNDS
+        or s.get("baseline_steps", 0) < MIN_ROUNDS
+    ):
         return None
     return s["verify_cost"]
 
@@ -192,25 +213,36 @@ def v_below_one(s: dict) -> str:
     if v is None or v >= 1.0:
         return ""
     empty, rounds = s.get("rounds_without_drafts", 0), s.get("rounds", 0)
-    one = (f"{empty} of the {rounds} rounds drafted nothing, so their verify pass scored one token, the same work as a "
-           "step; " if empty and rounds and empty * 2 >= rounds else "")
-    return (f"v {v:.2f} is below 1: on average this run's verify passes took less time than the target alone's one-token "
-            f"steps. Scoring more tokens does not make a pass cheaper; {one}on a busy machine the same pass can take half "
-            "or twice as long from one moment to the next, and a slow stretch that fell on more of the target alone's "
-            "steps than of the verify passes lowers v. Read it as about one step: the pass over the drafts cost no more "
-            "than a step here")
+    one = (
+        f"{empty} of the {rounds} rounds drafted nothing, so their verify pass scored one token, the same work as a "
+        "step; "
+        if empty and rounds and empty * 2 >= rounds
+        else ""
+    )
+    return (
+        f"v {v:.2f} is below 1: on average this run's verify passes took less time than the target alone's one-token "
+        f"steps. Scoring more tokens does not make a pass cheaper; {one}on a busy machine the same pass can take half "
+        "or twice as long from one moment to the next, and a slow stretch that fell on more of the target alone's "
+        "steps than of the verify passes lowers v. Read it as about one step: the pass over the drafts cost no more "
+        "than a step here"
+    )
 
 
 def verify_note(s: dict, tree: bool = False) -> str:
     """What v divides, and, where it is shown, why it can be below 1; a run too short to measure it says so."""
-    what = ("target pass over the tree's nodes and the pending token / target step" if tree
-            else "target pass over gamma + 1 tokens / target step")
+    what = (
+        "target pass over the tree's nodes and the pending token / target step"
+        if tree
+        else "target pass over gamma + 1 tokens / target step"
+    )
     v = s.get("verify_cost")
     if v is None:
         return what
     if verify_cost_shown(s) is None:
-        return (f"not measured: {s.get('verify_passes', 0)} verify passes and {s.get('baseline_steps', 0)} target steps; "
-                f"v needs at least {MIN_ROUNDS} of each, since a few passes on a busy machine are noise ({what})")
+        return (
+            f"not measured: {s.get('verify_passes', 0)} verify passes and {s.get('baseline_steps', 0)} target steps; "
+            f"v needs at least {MIN_ROUNDS} of each, since a few passes on a busy machine are noise ({what})"
+        )
     what += f", means over {s['verify_passes']} verify passes and {s['baseline_steps']} steps"
     below = v_below_one(s)
     return what + (f"; {below}" if below else "")
@@ -223,7 +255,12 @@ def _fmt(value, unit: str = "", digits: int = 2, missing: str = "…") -> str:
 
 
 # The rows that need the autoregressive baseline, and what they say when there is none.
-SPEEDUP, WHOLE_RUN, THM_38, WITH_V = "speedup", "whole-run tok/s ratio", "Thm 3.8 prediction (v = 1)", "prediction with measured v"
+SPEEDUP, WHOLE_RUN, THM_38, WITH_V = (
+    "speedup",
+    "whole-run tok/s ratio",
+    "Thm 3.8 prediction (v = 1)",
+    "prediction with measured v",
+)
 SPEC_RATE, BASE_RATE, V_ROW = "speculative, decoding", "autoregressive, decoding", "verify cost v"
 _NEEDS_BASELINE = (SPEC_RATE, BASE_RATE, SPEEDUP, WHOLE_RUN, "cost coefficient c", V_ROW, THM_38, WITH_V)
 # Formulas and predictions: labelled with their formula and not bold, so the one measured speedup stands out.
@@ -234,21 +271,26 @@ NO_BASELINE = "needs the autoregressive baseline, which this run does not have"
 def _beta_note(s: dict) -> str:
     """What mean beta is, and how far alpha may sit from it by chance (``Trace.alpha_chance_sd``)."""
     n, sd = s["accepted"] + s["rejected"], s.get("alpha_chance_sd")
-    note = f"mean of Σ min(p, q) over the {n} tested drafts: each one's chance of acceptance, so what alpha is expected to be"
+    note = (f"mean of Σ min(p, q) over the {n} tested drafts: each one's chance of acceptance, so what alpha is "
+            "expected to be")
     if sd is None:
         return note
     if sd < 5e-4:
         return note + "; alpha equals it here (greedy: each test is certain)"
-    return (note + f"; by chance alone alpha falls within ±{sd:.2f} of it two times in three "
-            "(one standard deviation, √Σβ(1−β) / N)")
+    return (
+        note + f"; by chance alone alpha falls within ±{sd:.2f} of it two times in three "
+        "(one standard deviation, √Σβ(1−β) / N)"
+    )
 
 
 def _whole_run_note(s: dict) -> str:
     """The whole runs' tokens/s, prefill included, and why their ratio is not the speedup."""
     a, b = s["speculative_tokens_per_second"], s["autoregressive_tokens_per_second"]
     rates = f"{a:.1f} / {b:.1f} tok/s" if a and b else "speculative tok/s / autoregressive tok/s"
-    return (f"{rates} over the whole runs, prefill included (generated tokens / wall time): not the speedup, which leaves "
-            "out the prefill, a cost both runs pay once")
+    return (
+        f"{rates} over the whole runs, prefill included (generated tokens / wall time): not the speedup, which leaves "
+        "out the prefill, a cost both runs pay once"
+    )
 
 
 def stats_html(spec: Trace, baseline: Trace | None = None, pending: bool = False) -> str:
@@ -261,21 +303,49 @@ def stats_html(spec: Trace, baseline: Trace | None = None, pending: bool = False
     v_shown = verify_cost_shown(s)
     unmeasured_v = s["verify_cost"] is not None and v_shown is None
     rows = [
-        ("draft acceptance rate", _fmt(s["draft_acceptance_rate"]), f"accepted / drafted = {s['accepted']} / {s['drafted']}"),
-        ("alpha", _fmt(s["alpha"]), f"accepted / tested = {s['accepted']} / {s['accepted'] + s['rejected']} (discarded drafts were never tested)"),
+        (
+            "draft acceptance rate",
+            _fmt(s["draft_acceptance_rate"]),
+            f"accepted / drafted = {s['accepted']} / {s['drafted']}",
+        ),
+        (
+            "alpha",
+            _fmt(s["alpha"]),
+            f"accepted / tested = {s['accepted']} / {s['accepted'] + s['rejected']} (discarded drafts were never "
+            "tested)",
+        ),
         ("mean beta", _fmt(s["mean_beta"]), _beta_note(s)),
-        ("tokens per round", _fmt(s["mean_tokens_per_round"]), f"emitted tokens / rounds = {s['generated_tokens']} / {s['rounds']}"),
-        (SPEC_RATE, _fmt(s["speculative_decoding_tokens_per_second"], " tok/s", 1),
-         f"the {s['decoding_tokens'] or 'emitted'} tokens both runs emitted / this run's decoding time for them (prefill excluded)"),
-        (BASE_RATE, _fmt(s["autoregressive_decoding_tokens_per_second"], " tok/s", 1),
-         "the same tokens / the target alone's decoding time for them: same target, same settings, in turns with this run"),
+        (
+            "tokens per round",
+            _fmt(s["mean_tokens_per_round"]),
+            f"emitted tokens / rounds = {s['generated_tokens']} / {s['rounds']}",
+        ),
+        (
+            SPEC_RATE,
+            _fmt(s["speculative_decoding_tokens_per_second"], " tok/s", 1),
+            f"the {s['decoding_tokens'] or 'emitted'} tokens both runs emitted / this run's decoding time for them "
+            "(prefill excluded)",
+        ),
+        (
+            BASE_RATE,
+            _fmt(s["autoregressive_decoding_tokens_per_second"], " tok/s", 1),
+            "the same tokens / the target alone's decoding time for them: same target, same settings, in turns with "
+            "this run",
+        ),
         (SPEEDUP, _fmt(s["measured_speedup"], "×"), _speedup_note(s)),
         (WHOLE_RUN, _fmt(s["speedup"], "×"), _whole_run_note(s)),
         ("cost coefficient c", _fmt(s["cost_coefficient"], "", 3), "drafter step / target step"),
         (V_ROW, "not measured" if unmeasured_v else _fmt(v_shown), verify_note(s)),
-        (THM_38, _fmt(s["predicted_speedup"], "×"), "(1 − α^(γ+1)) / ((1 − α)(γ c + 1)) from alpha, gamma, c: a verify pass taken as one step"),
-        (WITH_V, "–" if unmeasured_v else _fmt(s["predicted_speedup_verify"], "×"),
-         "Eq. (1) tokens / (gamma c + v)" + ("; needs a measured v" if unmeasured_v else "")),
+        (
+            THM_38,
+            _fmt(s["predicted_speedup"], "×"),
+            "(1 − α^(γ+1)) / ((1 − α)(γ c + 1)) from alpha, gamma, c: a verify pass taken as one step",
+        ),
+        (
+            WITH_V,
+            "–" if unmeasured_v else _fmt(s["predicted_speedup_verify"], "×"),
+            "Eq. (1) tokens / (gamma c + v)" + ("; needs a measured v" if unmeasured_v else ""),
+        ),
     ]
     if s.get("tree"):
         rows = _tree_rows(s, rows)
@@ -288,11 +358,12 @@ def _tree_rows(s: dict, rows: list[tuple[str, str, str]]) -> list[tuple[str, str
     """The chain's rows rewritten for a token tree: v is over the tree's nodes, Thm 3.8 does not apply
     (no gamma), the prediction comes from the acceptance by depth; nodes and that acceptance added."""
     notes = {
-        "alpha": f"accepted / tested nodes = {s['accepted']} / {s['accepted'] + s['rejected']} (siblings never tested not counted)",
+        "alpha": f"accepted / tested nodes = {s['accepted']} / {s['accepted'] + s['rejected']} (siblings never tested "
+        "not counted)",
         V_ROW: verify_note(s, tree=True),
         THM_38: "Thm 3.8 is a chain's (one draft per position); a tree's is the next row",
         WITH_V: "predicted tokens per round / (a round's drafting + v), both in target steps"
-                + ("; needs a measured v" if s.get("verify_cost") is not None and verify_cost_shown(s) is None else ""),
+        + ("; needs a measured v" if s.get("verify_cost") is not None and verify_cost_shown(s) is None else ""),
     }
     if s["mean_beta"] is None:
         notes["mean beta"] = "not given for a tree: its siblings are tested against the residual p', not p"
@@ -301,10 +372,21 @@ def _tree_rows(s: dict, rows: list[tuple[str, str, str]]) -> list[tuple[str, str
         out.append((k, "–" if k == THM_38 or (k == "mean beta" and s["mean_beta"] is None) else v, notes.get(k, note)))
         if k == "tokens per round":
             out += [
-                ("tokens per round, predicted", _fmt(s["predicted_tokens_per_round"]), "1 + Σ_d Π_{j≤d} a_j from the acceptance by depth"),
-                ("nodes per round", _fmt(s["nodes_per_round"], "", 1), f"drafted nodes / rounds = {s['drafted']} / {s['rounds']}"),
-                ("acceptance by depth a_d", ", ".join(f"{a:.2f}" for a in s["acceptance_by_depth"]) or "…",
-                 "per depth: rounds whose path reached it / rounds offered children there"),
+                (
+                    "tokens per round, predicted",
+                    _fmt(s["predicted_tokens_per_round"]),
+                    "1 + Σ_d Π_{j≤d} a_j from the acceptance by depth",
+                ),
+                (
+                    "nodes per round",
+                    _fmt(s["nodes_per_round"], "", 1),
+                    f"drafted nodes / rounds = {s['drafted']} / {s['rounds']}",
+                ),
+                (
+                    "acceptance by depth a_d",
+                    ", ".join(f"{a:.2f}" for a in s["acceptance_by_depth"]) or "…",
+                    "per depth: rounds whose path reached it / rounds offered children there",
+                ),
             ]
     return out
 
@@ -314,7 +396,8 @@ def table_html(rows: list[tuple[str, str, str]], css_class: str, plain: tuple[st
     ``plain``; every string escaped."""
     cells = "".join(
         f'<tr><td style="padding:3px 10px 3px 0;color:#444;">{escape(k)}</td>'
-        f'<td style="padding:3px 10px;font-weight:{400 if k in plain else 600};font-variant-numeric:tabular-nums;" class="sv-stat" '
+        f'<td style="padding:3px 10px;font-weight:{400 if k in plain else 600};font-variant-numeric:tabular-nums;" '
+        'class="sv-stat" '
         f'data-key="{escape(k)}">{escape(v)}</td>'
         f'<td style="padding:3px 0;color:#777;font-size:12px;">{escape(note)}</td></tr>'
         for k, v, note in rows

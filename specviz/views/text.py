@@ -24,8 +24,13 @@ def run_label(trace) -> str:
     drafter = s.get("drafter") or {"kind": "model"}
     schedule = s.get("gamma_schedule") or {"name": "constant"}
     kind = drafter.get("kind")
-    label = {"model": "drafter model", "argmax": "drafter model, its argmax", "ngram": "prompt lookup", "early-exit": "early exit",
-             "quantized": "quantized target"}.get(kind, str(kind))
+    label = {
+        "model": "drafter model",
+        "argmax": "drafter model, its argmax",
+        "ngram": "prompt lookup",
+        "early-exit": "early exit",
+        "quantized": "quantized target",
+    }.get(kind, str(kind))
     if kind == "ngram" and "max_ngram" in drafter:
         label += f" (n-gram <= {drafter['max_ngram']})"
     if kind == "early-exit" and "exit_layer" in drafter:
@@ -35,8 +40,13 @@ def run_label(trace) -> str:
     tree = s.get("tree")
     if isinstance(tree, dict):  # a token tree: a shape or a node budget, and a depth, no gamma
         shape = tree.get("shape")
-        what = (f"tree {str(shape).replace(',', '-')}" if shape else f"tree of {tree.get('nodes')} nodes, any shape"
-                if tree.get("kind") == "explicit" else f"dynamic tree of {tree.get('nodes')} nodes")
+        what = (
+            f"tree {str(shape).replace(',', '-')}"
+            if shape
+            else f"tree of {tree.get('nodes')} nodes, any shape"
+            if tree.get("kind") == "explicit"
+            else f"dynamic tree of {tree.get('nodes')} nodes"
+        )
         return f"{label}, {what}, depth {tree.get('depth')}"
     gamma = s.get("gamma")
     name = schedule.get("name")
@@ -48,16 +58,15 @@ def run_label(trace) -> str:
 
 
 def measured_so_far(done: int, total: int, what: str, elapsed_s: float) -> str:
-    """"Measured 2 of 6 batches (...) in 40 s; about 80 s left at that pace": a long job's progress in words, ``what``
+    """ "Measured 2 of 6 batches (...) in 40 s; about 80 s left at that pace": a long job's progress in words, ``what``
     its parts named as the sentence goes on; the time left only once it can be told (``left_at_pace``)."""
     left = left_at_pace(done, total, elapsed_s)
     return f"Measured {done} of {total} {what} in {elapsed_s:.0f} s" + (f"; {left}" if left else "")
 
 
 def left_at_pace(done: int, total: int, elapsed_s: float | None) -> str:
-    """"about R s left at that pace": R the mean time of a step done so far (``elapsed_s`` / ``done``) times the
+    """ "about R s left at that pace": R the mean time of a step done so far (``elapsed_s`` / ``done``) times the
     ``total - done`` steps left, rounded to whole seconds; "" when nothing is timed yet or nothing is left."""
     if elapsed_s is None or done <= 0 or done >= total:
         return ""
     return f"about {elapsed_s / done * (total - done):.0f} s left at that pace"
-

@@ -84,7 +84,8 @@ def _span(text: str, style: str, title: str, cls: str, first_of_round: bool = Fa
     edge = "border-left:2px solid #999;margin-left:1px;" if first_of_round else ""
     shown = text if text else "\u2400"  # an empty decode (part of a multi-byte char) stays hoverable
     tip = escape(title, quote=True)  # hover shows title; a tap focuses the token and TIP_SCRIPT shows data-tip
-    return f'<span class="sv-{cls}" style="{style}{edge}border-radius:3px;" title="{tip}" data-tip="{tip}" tabindex="0">{escape(shown)}</span>'
+    return (f'<span class="sv-{cls}" style="{style}{edge}border-radius:3px;" title="{tip}" data-tip="{tip}" '
+            f'tabindex="0">{escape(shown)}</span>')
 
 
 def _visible(text: str) -> str:
@@ -125,7 +126,9 @@ def round_spans(index: int, r: Round, one_line: bool = False, eos: frozenset[int
         text, note = _visible(d.text) if d.verdict == "rejected" else flat(d.text), ""
         if d.verdict == "accepted" and d.token_id in eos:
             text, note = _ending(d.text)
-        spans.append(_span(text, STYLES[d.verdict], f"round {index + 1}, " + _draft_title(i, d) + note, d.verdict, first))
+        spans.append(
+            _span(text, STYLES[d.verdict], f"round {index + 1}, " + _draft_title(i, d) + note, d.verdict, first)
+        )
         first = False
     if r.final_token_id is not None:
         kind = r.final_kind or "target"
@@ -145,10 +148,13 @@ def prompt_details(prompt_text: str, n_tokens: int, style: str = "") -> str:
     folded away by default and one click from view: an HTML ``<details>`` element, text escaped."""
     if not prompt_text:
         return ""
-    return (f'<details class="sv-prompt-details" style="margin:0 0 6px;{style}"><summary style="cursor:pointer;color:#555;'
-            f'font-family:ui-sans-serif,system-ui,sans-serif;font-size:13px;">prompt as the target read it ({n_tokens} tokens, '
-            f'with the chat template and system prompt where applied): show</summary>'
-            f'<span class="sv-prompt" style="{STYLES["prompt"]}">{escape(prompt_text)}</span></details>')
+    return (
+        f'<details class="sv-prompt-details" style="margin:0 0 6px;{style}"><summary style="cursor:pointer;color:#555;'
+        f'font-family:ui-sans-serif,system-ui,sans-serif;font-size:13px;">prompt as the target read it ({n_tokens} '
+        'tokens, '
+        f'with the chat template and system prompt where applied): show</summary>'
+        f'<span class="sv-prompt" style="{STYLES["prompt"]}">{escape(prompt_text)}</span></details>'
+    )
 
 
 def tokens_html(trace: Trace, show_prompt: bool = True) -> str:
@@ -174,4 +180,5 @@ def legend_html() -> str:
         f'<span style="{STYLES[k]}padding:1px 6px;border-radius:3px;margin-right:12px;">{escape(label)}</span>'
         for k, label in items
     )
-    return f'<div class="sv-legend" style="font-size:13px;color:#333;">{chips}<span style="color:#666;">hover a token for p, q, min(1, p/q) and u</span></div>'
+    return (f'<div class="sv-legend" style="font-size:13px;color:#333;">{chips}<span style="color:#666;">hover a token '
+            'for p, q, min(1, p/q) and u</span></div>')

@@ -14,7 +14,8 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
    fresh session hashes joining the queue (127.0.0.2); heartbeat connections opened and closed (127.0.0.3);
    concurrent ``/call/run`` posts of 128-token runs, two at a time from each of three addresses
    (127.0.0.21-23); 1 MB uploads until refused, and on (127.0.0.5); 8-token ``/call/run`` posts whose prompt
-   grows by a few tokens each time (127.0.0.6: every prompt length is new to the CPU's kernel caches); a heavy batch (8 rows, the most tokens)
+   grows by a few tokens each time (127.0.0.6: every prompt length is new to the CPU's kernel caches); a heavy batch (8
+   rows, the most tokens)
    re-submitted as soon as it ends, from another address named by ``X-Forwarded-For`` (10.9.9.9); Generate with the
    auto tree, 1 token, a new temperature each time, from three addresses (10.8.8.1-3); the exactness lab at the
    page's defaults, re-run as soon as it ends, from three addresses (10.7.7.1-3); then one address at a time
@@ -66,8 +67,23 @@ from specviz.visitors.sessions import _free_port, _wait_up, client, fn_index, rs
 VICTIM = "127.0.0.1"
 GENERATE = ["embedded", "def is_prime(n):", 4, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
 RUN = ["embedded", "def parse(text):", 4, 0.7, 40, 0.9, 128, 0, True, "model", "constant", 1.0, "chain"]
-HEAVY_BATCH = ["embedded", "def f(x):\nclass Stack:\nimport os\ndef g(y):", 8, 4, 0.7, 40, 0.9, 256, 0, True, "", "", "model", "constant",
-               1.0]
+HEAVY_BATCH = [
+    "embedded",
+    "def f(x):\nclass Stack:\nimport os\ndef g(y):",
+    8,
+    4,
+    0.7,
+    40,
+    0.9,
+    256,
+    0,
+    True,
+    "",
+    "",
+    "model",
+    "constant",
+    1.0,
+]
 SMALL_BATCH = ["embedded", "def f(x):", 1, 4, 0.0, 0, 1.0, 4, 0, True, "", "", "model", "constant", 1.0]
 COMPARE = ["embedded", "def is_prime(n):", 4, 0.7, 40, 0.9, 256, 0, True, "", "", "constant", 1.0, "chain"]
 
@@ -79,18 +95,32 @@ class App:
         self.temp, self.log = temp, log
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
-        env = os.environ | {"GRADIO_TEMP_DIR": str(temp), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
-                            "SPECVIZ_TRUSTED_PROXIES": "1", "SPECVIZ_PRELOAD": preload, "SPECVIZ_RESIDENT_PAIRS": "3"}
+        env = os.environ | {
+            "GRADIO_TEMP_DIR": str(temp),
+            "HF_HUB_OFFLINE": "1",
+            "GRADIO_ANALYTICS_ENABLED": "False",
+            "SPECVIZ_TRUSTED_PROXIES": "1",
+            "SPECVIZ_PRELOAD": preload,
+            "SPECVIZ_RESIDENT_PAIRS": "3",
+        }
         if ttl_s is not None:
             env |= {"SPECVIZ_SESSION_TTL_S": str(ttl_s), "SPECVIZ_CACHE_TTL_S": str(ttl_s)}
         self._log = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=root, env=env, stdout=self._log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "app.py", "--port", str(port)],
+            cwd=root,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         if not _wait_up(self.url, self.proc, 300):
             self.stop()
             raise SystemExit(f"the app did not start: {log.read_text()[-2000:]}")
         self.victim = uuid.uuid4().hex  # the victim's page session
-        self.fn = {name: fn_index(self.url, name) for name in ("generate", "stop", "batch", "compare", "lab", "load_prepared", "export")}
+        self.fn = {
+            name: fn_index(self.url, name)
+            for name in ("generate", "stop", "batch", "compare", "lab", "load_prepared", "export")
+        }
 
     def disk(self) -> tuple[float, int]:
         """(MB, files) under the temporary folder."""
@@ -118,7 +148,9 @@ def cpu_s(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def join(http: httpx.Client, app: App, api_name: str, data: list, session: str, headers: dict | None = None) -> str | None:
+def join(
+    http: httpx.Client, app: App, api_name: str, data: list, session: str, headers: dict | None = None
+) -> str | None:
     """Join the queue as the page does: the job's event id, or None when it was refused."""
     body = {"data": data, "fn_index": app.fn[api_name], "session_hash": session, "event_data": None, "trigger_id": None}
     r = http.post(f"{app.url}/gradio_api/queue/join", json=body, headers=headers or {})
@@ -127,13 +159,17 @@ def join(http: httpx.Client, app: App, api_name: str, data: list, session: str, 
 
 def messages(http: httpx.Client, app: App, session: str, headers: dict | None = None):
     """The session's queue messages as they come (dicts), until the stream ends."""
-    with http.stream("GET", f"{app.url}/gradio_api/queue/data", params={"session_hash": session}, headers=headers or {}) as stream:
+    with http.stream(
+        "GET", f"{app.url}/gradio_api/queue/data", params={"session_hash": session}, headers=headers or {}
+    ) as stream:
         for line in stream.iter_lines():
             if line.startswith("data:"):
                 yield json.loads(line[5:])
 
 
-def page_call(http: httpx.Client, app: App, api_name: str, data: list, headers: dict | None = None, session: str | None = None) -> dict:
+def page_call(
+    http: httpx.Client, app: App, api_name: str, data: list, headers: dict | None = None, session: str | None = None
+) -> dict:
     """One job of a page session (default: a fresh one), read to its end: its last message ({} if it was refused)."""
     session = session or uuid.uuid4().hex
     if not join(http, app, api_name, data, session, headers):
@@ -286,8 +322,15 @@ def lab_runs(app: App, halt: threading.Event, clients: list) -> list[threading.T
         http = client(f"127.0.0.{51 + k}")
         clients.append(http)
         headers = {"X-Forwarded-For": f"10.7.7.{k + 1}"}
-        threads.append(threading.Thread(target=_forever, args=(halt, lambda http=http, headers=headers: (
-            page_call(http, app, "lab", LAB, headers) or time.sleep(0.2)))))
+        threads.append(
+            threading.Thread(
+                target=_forever,
+                args=(
+                    halt,
+                    lambda http=http, headers=headers: page_call(http, app, "lab", LAB, headers) or time.sleep(0.2),
+                ),
+            )
+        )
     return threads
 
 
@@ -301,8 +344,12 @@ def _one_address(api_name: str, data: list, address: str, before=None):
         headers, session = {"X-Forwarded-For": address}, uuid.uuid4().hex
         if before is not None:
             before(app, http, headers, session)
-        return [threading.Thread(target=_forever, args=(halt, lambda: page_call(http, app, api_name, data, headers, session)
-                                                          or time.sleep(0.2)))]
+        return [
+            threading.Thread(
+                target=_forever,
+                args=(halt, lambda: page_call(http, app, api_name, data, headers, session) or time.sleep(0.2)),
+            )
+        ]
 
     return flood
 
@@ -408,7 +455,9 @@ def stop_to_halt(app: App, under_way_s: float = 1.0) -> float:
                 first = first if first is not None else now
                 if pressed is None and now - first >= under_way_s:
                     pressed = now
-                    stopper = threading.Thread(target=join, args=(other, app, "stop", [], session, headers), daemon=True)
+                    stopper = threading.Thread(
+                        target=join, args=(other, app, "stop", [], session, headers), daemon=True
+                    )
                     stopper.start()
             if message.get("msg") == "process_completed":
                 if stopper is not None:
@@ -460,20 +509,41 @@ def warm_up(app: App) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--victims", type=int, default=3, help="victim runs per measurement (default 3)")
-    parser.add_argument("--flood-s", type=float, default=60.0, help="most seconds of victim runs under one flood (default 60)")
-    parser.add_argument("--ramp-s", type=float, default=3.0, help="seconds a flood runs before the victim's first run (default 3)")
-    parser.add_argument("--rounds", type=int, default=1, help="times the whole attack is repeated on the same app (default 1)")
-    parser.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
-                        help="before the start figure, use each job kind once as one visitor would, then (with --ttl-s) "
-                             "wait for its session and files to expire (default: on)")
-    parser.add_argument("--ttl-s", type=int, default=None,
-                        help="the app's session and cached-file time to live, seconds (at least 10); then wait for both "
-                             "after the attack and measure again (default: the app's own, no wait)")
+    parser.add_argument(
+        "--flood-s", type=float, default=60.0, help="most seconds of victim runs under one flood (default 60)"
+    )
+    parser.add_argument(
+        "--ramp-s", type=float, default=3.0, help="seconds a flood runs before the victim's first run (default 3)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="times the whole attack is repeated on the same app (default 1)"
+    )
+    parser.add_argument(
+        "--warm-up",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="before the start figure, use each job kind once as one visitor would, then (with --ttl-s) "
+        "wait for its session and files to expire (default: on)",
+    )
+    parser.add_argument(
+        "--ttl-s",
+        type=int,
+        default=None,
+        help="the app's session and cached-file time to live, seconds (at least 10); then wait for both "
+        "after the attack and measure again (default: the app's own, no wait)",
+    )
     parser.add_argument("--victim-tokens", type=int, default=8, help="the victim's Generate, in new tokens (default 8)")
-    parser.add_argument("--floods", default="", help="comma-separated words; only the floods whose names hold one "
-                        "(e.g. 'auto,heartbeats'; default: all)")
-    parser.add_argument("--watch-s", type=int, default=0,
-                        help="after the last round's wait, go on sampling RSS every 15 s for this long, idle (default 0)")
+    parser.add_argument(
+        "--floods",
+        default="",
+        help="comma-separated words; only the floods whose names hold one (e.g. 'auto,heartbeats'; default: all)",
+    )
+    parser.add_argument(
+        "--watch-s",
+        type=int,
+        default=0,
+        help="after the last round's wait, go on sampling RSS every 15 s for this long, idle (default 0)",
+    )
     args = parser.parse_args(argv)
     if args.ttl_s is not None and args.ttl_s < 10:
         parser.error("--ttl-s must be at least 10 seconds")
@@ -495,7 +565,10 @@ def main(argv: list[str] | None = None) -> None:
                 if args.ttl_s is not None:
                     time.sleep(2 * args.ttl_s + 15)
                 start = ("after one use of each job kind" + (", expired" if args.ttl_s is not None else ""), app.rss())
-                print(f"{start[0]}: disk {app.disk()[0]:.1f} MB in {app.disk()[1]} files, RSS {start[1]:.0f} MB", flush=True)
+                print(
+                    f"{start[0]}: disk {app.disk()[0]:.1f} MB in {app.disk()[1]} files, RSS {start[1]:.0f} MB",
+                    flush=True,
+                )
             base = victim_runs(app, args.victims)
             b = statistics.median(base)
             print(f"victim baseline: {' '.join(f'{t:.2f}' for t in base)} s (median {b:.2f} s)", flush=True)
@@ -512,11 +585,19 @@ def main(argv: list[str] | None = None) -> None:
                     d1, r1 = app.disk(), app.rss()
                     m = statistics.median(times) if times else float("inf")
                     rows.append((name + label, b, m, m / b, d0, d1, r0, r1, theirs / wall, mine / wall))
-                    print(f"{name}{label}: victim {' '.join(f'{t:.2f}' for t in times)} s; CPU cores busy: app {theirs / wall:.2f}, "
-                          f"attack client {mine / wall:.2f} (of {os.cpu_count()})", flush=True)
+                    print(
+                        f"{name}{label}: victim {' '.join(f'{t:.2f}' for t in times)} s; CPU cores busy: app "
+                        f"{theirs / wall:.2f}, "
+                        f"attack client {mine / wall:.2f} (of {os.cpu_count()})",
+                        flush=True,
+                    )
                 halted = stop_to_halt(app)
-                print(f"Stop -> heavy batch's last message: {halted:.2f} s" if not math.isnan(halted)
-                      else "Stop -> heavy batch's last message: not measured (the batch ended before Stop was sent)", flush=True)
+                print(
+                    f"Stop -> heavy batch's last message: {halted:.2f} s"
+                    if not math.isnan(halted)
+                    else "Stop -> heavy batch's last message: not measured (the batch ended before Stop was sent)",
+                    flush=True,
+                )
                 hung = hangup_to_next(app)
                 print(f"hang-up of a comparison -> next long job starts: {hung:.2f} s", flush=True)
                 disk1, rss1 = app.disk(), app.rss()
@@ -526,7 +607,11 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"waiting {wait} s with no requests, for the sessions and cached files to expire", flush=True)
                     time.sleep(wait)
                     settled.append((label, app.disk(), app.rss()))
-                    print(f"then: disk {settled[-1][1][0]:.1f} MB in {settled[-1][1][1]} files, RSS {settled[-1][2]:.0f} MB", flush=True)
+                    print(
+                        f"then: disk {settled[-1][1][0]:.1f} MB in {settled[-1][1][1]} files, RSS {settled[-1][2]:.0f} "
+                        "MB",
+                        flush=True,
+                    )
             watched = []
             for _ in range(args.watch_s // 15):
                 time.sleep(15)
@@ -538,22 +623,36 @@ def main(argv: list[str] | None = None) -> None:
             app.stop()
         left = sum(1 for p in temp.rglob("*") if p.is_file())
     print()
-    print(f"| flood | victim baseline s | under flood s | ratio | disk MB (files) before -> after | RSS MB before -> after "
-          f"| cores busy: app, attack client (of {os.cpu_count()}) |")
+    print(
+        "| flood | victim baseline s | under flood s | ratio | disk MB (files) before -> after | RSS MB before -> "
+        "after "
+        f"| cores busy: app, attack client (of {os.cpu_count()}) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, b, m, ratio, d0, d1, r0, r1, app_cores, client_cores in rows:
-        print(f"| {name} | {b:.2f} | {m:.2f} | {ratio:.2f}x | {d0[0]:.1f} ({d0[1]}) -> {d1[0]:.1f} ({d1[1]}) | {r0:.0f} -> {r1:.0f} "
-              f"| {app_cores:.2f}, {client_cores:.2f} |")
+        print(
+            f"| {name} | {b:.2f} | {m:.2f} | {ratio:.2f}x | {d0[0]:.1f} ({d0[1]}) -> {d1[0]:.1f} ({d1[1]}) | {r0:.0f} "
+            f"-> {r1:.0f} "
+            f"| {app_cores:.2f}, {client_cores:.2f} |"
+        )
     print()
     for label, halted, hung, disk1, rss1 in ends:
-        print(f"| Stop -> last message of a heavy batch{label} | " + (f"{halted:.2f} s |" if not math.isnan(halted) else "not measured: the batch ended first |"))
+        print(
+            f"| Stop -> last message of a heavy batch{label} | "
+            + (f"{halted:.2f} s |" if not math.isnan(halted) else "not measured: the batch ended first |")
+        )
         print(f"| hang-up of a comparison -> next long job starts{label} | {hung:.2f} s |")
         print(f"| whole attack{label}: disk MB (files) | {disk0[0]:.1f} ({disk0[1]}) -> {disk1[0]:.1f} ({disk1[1]}) |")
-        print(f"| whole attack{label}: RSS MB | {rss0:.0f} (app up), {start[1]:.0f} ({start[0]}), {warm:.0f} (after the victim's "
-              f"baseline runs) -> {rss1:.0f} |")
+        print(
+            f"| whole attack{label}: RSS MB | {rss0:.0f} (app up), {start[1]:.0f} ({start[0]}), {warm:.0f} (after the "
+            "victim's "
+            f"baseline runs) -> {rss1:.0f} |"
+        )
     for label, (mb, files), rss2 in settled:
-        print(f"| {2 * args.ttl_s + 15} s later{label}, idle (time to live {args.ttl_s} s): disk MB (files), RSS MB | "
-              f"{mb:.1f} ({files}), {rss2:.0f} |")
+        print(
+            f"| {2 * args.ttl_s + 15} s later{label}, idle (time to live {args.ttl_s} s): disk MB (files), RSS MB | "
+            f"{mb:.1f} ({files}), {rss2:.0f} |"
+        )
     print(f"| after the app stopped: files left | {left} |")
 
 

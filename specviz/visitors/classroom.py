@@ -1,4 +1,5 @@
-"""``python -m specviz.visitors.classroom``: a class of students behind one school address, beside two hostile addresses.
+"""``python -m specviz.visitors.classroom``: a class of students behind one school address, beside two hostile
+addresses.
 
 Launches the app as ``specviz.visitors.attack`` does (its own process, a fresh temporary folder, one trusted proxy, so
 ``X-Forwarded-For`` names each visitor's address as a Space's proxy would), then:
@@ -68,9 +69,17 @@ def timed_job(http: httpx.Client, app: App, api_name: str, data: list, address: 
         if message.get("msg") == "process_starts" and started is None:
             started = time.monotonic()
         if message.get("msg") == "process_completed":
-            job = {"joined": joined, "started": started or joined, "ended": time.monotonic(), "success": bool(message.get("success"))}
-            said = [v for v in (message.get("output") or {}).get("data", []) if isinstance(v, str)
-                    and any(w in v for w in ("Done", "Stopped", "alibrat", "efused", "rror"))]
+            job = {
+                "joined": joined,
+                "started": started or joined,
+                "ended": time.monotonic(),
+                "success": bool(message.get("success")),
+            }
+            said = [
+                v
+                for v in (message.get("output") or {}).get("data", [])
+                if isinstance(v, str) and any(w in v for w in ("Done", "Stopped", "alibrat", "efused", "rror"))
+            ]
             return job | {"status": said[0][:200] if said else str(message.get("output"))[:200]}
     return {"joined": joined, "started": started or joined, "ended": time.monotonic(), "success": False}
 
@@ -87,13 +96,16 @@ def alone_totals(arrivals: list[float], service_s: float) -> list[float]:
 
 
 def hostile(app: App, address: str, pair: str, halt: threading.Event, log: list, lock: threading.Lock) -> None:
-    """Loop: an auto-tree Generate of 1 token at a new temperature, then a prepared recording loaded in a fresh session."""
+    """Loop: an auto-tree Generate of 1 token at a new temperature, then a prepared recording loaded in a fresh
+    session."""
     rng = random.Random(address)
     example = app.example
     with client(LOOPBACK) as http:
         while not halt.is_set():
-            for api, data in (("generate", generate(pair, 1, round(rng.uniform(0.3, 1.2), 3), AUTO)),
-                              ("load_prepared", [example])):
+            for api, data in (
+                ("generate", generate(pair, 1, round(rng.uniform(0.3, 1.2), 3), AUTO)),
+                ("load_prepared", [example]),
+            ):
                 try:
                     job = timed_job(http, app, api, data, address)
                 except httpx.HTTPError:
@@ -142,9 +154,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pair", default="embedded")
     ap.add_argument("--solo", type=int, default=3, help="runs of one student alone, for S")
     ap.add_argument("--no-hostile", action="store_true", help="the class alone (a burst: --span-s 10)")
-    ap.add_argument("--flood", choices=sorted(FLOODS), default="mixed",
-                    help="what the hostile addresses send: mixed (auto-tree Generates and prepared loads) or lab "
-                         "(the exactness lab at the page's defaults, again and again)")
+    ap.add_argument(
+        "--flood",
+        choices=sorted(FLOODS),
+        default="mixed",
+        help="what the hostile addresses send: mixed (auto-tree Generates and prepared loads) or lab "
+        "(the exactness lab at the page's defaults, again and again)",
+    )
     ap.add_argument("--ttl-s", type=int, default=60, help="sessions' and files' time to live; waited out at the end")
     ap.add_argument("--json", help="write every job's times here")
     args = ap.parse_args(argv)
@@ -155,26 +171,43 @@ def main(argv: list[str] | None = None) -> None:
         try:
             app.fn["load_prepared"] = fn_index(app.url, "load_prepared")
             config = httpx.get(f"{app.url}/config", timeout=60).json()
-            app.example = next(c["props"]["value"] for c in config["components"]
-                               if c.get("props", {}).get("label", "").startswith("Prepared recordings"))
+            app.example = next(
+                c["props"]["value"]
+                for c in config["components"]
+                if c.get("props", {}).get("label", "").startswith("Prepared recordings")
+            )
             with client(LOOPBACK) as http:  # the first run of a kind leaves what any first visitor leaves
                 timed_job(http, app, "generate", generate(args.pair, args.tokens), "192.0.2.1")
-                solo = [timed_job(http, app, "generate", generate(args.pair, args.tokens), "192.0.2.1") for _ in range(args.solo)]
+                solo = [
+                    timed_job(http, app, "generate", generate(args.pair, args.tokens), "192.0.2.1")
+                    for _ in range(args.solo)
+                ]
             service_s = statistics.median(j["ended"] - j["joined"] for j in solo)
             rss0, disk0 = app.rss(), app.disk()
-            print(f"alone: one {args.tokens}-token Generate on {args.pair}: S = {service_s:.2f} s (median of {args.solo}); "
-                  f"RSS {rss0:.0f} MB, temporary folder {disk0[0]:.1f} MB in {disk0[1]} files", flush=True)
+            print(
+                f"alone: one {args.tokens}-token Generate on {args.pair}: S = {service_s:.2f} s (median of "
+                f"{args.solo}); "
+                f"RSS {rss0:.0f} MB, temporary folder {disk0[0]:.1f} MB in {disk0[1]} files",
+                flush=True,
+            )
 
             log, lock, halt = [], threading.Lock(), threading.Event()
-            floods = [] if args.no_hostile else [
-                threading.Thread(target=FLOODS[args.flood], args=(app, a, args.pair, halt, log, lock), daemon=True)
-                for a in HOSTILE]
+            floods = (
+                []
+                if args.no_hostile
+                else [
+                    threading.Thread(target=FLOODS[args.flood], args=(app, a, args.pair, halt, log, lock), daemon=True)
+                    for a in HOSTILE
+                ]
+            )
             for t in floods:
                 t.start()
             begin = time.monotonic() + 2.0
             arrivals = [begin + i * args.span_s / max(1, args.students) for i in range(args.students)]
-            students = [threading.Thread(target=student, args=(app, args.pair, args.tokens, at, log, lock), daemon=True)
-                        for at in arrivals]
+            students = [
+                threading.Thread(target=student, args=(app, args.pair, args.tokens, at, log, lock), daemon=True)
+                for at in arrivals
+            ]
             for t in students:
                 t.start()
             for t in students:
@@ -185,12 +218,18 @@ def main(argv: list[str] | None = None) -> None:
             rss1, disk1 = app.rss(), app.disk()
 
             report(log, service_s, args)
-            print(f"RSS: {rss0:.0f} MB at the start, {rss1:.0f} MB at the end; temporary folder {disk1[0]:.1f} MB "
-                  f"in {disk1[1]} files", flush=True)
+            print(
+                f"RSS: {rss0:.0f} MB at the start, {rss1:.0f} MB at the end; temporary folder {disk1[0]:.1f} MB "
+                f"in {disk1[1]} files",
+                flush=True,
+            )
             time.sleep(2 * args.ttl_s + 15)
             rss2, disk2 = app.rss(), app.disk()
-            print(f"after {2 * args.ttl_s + 15} s quiet (sessions and files expired): RSS {rss2:.0f} MB "
-                  f"({rss2 - rss0:+.0f} MB), temporary folder {disk2[0]:.1f} MB in {disk2[1]} files", flush=True)
+            print(
+                f"after {2 * args.ttl_s + 15} s quiet (sessions and files expired): RSS {rss2:.0f} MB "
+                f"({rss2 - rss0:+.0f} MB), temporary folder {disk2[0]:.1f} MB in {disk2[1]} files",
+                flush=True,
+            )
             if args.json:
                 Path(args.json).write_text(json.dumps({"service_s": service_s, "jobs": log}, indent=1))
         finally:
@@ -202,8 +241,11 @@ def report(log: list, service_s: float, args) -> None:
     mine = sorted((job for address, api, job in log if address == SCHOOL), key=lambda j: j["joined"])
     served = [j for j in mine if j.get("success")]
     alone = alone_totals([j["joined"] for j in mine], service_s)
-    print(f"class: {len(mine)} students behind {SCHOOL}, {len(served)} served, "
-          f"{sum('refused' in j for j in mine)} refused, {len(mine) - len(served) - sum('refused' in j for j in mine)} failed")
+    print(
+        f"class: {len(mine)} students behind {SCHOOL}, {len(served)} served, "
+        f"{sum('refused' in j for j in mine)} refused, {len(mine) - len(served) - sum('refused' in j for j in mine)} "
+        "failed"
+    )
     ratios = []
     for k, (job, base) in enumerate(zip(mine, alone)):
         if "refused" in job:
@@ -211,15 +253,21 @@ def report(log: list, service_s: float, args) -> None:
             continue
         wait, run, total = job["started"] - job["joined"], job["ended"] - job["started"], job["ended"] - job["joined"]
         ratios.append(total / base)
-        print(f"  student {k + 1:2d}: wait {wait:6.2f} s, run {run:6.2f} s, total {total:6.2f} s; alone in the class's "
-              f"queue {base:6.2f} s: {total / base:.2f}x")
+        print(
+            f"  student {k + 1:2d}: wait {wait:6.2f} s, run {run:6.2f} s, total {total:6.2f} s; alone in the class's "
+            f"queue {base:6.2f} s: {total / base:.2f}x"
+        )
     if ratios:
-        print(f"  ratio to alone in the class's queue: median {statistics.median(ratios):.2f}x, worst {max(ratios):.2f}x")
+        print(
+            f"  ratio to alone in the class's queue: median {statistics.median(ratios):.2f}x, worst {max(ratios):.2f}x"
+        )
     held: dict[str, float] = {}
     refusals: dict[tuple, int] = {}
     for address, api, job in log:
         if "refused" in job:
-            refusals[(address, api, job["refused"], job["why"][:90])] = refusals.get((address, api, job["refused"], job["why"][:90]), 0) + 1
+            refusals[(address, api, job["refused"], job["why"][:90])] = (
+                refusals.get((address, api, job["refused"], job["why"][:90]), 0) + 1
+            )
         elif api == "generate":
             held[address] = held.get(address, 0.0) + job["ended"] - job["started"]
     total = sum(held.values()) or 1.0
@@ -227,13 +275,22 @@ def report(log: list, service_s: float, args) -> None:
     for address, seconds in sorted(held.items()):
         jobs = [j for a, api, j in log if a == address and api == "generate" and "refused" not in j]
         said = sorted({j.get("status", "")[:70] for j in jobs})[:3]
-        print(f"  {address}: {seconds:.1f} s in {len(jobs)} jobs ({sum(not j.get('success') for j in jobs)} failed), "
-              f"{seconds / total:.2f}; their status lines begin: {said}")
+        print(
+            f"  {address}: {seconds:.1f} s in {len(jobs)} jobs ({sum(not j.get('success') for j in jobs)} failed), "
+            f"{seconds / total:.2f}; their status lines begin: {said}"
+        )
     waits = [(j["joined"], j["started"]) for j in mine if "refused" not in j]
-    hostile_in_waits = sum(max(0.0, min(j["ended"], b) - max(j["started"], a)) for a, b in waits
-                           for address, api, j in log if address != SCHOOL and api == "generate" and "refused" not in j)
-    print(f"while a student waited ({sum(b - a for a, b in waits):.1f} s in all): the hostile addresses' Generate jobs held "
-          f"the device {hostile_in_waits:.1f} s")
+    hostile_in_waits = sum(
+        max(0.0, min(j["ended"], b) - max(j["started"], a))
+        for a, b in waits
+        for address, api, j in log
+        if address != SCHOOL and api == "generate" and "refused" not in j
+    )
+    print(
+        f"while a student waited ({sum(b - a for a, b in waits):.1f} s in all): the hostile addresses' Generate jobs "
+        "held "
+        f"the device {hostile_in_waits:.1f} s"
+    )
     print("refusals:" if refusals else "refusals: none")
     for (address, api, status, why), n in sorted(refusals.items()):
         print(f"  {address} {api}: {n} x {status} {why}")

@@ -39,20 +39,57 @@ LOOPBACK = "127.0.0.1"
 def settings(pair: str) -> dict:
     """The page's defaults for ``pair``: what a visitor who only presses Generate runs."""
     d = DEFAULTS
-    return dict(pair=pair, prompt=EXAMPLES[0], gamma=d["gamma"], temperature=d["temperature"], top_k=d["top_k"], top_p=d["top_p"],
-                max_new_tokens=d["max_new_tokens"], seed=d["seed"], chat=True)
+    return dict(
+        pair=pair,
+        prompt=EXAMPLES[0],
+        gamma=d["gamma"],
+        temperature=d["temperature"],
+        top_k=d["top_k"],
+        top_p=d["top_p"],
+        max_new_tokens=d["max_new_tokens"],
+        seed=d["seed"],
+        chat=True,
+    )
 
 
 def generate_data(s: dict) -> list:
     """The Generate endpoint's values, in order."""
-    return [s["pair"], s["prompt"], s["gamma"], s["temperature"], s["top_k"], s["top_p"], s["max_new_tokens"], s["seed"], s["chat"],
-            "", "", "model", "constant", 1.0, "chain"]
+    return [
+        s["pair"],
+        s["prompt"],
+        s["gamma"],
+        s["temperature"],
+        s["top_k"],
+        s["top_p"],
+        s["max_new_tokens"],
+        s["seed"],
+        s["chat"],
+        "",
+        "",
+        "model",
+        "constant",
+        1.0,
+        "chain",
+    ]
 
 
 def run_data(s: dict) -> list:
     """/run's values, in order."""
-    return [s["pair"], s["prompt"], s["gamma"], s["temperature"], s["top_k"], s["top_p"], s["max_new_tokens"], s["seed"], s["chat"],
-            "model", "constant", 1.0, "chain"]
+    return [
+        s["pair"],
+        s["prompt"],
+        s["gamma"],
+        s["temperature"],
+        s["top_k"],
+        s["top_p"],
+        s["max_new_tokens"],
+        s["seed"],
+        s["chat"],
+        "model",
+        "constant",
+        1.0,
+        "chain",
+    ]
 
 
 def _download(http: httpx.Client, app: App, output: dict) -> Recording | None:
@@ -69,7 +106,13 @@ def _download(http: httpx.Client, app: App, output: dict) -> Recording | None:
 def page_generate(http: httpx.Client, app: App, data: list) -> dict:
     """One Generate in a fresh page session: wall seconds (start to last message), updates, engine seconds."""
     session = uuid.uuid4().hex
-    body = {"data": data, "fn_index": app.fn["generate"], "session_hash": session, "event_data": None, "trigger_id": None}
+    body = {
+        "data": data,
+        "fn_index": app.fn["generate"],
+        "session_hash": session,
+        "event_data": None,
+        "trigger_id": None,
+    }
     http.post(f"{app.url}/gradio_api/queue/join", json=body).raise_for_status()
     started, updates = None, 0
     for message in messages(http, app, session):
@@ -83,8 +126,14 @@ def page_generate(http: httpx.Client, app: App, data: list) -> dict:
             if rec is None or rec.baseline is None:
                 raise SystemExit(f"Generate did not finish: {str(message)[:400]}")
             engine = (rec.speculative.total_ms + rec.baseline.total_ms) / 1000
-            return dict(wall=wall, updates=updates, engine=engine, tokens=len(rec.speculative.output_ids),
-                        speculative=rec.speculative.tokens_per_second, autoregressive=rec.baseline.tokens_per_second)
+            return dict(
+                wall=wall,
+                updates=updates,
+                engine=engine,
+                tokens=len(rec.speculative.output_ids),
+                speculative=rec.speculative.tokens_per_second,
+                autoregressive=rec.baseline.tokens_per_second,
+            )
     raise SystemExit("the result stream ended early")
 
 
@@ -104,8 +153,11 @@ def call_run(http: httpx.Client, app: App, data: list) -> dict:
     if result is None:
         raise SystemExit("/run did not complete")
     s = result["summary"]
-    return dict(wall=time.monotonic() - start, speculative=s["speculative_tokens_per_second"],
-                autoregressive=s["autoregressive_tokens_per_second"])
+    return dict(
+        wall=time.monotonic() - start,
+        speculative=s["speculative_tokens_per_second"],
+        autoregressive=s["autoregressive_tokens_per_second"],
+    )
 
 
 def bench_rates(s: dict, runs: int) -> dict:
@@ -159,18 +211,24 @@ def main(argv: list[str] | None = None) -> None:
     print(f"settings: {s}")
     print("Generate (page), each run: wall s, engine s (both runs' total_ms), wall / engine, updates streamed")
     for g in gens:
-        print(f"  {g['wall']:6.2f} {g['engine']:6.2f} {g['wall'] / g['engine']:5.2f}x {g['updates']:4d}  "
-              f"({g['tokens']} tokens; {g['speculative']:.1f} and {g['autoregressive']:.1f} tok/s)")
+        print(
+            f"  {g['wall']:6.2f} {g['engine']:6.2f} {g['wall'] / g['engine']:5.2f}x {g['updates']:4d}  "
+            f"({g['tokens']} tokens; {g['speculative']:.1f} and {g['autoregressive']:.1f} tok/s)"
+        )
     print(f"  wall / engine, median (min-max): {_median([g['wall'] / g['engine'] for g in gens])}")
     spec_run, base_run = [r["speculative"] for r in runs], [r["autoregressive"] for r in runs]
     spec_bench, base_bench = bench["speculative"], bench["autoregressive"]
     print("tokens/s, median (min-max)       speculative            autoregressive")
     print(f"  /run                             {_median(spec_run):22s} {_median(base_run)}")
-    print(f"  Generate (page)                  {_median([g['speculative'] for g in gens]):22s} "
-          f"{_median([g['autoregressive'] for g in gens])}")
+    print(
+        f"  Generate (page)                  {_median([g['speculative'] for g in gens]):22s} "
+        f"{_median([g['autoregressive'] for g in gens])}"
+    )
     print(f"  bench (this process, after)      {_median(spec_bench):22s} {_median(base_bench)}")
-    print(f"  /run / bench                     {statistics.median(spec_run) / statistics.median(spec_bench):.2f}x"
-          f"{'':17s}{statistics.median(base_run) / statistics.median(base_bench):.2f}x")
+    print(
+        f"  /run / bench                     {statistics.median(spec_run) / statistics.median(spec_bench):.2f}x"
+        f"{'':17s}{statistics.median(base_run) / statistics.median(base_bench):.2f}x"
+    )
     print(f"  /run wall s: {_median([r['wall'] for r in runs])}")
 
 

@@ -113,10 +113,16 @@ def measure_sessions(url: str, pid: int, sessions: int, work: Path) -> None:
         r.raise_for_status()
         path = r.json()[0]
         fn = fn_index(url, "load_recording")
-        print(f"largest recording: {big.stat().st_size / 2**20:.2f} MB of JSON; RSS before any load: {rss_mb(pid):.0f} MB", flush=True)
+        print(
+            f"largest recording: {big.stat().st_size / 2**20:.2f} MB of JSON; RSS before any load: {rss_mb(pid):.0f} "
+            "MB",
+            flush=True,
+        )
         start = time.monotonic()
         for i in range(1, sessions + 1):
-            last = call(http, url, fn, [{"path": path, "orig_name": "largest.json", "meta": {"_type": "gradio.FileData"}}])
+            last = call(
+                http, url, fn, [{"path": path, "orig_name": "largest.json", "meta": {"_type": "gradio.FileData"}}]
+            )
             if not last.get("success"):
                 print(f"session {i}: the load failed: {str(last.get('output'))[:300]}", flush=True)
             if i % 10 == 0 or i == sessions:
@@ -143,13 +149,19 @@ def measure_uploads(url: str, temp: Path, upload_mb: float, addresses_max: int =
         print(f"{address}: {taken} uploads of {size / 2**20:.2f} MB taken, then {refusal}", flush=True)
         if taken == 0:
             break
-    print(f"upload flood: {taken_all} uploads ({taken_all * size / 2**20:.0f} MB) taken; the Gradio temporary folder holds "
-          f"{folder_mb(temp):.0f} MB (it held {before:.0f} MB before the flood)", flush=True)
+    print(
+        f"upload flood: {taken_all} uploads ({taken_all * size / 2**20:.0f} MB) taken; the Gradio temporary folder "
+        "holds "
+        f"{folder_mb(temp):.0f} MB (it held {before:.0f} MB before the flood)",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sessions", type=int, default=110, help="sessions loading the largest recording (default 110)")
+    parser.add_argument(
+        "--sessions", type=int, default=110, help="sessions loading the largest recording (default 110)"
+    )
     parser.add_argument("--upload-mb", type=float, default=8.0, help="size of one flood upload in MB (default 8)")
     parser.add_argument("--skip", choices=("memory", "disk"), help="leave one measurement out")
     args = parser.parse_args(argv)
@@ -162,11 +174,17 @@ def main(argv: list[str] | None = None) -> None:
         url = f"http://127.0.0.1:{port}"
         env = os.environ | {"GRADIO_TEMP_DIR": str(temp), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
         log = open(work / "server.log", "w")
-        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "app.py", "--port", str(port)], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             if not _wait_up(url, proc, 300):
                 raise SystemExit(f"the app did not start: {(work / 'server.log').read_text()[-2000:]}")
-            print(f"app up (SPECVIZ_MAX_SESSIONS={os.environ.get('SPECVIZ_MAX_SESSIONS', 'default')}); RSS {rss_mb(proc.pid):.0f} MB", flush=True)
+            print(
+                f"app up (SPECVIZ_MAX_SESSIONS={os.environ.get('SPECVIZ_MAX_SESSIONS', 'default')}); RSS "
+                f"{rss_mb(proc.pid):.0f} MB",
+                flush=True,
+            )
             if args.skip != "memory":
                 measure_sessions(url, proc.pid, args.sessions, work)
             if args.skip != "disk":
@@ -198,6 +216,7 @@ def _wait_up(url: str, proc: subprocess.Popen, seconds: float) -> bool:
             pass
         time.sleep(1)
     return False
+
 
 if __name__ == "__main__":
     main()

@@ -91,7 +91,8 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
         p_all: (N + 1, V) the target's processed p at every slot (the verify pass).
         tokens: (N,) the nodes' tokens; parents: per node, its parent node (-1: the root).
         q: (N, V) each node's q at its parent, or None (prompt lookup's copies, q one-hot).
-        rule: "with-replacement" or "without-replacement" (``specviz.trace.tree``); greedy: finals are argmaxes; gen: draws u, then finals.
+        rule: "with-replacement" or "without-replacement" (``specviz.trace.tree``); greedy: finals are argmaxes; gen:
+        draws u, then finals.
         fault: a departure from the exact rules (the lab's controls); NO_FAULT in every real run.
 
     Returns (device tensors, by name):
@@ -120,7 +121,11 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
             # u < min(1, p'/q) as u q < p': no division, and the strict "<" never keeps p'(x) = 0.
             ok = rejection.accept(u[nodes], q_x, ref_x)
             prob = torch.where(q_x > 0, (ref_x / q_x.clamp_min(1e-30)).clamp_max(1.0), torch.zeros_like(q_x))
-            update = (residual[rows] - q_rows).clamp_min(0.0) if q_rows is not None else residual[rows].scatter(1, x[:, None], 0.0)
+            update = (
+                (residual[rows] - q_rows).clamp_min(0.0)
+                if q_rows is not None
+                else residual[rows].scatter(1, x[:, None], 0.0)
+            )
         else:
             ok = u[nodes] < ref_x
             prob = ref_x
@@ -131,7 +136,13 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
         new, mass = normalise(update, residual[rows])
         if fault.unnormalised:
             new = update
-        for key, value in (("p", p_x), ("p_residual", pres_x), ("q", q_x), ("accept_prob", prob), ("mass", share[rows])):
+        for key, value in (
+            ("p", p_x),
+            ("p_residual", pres_x),
+            ("q", q_x),
+            ("accept_prob", prob),
+            ("mass", share[rows]),
+        ):
             out[key][nodes] = value.float()
         out["accepted"][nodes] = ok
         residual[rows] = torch.where(rejected[:, None], new, residual[rows])
@@ -139,13 +150,24 @@ def judge(p_all: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torc
         accepted_child[rows] = torch.where(ok, nodes + 1, accepted_child[rows])
         open_[rows] = open_[rows] & ~ok
     finals = rejection.sample_rows(residual, greedy, gen)
-    out.update(u=u, accepted_child=accepted_child, finals=finals, final_probs=residual.gather(1, finals[:, None])[:, 0],
-               residual=residual)
+    out.update(
+        u=u,
+        accepted_child=accepted_child,
+        finals=finals,
+        final_probs=residual.gather(1, finals[:, None])[:, 0],
+        residual=residual,
+    )
     return out
 
 
-def judge_greedy(best: torch.Tensor, tokens: torch.Tensor, parents: list[int], q: torch.Tensor | None,
-                 rule: str, gen: torch.Generator) -> dict[str, torch.Tensor]:
+def judge_greedy(
+    best: torch.Tensor,
+    tokens: torch.Tensor,
+    parents: list[int],
+    q: torch.Tensor | None,
+    rule: str,
+    gen: torch.Generator,
+) -> dict[str, torch.Tensor]:
     """``judge`` for greedy decoding, from each slot's argmax: the same tensors but ``residual``.
 
     With p one-hot at a (the slot's argmax, ``Sampling.probs``' choice on ties), either rule
@@ -191,5 +213,15 @@ def judge_greedy(best: torch.Tensor, tokens: torch.Tensor, parents: list[int], q
         share[rows] = torch.where(tested & ~ok, share[rows] * left[nodes], share[rows])
         accepted_child[rows] = torch.where(ok, nodes + 1, accepted_child[rows])
         open_[rows] = open_[rows] & ~ok
-    return dict(u=u, p=p_x, p_residual=p_x, q=q_x, accept_prob=prob, mass=mass, accepted=accepted,
-                accepted_child=accepted_child, finals=best, final_probs=torch.ones(slots, device=device))
+    return dict(
+        u=u,
+        p=p_x,
+        p_residual=p_x,
+        q=q_x,
+        accept_prob=prob,
+        mass=mass,
+        accepted=accepted,
+        accepted_child=accepted_child,
+        finals=best,
+        final_probs=torch.ones(slots, device=device),
+    )

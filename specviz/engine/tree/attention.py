@@ -15,7 +15,8 @@ After a round the cache holds the prefix and every fed node; it must keep only t
 Two ways, both here:
 - ``gather`` (the default): keep the prefix's entries and the path's, in path order, by
   ``index_select`` on every layer's keys and values (the runner's cache is a plain ``DynamicCache``
-  whose layers keep every column, a sliding window's included: ``specviz.engine.runner``). Each path node's key and value were computed
+  whose layers keep every column, a sliding window's included: ``specviz.engine.runner``). Each path node's key and
+  value were computed
   from its own ancestors at its own depth position, i.e. exactly the entries a sequential pass over
   the path would have made, so nothing is recomputed: a copy of the cache, no model pass.
 - ``refeed``: crop back to the prefix (``DynamicCache.crop``, a negative count) and feed the path's
@@ -44,7 +45,8 @@ def ancestor_matrix(parents: list[int]) -> torch.Tensor:
 
 
 def float_mask(prefix: int, allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(1, 1, rows, prefix + cols) additive mask: 0 over the prefix and where ``allow`` (rows, cols), dtype min elsewhere.
+    """(1, 1, rows, prefix + cols) additive mask: 0 over the prefix and where ``allow`` (rows, cols), dtype min
+    elsewhere.
 
     No window: for attention over the whole context (the EAGLE head's own layer); a model's tree
     pass takes ``tree_masks``."""
@@ -52,7 +54,9 @@ def float_mask(prefix: int, allow: torch.Tensor, dtype: torch.dtype) -> torch.Te
     return additive(torch.cat([torch.ones(rows, prefix, dtype=torch.bool, device=allow.device), allow], dim=1), dtype)
 
 
-def tree_masks(config, prefix: int, allow: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype, windowed: bool = True):
+def tree_masks(
+    config, prefix: int, allow: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype, windowed: bool = True
+):
     """The mask of a pass feeding the last ``rows`` tree slots after a cached prefix, with the model's windows.
 
     Args:
@@ -77,8 +81,16 @@ def _windows(config, windowed: bool) -> dict[str, int | None]:
     return layer_windows(config) if windowed else {FULL: None}
 
 
-def masked_logits(runner: ModelRunner, seq: torch.Tensor, prefix: int, tokens: torch.Tensor, positions: torch.Tensor,
-                  allow: torch.Tensor, new: int, windowed: bool = True) -> torch.Tensor:
+def masked_logits(
+    runner: ModelRunner,
+    seq: torch.Tensor,
+    prefix: int,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    allow: torch.Tensor,
+    new: int,
+    windowed: bool = True,
+) -> torch.Tensor:
     """Logits of the last ``new`` tree slots, each under its own path.
 
     Args:
@@ -107,8 +119,14 @@ def masked_logits(runner: ModelRunner, seq: torch.Tensor, prefix: int, tokens: t
     extra = {"output_hidden_states": True} if keep else {}
     if runner.cached:
         mask = tree_masks(model.config, prefix, allow[-new:], positions, dtype, windowed)
-        out = model(input_ids=tokens[None, -new:], attention_mask=mask, position_ids=positions[None, -new:],
-                    past_key_values=runner.cache, use_cache=True, **extra)
+        out = model(
+            input_ids=tokens[None, -new:],
+            attention_mask=mask,
+            position_ids=positions[None, -new:],
+            past_key_values=runner.cache,
+            use_cache=True,
+            **extra,
+        )
         runner.seen = prefix + tokens.shape[0]
         runner.passes += 1
         if keep:
@@ -154,10 +172,14 @@ def compact(runner: ModelRunner, seq: torch.Tensor, prefix: int, keep: list[int]
         runner.rollback(prefix + len(keep))
         return
     device = seq.device
-    index = torch.cat([torch.arange(prefix, device=device), prefix + torch.tensor(keep, dtype=torch.long, device=device)])
+    index = torch.cat(
+        [torch.arange(prefix, device=device), prefix + torch.tensor(keep, dtype=torch.long, device=device)]
+    )
     for layer in runner.cache.layers:
         if type(layer) is not DynamicLayer:
-            raise TypeError(f"gathering a path needs plain dynamic cache layers, got {type(layer).__name__}; use refeed")
+            raise TypeError(
+                f"gathering a path needs plain dynamic cache layers, got {type(layer).__name__}; use refeed"
+            )
         if layer.is_initialized and layer.keys.numel():
             layer.keys = layer.keys.index_select(-2, index)
             layer.values = layer.values.index_select(-2, index)

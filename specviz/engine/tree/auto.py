@@ -38,22 +38,41 @@ class AutoTree:
         b, c = self.choice.best, self.choice.best_chain
         cal = self.calibration
         return {
-            "chosen": b.label(), "kind": b.kind, "nodes": b.nodes, "depth": b.depth,
+            "chosen": b.label(),
+            "kind": b.kind,
+            "nodes": b.nodes,
+            "depth": b.depth,
             "nodes_by_depth": nodes_by_depth(b.parents) if b.parents else [1] * b.depth,
             "parents": list(b.parents) if b.parents else None,
-            "predicted_tokens_per_round": b.tokens_per_round, "predicted_cost": b.cost, "predicted_speedup": b.speedup,
-            "best_chain": {"gamma": c.depth, "predicted_tokens_per_round": c.tokens_per_round, "predicted_cost": c.cost,
-                           "predicted_speedup": c.speedup},
+            "predicted_tokens_per_round": b.tokens_per_round,
+            "predicted_cost": b.cost,
+            "predicted_speedup": b.speedup,
+            "best_chain": {
+                "gamma": c.depth,
+                "predicted_tokens_per_round": c.tokens_per_round,
+                "predicted_cost": c.cost,
+                "predicted_speedup": c.speedup,
+            },
             "speedup_by_budget": sequoia.speedup_by_budget(self.choice),
             "by_budget": [dict(_cand(c), budget=n) for n, c in self.choice.by_budget],
             "chains": [_cand(c) for c in self.choice.chains],
-            "hand_made": [dict(_cand(self.predict(sequoia.static_parents(shape))), label=f"tree {'-'.join(map(str, shape))}")
-                          for shape in HAND_MADE],
-            "inputs": {"acceptance_by_rank": cal.rank_counts, "chain_acceptance_by_depth": cal.chain_counts,
-                       "verify_cost_by_nodes": cal.verify_curve, "tree_pass_cost": cal.tree_pass_cost,
-                       "chain_step_cost": cal.chain_step_cost, "target_step_ms": cal.target_step_ms,
-                       "overhead_by_nodes": cal.overhead, "children_available": [list(c) for c in cal.available],
-                       "calibration_prompts": cal.prompts, "calibration_tokens": cal.tokens, "refined_with": cal.refined},
+            "hand_made": [
+                dict(_cand(self.predict(sequoia.static_parents(shape))), label=f"tree {'-'.join(map(str, shape))}")
+                for shape in HAND_MADE
+            ],
+            "inputs": {
+                "acceptance_by_rank": cal.rank_counts,
+                "chain_acceptance_by_depth": cal.chain_counts,
+                "verify_cost_by_nodes": cal.verify_curve,
+                "tree_pass_cost": cal.tree_pass_cost,
+                "chain_step_cost": cal.chain_step_cost,
+                "target_step_ms": cal.target_step_ms,
+                "overhead_by_nodes": cal.overhead,
+                "children_available": [list(c) for c in cal.available],
+                "calibration_prompts": cal.prompts,
+                "calibration_tokens": cal.tokens,
+                "refined_with": cal.refined,
+            },
             "sentence": self.choice.sentence(),
             "device": self.device,
         }
@@ -61,13 +80,19 @@ class AutoTree:
     def predict(self, parents) -> sequoia.Candidate:
         """Any tree's prediction from this calibration, on the choice's terms (``sequoia.tree_candidate``)."""
         cal = self.calibration
-        return sequoia.tree_candidate(parents, cal.rank_acceptance().p, cal.verify_curve, cal.tree_pass_cost, cal.overhead)
+        return sequoia.tree_candidate(
+            parents, cal.rank_acceptance().p, cal.verify_curve, cal.tree_pass_cost, cal.overhead
+        )
 
     def record(self) -> dict:
         """What a recording keeps of the choice: the calibration and the bounds it was decided under
         (``from_record`` decides again, so a file cannot carry a choice its measurements do not give)."""
-        return {"calibration": self.calibration.to_dict(), "max_nodes": self.max_nodes, "max_depth": self.max_depth,
-                "device": self.device}
+        return {
+            "calibration": self.calibration.to_dict(),
+            "max_nodes": self.max_nodes,
+            "max_depth": self.max_depth,
+            "device": self.device,
+        }
 
 
 def from_record(d) -> AutoTree:
@@ -102,19 +127,29 @@ def nodes_by_depth(parents) -> list[int]:
 
 
 def _cand(c: sequoia.Candidate) -> dict:
-    return {"kind": c.kind, "nodes": c.nodes, "depth": c.depth, "tokens_per_round": c.tokens_per_round, "cost": c.cost,
-            "speedup": c.speedup}
+    return {
+        "kind": c.kind,
+        "nodes": c.nodes,
+        "depth": c.depth,
+        "tokens_per_round": c.tokens_per_round,
+        "cost": c.cost,
+        "speedup": c.speedup,
+    }
 
 
-def calibration_prompt_ids(tokenize, texts: list[str], reserved: int, count: int = CALIBRATION_PROMPTS) -> list[list[int]]:
+def calibration_prompt_ids(
+    tokenize, texts: list[str], reserved: int, count: int = CALIBRATION_PROMPTS
+) -> list[list[int]]:
     """The last ``count`` of ``texts`` tokenised by ``tokenize`` (text -> ids), held out from the
     first ``reserved`` (a benchmark's prompts).
 
     Raises:
         ValueError: fewer than ``reserved + count`` prompts."""
     if len(texts) < reserved + count:
-        raise ValueError(f"the auto tree calibrates on {count} prompts after the {reserved} measured; the set has {len(texts)}")
-    return [tokenize(t) for t in texts[len(texts) - count:]]
+        raise ValueError(
+            f"the auto tree calibrates on {count} prompts after the {reserved} measured; the set has {len(texts)}"
+        )
+    return [tokenize(t) for t in texts[len(texts) - count :]]
 
 
 def decide(cal: Calibration, max_nodes: int = 64, max_depth: int = 8, device: str = "") -> AutoTree:
@@ -122,4 +157,12 @@ def decide(cal: Calibration, max_nodes: int = 64, max_depth: int = 8, device: st
     choice = cal.choose(max_nodes, max_depth)
     best = choice.best
     tree = TreeSpec.explicit(best.parents) if best.kind == "tree" else None
-    return AutoTree(tree=tree, gamma=best.depth, choice=choice, calibration=cal, max_nodes=max_nodes, max_depth=max_depth, device=device)
+    return AutoTree(
+        tree=tree,
+        gamma=best.depth,
+        choice=choice,
+        calibration=cal,
+        max_nodes=max_nodes,
+        max_depth=max_depth,
+        device=device,
+    )

@@ -1,4 +1,5 @@
-"""The auto tree's calibration: every input of its choice (``specviz.engine.tree.auto``), measured on this pair and device.
+"""The auto tree's calibration: every input of its choice (``specviz.engine.tree.auto``), measured on this pair and
+device.
 
 A short calibration on held-out prompts (the prompt set's last ones, which a benchmark's first
 prompts do not reach) measures every input of the choice. For a drafter model (also early exit and
@@ -42,8 +43,10 @@ from specviz.theory import sequoia
 from specviz.theory import tree as tree_theory
 
 NS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-FORMAT = 1  # the stored calibration's layout; a change makes older entries miss (and recordings' auto records fail their check)
-METHOD = 2  # how calibrations are measured (2: teacher-forced for drafter models); a change makes older disk entries miss
+# the stored calibration's layout; a change makes older entries miss (and recordings' auto records fail their check)
+FORMAT = 1
+# how calibrations are measured (2: teacher-forced for drafter models); a change makes older disk entries miss
+METHOD = 2
 MAX_COUNT = 10**9  # offered / accepted counts a stored calibration may hold
 MAX_COST = 1e4  # target steps: any stored cost or v(n) beyond this is not a measurement
 
@@ -63,7 +66,8 @@ class Calibration:
             the drafter's fastest one-token pass / the target's.
         overhead: {mean nodes per round: a round's time beyond its drafting and the bare verify pass v(n) /
             target step ms}, from the chain's and the tree's runs: judging (the target's p at every node
-            under the run's sampling processors: under top-p a ranking of the most probable tokens per node), recording; it
+            under the run's sampling processors: under top-p a ranking of the most probable tokens per node), recording;
+            it
             grows with the nodes.
         available: ``sequoia.children_available`` of the calibration tree's rounds: how often a node's k-th
             child exists at all (under top-p or top-k sampling q's nucleus may hold fewer tokens than the
@@ -93,13 +97,21 @@ class Calibration:
 
     def to_dict(self) -> dict:
         """JSON-ready (dict keys as text); ``from_dict`` reads it back."""
-        return {"format": FORMAT, "rank_counts": [[list(c) for c in row] for row in self.rank_counts],
-                "chain_counts": [list(c) for c in self.chain_counts],
-                "verify_curve": {str(n): v for n, v in self.verify_curve.items()}, "tree_pass_cost": self.tree_pass_cost,
-                "chain_step_cost": self.chain_step_cost, "target_step_ms": self.target_step_ms,
-                "calibration_tree": list(self.calibration_tree), "prompts": self.prompts, "tokens": self.tokens,
-                "overhead": {repr(float(n)): v for n, v in self.overhead.items()} if self.overhead else None,
-                "refined": self.refined, "available": [list(c) for c in self.available]}
+        return {
+            "format": FORMAT,
+            "rank_counts": [[list(c) for c in row] for row in self.rank_counts],
+            "chain_counts": [list(c) for c in self.chain_counts],
+            "verify_curve": {str(n): v for n, v in self.verify_curve.items()},
+            "tree_pass_cost": self.tree_pass_cost,
+            "chain_step_cost": self.chain_step_cost,
+            "target_step_ms": self.target_step_ms,
+            "calibration_tree": list(self.calibration_tree),
+            "prompts": self.prompts,
+            "tokens": self.tokens,
+            "overhead": {repr(float(n)): v for n, v in self.overhead.items()} if self.overhead else None,
+            "refined": self.refined,
+            "available": [list(c) for c in self.available],
+        }
 
     @classmethod
     def from_dict(cls, d) -> "Calibration":
@@ -120,7 +132,13 @@ class Calibration:
             return x
 
         def real(x, lo, hi, what, open_low=False):
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or not lo <= x <= hi or (open_low and x <= lo):
+            if (
+                isinstance(x, bool)
+                or not isinstance(x, (int, float))
+                or not math.isfinite(x)
+                or not lo <= x <= hi
+                or (open_low and x <= lo)
+            ):
                 raise ValueError(f"{what}: must be a finite number in [{lo}, {hi}]")
             return float(x)
 
@@ -149,13 +167,18 @@ class Calibration:
         for n, v in curve.items():
             if not isinstance(n, str) or not n.isdigit() or len(n) > 4:
                 raise ValueError("verify_curve: its keys are node counts")
-            verify_curve[whole(int(n), 1, MAX_TREE_NODES, "verify_curve")] = real(v, 0, MAX_COST, "verify_curve", open_low=True)
+            verify_curve[whole(int(n), 1, MAX_TREE_NODES, "verify_curve")] = real(
+                v, 0, MAX_COST, "verify_curve", open_low=True
+            )
         overhead = d.get("overhead")
         if overhead is not None:
             if not isinstance(overhead, dict) or len(overhead) > 8:
                 raise ValueError("overhead: must map at most 8 node counts to target steps")
             try:
-                overhead = {real(float(n), 0, MAX_TREE_NODES, "overhead"): real(v, 0, MAX_COST, "overhead") for n, v in overhead.items()}
+                overhead = {
+                    real(float(n), 0, MAX_TREE_NODES, "overhead"): real(v, 0, MAX_COST, "overhead")
+                    for n, v in overhead.items()
+                }
             except (TypeError, ValueError) as e:
                 raise ValueError(f"overhead: {e}") from None
         tree = d.get("calibration_tree")
@@ -166,13 +189,20 @@ class Calibration:
         refined = d.get("refined", "")
         if not isinstance(refined, str) or len(refined) > 80:
             raise ValueError("refined: must be text of at most 80 characters")
-        return cls(rank_counts=rank_counts, chain_counts=chain_counts, verify_curve=verify_curve,
-                   tree_pass_cost=real(d.get("tree_pass_cost"), 0, MAX_COST, "tree_pass_cost"),
-                   chain_step_cost=real(d.get("chain_step_cost"), 0, MAX_COST, "chain_step_cost"),
-                   target_step_ms=real(d.get("target_step_ms"), 0, 1e7, "target_step_ms", open_low=True),
-                   calibration_tree=tuple(tree), prompts=whole(d.get("prompts"), 1, 1000, "prompts"),
-                   tokens=whole(d.get("tokens"), 1, 10**6, "tokens"), overhead=overhead or None, refined=refined,
-                   available=available)
+        return cls(
+            rank_counts=rank_counts,
+            chain_counts=chain_counts,
+            verify_curve=verify_curve,
+            tree_pass_cost=real(d.get("tree_pass_cost"), 0, MAX_COST, "tree_pass_cost"),
+            chain_step_cost=real(d.get("chain_step_cost"), 0, MAX_COST, "chain_step_cost"),
+            target_step_ms=real(d.get("target_step_ms"), 0, 1e7, "target_step_ms", open_low=True),
+            calibration_tree=tuple(tree),
+            prompts=whole(d.get("prompts"), 1, 1000, "prompts"),
+            tokens=whole(d.get("tokens"), 1, 10**6, "tokens"),
+            overhead=overhead or None,
+            refined=refined,
+            available=available,
+        )
 
     def chain_rates(self) -> list[float]:
         return tree_theory.depth_rates(self.chain_counts)
@@ -180,8 +210,16 @@ class Calibration:
     def choose(self, max_nodes: int = 64, max_depth: int = 8) -> sequoia.AutoChoice:
         """The choice these measurements give (no model runs): ``sequoia.choose`` over trees of at most
         ``max_nodes`` nodes and ``max_depth`` levels and chains of at most ``max_depth`` drafts."""
-        return sequoia.choose(self.rank_acceptance(), self.chain_rates(), self.verify_curve, self.tree_pass_cost, self.chain_step_cost,
-                              max_nodes=max_nodes, max_depth=max_depth, overhead=self.overhead)
+        return sequoia.choose(
+            self.rank_acceptance(),
+            self.chain_rates(),
+            self.verify_curve,
+            self.tree_pass_cost,
+            self.chain_step_cost,
+            max_nodes=max_nodes,
+            max_depth=max_depth,
+            overhead=self.overhead,
+        )
 
 
 def _cost(ms: float | None, step_ms: float) -> float:
@@ -209,9 +247,21 @@ def _overhead(chains, trees, step_ms: float, curve: dict[int, float]) -> dict[fl
     return points if len(points) == 2 else None
 
 
-def calibrate_by_runs(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-                      max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
-                      stop: StopCheck | None = None, progress: ProgressReport | None = None) -> Calibration:
+def calibrate_by_runs(
+    drafter,
+    target,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    vocab_size: int,
+    max_new_tokens: int = 64,
+    max_depth: int = 8,
+    max_nodes: int = 64,
+    seed: int = 0,
+    cached="auto",
+    refine: int = 2,
+    stop: StopCheck | None = None,
+    progress: ProgressReport | None = None,
+) -> Calibration:
     """Measure every input of the choice on ``prompts`` from short runs, then refine it: the calibration of
     a drafter teacher forcing cannot read in one pass (prompt lookup, EAGLE, a drafter with its own tokenizer).
 
@@ -238,14 +288,41 @@ def calibrate_by_runs(drafter, target, prompts: list[list[int]], sampling: Sampl
         ValueError: no prompts, or a run that never drafted (no acceptance to measure).
         specviz.engine.stopping.Stopped: ``stop`` asked to end (nothing is kept: the choice needs every run).
     """
-    return run_steps(calibrate_by_runs_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed,
-                                             cached, refine, stop), progress)
+    return run_steps(
+        calibrate_by_runs_steps(
+            drafter,
+            target,
+            prompts,
+            sampling,
+            vocab_size,
+            max_new_tokens,
+            max_depth,
+            max_nodes,
+            seed,
+            cached,
+            refine,
+            stop,
+        ),
+        progress,
+    )
 
 
-def calibrate_by_runs_steps(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-                            max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
-                            stop: StopCheck | None = None):
-    """``calibrate_by_runs`` as steps (``specviz.engine.stopping.run_steps``): a generator that yields (runs done, runs in
+def calibrate_by_runs_steps(
+    drafter,
+    target,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    vocab_size: int,
+    max_new_tokens: int = 64,
+    max_depth: int = 8,
+    max_nodes: int = 64,
+    seed: int = 0,
+    cached="auto",
+    refine: int = 2,
+    stop: StopCheck | None = None,
+):
+    """``calibrate_by_runs`` as steps (``specviz.engine.stopping.run_steps``): a generator that yields (runs done, runs
+    in
     all) after every round of every run and every timed repeat, so a server's device thread can run other jobs'
     steps between them, and returns the Calibration. Arguments and errors as ``calibrate_by_runs``."""
     from specviz.engine.chain import autoregressive_stream, speculative_stream
@@ -272,10 +349,19 @@ def calibrate_by_runs_steps(drafter, target, prompts: list[list[int]], sampling:
     common = dict(sampling=sampling, max_new_tokens=max_new_tokens, vocab_size=vocab_size, eos_token_id=None)
     calib_tree = sequoia.prior_tree(min(40, max_nodes), max_depth)
     yield from run(autoregressive_stream(prompts[0], target, **(common | {"max_new_tokens": 4})))  # warm-up
-    base = yield from runs(lambda i, ids: autoregressive_stream(ids, target, seed=seed + i, **(common | {"max_new_tokens": min(32, max_new_tokens)})))
-    chains = yield from runs(lambda i, ids: speculative_stream(ids, drafter, target, gamma=max_depth, seed=seed + i, **common))
-    trees = yield from runs(lambda i, ids: speculative_stream(ids, drafter, target, tree=TreeSpec.explicit(calib_tree), seed=seed + i,
-                                                              **common))
+    base = yield from runs(
+        lambda i, ids: autoregressive_stream(
+            ids, target, seed=seed + i, **(common | {"max_new_tokens": min(32, max_new_tokens)})
+        )
+    )
+    chains = yield from runs(
+        lambda i, ids: speculative_stream(ids, drafter, target, gamma=max_depth, seed=seed + i, **common)
+    )
+    trees = yield from runs(
+        lambda i, ids: speculative_stream(
+            ids, drafter, target, tree=TreeSpec.explicit(calib_tree), seed=seed + i, **common
+        )
+    )
     sizes = sorted({n for n in NS if n < max_nodes} | {max_nodes})
     ms = yield from _parts_of(pass_ms_steps(target, prompts[0], sizes, vocab_size, cached=cached, stop=stop), parts)
     curve = {n: ms[n] / ms[0] for n in sizes}
@@ -283,11 +369,19 @@ def calibrate_by_runs_steps(drafter, target, prompts: list[list[int]], sampling:
     chain_counts = tree_theory.acceptance_by_depth(*chains)
     if not chain_counts:
         raise ValueError("the calibration's chain drafted nothing: no acceptance to measure")
-    cal = Calibration(rank_counts=sequoia.acceptance_by_rank(*trees), chain_counts=chain_counts, verify_curve=curve,
-                      tree_pass_cost=_cost(chain_theory.drafter_step_ms(*trees), step),
-                      chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step), target_step_ms=step,
-                      calibration_tree=calib_tree, prompts=len(prompts), tokens=max_new_tokens,
-                      overhead=_overhead(chains, trees, step, curve), available=tuple(sequoia.children_available(*trees)))
+    cal = Calibration(
+        rank_counts=sequoia.acceptance_by_rank(*trees),
+        chain_counts=chain_counts,
+        verify_curve=curve,
+        tree_pass_cost=_cost(chain_theory.drafter_step_ms(*trees), step),
+        chain_step_cost=_cost(chain_theory.drafter_step_ms(*chains), step),
+        target_step_ms=step,
+        calibration_tree=calib_tree,
+        prompts=len(prompts),
+        tokens=max_new_tokens,
+        overhead=_overhead(chains, trees, step, curve),
+        available=tuple(sequoia.children_available(*trees)),
+    )
 
     def measured(cal: Calibration, best: sequoia.Candidate):
         shape = dict(tree=TreeSpec.explicit(best.parents)) if best.kind == "tree" else dict(gamma=best.depth)
@@ -313,7 +407,8 @@ def refined_steps(cal: Calibration, refine: int, max_nodes: int, max_depth: int,
 
 
 class _Parts:
-    """A calibration's parts counted as they finish, ``now()`` the (done, in all) its steps yield (done capped at in all)."""
+    """A calibration's parts counted as they finish, ``now()`` the (done, in all) its steps yield (done capped at in
+    all)."""
 
     def __init__(self, total: int):
         self.done, self.total = 0, total
@@ -338,7 +433,8 @@ def _parts_of(steps, parts: _Parts, count: int = 1):
 MAX_RANK = 8  # sibling ranks measured at each position (the widest node a chosen tree may have)
 TREE_LEVEL = 4  # nodes in the drafter pass timed as one tree level (c_tree)
 WALKS = 4  # walks over the measured positions under sampling (greedy walks are deterministic: one)
-TIMING_REPEATS = 4  # each target pass size timed this many times in turns, the fastest kept (the drafter's, cheaper, 3 times as many)
+# each target pass size timed this many times in turns, the fastest kept (the drafter's, cheaper, 3 times as many)
+TIMING_REPEATS = 4
 
 
 @dataclass(frozen=True)
@@ -359,7 +455,9 @@ class PositionAcceptance:
     chain: tuple
 
 
-def position_acceptance(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, max_rank: int = MAX_RANK) -> PositionAcceptance:
+def position_acceptance(
+    p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, max_rank: int = MAX_RANK
+) -> PositionAcceptance:
     """Per-position acceptance from the target's processed p, the drafter's q and what its children are
     ranked by, each (L, V) float over the same L positions.
 
@@ -435,7 +533,9 @@ def walk_tree(texts: list[PositionAcceptance], parents, walks: int = 1, seed: in
                 tokens += i - t + 1
                 rounds += 1
                 t = i + 1
-    available = [(len([w for w in widths if w]), sum(w >= k for w in widths)) for k in range(1, max(widths, default=0) + 1)]
+    available = [
+        (len([w for w in widths if w]), sum(w >= k for w in widths)) for k in range(1, max(widths, default=0) + 1)
+    ]
     return [[(o, a) for o, a in row] for row in counts], available, (tokens, rounds)
 
 
@@ -461,8 +561,15 @@ def walk_chain(texts: list[PositionAcceptance], gamma: int, walks: int = 1, seed
     return [(o, a) for o, a in counts if o]
 
 
-def teacher_forced(drafter_model, target, prompt: list[int], text: list[int], sampling: Sampling, vocab_size: int,
-                   max_rank: int = MAX_RANK) -> PositionAcceptance:
+def teacher_forced(
+    drafter_model,
+    target,
+    prompt: list[int],
+    text: list[int],
+    sampling: Sampling,
+    vocab_size: int,
+    max_rank: int = MAX_RANK,
+) -> PositionAcceptance:
     """One forward pass of each model over ``prompt`` + ``text`` (no cache): ``position_acceptance`` at the
     positions whose next token is in ``text`` (the prompt's last token first), p and q through ``sampling``'s
     processors (the repetition penalty with each position's context)."""
@@ -472,9 +579,12 @@ def teacher_forced(drafter_model, target, prompt: list[int], text: list[int], sa
     ctx = contexts(seq, range(first + 1, first + 1 + count), vocab_size) if sampling.needs_context else None
     warpers = sampling.warpers()
     with torch.inference_mode():
-        p_logits = make_runner(target, vocab_size, False).logits(seq, len(seq), len(seq))[first:first + count]
-        q_logits = make_runner(drafter_model, vocab_size, False).logits(seq.to(next(drafter_model.parameters()).device), len(seq),
-                                                                        len(seq))[first:first + count].to(device)
+        p_logits = make_runner(target, vocab_size, False).logits(seq, len(seq), len(seq))[first : first + count]
+        q_logits = (
+            make_runner(drafter_model, vocab_size, False)
+            .logits(seq.to(next(drafter_model.parameters()).device), len(seq), len(seq))[first : first + count]
+            .to(device)
+        )
         p = sampling.probs(p_logits, warpers, ctx)
         q = sampling.probs(q_logits, warpers, ctx)
         ranking = torch.softmax(q_logits.float(), dim=-1) if sampling.greedy else q
@@ -497,32 +607,119 @@ def _forced_model(drafter):
         return None
 
 
-def calibrate(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-              max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
-              stop: StopCheck | None = None, partial: dict | None = None, keep=None,
-              progress: ProgressReport | None = None) -> Calibration:
+def calibrate(
+    drafter,
+    target,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    vocab_size: int,
+    max_new_tokens: int = 64,
+    max_depth: int = 8,
+    max_nodes: int = 64,
+    seed: int = 0,
+    cached="auto",
+    refine: int = 2,
+    stop: StopCheck | None = None,
+    partial: dict | None = None,
+    keep=None,
+    progress: ProgressReport | None = None,
+) -> Calibration:
     """Every input of the choice, teacher-forced where the drafter is a model (``calibrate_forced``), from
     short runs otherwise (``calibrate_by_runs``). Arguments and errors as theirs."""
-    return run_steps(calibrate_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached,
-                                     refine, stop, partial, keep), progress)
+    return run_steps(
+        calibrate_steps(
+            drafter,
+            target,
+            prompts,
+            sampling,
+            vocab_size,
+            max_new_tokens,
+            max_depth,
+            max_nodes,
+            seed,
+            cached,
+            refine,
+            stop,
+            partial,
+            keep,
+        ),
+        progress,
+    )
 
 
-def calibrate_steps(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-                    max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
-                    stop: StopCheck | None = None, partial: dict | None = None, keep=None):
+def calibrate_steps(
+    drafter,
+    target,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    vocab_size: int,
+    max_new_tokens: int = 64,
+    max_depth: int = 8,
+    max_nodes: int = 64,
+    seed: int = 0,
+    cached="auto",
+    refine: int = 2,
+    stop: StopCheck | None = None,
+    partial: dict | None = None,
+    keep=None,
+):
     """``calibrate`` as steps: a generator yielding (parts done, parts in all) between short pieces of work, whose value
-    is the Calibration (``calibrate_forced_steps``, ``calibrate_by_runs_steps``). Arguments and errors as ``calibrate``."""
+    is the Calibration (``calibrate_forced_steps``, ``calibrate_by_runs_steps``). Arguments and errors as
+    ``calibrate``."""
     if _forced_model(drafter) is None:
-        return (yield from calibrate_by_runs_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes,
-                                                   seed, cached, refine, stop))
-    return (yield from calibrate_forced_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed,
-                                              cached, refine, stop, partial, keep))
+        return (
+            yield from calibrate_by_runs_steps(
+                drafter,
+                target,
+                prompts,
+                sampling,
+                vocab_size,
+                max_new_tokens,
+                max_depth,
+                max_nodes,
+                seed,
+                cached,
+                refine,
+                stop,
+            )
+        )
+    return (
+        yield from calibrate_forced_steps(
+            drafter,
+            target,
+            prompts,
+            sampling,
+            vocab_size,
+            max_new_tokens,
+            max_depth,
+            max_nodes,
+            seed,
+            cached,
+            refine,
+            stop,
+            partial,
+            keep,
+        )
+    )
 
 
-def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-                     max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
-                     stop: StopCheck | None = None, partial: dict | None = None, keep=None,
-                     progress: ProgressReport | None = None) -> Calibration:
+def calibrate_forced(
+    drafter,
+    target,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    vocab_size: int,
+    max_new_tokens: int = 64,
+    max_depth: int = 8,
+    max_nodes: int = 64,
+    seed: int = 0,
+    cached="auto",
+    refine: int = 2,
+    stop: StopCheck | None = None,
+    partial: dict | None = None,
+    keep=None,
+    progress: ProgressReport | None = None,
+) -> Calibration:
     """The choice's inputs from teacher-forced passes over the target's own text, and a few timed passes.
 
     What it measures, in order, each part kept (``keep``) as soon as it is measured:
@@ -546,7 +743,8 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
 
     Args:
         as ``calibrate_by_runs``; ``partial``: what an earlier, stopped calibration of the same key kept
-        (``specviz.pair.auto_tree.load_partial``), reused instead of measured again; ``keep``: called with that record (plain data)
+        (``specviz.pair.auto_tree.load_partial``), reused instead of measured again; ``keep``: called with that record
+        (plain data)
         after each part; ``progress``: told (parts done, parts in all) after every TEXT_STEP tokens of the texts,
         every timed repeat and each prompt's teacher-forced passes (None: nobody).
 
@@ -554,16 +752,46 @@ def calibrate_forced(drafter, target, prompts: list[list[int]], sampling: Sampli
         ValueError: no prompts, no positions, or a drafter that is not a model.
         specviz.engine.stopping.Stopped: ``stop`` asked to end (what was measured has been given to ``keep``).
     """
-    return run_steps(calibrate_forced_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed,
-                                            cached, refine, stop, partial, keep), progress)
+    return run_steps(
+        calibrate_forced_steps(
+            drafter,
+            target,
+            prompts,
+            sampling,
+            vocab_size,
+            max_new_tokens,
+            max_depth,
+            max_nodes,
+            seed,
+            cached,
+            refine,
+            stop,
+            partial,
+            keep,
+        ),
+        progress,
+    )
 
 
 TEXT_STEP = 8  # tokens of the texts' batch a step decodes: a step of the device's, short beside a visitor's run
 
 
-def calibrate_forced_steps(drafter, target, prompts: list[list[int]], sampling: Sampling, vocab_size: int, max_new_tokens: int = 64,
-                           max_depth: int = 8, max_nodes: int = 64, seed: int = 0, cached="auto", refine: int = 2,
-                           stop: StopCheck | None = None, partial: dict | None = None, keep=None):
+def calibrate_forced_steps(
+    drafter,
+    target,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    vocab_size: int,
+    max_new_tokens: int = 64,
+    max_depth: int = 8,
+    max_nodes: int = 64,
+    seed: int = 0,
+    cached="auto",
+    refine: int = 2,
+    stop: StopCheck | None = None,
+    partial: dict | None = None,
+    keep=None,
+):
     """``calibrate_forced`` as steps (``specviz.engine.stopping.run_steps``): a generator that yields (parts done, parts
     in all) after every TEXT_STEP tokens of the texts, every timed repeat and each prompt's teacher-forced passes, so a
     server's device thread runs other jobs' steps between them, and returns the Calibration. Arguments and errors as
@@ -586,9 +814,15 @@ def calibrate_forced_steps(drafter, target, prompts: list[list[int]], sampling: 
     while left := [i for i, t in enumerate(record["texts"]) if len(t) < max_new_tokens]:
         at = len(record["texts"][left[0]])
         rows = [i for i in left if len(record["texts"][i]) == at]
-        out = batch.autoregressive_generate_batch([list(prompts[i]) + record["texts"][i] for i in rows], target, sampling=sampling,
-                                                  max_new_tokens=min(TEXT_STEP, max_new_tokens - at), seed=seed + at,
-                                                  vocab_size=vocab_size, stop=stop)
+        out = batch.autoregressive_generate_batch(
+            [list(prompts[i]) + record["texts"][i] for i in rows],
+            target,
+            sampling=sampling,
+            max_new_tokens=min(TEXT_STEP, max_new_tokens - at),
+            seed=seed + at,
+            vocab_size=vocab_size,
+            stop=stop,
+        )
         for i, trace in zip(rows, out.traces):
             record["texts"][i] = record["texts"][i] + list(trace.output_ids)
         keep(record)
@@ -597,11 +831,15 @@ def calibrate_forced_steps(drafter, target, prompts: list[list[int]], sampling: 
         parts.done = min(len(t) for t in record["texts"]) // TEXT_STEP
         yield parts.now()
     parts.done = math.ceil(max_new_tokens / TEXT_STEP)
-    for key, timed_model, timed_sizes, repeats in (("target_ms", target, sizes, TIMING_REPEATS),
-                                                   ("drafter_ms", model, [TREE_LEVEL], 3 * TIMING_REPEATS)):
+    for key, timed_model, timed_sizes, repeats in (
+        ("target_ms", target, sizes, TIMING_REPEATS),
+        ("drafter_ms", model, [TREE_LEVEL], 3 * TIMING_REPEATS),
+    ):
         if record[key] is None:
             try:
-                ms = yield from _parts_of(pass_ms_steps(timed_model, prompts[0], timed_sizes, vocab_size, repeats, cached, stop), parts, 0)
+                ms = yield from _parts_of(
+                    pass_ms_steps(timed_model, prompts[0], timed_sizes, vocab_size, repeats, cached, stop), parts, 0
+                )
             except Stopped:
                 keep(record)
                 raise
@@ -621,17 +859,32 @@ def calibrate_forced_steps(drafter, target, prompts: list[list[int]], sampling: 
     if not any(t.chain for t in texts):
         raise ValueError("the calibration's texts are empty: no acceptance to measure")
     walks = 1 if sampling.greedy else WALKS
-    target_ms, drafter_ms = {int(n): v for n, v in record["target_ms"].items()}, {int(n): v for n, v in record["drafter_ms"].items()}
+    target_ms, drafter_ms = (
+        {int(n): v for n, v in record["target_ms"].items()},
+        {int(n): v for n, v in record["drafter_ms"].items()},
+    )
     step_ms = target_ms[0]
     calib_tree = sequoia.prior_tree(min(40, max_nodes), max_depth)
     rank_counts, available, _ = walk_tree(texts, calib_tree, walks, seed)
-    cal = Calibration(rank_counts=rank_counts, chain_counts=walk_chain(texts, max_depth, walks, seed),
-                      verify_curve={n: target_ms[n] / target_ms[0] for n in sizes}, tree_pass_cost=drafter_ms[TREE_LEVEL] / target_ms[0],
-                      chain_step_cost=drafter_ms[0] / target_ms[0], target_step_ms=step_ms, calibration_tree=calib_tree,
-                      prompts=len(texts), tokens=max_new_tokens, available=tuple(available))
+    cal = Calibration(
+        rank_counts=rank_counts,
+        chain_counts=walk_chain(texts, max_depth, walks, seed),
+        verify_curve={n: target_ms[n] / target_ms[0] for n in sizes},
+        tree_pass_cost=drafter_ms[TREE_LEVEL] / target_ms[0],
+        chain_step_cost=drafter_ms[0] / target_ms[0],
+        target_step_ms=step_ms,
+        calibration_tree=calib_tree,
+        prompts=len(texts),
+        tokens=max_new_tokens,
+        available=tuple(available),
+    )
 
     def walked(cal: Calibration, best: sequoia.Candidate):
-        counts = walk_tree(texts, best.parents, walks, seed)[0] if best.kind == "tree" else walk_chain(texts, best.depth, walks, seed)
+        counts = (
+            walk_tree(texts, best.parents, walks, seed)[0]
+            if best.kind == "tree"
+            else walk_chain(texts, best.depth, walks, seed)
+        )
         return merged_counts(cal, best, counts)
         yield  # no step of its own: walking the measured positions runs no model
 
@@ -651,14 +904,29 @@ def check_partial(d, prompts: int, max_new_tokens: int, vocab_size: int) -> dict
     if not isinstance(texts, list) or len(texts) != prompts:
         raise ValueError(f"texts: one per prompt ({prompts})")
     for text in texts:
-        if not isinstance(text, list) or len(text) > max_new_tokens or not all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in text):
+        if (
+            not isinstance(text, list)
+            or len(text) > max_new_tokens
+            or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in text)
+        ):
             raise ValueError(f"texts: lists of at most {max_new_tokens} token ids")
     for field in ("target_ms", "drafter_ms"):
         v = d.get(field)
-        if v is not None and not (isinstance(v, dict) and 0 < len(v) <= 64 and "0" in v and all(
-                isinstance(n, str) and n.isdigit() and len(n) <= 4 and isinstance(x, (int, float)) and not isinstance(x, bool)
-                and math.isfinite(x) and 0 < x <= 1e7 for n, x in v.items())):
+        if v is not None and not (
+            isinstance(v, dict)
+            and 0 < len(v) <= 64
+            and "0" in v
+            and all(
+                isinstance(n, str)
+                and n.isdigit()
+                and len(n) <= 4
+                and isinstance(x, (int, float))
+                and not isinstance(x, bool)
+                and math.isfinite(x)
+                and 0 < x <= 1e7
+                for n, x in v.items()
+            )
+        ):
             raise ValueError(f"{field}: must map node counts (with 0) to ms")
     return {"texts": texts, "target_ms": d.get("target_ms"), "drafter_ms": d.get("drafter_ms")}
 
@@ -679,7 +947,7 @@ def merged_counts(cal: Calibration, best: sequoia.Candidate, mine: list) -> Cali
     if best.kind != "tree":
         if not mine:
             return cal
-        counts = list(mine[: best.depth]) + list(cal.chain_counts[len(mine[: best.depth]):])
+        counts = list(mine[: best.depth]) + list(cal.chain_counts[len(mine[: best.depth]) :])
         return replace(cal, chain_counts=counts, refined=_joined(cal.refined, best.label()))
     rows = [list(row) for row in cal.rank_counts]
     for d, row in enumerate(mine):
@@ -699,13 +967,21 @@ def _joined(before: str, label: str) -> str:
 
 # ---- v(n) and the drafter's passes, timed --------------------------------------------------------------------
 
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
 
 
-def pass_ms(model, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
-            cached: bool | str = "auto", stop: StopCheck | None = None) -> dict[int, float]:
+def pass_ms(
+    model,
+    prompt_ids: list[int],
+    nodes: list[int],
+    vocab: int,
+    repeats: int = 7,
+    cached: bool | str = "auto",
+    stop: StopCheck | None = None,
+) -> dict[int, float]:
     """{n: ms} of ``model``'s fastest masked pass over the pending token and n nodes after ``prompt_ids``,
     for 0 (a one-token cached step) and each n in ``nodes``, timed in turns as ``verify_cost_curve``
     says; ``stop`` as there.
@@ -715,8 +991,15 @@ def pass_ms(model, prompt_ids: list[int], nodes: list[int], vocab: int, repeats:
     return run_steps(pass_ms_steps(model, prompt_ids, nodes, vocab, repeats, cached, stop))
 
 
-def pass_ms_steps(model, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
-                  cached: bool | str = "auto", stop: StopCheck | None = None):
+def pass_ms_steps(
+    model,
+    prompt_ids: list[int],
+    nodes: list[int],
+    vocab: int,
+    repeats: int = 7,
+    cached: bool | str = "auto",
+    stop: StopCheck | None = None,
+):
     """``pass_ms`` as steps: yields None after the warm-up and after each repeat (every size timed once), returns
     its {n: ms}. Other work between steps costs nothing measured: a pass is timed whole or not at all."""
     device = model.device
@@ -747,14 +1030,21 @@ def pass_ms_steps(model, prompt_ids: list[int], nodes: list[int], vocab: int, re
         yield
         for r in range(repeats):
             with torch.inference_mode():
-                for n in sizes[r % len(sizes):] + sizes[: r % len(sizes)]:
+                for n in sizes[r % len(sizes) :] + sizes[: r % len(sizes)]:
                     times[n].append(timed(n))
             yield
     return {n: min(t) * 1000.0 for n, t in times.items()}
 
 
-def verify_cost_curve(target, prompt_ids: list[int], nodes: list[int], vocab: int, repeats: int = 7,
-                      cached: bool | str = "auto", stop: StopCheck | None = None) -> dict[int, float]:
+def verify_cost_curve(
+    target,
+    prompt_ids: list[int],
+    nodes: list[int],
+    vocab: int,
+    repeats: int = 7,
+    cached: bool | str = "auto",
+    stop: StopCheck | None = None,
+) -> dict[int, float]:
     """v(n) for each n in ``nodes``: the fastest of ``repeats`` masked target passes over the pending token
     and n nodes / the fastest of as many one-token cached steps, after ``prompt_ids`` (dimensionless);
     ``cached`` the KV cache both are timed over (``specviz.engine.cache.make_runner``: True, "static", "graphs").

@@ -98,7 +98,10 @@ def _children(rank: torch.Tensor, q: torch.Tensor, k: int, sampled: bool, gen) -
     if sampled:
         return torch.multinomial(q, k, replacement=True, generator=gen).tolist()
     values, ids = rank.topk(min(k, rank.shape[-1]), dim=-1)
-    return [[t for t, v in zip(row_ids, row_v) if v > 0] or row_ids[:1] for row_ids, row_v in zip(ids.tolist(), values.tolist())]
+    return [
+        [t for t, v in zip(row_ids, row_v) if v > 0] or row_ids[:1]
+        for row_ids, row_v in zip(ids.tolist(), values.tolist())
+    ]
 
 
 def _finish(x: Expander, keep: list[int], q_rows: dict[int, torch.Tensor], rule: str, r: DraftRequest) -> DraftTree:
@@ -109,8 +112,14 @@ def _finish(x: Expander, keep: list[int], q_rows: dict[int, torch.Tensor], rule:
     fed_slot = {node: s for s, node in enumerate(x.slots)}
     device = r.seq.device
     q = torch.stack([q_rows[x.parents[i]] for i in order]) if order else torch.zeros(0, r.vocab, device=device)
-    return DraftTree(tokens=torch.tensor([x.tokens[i] for i in order], dtype=torch.long, device=device), parents=parents,
-                     depths=[x.depths[i] for i in order], q=q, rule=rule, fed=[fed_slot.get(i, -1) for i in order])
+    return DraftTree(
+        tokens=torch.tensor([x.tokens[i] for i in order], dtype=torch.long, device=device),
+        parents=parents,
+        depths=[x.depths[i] for i in order],
+        q=q,
+        rule=rule,
+        fed=[fed_slot.get(i, -1) for i in order],
+    )
 
 
 def draft_static(x: Expander, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
@@ -188,17 +197,19 @@ def draft_dynamic(x: Expander, r: DraftRequest, spec: TreeSpec, depth: int) -> D
     return _finish(x, keep, q_rows, WITHOUT_REPLACEMENT, r)
 
 
-def find_continuations(history: list[int], max_ngram: int, min_ngram: int, depth: int, branches: int) -> list[tuple[int, list[int]]]:
+def find_continuations(
+    history: list[int], max_ngram: int, min_ngram: int, depth: int, branches: int
+) -> list[tuple[int, list[int]]]:
     """Every distinct continuation of the longest recurring tail n-gram (n = max_ngram .. min_ngram),
     most recent match first: up to ``branches`` of (start position, up to ``depth`` tokens)."""
     size = len(history)
     for n in range(min(max_ngram, size - 1), min_ngram - 1, -1):
-        tail = history[size - n:]
+        tail = history[size - n :]
         found, seen = [], set()
         for i in range(size - n - 1, -1, -1):
-            if history[i:i + n] == tail:
+            if history[i : i + n] == tail:
                 start = i + n
-                cont = tuple(history[start:start + depth])
+                cont = tuple(history[start : start + depth])
                 if cont and cont not in seen:
                     seen.add(cont)
                     found.append((start, list(cont)))
@@ -212,8 +223,14 @@ def find_continuations(history: list[int], max_ngram: int, min_ngram: int, depth
 def empty_tree(r: DraftRequest) -> DraftTree:
     """A tree of no nodes: the round verifies no drafts."""
     device = r.seq.device
-    return DraftTree(tokens=torch.zeros(0, dtype=torch.long, device=device), parents=[], depths=[],
-                     q=torch.zeros(0, r.vocab, device=device), rule=WITHOUT_REPLACEMENT, fed=[])
+    return DraftTree(
+        tokens=torch.zeros(0, dtype=torch.long, device=device),
+        parents=[],
+        depths=[],
+        q=torch.zeros(0, r.vocab, device=device),
+        rule=WITHOUT_REPLACEMENT,
+        fed=[],
+    )
 
 
 def grow_tree(x: Expander, r: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
@@ -248,6 +265,12 @@ def draft_lookup(r: DraftRequest, max_ngram: int, min_ngram: int, depth: int, br
             node = child[(node, t)]
     order = sorted(range(len(tokens)), key=lambda i: (depths[i], i))
     new = {old: k for k, old in enumerate(order)}
-    return DraftTree(tokens=torch.tensor([tokens[i] for i in order], dtype=torch.long, device=r.seq.device),
-                     parents=[new[parents[i]] if parents[i] >= 0 else -1 for i in order], depths=[depths[i] for i in order],
-                     q=None, rule=WITHOUT_REPLACEMENT, sources=[sources[i] for i in order], fed=[-1] * len(order))
+    return DraftTree(
+        tokens=torch.tensor([tokens[i] for i in order], dtype=torch.long, device=r.seq.device),
+        parents=[new[parents[i]] if parents[i] >= 0 else -1 for i in order],
+        depths=[depths[i] for i in order],
+        q=None,
+        rule=WITHOUT_REPLACEMENT,
+        sources=[sources[i] for i in order],
+        fed=[-1] * len(order),
+    )

@@ -64,8 +64,19 @@ def tree_stream(
     run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
     drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
     # No gamma: a tree's depth is recorded in settings["tree"] and each round's TreeRecord.
-    trace, seq, history, gen = start_sequence(run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens + tree.depth + 1,
-                                              drafter=drafter.describe(), gamma_schedule={"kind": "constant"}, tree=tree.describe())
+    trace, seq, history, gen = start_sequence(
+        run,
+        input_ids,
+        sampling,
+        seed,
+        max_new_tokens,
+        tokenizer,
+        None,
+        max_new_tokens + tree.depth + 1,
+        drafter=drafter.describe(),
+        gamma_schedule={"kind": "constant"},
+        tree=tree.describe(),
+    )
     n_prompt = len(input_ids)
     # An EAGLE drafter reads the target's features: the prefill's, then the accepted path's each round.
     reads_features = drafter.reads_target_features
@@ -80,7 +91,9 @@ def tree_stream(
                 remaining = n_prompt + max_new_tokens - n
                 t0 = clock.mark()
                 # 1. Draft a tree no deeper than the tokens still allowed.
-                request = DraftRequest(seq, n, min(tree.depth, remaining), history, sampling, warpers, gen, vocab, lambda q: True)
+                request = DraftRequest(
+                    seq, n, min(tree.depth, remaining), history, sampling, warpers, gen, vocab, lambda q: True
+                )
                 passes_before = _drafter_passes(drafter)
                 drafted = drafter.propose_tree(request, tree, min(tree.depth, remaining))
                 drafted_passes = _drafter_passes(drafter) - passes_before
@@ -89,13 +102,23 @@ def tree_stream(
                 slot_parents = [-1] + [p + 1 for p in drafted.parents]
                 tokens = torch.cat([seq[n - 1 : n], drafted.tokens])
                 positions = torch.tensor([n - 1] + [n - 1 + d for d in drafted.depths], dtype=torch.long, device=device)
-                logits = masked_logits(runner, seq, n - 1, tokens, positions, ancestor_matrix(slot_parents).to(device), len(slot_parents),
-                                       windowed=not fault.window_ignored)
+                logits = masked_logits(
+                    runner,
+                    seq,
+                    n - 1,
+                    tokens,
+                    positions,
+                    ancestor_matrix(slot_parents).to(device),
+                    len(slot_parents),
+                    windowed=not fault.window_ignored,
+                )
                 # 3. Judge every node's children; each node's final token.
                 host = _verdicts(logits, drafted, sampling, warpers, gen, fault, top_k, record).fetch()
                 t2 = clock.mark()
                 if not host["finite"][0]:
-                    raise ValueError("a model produced NaN or infinite probabilities; refusing to sample an invalid token")
+                    raise ValueError(
+                        "a model produced NaN or infinite probabilities; refusing to sample an invalid token"
+                    )
 
                 # 4. Walk: from the pending token into accepted children.
                 path, slot = [], 0
@@ -124,8 +147,25 @@ def tree_stream(
 
                 # 6. Record.
                 if record:
-                    trace.rounds.append(_round(host, drafted, node_tokens, path, final, kind, keeps_final, emitted, slot, decode,
-                                               top_k, clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start(), drafted_passes))
+                    trace.rounds.append(
+                        _round(
+                            host,
+                            drafted,
+                            node_tokens,
+                            path,
+                            final,
+                            kind,
+                            keeps_final,
+                            emitted,
+                            slot,
+                            decode,
+                            top_k,
+                            clock.ms(t0, t1),
+                            clock.ms(t1, t2),
+                            clock.since_start(),
+                            drafted_passes,
+                        )
+                    )
                 extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
             if trace.stop_reason:
                 yield trace
@@ -135,8 +175,16 @@ def tree_stream(
             clock.resume(suspended)
 
 
-def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warpers, gen, fault: TreeFault, top_k: int,
-              record: bool = True) -> Transfer:
+def _verdicts(
+    logits: torch.Tensor,
+    drafted: DraftTree,
+    sampling: Sampling,
+    warpers,
+    gen,
+    fault: TreeFault,
+    top_k: int,
+    record: bool = True,
+) -> Transfer:
     """Step 3 of a round: every node's verdict, each slot's final token and, for the records, each
     slot's ``top_k`` tokens of the p' its final token came from, packed for one transfer.
 
@@ -165,7 +213,18 @@ def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warp
         if cols is not None:
             judged["finals"] = cols[judged["finals"]]
         finite = torch.isfinite(p_rows).all()
-    for key in ("u", "p", "p_residual", "q", "accept_prob", "mass", "accepted", "accepted_child", "finals", "final_probs"):
+    for key in (
+        "u",
+        "p",
+        "p_residual",
+        "q",
+        "accept_prob",
+        "mass",
+        "accepted",
+        "accepted_child",
+        "finals",
+        "final_probs",
+    ):
         transfer.add(key, judged[key])
     transfer.add("tokens", drafted.tokens)
     transfer.add("finite", finite)
@@ -194,7 +253,9 @@ def _verdicts(logits: torch.Tensor, drafted: DraftTree, sampling: Sampling, warp
     top_q = torch.zeros(slots, top_k, device=device)
     if drafted.q is not None and drafted.size:
         child = torch.full((slots,), -1, dtype=torch.long, device=device)
-        child[torch.tensor(drafted.parents, dtype=torch.long, device=device) + 1] = torch.arange(drafted.size, device=device)
+        child[torch.tensor(drafted.parents, dtype=torch.long, device=device) + 1] = torch.arange(
+            drafted.size, device=device
+        )
         # gathered for every slot and zeroed where none has children: no boolean index, no device synchronisation
         top_q = torch.where((child >= 0)[:, None], drafted.q[child.clamp_min(0)[:, None], top_ids].float(), top_q)
     for key, value in (("top_ids", top_ids), ("top_prob", top_prob), ("top_p", top_p), ("top_q", top_q)):
@@ -234,9 +295,23 @@ def mass_columns(p: torch.Tensor, logits: torch.Tensor, tokens: torch.Tensor, to
     return None if cols.numel() >= p.shape[-1] else cols
 
 
-def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[int], final: int, kind: str, keeps_final: bool,
-           emitted: list[int], slot: int, decode, top_k: int, draft_ms: float, verify_ms: float, end_ms: float,
-           drafter_passes: int) -> Round:
+def _round(
+    host: dict,
+    drafted: DraftTree,
+    node_tokens: list[int],
+    path: list[int],
+    final: int,
+    kind: str,
+    keeps_final: bool,
+    emitted: list[int],
+    slot: int,
+    decode,
+    top_k: int,
+    draft_ms: float,
+    verify_ms: float,
+    end_ms: float,
+    drafter_passes: int,
+) -> Round:
     """The Round record: the accepted path as its drafts, the whole tree in ``tree``."""
     texts = decode(node_tokens + [final])
     reached = {-1, *path}
@@ -246,29 +321,56 @@ def _round(host: dict, drafted: DraftTree, node_tokens: list[int], path: list[in
     for i, parent in enumerate(drafted.parents):
         tested = parent in reached and (host["accepted"][i] or _before_accepted(i, drafted.parents, host))
         verdict = "accepted" if i in on_path else ("rejected" if tested else "discarded")
-        nodes.append(TreeNode(
-            token_id=node_tokens[i], text=texts[i], parent=parent, depth=drafted.depths[i], q=min(1.0, host["q"][i]),
-            p=min(1.0, host["p"][i]), verdict=verdict,
-            p_residual=min(1.0, host["p_residual"][i]) if verdict != "discarded" else None,
-            accept_prob=min(1.0, host["accept_prob"][i]) if verdict != "discarded" else None,
-            u=host["u"][i] if verdict != "discarded" else None,
-            mass=min(1.0, host["mass"][i]) if verdict != "discarded" else None,
-            source=drafted.sources[i] if drafted.sources else None,
-            q_entropy=host["q_entropy"][parent_row[parent]] if "q_entropy" in host else None,
-        ))
-    drafts = [Draft(token_id=nodes[i].token_id, text=nodes[i].text, q=nodes[i].q, p=nodes[i].p, accept_prob=nodes[i].accept_prob,
-                    u=nodes[i].u, verdict="accepted", source=nodes[i].source) for i in path]
+        nodes.append(
+            TreeNode(
+                token_id=node_tokens[i],
+                text=texts[i],
+                parent=parent,
+                depth=drafted.depths[i],
+                q=min(1.0, host["q"][i]),
+                p=min(1.0, host["p"][i]),
+                verdict=verdict,
+                p_residual=min(1.0, host["p_residual"][i]) if verdict != "discarded" else None,
+                accept_prob=min(1.0, host["accept_prob"][i]) if verdict != "discarded" else None,
+                u=host["u"][i] if verdict != "discarded" else None,
+                mass=min(1.0, host["mass"][i]) if verdict != "discarded" else None,
+                source=drafted.sources[i] if drafted.sources else None,
+                q_entropy=host["q_entropy"][parent_row[parent]] if "q_entropy" in host else None,
+            )
+        )
+    drafts = [
+        Draft(
+            token_id=nodes[i].token_id,
+            text=nodes[i].text,
+            q=nodes[i].q,
+            p=nodes[i].p,
+            accept_prob=nodes[i].accept_prob,
+            u=nodes[i].u,
+            verdict="accepted",
+            source=nodes[i].source,
+        )
+        for i in path
+    ]
     final_top = []
     if keeps_final and top_k:
         a, b = slot * top_k, (slot + 1) * top_k
         ids = [int(t) for t in host["top_ids"][a:b]]
-        final_top = [TopToken(token_id=t, text=x, prob=pr, p=pp, q=qq if kind == "correction" else None)
-                     for t, x, pr, pp, qq in zip(ids, decode(ids), host["top_prob"][a:b], host["top_p"][a:b], host["top_q"][a:b])]
+        final_top = [
+            TopToken(token_id=t, text=x, prob=pr, p=pp, q=qq if kind == "correction" else None)
+            for t, x, pr, pp, qq in zip(ids, decode(ids), host["top_prob"][a:b], host["top_p"][a:b], host["top_q"][a:b])
+        ]
     return Round(
-        drafts=drafts, emitted_ids=emitted, final_token_id=final if keeps_final else None,
-        final_text=texts[-1] if keeps_final else None, final_kind=kind if keeps_final else None,
-        final_prob=host["final_probs"][slot] if keeps_final else None, final_top=final_top,
-        draft_ms=draft_ms, verify_ms=verify_ms, end_ms=end_ms, gamma=None,  # a tree has a depth, not a gamma
+        drafts=drafts,
+        emitted_ids=emitted,
+        final_token_id=final if keeps_final else None,
+        final_text=texts[-1] if keeps_final else None,
+        final_kind=kind if keeps_final else None,
+        final_prob=host["final_probs"][slot] if keeps_final else None,
+        final_top=final_top,
+        draft_ms=draft_ms,
+        verify_ms=verify_ms,
+        end_ms=end_ms,
+        gamma=None,  # a tree has a depth, not a gamma
         tree=TreeRecord(nodes=nodes, path=list(path), rule=drafted.rule, drafter_passes=drafter_passes),
         features_from=drafted.features_from,
     )

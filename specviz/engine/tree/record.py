@@ -2,6 +2,14 @@
 re-exported here for the loops and for code that imported it from the engine."""
 
 from specviz.trace.tree import (  # noqa: F401
-    OLD_RULE_NAMES, TOLERANCE, WITH_REPLACEMENT, WITHOUT_REPLACEMENT, Rule, TreeNode, TreeRecord, TreeVerdict, check_tree,
+    OLD_RULE_NAMES,
+    TOLERANCE,
+    WITH_REPLACEMENT,
+    WITHOUT_REPLACEMENT,
+    Rule,
+    TreeNode,
+    TreeRecord,
+    TreeVerdict,
+    check_tree,
     renamed_rules,
 )

@@ -38,7 +38,9 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(x) for x in str(text).split(","))
     except ValueError:
-        raise ValueError("--tree must be comma-separated whole numbers, one branching per depth, e.g. 3,2,2,1") from None
+        raise ValueError(
+            "--tree must be comma-separated whole numbers, one branching per depth, e.g. 3,2,2,1"
+        ) from None
     TreeSpec.static(shape)  # checks the ranges
     return shape
 
@@ -136,17 +138,24 @@ class TreeSpec:
         return int(self.budget)
 
     def label(self) -> str:
-        """"tree 3-2-2-1" or "dynamic tree, 24 nodes"."""
+        """ "tree 3-2-2-1" or "dynamic tree, 24 nodes"."""
         if self.shape is not None:
-            return f"tree {'-'.join(map(str, self.shape))}" + (", sampled children" if self.children == "sampled" else "")
+            return f"tree {'-'.join(map(str, self.shape))}" + (
+                ", sampled children" if self.children == "sampled" else ""
+            )
         if self.parents is not None:
             return f"tree of {self.budget} nodes, depth {self.depth}"
         return f"dynamic tree, {self.budget} nodes"
 
     def describe(self) -> dict:
         """What the trace's settings record (JSON-ready names and numbers)."""
-        d = {"kind": "static" if self.shape is not None else "explicit" if self.parents is not None else "dynamic", "depth": self.depth, "topk": self.topk,
-             "children": self.children, "nodes": self.max_nodes}
+        d = {
+            "kind": "static" if self.shape is not None else "explicit" if self.parents is not None else "dynamic",
+            "depth": self.depth,
+            "topk": self.topk,
+            "children": self.children,
+            "nodes": self.max_nodes,
+        }
         if self.shape is not None:
             d["shape"] = ",".join(map(str, self.shape))
         if self.parents is not None:
