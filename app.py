@@ -3,7 +3,11 @@
 import argparse
 import os
 
-# ZeroGPU wants `spaces` imported before torch (the specviz package imports torch), so this
+from specviz.openmp import spin_briefly
+
+spin_briefly()  # before torch loads (specviz.openmp)
+
+# ZeroGPU wants `spaces` imported before torch (the specviz page imports torch), so this
 # checks the platform's flag itself; specviz.engine.zerogpu.on_zerogpu() reads the same flag.
 if os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "true", "yes", "on"):
     import spaces  # noqa: F401
@@ -12,7 +16,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from specviz.ui import build_demo, launch_kwargs  # noqa: E402
-from specviz.ui.downloads import remove_on_signals  # noqa: E402
+from specviz.ui.guard.downloads import remove_on_signals  # noqa: E402
 
 demo = build_demo()
 

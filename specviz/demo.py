@@ -2,8 +2,8 @@
 ``specviz.ui`` (one module per concern)."""
 
 from specviz.ui import build_demo, launch_kwargs
-from specviz.ui.device import batch_duration as _batch_duration
-from specviz.ui.files import examples as _examples
-from specviz.ui.limits import RECORDINGS
+from specviz.ui.running.device import batch_duration as _batch_duration
+from specviz.ui.tabs.files import examples as _examples
+from specviz.ui.guard.limits import RECORDINGS
 
 __all__ = ["build_demo", "launch_kwargs", "RECORDINGS", "_examples", "_batch_duration"]

@@ -12,7 +12,7 @@ MAX_GAMMA = 16
 # loaded tree's nodes): bounds a verify pass's width and the work of checking a file.
 MAX_TREE_NODES = 128
 
-# The sampling and drafting ranges of every entry point: the page and its API (``specviz.ui.checks``)
+# The sampling and drafting ranges of every entry point: the page and its API (``specviz.ui.guard.checks``)
 # and the command line (``specviz.cli``) refuse the same values with the same words.
 GAMMA_RANGE = (1, MAX_GAMMA)
 # The smallest temperature above 0, for the engine and the page alike: far below it, logits /

@@ -11,7 +11,7 @@ from transformers import GPT2LMHeadModel
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead
 # The tests build and launch the page often (and app.py in subprocesses, which inherit this): none pays for warming
-# the default pair up before it serves (specviz.ui.pairs.warm_up) unless it sets SPECVIZ_WARM_UP=1 itself.
+# the default pair up before it serves (specviz.ui.running.pairs.warm_up) unless it sets SPECVIZ_WARM_UP=1 itself.
 os.environ.setdefault("SPECVIZ_WARM_UP", "0")
 
 
@@ -81,7 +81,7 @@ def app():
 def download_index() -> int:
     """Where the run's JSON download sits among the Generate endpoint's API outputs (the page's
     state holding the recording is not one of them)."""
-    from specviz.ui.outputs import RUN_OUTPUTS
+    from specviz.ui.page.outputs import RUN_OUTPUTS
 
     return [name for name in RUN_OUTPUTS if name != "recording"].index("download")
 
@@ -149,7 +149,7 @@ def fresh_request_budgets():
     127.0.0.1, and one worker's tests together send more jobs a minute than one visitor may."""
     import sys
 
-    server = sys.modules.get("specviz.ui.server")
+    server = sys.modules.get("specviz.ui.guard.server")
     if server is not None:
         for name in ("JOINS", "HEARTBEATS"):
             old = getattr(server, name)

@@ -109,9 +109,9 @@ def wait_until(predicate, timeout: float) -> bool:
 
 
 def test_a_flood_of_lab_runs_is_bounded_and_generate_is_answered(app, client):
-    from specviz.ui.admission import waiting
-    from specviz.ui.jobs import SLOTS
-    from specviz.ui.limits import QUEUE_MAX
+    from specviz.ui.guard.admission import waiting
+    from specviz.ui.running.jobs import SLOTS
+    from specviz.ui.guard.limits import QUEUE_MAX
 
     demo, url = app
     sessions = [uuid.uuid4().hex for _ in range(33)]
@@ -164,7 +164,7 @@ def test_one_waiting_job_per_session_per_endpoint(app):
 
 
 def test_cancelled_lab_runs_never_run_beside_each_other(app, client):
-    from specviz.ui.jobs import SLOTS
+    from specviz.ui.running.jobs import SLOTS
 
     demo, url = app
     SLOTS["lab"].peak = SLOTS["lab"].busy
@@ -183,8 +183,8 @@ def test_cancelled_lab_runs_never_run_beside_each_other(app, client):
 
 
 def test_exports_and_copies_are_bounded_in_count_and_bytes(app, client, tmp_path):
-    from specviz.ui import downloads
-    from specviz.ui.files import examples
+    from specviz.ui.guard import downloads
+    from specviz.ui.tabs.files import examples
 
     demo, url = app
     client.predict(examples()[0], api_name="/load_prepared")
@@ -197,7 +197,7 @@ def test_exports_and_copies_are_bounded_in_count_and_bytes(app, client, tmp_path
     # A loaded upload is offered for download as it is: no copy is written.
     before = set(downloads.folder().glob("*.json"))
     good = tmp_path / "good.json"
-    from specviz.ui.limits import RECORDINGS
+    from specviz.ui.guard.limits import RECORDINGS
 
     good.write_bytes((RECORDINGS / f"{examples()[0]}.json").read_bytes())
     for _ in range(3):
@@ -207,9 +207,9 @@ def test_exports_and_copies_are_bounded_in_count_and_bytes(app, client, tmp_path
 
 def test_an_export_too_large_is_refused_before_it_is_written(monkeypatch):
     from specviz.recording import Recording
-    from specviz.ui import downloads
-    from specviz.ui.files import examples
-    from specviz.ui.limits import RECORDINGS
+    from specviz.ui.guard import downloads
+    from specviz.ui.tabs.files import examples
+    from specviz.ui.guard.limits import RECORDINGS
 
     rec = Recording.load(RECORDINGS / f"{examples()[0]}.json")
     monkeypatch.setattr(downloads, "EXPORT_MAX_UNITS", downloads.export_units(rec) - 1)
@@ -236,9 +236,9 @@ def test_the_download_folder_is_removed_on_sigterm(tmp_path):
     )
     try:
         assert wait_until(lambda: _up(f"http://127.0.0.1:{port}"), 180)
-        from specviz.ui.files import examples
+        from specviz.ui.tabs.files import examples
 
-        from specviz.ui.limits import RECORDINGS
+        from specviz.ui.guard.limits import RECORDINGS
 
         visitor = Client(f"http://127.0.0.1:{port}", verbose=False)
         visitor.predict(examples()[0], api_name="/load_prepared")
@@ -266,7 +266,7 @@ def _up(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def good() -> dict:
-    from specviz.ui.limits import RECORDINGS
+    from specviz.ui.guard.limits import RECORDINGS
 
     return json.loads((RECORDINGS / "sampled-gamma8.json").read_text())
 
@@ -389,7 +389,7 @@ def test_a_call_with_no_data_gets_a_message(app):
 
 
 def test_request_bodies_are_capped(app, client):
-    from specviz.ui.limits import BODY_MAX_BYTES
+    from specviz.ui.guard.limits import BODY_MAX_BYTES
 
     url = app[1]
     big = '{"data": ["' + "x" * (BODY_MAX_BYTES + 1) + '"]}'
@@ -438,8 +438,8 @@ def test_malformed_uploads_get_a_400_and_a_bounded_log(app, capfd):
     """200 malformed uploads from one address: each answered 400 with a fixed text; the log grows by at most
     LOG_CLIENT_MAX_LINES short lines and no traceback, counted both at the loggers (the app's and uvicorn's)
     and on the process's stderr (before the fix: 200 tracebacks, about 7 kB each)."""
-    from specviz.ui import server
-    from specviz.ui.limits import LOG_CLIENT_MAX_LINES
+    from specviz.ui.guard import server
+    from specviz.ui.guard.limits import LOG_CLIENT_MAX_LINES
 
     url = app[1]
     counter = LogCount()
@@ -473,7 +473,7 @@ def test_malformed_uploads_get_a_400_and_a_bounded_log(app, capfd):
 
 
 def test_the_log_budget_caps_each_address_and_everyone():
-    from specviz.ui.server import LogBudget
+    from specviz.ui.guard.server import LogBudget
 
     budget = LogBudget(per_client=2, total=3, window_s=600)
     assert [budget.take("a"), budget.take("a"), budget.take("a")] == [1, 2, None]
@@ -546,7 +546,7 @@ def test_mixed_load_leaves_generate_answered_and_memory_and_disk_bounded(tmp_pat
     import threading
     from pathlib import Path
 
-    from specviz.ui.files import examples
+    from specviz.ui.tabs.files import examples
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -212,7 +212,7 @@ def test_out_of_memory_mid_run_is_a_message_then_the_next_run_works(client, monk
 )
 def test_pair_failures_reach_the_visitor_then_the_app_serves(client, monkeypatch, error, message):
     """Each PairError the loader raises (tested one by one in test_pair.py) is shown as it is."""
-    import specviz.ui.pairs as pairs_ui
+    import specviz.ui.running.pairs as pairs_ui
     from specviz.pair import PairError
 
     texts = {
@@ -623,9 +623,9 @@ def test_the_sweep_is_sized_for_its_nine_runs():
     from specviz import Sampling
     from specviz.serving.gpu_duration import estimate_seconds, pair_params
     from specviz.serving.gpu import clamp_duration
-    from specviz.ui.device import sweep_seconds
-    from specviz.ui.limits import SWEEP_GAMMAS
-    from specviz.ui.request import RunRequest
+    from specviz.ui.running.device import sweep_seconds
+    from specviz.ui.guard.limits import SWEEP_GAMMAS
+    from specviz.ui.guard.request import RunRequest
 
     req = RunRequest("gpt2 -> gpt2-large", "x", 8, Sampling(0.7, 40, 0.95), 64, 0)
     want = estimate_seconds(None, 64, SWEEP_GAMMAS, baseline_runs=9, params=pair_params("gpt2 -> gpt2-large"))

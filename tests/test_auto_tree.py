@@ -156,7 +156,7 @@ def test_the_pages_auto_choice_runs_and_keeps_the_targets_greedy_output(embedded
     cache's), stated in one sentence, and a greedy run with it emits the target's own tokens."""
     from specviz import speculative_generate
     from specviz.drafters import make_drafter
-    from specviz.ui.tree import AUTO, TREES, resolve_tree
+    from specviz.ui.tabs.tree import AUTO, TREES, resolve_tree
 
     assert AUTO in TREES
     drafter = make_drafter("model", drafter_model=embedded.drafter, target=embedded.target)
@@ -353,7 +353,7 @@ def test_auto_tree_calibrates_once_then_reads_the_disk_cache(tmp_path, monkeypat
 
 def test_the_theory_tabs_tree_section_draws_an_auto_run_and_says_how_to_get_one_otherwise():
     from specviz.recording import Recording
-    from specviz.ui.outputs import RUN_OUTPUTS, auto_tree_outputs
+    from specviz.ui.page.outputs import RUN_OUTPUTS, auto_tree_outputs
 
     assert {"auto_note", "budget_plot", "auto_tree_plot", "rank_table"} <= set(RUN_OUTPUTS)
     auto = tree_auto.decide(_calibration(0.02), max_nodes=16, max_depth=4, device="cpu")
@@ -602,7 +602,7 @@ def test_walks_over_teacher_forced_positions_give_exact_greedy_counts():
 
 
 def _run_request(tree: str, max_new_tokens: int = 16):
-    from specviz.ui.request import RunRequest
+    from specviz.ui.guard.request import RunRequest
 
     return RunRequest.checked(
         "embedded", "def f(n):", 4, 0, 0, 1.0, max_new_tokens, 0, False, "", "", "model", "constant", 1.0, tree
@@ -614,8 +614,8 @@ def test_the_runs_time_limit_starts_after_the_auto_trees_calibration(monkeypatch
     before, the limit started before the calibration and the run stopped after its first round."""
     from types import SimpleNamespace
 
-    from specviz.ui import device
-    from specviz.ui.tree import AUTO
+    from specviz.ui.running import device
+    from specviz.ui.tabs.tree import AUTO
 
     def slow_calibration(*args, stop=None, **kwargs):
         time.sleep(2.5)
@@ -643,8 +643,12 @@ def test_stop_during_the_pages_calibration_ends_the_job_before_any_run(tmp_path,
 
     import gradio as gr
 
-    from specviz.ui import device, generate, state, tree
-    from specviz.ui.tree import AUTO
+    from specviz.ui.running import device
+
+    from specviz.ui.tabs import generate, tree
+
+    from specviz.ui.page import state
+    from specviz.ui.tabs.tree import AUTO
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(pair_auto, "_CACHE", {})
@@ -708,9 +712,9 @@ def test_an_uncached_auto_job_is_never_sized_short_in_the_queue_or_when_giving_w
     a running job give way nor kept from giving way itself. Before, it was sized by its token (2.9 s) and
     counted as short."""
     from tests.test_device_order import ATTACKERS, VICTIM, _served, fake_queue, queued, run_data
-    from specviz.ui import share, sizing
-    from specviz.ui.admission import order
-    from specviz.ui.tree import AUTO
+    from specviz.ui.running import share, sizing
+    from specviz.ui.guard.admission import order
+    from specviz.ui.tabs.tree import AUTO
 
     assert (
         sizing.calibration_seconds(AUTO) == _run_request(AUTO, 1).duration() - _run_request("chain", 1).duration() > 0
@@ -731,7 +735,8 @@ def test_an_uncached_auto_job_is_never_sized_short_in_the_queue_or_when_giving_w
 
 def test_while_calibrating_the_page_clears_the_last_verdict_and_says_what_it_measures():
     from specviz.serving import device_thread
-    from specviz.ui import device, generate
+    from specviz.ui.running import device
+    from specviz.ui.tabs import generate
 
     out = list(generate._shown(("calibrating", None, device.CALIBRATING), None, None, device_thread.Owner()))
     assert len(out) == 1 and out[0]["status"] == device.CALIBRATING and out[0]["export_file"] is None
@@ -772,8 +777,8 @@ def test_the_pages_calibration_takes_device_steps_and_says_how_far_it_got(tmp_pa
     of its parts are measured and about how long the rest take. Its parts count up to all of them, and the choice is
     the one the calibration run at once makes."""
     from specviz.engine.stopping import run_steps
-    from specviz.ui import device
-    from specviz.ui.tree import AUTO
+    from specviz.ui.running import device
+    from specviz.ui.tabs.tree import AUTO
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(pair_auto, "_CACHE", {})

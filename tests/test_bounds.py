@@ -78,7 +78,7 @@ ROOM = 1000  # the store's capacity while a test needs room for its own sessions
 
 def emptied(demo):
     """``demo``'s session store (installed now if no request came yet) with every session in it forgotten."""
-    from specviz.ui.sessions import install
+    from specviz.ui.guard.sessions import install
 
     install(demo.server_app)
     holder = demo.server_app.state_holder
@@ -156,7 +156,7 @@ def test_a_call_with_no_values_gets_a_message_naming_the_count(served, api_name)
 
 
 def test_the_prompt_limit_is_counted_in_tokens_and_named(served):
-    from specviz.ui.limits import PROMPT_CHARS_MAX, PROMPT_TOKENS_MAX
+    from specviz.ui.guard.limits import PROMPT_CHARS_MAX, PROMPT_TOKENS_MAX
 
     url = served[1]
     prompt = "\U0001F600" * 500  # 500 characters, four byte-level tokens each on the embedded pair
@@ -183,7 +183,7 @@ def _upload_codes(url: str, headers_each: list[list[tuple[str, str]]], address: 
 
 
 def test_a_spoofed_forwarded_header_from_loopback_is_not_trusted_by_default(served, monkeypatch):
-    from specviz.ui import address, server
+    from specviz.ui.guard import address, server
 
     monkeypatch.setattr(address, "TRUSTED_PROXIES", 0)
     monkeypatch.setattr(
@@ -195,7 +195,7 @@ def test_a_spoofed_forwarded_header_from_loopback_is_not_trusted_by_default(serv
 
 
 def test_every_forwarded_header_line_is_read_at_the_configured_depth(served, monkeypatch):
-    from specviz.ui import address, server
+    from specviz.ui.guard import address, server
 
     monkeypatch.setattr(address, "TRUSTED_PROXIES", 1)
     monkeypatch.setattr(
@@ -210,7 +210,7 @@ def test_every_forwarded_header_line_is_read_at_the_configured_depth(served, mon
 def test_client_address_joins_header_lines_and_counts_from_the_right():
     from starlette.requests import Request
 
-    from specviz.ui.address import client_address
+    from specviz.ui.guard.address import client_address
 
     headers = [(b"x-forwarded-for", b"10.0.0.1, 10.0.0.2"), (b"x-forwarded-for", b"192.0.2.1, 203.0.113.7")]
     request = Request({"type": "http", "headers": headers, "client": ("127.0.0.1", 5)})
@@ -226,14 +226,14 @@ def test_client_address_joins_header_lines_and_counts_from_the_right():
 @pytest.fixture(scope="module")
 def prepared():
     from specviz.recording import Recording
-    from specviz.ui.files import examples
-    from specviz.ui.limits import RECORDINGS
+    from specviz.ui.tabs.files import examples
+    from specviz.ui.guard.limits import RECORDINGS
 
     return Recording.load(RECORDINGS / f"{examples()[0]}.json")
 
 
 def test_no_visitor_can_prune_anothers_downloads(prepared):
-    from specviz.ui import downloads
+    from specviz.ui.guard import downloads
 
     mine = [downloads.save_for_download(prepared, "victim"), downloads.save_export(prepared, "victim")]
     try:
@@ -251,7 +251,7 @@ def test_no_visitor_can_prune_anothers_downloads(prepared):
 
 
 def test_a_write_past_the_space_is_refused_and_nothing_of_anothers_goes(prepared, monkeypatch):
-    from specviz.ui import downloads
+    from specviz.ui.guard import downloads
 
     mine = downloads.save_for_download(prepared, "victim")
     try:
@@ -267,8 +267,8 @@ def test_a_write_past_the_space_is_refused_and_nothing_of_anothers_goes(prepared
 
 
 def test_a_prepared_load_is_saved_under_the_visitors_session():
-    from specviz.ui import downloads
-    from specviz.ui.files import examples, load_example
+    from specviz.ui.guard import downloads
+    from specviz.ui.tabs.files import examples, load_example
 
     try:
         load_example(examples()[0], type("R", (), {"session_hash": "visitor"})())
@@ -283,7 +283,7 @@ def test_a_prepared_load_is_saved_under_the_visitors_session():
 def test_a_flood_of_fresh_sessions_and_heartbeats_leaves_a_shown_run(served):
     from gradio_client import Client
 
-    from specviz.ui.sessions import SessionStore
+    from specviz.ui.guard.sessions import SessionStore
 
     demo, url = served
     emptied(demo)  # what earlier tests left: the flood alone fills it
@@ -347,7 +347,7 @@ def test_a_session_keeps_no_copy_of_every_components_configuration(served, store
     from gradio.state_holder import SessionState
     from gradio_client import Client
 
-    from specviz.ui.sessions import LeanSessionState
+    from specviz.ui.guard.sessions import LeanSessionState
 
     demo, url = served
     tracemalloc.start()
@@ -455,8 +455,8 @@ def test_sessions_unused_past_their_time_to_live_are_forgotten_whole_and_their_m
 
     The store has a time to live of its own here, and two sessions' last use is moved back past it: what is
     asserted depends neither on how long the runs take nor on what other tests left in the store."""
-    from specviz.ui import sessions
-    from specviz.ui.sessions import SessionStore
+    from specviz.ui.guard import sessions
+    from specviz.ui.guard.sessions import SessionStore
 
     demo, url = served
     released = []
@@ -486,8 +486,8 @@ def test_the_queues_records_of_forgotten_and_unheard_sessions_go_after_their_tim
 
     As above, the store has a time to live of its own, and the test moves last uses and orphanings back past it,
     waiting on what the once-a-second check does rather than on the clock."""
-    from specviz.ui import sessions
-    from specviz.ui.sessions import SessionStore
+    from specviz.ui.guard import sessions
+    from specviz.ui.guard.sessions import SessionStore
 
     demo, url = served
     queue = demo._queue
@@ -535,7 +535,7 @@ def test_the_time_to_live_settings_are_read_from_the_environment():
 
     code = """
 import importlib, os
-from specviz.ui import limits, sessions
+from specviz.ui.guard import limits, sessions
 print(limits.SESSION_TTL_S, limits.CACHE_TTL_S)
 for module, name, bad in ((limits, "SPECVIZ_SESSION_TTL_S", "<b>1</b>"), (sessions, "SPECVIZ_SESSION_MEMORY_MB", "0")):
     os.environ[name] = bad
@@ -562,7 +562,7 @@ def test_an_address_makes_few_new_sessions_a_minute(served, store, monkeypatch):
     """Issue 39: a flood of fresh session hashes from one address cost the server an event each and took a
     victim's 8-token run from 0.8 s to 12 s. Past its budget of new sessions a minute an address's joins naming
     fresh hashes are refused at once, saying so; its existing session is still served."""
-    from specviz.ui import admission
+    from specviz.ui.guard import admission
 
     demo, url = served
     monkeypatch.setattr(admission, "NEW_SESSIONS", admission.LogBudget(per_client=5, total=10**9, window_s=60))
@@ -595,9 +595,9 @@ def _device_busy(demo) -> bool:
 def test_a_long_run_gives_the_device_up_to_a_waiting_visitor(served, monkeypatch):
     import threading
 
-    from specviz.ui import share
+    from specviz.ui.running import share
 
-    from specviz.ui import device
+    from specviz.ui.running import device
 
     demo, url = served
     monkeypatch.setattr(share, "SHARE_S", 1.0)  # a short share keeps the test fast; the rule is the same
@@ -639,7 +639,7 @@ def _top_files(root) -> set[str]:
 
 
 def _settled(root) -> None:
-    from specviz.ui.disk import UPLOADS_IN_FLIGHT
+    from specviz.ui.guard.disk import UPLOADS_IN_FLIGHT
 
     end = time.monotonic() + 30
     while time.monotonic() < end and UPLOADS_IN_FLIGHT._in_flight:
@@ -652,8 +652,8 @@ def test_an_upload_cut_off_or_refused_leaves_no_temporary_file(served, monkeypat
     import socket
     from urllib.parse import urlparse
 
-    from specviz.ui import server
-    from specviz.ui.disk import cache_root
+    from specviz.ui.guard import server
+    from specviz.ui.guard.disk import cache_root
 
     url = served[1]
     root = cache_root()
@@ -685,7 +685,7 @@ def test_an_upload_cut_off_or_refused_leaves_no_temporary_file(served, monkeypat
 
 
 def test_one_upload_holds_a_few_files_and_empty_folders_go(served, monkeypatch):
-    from specviz.ui import disk
+    from specviz.ui.guard import disk
 
     url = served[1]
     root = disk.cache_root()
@@ -702,7 +702,7 @@ def test_one_upload_holds_a_few_files_and_empty_folders_go(served, monkeypatch):
 
 
 def test_the_deep_link_route_writes_nothing(served):
-    from specviz.ui.disk import cache_root
+    from specviz.ui.guard.disk import cache_root
 
     url = served[1]
     with client(A) as http:
@@ -713,9 +713,9 @@ def test_the_deep_link_route_writes_nothing(served):
 def test_a_load_writes_no_empty_file(served, prepared, tmp_path):
     from gradio_client import Client, handle_file
 
-    from specviz.ui.disk import cache_root
-    from specviz.ui.files import examples
-    from specviz.ui.limits import RECORDINGS
+    from specviz.ui.guard.disk import cache_root
+    from specviz.ui.tabs.files import examples
+    from specviz.ui.guard.limits import RECORDINGS
 
     root = cache_root()
     good = tmp_path / "good.json"

@@ -189,7 +189,7 @@ def tip_of_rightmost_token(page, within: str) -> dict:
 def test_generate_with_defaults_shows_tokens_stats_and_charts(page):
     # A lecture's setting, as a class would use it: the Quick button sets max new tokens in the page (no request), and
     # every run of this file after it (replay, sweep, compare, batch) decodes that many tokens of the default pair.
-    from specviz.ui.limits import QUICK_TOKENS
+    from specviz.ui.guard.limits import QUICK_TOKENS
 
     page.locator("#sv-quick").click()
     expect(page.get_by_label("number input for max new tokens")).to_have_value(str(QUICK_TOKENS))

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 def test_an_auto_tree_run_fills_the_theory_tabs_tree_section(page):  # noqa: F811
-    from specviz.ui.tree import AUTO
+    from specviz.ui.tabs.tree import AUTO
 
     tab(page, "Theory")
     note = page.locator("#sv-auto-note")

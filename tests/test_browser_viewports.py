@@ -141,7 +141,7 @@ def test_a_default_generate_fits_the_screen(page, app_url, width, height):  # no
 def test_the_speedup_is_named_alike_in_the_headline_stats_explanation_and_auto_tree_note(page, app_url, width, height):  # noqa: F811
     """Issue 61: for one run (the auto tree on the embedded pair, Quick), the headline's quantity, its formula in words
     under the big number, is found word for word in the stats table, the Explanation tab and the auto tree's note."""
-    from specviz.ui.tree import AUTO
+    from specviz.ui.tabs.tree import AUTO
 
     phone = width < 500
     view = page.context.browser.new_page(viewport={"width": width, "height": height}, has_touch=phone, is_mobile=phone)

@@ -20,8 +20,8 @@ import pytest
 
 def run(*args, process: bool = False):
     """``python -m specviz`` with ``args`` (``process``: in a new interpreter; else ``specviz.cli.main`` here, its
-    output
-    and exit status caught as the process's would be); generate, record and bench run on the embedded pair unless told
+    output and exit status caught as the process's would be); generate, record and bench run on the embedded pair unless
+    told
     otherwise. Returns an object with returncode, stdout and stderr."""
     if args and args[0] in ("generate", "record", "bench") and "--pair" not in args and "--help" not in args:
         args = (args[0], "--pair", "embedded", *args[1:])

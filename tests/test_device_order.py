@@ -43,7 +43,7 @@ def fake_queue(running: list | None = None):
 
 @pytest.fixture(autouse=True)
 def fresh_share(monkeypatch):
-    from specviz.ui import share
+    from specviz.ui.running import share
 
     monkeypatch.setattr(share, "_log", __import__("collections").deque())
     monkeypatch.setattr(share, "_used", {})
@@ -56,8 +56,8 @@ def fresh_share(monkeypatch):
 def test_a_short_run_goes_ahead_of_long_ones_whoever_used_the_device():
     """The victim has used 5 s; three fresh attacker addresses nothing, their 128-token jobs queued before it.
     Before: the victim went last (least used first). Now it goes first."""
-    from specviz.ui import share
-    from specviz.ui.admission import order
+    from specviz.ui.running import share
+    from specviz.ui.guard.admission import order
 
     share.charge(VICTIM, 5.0)
     waiting = [queued(a, 128, arrived=100.0 + k) for k, a in enumerate(ATTACKERS)] + [queued(VICTIM, 8, arrived=104.0)]
@@ -68,8 +68,8 @@ def test_a_short_run_goes_ahead_of_long_ones_whoever_used_the_device():
 def test_a_long_job_is_passed_only_by_jobs_that_arrive_within_its_size():
     """Aging: a 128-token job that has waited longer than its expected size stays ahead of a newer 8-token job;
     a newer one within its size goes ahead. So a long job is never starved by a stream of short ones."""
-    from specviz.ui import share
-    from specviz.ui.admission import order
+    from specviz.ui.running import share
+    from specviz.ui.guard.admission import order
 
     long_s = share.sized(GAMMA, 128)
     early, late = queued("10.0.0.2", 8, arrived=100.0 + long_s + 1), queued("10.0.0.3", 8, arrived=100.0 + 1)
@@ -79,7 +79,7 @@ def test_a_long_job_is_passed_only_by_jobs_that_arrive_within_its_size():
 
 
 def test_sizes_grow_with_tokens_gamma_and_tree_and_bad_inputs_count_as_largest():
-    from specviz.ui import share
+    from specviz.ui.running import share
 
     assert share.sized(4, 8) < share.sized(4, 128) < share.sized(4, 256)
     assert share.sized(4, 128) < share.sized(8, 128) < share.sized(4, 128, "tree 3-2-2-1 (33 nodes)")
@@ -100,7 +100,7 @@ def test_sizes_grow_with_tokens_gamma_and_tree_and_bad_inputs_count_as_largest()
 
 
 def test_a_bad_yields_setting_is_refused_naming_it(monkeypatch):
-    from specviz.ui import share
+    from specviz.ui.running import share
 
     monkeypatch.setenv("SPECVIZ_YIELDS_PER_MINUTE", "many")
     with pytest.raises(ValueError, match="SPECVIZ_YIELDS_PER_MINUTE must be a whole number of at least 0"):
@@ -129,9 +129,9 @@ def _served(me: str = VICTIM):
 def api(stub, monkeypatch):  # noqa: F811
     """/run on the stub pair, a round event after every step (no redraw interval), the share rule out of the way
     (SHARE_S unbounded: only the size rule is under test): (passes, run_api)."""
-    import specviz.ui.api as api_page
-    import specviz.ui.device as device
-    from specviz.ui import share
+    import specviz.ui.tabs.api as api_page
+    import specviz.ui.running.device as device
+    from specviz.ui.running import share
 
     monkeypatch.setattr(share, "SHARE_S", float("inf"))
     monkeypatch.setattr(device, "STREAM_INTERVAL_MS", 0)
@@ -167,7 +167,7 @@ def test_a_long_run_gives_the_device_to_a_much_shorter_waiting_job_within_a_roun
 def test_no_giving_way_to_a_job_of_the_same_address_a_similar_size_or_an_8_token_run(api):
     """Control: the same 128-token run goes to its end while a job of its own address or one of 128 tokens
     waits, and an 8-token run never gives way, even to a 1-token job."""
-    from specviz.ui import share
+    from specviz.ui.running import share
 
     passes, run_api = api
     for mine, theirs, who in ((128, 8, ATTACKERS[0]), (128, 128, VICTIM), (8, 1, VICTIM)):
@@ -182,7 +182,7 @@ def test_no_giving_way_to_a_job_of_the_same_address_a_similar_size_or_an_8_token
 def test_an_address_makes_others_give_way_a_few_times_a_minute_at_most(api, monkeypatch):
     """Many short jobs from one address cannot end every long run: past YIELDS_PER_MINUTE its jobs still go
     first in the queue but the running job keeps the device (until its share)."""
-    from specviz.ui import share
+    from specviz.ui.running import share
 
     monkeypatch.setattr(share, "YIELDS_PER_MINUTE", 2)
     passes, run_api = api
@@ -204,7 +204,7 @@ def test_heartbeat_connections_are_counted_per_address_and_refused_past_the_budg
     opens at most HEARTBEATS.per_client a minute: past it, 429 before the app sees the request; others go on."""
     import anyio
 
-    from specviz.ui import server
+    from specviz.ui.guard import server
 
     monkeypatch.setattr(server, "HEARTBEATS", server.LogBudget(per_client=3, total=10**9, window_s=60))
     reached, statuses = [], []
@@ -241,7 +241,7 @@ def test_heartbeat_connections_are_counted_per_address_and_refused_past_the_budg
 
 
 def test_a_bad_heartbeats_setting_is_refused_naming_it(monkeypatch):
-    from specviz.ui import server
+    from specviz.ui.guard import server
 
     for bad in ("0", "lots", "1.5"):
         monkeypatch.setenv("SPECVIZ_HEARTBEATS_PER_MINUTE", bad)
@@ -256,7 +256,7 @@ def test_jobs_sent_into_the_queue_are_counted_per_address_and_refused_past_the_b
     before the app reads the body; other addresses and other routes go on."""
     import anyio
 
-    from specviz.ui import server
+    from specviz.ui.guard import server
 
     monkeypatch.setattr(server, "JOINS", server.LogBudget(per_client=2, total=10**9, window_s=60))
     reached, statuses = [], []
@@ -295,7 +295,7 @@ def test_jobs_sent_into_the_queue_are_counted_per_address_and_refused_past_the_b
 
 
 def test_a_bad_joins_setting_is_refused_naming_it(monkeypatch):
-    from specviz.ui import server
+    from specviz.ui.guard import server
 
     for bad in ("0", "many"):
         monkeypatch.setenv("SPECVIZ_JOINS_PER_MINUTE", bad)

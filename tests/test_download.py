@@ -175,7 +175,7 @@ def test_the_pages_load_is_answered_while_the_download_goes_on(monkeypatch):
 
     from specviz.pair import cache
     from specviz.pair.catalogue import PRESETS
-    from specviz.ui.pairs import ensure_pair
+    from specviz.ui.running.pairs import ensure_pair
     from tests.test_pair import FakeHub
 
     monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")

@@ -1,17 +1,15 @@
 """The EAGLE drafter keeps the target's law and its greedy output.
 
 A tiny Llama target (vocabulary 8) and a tiny EAGLE head over five of its tokens, built here:
-chi-square against the target's enumerated law at ALPHA = 1e-4 (as in test_drafters), with the
-correction drawn from p instead of the residual planted as the control that must be rejected (the
-tokens outside the head come only from the residual); greedy output equal to the target's own
-greedy decoding, cached and re-fed, chains and token trees (static and EAGLE-2's dynamic trees,
-either cache compaction); every tree node's q equal, to fp32 tolerance, to the head's q recomputed
-without a cache along the node's own path from the target's true features (so the tree mask, the
-positions and the features the accepted path hands to the next round are right). The trees' law is
-tested in tests/test_tree_exactness.py. Batches: each row is its prompt's own run, and each row keeps its
-prompt's law (chi-square, as tests/test_batch.py; the batched harness's planted-fault controls are there). On the
-English pair, the shipped head's greedy output is compared
-with the target's in fp32 beside the other drafters (tests/test_english.py).
+chi-square against the target's enumerated law at ALPHA = 1e-4 (as in test_drafters), with the correction drawn from p
+instead of the residual planted as the control that must be rejected (the tokens outside the head come only from the
+residual); greedy output equal to the target's own greedy decoding, cached and re-fed, chains and token trees (static
+and EAGLE-2's dynamic trees, either cache compaction); every tree node's q equal, to fp32 tolerance, to the head's q
+recomputed without a cache along the node's own path from the target's true features (so the tree mask, the positions
+and the features the accepted path hands to the next round are right). The trees' law is tested in
+tests/test_tree_exactness.py. Batches: each row is its prompt's own run, and each row keeps its prompt's law
+(chi-square, as tests/test_batch.py; the batched harness's planted-fault controls are there). On the English pair, the
+shipped head's greedy output is compared with the target's in fp32 beside the other drafters (tests/test_english.py).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def many_tree_rounds() -> Recording:
 def test_many_rounds_of_small_trees_are_refused_before_anything_is_built(monkeypatch):
     """The nodes are counted: 4,096 rounds of 8-node trees are 36,864 parts, over the limit, though
     their drafts alone were under the old one. Nothing is rendered: building is made to fail."""
-    from specviz.ui import downloads
+    from specviz.ui.guard import downloads
     import specviz.views.export as export
 
     rec = many_tree_rounds()

@@ -52,7 +52,7 @@ class LogCount(logging.Handler):
 def watched(capfd, monkeypatch):
     """(log records counter, read stderr): the app's logger at INFO (its refusals show), uvicorn's and the root
     logger watched; the per-address log budgets fresh for the test."""
-    from specviz.ui import checks, server
+    from specviz.ui.guard import checks, server
 
     monkeypatch.setattr(server, "MALFORMED_LOGS", server.LogBudget())
     monkeypatch.setattr(checks, "REFUSAL_LOGS", server.LogBudget())
@@ -79,7 +79,7 @@ def watched(capfd, monkeypatch):
 
 def quiet(counter: LogCount, err: str, calls: int) -> None:
     """No traceback anywhere, and at most one log line a call (the app's budget: at most LOG_CLIENT_MAX_LINES)."""
-    from specviz.ui.limits import LOG_CLIENT_MAX_LINES
+    from specviz.ui.guard.limits import LOG_CLIENT_MAX_LINES
 
     assert not any(r.exc_info for r in counter.records), [
         counter.format(r)[:300] for r in counter.records if r.exc_info
@@ -154,7 +154,7 @@ def test_an_unknown_endpoint_is_a_404_naming_it_in_a_bounded_log(app, watched):
 def test_twenty_unknown_joins_cost_the_log_at_most_the_address_budget(app, watched):
     """20 joins naming an unknown fn_index from one address: one line each until the address's budget
     (LOG_CLIENT_MAX_LINES in LOG_WINDOW_S) is spent, then none; no traceback."""
-    from specviz.ui.limits import LOG_CLIENT_MAX_LINES
+    from specviz.ui.guard.limits import LOG_CLIENT_MAX_LINES
 
     counter, err = watched
     url = app[1]
@@ -192,7 +192,7 @@ def test_the_menu_check_reads_a_session_s_own_choices_and_leaves_our_menus_alone
     choices, which Gradio's own check reads), skips the menus that check themselves, and passes None."""
     import gradio as gr
 
-    from specviz.ui.checks import CheckedDropdown, queue_refusal
+    from specviz.ui.guard.checks import CheckedDropdown, queue_refusal
 
     with gr.Blocks():
         plain = gr.Dropdown(["a", "b"], value="a", label="plain menu")
@@ -215,7 +215,7 @@ def test_the_menu_check_reads_a_session_s_own_choices_and_leaves_our_menus_alone
 
 
 def test_an_upload_refused_part_way_leaves_the_connection_usable(app, watched, monkeypatch):
-    from specviz.ui import server
+    from specviz.ui.guard import server
 
     counter, err = watched
     url = app[1]
@@ -263,7 +263,7 @@ def test_a_recording_of_a_newer_schema_version_is_refused_naming_the_field(where
 
 
 def test_the_upload_budget_says_seconds_under_a_minute_and_rounds_up():
-    from specviz.ui.server import UploadBudget, megabytes, span
+    from specviz.ui.guard.server import UploadBudget, megabytes, span
 
     assert (
         UploadBudget(per_client=48 * 2**20, total=2**30, window_s=30).take("a", 49 * 2**20)

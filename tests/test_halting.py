@@ -55,10 +55,10 @@ def slow_lm(passes: Passes, seed: int):
 def stub(monkeypatch):
     """A stub pair behind the page's device halves: (passes, pair). It has no eos token, so every
     row runs to its token budget unless it is stopped."""
-    import specviz.ui.batch as batch_page
-    import specviz.ui.compare as compare_page
-    import specviz.ui.device as device
-    import specviz.ui.sweep as sweep_page
+    import specviz.ui.tabs.batch as batch_page
+    import specviz.ui.tabs.compare as compare_page
+    import specviz.ui.running.device as device
+    import specviz.ui.tabs.sweep as sweep_page
 
     passes = Passes()
     pair = SimpleNamespace(
@@ -84,7 +84,7 @@ def stub(monkeypatch):
 
 def press_stop_at(passes: Passes, at: int) -> dict:
     """Press Stop in SESSION once the ``at``-th forward pass starts; returns where the passes stood then."""
-    import specviz.ui.state as state
+    import specviz.ui.page.state as state
 
     seen = {}
 
@@ -99,7 +99,7 @@ def press_stop_at(passes: Passes, at: int) -> dict:
 
 def fake_clock(monkeypatch, passes: Passes) -> None:
     """Every forward pass takes one second of the jobs' clock."""
-    import specviz.ui.halting as halting
+    import specviz.ui.running.halting as halting
 
     monkeypatch.setattr(halting, "_now", lambda: float(passes.n))
 
@@ -153,8 +153,8 @@ def test_stop_ends_a_batch_of_8_rows_by_256_tokens_within_one_round(stub):
     (gamma drafter passes and one target pass), the status says it was stopped by you and how many
     batches were measured, and every row of the lanes says how far it got. Before the fix the
     check ran only after a whole batch (about 2 x 256 passes more)."""
-    import specviz.ui.batch as page
-    import specviz.ui.state as state
+    import specviz.ui.tabs.batch as page
+    import specviz.ui.page.state as state
 
     passes, _ = stub
     press_stop_at(passes, 10)
@@ -172,7 +172,7 @@ def test_stop_ends_a_batch_of_8_rows_by_256_tokens_within_one_round(stub):
 def test_a_batch_at_its_time_limit_ends_within_a_round_and_says_so(stub, monkeypatch):
     """The cap (a fake clock: one second per forward pass) ends the batch within the round that
     crossed it; the status names the limit (issue 38: "Measured 1 of 6 batches" stayed forever)."""
-    import specviz.ui.batch as page
+    import specviz.ui.tabs.batch as page
 
     passes, _ = stub
     fake_clock(monkeypatch, passes)
@@ -185,8 +185,8 @@ def test_a_batch_at_its_time_limit_ends_within_a_round_and_says_so(stub, monkeyp
 
 
 def test_a_batch_whose_client_hung_up_stops_within_a_round_and_sends_nothing_more(stub, monkeypatch):
-    import specviz.ui.batch as page
-    import specviz.ui.state as state
+    import specviz.ui.tabs.batch as page
+    import specviz.ui.page.state as state
 
     passes, _ = stub
     monkeypatch.setattr(state, "client_gone", lambda request: passes.n >= 10)
@@ -222,8 +222,8 @@ def test_a_batch_gives_the_device_up_within_a_round_once_another_visitor_waits(s
     one address held the device beside every other visitor's runs for its whole time limit. Now once it has had
     its share (SHARE_S, 0 here: the rule is the same) and another address's run waits, it ends within the round
     under way and says why; its device time is charged to its address."""
-    import specviz.ui.batch as page
-    from specviz.ui import share
+    import specviz.ui.tabs.batch as page
+    from specviz.ui.running import share
 
     passes, _ = stub
     monkeypatch.setattr(share, "SHARE_S", 0.0)
@@ -238,9 +238,9 @@ def test_a_batch_gives_the_device_up_within_a_round_once_another_visitor_waits(s
 
 
 def test_compare_and_the_sweep_give_the_device_up_too(stub, monkeypatch):
-    import specviz.ui.compare as compare_page
-    import specviz.ui.sweep as sweep_page
-    from specviz.ui import share
+    import specviz.ui.tabs.compare as compare_page
+    import specviz.ui.tabs.sweep as sweep_page
+    from specviz.ui.running import share
 
     passes, _ = stub
     monkeypatch.setattr(share, "SHARE_S", 0.0)
@@ -264,8 +264,8 @@ def test_a_batch_waits_for_its_turn_while_another_visitors_run_is_on_the_device(
     once that run is gone. Stop ends the wait."""
     import threading
 
-    import specviz.ui.batch as page
-    from specviz.ui import share
+    import specviz.ui.tabs.batch as page
+    from specviz.ui.running import share
 
     passes, _ = stub
     monkeypatch.setattr(share, "SHARE_S", 0.0)
@@ -289,7 +289,7 @@ def test_a_batch_waits_for_its_turn_while_another_visitors_run_is_on_the_device(
     worker.join(120)
     assert not worker.is_alive() and passes.n > 0
     assert outputs[-1]["batch_status"].startswith("Done"), outputs[-1]["batch_status"]
-    import specviz.ui.state as state
+    import specviz.ui.page.state as state
 
     running.append(_job("10.0.0.5"))
     done = passes.n
@@ -308,7 +308,7 @@ def test_compare_at_its_time_limit_says_in_every_column_how_far_it_got(stub, mon
     """Issue 38: at its cap, Compare left "running…" in the columns it had not reached. Now the kind
     it stopped says how far its run got and why, the kinds after it that they were not run, and it
     ends within the round that crossed the cap."""
-    import specviz.ui.compare as page
+    import specviz.ui.tabs.compare as page
 
     passes, _ = stub
     fake_clock(monkeypatch, passes)
@@ -322,8 +322,8 @@ def test_compare_at_its_time_limit_says_in_every_column_how_far_it_got(stub, mon
 
 
 def test_stop_ends_compare_within_a_round(stub):
-    import specviz.ui.compare as page
-    import specviz.ui.state as state
+    import specviz.ui.tabs.compare as page
+    import specviz.ui.page.state as state
 
     passes, _ = stub
     press_stop_at(passes, 12)
@@ -341,7 +341,7 @@ def test_stop_ends_compare_within_a_round(stub):
 def test_a_sweep_at_its_time_limit_ends_within_a_round(stub, monkeypatch):
     """The sweep's cap is asked every round (before: after each whole gamma), the gamma under way is
     left out and the status names the limit."""
-    import specviz.ui.sweep as page
+    import specviz.ui.tabs.sweep as page
 
     passes, _ = stub
     fake_clock(monkeypatch, passes)
@@ -358,8 +358,8 @@ def test_a_sweep_at_its_time_limit_ends_within_a_round(stub, monkeypatch):
 def test_the_lab_stops_between_chunks_once_nobody_listens(monkeypatch):
     """Issue 39: a /call/lab never read ran its full 120 s; the lab never asked whether its client
     listened. Now it ends at the chunk after the client is gone. Control: a listened-to lab runs on."""
-    import specviz.ui.lab as page
-    import specviz.ui.state as state
+    import specviz.ui.tabs.lab as page
+    import specviz.ui.page.state as state
 
     chunks = []
     real = page.lab_stream
@@ -400,8 +400,8 @@ def test_stop_ends_the_lab_between_its_runs_and_it_says_so(monkeypatch):
     """Issue 39: the lab never heard the Stop button (it ran on to its 5,000 samples or 120 s); nor was it
     found by it. Now the Stop button finds it running in its session and it ends before its next sample's run,
     mid-chunk, saying how many samples it has."""
-    import specviz.ui.lab as page
-    import specviz.ui.state as state
+    import specviz.ui.tabs.lab as page
+    import specviz.ui.page.state as state
 
     found = []
 
@@ -424,8 +424,8 @@ def test_stop_ends_the_lab_between_its_runs_and_it_says_so(monkeypatch):
 def test_the_lab_hears_its_listener_go_between_runs(monkeypatch):
     """A client that hangs up mid-chunk: the lab ends before its next run (before: at the chunk's end) and sends
     nothing more."""
-    import specviz.ui.lab as page
-    import specviz.ui.state as state
+    import specviz.ui.tabs.lab as page
+    import specviz.ui.page.state as state
 
     gone = []
     runs = _counted_lab_runs(monkeypatch, 70, lambda: gone.append(True))
@@ -441,10 +441,12 @@ def test_the_lab_hears_its_listener_go_between_runs(monkeypatch):
 def test_on_a_cpu_the_long_jobs_defaults_are_estimated_to_finish_within_their_caps():
     """Issue 38: at the page's defaults (128 tokens, gamma 4, batch size 4, the English pair's four or
     five drafter kinds) Compare, Batch and the sweep ran into their caps on a 2-core CPU. Their tokens
-    per run on a CPU are sized from the per-step estimate (specviz.ui.sizing) to fill at most FILL of
+    per run on a CPU are sized from the per-step estimate (specviz.ui.running.sizing) to fill at most FILL of
     each cap; a GPU takes the tokens asked."""
-    from specviz.ui import sizing
-    from specviz.ui.limits import BATCH_SECONDS_MAX, COMPARE_SECONDS_MAX, DEFAULTS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
+    from specviz.ui.running import sizing
+    from specviz.ui.guard.limits import (
+        BATCH_SECONDS_MAX, COMPARE_SECONDS_MAX, DEFAULTS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX,
+    )
 
     asked = DEFAULTS["max_new_tokens"]
     jobs = [(sizing.compare_steps(k), COMPARE_SECONDS_MAX) for k in (4, 5)] + [
@@ -467,9 +469,9 @@ def test_on_a_cpu_the_long_jobs_defaults_are_estimated_to_finish_within_their_ca
 
 
 def test_a_batch_on_a_cpu_decodes_the_tokens_that_fit_and_says_so(stub, monkeypatch):
-    import specviz.ui.batch as page
-    from specviz.ui import sizing
-    from specviz.ui.limits import BATCH_SECONDS_MAX
+    import specviz.ui.tabs.batch as page
+    from specviz.ui.running import sizing
+    from specviz.ui.guard.limits import BATCH_SECONDS_MAX
 
     passes, pair = stub
     monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: pair)  # the stub pair is on the CPU

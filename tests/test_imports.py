@@ -1,11 +1,10 @@
 """The import graph of the package has no cycle: data flows one way (UI -> engine -> trace -> views).
 
-Every ``import`` and ``from ... import`` in every module counts, those inside functions too (a
-lazy import is still a dependency), and so do imports under ``if TYPE_CHECKING:`` (an annotation
-that needs the other module is a dependency too). ``from specviz.x import name`` is an edge to ``specviz.x.name`` when
-that is a
-module, else to ``specviz.x``. A package's ``__init__`` running before its submodules is not an
-edge of its own (every package would otherwise import itself).
+Every ``import`` and ``from ... import`` in every module counts, those inside functions too (a lazy import is still a
+dependency), and so do imports under ``if TYPE_CHECKING:`` (an annotation that needs the other module is a dependency
+too). ``from specviz.x import name`` is an edge to ``specviz.x.name`` when that is a module, else to ``specviz.x``. A
+package's ``__init__`` running before its submodules is not an edge of its own (every package would otherwise import
+itself).
 """
 
 from __future__ import annotations

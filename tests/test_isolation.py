@@ -100,7 +100,7 @@ def wait_idle(demo, cap_s: float = CAP_S) -> None:
 
 def test_two_sessions_cannot_derive_each_others_file_names():
     from specviz.recording import Recording
-    from specviz.ui import downloads
+    from specviz.ui.guard import downloads
     from specviz.trace import Trace
 
     rec = Recording(Trace(mode="speculative", prompt_ids=[1, 2], output_ids=[3]))
@@ -122,7 +122,7 @@ def test_two_sessions_cannot_derive_each_others_file_names():
 def test_a_guessed_name_of_another_sessions_file_is_not_there(app):
     from specviz.recording import Recording
     from specviz.trace import Trace
-    from specviz.ui import downloads
+    from specviz.ui.guard import downloads
 
     url = app[1]
     real = downloads.save_for_download(Recording(Trace(mode="speculative", prompt_ids=[1], output_ids=[2])), "victim")
@@ -153,7 +153,7 @@ def test_a_flood_from_one_address_leaves_another_served_after_the_running_job(ap
         print(f"\nflood from {A}: {admitted} admitted, {refused} refused of 40")
         waiting_from_a = [e for e in device_queue(demo) if e.request.client.host == A]
         # one running, and at most half the queue's places waiting (others hold none): the rest refused, saying why
-        from specviz.ui import admission
+        from specviz.ui.guard import admission
 
         half = admission.places(demo._queue.max_size, 0, 0)
         assert admitted <= 1 + half and refused >= 40 - 1 - half and len(waiting_from_a) <= half
@@ -195,7 +195,8 @@ def test_a_job_whose_result_stream_is_never_opened_stops(app, monkeypatch):
     """POST /call/run and never GET its stream: the job stops at a round once the grace period is over,
     and another address's 8-token run is served. The device is slowed to at least 0.1 s per round here
     (a stand-in for a slow machine), so the 256-token job outlasts the grace period on any machine."""
-    from specviz.ui import api, listening
+    from specviz.ui.tabs import api
+    from specviz.ui.running import listening
 
     demo, url = app
     wait_idle(demo)
@@ -233,7 +234,7 @@ def test_a_job_whose_result_stream_is_never_opened_stops(app, monkeypatch):
 
 
 def test_event_streams_are_known_by_their_route():
-    from specviz.ui.listening import stream_key
+    from specviz.ui.running.listening import stream_key
 
     def scope(path, query=b"", method="GET"):
         return {"type": "http", "method": method, "path": path, "query_string": query}
@@ -256,7 +257,7 @@ def test_a_stream_counts_as_opened_only_when_the_app_answers_it(status):
     """A GET the app refuses (404: no such event) opens no stream: its job stays unheard."""
     import asyncio
 
-    from specviz.ui import listening
+    from specviz.ui.running import listening
 
     key = f"event-{status}"
 
@@ -298,7 +299,7 @@ def test_a_refused_pair_leaves_the_resident_pair_loaded(monkeypatch):
 
 
 def test_uploads_over_the_budget_are_refused(app, monkeypatch):
-    from specviz.ui import server
+    from specviz.ui.guard import server
 
     url = app[1]
     monkeypatch.setattr(
@@ -316,7 +317,7 @@ def test_uploads_over_the_budget_are_refused(app, monkeypatch):
 
 
 def test_the_upload_budget_counts_per_address_and_in_all():
-    from specviz.ui.server import UploadBudget
+    from specviz.ui.guard.server import UploadBudget
 
     budget = UploadBudget(per_client=10, total=15, window_s=60)
     assert budget.take("a", 10) is None and "per visitor" in budget.take("a", 1)
@@ -352,6 +353,6 @@ def test_the_apis_default_pair_is_the_pages():
     import inspect
 
     from specviz.pair import default_pair
-    from specviz.ui.api import run_api
+    from specviz.ui.tabs.api import run_api
 
     assert inspect.signature(run_api).parameters["pair_name"].default == default_pair()

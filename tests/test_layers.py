@@ -158,7 +158,7 @@ def test_the_checker_reports_planted_violations(tmp_path):
             ),
             "recording.py": "from .trace import Trace\n",  # relative: an edge to trace, which is allowed above data
             "measure/__init__.py": "",
-            "measure/bench.py": "import specviz.ui.limits\n",
+            "measure/bench.py": "import specviz.ui.guard.limits\n",
             "ui/__init__.py": "",
             "ui/limits.py": "",
         },
@@ -178,3 +178,37 @@ def test_the_checker_reports_one_edge_planted_in_the_real_graph():
     graph["trace"] = {**graph["trace"], "engine": ["planted"]}  # the data layer reaching up: a cycle, and not allowed
     found = "\n".join(violations(graph))
     assert "import cycle between packages" in found and "trace imports engine (planted)" in found
+
+
+def _python(code: str, tmp_path: Path) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "GRADIO_ANALYTICS_ENABLED")}
+    env["GRADIO_TEMP_DIR"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", code], cwd=SPECVIZ.parent, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_importing_specviz_and_its_page_changes_nothing_outside_them(tmp_path):
+    """No environment variable set and no folder made by an import: the page's cache folder is made when the page
+    is built, and the OpenMP setting by the entry points (specviz.openmp)."""
+    changed = _python(
+        "import json, os; before = dict(os.environ)\n"
+        "import specviz, specviz.ui, specviz.ui.page.layout, specviz.ui.guard.server, specviz.cli\n"
+        "from specviz import Sampling, speculative_generate\n"
+        "print(json.dumps(sorted(k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k))))",
+        tmp_path,
+    )
+    assert changed == "[]" and list(tmp_path.iterdir()) == []
+
+
+def test_the_entry_points_set_openmp_before_torch_loads(tmp_path):
+    first = _python("import os; from specviz.openmp import spin_briefly; ok = spin_briefly(); import torch\n"
+                    "print(ok, os.environ['GOMP_SPINCOUNT'])", tmp_path)
+    late = _python("import os, torch; from specviz.openmp import spin_briefly\n"
+                   "print(spin_briefly(), os.environ.get('GOMP_SPINCOUNT'))", tmp_path)
+    assert first == "True 3000" and late == "False None"

@@ -1,12 +1,11 @@
 """Load: the app as a separate process, many concurrent gradio_client clients, a small queue.
 
-``python app.py --port N`` runs with ``SPECVIZ_MAX_QUEUE=4``, so most requests find the queue
-full. For a bounded time, CLIENTS clients each send /generate requests one after another. Every
-request must either complete with the colour-coded tokens and a "Done" status, or be refused
-with the server's refusal (HTTP 429 naming the limit; gradio_client raises it as ``httpx.HTTPStatusError``, or
-``QueueError`` for a 503); anything else
-is an error. The server's resident memory (VmRSS) is sampled throughout and must stay flat after
-the warm-up; the server must still serve afterwards. ``-s`` prints the figures.
+``python app.py --port N`` runs with ``SPECVIZ_MAX_QUEUE=4``, so most requests find the queue full. For a bounded time,
+CLIENTS clients each send /generate requests one after another. Every request must either complete with the colour-coded
+tokens and a "Done" status, or be refused with the server's refusal (HTTP 429 naming the limit; gradio_client raises it
+as ``httpx.HTTPStatusError``, or ``QueueError`` for a 503); anything else is an error. The server's resident memory
+(VmRSS) is sampled throughout and must stay flat after the warm-up; the server must still serve afterwards. ``-s``
+prints the figures.
 
 Gradio runs each step of a streaming handler on whichever worker thread of its pool is free, so
 the engine's streams must survive being resumed on another thread; a fast test checks that alone.

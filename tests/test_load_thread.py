@@ -12,7 +12,7 @@ from specviz.serving import device_thread, load_thread
 
 
 def test_a_load_holds_the_visitor_who_asked_and_not_the_device_thread(monkeypatch):
-    from specviz.ui import pairs
+    from specviz.ui.running import pairs
 
     before = device_thread.run(torch.get_num_threads)
     started, release, seen = threading.Event(), threading.Event(), {}
@@ -51,7 +51,7 @@ def test_a_load_holds_the_visitor_who_asked_and_not_the_device_thread(monkeypatc
 
 def test_a_resident_pair_is_not_queued_behind_another_pairs_load(monkeypatch):
     """A visitor whose pair is resident gets it at once while another visitor's load holds the load thread."""
-    from specviz.ui import pairs
+    from specviz.ui.running import pairs
 
     started, release = threading.Event(), threading.Event()
 

@@ -10,7 +10,7 @@ from specviz import Sampling, speculative_generate
 from specviz.drafters import make_drafter
 from specviz.measure.sweep import Sweep, SweepPoint
 from specviz.recording import Recording
-from specviz.ui.limits import SWEEP_GAMMAS
+from specviz.ui.guard.limits import SWEEP_GAMMAS
 from tests.conftest import tiny_lm
 
 
@@ -67,7 +67,7 @@ def shown_run():
 
 
 def _sweep(monkeypatch, rec, gammas, progress=None):
-    import specviz.ui.sweep as page
+    import specviz.ui.tabs.sweep as page
 
     monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: None)
     monkeypatch.setattr(page, "sweep_on_device", lambda req, stop=None, device_owner=None: _sweeps(gammas))
@@ -93,8 +93,8 @@ def test_a_sweep_with_no_run_shown_saves_nothing(monkeypatch):
 def test_loading_a_recording_empties_the_export_box():
     """The export box offered the previous run's HTML after another recording was loaded: every
     output of a loaded (or finished, or stopped) run now empties it."""
-    from specviz.ui.files import examples, load_example
-    from specviz.ui.outputs import RUN_OUTPUTS
+    from specviz.ui.tabs.files import examples, load_example
+    from specviz.ui.page.outputs import RUN_OUTPUTS
 
     assert "export_file" in RUN_OUTPUTS
     out = load_example(examples()[0])
@@ -104,7 +104,7 @@ def test_loading_a_recording_empties_the_export_box():
 def test_a_resident_pairs_loaded_message_gives_way_to_what_runs(monkeypatch):
     """ "english is loaded - 100.0%" stood 4-12 s over a sweep, comparison or batch while nothing
     loaded: after the pair is ready, the job's own words replace it, with no bar."""
-    import specviz.ui.pairs as pairs
+    import specviz.ui.running.pairs as pairs
 
     monkeypatch.setattr(
         pairs, "load_pair", lambda progress=None, **ids: progress(1.0, "english is loaded") or "the pair"
@@ -144,7 +144,7 @@ def test_a_long_job_says_what_runs_before_its_first_measurement(monkeypatch, job
 def test_a_sweep_at_its_time_limit_names_the_gammas_left_and_asks_for_fewer_tokens(monkeypatch, shown_run):
     """The sweep ran out of time after gamma 4 on the English pair at 128 tokens and said only that it
     stopped: now it names the gammas not measured and says fewer tokens would finish it."""
-    import specviz.ui.sweep as page
+    import specviz.ui.tabs.sweep as page
 
     monkeypatch.setattr(page, "SWEEP_SECONDS_MAX", 90.0)
     last = _sweep(monkeypatch, shown_run, (1, 2, 3, 4))[-1]
@@ -233,8 +233,8 @@ def test_the_explanation_on_the_page_names_the_pairs_of_the_shipped_files():
     import json
 
     from specviz.assets import ASSETS
-    from specviz.ui.evidence import explanation
-    from specviz.ui.limits import RECORDINGS
+    from specviz.ui.page.evidence import explanation
+    from specviz.ui.guard.limits import RECORDINGS
 
     text = explanation()
     rec = Recording.load(RECORDINGS / "english-greedy-gamma3-sweep.json")
@@ -260,7 +260,7 @@ def test_a_sweep_whose_client_has_gone_stops_after_the_point_under_way(monkeypat
     """A sweep, like Generate, ends when nobody reads it (stream closed or never opened): the
     device half is not advanced past the point under way. Control: the same sweep with its client
     listening runs every gamma."""
-    import specviz.ui.state as state
+    import specviz.ui.page.state as state
 
     advanced = []
 
@@ -269,7 +269,7 @@ def test_a_sweep_whose_client_has_gone_stops_after_the_point_under_way(monkeypat
             advanced.append(len(sweep.points))
             yield sweep
 
-    import specviz.ui.sweep as page
+    import specviz.ui.tabs.sweep as page
 
     monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: None)
     monkeypatch.setattr(page, "sweep_on_device", lambda req, stop=None, device_owner=None: counted(SWEEP_GAMMAS))
@@ -286,8 +286,8 @@ def test_the_drafter_menu_follows_a_pair_whose_drafter_has_its_own_tokenizer():
     """Picking a pair whose drafter has its own tokenizer picks the cross-tokenizer kind ("model" would be refused);
     leaving it goes back to the drafter model; other kinds stay as chosen."""
     from specviz.pair import CROSS, EMBEDDED
-    from specviz.ui.layout import kind_for_pair
-    from specviz.ui.limits import DRAFTER_CHOICES
+    from specviz.ui.page.layout import kind_for_pair
+    from specviz.ui.guard.limits import DRAFTER_CHOICES
 
     assert ("drafter model with its own tokenizer", "cross-tokenizer") in DRAFTER_CHOICES
     assert kind_for_pair(CROSS, "model")["value"] == "cross-tokenizer"
@@ -297,8 +297,8 @@ def test_the_drafter_menu_follows_a_pair_whose_drafter_has_its_own_tokenizer():
 
 def test_a_pair_brings_its_own_prompt_and_chat_setting_and_a_prompt_the_visitor_wrote_stays():
     from specviz.pair import CROSS, EMBEDDED, ENGLISH
-    from specviz.ui.layout import chat_for_pair, prompt_for_pair
-    from specviz.ui.limits import CODE_EXAMPLES, ENGLISH_EXAMPLES
+    from specviz.ui.page.layout import chat_for_pair, prompt_for_pair
+    from specviz.ui.guard.limits import CODE_EXAMPLES, ENGLISH_EXAMPLES
 
     if ENGLISH_EXAMPLES:
         assert prompt_for_pair(CROSS, ENGLISH_EXAMPLES[0])["value"] == CODE_EXAMPLES[0]
@@ -314,8 +314,8 @@ def test_each_pair_offers_its_own_kind_of_example_prompt():
     """Python prompts only under the embedded pair and the cross pair (its code drafter); English chat prompts
     under every other preset; switching the pair shows the matching box and hides the other."""
     from specviz.pair import CROSS, EMBEDDED, PRESETS
-    from specviz.ui.layout import example_boxes
-    from specviz.ui.limits import ENGLISH_EXAMPLES, example_kind
+    from specviz.ui.page.layout import example_boxes
+    from specviz.ui.guard.limits import ENGLISH_EXAMPLES, example_kind
 
     assert example_kind(EMBEDDED) == "code" and example_kind(CROSS) == "code"
     for name in PRESETS:
@@ -329,8 +329,8 @@ def test_each_pair_offers_its_own_kind_of_example_prompt():
 
 def test_readme_says_what_a_cpu_without_bf16_shows_and_states_the_defaults_as_the_code_has_them():
     """README's Quick start says what a CPU without bf16 instructions shows (its speedup now, and the slowdown before
-    routed fp32 products); SPECVIZ_PRELOAD's
-    default is the page's default pair (english where it loads offline, else embedded), and the pair table has that
+    routed fp32 products); SPECVIZ_PRELOAD's default is the page's default pair (english where it loads offline, else
+    embedded), and the pair table has that
     pair's row (the settings table, the pair table and the Speed section moved from README to docs/)."""
     import re
     from pathlib import Path
@@ -357,7 +357,7 @@ def test_the_quick_button_sets_a_lectures_run_length_in_the_browser():
     """ "Quick (32 tokens)" sets max new tokens in the page itself (no request, no queue), to a length the slider
     takes."""
     from specviz.demo import build_demo
-    from specviz.ui.limits import MAX_NEW_TOKENS_RANGE, QUICK_TOKENS
+    from specviz.ui.guard.limits import MAX_NEW_TOKENS_RANGE, QUICK_TOKENS
 
     demo = build_demo(preload=False)
     quick = [c for c in demo.config["components"] if c.get("props", {}).get("elem_id") == "sv-quick"]

@@ -12,7 +12,7 @@ def test_compare_says_how_many_kinds_are_done_and_about_how_long_the_rest_take()
 
 
 def test_batch_says_how_many_batches_are_measured_and_about_how_long_the_rest_take():
-    from specviz.ui.batch import _progress
+    from specviz.ui.tabs.batch import _progress
 
     line = _progress(2, 6, "1, 2, 4", 40.0)
     assert (

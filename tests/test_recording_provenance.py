@@ -10,7 +10,7 @@ import pytest
 
 from specviz.engine import ENGINE_VERSION
 from specviz.recording import Recording, made_by_here
-from specviz.ui.limits import RECORDINGS
+from specviz.ui.guard.limits import RECORDINGS
 from specviz.views.verdict import judge
 
 PREPARED = sorted(RECORDINGS.glob("*.json"))
@@ -43,7 +43,7 @@ def test_a_malformed_made_by_is_refused_by_name(bad, field):
 
 def test_the_replay_status_says_who_recorded_it_and_whether_its_engine_is_older():
     pytest.importorskip("gradio")
-    from specviz.ui.files import made_by_note, replaying
+    from specviz.ui.tabs.files import made_by_note, replaying
 
     rec = Recording.from_json(json.dumps({**_small(), "made_by": {**made_by_here("cpu"), "machine": "<b>Box</b> `x`"}}))
     note = replaying(rec)

@@ -6,7 +6,7 @@ work, with a message naming the field and what it allows, and costs the log one 
   every entry point (/run, Generate, Batch, the command line, ``load_pair``, ``pair_drafter``), and
   no pair is loaded or swapped for them.
 - An integer too long for Python to parse (5,001 digits) is refused in the app's words, naming the field.
-- 200 such calls cost the log at most one line each (within ``specviz.ui.checks.REFUSAL_LOGS``) and no traceback.
+- 200 such calls cost the log at most one line each (within ``specviz.ui.guard.checks.REFUSAL_LOGS``) and no traceback.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_pair_drafter_refuses_a_kind_the_loaded_preset_does_not_draft_with(embed
 def test_readable_numbers_stands_in_for_integers_too_long_to_parse_only():
     import json
 
-    from specviz.ui.server import LONG_INTEGER_STANDIN, readable_numbers
+    from specviz.ui.guard.server import LONG_INTEGER_STANDIN, readable_numbers
 
     sent = ('{"data": [1, ' + LONG + ', -' + LONG + ', "' + LONG + '", 2.5]}').encode()
     assert json.loads(readable_numbers(sent))["data"] == [1, LONG_INTEGER_STANDIN, -LONG_INTEGER_STANDIN, LONG, 2.5]
@@ -178,8 +178,8 @@ def test_200_bad_calls_cost_at_most_a_log_line_each_and_no_traceback(app, capfd,
     """200 /run and Generate calls with a mismatched pair and kind or a 5,001-digit number, from one
     address: each is refused with a message naming the field, before any model work; the log (the app's
     refusals at INFO, uvicorn's, stderr) grows by at most one line a call and no traceback. ``-s`` prints the count."""
-    from specviz.ui import checks
-    from specviz.ui.server import LogBudget
+    from specviz.ui.guard import checks
+    from specviz.ui.guard.server import LogBudget
 
     # this test's own budget, unspent by earlier tests
     monkeypatch.setattr(checks, "REFUSAL_LOGS", LogBudget(), raising=False)

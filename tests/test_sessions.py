@@ -18,9 +18,10 @@ import pytest
 
 from specviz.recording import Recording
 from specviz.trace import Round
-from specviz.ui import sessions, state
-from specviz.ui.limits import RECORDINGS
-from specviz.ui.sessions import EMPTY_SESSION_BYTES, RECORD_BYTES, SessionStore, recording_records
+from specviz.ui.guard import sessions
+from specviz.ui.page import state
+from specviz.ui.guard.limits import RECORDINGS
+from specviz.ui.guard.sessions import EMPTY_SESSION_BYTES, RECORD_BYTES, SessionStore, recording_records
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@ import pytest
 
 from specviz.serving.device_thread import Owner
 from specviz.trace import Round, Trace
-from specviz.ui import generate, state
-from specviz.ui.device import CALIBRATING
+from specviz.ui.tabs import generate
+from specviz.ui.page import state
+from specviz.ui.running.device import CALIBRATING
 
 
 def _spec(rounds: int) -> Trace:

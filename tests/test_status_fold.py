@@ -8,7 +8,7 @@ from tests.test_one_speedup import _base, _spec
 
 
 def test_the_status_folds_how_this_machine_computes_after_the_verdict():
-    from specviz.ui.outputs import MACHINE_SUMMARY, everything, machine_folded
+    from specviz.ui.page.outputs import MACHINE_SUMMARY, everything, machine_folded
     from specviz.recording import Recording
 
     status = (

@@ -24,13 +24,11 @@ close to it with the same window: the law is enumerated from the target's own pa
 applies the window; control: the tree mask blind to the window (``window_ignored``, the fault the trees
 had), which shifts the first token's law already.
 
-Controls: three faults seen in tree implementations are passed to the rules' own code path
-(specviz.lab.tree_faults, ``judge``'s fault argument) and the same test must reject them. At 2,000 correct runs the
-faults
-gave p-values below 1e-14 (1e-22 at 1,000); the controls use 500 runs, under half of the sample the correct rules pass
-at
-(``runs_to_catch`` of each law: 1,100-1,600 runs, a wrong law at Cohen's w 0.25 rejected with probability 0.99), so a
-control that fails says the fault is caught with room to spare.
+Controls: three faults seen in tree implementations are passed to the rules' own code path (specviz.lab.tree_faults,
+``judge``'s fault argument) and the same test must reject them. At 2,000 correct runs the faults gave p-values below
+1e-14 (1e-22 at 1,000); the controls use 500 runs, under half of the sample the correct rules pass at (``runs_to_catch``
+of each law: 1,100-1,600 runs, a wrong law at Cohen's w 0.25 rejected with probability 0.99), so a control that fails
+says the fault is caught with room to spare.
 """
 
 from __future__ import annotations

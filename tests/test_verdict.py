@@ -12,8 +12,8 @@ import pytest
 from specviz import Sampling, autoregressive_generate, speculative_generate
 from specviz.measure.sweep import sweep_stream
 from specviz.recording import Recording
-from specviz.ui.files import RECORDINGS, replaying, restore_controls
-from specviz.ui.outputs import everything
+from specviz.ui.tabs.files import RECORDINGS, replaying, restore_controls
+from specviz.ui.page.outputs import everything
 from specviz.views import round_html, speedup_figure, stats_html, summary, tokens_html
 from specviz.views.export import export_html
 from specviz.views.stats import THM_38, WHOLE_RUN, speedup_formula

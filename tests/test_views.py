@@ -284,7 +284,7 @@ def test_every_prepared_recording_names_a_pair_this_app_offers():
     names the hub id: loading it said "recorded with ... which this app does not offer"."""
     from specviz.demo import RECORDINGS
     from specviz.recording import Recording
-    from specviz.ui.files import preset_of
+    from specviz.ui.tabs.files import preset_of
 
     found = {p.stem: preset_of(Recording.load(p)) for p in RECORDINGS.glob("*.json")}
     assert all(found.values()), found

@@ -1,6 +1,7 @@
-"""The page warms its default pair up before it serves (``specviz.ui.pairs.warm_up``): the pair is loaded and one
-short Generate has run when ``build_demo`` returns, so the first visitor's Generate loads nothing. The tests' conftest
-turns the warm-up off for every other server (``SPECVIZ_WARM_UP=0``); these turn it on, or check that off means off.
+"""The page warms its default pair up before it serves (``specviz.ui.running.pairs.warm_up``): the pair is loaded and
+one short Generate has run when ``build_demo`` returns, so the first visitor's Generate loads nothing. The tests'
+conftest turns the warm-up off for every other server (``SPECVIZ_WARM_UP=0``); these turn it on, or check that off means
+off.
 
 The default pair here is the embedded one: the English pair's package is taken as absent, and no hub is reached."""
 
@@ -24,7 +25,7 @@ def counted(monkeypatch):
     """The embedded pair as the default, nothing resident, and a count of what loads and what the warm-up runs:
     {"loads": [labels loaded], "runs": [the target of each speculative run (with its baseline) the warm-up made]}."""
     from specviz.pair import EMBEDDED, cache, catalogue, unload_all
-    from specviz.ui import pairs
+    from specviz.ui.running import pairs
 
     monkeypatch.setattr(catalogue, "english_available", lambda: False)  # as where the English pair's package is absent
     monkeypatch.delenv("SPECVIZ_PRELOAD", raising=False)
@@ -77,7 +78,7 @@ def test_the_default_pair_is_loaded_and_run_before_the_page_serves(counted, monk
 def test_the_warm_up_is_switched_off_by_its_environment_variable(counted, monkeypatch):
     from specviz.pair import EMBEDDED, resident_pairs
     from specviz.ui import build_demo
-    from specviz.ui.pairs import warm_up_wanted
+    from specviz.ui.running.pairs import warm_up_wanted
 
     for off in ("0", "false", " No ", "OFF"):
         monkeypatch.setenv("SPECVIZ_WARM_UP", off)

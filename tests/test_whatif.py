@@ -7,7 +7,7 @@ import pytest
 
 from specviz import theory
 from specviz.recording import Recording
-from specviz.ui.limits import RECORDINGS
+from specviz.ui.guard.limits import RECORDINGS
 from specviz.views.stats import summary, verify_cost_shown
 from specviz.views.theory import WHATIF, WHATIF_DEFAULT, whatif_figure, whatif_markdown, whatif_values
 
@@ -53,7 +53,7 @@ def test_without_a_run_the_defaults_and_no_measured_mark():
 
 def test_the_handler_refuses_a_fractional_gamma_and_sets_the_sliders(rec):
     gr = pytest.importorskip("gradio")
-    from specviz.ui.whatif import whatif, whatif_from_run
+    from specviz.ui.tabs.whatif import whatif, whatif_from_run
 
     with pytest.raises(gr.Error):
         whatif(0.5, 2.5, 0.1, 1.0)

@@ -9,11 +9,10 @@ computes f_t at every position it scores, so reading it costs no extra target pa
 Shapes: H is the target's width (576 for SmolLM2-135M), V the target's vocabulary, K the head's
 tokens (a frequency-ranked subset of V, FR-Spec, Zhao et al. 2025; q is exactly 0 outside it).
 
-    e = emb_norm(E[x_{t+1}])            (B, T, H)  E: the target's input table, frozen and shared
-    g = feat_norm(f_t)                  (B, T, H)
-    h = fc([e; g])                      (B, T, H)
-    f^_{t+1} = body(h)                  (B, T, H)  one Llama decoder layer, then RMSNorm
-    logits = f^_{t+1} W[head_ids]^T     (B, T, K)  W: the target's output layer, frozen and shared
+    e = emb_norm(E[x_{t+1}])            (B, T, H)  E: the target's input table, frozen and shared g = feat_norm(f_t)    
+    (B, T, H) h = fc([e; g])                      (B, T, H) f^_{t+1} = body(h)                  (B, T, H)  one Llama
+    decoder layer, then RMSNorm logits = f^_{t+1} W[head_ids]^T     (B, T, K)  W: the target's output layer, frozen and
+    shared
 
 Only fc, the two input norms and the body are the head's own weights (saved, a few MB); the input
 table and the output rows come from the target at load time.

@@ -209,9 +209,8 @@ def hold(model, vocab_size: int, role: str = "target") -> tuple[GraphedRunner | 
     """A graphed runner of the model for ``role`` that no run holds, acquired and held for one run
     (``GraphedRunner.release`` gives it back), its ``note`` saying "CUDA graphs captured in X s" when this call
     captured them. Up to ``HELD_PER_MODEL`` runners per model and role are captured, each with its own cache:
-    the page's Generate runs the speculative run and its baseline in turns on one target, and the page
-    interleaves visitors' jobs. (None, why) when
-    every one is held, or when a capture failed (then logged once and not tried again).
+    the page's Generate runs the speculative run and its baseline in turns on one target, and the page interleaves
+    visitors' jobs. (None, why) when every one is held, or when a capture failed (then logged once and not tried again).
     """
     key = (id(model), str(model.device), role)
     failed = _FAILED.get(key)

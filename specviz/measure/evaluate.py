@@ -108,13 +108,12 @@ def theory_check(
 ) -> list[dict]:
     """Leviathan et al. 2023's predictions against speculative runs on the held-out prompts.
 
-    For each gamma and temperature (top-k and top-p off, EOS ignored so every run generates
-    ``new_tokens``), pooled over the prompts: measured tokens per round (emitted / rounds, rounds
-    that drafted the full gamma); Eq. (1) from alpha = accepted / (accepted + rejected) and from
-    the draft acceptance rate accepted / drafted; mean beta over the tested drafts and over
-    every drafted position; the chi-square p-value of the
-    accepted-drafts histogram against the capped geometric law at alpha (cells under 5 pooled,
-    ddof 1); and acceptance by position against alpha^i. No timings: see ``bench`` for speed.
+    For each gamma and temperature (top-k and top-p off, EOS ignored so every run generates ``new_tokens``), pooled over
+    the prompts: measured tokens per round (emitted / rounds, rounds that drafted the full gamma); Eq. (1) from alpha =
+    accepted / (accepted + rejected) and from the draft acceptance rate accepted / drafted; mean beta over the tested
+    drafts and over every drafted position; the chi-square p-value of the accepted-drafts histogram against the capped
+    geometric law at alpha (cells under 5 pooled, ddof 1); and acceptance by position against alpha^i. No timings: see
+    ``bench`` for speed.
     """
     from scipy.stats import chisquare
 

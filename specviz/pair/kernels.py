@@ -17,14 +17,13 @@ So every ``nn.Linear`` of a model on a CPU in fp32 gets a route per row count, c
   layout (``torch.ops.mkldnn._reorder_linear_weight``, what PyTorch's inductor does for frozen
   weights on a CPU), so no call repacks it; the reordered copy is kept beside the weight.
 
-``choose`` times each route over the model's own weights, layer after layer as a pass reads them
-(so the weights stream from memory as in a pass, not from a warm cache), for 1, 2, 3, 5, 9, 17, 33
-and 65 rows (a chain's verify pass, a tree's, a batch's), interleaving the routes so that other load on the machine
-falls on all alike, and keeps the
-fastest per row count. A one-row product (the autoregressive step) keeps ``linear`` unless another
-route is faster there too, so the step is never slower than transformers' own. The timing (a few
-seconds, once) is cached per machine (CPU model and flags, torch version, threads) and per weight
-shape in the specviz cache, as ``specviz.pair.precision`` caches the dtype choice.
+``choose`` times each route over the model's own weights, layer after layer as a pass reads them (so the weights stream
+from memory as in a pass, not from a warm cache), for 1, 2, 3, 5, 9, 17, 33 and 65 rows (a chain's verify pass, a
+tree's, a batch's), interleaving the routes so that other load on the machine falls on all alike, and keeps the fastest
+per row count. A one-row product (the autoregressive step) keeps ``linear`` unless another route is faster there too, so
+the step is never slower than transformers' own. The timing (a few seconds, once) is cached per machine (CPU model and
+flags, torch version, threads) and per weight shape in the specviz cache, as ``specviz.pair.precision`` caches the dtype
+choice.
 
 The routes compute the same sums in different orders: logits differ from ``linear``'s in the last
 bits (relative 1e-6 in fp32), so greedy output can differ from the target's own greedy decoding only

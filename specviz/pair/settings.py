@@ -4,8 +4,7 @@
   (``owner/name`` or ``owner/name@revision``). Off by default.
 - ``SPECVIZ_MAX_MODEL_GB`` (default 16): the largest custom pair, drafter plus target, in GB of
   weights as loaded (bf16 on a GPU; on the CPU in its form, ``specviz.pair.precision``), checked from the hub's
-  safetensors
-  metadata before anything is downloaded.
+  safetensors metadata before anything is downloaded.
 - ``SPECVIZ_RESIDENT_PAIRS`` (default 1): how many pairs stay loaded; asking for another one
   frees the least recently used.
 - ``SPECVIZ_PRELOAD`` (default ``embedded``): presets loaded at start-up by ``preload()``,

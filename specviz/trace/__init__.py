@@ -34,10 +34,8 @@ from specviz.trace import validation
 from specviz.limits import MAX_GAMMA  # noqa: F401  (re-exported: the engine and the views read it here)
 from specviz.trace.tree import TreeRecord, renamed_rules
 
-# Verdict of one drafted token.
-#   accepted:  u < min(1, p/q), kept in the output
-#   rejected:  the first draft that failed the test; replaced by the correction token
-#   discarded: drafted after a rejection, never tested
+# Verdict of one drafted token. accepted:  u < min(1, p/q), kept in the output rejected:  the first draft that failed
+# the test; replaced by the correction token discarded: drafted after a rejection, never tested
 Verdict = Literal["accepted", "rejected", "discarded"]
 # Where the token that closes a round came from.
 #   correction: sampled from norm(max(0, p - q)) at the rejected position

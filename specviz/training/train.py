@@ -1,13 +1,11 @@
 """Rebuild the embedded model pair from the CPython standard library.
 
-    python -m specviz train                      # tokenizer, target, drafter, into assets/models
-    python -m specviz train --target-steps 50 --drafter-steps 20 --out /tmp/pair   # a quick smoke run
-    python -m specviz train --english            # the English pair's drafter (see specviz.training.distill)
-    python -m specviz train --eagle-data         # the EAGLE head's corpus, shard by shard
-    (specviz.training.eagle_corpus)
-    python -m specviz train --eagle              # the English pair's EAGLE head, one chunk (see specviz.training.eagle)
-    python -m specviz train --onpolicy           # the English drafter, on its own text, one chunk
-    (specviz.training.onpolicy)
+    python -m specviz train                      # tokenizer, target, drafter, into assets/models python -m specviz
+    train --target-steps 50 --drafter-steps 20 --out /tmp/pair   # a quick smoke run python -m specviz train --english  
+    # the English pair's drafter (see specviz.training.distill) python -m specviz train --eagle-data         # the EAGLE
+    head's corpus, shard by shard (specviz.training.eagle_corpus) python -m specviz train --eagle              # the
+    English pair's EAGLE head, one chunk (see specviz.training.eagle) python -m specviz train --onpolicy           # the
+    English drafter, on its own text, one chunk (specviz.training.onpolicy)
 
 Steps, in order, all seeded:
 1. a byte-level BPE tokenizer (``tokenizers``) trained on the training split;

@@ -3,25 +3,39 @@
 Only this package and ``app.py`` know Gradio. Every failure a visitor can cause is turned into a
 ``gr.Error`` with a clear message, and the app keeps serving the next visitor.
 
-One module per concern: ``limits`` (caps and defaults), ``checks`` (input checks, checked widgets),
-``request`` (one checked run), ``pairs`` (pair resolution, error mapping), ``downloads`` (files handed
-out), ``device`` (the GPU halves), ``state`` (per-session state), ``outputs`` (a run's outputs by
-name), one handler module per tab (``generate``, ``replay``, ``sweep``, ``race``, ``files``,
-``compare``, ``batch``, ``lab``, ``api``), ``layout`` (components and wiring only), ``server``
-(CSP, launch settings), ``admission`` (who joins the queue), ``share`` (device time between
-visitors), ``sessions`` (which sessions are kept), ``disk`` (the app's own folder) and ``css``.
+Four rooms, one concern a module:
+
+- ``page``: the page itself: ``layout`` (components and wiring only), ``css``, ``outputs`` (a run's
+  outputs by name), ``state`` (per-session state) and ``evidence`` (the Explanation's measured section).
+- ``tabs``: one handler module per tab or endpoint: ``generate``, ``replay``, ``race``, ``sweep``,
+  ``whatif``, ``compare``, ``batch``, ``lab``, ``files``, ``tree`` (the tree control) and ``api`` (/run).
+- ``running``: running a visitor's job: ``device`` (the device halves), ``jobs`` (slots, caps,
+  cancellation), ``share`` (device time between visitors), ``halting`` (why a long job ends),
+  ``sizing`` (tokens per long job on a CPU), ``pairs`` (the pair a request names) and ``listening``
+  (whether anybody reads a job's stream).
+- ``guard``: guarding the server: ``limits`` (caps and defaults), ``checks`` (input checks),
+  ``request`` (one checked run), ``admission`` (who joins the queue), ``address``, ``sessions``
+  (which sessions are kept), ``disk`` (the app's own folder), ``downloads`` (files handed out) and
+  ``server`` (middleware, CSP, launch settings).
+
+Importing it changes nothing outside it: ``build_demo`` makes the app's own cache folder when it
+builds the page, before Gradio names its cache.
 """
 
-import os
-
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
-from specviz.ui.disk import own_cache  # noqa: E402
-
-own_cache()  # before Gradio names its cache: every file the app writes lies in a folder of this process
-
-from specviz.ui.layout import build_demo  # noqa: E402
-from specviz.ui.server import launch_kwargs  # noqa: E402
+from __future__ import annotations
 
 __all__ = ["build_demo", "launch_kwargs"]
+
+
+def build_demo(*args, **kwargs):
+    """``specviz.ui.page.layout.build_demo``: the Blocks app (same arguments)."""
+    from specviz.ui.page.layout import build_demo as build
+
+    return build(*args, **kwargs)
+
+
+def launch_kwargs(*args, **kwargs) -> dict:
+    """``specviz.ui.guard.server.launch_kwargs``: arguments for ``demo.launch`` (same arguments)."""
+    from specviz.ui.guard.server import launch_kwargs as make
+
+    return make(*args, **kwargs)

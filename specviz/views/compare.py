@@ -87,7 +87,7 @@ def compare_html(
     model's token tree beside its chain). A kind not finished yet says it is running; once the
     comparison was ``stopped`` (how, in words: "by you", "at its time limit of 180 s"), the kind it
     stopped says how far its run got, and the kinds after it that they were not run. ``asked``: the
-    page's max new tokens; where the runs were given fewer (``specviz.ui.sizing``), a line under the
+    page's max new tokens; where the runs were given fewer (``specviz.ui.running.sizing``), a line under the
     columns says why their speedups are not Generate's. ``elapsed_s``: seconds since the comparison started; while
     kinds remain, a line above the columns says how many are done and about how long the rest take at that pace
     (``progress_line``)."""

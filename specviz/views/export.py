@@ -1,11 +1,10 @@
 """One self-contained HTML file of a recording: it opens from disk in any modern browser, with no
 server and no network (plotly.js is inlined, fonts are the system's).
 
-It holds the coloured tokens (hover or tap for q, p, min(1, p/q) and u), the stats, the
-round-by-round replay (buttons, and the arrow keys; a token tree run draws each round's tree), the charts, the theory
-figures and the
-sweep when the recording has one. Every part is one of specviz's views, so the file shows what the
-page shows; every string from the recording is escaped by those views.
+It holds the coloured tokens (hover or tap for q, p, min(1, p/q) and u), the stats, the round-by-round replay (buttons,
+and the arrow keys; a token tree run draws each round's tree), the charts, the theory figures and the sweep when the
+recording has one. Every part is one of specviz's views, so the file shows what the page shows; every string from the
+recording is escaped by those views.
 
 ``rec`` below is a ``specviz.recording.Recording``, read by its fields (speculative, baseline, sweep, title):
 the views sit below the recording and do not import it.

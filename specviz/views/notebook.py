@@ -1,8 +1,9 @@
 """Notebook display: a Trace or a Recording shows itself as the coloured tokens and the stats table.
 
-Registered from the views' side for the trace (``_repr_html_``, which Jupyter looks up on the object), so the
-trace knows nothing of the views; ``import specviz`` registers it, and gives ``specviz.recording.Recording``
-``recording_html`` (the recording sits above the views, which do not import it, and imports no views).
+Registered from the views' side for the trace (``_repr_html_``, which Jupyter looks up on the object), so the trace
+knows nothing of the views; the first use of specviz's public names registers it, and gives
+``specviz.recording.Recording`` ``recording_html`` (the recording sits above the views, which do not import it, and
+imports no views).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def _chip(text: str, style: str = "") -> str:
     return f'<code style="{_MONO}background:#f3f3f3;border-radius:3px;padding:0 4px;{style}">{escape(shown)}</code>'
 
 
-# The page narrows the bars to fit its box (the custom property --sv-bar, set by specviz.ui.css); elsewhere (an
+# The page narrows the bars to fit its box (the custom property --sv-bar, set by specviz.ui.page.css); elsewhere (an
 # exported file, a notebook) they keep this width.
 BAR = "var(--sv-bar,140px)"
 SMALL_BAR = "70px"
@@ -138,8 +138,8 @@ def _shared(d: Draft) -> str:
 
 
 # The drafts table's columns, most telling first, each with the class by which the page folds it when its box is
-# narrow (specviz.ui.css; a switch above the table shows them all): β folds below a wide screen; on a phone q(x) and
-# p(x) fold too, the test's min(1, p/q) and u standing for them, and so do the columns of one drafter kind (after
+# narrow (specviz.ui.page.css; a switch above the table shows them all): β folds below a wide screen; on a phone q(x)
+# and p(x) fold too, the test's min(1, p/q) and u standing for them, and so do the columns of one drafter kind (after
 # these: where prompt lookup copied a draft from, a cross-tokenizer drafter's shared mass). The verdict comes right
 # after the test, so it is in view at every width. Outside the page (an exported file, a notebook) nothing folds.
 COLUMNS = ("sv-col-n", "sv-col-draft", "sv-col-qp", "sv-col-qp", "sv-col-test", "sv-col-verdict", "sv-col-beta")

@@ -38,20 +38,18 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     (accepted + rejected)), mean_beta (mean of sum_x min(p, q) over the tested drafts), alpha_chance_sd (how far
     alpha falls from mean_beta by chance alone, one standard deviation: ``Trace.alpha_chance_sd``),
     mean_tokens_per_round, gamma (the gamma most rounds were allowed), speculative_tokens_per_second and
-    autoregressive_tokens_per_second (tokens/s of the whole runs, prefill included), speedup (their ratio: the
-    whole-run tok/s ratio, prefill included; the key keeps its old name, the page never calls it a speedup),
-    speculative_decoding_tokens_per_second and autoregressive_decoding_tokens_per_second (decoding_tokens, the
-    tokens both runs emitted, over each run's decoding time for them, prefill excluded: their ratio is
-    decode_speedup), decode_speedup with decode_speedup_low and decode_speedup_high (autoregressive
-    ms / speculative ms over the same tokens, prefill excluded, and the interquartile range of that ratio over
-    decode_stretches stretches of equal tokens, ``specviz.records.speedup.estimate``), cost_coefficient c,
-    verify_cost v with verify_passes (the speculative run's verify passes, one a round) and baseline_steps (the
-    baseline's target steps) it is the mean of,
-    predicted_speedup (Leviathan et al. 2023, Thm 3.8, from alpha, gamma, c) and
-    predicted_speedup_verify (the same with the measured verify cost: E[tokens] / (gamma c + v)).
-    A token tree run has no gamma and Thm 3.8 is a chain's: its predicted_speedup is None and its
-    predicted_speedup_verify is ``specviz.theory.tree.predicted_speedup`` (E[tokens] from the measured
-    acceptance by depth / (drafting + v), in target steps); it also has tree = True, nodes_per_round,
+    autoregressive_tokens_per_second (tokens/s of the whole runs, prefill included), speedup (their ratio: the whole-run
+    tok/s ratio, prefill included; the key keeps its old name, the page never calls it a speedup),
+    speculative_decoding_tokens_per_second and autoregressive_decoding_tokens_per_second (decoding_tokens, the tokens
+    both runs emitted, over each run's decoding time for them, prefill excluded: their ratio is decode_speedup),
+    decode_speedup with decode_speedup_low and decode_speedup_high (autoregressive ms / speculative ms over the same
+    tokens, prefill excluded, and the interquartile range of that ratio over decode_stretches stretches of equal tokens,
+    ``specviz.records.speedup.estimate``), cost_coefficient c, verify_cost v with verify_passes (the speculative run's
+    verify passes, one a round) and baseline_steps (the baseline's target steps) it is the mean of, predicted_speedup
+    (Leviathan et al. 2023, Thm 3.8, from alpha, gamma, c) and predicted_speedup_verify (the same with the measured
+    verify cost: E[tokens] / (gamma c + v)). A token tree run has no gamma and Thm 3.8 is a chain's: its
+    predicted_speedup is None and its predicted_speedup_verify is ``specviz.theory.tree.predicted_speedup`` (E[tokens]
+    from the measured acceptance by depth / (drafting + v), in target steps); it also has tree = True, nodes_per_round,
     acceptance_by_depth (list of a_d) and predicted_tokens_per_round.
     measured_speedup and measured_speedup_basis: THE speedup the page names "speedup" everywhere
     (status, headline, Theory's measured point, this table): decode_speedup ("decoding") where it

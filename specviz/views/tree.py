@@ -216,8 +216,7 @@ def _entropy_labels(fig: go.Figure, tree, pos: dict) -> None:
     fig.add_trace(
         go.Scatter(
             # a third of a row under the node: text alone has no marker to stand clear of, and drawn at the node the
-            # marker
-            # hid it
+            # marker hid it
             x=[pos[k][0] for k in at],
             y=[pos[k][1] + 0.34 for k in at],
             mode="text",

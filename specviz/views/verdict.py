@@ -375,12 +375,11 @@ def headline_html(spec: Trace | None, baseline: Trace | None, pending: bool = Fa
     """The headline above the output: the measured speedup in large type with its spread, the line that adds up
     to it (tokens per round over drafting + scoring + other work, in steps of the target alone), and a cost bar.
 
-    Coloured by whether the spread clears 1x (green faster, red slower, grey when it holds 1x, "not
-    distinguishable from 1x", or the run has too few rounds), not by the median; the spread line's words are the
-    stats table's (a wide spread that clears 1x says the figure is rough). ``pending``: the baseline is still running.
-    Without a verdict (no run, no
-    baseline, no round) it says what is missing instead. Every string is the view's own (numbers and fixed
-    words), escaped.
+    Coloured by whether the spread clears 1x (green faster, red slower, grey when it holds 1x, "not distinguishable from
+    1x", or the run has too few rounds), not by the median; the spread line's words are the stats table's (a wide spread
+    that clears 1x says the figure is rough). ``pending``: the baseline is still running. Without a verdict (no run, no
+    baseline, no round) it says what is missing instead. Every string is the view's own (numbers and fixed words),
+    escaped.
     """
     j = judge(spec, baseline) if spec is not None else None
     if j is None:

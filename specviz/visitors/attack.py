@@ -11,20 +11,18 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
 1. **Victim baseline.** An 8-token greedy Generate (``--victim-tokens``) on the embedded pair from 127.0.0.1 (a page
    session of its own, joined through the queue and read to its end), ``--victims`` times: the median wall time.
 2. **Each flood**, bounded in time (``--flood-s`` at most, plus the victim's runs), while the victim runs again:
-   fresh session hashes joining the queue (127.0.0.2); heartbeat connections opened and closed (127.0.0.3);
-   concurrent ``/call/run`` posts of 128-token runs, two at a time from each of three addresses
-   (127.0.0.21-23); 1 MB uploads until refused, and on (127.0.0.5); 8-token ``/call/run`` posts whose prompt
-   grows by a few tokens each time (127.0.0.6: every prompt length is new to the CPU's kernel caches); a heavy batch (8
-   rows, the most tokens)
-   re-submitted as soon as it ends, from another address named by ``X-Forwarded-For`` (10.9.9.9); Generate with the
-   auto tree, 1 token, a new temperature each time, from three addresses (10.8.8.1-3); the exactness lab at the
-   page's defaults, re-run as soon as it ends, from three addresses (10.7.7.1-3); then one address at a time
-   (10.5.5.x, 10.6.6.1), each re-running one job as soon as it ends: the lab at the page's defaults, Compare, an
-   8-row batch, exports of a prepared recording, the auto tree at a new temperature (a calibration each time), and
-   1-token Generates switching between the English and the cross-tokenizer pairs (the app keeps three pairs
-   resident, ``SPECVIZ_RESIDENT_PAIRS=3``: the victim's is never evicted, and its first runs meet the attacker's
-   first two loads). The ratio is
-   the victim's median under the flood over its baseline median, measured minutes apart on the same machine.
+   fresh session hashes joining the queue (127.0.0.2); heartbeat connections opened and closed (127.0.0.3); concurrent
+   ``/call/run`` posts of 128-token runs, two at a time from each of three addresses (127.0.0.21-23); 1 MB uploads until
+   refused, and on (127.0.0.5); 8-token ``/call/run`` posts whose prompt grows by a few tokens each time (127.0.0.6:
+   every prompt length is new to the CPU's kernel caches); a heavy batch (8 rows, the most tokens) re-submitted as soon
+   as it ends, from another address named by ``X-Forwarded-For`` (10.9.9.9); Generate with the auto tree, 1 token, a new
+   temperature each time, from three addresses (10.8.8.1-3); the exactness lab at the page's defaults, re-run as soon as
+   it ends, from three addresses (10.7.7.1-3); then one address at a time (10.5.5.x, 10.6.6.1), each re-running one job
+   as soon as it ends: the lab at the page's defaults, Compare, an 8-row batch, exports of a prepared recording, the
+   auto tree at a new temperature (a calibration each time), and 1-token Generates switching between the English and the
+   cross-tokenizer pairs (the app keeps three pairs resident, ``SPECVIZ_RESIDENT_PAIRS=3``: the victim's is never
+   evicted, and its first runs meet the attacker's first two loads). The ratio is the victim's median under the flood
+   over its baseline median, measured minutes apart on the same machine.
 3. **Stop and hang-up.** A heavy batch is stopped by its session's Stop button once it has streamed for a
    second (its stream read all the while); printed: seconds from the Stop request to the batch's last message,
    or "not measured" when the batch ended before the Stop was sent. A comparison's client hangs up once it has
@@ -293,7 +291,7 @@ def heavy_batches(app: App, halt: threading.Event, clients: list) -> list[thread
 def auto_trees(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
     """Generate with the auto tree, 1 token, a new temperature each time (a calibration not cached yet each), from
     three addresses named by ``X-Forwarded-For``: priced at their calibration, they wait behind short runs."""
-    from specviz.ui.tree import AUTO
+    from specviz.ui.tabs.tree import AUTO
 
     threads = []
     for k in range(3):
@@ -355,7 +353,7 @@ def _one_address(api_name: str, data: list, address: str, before=None):
 
 
 def _a_recording(app: App, http: httpx.Client, headers: dict, session: str) -> None:
-    from specviz.ui.files import examples
+    from specviz.ui.tabs.files import examples
 
     page_call(http, app, "load_prepared", [examples()[0]], headers, session)
 
@@ -380,7 +378,7 @@ def pair_switches(app: App, halt: threading.Event, clients: list) -> list[thread
 
 def auto_tree_one(app: App, halt: threading.Event, clients: list) -> list[threading.Thread]:
     """One address's Generate with the auto tree, 16 tokens, a new temperature each time: a calibration each time."""
-    from specviz.ui.tree import AUTO
+    from specviz.ui.tabs.tree import AUTO
 
     http = client("127.0.0.63")
     clients.append(http)

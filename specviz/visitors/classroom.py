@@ -40,7 +40,7 @@ import httpx
 
 from specviz.visitors.attack import App, messages
 from specviz.visitors.sessions import client, fn_index
-from specviz.ui.tree import AUTO
+from specviz.ui.tabs.tree import AUTO
 
 SCHOOL = "198.51.100.7"  # the one public address a school's students reach the Space from
 HOSTILE = ("203.0.113.66", "203.0.113.67")

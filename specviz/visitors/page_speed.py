@@ -31,7 +31,7 @@ import httpx
 from specviz.visitors.attack import App, messages
 from specviz.visitors.sessions import client, fn_index
 from specviz.recording import Recording
-from specviz.ui.limits import DEFAULT_PAIR, DEFAULTS, EXAMPLES
+from specviz.ui.guard.limits import DEFAULT_PAIR, DEFAULTS, EXAMPLES
 
 LOOPBACK = "127.0.0.1"
 
@@ -169,7 +169,7 @@ def bench_rates(s: dict, runs: int) -> dict:
     from specviz.measure.common import timed
     from specviz.drafters import default_kind
     from specviz.pair import load_pair
-    from specviz.ui.pairs import encode
+    from specviz.ui.running.pairs import encode
 
     pair = load_pair(s["pair"])
     sampling = Sampling(temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"])

@@ -14,9 +14,8 @@ against the target's own greedy decoding over windows smaller than the prompt an
 After a round the cache holds the prefix and every fed node; it must keep only the accepted path.
 Two ways, both here:
 - ``gather`` (the default): keep the prefix's entries and the path's, in path order, by
-  ``index_select`` on every layer's keys and values (the runner's cache is a plain ``DynamicCache``
-  whose layers keep every column, a sliding window's included: ``specviz.engine.runner``). Each path node's key and
-  value were computed
+  ``index_select`` on every layer's keys and values (the runner's cache is a plain ``DynamicCache`` whose layers keep
+  every column, a sliding window's included: ``specviz.engine.runner``). Each path node's key and value were computed
   from its own ancestors at its own depth position, i.e. exactly the entries a sequential pass over
   the path would have made, so nothing is recomputed: a copy of the cache, no model pass.
 - ``refeed``: crop back to the prefix (``DynamicCache.crop``, a negative count) and feed the path's

@@ -65,10 +65,9 @@ class Calibration:
         chain_step_cost: drafting ms per drafter pass in chain rounds / target step ms (c); teacher-forced:
             the drafter's fastest one-token pass / the target's.
         overhead: {mean nodes per round: a round's time beyond its drafting and the bare verify pass v(n) /
-            target step ms}, from the chain's and the tree's runs: judging (the target's p at every node
-            under the run's sampling processors: under top-p a ranking of the most probable tokens per node), recording;
-            it
-            grows with the nodes.
+            target step ms}, from the chain's and the tree's runs: judging (the target's p at every node under the run's
+            sampling processors: under top-p a ranking of the most probable tokens per node), recording; it grows with
+            the nodes.
         available: ``sequoia.children_available`` of the calibration tree's rounds: how often a node's k-th
             child exists at all (under top-p or top-k sampling q's nucleus may hold fewer tokens than the
             shape asks); empty in calibrations stored before it was measured (every child then exists).
@@ -322,8 +321,7 @@ def calibrate_by_runs_steps(
     stop: StopCheck | None = None,
 ):
     """``calibrate_by_runs`` as steps (``specviz.engine.stopping.run_steps``): a generator that yields (runs done, runs
-    in
-    all) after every round of every run and every timed repeat, so a server's device thread can run other jobs'
+    in all) after every round of every run and every timed repeat, so a server's device thread can run other jobs'
     steps between them, and returns the Calibration. Arguments and errors as ``calibrate_by_runs``."""
     from specviz.engine.chain import autoregressive_stream, speculative_stream
 
@@ -744,9 +742,8 @@ def calibrate_forced(
     Args:
         as ``calibrate_by_runs``; ``partial``: what an earlier, stopped calibration of the same key kept
         (``specviz.pair.auto_tree.load_partial``), reused instead of measured again; ``keep``: called with that record
-        (plain data)
-        after each part; ``progress``: told (parts done, parts in all) after every TEXT_STEP tokens of the texts,
-        every timed repeat and each prompt's teacher-forced passes (None: nobody).
+        (plain data) after each part; ``progress``: told (parts done, parts in all) after every TEXT_STEP tokens of the
+        texts, every timed repeat and each prompt's teacher-forced passes (None: nobody).
 
     Raises:
         ValueError: no prompts, no positions, or a drafter that is not a model.

@@ -1,0 +1,1 @@
+"""Guarding the server: limits, input checks, admission, sessions, disk and the middleware."""

@@ -1,0 +1,175 @@
+"""The page's limits and defaults: every cap a control shows, enforced again where a request enters.
+
+Read by the checks, the handlers and the layout; environment variables override the server-wide ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from specviz.drafters import KINDS as DRAFTER_KINDS, LABELS as DRAFTER_LABELS
+from specviz.pair import ASSETS, CROSS, EMBEDDED, ENGLISH, default_pair
+from specviz.engine.sampling import DEFAULT_SAMPLING, MIN_TEMPERATURE
+from specviz.engine.seeds import SEED_MAX  # noqa: F401  (re-exported: the page checks seeds against it)
+from specviz.engine.schedules import LABELS as SCHEDULE_LABELS, SCHEDULES
+from specviz.limits import GAMMA_RANGE, PENALTY_RANGE, TEMPERATURE_RANGE, TOP_K_MAX  # noqa: F401  (one set for every entry point)
+from specviz.trace import MAX_GAMMA  # noqa: F401
+
+
+def whole_number(name: str, default: int, minimum: int) -> int:
+    """A whole-number server setting from the environment variable ``name`` (``default`` when unset).
+
+    Raises:
+        ValueError: a value that is not a whole number of at least ``minimum`` (the message names the variable).
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise ValueError(f"{name} must be a whole number of at least {minimum} (default {default}); got {raw[:40]!r}")
+    return value
+
+
+# Caps shown in the UI and enforced again in the handler (a client can bypass sliders).
+MAX_NEW_TOKENS_RANGE = (1, 256)
+QUICK_TOKENS = 32  # the Quick button's max new tokens: a lecture's run that finishes while the class watches
+# recordings loaded at once: a load of the largest is seconds of pure Python holding the GIL (measured: 2 at once took
+# an 8-token generate from 2 s to 25 s)
+LOAD_CONCURRENCY = 1
+TEMPERATURE_MIN = MIN_TEMPERATURE  # one constant with the engine's (specviz.engine.sampling)
+PROMPT_CHARS_MAX = 2000  # a cheap bound checked before tokenizing
+# The prompt's real limit, in the pair's tokens (chat template included): a prefill's cost grows with tokens,
+# not characters (500 emoji are 1,530 SmolLM2 tokens, 2,000 on the embedded pair's byte-level tokenizer).
+PROMPT_TOKENS_MAX = int(os.environ.get("SPECVIZ_PROMPT_TOKENS", "512"))
+SWEEP_GAMMAS = tuple(range(1, 9))
+BATCH_MAX = 8  # rows the Batch tab decodes together at most
+LAB_RUNS_MAX = 5000  # samples one lab run draws at most
+LAB_CHUNK = 50  # samples between the lab's cancellation points
+LAB_DRAW_EVERY = 250  # samples between redraws of the lab's chart
+LAB_SECONDS_MAX = float(os.environ.get("SPECVIZ_LAB_SECONDS", "120"))  # one lab run's wall-clock cap
+# Wall-clock caps of the other long jobs, checked between their steps.
+COMPARE_SECONDS_MAX = float(os.environ.get("SPECVIZ_COMPARE_SECONDS", "180"))
+BATCH_SECONDS_MAX = float(os.environ.get("SPECVIZ_BATCH_SECONDS", "180"))
+# Jobs waiting in the queue, per kind of work (Gradio's concurrency id), beyond which a new one is
+# refused; the main Generate ("device") keeps the rest of the queue (SPECVIZ_MAX_QUEUE, default 96).
+QUEUE_MAX = {"lab": 4, "long": 4, "load": 4, "export": 2}
+EXPORT_CONCURRENCY = 1  # HTML exports written at once
+LONG_CONCURRENCY = 1  # sweeps, comparisons and batches at once (beside the Generate runs)
+BODY_MAX_BYTES = int(os.environ.get("SPECVIZ_BODY_MAX_KB", "256")) * 1024  # a request body, except file uploads
+# Wall-clock limits, in seconds, so one visitor cannot hold the device for long.
+RUN_SECONDS_MAX = float(os.environ.get("SPECVIZ_RUN_SECONDS", "60"))
+SWEEP_SECONDS_MAX = float(os.environ.get("SPECVIZ_SWEEP_SECONDS", "120"))
+# The auto tree's calibration (once per pair, device, drafter and sampling setting; then cached) runs in the
+# visitor's job before its runs, whose own limits start after it. Teacher-forced (drafter models): 4.2 s greedy and
+# 3.6 s at T 0.7 on the English pair on a quiet 2-core CPU with AVX-512 BF16, 276 s with that CPU shared at load 7-9;
+# from runs (other drafters) 77.5 s quiet and 145 s busy.
+CALIBRATION_SECONDS_MAX = float(os.environ.get("SPECVIZ_CALIBRATION_SECONDS", "240"))
+# Runs sharing the device at once (generate and sweep share this limit): 1 per GPU.
+CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "1"))
+PACES = ("about 10 s (slow motion, or sped up for a run over 10 s)", "true timing")
+# Redraw the streamed run at most this often (ms), four times a second: each update renders the text, the stats and
+# the round on the decoding path and is serialised to the browser. Every 80 ms, a default Generate on a 2-core CPU
+# spent a third of its wall time on updates (70 of them) instead of decoding.
+STREAM_INTERVAL_MS = 250
+# How long the Stop button waits for a run to reach the end of its round and stop itself.
+STOP_WAIT_S = 30.0
+# A visitor's state (one compact Recording) and Gradio's cached copies of downloads and uploads
+# are dropped this long after last use, so memory and disk stay flat however many come; a session
+# unused this long is forgotten whole (specviz.ui.guard.sessions). SPECVIZ_SESSION_TTL_S, seconds.
+SESSION_TTL_S = whole_number("SPECVIZ_SESSION_TTL_S", 1800, 10)
+# Sessions kept at once (SPECVIZ_MAX_SESSIONS), whatever they hold: memory bounds them first (specviz.ui.guard.sessions:
+# SPECVIZ_SESSION_MEMORY_MB, each session priced by what it shows); 2,000 that show nothing take about 40 MB.
+MAX_SESSIONS = 2000
+# Gradio's cache sweep: uploads and cached files older than this go, checked as often
+CACHE_TTL_S = whole_number("SPECVIZ_CACHE_TTL_S", 300, 10)
+# Uploads (recordings to replay) per client address and in all within CACHE_TTL_S, after which the sweep removes them.
+# Log lines a malformed upload (a body Gradio's multipart parser cannot read) may cost: per client address
+# and from everyone within LOG_WINDOW_S; past either budget the refusal (HTTP 400) is not logged.
+LOG_CLIENT_MAX_LINES = 5
+LOG_TOTAL_MAX_LINES = 100
+LOG_WINDOW_S = 600
+UPLOAD_CLIENT_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_CLIENT_MB", "48")) * 1024 * 1024)
+UPLOAD_TOTAL_MAX_BYTES = int(float(os.environ.get("SPECVIZ_UPLOAD_TOTAL_MB", "512")) * 1024 * 1024)
+
+DEFAULTS = dict(
+    gamma=4,
+    temperature=DEFAULT_SAMPLING.temperature,
+    top_k=DEFAULT_SAMPLING.top_k,
+    top_p=DEFAULT_SAMPLING.top_p,
+    max_new_tokens=128,
+    seed=0,
+    drafter_kind="model",
+    gamma_schedule="constant",
+    repetition_penalty=DEFAULT_SAMPLING.repetition_penalty,
+)
+# Every kind; a drafter with its own tokenizer needs a pair that brings one (the presets marked own_tokenizer),
+# and picking such a pair picks that kind (specviz.ui.page.layout.kind_for_pair).
+DRAFTER_CHOICES = [(DRAFTER_LABELS[k], k) for k in DRAFTER_KINDS]
+SCHEDULE_CHOICES = [(SCHEDULE_LABELS[k], k) for k in SCHEDULES]
+RECORDINGS = ASSETS / "recordings"
+# The pair the page starts on: the English pair where it loads offline, else the embedded pair.
+DEFAULT_PAIR = default_pair()
+
+
+def _english_prompts() -> list[str]:
+    """The English pair's held-out chat prompts (assets/prompts_en.json; none if it is missing)."""
+    try:
+        return [p["prompt"] for p in json.loads((ASSETS / "prompts_en.json").read_text())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+ENGLISH_EXAMPLES = _english_prompts()
+# Prompts end at a colon, not a newline: the tokenizer merges a newline with the indentation
+# that follows, so the models continue best from there.
+CODE_EXAMPLES = [
+    "def is_prime(n):",
+    "class Stack:\n    def __init__(self):",
+    "import os\n\n\ndef read_lines(path):",
+    "    def __repr__(self):",
+    "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
+]
+# The examples shown first, and the first one in the prompt box: the default pair's kind of prompt.
+EXAMPLES = ENGLISH_EXAMPLES[:10] if DEFAULT_PAIR == ENGLISH and ENGLISH_EXAMPLES else CODE_EXAMPLES
+BATCH_EXAMPLES = EXAMPLES[:5]
+
+
+def example_kind(pair_name: str | None) -> str:
+    """Which example prompts fit a pair: "code" for the embedded pair and the pair whose drafter is its
+    code model (``cross``; trained on the Python standard library), "english" for every other preset
+    (English chat models), or "code" where no English prompt ships with this copy."""
+    return "code" if pair_name in (EMBEDDED, CROSS) or not ENGLISH_EXAMPLES else "english"
+
+
+GREEDY_NOTE = (
+    "0 = greedy. A lesson worth trying: greedy decoding makes SmolLM2-135M-Instruct loop on some prompts "
+    "(\"Give me three tips for learning to cook.\" gives \"1. **1011111111...\"); sampling at 0.7 with top-p 0.9 reads "
+    "well."
+)
+
+INTRO = """\
+# specviz — speculative decoding, round by round
+A small **drafter** proposes `gamma` tokens; the large **target** scores them all in one forward pass. Each draft x is
+accepted when u < min(1, p(x)/q(x)); the first rejected one is replaced by a **correction** sampled from
+norm(max(0, p − q)); when every draft is accepted a **bonus** token comes from p. The output is distributed exactly as
+the target's own (Leviathan et al. 2023; Chen et al. 2023). Temperature 0 is greedy: the output is the target's greedy
+text. The English pair's target is SmolLM2-135M-Instruct; its drafter is a small model distilled from it. The quantized
+drafter is the target itself with 8-bit weights: it agrees often but costs most of a target step (compare its c with its
+alpha).
+"""
+
+
+def caps(max_queue: int) -> str:
+    """The limits line under the controls."""
+    return (
+        f"<small>Limits here: prompt up to {PROMPT_TOKENS_MAX} tokens ({PROMPT_CHARS_MAX} characters) · gamma "
+        f"{GAMMA_RANGE[0]}–{GAMMA_RANGE[1]} · "
+        f"up to {MAX_NEW_TOKENS_RANGE[1]} new tokens · {RUN_SECONDS_MAX:.0f} s per run (and as long again for the "
+        "baseline) · "
+        f"{SWEEP_SECONDS_MAX:.0f} s per sweep · {CONCURRENCY} run at a time, up to {max_queue} waiting.</small>"
+    )

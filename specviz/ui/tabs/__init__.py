@@ -1,0 +1,1 @@
+"""One handler module per tab or endpoint of the page."""
