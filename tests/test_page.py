@@ -120,7 +120,7 @@ def test_a_long_job_says_what_runs_before_its_first_measurement(monkeypatch, job
     the same words stand in the progress line (no device work has started)."""
     import importlib
 
-    page = importlib.import_module(f"specviz.ui.{job}")
+    page = importlib.import_module(f"specviz.ui.tabs.{job}")
     progress = Progress()
     monkeypatch.setattr(page, "ensure_pair", lambda *a, **k: progress(None, desc=a[4]))
     monkeypatch.setattr(
