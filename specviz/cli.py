@@ -375,7 +375,7 @@ def _setup(args):
     if cache != "auto":  # the loops' default is "auto" (specviz.engine.runner.choose_cache)
         if getattr(args, "prompts_file", None):
             raise ValueError("--cache applies to one prompt at a time: a batch runs over its own padded cache")
-        common["cached"] = {"dynamic": True, "static": "static", "graphs": "graphs"}[cache]
+        common["cached"] = cache
     return pair, ids, common
 
 

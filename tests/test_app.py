@@ -191,11 +191,11 @@ def test_out_of_memory_mid_run_is_a_message_then_the_next_run_works(client, monk
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rejection, "draft_token", oom_on_third)
+    monkeypatch.setattr(rejection.EXACT, "draft_token", oom_on_third)
     with pytest.raises(AppError) as err:
         call(client, max_new_tokens=16)
     assert "Out of memory" in err.value.message and "still running" in err.value.message
-    monkeypatch.setattr(rejection, "draft_token", real)
+    monkeypatch.setattr(rejection.EXACT, "draft_token", real)
     tokens, *_ = call(client, max_new_tokens=8)
     assert "sv-" in tokens
 

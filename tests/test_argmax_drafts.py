@@ -143,3 +143,36 @@ def test_argmax_drafts_refuse_a_tree_and_an_unknown_rule():
         with_rule(ModelDrafter(drafter), "top-1")
     wrapped = with_rule(ModelDrafter(drafter), "argmax")
     assert with_rule(wrapped, "argmax") is wrapped
+
+
+def test_argmax_drafts_answer_every_verb_of_the_interface_themselves():
+    """The wrapper delegates completely: every public member of the Drafter interface is its own (a verb added to
+    the interface and not to the wrapper would silently fall back to the base class's default, here it fails)."""
+    from specviz.engine.drafter import Drafter
+
+    members = {name for name in vars(Drafter) if not name.startswith("_")} - {"empty"}  # a static helper
+    per_instance = ("kind", "models", "reads_target_features")  # set in __init__ from the wrapped drafter
+    missing = sorted(name for name in members - set(per_instance) if name not in vars(ArgmaxDrafts))
+    assert not missing, f"ArgmaxDrafts falls back to Drafter for {missing}"
+    drafter, _ = models("similar")
+    wrapped = ArgmaxDrafts(ModelDrafter(drafter))
+    twin = wrapped.fork()
+    assert isinstance(twin, ArgmaxDrafts) and twin.inner is not wrapped.inner and twin.kind == wrapped.kind
+    assert wrapped.forced_model is None and not wrapped.drafts_trees
+
+
+def test_a_tree_from_a_drafter_of_chains_is_refused_by_name_before_the_run():
+    from specviz.engine.drafter import UnsupportedDrafting
+
+    drafter, target = models("similar")
+    calls = []
+
+    class Counting(ModelDrafter):
+        def start(self, *args):
+            calls.append("start")
+            super().start(*args)
+
+    with pytest.raises(UnsupportedDrafting, match="argmax drafts are offered for chains"):
+        speculative_generate(PROMPT, ArgmaxDrafts(Counting(drafter)), target, max_new_tokens=4,
+                             tree=TreeSpec.static((2, 1)))
+    assert calls == []  # refused before the drafter started

@@ -76,7 +76,7 @@ def test_greedy_auto_tree_equals_the_targets_greedy_decoding(kind):
     spec = TreeSpec.explicit(auto_shape())
     for prompt in (PROMPT, [4, 1], [7, 7, 2, 5]):
         plain = autoregressive_generate(prompt, target, sampling=Sampling(0.0), max_new_tokens=20)
-        for cached in (True, False):
+        for cached in ("dynamic", "re-fed"):
             trace = tree_generate(
                 prompt, drafter, target, spec, sampling=Sampling(0.0), max_new_tokens=20, seed=0, cached=cached
             )

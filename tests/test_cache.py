@@ -50,7 +50,7 @@ def test_logits_match_the_refed_path_through_rollbacks(family):
     logits equal a re-fed pass over the whole sequence."""
     model = _model(family)
     seq = torch.randint(0, 16, (40,), generator=torch.Generator().manual_seed(1))
-    static, ref = StaticRunner(model, 16), ModelRunner(model, 16, cached=False)
+    static, ref = StaticRunner(model, 16), ModelRunner(model, 16, keeps_cache=False)
     with torch.inference_mode():
         static.prefill(seq, 7)
         steps = [(12, 5), (13, 1), ("rollback", 9), (14, 5), ("rollback", 14), (20, 6), ("rollback", 3), (30, 4)]
@@ -93,9 +93,10 @@ def test_a_model_mixing_sliding_and_full_layers_is_refused():
 def test_make_runner_names_its_choices():
     model = tiny_lm()
     assert isinstance(make_runner(model, 16, "static"), StaticRunner)
-    assert make_runner(model, 16, True).cached and not make_runner(model, 16, False).cached
-    with pytest.raises(ValueError, match="cached"):
-        make_runner(model, 16, "paged")
+    assert make_runner(model, 16, "dynamic").keeps_cache and not make_runner(model, 16, "re-fed").keeps_cache
+    for refused in ("paged", True, False):  # booleans meant two things once: refused by name now
+        with pytest.raises(ValueError, match="cached must be one of auto, dynamic, static, graphs, re-fed"):
+            make_runner(model, 16, refused)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -108,13 +109,13 @@ def test_speculative_and_autoregressive_ids_equal_the_refed_path(family, samplin
     prompt = [3, 1, 4, 1, 5]
     for seed in (0, 1):
         kwargs = dict(sampling=sampling, max_new_tokens=24, seed=seed, vocab_size=16)
-        ref = speculative_generate(prompt, drafter, target, gamma=3, cached=False, **kwargs)
+        ref = speculative_generate(prompt, drafter, target, gamma=3, cached="re-fed", **kwargs)
         got = speculative_generate(prompt, drafter, target, gamma=3, cached="static", **kwargs)
         assert got.output_ids == ref.output_ids
         assert [len(r.drafts) for r in got.rounds] == [len(r.drafts) for r in ref.rounds]
         assert (
             autoregressive_generate(prompt, target, cached="static", **kwargs).output_ids
-            == autoregressive_generate(prompt, target, cached=False, **kwargs).output_ids
+            == autoregressive_generate(prompt, target, cached="re-fed", **kwargs).output_ids
         )
 
 
@@ -128,11 +129,11 @@ def test_tree_ids_equal_the_refed_path(family, spec):
     target, drafter = _model(family, 0), _model(family, 1)
     kwargs = dict(sampling=Sampling(1.0), max_new_tokens=20, seed=3, vocab_size=16)
     last = {}
-    for cached in (False, "static"):
+    for cached in ("re-fed", "static"):
         for trace in tree_stream([2, 7, 1], drafter, target, spec, cached=cached, **kwargs):
             pass
         last[cached] = trace.output_ids
-    assert last["static"] == last[False]
+    assert last["static"] == last["re-fed"]
 
 
 def test_compact_moves_the_path_down_in_place():

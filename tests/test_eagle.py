@@ -55,7 +55,7 @@ def test_q_is_zero_outside_the_head_and_drafts_stay_inside_it():
     assert drafter.grew_from is not None
 
 
-@pytest.mark.parametrize("cached", [True, False])
+@pytest.mark.parametrize("cached", ["dynamic", "re-fed"])
 def test_greedy_equals_the_targets_greedy(cached):
     target = outlier_llama(outlier=20.0)
     ids = [1, 2, 3, 4, 5]
@@ -125,7 +125,7 @@ def test_untrained_targets_are_refused_with_a_message():
 TREES = [TreeSpec.dynamic(8, depth=4, topk=3), TreeSpec.static((3, 2, 1)), TreeSpec.static((1, 1, 1, 1))]
 
 
-@pytest.mark.parametrize("cached, compaction", [(True, "gather"), (True, "refeed"), (False, "gather")])
+@pytest.mark.parametrize("cached, compaction", [("dynamic", "gather"), ("dynamic", "refeed"), ("re-fed", "gather")])
 @pytest.mark.parametrize("tree", TREES, ids=lambda t: t.label())
 def test_tree_greedy_equals_the_targets_greedy(tree, cached, compaction):
     target = outlier_llama(outlier=20.0)

@@ -53,11 +53,13 @@ def gpu_like(monkeypatch):
 
 def test_auto_is_the_dynamic_cache_on_a_cpu_and_says_nothing():
     drafter, target = models("similar")
-    assert choose_cache(target) == (True, "")
+    assert choose_cache(target) == ("dynamic", "")
     trace = speculative_generate(PROMPT, drafter, target, gamma=3, max_new_tokens=8)
     assert trace.settings["engine"] == "dynamic" and "engine_note" not in trace.settings
     assert autoregressive_generate(PROMPT, target, max_new_tokens=4).settings["engine"] == "dynamic"
-    assert speculative_generate(PROMPT, drafter, target, max_new_tokens=4, cached=False).settings["engine"] == "re-fed"
+    assert (
+        speculative_generate(PROMPT, drafter, target, max_new_tokens=4, cached="re-fed").settings["engine"] == "re-fed"
+    )
 
 
 def test_on_a_gpu_auto_replays_graphs_says_once_that_it_captured_them_and_gives_the_targets_greedy_output(gpu_like):
@@ -67,7 +69,7 @@ def test_on_a_gpu_auto_replays_graphs_says_once_that_it_captured_them_and_gives_
     assert first.settings["engine_note"] == "CUDA graphs captured in 1.2 s; drafter: CUDA graphs captured in 1.2 s"
     again = speculative_generate(PROMPT, drafter, target, gamma=4, max_new_tokens=20, seed=1)
     assert again.settings["engine"] == "graphs" and "engine_note" not in again.settings
-    reference = autoregressive_generate(PROMPT, target, max_new_tokens=20, cached=True).output_ids
+    reference = autoregressive_generate(PROMPT, target, max_new_tokens=20, cached="dynamic").output_ids
     assert first.output_ids == again.output_ids == reference
     assert autoregressive_generate(PROMPT, target, max_new_tokens=20).output_ids == reference
     runner = graphs._RUNNERS[(id(target), str(target.device), "target")]
@@ -88,13 +90,15 @@ def test_a_generate_and_its_baseline_run_at_once_on_two_captured_caches_and_a_th
     assert (
         ends[0].output_ids
         == speculative_generate(
-            PROMPT, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=4, cached=True
+            PROMPT, drafter, target, gamma=3, sampling=sampling, max_new_tokens=12, seed=4, cached="dynamic"
         ).output_ids
     )
     assert (
         ends[1].output_ids
         == ends[2].output_ids
-        == autoregressive_generate(PROMPT, target, sampling=sampling, max_new_tokens=12, seed=4, cached=True).output_ids
+        == autoregressive_generate(
+            PROMPT, target, sampling=sampling, max_new_tokens=12, seed=4, cached="dynamic"
+        ).output_ids
     )
     pool = [
         graphs._RUNNERS[(id(target), str(target.device), "target")],
@@ -134,7 +138,7 @@ def test_a_failed_capture_is_said_once_and_the_models_runs_take_the_dynamic_cach
 def test_auto_keeps_the_dynamic_cache_where_graphs_cannot_serve_and_says_why(gpu_like):
     _, target = models("similar")
     choice = choose_cache(target, keep_features=True)
-    assert choice.cached is True and "EAGLE drafter reads the target's features" in choice.reason
+    assert choice.cached == "dynamic" and "EAGLE drafter reads the target's features" in choice.reason
     runner = make_runner(target, 8, "auto", keep_features=True)
     assert runner.engine == "dynamic" and runner.note == choice.reason
 

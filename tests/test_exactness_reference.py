@@ -172,7 +172,7 @@ def test_control_a_rollback_that_keeps_the_rejected_drafts_is_caught(monkeypatch
     shift), so the tokens of later rounds follow the wrong context. The three-token test rejects it."""
 
     def pointer_only(self, length):
-        if self.cached and self.seen > length:
+        if self.keeps_cache and self.seen > length:
             self.seen = length  # the fault: no self.cache.crop
 
     monkeypatch.setattr(ModelRunner, "rollback", pointer_only)

@@ -413,7 +413,7 @@ def test_planted_faults_are_caught_at_the_same_size(small_standins, monkeypatch,
     drawn from p instead of norm(max(0, p - q)), on the Qwen2.5 variant: both rejected."""
     pair = load(small_standins["qwen2.5"])
     if fault == "residual-is-p":
-        monkeypatch.setattr(rejection, "residual", lambda p, q: p)
+        monkeypatch.setattr(rejection.EXACT, "residual", lambda p, q: p)
         pvalue, _, _ = family_chi_square(pair, Sampling(1.0))
     else:
         rows = min(m.get_output_embeddings().weight.shape[0] for m in (pair.drafter, pair.target))

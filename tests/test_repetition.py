@@ -86,7 +86,7 @@ def test_planted_round_start_context_is_caught(models, monkeypatch):
         # Fault: every verify row penalised by the context at the round's start (row 0).
         return real(logits, sampling, warpers, None if context is None else context[:1].expand_as(context))
 
-    monkeypatch.setattr(rejection, "target_probs", round_start_context)
+    monkeypatch.setattr(rejection.EXACT, "target_probs", round_start_context)
     drafter, target = models
     p = pvalue(drafter, target, Sampling(temperature=1.0, top_k=6, repetition_penalty=5.0), gamma=3)
     print(f"\nplanted round-start context: chi-square p = {p:.3g}")

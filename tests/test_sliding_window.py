@@ -62,14 +62,14 @@ def test_a_sliding_window_run_equals_the_refed_run(sampling, kind):
     prompt = [1, 2, 3, 1, 2, 3]
     kw = dict(gamma=3, sampling=sampling, max_new_tokens=24, seed=3)
     cached = speculative_generate(prompt, drafter, target, **kw)
-    refed = speculative_generate(prompt, drafter, target, cached=False, **kw)
+    refed = speculative_generate(prompt, drafter, target, cached="re-fed", **kw)
     assert len(cached.output_ids) == 24 and cached.output_ids == refed.output_ids
     # a rollback past a full window happened
     assert any(d.verdict == "rejected" for r in cached.rounds for d in r.drafts)
     base = dict(sampling=sampling, max_new_tokens=24, seed=3)
     assert (
         autoregressive_generate(prompt, target, **base).output_ids
-        == autoregressive_generate(prompt, target, cached=False, **base).output_ids
+        == autoregressive_generate(prompt, target, cached="re-fed", **base).output_ids
     )
 
 
@@ -124,7 +124,7 @@ def tree_runs(drafter, target, prompt, shape, cached, fault=TreeFault()):
     """(label, greedy Trace) of every tree kind over one cache kind."""
     depth = len(shape)
     specs = [TreeSpec.static(shape), TreeSpec.static(shape, "sampled"), TreeSpec.dynamic(8, depth=depth, topk=3)]
-    compactions = ["gather", "refeed"] if cached is True else ["gather"]
+    compactions = ["gather", "refeed"] if cached == "dynamic" else ["gather"]
     for spec in specs:
         for how in compactions:
             trace = tree_generate(
@@ -142,7 +142,7 @@ def tree_runs(drafter, target, prompt, shape, cached, fault=TreeFault()):
             yield f"{spec.label()} {how}", trace
 
 
-@pytest.mark.parametrize("cached", [True, "static", False], ids=["dynamic-cache", "static-cache", "refed"])
+@pytest.mark.parametrize("cached", ["dynamic", "static", "re-fed"], ids=["dynamic-cache", "static-cache", "refed"])
 @pytest.mark.parametrize("window, prompt, shape", WINDOWS, ids=["window<prompt", "window<depth", "window<both"])
 def test_greedy_trees_over_a_sliding_window_equal_the_targets_generate(window, prompt, shape, cached):
     target, drafter = window_pair(window)
@@ -153,7 +153,7 @@ def test_greedy_trees_over_a_sliding_window_equal_the_targets_generate(window, p
         assert trace.accepted >= 5, label  # tree nodes reached the output: the tree mask made them
 
 
-@pytest.mark.parametrize("cached", [True, "static", False], ids=["dynamic-cache", "static-cache", "refed"])
+@pytest.mark.parametrize("cached", ["dynamic", "static", "re-fed"], ids=["dynamic-cache", "static-cache", "refed"])
 def test_greedy_trees_with_the_window_ignored_depart_from_the_targets_generate(cached):
     """The planted fault: the same runs with the tree mask blind to the window (what the trees did)."""
     window, prompt, shape = WINDOWS[2]
@@ -163,7 +163,7 @@ def test_greedy_trees_with_the_window_ignored_depart_from_the_targets_generate(c
         assert trace.output_ids != expected, label
 
 
-@pytest.mark.parametrize("cached", [True, False], ids=["dynamic-cache", "refed"])
+@pytest.mark.parametrize("cached", ["dynamic", "re-fed"], ids=["dynamic-cache", "refed"])
 def test_eagle_trees_over_a_sliding_window_equal_the_targets_generate(cached):
     """An untrained EAGLE head (its own layer attends to everything) over a windowed target's features."""
     from tests.test_eagle import tiny_eagle
@@ -228,7 +228,7 @@ def tiny_qwen2_mixed(window: int = 2, seed: int = 0):
     return Qwen2ForCausalLM(config).eval()
 
 
-@pytest.mark.parametrize("cached", [True, False], ids=["dynamic-cache", "refed"])
+@pytest.mark.parametrize("cached", ["dynamic", "re-fed"], ids=["dynamic-cache", "refed"])
 def test_trees_over_a_model_mixing_sliding_and_full_layers_equal_its_generate(cached):
     """Each layer kind gets its own mask (a dict by ``layer_types``); the static cache, one mask for every
     layer, refuses such a model before any pass and names the window."""

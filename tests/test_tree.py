@@ -42,7 +42,7 @@ def _llama():
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-@pytest.mark.parametrize("cached", [True, False])
+@pytest.mark.parametrize("cached", ["dynamic", "re-fed"])
 def test_each_node_sees_only_its_own_path(family, cached):
     model = tiny_lm(vocab=16, layers=2, init=0.3, n_positions=64) if family == "gpt2" else _llama()
     prefix = 5
@@ -53,7 +53,7 @@ def test_each_node_sees_only_its_own_path(family, cached):
     depth = []
     for p in parents:
         depth.append(0 if p < 0 else depth[p] + 1)
-    runner = ModelRunner(model, 16, cached)
+    runner = ModelRunner(model, 16, cached == "dynamic")
     runner.prefill(seq, prefix - 1)
     with torch.inference_mode():
         logits = masked_logits(
@@ -154,7 +154,7 @@ def test_cached_and_uncached_trees_emit_the_same_tokens(spec):
     drafter, target = models("similar")
     for sampling in (Sampling(0.0), Sampling(1.0, top_k=5)):
         a = tree_generate(PROMPT, drafter, target, spec, sampling=sampling, max_new_tokens=16, seed=5)
-        b = tree_generate(PROMPT, drafter, target, spec, sampling=sampling, max_new_tokens=16, seed=5, cached=False)
+        b = tree_generate(PROMPT, drafter, target, spec, sampling=sampling, max_new_tokens=16, seed=5, cached="re-fed")
         assert a.output_ids == b.output_ids
 
 
@@ -459,14 +459,14 @@ def test_judging_on_the_columns_with_mass_is_judging_on_the_whole_vocabulary(rul
         likely = p_slot[torch.tensor(parents) + 1].multinomial(1, generator=rng)[:, 0]
         tokens = torch.where(torch.rand(n, generator=rng) < 0.7, likely, torch.randint(0, vocab, (n,), generator=rng))
         drafted = DraftTree(tokens=tokens, parents=parents, depths=depths, q=q, rule=rule)
-        fast = loop._verdicts(
+        fast = loop.judge_slots(
             logits, drafted, sampling, warpers, torch.Generator().manual_seed(trial), loop.NO_FAULT, 10
         ).fetch()
         cols = loop.mass_columns(p_slot, logits, tokens, 10)
         used += cols is not None and cols.numel() < vocab
         with monkeypatch.context() as m:
             m.setattr(loop, "mass_columns", lambda *a: None)
-            slow = loop._verdicts(
+            slow = loop.judge_slots(
                 logits, drafted, sampling, warpers, torch.Generator().manual_seed(trial), loop.NO_FAULT, 10
             ).fetch()
         assert set(fast) == set(slow)

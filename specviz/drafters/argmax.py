@@ -26,7 +26,7 @@ import dataclasses
 import torch
 from transformers import LogitsProcessorList
 
-from specviz.engine.drafter import Drafter, DraftRequest, Proposal
+from specviz.engine.drafter import Drafter, DraftRequest, Proposal, UnsupportedDrafting
 from specviz.engine.sampling import Sampling
 
 RULES = ("sampled", "argmax")
@@ -47,8 +47,11 @@ class ArgmaxDrafts(Drafter):
             wrapped drafter's.
 
     Raises:
-        TypeError: from ``propose_tree`` (chains only).
+        UnsupportedDrafting: from ``propose_tree`` and ``settle_tree`` (chains only; ``drafts_trees`` False).
     """
+
+    drafts_trees = False  # a tree's children are judged by the tree's own rule
+    refuses_trees = "argmax drafts are offered for chains; a token tree's children are judged by the tree's own rule"
 
     def __init__(self, drafter: Drafter, kind: str | None = None):
         self.inner = drafter
@@ -60,10 +63,17 @@ class ArgmaxDrafts(Drafter):
     def passes(self) -> int:
         return self.inner.passes
 
-    def prepare(self, vocab: int, cached) -> None:
+    @property
+    def forced_model(self):
+        return None  # a teacher-forced pass gives the drafter's q, not the one-hot q of its argmax drafts
+
+    def fork(self) -> "ArgmaxDrafts":
+        return ArgmaxDrafts(self.inner.fork(), self.kind)
+
+    def prepare(self, vocab: int, cached: str) -> None:
         self.inner.prepare(vocab, cached)
 
-    def start(self, seq: torch.Tensor, n: int, vocab: int, cached) -> None:
+    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: str) -> None:
         self.inner.start(seq, n, vocab, cached)
 
     def propose(self, request: DraftRequest) -> Proposal:
@@ -83,9 +93,10 @@ class ArgmaxDrafts(Drafter):
         return self.inner.engine_note
 
     def propose_tree(self, request, spec, depth):
-        raise TypeError(
-            "argmax drafts are offered for chains; a token tree's children are judged by the tree's own rule"
-        )
+        raise UnsupportedDrafting(self.refuses_trees)
+
+    def settle_tree(self, seq: torch.Tensor, n: int, fed: list[int], length: int, compaction: str) -> None:
+        raise UnsupportedDrafting(self.refuses_trees)
 
     def start_batch(self, seqs: list[torch.Tensor], lengths: list[int], vocab: int) -> None:
         self.inner.start_batch(seqs, lengths, vocab)

@@ -193,7 +193,7 @@ class CrossTokenizerDrafter(Drafter):
 
     # ---- the drafter's own sequence ---------------------------------------------------------
 
-    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: str) -> None:
         device = seq.device
         self.vocab = vocab
         keep = self.shared.target_ids < vocab  # shared tokens inside the run's vocabulary
@@ -201,7 +201,7 @@ class CrossTokenizerDrafter(Drafter):
         self._d_cols = self.shared.drafter_ids[keep].to(device)
         self._to_drafter = torch.full((vocab,), -1, dtype=torch.long)  # target id -> drafter id, host side
         self._to_drafter[self.shared.target_ids[keep]] = self.shared.drafter_ids[keep]
-        self.runner = ModelRunner(self.model, self.shared.drafter_size, cached is not False)
+        self.runner = ModelRunner(self.model, self.shared.drafter_size, cached != "re-fed")
         self._dseq = torch.zeros(64, dtype=torch.long, device=device)
         self._held: list[int] = []  # drafter tokens in self._dseq, the cache a prefix of them
         self.last_drafts = []

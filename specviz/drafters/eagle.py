@@ -157,7 +157,7 @@ class EagleDrafter(Drafter):
 
     # ---- the Drafter verbs ----------------------------------------------------------------------
 
-    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: str) -> None:
         self._forks = None
         self.cache = DynamicCache()
         self.fed = 0
@@ -237,6 +237,8 @@ class EagleDrafter(Drafter):
                 break
             f = self._step(token, f, n - 1 + i)
         return Proposal(q=torch.cat(q_rows), features_from=self.grew_from)
+
+    drafts_trees = True  # propose_tree and settle_tree below
 
     def propose_tree(self, request: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
         """After the catch-up, a static or EAGLE-2 dynamic tree grown from f^_{n-1} (no nodes when no

@@ -119,7 +119,7 @@ class PromptLookupDrafter(Drafter):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.skip = frozenset(int(t) for t in skip_ids) | special_ids(tokenizer)
 
-    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: str) -> None:
         pass
 
     def propose(self, request: DraftRequest) -> Proposal:
@@ -131,6 +131,8 @@ class PromptLookupDrafter(Drafter):
         request.seq[request.n : request.n + len(tokens)] = drafts
         q = torch.zeros(len(tokens), request.vocab, device=drafts.device).scatter_(1, drafts[:, None], 1.0)  # one-hot
         return Proposal(q=q, sources=list(range(start, start + len(tokens))))
+
+    drafts_trees = True  # propose_tree and settle_tree below
 
     def propose_tree(self, request: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
         """One branch per distinct earlier match, merged into a trie (``specviz.engine.tree.draft.draft_lookup``)."""

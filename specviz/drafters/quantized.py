@@ -128,6 +128,6 @@ class QuantizedDrafter(ModelDrafter):
     rollback_batch = Drafter.rollback_batch
     keep_rows = Drafter.keep_rows
 
-    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: str) -> None:
         self._forks = None
         super().start(seq, n, vocab, cached)

@@ -48,15 +48,18 @@ from specviz.engine.drafter import DraftRequest
 from specviz.engine.rounds import (
     TOP_TOKENS,
     Clock,
+    RoundTimes,
+    RunOptions,
+    RunSetup,
+    Transfer,
     extend_trace,
-    judge_chain,
+    new_trace,
+    pack_chain_round,
+    round_outcome,
     round_record,
     run_settings,
-    settle,
-    Transfer,
-    validate_inputs,
-    new_trace,
     set_up,
+    validate_inputs,
 )
 from specviz.engine.sampling import Sampling, contexts, row_contexts
 from specviz.engine.schedules import GammaSchedule, make_schedule
@@ -159,25 +162,26 @@ def _check_prompts(prompts) -> list[list[int]]:
     return [[int(t) for t in p] for p in prompts]
 
 
-def _validate_rows(prompts, models, vocab: int, max_new_tokens: int, sampling: Sampling) -> None:
+def _validate_rows(prompts, run: RunSetup) -> None:
     for b, prompt in enumerate(prompts):
         try:
-            validate_inputs(prompt, models, vocab, max_new_tokens, sampling)
+            validate_inputs(prompt, run.models, run.vocab, run.options.max_new_tokens, run.options.sampling)
         except ValueError as err:
             raise ValueError(f"prompts[{b}]: {err}") from None
 
 
-def _start_rows(
-    prompts, mode, sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma=None, extra=None
-) -> list[_Row]:
+def _start_rows(prompts, run: RunSetup, mode: str, gamma: int | None = None, **extra) -> list[_Row]:
+    """Each prompt's row: its trace (the run's settings, its own seed ``seed + b``, ``extra``), its buffer with room
+    for the tokens and a round's drafts, and its generator."""
+    seed, device = run.options.seed, run.device
     check_seed(seed, len(prompts))
     rows = []
     for b, prompt in enumerate(prompts):
-        settings = run_settings(mode, sampling, seed + b, max_new_tokens, eos, models, gamma)
-        settings.update(extra or {})
+        settings = run_settings(run, mode, seed + b, gamma)
+        settings.update(extra)
         settings["batch"] = {"rows": len(prompts), "row": b}
-        trace = new_trace(mode, prompt, tokenizer, settings)
-        seq = torch.zeros(len(prompt) + max_new_tokens + MAX_GAMMA + 1, dtype=torch.long, device=device)
+        trace = new_trace(mode, prompt, run.options.tokenizer, settings)
+        seq = torch.zeros(len(prompt) + run.options.max_new_tokens + MAX_GAMMA + 1, dtype=torch.long, device=device)
         seq[: len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=device)
         rows.append(_Row(b, trace, seq, list(prompt), len(prompt), len(prompt), generator(seed + b, device)))
     return rows
@@ -191,13 +195,13 @@ def _prefill(runner: BatchRunner, rows: list[_Row], result: BatchResult) -> None
     result.padded_positions += int((runner.mask == 0).sum())
 
 
-def _stopped(active: list[_Row], result: BatchResult, stop: StopCheck | None, clock: Clock, tokenizer) -> bool:
+def _stopped(active: list[_Row], result: BatchResult, stop: StopCheck | None, clock: Clock, run: RunSetup) -> bool:
     """Whether ``stop`` asks the batch to end before its next round; if so, the rows still in it
     are marked stopped (their text decoded) and so is ``result``."""
     if not active or not asked(stop):
         return False
     for r in active:
-        mark_stopped(r.trace, clock.since_start(), tokenizer)
+        mark_stopped(r.trace, clock.since_start(), run.options.tokenizer)
     result.stopped = True
     return True
 
@@ -243,26 +247,17 @@ def speculative_generate_batch(
         TypeError: a drafter that is neither a Drafter nor a causal LM.
     """
     prompts = _check_prompts(prompts)
-    run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
-    drafter, models, vocab, eos, device, decode, warpers = (
-        run.drafter,
-        run.models,
-        run.vocab,
-        run.eos,
-        run.device,
-        run.decode,
-        run.warpers,
-    )
-    _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
-    # refuses a bad name or gamma
-    template = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)
+    options = RunOptions(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, seed=seed,
+                         tokenizer=tokenizer, vocab_size=vocab_size)
+    run = set_up(drafter, target, options)
+    drafter, vocab, device, warpers = run.drafter, run.vocab, run.device, run.warpers
+    _validate_rows(prompts, run)
+    template = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)  # refuses a bad one
     # Each round adds at most (the most drafts a round may propose) + 1 columns to the caches.
-    check_window(models, max(len(p) for p in prompts) + max_new_tokens * (template.most + 1))
+    check_window(run.models, max(len(p) for p in prompts) + max_new_tokens * (template.most + 1))
     top_k = min(TOP_TOKENS, vocab)
-    extra = {"drafter": drafter.describe(), "gamma_schedule": template.describe()}
-    rows = _start_rows(
-        prompts, "speculative", sampling, seed, max_new_tokens, eos, models, tokenizer, device, gamma, extra
-    )
+    rows = _start_rows(prompts, run, "speculative", gamma, drafter=drafter.describe(),
+                       gamma_schedule=template.describe())
     for row in rows:
         row.schedule = copy.deepcopy(template)
     result = BatchResult(traces=[r.trace for r in rows])
@@ -282,28 +277,16 @@ def speculative_generate_batch(
             r.trace.prefill_ms = clock.since_start()
 
         active = list(rows)
-        while active and not _stopped(active, result, stop, clock, tokenizer):
+        while active and not _stopped(active, result, stop, clock, run):
             t0 = clock.mark()
             # 1. Draft, for every row at once: up to each row's allowed gamma into its seq.
             for r in active:
                 r.allowed = min(r.schedule.next_gamma(), r.n_prompt + max_new_tokens - r.n)
-            proposals = drafter.propose_batch(
-                [
-                    DraftRequest(
-                        r.seq,
-                        r.n,
-                        r.allowed,
-                        r.history,
-                        sampling,
-                        warpers,
-                        r.gen,
-                        vocab,
-                        r.schedule.keep_drafting,
-                        steps,
-                    )
-                    for r in active
-                ]
-            )
+            proposals = drafter.propose_batch([
+                DraftRequest(seq=r.seq, n=r.n, gamma=r.allowed, history=r.history, sampling=sampling, warpers=warpers,
+                             gen=r.gen, vocab=vocab, keep_drafting=r.schedule.keep_drafting, steps=steps)
+                for r in active
+            ])
             t1 = clock.mark()
 
             # 2. Verify: one target pass over every row's pending token and drafts (right-padded).
@@ -323,14 +306,22 @@ def speculative_generate_batch(
                     [(r.n - 1, target_runner.features[i, : counts[i] + 1]) for i, r in enumerate(active)]
                 )
 
-            # 3-4. Accept and the final token, row by row, from each row's own generator.
+            # 3-4. Row by row, from each row's own generator: accept draft i when u_i < min(1, p_i(x_i) / q_i(x_i));
+            # the final token a correction from norm(max(0, p_i - q_i)) at each draft or the bonus from p after the
+            # last (u first, then these: the order the single-sequence loop draws in).
             transfer = Transfer()
             for i, (r, g) in enumerate(zip(active, counts)):
                 ctx = contexts(r.seq, range(r.n, r.n + g + 1), vocab) if sampling.needs_context else None
                 p_all = steps.target_probs(logits[i, : g + 1], sampling, warpers, ctx)
-                judge_chain(
-                    transfer, f"{i}.", r.seq[r.n : r.n + g], proposals[i].q, p_all, sampling, r.gen, top_k, steps
-                )
+                drafts, q_all = r.seq[r.n : r.n + g], proposals[i].q
+                u = torch.rand(g, generator=r.gen, device=device)
+                q_x, p_x = q_all.gather(1, drafts[:, None])[:, 0], p_all[:g].gather(1, drafts[:, None])[:, 0]
+                accepted = steps.accept(u, q_x, p_x)
+                candidates = torch.cat([steps.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
+                finals = rejection.sample_rows(candidates, sampling.greedy, r.gen)
+                pack_chain_round(transfer, f"{i}.", drafts=drafts, q_all=q_all, p_all=p_all, q_x=q_x, p_x=p_x, u=u,
+                                 accepted=accepted,
+                                 candidates=candidates, finals=finals, top_k=top_k)
             host = transfer.fetch()
             t2 = clock.mark()
             result.draft_ms += clock.ms(t0, t1)
@@ -340,36 +331,17 @@ def speculative_generate_batch(
             staying = []
             for i, (r, g) in enumerate(zip(active, counts)):
                 mine = {k.split(".", 1)[1]: v for k, v in host.items() if k.startswith(f"{i}.")}
-                remaining = r.n_prompt + max_new_tokens - r.n
-                draft_ids, n_acc, final, kind, emitted, keeps_final = settle(mine, eos, remaining)
+                outcome = round_outcome(mine, run.eos, r.n_prompt + max_new_tokens - r.n)
                 # Target columns: the pending token, then drafts 1..g; those after the accepted ones go.
-                target_runner.forget(i, [base + 1 + j for j in range(n_acc, g)])
-                r.seq[r.n + n_acc] = final
-                r.n += len(emitted)
-                r.history.extend(emitted)
-                r.schedule.observe(g, n_acc, min(g, n_acc + 1), clock.ms(t0, t1), clock.ms(t1, t2))
-                r.trace.rounds.append(
-                    round_record(
-                        mine,
-                        draft_ids,
-                        n_acc,
-                        final,
-                        kind,
-                        keeps_final,
-                        emitted,
-                        proposals[i].sources,
-                        decode,
-                        top_k,
-                        r.allowed,
-                        clock.ms(t0, t1),
-                        clock.ms(t1, t2),
-                        clock.since_start(),
-                        features_from=proposals[i].features_from,
-                        own_tokens=proposals[i].own_tokens,
-                        shared_mass=proposals[i].shared_mass,
-                    )
-                )
-                if not extend_trace(r.trace, emitted, eos, max_new_tokens, clock, tokenizer):
+                target_runner.forget(i, [base + 1 + j for j in range(outcome.accepted, g)])
+                r.seq[r.n + outcome.accepted] = outcome.final
+                r.n += len(outcome.emitted)
+                r.history.extend(outcome.emitted)
+                times = RoundTimes(clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start())
+                r.schedule.observe(g, outcome.accepted, min(g, outcome.accepted + 1), times.draft_ms, times.verify_ms)
+                r.trace.rounds.append(round_record(mine, outcome, proposals[i], decode=run.decode, top_k=top_k,
+                                                   gamma=r.allowed, times=times))
+                if not extend_trace(r.trace, outcome.emitted, run, clock):
                     staying.append(i)
             # Both sides keep all but each row's newest token, which is fed next round.
             drafter.rollback_batch([r.n - 1 for r in active])
@@ -403,10 +375,12 @@ def autoregressive_generate_batch(
     + b``.
     """
     prompts = _check_prompts(prompts)
-    run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
-    models, vocab, eos, device, decode, warpers = run.models, run.vocab, run.eos, run.device, run.decode, run.warpers
-    _validate_rows(prompts, models, vocab, max_new_tokens, sampling)
-    rows = _start_rows(prompts, "autoregressive", sampling, seed, max_new_tokens, eos, models, tokenizer, device)
+    options = RunOptions(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, seed=seed,
+                         tokenizer=tokenizer, vocab_size=vocab_size)
+    run = set_up(None, target, options)
+    vocab, device, decode, warpers = run.vocab, run.device, run.decode, run.warpers
+    _validate_rows(prompts, run)
+    rows = _start_rows(prompts, run, "autoregressive")
     result = BatchResult(traces=[r.trace for r in rows])
     clock = Clock(device)
     runner = BatchRunner(target, vocab, len(rows))
@@ -415,7 +389,7 @@ def autoregressive_generate_batch(
         for r in rows:
             r.trace.prefill_ms = clock.since_start()
         active = list(rows)
-        while active and not _stopped(active, result, stop, clock, tokenizer):
+        while active and not _stopped(active, result, stop, clock, run):
             t0 = clock.mark()
             pending = torch.stack([r.seq[r.n - 1] for r in active])[:, None]
             positions = torch.tensor([[r.n - 1] for r in active], device=device)
@@ -453,7 +427,7 @@ def autoregressive_generate_batch(
                         end_ms=clock.since_start(),
                     )
                 )
-                if not extend_trace(r.trace, [token_id], eos, max_new_tokens, clock, tokenizer):
+                if not extend_trace(r.trace, [token_id], run, clock):
                     staying.append(i)
             result.rounds.append([r.index for r in active])
             if len(staying) < len(active):

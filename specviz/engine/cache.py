@@ -20,7 +20,7 @@ The masks:
   it from the node's own position (prefix + depth - 1); the accepted path is compacted in place
   (``StaticKV.compact``).
 
-The re-fed uncached path (``specviz.engine.runner.ModelRunner(cached=False)``) stays the tests' reference;
+The re-fed uncached path (``specviz.engine.runner.ModelRunner(keeps_cache=False)``) stays the tests' reference;
 ``specviz.engine.runner.make_runner`` picks a runner by the loops' ``cached`` argument.
 """
 
@@ -152,7 +152,7 @@ class StaticRunner:
         ValueError: a model mixing sliding and full layers, here before any pass.
     """
 
-    cached = True
+    keeps_cache = True
 
     def __init__(self, model, vocab_size: int, capacity: int | None = None):
         _window(model.config)  # refuse a model one mask cannot serve now, not at its first pass

@@ -19,7 +19,7 @@ import torch
 
 from specviz.engine import rejection
 from specviz.engine.drafter import DraftRequest
-from specviz.engine.runner import make_runner
+from specviz.engine.runner import Cache, make_runner
 from specviz.engine.sampling import Sampling, contexts
 from specviz.engine.schedules import GammaSchedule, make_schedule
 from specviz.engine.stopping import finish
@@ -27,13 +27,15 @@ from specviz.trace import MAX_GAMMA, Round, Trace
 from specviz.engine.rounds import (  # noqa: F401  (TOP_TOKENS re-exported)
     TOP_TOKENS,
     Clock,
+    RoundTimes,
+    RunOptions,
+    Transfer,
     engine_settings,
+    extend_trace,
     held,
     open_run,
-    Transfer,
-    judge_chain,
-    settle,
-    extend_trace,
+    pack_chain_round,
+    round_outcome,
     round_record,
     set_up,
     start_sequence,
@@ -52,7 +54,7 @@ def speculative_stream(
     tokenizer=None,
     vocab_size: int | None = None,
     record: bool = True,
-    cached: bool | str = "auto",
+    cached: Cache = "auto",
     schedule: str | GammaSchedule = "constant",
     tree=None,
     steps: rejection.Steps = rejection.EXACT,
@@ -97,119 +99,97 @@ def speculative_stream(
             a seed out of range.
         TypeError: sampling is not a Sampling, drafter is neither a Drafter nor a causal LM.
     """
+    options = RunOptions(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, seed=seed,
+                         tokenizer=tokenizer, vocab_size=vocab_size, record=record, cached=cached)
     if tree is not None:
-        from specviz.engine.tree.loop import tree_stream
+        from specviz.engine.tree.loop import tree_rounds
 
-        yield from tree_stream(
-            input_ids,
-            drafter,
-            target,
-            tree,
-            sampling=sampling,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=eos_token_id,
-            seed=seed,
-            tokenizer=tokenizer,
-            vocab_size=vocab_size,
-            record=record,
-            cached=cached,
-        )
+        yield from tree_rounds(input_ids, drafter, target, tree, options)
         return
-    run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
+    yield from chain_rounds(input_ids, drafter, target, options, gamma=gamma, schedule=schedule, steps=steps)
+
+
+def chain_rounds(
+    input_ids: list[int],
+    drafter,
+    target,
+    options: RunOptions,
+    *,
+    gamma: int,
+    schedule: str | GammaSchedule,
+    steps: rejection.Steps = rejection.EXACT,
+) -> Iterator[Trace]:
+    """``speculative_stream`` with a chain of drafts per round: its numbered steps, yielding the Trace after each
+    round. Arguments and errors as ``speculative_stream`` (its run-wide ones in ``options``)."""
+    run = set_up(drafter, target, options)
     schedule = schedule if isinstance(schedule, GammaSchedule) else make_schedule(schedule, gamma)
-    drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
-    trace, seq, history, gen = start_sequence(
-        run,
-        input_ids,
-        sampling,
-        seed,
-        max_new_tokens,
-        tokenizer,
-        gamma,
-        max_new_tokens + MAX_GAMMA + 1,
-        drafter=drafter.describe(),
-        gamma_schedule=schedule.describe(),
-    )
+    drafter, sampling, device = run.drafter, options.sampling, run.device
+    trace, seq, history, gen = start_sequence(run, input_ids, gamma=gamma, room=options.max_new_tokens + MAX_GAMMA + 1,
+                                              drafter=drafter.describe(), gamma_schedule=schedule.describe())
     n_prompt = len(input_ids)
     # An EAGLE drafter reads the target's features at the positions each target pass scores.
     reads_features = drafter.reads_target_features
-    target_runner = make_runner(target, vocab, cached, keep_features=reads_features)
+    target_runner = make_runner(target, run.vocab, options.cached, keep_features=reads_features)
+    top_k = min(TOP_TOKENS, run.vocab) if options.record else 0
     with held(target_runner, drafter):  # given back when the run ends, however it ends
-        clock = open_run(target_runner, drafter, trace, seq, n_prompt, vocab, cached, device)
-        top_k = min(TOP_TOKENS, vocab)
-
+        clock = open_run(target_runner, run, trace, seq, n_prompt)
         n = n_prompt  # settled sequence length
         while True:
-            # Inference mode is thread-local: it is entered per round and left before each yield,
-            # because the consumer may resume this generator on another thread.
-            with torch.inference_mode():
-                remaining = n_prompt + max_new_tokens - n
+            with torch.inference_mode():  # per round, left before each yield (``Clock.hand_over``)
+                remaining = n_prompt + options.max_new_tokens - n
                 allowed = min(schedule.next_gamma(), remaining)
                 t0 = clock.mark()  # CUDA events on a GPU: no synchronisation per phase
 
-                # 1. Draft: up to `allowed` tokens into seq[n:], each with the q it was drawn from.
-                proposal = drafter.propose(
-                    DraftRequest(seq, n, allowed, history, sampling, warpers, gen, vocab, schedule.keep_drafting, steps)
-                )
+                # 1. Draft: up to `allowed` tokens x_i ~ q_i into seq[n:], each with the q it was drawn from.
+                proposal = drafter.propose(DraftRequest(
+                    seq=seq, n=n, gamma=allowed, history=history, sampling=sampling, warpers=run.warpers, gen=gen,
+                    vocab=run.vocab, keep_drafting=schedule.keep_drafting, steps=steps))
                 g, q_all = proposal.count, proposal.q  # q_all: (g, V)
+                drafts = seq[n : n + g]
                 t1 = clock.mark()
 
                 # 2. Verify: one target pass over the pending token and the g drafts; row i scores the
                 # position after n + i tokens, so its context holds the drafts before it.
-                ctx = contexts(seq, range(n, n + g + 1), vocab) if sampling.needs_context else None
-                p_all = steps.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, warpers, ctx)  # (g+1, V)
+                ctx = contexts(seq, range(n, n + g + 1), run.vocab) if sampling.needs_context else None
+                p_all = steps.target_probs(target_runner.logits(seq, n + g, g + 1), sampling, run.warpers, ctx)
                 if reads_features:
                     drafter.observe_target(*target_runner.features)
-                drafts = seq[n : n + g]
 
-                # 3-4. Accept, and the final token (correction or bonus).
+                # 3. Accept draft i when u_i < min(1, p_i(x_i) / q_i(x_i)).
+                u = torch.rand(g, generator=gen, device=device)
+                q_x, p_x = q_all.gather(1, drafts[:, None])[:, 0], p_all[:g].gather(1, drafts[:, None])[:, 0]
+                accepted = steps.accept(u, q_x, p_x)
+
+                # 4. The final token: a correction from norm(max(0, p_i - q_i)) at each draft, the bonus from p after
+                # the last; one drawn from each (u first, then these: the run's random stream), the one after the
+                # accepted drafts kept, so the round reads the device once.
+                candidates = torch.cat([steps.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
+                finals = rejection.sample_rows(candidates, sampling.greedy, gen)
                 transfer = Transfer()
-                judge_chain(transfer, "", drafts, q_all, p_all, sampling, gen, top_k if record else 0, steps)
+                pack_chain_round(transfer, "", drafts=drafts, q_all=q_all, p_all=p_all, q_x=q_x, p_x=p_x, u=u,
+                                 accepted=accepted, candidates=candidates, finals=finals, top_k=top_k)
                 host = transfer.fetch()
                 t2 = clock.mark()
-                draft_ms, verify_ms = clock.ms(t0, t1), clock.ms(t1, t2)
-
-                draft_ids, n_acc, final, kind, emitted, keeps_final = settle(host, eos, remaining)
+                outcome = round_outcome(host, run.eos, remaining)
 
                 # 5. Roll back: the sequence stands after the emitted tokens; both sides keep all but
                 # the newest token, which is fed next round.
-                seq[n + n_acc] = final  # after the accepted drafts; ignored if not kept
-                n += len(emitted)
-                history.extend(emitted)
+                seq[n + outcome.accepted] = outcome.final  # after the accepted drafts; ignored if not kept
+                n += len(outcome.emitted)
+                history.extend(outcome.emitted)
                 target_runner.rollback(n - 1)
                 drafter.rollback(n - 1)
-                schedule.observe(g, n_acc, min(g, n_acc + 1), draft_ms, verify_ms)
+                times = RoundTimes(clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start())
+                schedule.observe(g, outcome.accepted, min(g, outcome.accepted + 1), times.draft_ms, times.verify_ms)
 
                 # 6. Record.
-                if record:
-                    trace.rounds.append(
-                        round_record(
-                            host,
-                            draft_ids,
-                            n_acc,
-                            final,
-                            kind,
-                            keeps_final,
-                            emitted,
-                            proposal.sources,
-                            decode,
-                            top_k,
-                            allowed,
-                            draft_ms,
-                            verify_ms,
-                            clock.since_start(),
-                            features_from=proposal.features_from,
-                            own_tokens=proposal.own_tokens,
-                            shared_mass=proposal.shared_mass,
-                        )
-                    )
-                extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
+                if options.record:
+                    trace.rounds.append(round_record(host, outcome, proposal, decode=run.decode, top_k=top_k,
+                                                     gamma=allowed, times=times))
+                extend_trace(trace, outcome.emitted, run, clock)
+            yield from clock.hand_over(trace)
             if trace.stop_reason:
-                yield trace
                 return
-            suspended = clock.suspend()
-            yield trace
-            clock.resume(suspended)
 
 
 def autoregressive_stream(
@@ -222,32 +202,30 @@ def autoregressive_stream(
     tokenizer=None,
     vocab_size: int | None = None,
     record: bool = True,
-    cached: bool | str = "auto",
+    cached: Cache = "auto",
 ) -> Iterator[Trace]:
     """The baseline: one target pass per token, sampled from the same processed p.
 
     Arguments, yields and errors as ``speculative_stream`` (without drafter and gamma); each
     token is one Round with no drafts and ``final_kind="target"``.
     """
-    run = set_up(None, target, sampling, eos_token_id, tokenizer, vocab_size)
-    vocab, eos, device, decode, warpers = run.vocab, run.eos, run.device, run.decode, run.warpers
-    trace, seq, _, gen = start_sequence(
-        run, input_ids, sampling, seed, max_new_tokens, tokenizer, None, max_new_tokens, mode="autoregressive"
-    )
+    options = RunOptions(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, seed=seed,
+                         tokenizer=tokenizer, vocab_size=vocab_size, record=record, cached=cached)
+    run = set_up(None, target, options)
+    trace, seq, _, gen = start_sequence(run, input_ids, gamma=None, room=max_new_tokens, mode="autoregressive")
     n_prompt = len(input_ids)
-    runner = make_runner(target, vocab, cached)
+    runner = make_runner(target, run.vocab, cached)
     with held(runner):  # given back when the run ends, however it ends
-        clock = Clock(device)
+        clock = Clock(run.device)
         with torch.inference_mode():
             runner.prefill(seq, n_prompt - 1)
             trace.prefill_ms = clock.since_start()
         trace.settings.update(engine_settings(runner))
         for n in range(n_prompt, n_prompt + max_new_tokens):
-            with torch.inference_mode():  # per step, not across a yield (thread-local)
+            with torch.inference_mode():  # per step, left before each yield (``Clock.hand_over``)
                 t0 = clock.mark()
-                p = sampling.probs(
-                    runner.logits(seq, n, 1), warpers, contexts(seq, [n], vocab) if sampling.needs_context else None
-                )
+                ctx = contexts(seq, [n], run.vocab) if sampling.needs_context else None
+                p = sampling.probs(runner.logits(seq, n, 1), run.warpers, ctx)
                 token = rejection.sample_rows(p, sampling.greedy, gen)
                 seq[n] = token[0]
                 token_id, prob, finite = torch.cat(
@@ -265,7 +243,7 @@ def autoregressive_stream(
                             drafts=[],
                             emitted_ids=[token_id],
                             final_token_id=token_id,
-                            final_text=decode([token_id])[0],
+                            final_text=run.decode([token_id])[0],
                             final_kind="target",
                             final_prob=prob,
                             draft_ms=0.0,
@@ -273,13 +251,10 @@ def autoregressive_stream(
                             end_ms=clock.since_start(),
                         )
                     )
-                extend_trace(trace, [token_id], eos, max_new_tokens, clock, tokenizer)
+                extend_trace(trace, [token_id], run, clock)
+            yield from clock.hand_over(trace)
             if trace.stop_reason:
-                yield trace
                 return
-            suspended = clock.suspend()
-            yield trace
-            clock.resume(suspended)
 
 
 def speculative_generate(

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from specviz.engine.tree.spec import TreeSpec
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DraftRequest:
     """What a drafter is given each round.
 
@@ -135,16 +135,24 @@ class DraftTree:
         return len(self.parents)
 
 
+class UnsupportedDrafting(TypeError):
+    """A drafter asked for a way of drafting it does not offer (a token tree from a drafter of chains only), refused
+    by name before the run starts."""
+
+
 class Drafter(ABC):
     """A source of drafts for speculative decoding.
 
     Subclasses set ``kind`` ("model", "ngram" or "early-exit") and ``models`` (the models whose
-    context and device the run must respect; empty for prompt lookup).
+    context and device the run must respect; empty for prompt lookup), and say what they offer:
+    ``drafts_trees`` (``propose_tree`` and ``settle_tree``) and ``reads_target_features``. Every
+    drafter drafts chains, and batches (by default one fork per row).
     """
 
     kind: str = ""
     models: tuple = ()
     reads_target_features: bool = False  # True: the loops hand it the target's features (observe_target)
+    drafts_trees: bool = False  # True: it drafts token trees (propose_tree, settle_tree)
 
     @property
     def forced_model(self):
@@ -154,12 +162,12 @@ class Drafter(ABC):
         return None
     _forks: list["Drafter"] | None = None  # the rows' drafters under the default batching
 
-    def prepare(self, vocab: int, cached) -> None:
+    def prepare(self, vocab: int, cached: str) -> None:
         """Before a run's clock starts: make ready what does not depend on the prompt (a model's captured CUDA graphs,
         ``specviz.engine.graphs.hold``), so that a capture is not timed as the run's prefill. Default: nothing."""
 
     @abstractmethod
-    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: str) -> None:
         """Prepare for a run whose first ``n`` tokens of ``seq`` are settled (the prompt but its last token)."""
 
     @abstractmethod
@@ -190,10 +198,9 @@ class Drafter(ABC):
         tokens not written into ``request.seq`` (the loop writes the accepted path).
 
         Raises:
-            TypeError: this drafter cannot draft trees (the default).
+            UnsupportedDrafting: this drafter cannot draft trees (the default; ``drafts_trees`` False).
         """
-        raise TypeError("token trees need a drafter model, early exit, an EAGLE head or prompt lookup, got "
-                        f"{type(self).__name__}")
+        raise UnsupportedDrafting(refuse_trees(self))
 
     def settle_tree(self, seq: torch.Tensor, n: int, fed: list[int], length: int, compaction: str) -> None:
         """A tree round is judged: ``seq`` now stands to ``length`` tokens (n were settled before
@@ -222,7 +229,7 @@ class Drafter(ABC):
         """Prepare for a batch: row i's first ``lengths[i]`` tokens of ``seqs[i]`` are settled."""
         self._forks = [self.fork() for _ in seqs]
         for drafter, seq, n in zip(self._forks, seqs, lengths):
-            drafter.start(seq, n, vocab, True)
+            drafter.start(seq, n, vocab, "dynamic")
 
     def propose_batch(self, requests: list[DraftRequest]) -> list[Proposal]:
         """One Proposal per row still in the batch (``requests`` in the rows' order), each as
@@ -252,3 +259,20 @@ class Drafter(ABC):
     def empty(request: DraftRequest) -> torch.Tensor:
         """A (0, vocab) q: no drafts this round."""
         return torch.zeros(0, request.vocab, dtype=torch.float32, device=request.seq.device)
+
+
+def refuse_trees(drafter: Drafter) -> str:
+    """Why ``drafter`` cannot draft a token tree, naming it: its own ``refuses_trees`` reason where it has one."""
+    reason = getattr(drafter, "refuses_trees", "")
+    return reason or ("token trees need a drafter model, early exit, an EAGLE head or prompt lookup, got "
+                      f"{type(drafter).__name__}")
+
+
+def check_trees(drafter: Drafter) -> None:
+    """Refuse, before a tree run starts, a drafter that does not draft trees.
+
+    Raises:
+        UnsupportedDrafting: ``drafter.drafts_trees`` is False.
+    """
+    if not drafter.drafts_trees:
+        raise UnsupportedDrafting(refuse_trees(drafter))

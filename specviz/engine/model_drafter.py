@@ -52,11 +52,11 @@ class ModelDrafter(Drafter):
         runner = self.batch or self.runner
         return runner.passes if runner is not None else 0
 
-    def prepare(self, vocab: int, cached) -> None:
+    def prepare(self, vocab: int, cached: str) -> None:
         self.runner = make_runner(self.model, vocab, cached, role="drafter")
         self._prepared = (vocab, cached)
 
-    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: bool) -> None:
+    def start(self, seq: torch.Tensor, n: int, vocab: int, cached: str) -> None:
         self.batch = None
         if getattr(self, "_prepared", None) != (vocab, cached):  # not prepared for this run: its runner now
             self.prepare(vocab, cached)
@@ -92,6 +92,8 @@ class ModelDrafter(Drafter):
         return self.runner.note if self.runner is not None else ""
 
     # ---- token trees: one masked pass per level --------------------------------------------
+
+    drafts_trees = True  # propose_tree and settle_tree below
 
     def propose_tree(self, request: DraftRequest, spec: TreeSpec, depth: int) -> DraftTree:
         return grow_tree(ModelExpander(self.runner, request), request, spec, depth)

@@ -8,6 +8,9 @@ distributed as p:  q(x) min(1, p(x)/q(x)) + (1 - beta) (p(x) - min(p(x), q(x))) 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
 import torch
 
 from specviz.engine.sampling import Sampling
@@ -127,32 +130,25 @@ def _inverse_cdf(probs: torch.Tensor, gen: torch.Generator | list[torch.Generato
     return torch.searchsorted(cdf, point, right=True)[:, 0]
 
 
-STEP_NAMES = ("draft_token", "target_probs", "accept", "residual")
-
-
+@dataclass(eq=False)  # compared and hashed by identity: EXACT is a default argument
 class Steps:
-    """The steps of a round the loops call: ``draft_token``, ``target_probs``, ``accept`` and
-    ``residual``, each this module's own function unless replaced.
+    """The steps of a round the loops call, each one of this module's functions unless replaced: ``draft_token``
+    (a draft and its q), ``target_probs`` (the target's p), ``accept`` (the acceptance test) and ``residual`` (where a
+    correction is drawn from).
 
-    The loops take a ``steps`` argument (default ``EXACT``), so an experiment can run a variant
-    of one step (``specviz.lab.faults``: a fault seen in a public implementation) in its own run
-    without changing anything another run calls. An unreplaced step is looked up in this module
-    at each call.
+    The loops take a ``steps`` argument (default ``EXACT``), so an experiment can run a variant of one step
+    (``specviz.lab.faults``: a fault seen in a public implementation) in its own run, ``Steps(residual=...)``, without
+    changing anything another run calls.
 
     Raises:
-        TypeError: a replaced name that is not one of STEP_NAMES.
+        TypeError: a step that is not one of the four (the dataclass's own check of its fields).
     """
 
-    def __init__(self, **replaced):
-        unknown = set(replaced) - set(STEP_NAMES)
-        if unknown:
-            raise TypeError(f"unknown steps {sorted(unknown)}; the steps are {', '.join(STEP_NAMES)}")
-        self._replaced = dict(replaced)
-
-    def __getattr__(self, name: str):
-        if name in STEP_NAMES:
-            return self._replaced.get(name) or globals()[name]
-        raise AttributeError(name)
+    draft_token: Callable[..., tuple[torch.Tensor, torch.Tensor]] = draft_token
+    target_probs: Callable[..., torch.Tensor] = target_probs
+    accept: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = accept
+    residual: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = residual
 
 
+STEP_NAMES = tuple(f.name for f in fields(Steps))
 EXACT = Steps()  # the algorithm as published

@@ -1,36 +1,63 @@
-"""What every decoding loop shares: the clock, the host transfer, the run's settings, its input
-checks, judging a round's drafts, settling the emitted tokens and extending the trace.
+"""What every decoding loop shares: its options, the clock, the host transfer, the run's settings, its input
+checks, the round's outcome and the EOS cut, and the trace.
 
-Public names (the engine's API): ``Clock``, ``Transfer``, ``RunSetup`` / ``set_up`` (read its fields
-by name), ``SequenceStart`` / ``start_sequence``, ``new_trace``, ``run_settings``, ``validate_inputs``,
-``judge_chain``, ``settle``, ``extend_trace``, ``round_record``, ``TOP_TOKENS``.
+Public names (the engine's API): ``RunOptions`` (what every loop takes besides its models and prompts), ``Clock``,
+``Transfer``, ``RunSetup`` / ``set_up``, ``SequenceStart`` / ``start_sequence``, ``new_trace``, ``run_settings``,
+``validate_inputs``, ``pack_chain_round``, ``RoundOutcome`` / ``round_outcome``, ``emit``, ``extend_trace``,
+``RoundTimes`` / ``round_record``, ``TOP_TOKENS``.
 
 The single-sequence chain loop (``specviz.engine.chain``), the batched loop (``specviz.engine.batch``) and the
 token-tree loop (``specviz.engine.tree.loop``) build their rounds from these parts, so a fix to any of
-them reaches all three.
+them reaches all three. The rules themselves (the acceptance test, the residual) are called by the loops, from
+``specviz.engine.rejection``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-from specviz.engine import rejection
+from specviz.engine.runner import Cache
 from specviz.engine.model_drafter import as_drafter  # a causal LM given as the drafter becomes a drafter model
-from specviz.engine.drafter import Drafter
+from specviz.engine.drafter import Drafter, Proposal
 from specviz.engine.sampling import Sampling
 from specviz.engine.seeds import generator
 from specviz.trace import Draft, Round, TopToken, Trace
 
 # Tokens of the correction's or bonus's distribution kept in the trace for the replay.
 TOP_TOKENS = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What every loop takes besides its models, its prompt(s) and its drafting (gamma, schedule or tree).
+
+    Attributes:
+        sampling: temperature, top-k, top-p and repetition penalty, applied to q and p alike.
+        max_new_tokens: at most this many tokens per sequence (>= 1).
+        eos_token_id: one id or several (None: none); a sequence stops after the first it emits.
+        seed: 0..2^63 - 1; seeds the generator of every draw (``specviz.engine.seeds``).
+        tokenizer: fills the trace's token texts and output text; its size cuts the logits.
+        vocab_size: logits columns kept (None: the tokenizer's size, else the target's config).
+        record: build each round's record (False: output ids and totals only).
+        cached: the passes' KV cache (``specviz.engine.runner.make_runner``).
+    """
+
+    sampling: Sampling = Sampling()
+    max_new_tokens: int = 64
+    eos_token_id: int | Iterable[int] | None = None
+    seed: int = 0
+    tokenizer: object = None
+    vocab_size: int | None = None
+    record: bool = True
+    cached: Cache = "auto"
 
 
 class Mark(NamedTuple):
@@ -86,6 +113,14 @@ class Clock:
 
     def resume(self, suspended_at: float) -> None:
         self.paused += time.perf_counter() * 1000.0 - suspended_at
+
+    def hand_over(self, trace: Trace) -> Iterator[Trace]:
+        """Yield ``trace`` to the loop's consumer; the time the consumer keeps the loop suspended there is not the
+        run's. Inference mode is thread-local: a loop leaves it before this yield, because the consumer may resume
+        the generator on another thread."""
+        suspended = self.suspend()
+        yield trace
+        self.resume(suspended)
 
 
 def _eos_set(eos_token_id: int | Iterable[int] | None) -> frozenset[int]:
@@ -175,26 +210,30 @@ def _model_name(model) -> str:
     return "/".join(parts[-2:]) if Path(name).is_absolute() else name
 
 
-def run_settings(mode: str, sampling: Sampling, seed: int, max_new_tokens: int, eos, models, gamma=None) -> dict:
-    first = models[0]
+def run_settings(run: RunSetup, mode: str, seed: int, gamma: int | None = None) -> dict:
+    """The settings a trace records of its run: mode, gamma, sampling, seed, token budget, EOS, device, dtype (and
+    why, for a model given a form at load: ``specviz.pair.precision.apply_form``) and the models' names."""
+    first = run.models[0]
     return {
         "mode": mode,
         "gamma": gamma,
-        "sampling": sampling.to_dict(),
+        "sampling": run.options.sampling.to_dict(),
         "seed": seed,
-        "max_new_tokens": max_new_tokens,
-        "eos_token_id": sorted(eos),
+        "max_new_tokens": run.options.max_new_tokens,
+        "eos_token_id": sorted(run.eos),
         "device": str(first.device),
         "dtype": str(first.dtype).removeprefix("torch."),
-        # why that dtype, for models given a form at load (specviz.pair.precision.apply_form)
-        **({"dtype_reason": form.reason} if (form := getattr(models[-1], "specviz_form", None)) is not None else {}),
-        "models": [_model_name(m) for m in models],
+        **(
+            {"dtype_reason": form.reason} if (form := getattr(run.models[-1], "specviz_form", None)) is not None else {}
+        ),
+        "models": [_model_name(m) for m in run.models],
     }
 
 
 class RunSetup(NamedTuple):
     """What every loop knows before its first pass (``set_up``)."""
 
+    options: RunOptions
     drafter: Drafter | None  # None for the autoregressive baseline
     models: tuple  # the drafter's models, then the target
     vocab: int  # logits columns kept
@@ -204,23 +243,26 @@ class RunSetup(NamedTuple):
     warpers: list  # the sampling's logits processors, applied to q and p alike
 
 
-def set_up(drafter, target, sampling: Sampling, eos_token_id, tokenizer, vocab_size: int | None) -> RunSetup:
+def set_up(drafter, target, options: RunOptions) -> RunSetup:
     """The drafter as a Drafter (None: the autoregressive baseline), the models, the vocabulary, the
     EOS set, the device, the decoder and the warpers of a run.
 
     Raises:
-        TypeError: a drafter that is neither a Drafter nor a causal LM.
+        TypeError: a drafter that is neither a Drafter nor a causal LM; sampling that is not a Sampling.
     """
+    if not isinstance(options.sampling, Sampling):
+        raise TypeError(f"sampling must be a specviz.Sampling, got {type(options.sampling).__name__}")
     drafter = as_drafter(drafter) if drafter is not None else None
     models = (*(drafter.models if drafter is not None else ()), target)
     return RunSetup(
-        drafter,
-        models,
-        _vocab_size(models, tokenizer, vocab_size),
-        _eos_set(eos_token_id),
-        target.device,
-        _decoder(tokenizer),
-        sampling.warpers(),
+        options=options,
+        drafter=drafter,
+        models=models,
+        vocab=_vocab_size(models, options.tokenizer, options.vocab_size),
+        eos=_eos_set(options.eos_token_id),
+        device=target.device,
+        decode=_decoder(options.tokenizer),
+        warpers=options.sampling.warpers(),
     )
 
 
@@ -244,16 +286,7 @@ class SequenceStart(NamedTuple):
 
 
 def start_sequence(
-    run: RunSetup,
-    input_ids,
-    sampling: Sampling,
-    seed: int,
-    max_new_tokens: int,
-    tokenizer,
-    gamma,
-    room: int,
-    mode: str = "speculative",
-    **settings,
+    run: RunSetup, input_ids, *, gamma: int | None, room: int, mode: str = "speculative", **settings
 ) -> SequenceStart:
     """Check a single sequence's inputs and seed, and open its trace (the run's settings plus
     ``settings``) and its buffer of ``len(input_ids) + room`` tokens.
@@ -261,14 +294,15 @@ def start_sequence(
     Raises:
         ValueError: as ``validate_inputs``; a seed out of 0..2^63 - 1.
     """
-    validate_inputs(input_ids, run.models, run.vocab, max_new_tokens, sampling)
-    gen = generator(seed, run.device)
-    recorded = run_settings(mode, sampling, seed, max_new_tokens, run.eos, run.models, gamma)
+    o = run.options
+    validate_inputs(input_ids, run.models, run.vocab, o.max_new_tokens, o.sampling)
+    gen = generator(o.seed, run.device)
+    recorded = run_settings(run, mode, o.seed, gamma)
     recorded.update(settings)
     history = [int(t) for t in input_ids]
     seq = torch.zeros(len(history) + room, dtype=torch.long, device=run.device)
     seq[: len(history)] = torch.as_tensor(history, dtype=torch.long, device=run.device)
-    return SequenceStart(new_trace(mode, history, tokenizer, recorded), seq, history, gen)
+    return SequenceStart(new_trace(mode, history, o.tokenizer, recorded), seq, history, gen)
 
 
 @contextlib.contextmanager
@@ -283,18 +317,17 @@ def held(runner, drafter: Drafter | None = None):
             drafter.release()
 
 
-def open_run(
-    runner, drafter: Drafter, trace: Trace, seq: torch.Tensor, n_prompt: int, vocab: int, cached, device
-) -> Clock:
+def open_run(runner, run: RunSetup, trace: Trace, seq: torch.Tensor, n_prompt: int) -> Clock:
     """A speculative run's start, shared by the chain and tree loops: the drafter prepared before the clock starts (a
     capture of its graphs is not the run's time), both sides prefilled with all but the pending last prompt token (an
     EAGLE drafter handed the target's features), ``trace.prefill_ms`` and the engine (``engine_settings``) recorded.
     Returns the run's clock."""
-    drafter.prepare(vocab, cached)
-    clock = Clock(device)
+    drafter, cached = run.drafter, run.options.cached
+    drafter.prepare(run.vocab, cached)
+    clock = Clock(run.device)
     with torch.inference_mode():
         # The last prompt token stays pending: the first round feeds it to the target.
-        drafter.start(seq, n_prompt - 1, vocab, cached)
+        drafter.start(seq, n_prompt - 1, run.vocab, cached)
         runner.prefill(seq, n_prompt - 1)
         if drafter.reads_target_features and runner.features is not None:
             drafter.observe_target(*runner.features)
@@ -352,43 +385,37 @@ def _verdicts(n_drafts: int, n_acc: int) -> list[str]:
     return ["accepted" if i < n_acc else ("rejected" if i == n_acc else "discarded") for i in range(n_drafts)]
 
 
-def judge_chain(
+def pack_chain_round(
     transfer: Transfer,
     prefix: str,
+    *,
     drafts: torch.Tensor,
     q_all: torch.Tensor,
     p_all: torch.Tensor,
-    sampling: Sampling,
-    gen: torch.Generator,
+    q_x: torch.Tensor,
+    p_x: torch.Tensor,
+    u: torch.Tensor,
+    accepted: torch.Tensor,
+    candidates: torch.Tensor,
+    finals: torch.Tensor,
     top_k: int,
-    steps: rejection.Steps = rejection.EXACT,
 ) -> None:
-    """Steps 3 and 4 of a round for one sequence, added to ``transfer`` under ``prefix``.
-
-    Accept: draft i stands when u_i < min(1, p_i / q_i). The final token: a correction from the
-    residual at every draft position, the bonus from p after the last; only one is used, but
-    drawing all at once keeps the round to a single device-to-host transfer.
+    """A chain round's values for the host, added to ``transfer`` under ``prefix``: the drafts, their q(x) and p(x),
+    u, the verdicts, every candidate final token and its probability, beta at each drafted position, whether p and q
+    are finite, and (``top_k`` > 0) each candidate distribution's top tokens for the replay.
 
     Args:
-        drafts: (g,) the drafts; q_all: (g, V) their q; p_all: (g + 1, V) the target's p.
-        gen: the sequence's generator: u first, then the final tokens (this order is the
-            run's random stream, shared by the single-sequence and the batched loop).
-        top_k: tokens of each candidate distribution to keep for the replay (0: none).
-        steps: the acceptance test and the residual (``rejection.Steps``; a lab experiment passes a variant).
+        drafts: (g,); q_all: (g, V) their q; p_all: (g + 1, V) the target's p; q_x, p_x, u, accepted: (g,) q and p
+            at each draft, its uniform and its verdict;
+        candidates: (g + 1, V) the residual at each draft, then p after the last; finals: (g + 1,) one draw from each.
     """
     g = drafts.shape[0]
-    q_d = q_all.gather(1, drafts[:, None])[:, 0]
-    p_d = p_all[:g].gather(1, drafts[:, None])[:, 0]
-    u = torch.rand(g, generator=gen, device=p_all.device)
-    accept = steps.accept(u, q_d, p_d)
-    candidates = torch.cat([steps.residual(p_all[:g], q_all), p_all[g:]])  # (g+1, V)
-    finals = rejection.sample_rows(candidates, sampling.greedy, gen)
     values = {
         "drafts": drafts,
-        "q": q_d,
-        "p": p_d,
+        "q": q_x,
+        "p": p_x,
         "u": u,
-        "accept": accept,
+        "accept": accepted,
         "finals": finals,
         "final_probs": candidates.gather(1, finals[:, None])[:, 0],
         # beta_i = sum_x min(p_i(x), q_i(x)) at every drafted position, discarded ones too
@@ -410,12 +437,28 @@ def judge_chain(
         transfer.add(prefix + name, tensor)
 
 
-def settle(host: dict, eos: frozenset[int], remaining: int) -> tuple[list[int], int, int, str, list[int], bool]:
-    """A round's outcome from its transferred values (``host``, names without prefix).
+def emit(accepted_ids: list[int], final: int, eos: frozenset[int], remaining: int) -> tuple[list[int], bool]:
+    """A round's emitted tokens, the accepted drafts and then the final token, cut after the first EOS (kept) and at
+    ``remaining`` tokens; and whether the final token survived the cut. Every loop's one EOS cut."""
+    emitted = [*accepted_ids, final]
+    end = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
+    emitted = emitted[: min(end, remaining)]
+    return emitted, len(emitted) == len(accepted_ids) + 1
 
-    Returns:
-        (draft ids, accepted drafts, final token, its kind "correction" / "bonus" / "target",
-        the emitted tokens cut at the first EOS and at ``remaining``, whether the final token is kept).
+
+class RoundOutcome(NamedTuple):
+    """What a round settled (``round_outcome``)."""
+
+    draft_ids: list[int]  # every draft proposed, in order
+    accepted: int  # the first ``accepted`` drafts stand
+    final: int  # the correction (after a rejection), the bonus (all accepted), or the baseline's own token
+    kind: str  # "correction", "bonus" or "target"
+    emitted: list[int]  # ``emit``: accepted drafts and the final token, cut at EOS and the token budget
+    keeps_final: bool  # whether the final token is among the emitted
+
+
+def round_outcome(host: dict, eos: frozenset[int], remaining: int) -> RoundOutcome:
+    """A chain round's outcome from its transferred values (``host``, names without prefix).
 
     Raises:
         ValueError: a model produced NaN or infinite probabilities.
@@ -427,55 +470,47 @@ def settle(host: dict, eos: frozenset[int], remaining: int) -> tuple[list[int], 
     n_acc = next((i for i, a in enumerate(host["accept"]) if not a), g)
     final = int(host["finals"][n_acc])
     kind = "correction" if n_acc < g else ("bonus" if g else "target")
-    emitted = draft_ids[:n_acc] + [final]
-    # Stop at the first EOS (kept), and never past max_new_tokens.
-    cut = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
-    emitted = emitted[: min(cut, remaining)]
-    return draft_ids, n_acc, final, kind, emitted, len(emitted) == n_acc + 1
+    emitted, keeps_final = emit(draft_ids[:n_acc], final, eos, remaining)
+    return RoundOutcome(draft_ids, n_acc, final, kind, emitted, keeps_final)
 
 
-def extend_trace(
-    trace: Trace, emitted: list[int], eos: frozenset[int], max_new_tokens: int, clock: Clock, tokenizer
-) -> bool:
+def extend_trace(trace: Trace, emitted: list[int], run: RunSetup, clock: Clock) -> bool:
     """Append a round's emitted tokens to ``trace``; stop it at an EOS (kept, always the last
     emitted token) or at ``max_new_tokens``, decoding its text then. Returns whether it stopped."""
     trace.output_ids.extend(emitted)
-    if emitted and emitted[-1] in eos:
+    if emitted and emitted[-1] in run.eos:
         trace.stop_reason = "eos"
-    elif len(trace.output_ids) >= max_new_tokens:
+    elif len(trace.output_ids) >= run.options.max_new_tokens:
         trace.stop_reason = "max_new_tokens"
     trace.total_ms = clock.since_start()
     if trace.stop_reason:
+        tokenizer = run.options.tokenizer
         trace.output_text = tokenizer.decode(trace.output_ids) if tokenizer is not None else ""
     return trace.stop_reason is not None
 
 
+class RoundTimes(NamedTuple):
+    """A round's times in ms: drafting, verifying (the target's pass and the judging), and its end since the run's
+    start."""
+
+    draft_ms: float
+    verify_ms: float
+    end_ms: float
+
+
 def round_record(
-    host: dict,
-    draft_ids: list[int],
-    n_acc: int,
-    final: int,
-    kind: str,
-    keeps_final: bool,
-    emitted: list[int],
-    sources: list[int] | None,
-    decode,
-    top_k: int,
-    allowed: int,
-    draft_ms: float,
-    verify_ms: float,
-    end_ms: float,
-    features_from: int | None = None,
-    own_tokens: list[int] | None = None,
-    shared_mass: list[float] | None = None,
+    host: dict, outcome: RoundOutcome, proposal: Proposal, *, decode, top_k: int, gamma: int, times: RoundTimes
 ) -> Round:
-    """The Round record from one round's transferred values (``host``, by name); ``features_from``,
-    ``own_tokens`` and ``shared_mass`` as the Proposal's fields."""
+    """The Round record of a chain round from its transferred values (``host``, by name), its outcome and the
+    drafter's proposal (where drafts were copied from, whose features, a cross-tokenizer drafter's own tokens and
+    shared mass); ``gamma``: the drafts the round allowed."""
+    draft_ids, n_acc, final, kind, emitted, keeps_final = outcome
     g = len(draft_ids)
     texts = decode(draft_ids + [final])
     top = {key: host[key][n_acc * top_k : (n_acc + 1) * top_k] for key in ("top_ids", "top_prob", "top_p", "top_q")}
     top_ids = [int(t) for t in top["top_ids"]]
     verdicts = _verdicts(g, n_acc)
+    sources, own_tokens, shared_mass = proposal.sources, proposal.own_tokens, proposal.shared_mass
     drafts = [
         Draft(
             token_id=draft_ids[i],
@@ -505,14 +540,9 @@ def round_record(
         ]
         if keeps_final
         else [],
-        draft_ms=draft_ms,
-        verify_ms=verify_ms,
-        end_ms=end_ms,
-        gamma=allowed,
-        features_from=features_from if g else None,
+        draft_ms=times.draft_ms,
+        verify_ms=times.verify_ms,
+        end_ms=times.end_ms,
+        gamma=gamma,
+        features_from=proposal.features_from if g else None,
     )
-
-
-# The former private names, kept while branches written against them are merged.
-_Clock, _Transfer, _judge, _settle, _extend, _round = Clock, Transfer, judge_chain, settle, extend_trace, round_record
-_settings, _validate = run_settings, validate_inputs

@@ -10,11 +10,12 @@ sliding-window model (Mistral's ``sliding_window``) gets layers that keep only t
 cannot be rolled back once it is full. A plain cache keeps every position and the model's own
 attention mask still applies the window, so the cached run equals the re-fed one.
 
-``cached=False`` gives the reference path of the tests: the whole sequence is re-fed on every
+``cached="re-fed"`` gives the reference path of the tests: the whole sequence is re-fed on every
 call and nothing is kept, so a cache bug cannot hide in both paths at once.
 
-``make_runner`` picks a runner by the loops' ``cached`` argument: this module's, the static cache's
-(``specviz.engine.cache``, "static") or CUDA graphs over it (``specviz.engine.graphs``, "graphs").
+``make_runner`` picks a runner by the loops' ``cached`` argument, one of ``Cache``: this module's ("dynamic", or
+"re-fed" without a cache), the static cache's (``specviz.engine.cache``, "static") or CUDA graphs over it
+(``specviz.engine.graphs``, "graphs").
 "auto", the loops' default, is CUDA graphs over the static cache on a CUDA device and this module's
 dynamic cache elsewhere (``choose_cache``: on a CPU a pass is bound by its arithmetic, not by launches,
 and the dynamic cache measured no slower there). Every runner names what it is (``engine``), says
@@ -24,8 +25,9 @@ given back when its run ends (``release``: a graphed runner's one cache serves o
 
 from __future__ import annotations
 
+from typing import Literal, NamedTuple, get_args
+
 import torch
-from typing import NamedTuple
 
 from transformers import DynamicCache
 
@@ -39,20 +41,20 @@ class ModelRunner:
         model: a transformers causal LM, already on its device and in eval mode.
         vocab_size: logits are cut to this many columns (the tokenizer's size), because
             models of one family pad their embedding tables differently.
-        cached: keep a KV cache (True) or re-feed the whole sequence each call (False).
+        keeps_cache: keep a KV cache (True, "dynamic") or re-feed the whole sequence each call (False, "re-fed").
     """
 
-    def __init__(self, model, vocab_size: int, cached: bool = True, keep_features: bool = False, note: str = ""):
+    def __init__(self, model, vocab_size: int, keeps_cache: bool = True, keep_features: bool = False, note: str = ""):
         self.model = model
-        self.engine = "dynamic" if cached else "re-fed"
+        self.engine = "dynamic" if keeps_cache else "re-fed"
         self.note = note
         self.keep_features = keep_features
         # (first position, (k, H) last hidden states of the positions fed by the latest pass),
         # kept when ``keep_features`` (an EAGLE drafter reads them)
         self.features: tuple[int, torch.Tensor] | None = None
         self.vocab_size = vocab_size
-        self.cached = cached
-        self.cache = DynamicCache() if cached else None  # no config: see the module docstring
+        self.keeps_cache = keeps_cache
+        self.cache = DynamicCache() if keeps_cache else None  # no config: see the module docstring
         self.seen = 0  # tokens whose keys and values are in the cache
         self.passes = 0  # forward passes made
 
@@ -69,7 +71,7 @@ class ModelRunner:
         """
         self.passes += 1
         extra = {"output_hidden_states": True} if self.keep_features else {}
-        if not self.cached:
+        if not self.keeps_cache:
             out = self.model(input_ids=seq[None, :end], use_cache=False, logits_to_keep=n_last, **extra)
             if self.keep_features:
                 self.features = (0, out.hidden_states[-1][0])
@@ -83,12 +85,12 @@ class ModelRunner:
 
     def prefill(self, seq: torch.Tensor, end: int) -> None:
         """Put ``seq[:end]`` in the cache (no-op for an empty prefix or without a cache)."""
-        if self.cached and end > self.seen:
+        if self.keeps_cache and end > self.seen:
             self.logits(seq, end, 1)
 
     def rollback(self, length: int) -> None:
         """Keep only the first ``length`` positions in the cache (no-op if it holds fewer)."""
-        if self.cached and self.seen > length:
+        if self.keeps_cache and self.seen > length:
             self.cache.crop(length - self.seen)
             self.seen = length
 
@@ -96,46 +98,51 @@ class ModelRunner:
         """The run is over (nothing to give back: the cache is this runner's own)."""
 
 
-CACHES = (True, False, "static", "graphs", "auto")
+# The passes' KV cache, as the loops' ``cached`` argument names it: "auto" (graphs on a GPU, else dynamic:
+# ``choose_cache``), transformers' "dynamic" cache, the "static" cache, CUDA "graphs" over it, or none ("re-fed": the
+# whole sequence fed again each pass, the tests' reference).
+Cache = Literal["auto", "dynamic", "static", "graphs", "re-fed"]
+CACHES: tuple[str, ...] = get_args(Cache)
 
 
 class CacheChoice(NamedTuple):
     """What "auto" runs a model's passes over: ``cached`` as ``make_runner`` takes it, and why not graphs on a GPU."""
 
-    cached: bool | str
+    cached: Cache
     reason: str
 
 
 def choose_cache(model, keep_features: bool = False) -> CacheChoice:
     """"auto" for ``model``: "graphs" on a device that replays CUDA graphs (``specviz.engine.graphs.supported``),
     unless the run reads the target's features (EAGLE: the dynamic cache keeps them) or the model's layers mix
-    sliding and full attention (one static mask cannot serve them); True (the dynamic cache) otherwise, with
+    sliding and full attention (one static mask cannot serve them); "dynamic" otherwise, with
     the reason where the device could have replayed graphs (none on a CPU, where the dynamic cache is the form)."""
     from specviz.engine import graphs
     from specviz.engine.cache import _window
 
     if not graphs.supported(model):
-        return CacheChoice(True, "")
+        return CacheChoice("dynamic", "")
     if keep_features:
         return CacheChoice(
-            True, "eager passes over the dynamic cache: the EAGLE drafter reads the target's features there"
+            "dynamic", "eager passes over the dynamic cache: the EAGLE drafter reads the target's features there"
         )
     try:
         _window(model.config)
     except ValueError as err:
-        return CacheChoice(True, f"eager passes over the dynamic cache: {err}")
+        return CacheChoice("dynamic", f"eager passes over the dynamic cache: {err}")
     return CacheChoice("graphs", "")
 
 
 def make_runner(
     model,
     vocab_size: int,
-    cached: bool | str = "auto",
+    cached: Cache = "auto",
     capacity: int | None = None,
     role: str = "target",
     keep_features: bool = False,
 ):
-    """The runner for ``cached``: True a ``DynamicCache`` (``ModelRunner``), False the re-fed reference,
+    """The runner for ``cached``: "dynamic" a ``DynamicCache`` (``ModelRunner``), "re-fed" the reference without a
+    cache,
     "static" a ``StaticRunner`` over a preallocated cache, "graphs" the model's ``specviz.engine.graphs.GraphedRunner``
     (CUDA graphs over a static cache, captured on first use; one per ``role``, "target" or "drafter"), "auto"
     what ``choose_cache`` picks: the graphed runner where it is free (``specviz.engine.graphs.hold``), else the
@@ -156,9 +163,9 @@ def make_runner(
                 return runner
             return ModelRunner(model, vocab_size, True, keep_features=keep_features, note=note)
         return ModelRunner(model, vocab_size, True, keep_features=keep_features, note=choice.reason)
-    if keep_features and cached not in (True, False):
+    if keep_features and cached not in ("dynamic", "re-fed"):
         raise ValueError(
-            "the EAGLE drafter reads the target's features over the dynamic cache: run it with cached=True"
+            'the EAGLE drafter reads the target\'s features over the dynamic cache: run it with cached="dynamic"'
         )
     if cached == "graphs":
         from specviz.engine.graphs import graphed
@@ -168,6 +175,6 @@ def make_runner(
         from specviz.engine.cache import StaticRunner
 
         return StaticRunner(model, vocab_size, capacity)
-    if cached is True or cached is False:
-        return ModelRunner(model, vocab_size, cached, keep_features=keep_features)
-    raise ValueError(f"cached must be one of {CACHES}, got {cached!r}")
+    if cached in ("dynamic", "re-fed"):
+        return ModelRunner(model, vocab_size, cached == "dynamic", keep_features=keep_features)
+    raise ValueError(f"cached must be one of {', '.join(CACHES)}, got {cached!r}")

@@ -13,6 +13,8 @@ something false.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from specviz.engine import rejection
@@ -63,4 +65,4 @@ def fault_steps(name: str) -> rejection.Steps:
         "drafter_only_filters": {"target_probs": drafter_only_filters},
         "accept_leq": {"accept": lambda u, q_x, p_x: u * q_x <= p_x},
     }[name]
-    return rejection.Steps(**replaced)
+    return dataclasses.replace(exact, **replaced)  # "none": the exact steps themselves

@@ -34,7 +34,7 @@ class Latest:
         return self.latest
 
 
-ENGINE_CACHED = {"dynamic": True, "re-fed": False, "static": "static"}  # a trace's engine -> the loops' ``cached``
+ENGINE_CACHED = {"dynamic": "dynamic", "re-fed": "re-fed", "static": "static"}  # a trace's engine -> its ``cached``
 
 
 def on_the_same_engine(speculative: Latest, input_ids: list[int], target, **common) -> Iterator[Trace]:

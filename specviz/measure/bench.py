@@ -73,7 +73,7 @@ METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate
 CACHE_METHODS = ["autoregressive_eager", "hf_generate_static"]  # added with a static cache or graphs
 WARM_EVERY_PROMPT = ("hf_generate_static",)  # methods warmed up on every prompt before the timed runs
 # --cache: the loops' ``cached`` argument
-CACHES = {"dynamic": True, "static": "static", "graphs": "graphs", "auto": "auto"}
+CACHES = {"dynamic": "dynamic", "static": "static", "graphs": "graphs", "auto": "auto"}
 # the table's rows, where measured
 SHOWN = ["autoregressive", "autoregressive_fp32", *METHODS[1:], "speculative_argmax"]
 
@@ -153,7 +153,7 @@ def _runner(
     exit_layer: int | None = None,
     confidence: float = 0.4,
     tree=None,
-    cached=True,
+    cached="dynamic",
     auto=None,
     drafts: str = "sampled",
 ):
@@ -162,7 +162,7 @@ def _runner(
     common = dict(sampling=sampling, max_new_tokens=n, eos_token_id=None)
     if method == "autoregressive_eager":  # the dynamic cache by name: the loops' own default is "auto" (graphs on CUDA)
         return lambda ids, seed: autoregressive_generate(
-            ids, pair.target, seed=seed, vocab_size=pair.vocab_size, cached=True, **common
+            ids, pair.target, seed=seed, vocab_size=pair.vocab_size, cached="dynamic", **common
         )
     common["cached"] = cached
     if method == "autoregressive":

@@ -116,7 +116,7 @@ def masked_logits(
     model, dtype = runner.model, runner.model.dtype
     keep = getattr(runner, "keep_features", False)
     extra = {"output_hidden_states": True} if keep else {}
-    if runner.cached:
+    if runner.keeps_cache:
         mask = tree_masks(model.config, prefix, allow[-new:], positions, dtype, windowed)
         out = model(
             input_ids=tokens[None, -new:],
@@ -158,7 +158,7 @@ def compact(runner: ModelRunner, seq: torch.Tensor, prefix: int, keep: list[int]
     """
     if how not in COMPACTIONS:
         raise ValueError(f"cache compaction must be one of {', '.join(COMPACTIONS)}")
-    if not runner.cached:
+    if not runner.keeps_cache:
         return
     if hasattr(runner, "compact") and how == "gather":  # a static cache: in place, by index
         runner.compact(prefix, keep)

@@ -34,7 +34,7 @@ import torch
 
 from specviz import theory as chain_theory
 from specviz.engine.rounds import held
-from specviz.engine.runner import make_runner
+from specviz.engine.runner import Cache, make_runner
 from specviz.engine.sampling import Sampling, contexts
 from specviz.engine.stopping import ProgressReport, StopCheck, Stopped, asked, run_steps
 from specviz.engine.tree.attention import ancestor_matrix, masked_logits
@@ -577,9 +577,9 @@ def teacher_forced(
     ctx = contexts(seq, range(first + 1, first + 1 + count), vocab_size) if sampling.needs_context else None
     warpers = sampling.warpers()
     with torch.inference_mode():
-        p_logits = make_runner(target, vocab_size, False).logits(seq, len(seq), len(seq))[first : first + count]
+        p_logits = make_runner(target, vocab_size, "re-fed").logits(seq, len(seq), len(seq))[first : first + count]
         q_logits = (
-            make_runner(drafter_model, vocab_size, False)
+            make_runner(drafter_model, vocab_size, "re-fed")
             .logits(seq.to(next(drafter_model.parameters()).device), len(seq), len(seq))[first : first + count]
             .to(device)
         )
@@ -976,7 +976,7 @@ def pass_ms(
     nodes: list[int],
     vocab: int,
     repeats: int = 7,
-    cached: bool | str = "auto",
+    cached: Cache = "auto",
     stop: StopCheck | None = None,
 ) -> dict[int, float]:
     """{n: ms} of ``model``'s fastest masked pass over the pending token and n nodes after ``prompt_ids``,
@@ -994,7 +994,7 @@ def pass_ms_steps(
     nodes: list[int],
     vocab: int,
     repeats: int = 7,
-    cached: bool | str = "auto",
+    cached: Cache = "auto",
     stop: StopCheck | None = None,
 ):
     """``pass_ms`` as steps: yields None after the warm-up and after each repeat (every size timed once), returns
@@ -1039,7 +1039,7 @@ def verify_cost_curve(
     nodes: list[int],
     vocab: int,
     repeats: int = 7,
-    cached: bool | str = "auto",
+    cached: Cache = "auto",
     stop: StopCheck | None = None,
 ) -> dict[int, float]:
     """v(n) for each n in ``nodes``: the fastest of ``repeats`` masked target passes over the pending token

@@ -17,9 +17,19 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from specviz.engine import rejection
-from specviz.engine.drafter import DraftRequest
-from specviz.engine.rounds import TOP_TOKENS, extend_trace, held, open_run, Transfer, set_up, start_sequence
-from specviz.engine.runner import make_runner
+from specviz.engine.drafter import DraftRequest, check_trees
+from specviz.engine.rounds import (
+    TOP_TOKENS,
+    RunOptions,
+    Transfer,
+    emit,
+    extend_trace,
+    held,
+    open_run,
+    set_up,
+    start_sequence,
+)
+from specviz.engine.runner import Cache, make_runner
 from specviz.engine.sampling import Sampling
 from specviz.trace import Draft, Round, TopToken, Trace
 from specviz.engine.tree.accept import NO_FAULT, TreeFault, judge, judge_greedy
@@ -41,7 +51,7 @@ def tree_stream(
     tokenizer=None,
     vocab_size: int | None = None,
     record: bool = True,
-    cached: bool | str = "auto",
+    cached: Cache = "auto",
     compaction: str = "gather",
     fault: TreeFault = NO_FAULT,
 ) -> Iterator[Trace]:
@@ -55,84 +65,84 @@ def tree_stream(
     Raises:
         ValueError: as speculative_stream; a repetition penalty (not supported with trees: each
             node would need its own path's context).
-        TypeError: a drafter that cannot draft trees.
+        UnsupportedDrafting (a TypeError): a drafter that cannot draft trees (``Drafter.drafts_trees``), before the
+            run starts.
     """
+    options = RunOptions(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, seed=seed,
+                         tokenizer=tokenizer, vocab_size=vocab_size, record=record, cached=cached)
+    yield from tree_rounds(input_ids, drafter, target, tree, options, compaction=compaction, fault=fault)
+
+
+def tree_rounds(
+    input_ids: list[int],
+    drafter,
+    target,
+    tree: TreeSpec,
+    options: RunOptions,
+    *,
+    compaction: str = "gather",
+    fault: TreeFault = NO_FAULT,
+) -> Iterator[Trace]:
+    """``tree_stream``'s numbered steps, yielding the Trace after each round; arguments and errors as
+    ``tree_stream`` (its run-wide ones in ``options``)."""
     if not isinstance(tree, TreeSpec):
         raise TypeError(f"tree must be a specviz.engine.tree.spec.TreeSpec, got {type(tree).__name__}")
+    sampling = options.sampling
     if isinstance(sampling, Sampling) and sampling.needs_context:
         raise ValueError("token trees do not support a repetition penalty yet: set it to 1")
-    run = set_up(drafter, target, sampling, eos_token_id, tokenizer, vocab_size)
-    drafter, vocab, eos, device, decode, warpers = run.drafter, run.vocab, run.eos, run.device, run.decode, run.warpers
+    run = set_up(drafter, target, options)
+    drafter, device = run.drafter, run.device
+    check_trees(drafter)
     # No gamma: a tree's depth is recorded in settings["tree"] and each round's TreeRecord.
-    trace, seq, history, gen = start_sequence(
-        run,
-        input_ids,
-        sampling,
-        seed,
-        max_new_tokens,
-        tokenizer,
-        None,
-        max_new_tokens + tree.depth + 1,
-        drafter=drafter.describe(),
-        gamma_schedule={"kind": "constant"},
-        tree=tree.describe(),
-    )
+    trace, seq, history, gen = start_sequence(run, input_ids, gamma=None, room=options.max_new_tokens + tree.depth + 1,
+                                              drafter=drafter.describe(), gamma_schedule={"kind": "constant"},
+                                              tree=tree.describe())
     n_prompt = len(input_ids)
     # An EAGLE drafter reads the target's features: the prefill's, then the accepted path's each round.
     reads_features = drafter.reads_target_features
-    runner = make_runner(target, vocab, cached, keep_features=reads_features)
+    runner = make_runner(target, run.vocab, options.cached, keep_features=reads_features)
+    top_k = min(TOP_TOKENS, run.vocab) if options.record else 0
     with held(runner, drafter):  # given back when the run ends, however it ends
-        clock = open_run(runner, drafter, trace, seq, n_prompt, vocab, cached, device)
-        top_k = min(TOP_TOKENS, vocab) if record else 0
-
+        clock = open_run(runner, run, trace, seq, n_prompt)
         n = n_prompt
         while True:
-            with torch.inference_mode():  # per round: inference mode is thread-local
-                remaining = n_prompt + max_new_tokens - n
+            with torch.inference_mode():  # per round, left before each yield (``Clock.hand_over``)
+                remaining = n_prompt + options.max_new_tokens - n
+                depth = min(tree.depth, remaining)
                 t0 = clock.mark()
                 # 1. Draft a tree no deeper than the tokens still allowed.
-                request = DraftRequest(
-                    seq, n, min(tree.depth, remaining), history, sampling, warpers, gen, vocab, lambda q: True
-                )
+                request = DraftRequest(seq=seq, n=n, gamma=depth, history=history, sampling=sampling,
+                                       warpers=run.warpers, gen=gen, vocab=run.vocab, keep_drafting=lambda q: True)
                 passes_before = _drafter_passes(drafter)
-                drafted = drafter.propose_tree(request, tree, min(tree.depth, remaining))
+                drafted = drafter.propose_tree(request, tree, depth)
                 drafted_passes = _drafter_passes(drafter) - passes_before
                 t1 = clock.mark()
+
                 # 2. Verify: the pending token (slot 0) and every node, one pass, each under its own path.
                 slot_parents = [-1] + [p + 1 for p in drafted.parents]
                 tokens = torch.cat([seq[n - 1 : n], drafted.tokens])
                 positions = torch.tensor([n - 1] + [n - 1 + d for d in drafted.depths], dtype=torch.long, device=device)
-                logits = masked_logits(
-                    runner,
-                    seq,
-                    n - 1,
-                    tokens,
-                    positions,
-                    ancestor_matrix(slot_parents).to(device),
-                    len(slot_parents),
-                    windowed=not fault.window_ignored,
-                )
-                # 3. Judge every node's children; each node's final token.
-                host = _verdicts(logits, drafted, sampling, warpers, gen, fault, top_k, record).fetch()
+                logits = masked_logits(runner, seq, n - 1, tokens, positions, ancestor_matrix(slot_parents).to(device),
+                                       len(slot_parents), windowed=not fault.window_ignored)
+
+                # 3. Accept: every node's children judged in turn against the residual its earlier siblings left
+                # (``specviz.engine.tree.accept``), and each slot's final token, a correction or the bonus.
+                host = judge_slots(logits, drafted, sampling, run.warpers, gen, fault, top_k, options.record).fetch()
                 t2 = clock.mark()
                 if not host["finite"][0]:
                     raise ValueError(
                         "a model produced NaN or infinite probabilities; refusing to sample an invalid token"
                     )
 
-                # 4. Walk: from the pending token into accepted children.
+                # 4. Walk: from the pending token into accepted children; emit the path and the final token.
                 path, slot = [], 0
                 while host["accepted_child"][slot] >= 0:
                     slot = int(host["accepted_child"][slot])
                     path.append(slot - 1)
                 node_tokens = [int(t) for t in host["tokens"]]
                 final = int(host["finals"][slot])
-                has_children = (slot - 1) in drafted.parents
-                kind = "target" if not drafted.size else ("correction" if has_children else "bonus")
-                emitted = [node_tokens[i] for i in path] + [final]
-                cut = next((i + 1 for i, t in enumerate(emitted) if t in eos), len(emitted))
-                emitted = emitted[: min(cut, remaining)]
-                keeps_final = len(emitted) == len(path) + 1
+                kind = "target" if not drafted.size else ("correction" if (slot - 1) in drafted.parents else "bonus")
+                emitted, keeps_final = emit([node_tokens[i] for i in path], final, run.eos, remaining)
 
                 # 5. Compact both caches to the accepted path; the newest token is fed next round.
                 seq[n : n + len(path)] = torch.tensor([node_tokens[i] for i in path], dtype=torch.long, device=device)
@@ -146,36 +156,17 @@ def tree_stream(
                 history.extend(emitted)
 
                 # 6. Record.
-                if record:
-                    trace.rounds.append(
-                        _round(
-                            host,
-                            drafted,
-                            node_tokens,
-                            path,
-                            final,
-                            kind,
-                            keeps_final,
-                            emitted,
-                            slot,
-                            decode,
-                            top_k,
-                            clock.ms(t0, t1),
-                            clock.ms(t1, t2),
-                            clock.since_start(),
-                            drafted_passes,
-                        )
-                    )
-                extend_trace(trace, emitted, eos, max_new_tokens, clock, tokenizer)
+                if options.record:
+                    trace.rounds.append(_round(host, drafted, node_tokens, path, final, kind, keeps_final, emitted,
+                                               slot, run.decode, top_k, clock.ms(t0, t1), clock.ms(t1, t2),
+                                               clock.since_start(), drafted_passes))
+                extend_trace(trace, emitted, run, clock)
+            yield from clock.hand_over(trace)
             if trace.stop_reason:
-                yield trace
                 return
-            suspended = clock.suspend()
-            yield trace
-            clock.resume(suspended)
 
 
-def _verdicts(
+def judge_slots(
     logits: torch.Tensor,
     drafted: DraftTree,
     sampling: Sampling,
@@ -185,8 +176,9 @@ def _verdicts(
     top_k: int,
     record: bool = True,
 ) -> Transfer:
-    """Step 3 of a round: every node's verdict, each slot's final token and, for the records, each
-    slot's ``top_k`` tokens of the p' its final token came from, packed for one transfer.
+    """Step 3 of a round: every node's verdict by the tree's acceptance rule (``specviz.engine.tree.accept``), each
+    slot's final token and, for the records, each slot's ``top_k`` tokens of the p' its final token came from, packed
+    for one transfer.
 
     ``logits``: (N + 1, V) the verify pass's, slot 0 the pending token. Greedy runs (no fault
     planted) judge from each slot's argmax alone (``judge_greedy``); the others through the
