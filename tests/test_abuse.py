@@ -197,7 +197,7 @@ def test_exports_and_copies_are_bounded_in_count_and_bytes(app, client, tmp_path
     # A loaded upload is offered for download as it is: no copy is written.
     before = set(downloads.folder().glob("*.json"))
     good = tmp_path / "good.json"
-    from specviz.ui.guard.limits import RECORDINGS
+    from specviz.ui.page.defaults import RECORDINGS
 
     good.write_bytes((RECORDINGS / f"{examples()[0]}.json").read_bytes())
     for _ in range(3):
@@ -209,7 +209,7 @@ def test_an_export_too_large_is_refused_before_it_is_written(monkeypatch):
     from specviz.recording import Recording
     from specviz.ui.guard import downloads
     from specviz.ui.tabs.files import examples
-    from specviz.ui.guard.limits import RECORDINGS
+    from specviz.ui.page.defaults import RECORDINGS
 
     rec = Recording.load(RECORDINGS / f"{examples()[0]}.json")
     monkeypatch.setattr(downloads, "EXPORT_MAX_UNITS", downloads.export_units(rec) - 1)
@@ -238,7 +238,7 @@ def test_the_download_folder_is_removed_on_sigterm(tmp_path):
         assert wait_until(lambda: _up(f"http://127.0.0.1:{port}"), 180)
         from specviz.ui.tabs.files import examples
 
-        from specviz.ui.guard.limits import RECORDINGS
+        from specviz.ui.page.defaults import RECORDINGS
 
         visitor = Client(f"http://127.0.0.1:{port}", verbose=False)
         visitor.predict(examples()[0], api_name="/load_prepared")
@@ -266,7 +266,7 @@ def _up(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def good() -> dict:
-    from specviz.ui.guard.limits import RECORDINGS
+    from specviz.ui.page.defaults import RECORDINGS
 
     return json.loads((RECORDINGS / "sampled-gamma8.json").read_text())
 
@@ -473,7 +473,7 @@ def test_malformed_uploads_get_a_400_and_a_bounded_log(app, capfd):
 
 
 def test_the_log_budget_caps_each_address_and_everyone():
-    from specviz.ui.guard.server import LogBudget
+    from specviz.ui.guard.budgets import LogBudget
 
     budget = LogBudget(per_client=2, total=3, window_s=600)
     assert [budget.take("a"), budget.take("a"), budget.take("a")] == [1, 2, None]

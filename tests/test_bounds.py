@@ -183,11 +183,11 @@ def _upload_codes(url: str, headers_each: list[list[tuple[str, str]]], address: 
 
 
 def test_a_spoofed_forwarded_header_from_loopback_is_not_trusted_by_default(served, monkeypatch):
-    from specviz.ui.guard import address, server
+    from specviz.ui.guard import address, budgets, server
 
     monkeypatch.setattr(address, "TRUSTED_PROXIES", 0)
     monkeypatch.setattr(
-        server, "UPLOADS", server.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600)
+        server, "UPLOADS", budgets.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600)
     )
     # From 127.0.0.1, the address uvicorn trusts the header from unless told otherwise.
     codes = _upload_codes(served[1], [[("x-forwarded-for", f"198.51.100.{i}")] for i in range(4)], address="127.0.0.1")
@@ -195,11 +195,11 @@ def test_a_spoofed_forwarded_header_from_loopback_is_not_trusted_by_default(serv
 
 
 def test_every_forwarded_header_line_is_read_at_the_configured_depth(served, monkeypatch):
-    from specviz.ui.guard import address, server
+    from specviz.ui.guard import address, budgets, server
 
     monkeypatch.setattr(address, "TRUSTED_PROXIES", 1)
     monkeypatch.setattr(
-        server, "UPLOADS", server.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600)
+        server, "UPLOADS", budgets.UploadBudget(per_client=int(2.5 * 2**20), total=64 * 2**20, window_s=600)
     )
     # The client writes a line of its own each time; the one proxy appends the address it saw as another line.
     lines = [[("x-forwarded-for", f"198.51.100.{i}"), ("x-forwarded-for", "203.0.113.7")] for i in range(4)]
@@ -227,7 +227,7 @@ def test_client_address_joins_header_lines_and_counts_from_the_right():
 def prepared():
     from specviz.recording import Recording
     from specviz.ui.tabs.files import examples
-    from specviz.ui.guard.limits import RECORDINGS
+    from specviz.ui.page.defaults import RECORDINGS
 
     return Recording.load(RECORDINGS / f"{examples()[0]}.json")
 
@@ -652,7 +652,7 @@ def test_an_upload_cut_off_or_refused_leaves_no_temporary_file(served, monkeypat
     import socket
     from urllib.parse import urlparse
 
-    from specviz.ui.guard import server
+    from specviz.ui.guard import budgets, server
     from specviz.ui.guard.disk import cache_root
 
     url = served[1]
@@ -673,7 +673,7 @@ def test_an_upload_cut_off_or_refused_leaves_no_temporary_file(served, monkeypat
             + b"x" * 300_000
         )
         time.sleep(1.0)
-    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=2**20, total=64 * 2**20, window_s=600))
+    monkeypatch.setattr(server, "UPLOADS", budgets.UploadBudget(per_client=2**20, total=64 * 2**20, window_s=600))
     with client(B) as http:  # refused by the budget part way
         r = http.post(
             f"{url}/gradio_api/upload", files={"files": ("x.json", os.urandom(3 * 2**20), "application/json")}
@@ -715,7 +715,7 @@ def test_a_load_writes_no_empty_file(served, prepared, tmp_path):
 
     from specviz.ui.guard.disk import cache_root
     from specviz.ui.tabs.files import examples
-    from specviz.ui.guard.limits import RECORDINGS
+    from specviz.ui.page.defaults import RECORDINGS
 
     root = cache_root()
     good = tmp_path / "good.json"

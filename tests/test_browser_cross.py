@@ -14,7 +14,7 @@ import re
 import pytest
 
 from specviz.pair import CROSS, english_available
-from specviz.ui.guard.limits import CODE_EXAMPLES
+from specviz.ui.page.defaults import CODE_EXAMPLES
 from tests.test_browser import app_url, expect, page, press_generate, shots, tab  # noqa: F401 (fixtures)
 
 pytestmark = [

@@ -52,10 +52,10 @@ class LogCount(logging.Handler):
 def watched(capfd, monkeypatch):
     """(log records counter, read stderr): the app's logger at INFO (its refusals show), uvicorn's and the root
     logger watched; the per-address log budgets fresh for the test."""
-    from specviz.ui.guard import checks, server
+    from specviz.ui.guard import budgets, checks
 
-    monkeypatch.setattr(server, "MALFORMED_LOGS", server.LogBudget())
-    monkeypatch.setattr(checks, "REFUSAL_LOGS", server.LogBudget())
+    monkeypatch.setattr(budgets, "MALFORMED_LOGS", budgets.LogBudget())
+    monkeypatch.setattr(checks, "REFUSAL_LOGS", budgets.LogBudget())
     counter = LogCount()
     loggers = [
         logging.getLogger(),
@@ -215,11 +215,11 @@ def test_the_menu_check_reads_a_session_s_own_choices_and_leaves_our_menus_alone
 
 
 def test_an_upload_refused_part_way_leaves_the_connection_usable(app, watched, monkeypatch):
-    from specviz.ui.guard import server
+    from specviz.ui.guard import budgets, server
 
     counter, err = watched
     url = app[1]
-    monkeypatch.setattr(server, "UPLOADS", server.UploadBudget(per_client=2**20, total=64 * 2**20, window_s=30))
+    monkeypatch.setattr(server, "UPLOADS", budgets.UploadBudget(per_client=2**20, total=64 * 2**20, window_s=30))
     with httpx.Client(timeout=60) as http:
         r = http.post(
             f"{url}/gradio_api/upload", files=[("files", (f"f{i}.json", b"{}", "application/json")) for i in range(10)]
@@ -263,7 +263,7 @@ def test_a_recording_of_a_newer_schema_version_is_refused_naming_the_field(where
 
 
 def test_the_upload_budget_says_seconds_under_a_minute_and_rounds_up():
-    from specviz.ui.guard.server import UploadBudget, megabytes, span
+    from specviz.ui.guard.budgets import UploadBudget, megabytes, span
 
     assert (
         UploadBudget(per_client=48 * 2**20, total=2**30, window_s=30).take("a", 49 * 2**20)

@@ -444,9 +444,8 @@ def test_on_a_cpu_the_long_jobs_defaults_are_estimated_to_finish_within_their_ca
     per run on a CPU are sized from the per-step estimate (specviz.ui.running.sizing) to fill at most FILL of
     each cap; a GPU takes the tokens asked."""
     from specviz.ui.running import sizing
-    from specviz.ui.guard.limits import (
-        BATCH_SECONDS_MAX, COMPARE_SECONDS_MAX, DEFAULTS, SWEEP_GAMMAS, SWEEP_SECONDS_MAX,
-    )
+    from specviz.ui.guard.limits import BATCH_SECONDS_MAX, COMPARE_SECONDS_MAX, SWEEP_GAMMAS, SWEEP_SECONDS_MAX
+    from specviz.ui.page.defaults import DEFAULTS
 
     asked = DEFAULTS["max_new_tokens"]
     jobs = [(sizing.compare_steps(k), COMPARE_SECONDS_MAX) for k in (4, 5)] + [

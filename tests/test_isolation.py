@@ -299,11 +299,11 @@ def test_a_refused_pair_leaves_the_resident_pair_loaded(monkeypatch):
 
 
 def test_uploads_over_the_budget_are_refused(app, monkeypatch):
-    from specviz.ui.guard import server
+    from specviz.ui.guard import budgets, server
 
     url = app[1]
     monkeypatch.setattr(
-        server, "UPLOADS", server.UploadBudget(per_client=int(3.5 * 2**20), total=int(5.5 * 2**20), window_s=600)
+        server, "UPLOADS", budgets.UploadBudget(per_client=int(3.5 * 2**20), total=int(5.5 * 2**20), window_s=600)
     )
     blob = os.urandom(2**20)
     codes = {A: [], B: []}
@@ -317,7 +317,7 @@ def test_uploads_over_the_budget_are_refused(app, monkeypatch):
 
 
 def test_the_upload_budget_counts_per_address_and_in_all():
-    from specviz.ui.guard.server import UploadBudget
+    from specviz.ui.guard.budgets import UploadBudget
 
     budget = UploadBudget(per_client=10, total=15, window_s=60)
     assert budget.take("a", 10) is None and "per visitor" in budget.take("a", 1)

@@ -234,7 +234,7 @@ def test_the_explanation_on_the_page_names_the_pairs_of_the_shipped_files():
 
     from specviz.assets import ASSETS
     from specviz.ui.page.evidence import explanation
-    from specviz.ui.guard.limits import RECORDINGS
+    from specviz.ui.page.defaults import RECORDINGS
 
     text = explanation()
     rec = Recording.load(RECORDINGS / "english-greedy-gamma3-sweep.json")
@@ -287,7 +287,7 @@ def test_the_drafter_menu_follows_a_pair_whose_drafter_has_its_own_tokenizer():
     leaving it goes back to the drafter model; other kinds stay as chosen."""
     from specviz.pair import CROSS, EMBEDDED
     from specviz.ui.page.layout import kind_for_pair
-    from specviz.ui.guard.limits import DRAFTER_CHOICES
+    from specviz.ui.page.defaults import DRAFTER_CHOICES
 
     assert ("drafter model with its own tokenizer", "cross-tokenizer") in DRAFTER_CHOICES
     assert kind_for_pair(CROSS, "model")["value"] == "cross-tokenizer"
@@ -298,7 +298,7 @@ def test_the_drafter_menu_follows_a_pair_whose_drafter_has_its_own_tokenizer():
 def test_a_pair_brings_its_own_prompt_and_chat_setting_and_a_prompt_the_visitor_wrote_stays():
     from specviz.pair import CROSS, EMBEDDED, ENGLISH
     from specviz.ui.page.layout import chat_for_pair, prompt_for_pair
-    from specviz.ui.guard.limits import CODE_EXAMPLES, ENGLISH_EXAMPLES
+    from specviz.ui.page.defaults import CODE_EXAMPLES, ENGLISH_EXAMPLES
 
     if ENGLISH_EXAMPLES:
         assert prompt_for_pair(CROSS, ENGLISH_EXAMPLES[0])["value"] == CODE_EXAMPLES[0]
@@ -315,7 +315,7 @@ def test_each_pair_offers_its_own_kind_of_example_prompt():
     under every other preset; switching the pair shows the matching box and hides the other."""
     from specviz.pair import CROSS, EMBEDDED, PRESETS
     from specviz.ui.page.layout import example_boxes
-    from specviz.ui.guard.limits import ENGLISH_EXAMPLES, example_kind
+    from specviz.ui.page.defaults import ENGLISH_EXAMPLES, example_kind
 
     assert example_kind(EMBEDDED) == "code" and example_kind(CROSS) == "code"
     for name in PRESETS:

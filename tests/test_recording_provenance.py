@@ -10,7 +10,7 @@ import pytest
 
 from specviz.engine import ENGINE_VERSION
 from specviz.recording import Recording, made_by_here
-from specviz.ui.guard.limits import RECORDINGS
+from specviz.ui.page.defaults import RECORDINGS
 from specviz.views.verdict import judge
 
 PREPARED = sorted(RECORDINGS.glob("*.json"))

@@ -179,7 +179,7 @@ def test_200_bad_calls_cost_at_most_a_log_line_each_and_no_traceback(app, capfd,
     address: each is refused with a message naming the field, before any model work; the log (the app's
     refusals at INFO, uvicorn's, stderr) grows by at most one line a call and no traceback. ``-s`` prints the count."""
     from specviz.ui.guard import checks
-    from specviz.ui.guard.server import LogBudget
+    from specviz.ui.guard.budgets import LogBudget
 
     # this test's own budget, unspent by earlier tests
     monkeypatch.setattr(checks, "REFUSAL_LOGS", LogBudget(), raising=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specviz.recording import Recording
-from specviz.ui.guard.limits import RECORDINGS
+from specviz.ui.page.defaults import RECORDINGS
 from specviz.views.charts import round_costs_figure, round_times, target_alone_ms
 
 

@@ -20,7 +20,7 @@ from specviz.recording import Recording
 from specviz.trace import Round
 from specviz.ui.guard import sessions
 from specviz.ui.page import state
-from specviz.ui.guard.limits import RECORDINGS
+from specviz.ui.page.defaults import RECORDINGS
 from specviz.ui.guard.sessions import EMPTY_SESSION_BYTES, RECORD_BYTES, SessionStore, recording_records
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from specviz import theory
 from specviz.recording import Recording
-from specviz.ui.guard.limits import RECORDINGS
+from specviz.ui.page.defaults import RECORDINGS
 from specviz.views.stats import summary, verify_cost_shown
 from specviz.views.theory import WHATIF, WHATIF_DEFAULT, whatif_figure, whatif_markdown, whatif_values
 

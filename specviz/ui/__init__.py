@@ -5,15 +5,17 @@ Only this package and ``app.py`` know Gradio. Every failure a visitor can cause 
 
 Four rooms, one concern a module:
 
-- ``page``: the page itself: ``layout`` (components and wiring only), ``css``, ``outputs`` (a run's
-  outputs by name), ``state`` (per-session state) and ``evidence`` (the Explanation's measured section).
+- ``page``: the page itself: ``layout`` (components and wiring only), ``css``, ``defaults`` (starting
+  values, menus, example prompts, the introduction), ``outputs`` (a run's outputs by name), ``state``
+  (per-session state) and ``evidence`` (the Explanation's measured section).
 - ``tabs``: one handler module per tab or endpoint: ``generate``, ``replay``, ``race``, ``sweep``,
   ``whatif``, ``compare``, ``batch``, ``lab``, ``files``, ``tree`` (the tree control) and ``api`` (/run).
 - ``running``: running a visitor's job: ``device`` (the device halves), ``jobs`` (slots, caps,
   cancellation), ``share`` (device time between visitors), ``halting`` (why a long job ends),
   ``sizing`` (tokens per long job on a CPU), ``pairs`` (the pair a request names) and ``listening``
   (whether anybody reads a job's stream).
-- ``guard``: guarding the server: ``limits`` (caps and defaults), ``checks`` (input checks),
+- ``guard``: guarding the server: ``limits`` (caps), ``budgets`` (upload bytes and log lines per
+  address), ``checks`` (input checks),
   ``request`` (one checked run), ``admission`` (who joins the queue), ``address``, ``sessions``
   (which sessions are kept), ``disk`` (the app's own folder), ``downloads`` (files handed out) and
   ``server`` (middleware, CSP, launch settings).

@@ -31,7 +31,7 @@ import httpx
 from specviz.visitors.attack import App, messages
 from specviz.visitors.sessions import client, fn_index
 from specviz.recording import Recording
-from specviz.ui.guard.limits import DEFAULT_PAIR, DEFAULTS, EXAMPLES
+from specviz.ui.page.defaults import DEFAULT_PAIR, DEFAULTS, EXAMPLES
 
 LOOPBACK = "127.0.0.1"
 

@@ -24,16 +24,15 @@ address makes at most ``NEW_SESSIONS.per_client`` new sessions a minute (``SPECV
 default 120: a class of forty opening the page at once, each reloading twice), past which its jobs naming
 fresh session hashes are refused.
 
-Refusals answer HTTP 429 with a message naming the limit, why, and when it lifts (the page shows it; for a
-503 it would show only "This application is currently busy"), and Retry-After; a job with fewer
-values in ``data`` than its endpoint takes is refused at once (HTTP 400 naming the count), where
-Gradio would queue it and fail it with ``error: null``. So is a job naming no event of the app (an unknown
-``fn_index``: HTTP 404, where Gradio's push raised KeyError, answered 500 with two tracebacks, 99 log lines),
-and one with a value Gradio would fail on before the handler (``specviz.ui.guard.checks.queue_refusal``: a plain
-menu's value outside its choices; HTTP 400 naming the menu and its choices, where Gradio logged a 25-line
-traceback and echoed the value unescaped). Each costs the log one line, within the per-address budgets
-(``specviz.ui.guard.server.note_request``, ``specviz.ui.guard.checks.note_refusal``). A job with no ``fn_index`` is left
-to Gradio's own answer (400, "No function index provided.").
+Refusals answer HTTP 429 with a message naming the limit, why, and when it lifts (the page shows it; for a 503 it would
+show only "This application is currently busy"), and Retry-After; a job with fewer values in ``data`` than its endpoint
+takes is refused at once (HTTP 400 naming the count), where Gradio would queue it and fail it with ``error: null``. So
+is a job naming no event of the app (an unknown ``fn_index``: HTTP 404, where Gradio's push raised KeyError, answered
+500 with two tracebacks, 99 log lines), and one with a value Gradio would fail on before the handler
+(``specviz.ui.guard.checks.queue_refusal``: a plain menu's value outside its choices; HTTP 400 naming the menu and its
+choices, where Gradio logged a 25-line traceback and echoed the value unescaped). Each costs the log one line, within
+the per-address budgets (``specviz.ui.guard.budgets.note_request``, ``specviz.ui.guard.checks.note_refusal``). A job
+with no ``fn_index`` is left to Gradio's own answer (400, "No function index provided.").
 
 ``client_address`` (``specviz.ui.guard.address``) tells visitors apart.
 """
@@ -52,7 +51,7 @@ from specviz.ui.running import share
 from specviz.ui.guard.address import client_address
 from specviz.ui.guard.checks import excerpt, note_refusal, queue_refusal
 from specviz.ui.guard.limits import QUEUE_MAX, whole_number
-from specviz.ui.guard.server import LogBudget, note_request
+from specviz.ui.guard.budgets import LogBudget, note_request
 from specviz.ui.guard.sessions import SessionStore
 
 # New sessions (page loads, fresh session hashes) per address per minute: a flood of fresh hashes costs the

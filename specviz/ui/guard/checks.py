@@ -36,7 +36,7 @@ from specviz.ui.guard.limits import (
     TOP_K_MAX,
 )
 from specviz.ui.guard.address import client_address
-from specviz.ui.guard.server import LogBudget, span
+from specviz.ui.guard.budgets import LogBudget, span
 
 log = logging.getLogger("specviz")
 # Log lines refusals may cost: per client address (refusals made before a handler runs, where Gradio

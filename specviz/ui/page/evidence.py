@@ -10,7 +10,7 @@ import logging
 from specviz.assets import ASSETS
 from specviz.recording import Recording
 from specviz.ui.tabs.files import examples, preset_of
-from specviz.ui.guard.limits import RECORDINGS
+from specviz.ui.page.defaults import RECORDINGS
 from specviz.views import explanation_markdown
 
 log = logging.getLogger("specviz")

@@ -36,7 +36,8 @@ from specviz.pair.drafter import pair_drafter
 from specviz.serving import device_thread, load_thread
 from specviz.engine.zerogpu import on_zerogpu
 from specviz.ui.guard.checks import excerpt, mistake
-from specviz.ui.guard.limits import CODE_EXAMPLES, DEFAULTS, ENGLISH_EXAMPLES, PROMPT_TOKENS_MAX, example_kind
+from specviz.ui.guard.limits import PROMPT_TOKENS_MAX
+from specviz.ui.page.defaults import CODE_EXAMPLES, DEFAULTS, ENGLISH_EXAMPLES, example_kind
 
 log = logging.getLogger("specviz")
 

@@ -16,7 +16,8 @@ from specviz.ui.page import state
 from specviz.ui.guard.checks import mistake
 from specviz.ui.guard.downloads import save_export, save_for_download
 from specviz.ui.running.jobs import background_step, guarded_call
-from specviz.ui.guard.limits import DEFAULTS, PROMPT_CHARS_MAX, RECORDINGS
+from specviz.ui.guard.limits import PROMPT_CHARS_MAX
+from specviz.ui.page.defaults import DEFAULTS, RECORDINGS
 from specviz.ui.page.outputs import everything
 from specviz.views.text import markdown_literal
 from specviz.views.verdict import verdict
