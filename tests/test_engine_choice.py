@@ -295,11 +295,11 @@ def test_a_baseline_runs_on_the_engine_its_speculative_run_got(gpu_like):
     assert base.settings["engine"] == "dynamic" and spec.stop_reason and base.stop_reason
     # one cache free: the speculative run takes it, its baseline finds none; the page then gives no speedup, and says
     # why
-    from specviz.views.verdict import headline_html, judge, verdict
+    from specviz.views.verdict import headline_html, verdict, weigh
 
     spec, base = list(with_baseline_stream(PROMPT, drafter, target, gamma=3, max_new_tokens=10))[-1]
     assert (spec.settings["engine"], base.settings["engine"]) == ("graphs", "dynamic")
-    assert judge(spec, base) is None
+    assert weigh(spec, base) is None
     assert "do not compare" in verdict(spec, base) and "do not compare" in headline_html(spec, base)
 
 

@@ -122,10 +122,12 @@ def test_apply_form_routes_the_pairs_of_large_targets_only(monkeypatch, tmp_path
 def test_bf16_instructions_torch_does_not_run_at_give_fp32(monkeypatch):
     """ATEN_CPU_CAPABILITY=avx2 on a CPU with AVX-512 BF16 imitates a CPU without bf16 instructions: the
     chooser reads the capability torch runs at, so it chooses what such a CPU would."""
-    form = precision.judge(["avx512_bf16"], {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.1}}, capability="AVX2")
+    form = precision.choose_form(
+        ["avx512_bf16"], {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.1}}, capability="AVX2"
+    )
     assert form.dtype == torch.float32 and "AVX2" in form.reason and "avx512_bf16" in form.reason
     assert (
-        precision.judge(["avx512_bf16"], {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.1}}, "AVX512").dtype
+        precision.choose_form(["avx512_bf16"], {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.1}}, "AVX512").dtype
         == torch.bfloat16
     )
     assert precision.usable_bf16(["bf16"], "SVE256") == ["bf16"]  # Arm's flag stands as reported

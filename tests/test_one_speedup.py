@@ -26,7 +26,7 @@ from specviz.views.stats import (
     summary,
     v_below_one,
 )
-from specviz.views.verdict import _alpha_for, headline_html, judge, kind_note, verdict
+from specviz.views.verdict import _alpha_for, headline_html, kind_note, verdict, weigh
 
 
 def _draft(accepted: bool, tested: bool = True) -> Draft:
@@ -147,7 +147,7 @@ def test_verify_names_only_v_and_the_headlines_time_share_is_scoring():
     assert "scoring" in bar and "verify" not in bar
     sentence = verdict(spec, base)
     assert sentence.count("verify") == sentence.count("verify pass at v")  # the one verify: v, per pass
-    j = judge(spec, base)
+    j = weigh(spec, base)
     assert j.verify == pytest.approx(summary(spec, base)["verify_cost"]) and f"v {j.verify:.2f}" in sentence
 
 
@@ -246,7 +246,7 @@ def test_the_verdict_names_the_largest_cause_not_the_verify_pass_whenever_it_exc
     1.03 tokens". Acceptance lost most (3.97 of a possible 5 tokens), and paying needs alpha of about 0.93 at gamma
     4."""
     spec, base = _spread_run([12.0] * 8)
-    j = judge(spec, base)
+    j = weigh(spec, base)
     early = replace(
         j,
         tokens=1.03,
@@ -323,7 +323,7 @@ def test_a_run_too_short_to_measure_v_says_so_instead_of_a_number():
     value, note = _cell(html, V_ROW)
     assert value == "not measured" and "5 verify passes" in note and f"at least {MIN_ROUNDS}" in note
     assert _cell(html, WITH_V)[0] == "–"
-    assert "v not measured (5 verify passes" in verdict(spec, base) and judge(spec, base).verify is None
+    assert "v not measured (5 verify passes" in verdict(spec, base) and weigh(spec, base).verify is None
     from specviz.views.theory import speedup_figure
 
     assert not any("verify cost v =" in (t.name or "") for t in speedup_figure(spec, base).data)

@@ -672,10 +672,10 @@ def test_preload_at_start_up(hub, monkeypatch):
 def test_settle_leaves_the_objects_alive_now_out_of_later_collections_and_thaw_puts_them_back():
     import gc
 
-    from specviz.pair import settle
+    from specviz.pair import freeze_long_lived
     from specviz.pair.memory import thaw
 
-    settle()
+    freeze_long_lived()
     frozen = gc.get_freeze_count()
     assert frozen > 0 and gc.collect() >= 0
     thaw()

@@ -17,7 +17,7 @@ import torch
 from specviz import Sampling, autoregressive_generate, speculative_generate
 from specviz.lab import ALPHA, chi_square, models
 from specviz.pair import precision
-from specviz.pair.precision import CPU_DTYPE_ENV, Form, apply_form, cpu_flags, cpu_form, form_for, judge
+from specviz.pair.precision import CPU_DTYPE_ENV, Form, apply_form, cpu_flags, cpu_form, form_for, choose_form
 
 X86 = "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse avx512f avx512_bf16 amx_tile\n"
 ARM = "processor\t: 0\nFeatures\t: fp asimd bf16 sve\nCPU part\t: 0xd40\n"
@@ -30,11 +30,11 @@ def test_cpu_flags_are_read_from_either_line():
 
 
 def test_judge_needs_the_instructions_and_a_timing_that_agrees():
-    assert judge([], None).dtype == torch.float32 and "no bf16 instructions" in judge([], None).reason
+    assert choose_form([], None).dtype == torch.float32 and "no bf16 instructions" in choose_form([], None).reason
     fast = {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 1.0, 9: 1.2}}
     slow = {"fp32": {1: 2.0, 9: 5.0}, "bf16": {1: 9.0, 9: 30.0}}  # emulated bf16
-    assert judge(["avx512_bf16"], fast).dtype == torch.bfloat16
-    chosen = judge(["avx512_bf16"], slow)
+    assert choose_form(["avx512_bf16"], fast).dtype == torch.bfloat16
+    chosen = choose_form(["avx512_bf16"], slow)
     assert chosen.dtype == torch.float32 and "fp32 stays the faster form" in chosen.reason
 
 

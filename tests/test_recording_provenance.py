@@ -11,7 +11,7 @@ import pytest
 from specviz.engine import ENGINE_VERSION
 from specviz.recording import Recording, made_by_here
 from specviz.ui.page.defaults import RECORDINGS
-from specviz.views.verdict import judge
+from specviz.views.verdict import weigh
 
 PREPARED = sorted(RECORDINGS.glob("*.json"))
 
@@ -74,10 +74,10 @@ ENGLISH_DEFAULT = [
 
 @pytest.mark.parametrize("path", ENGLISH_DEFAULT, ids=lambda p: p.stem)
 def test_a_prepared_english_recording_of_the_default_drafter_shows_speculation_paying(path):
-    """The headline's speedup (``specviz.views.verdict.judge``) of what a class loads first: at least 1.1x, or the
+    """The headline's speedup (``specviz.views.verdict.weigh``) of what a class loads first: at least 1.1x, or the
     title says it shows a slowdown on purpose."""
     rec = Recording.load(path)
-    j = judge(rec.speculative, rec.baseline)
+    j = weigh(rec.speculative, rec.baseline)
     assert j is not None, f"{path.name}: no speedup to show"
     if j.speedup < 1.1:
         assert "slowdown" in rec.title.lower(), f"{path.name} shows {j.speedup:.2f}x and does not say it is a slowdown"

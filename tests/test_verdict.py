@@ -18,7 +18,7 @@ from specviz.views import round_html, speedup_figure, stats_html, summary, token
 from specviz.views.export import export_html
 from specviz.views.stats import THM_38, WHOLE_RUN, speedup_formula
 from specviz.views.theory import sweep_note
-from specviz.views.verdict import headline_html, judge, verdict
+from specviz.views.verdict import headline_html, verdict, weigh
 from tests.conftest import tiny_lm
 
 
@@ -64,7 +64,7 @@ def test_the_headline_gives_the_speedup_one_line_of_why_and_a_cost_bar(runs):
     """Issue 52: the line under the big number adds up to it: tokens per round over drafting + verify + other
     work, in steps of the target alone, is the speedup shown (it read 1.97 / 1.24 = 1.59x under 1.44x)."""
     spec, base, _ = runs
-    j = judge(spec, base)
+    j = weigh(spec, base)
     html = headline_html(spec, base)
     words = {"faster": "faster than the target alone", "slower": "slower than the target alone",
              "unclear": "not distinguishable from 1x", "too few rounds": "too few rounds to tell"}[j.call]
@@ -95,7 +95,7 @@ def test_the_headline_is_coloured_by_whether_its_spread_clears_one(runs):
     from dataclasses import replace
 
     spec, base, _ = runs
-    j = judge(spec, base)
+    j = weigh(spec, base)
     assert replace(j, low=1.05, high=1.3, rounds=20).call == "faster"
     assert replace(j, low=0.7, high=0.95, rounds=20).call == "slower"
     assert replace(j, low=0.92, high=2.76, rounds=20).call == "unclear"
@@ -122,7 +122,7 @@ def test_the_headline_says_what_is_missing_without_a_verdict(runs):
     assert "Press Generate" in headline_html(None, None)
     assert "measuring the target alone" in headline_html(spec, None, pending=True)
     assert "no finished autoregressive baseline" in headline_html(spec, None)
-    assert verdict(spec, None) == "" and judge(spec, None) is None
+    assert verdict(spec, None) == "" and weigh(spec, None) is None
 
 
 def test_a_loaded_recording_and_its_html_export_carry_the_verdict(runs):
@@ -150,7 +150,7 @@ def test_every_prepared_recording_with_a_baseline_has_a_verdict():
     names = sorted(RECORDINGS.glob("*.json"))
     assert names
     rec = Recording.load(min(names, key=lambda p: p.stat().st_size))  # the smallest: loading all is seconds each
-    assert rec.baseline is not None and judge(rec.speculative, rec.baseline) is not None
+    assert rec.baseline is not None and weigh(rec.speculative, rec.baseline) is not None
     assert "As recorded: " in replaying(rec)
 
 
@@ -257,11 +257,11 @@ def test_a_verify_cost_below_one_is_explained_where_it_shows(runs):
 
     spec, base, _ = runs
     slow_steps = replace(base, rounds=[replace(r, verify_ms=r.verify_ms * 10) for r in base.rounds])
-    v = judge(spec, slow_steps).verify
+    v = weigh(spec, slow_steps).verify
     assert v < 1 and f"v {v:.2f} is below 1" in verdict(spec, slow_steps)
     # In plain words (item 5 of "The page a class believes"): what the measurement is, not a kernel's name.
     assert "Scoring more tokens does not make a pass cheaper" in verdict(spec, slow_steps) and "oneDNN" not in verdict(
         spec, slow_steps
     )
     fast_steps = replace(base, rounds=[replace(r, verify_ms=r.verify_ms / 10) for r in base.rounds])
-    assert judge(spec, fast_steps).verify > 1 and "is below 1" not in verdict(spec, fast_steps)
+    assert weigh(spec, fast_steps).verify > 1 and "is below 1" not in verdict(spec, fast_steps)

@@ -36,7 +36,7 @@ from specviz.pair.catalogue import (
 from specviz.pair.errors import OOM_ERRORS, PairError
 from specviz.pair.hub import HUB_TIMEOUT_S
 from specviz.pair.loading import Pair, Progress, check_same_tokenizer, check_shared_vocabulary
-from specviz.pair.memory import bound_kernel_caches, default_device, free_memory, one_heap, settle
+from specviz.pair.memory import bound_kernel_caches, default_device, free_memory, one_heap, freeze_long_lived
 from specviz.pair.prompt import encode_prompt
 from specviz.pair.settings import (
     ALLOW_CUSTOM_ENV,
@@ -85,7 +85,7 @@ __all__ = [
     "parse_model_ref",
     "preload",
     "preload_names",
-    "settle",
+    "freeze_long_lived",
     "resident_limit",
     "resident_pairs",
     "resolve",

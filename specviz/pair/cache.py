@@ -12,7 +12,7 @@ import torch
 from specviz.pair.catalogue import PRESETS, ModelRef, check_drafter_kind, default_pair
 from specviz.pair.errors import PairError
 from specviz.pair.loading import Pair, Progress, load, plan
-from specviz.pair.memory import default_device, free_memory, settle, thaw
+from specviz.pair.memory import default_device, free_memory, freeze_long_lived, thaw
 from specviz.pair.settings import PRELOAD_ENV, RESIDENT_PAIRS_ENV, resident_limit
 
 
@@ -244,7 +244,7 @@ def load_pair(
             )
             with _state_lock:  # still under the load lock: no other load evicts in between
                 _resident[key] = job.pair
-            settle()  # the new pair lives on: later collections leave it out
+            freeze_long_lived()  # the new pair lives on: later collections leave it out
         finally:
             _load_lock.release()
         form = f" in {job.pair.form.name}" if job.pair.form is not None else ""

@@ -75,7 +75,7 @@ def free_memory(device: torch.device | str | None = None) -> None:
         _trim_c_heap()
 
 
-def settle() -> None:
+def freeze_long_lived() -> None:
     """Collect garbage once, then leave every object alive now out of later collections (``gc.freeze``).
 
     A server's heap is mostly what never dies: torch, transformers and the web framework's modules, the loaded
@@ -90,7 +90,7 @@ def settle() -> None:
 
 def thaw() -> None:
     """Put the frozen objects back under the collector (``gc.unfreeze``), so that a pair being let go is collected
-    even where its objects hold each other in cycles; the next ``settle`` freezes what stays."""
+    even where its objects hold each other in cycles; the next ``freeze_long_lived`` freezes what stays."""
     gc.unfreeze()
 
 

@@ -168,7 +168,9 @@ def probe(repeats: int = PROBE_REPEATS) -> dict[str, dict[int, float]]:
     return out
 
 
-def judge(instructions: list[str], timing: dict[str, dict[int, float]] | None, capability: str | None = None) -> Form:
+def choose_form(
+    instructions: list[str], timing: dict[str, dict[int, float]] | None, capability: str | None = None
+) -> Form:
     """The CPU's form from its bf16 instruction sets, the capability torch runs at (``torch_capability``;
     None: not asked) and ``probe``'s timing (None: not timed)."""
     if capability is not None and instructions and not usable_bf16(instructions, capability):
@@ -260,13 +262,13 @@ def _auto_cpu_form() -> Form:
     instructions = bf16_instructions(flags)
     capability = torch_capability()
     if not usable_bf16(instructions, capability):
-        return judge(instructions, None, capability)
+        return choose_form(instructions, None, capability)
     key = _machine_key(flags)
     timing = _cached_timing(key)
     if timing is None:
         timing = probe()
         _store_timing(key, timing)
-    return judge(instructions, timing, capability)
+    return choose_form(instructions, timing, capability)
 
 
 def cpu_form(target_params: int | None = None) -> Form:

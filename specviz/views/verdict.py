@@ -274,7 +274,7 @@ def engine_sentence(spec, baseline) -> str:
     return head + (f" ({'; '.join(notes)})" if notes else "") + "."
 
 
-def judge(spec: Trace, baseline: Trace | None) -> Verdict | None:
+def weigh(spec: Trace, baseline: Trace | None) -> Verdict | None:
     """The run's Verdict, or None without a baseline, a round to judge or a measured speedup, or with the two runs on
     different engines (``engines_differ``)."""
     if baseline is None or not spec.rounds or not baseline.rounds or engines_differ(spec, baseline):
@@ -344,11 +344,11 @@ def _spread(j: Verdict) -> str:
 def verdict(spec: Trace, baseline: Trace | None) -> str:
     """Whether the speculative run beat its autoregressive baseline, and why, in one sentence (plain text).
 
-    Empty when there is no baseline or no round to judge (``judge``). A run that lost, or that cannot be told from
+    Empty when there is no baseline or no round to judge (``weigh``). A run that lost, or that cannot be told from
     1x, names its largest cause and what would make it pay (``Verdict.cause``), and what is known of its drafter
     kind (``kind_note``); a v below 1 says why in plain words (``specviz.views.stats.v_below_one``).
     """
-    j = judge(spec, baseline)
+    j = weigh(spec, baseline)
     if j is None:
         return engines_differ(spec, baseline) + ("." if engines_differ(spec, baseline) else "")
     s = summary(spec, baseline)
@@ -381,7 +381,7 @@ def headline_html(spec: Trace | None, baseline: Trace | None, pending: bool = Fa
     baseline, no round) it says what is missing instead. Every string is the view's own (numbers and fixed words),
     escaped.
     """
-    j = judge(spec, baseline) if spec is not None else None
+    j = weigh(spec, baseline) if spec is not None else None
     if j is None:
         if spec is None or not spec.rounds:
             text = "Press Generate, or load a prepared recording: the speedup over the target alone appears here."

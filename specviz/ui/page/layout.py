@@ -14,7 +14,7 @@ import gradio as gr
 from specviz import Trace
 from specviz.lab.faults import FAULTS
 from specviz.lab.models import KINDS as LAB_KINDS
-from specviz.pair import EMBEDDED, PRESETS, bound_kernel_caches, custom_models_allowed, one_heap, settle
+from specviz.pair import EMBEDDED, PRESETS, bound_kernel_caches, custom_models_allowed, one_heap, freeze_long_lived
 from specviz.pair.catalogue import target_origin
 from specviz.pair.prompt import join_prompts
 from specviz.recording import MAX_BYTES
@@ -491,7 +491,8 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
     # Gradio's default off a Space serves POST /gradio_api/run/<api> at once, outside every limit.
     demo.queue(max_size=max_queue, default_concurrency_limit=1, api_open=False)
     admit(demo)
-    settle()  # the libraries, the warmed pairs and the page live as long as the server: later collections skip them
+    # the libraries, the warmed pairs and the page live as long as the server: later collections skip them
+    freeze_long_lived()
     return demo
 
 
