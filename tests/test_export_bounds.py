@@ -99,3 +99,24 @@ def test_the_size_estimate_errs_large_but_not_by_much(kind):
     rec = Recording(spec, base, title="sized")
     actual = len(export_html(rec).encode())
     assert actual <= export_bytes(rec) <= 1.34 * actual, (export_bytes(rec), actual)
+
+
+def test_the_run_on_screen_exported_again_is_built_once(monkeypatch):
+    """A second export of the run a session shows (the same recording object its state holds) hands back the same
+    file without building the page again; another session exporting that run gets a file of its own, the page not
+    built again; another recording is built afresh."""
+    from specviz.ui.guard import downloads
+
+    drafter, target = _pair()
+    spec = speculative_generate([1, 2, 3], drafter, target, gamma=3, max_new_tokens=12, seed=2)
+    base = autoregressive_generate([1, 2, 3], target, max_new_tokens=12, seed=2)
+    rec, other = Recording(spec, base, title="one"), Recording(spec, base, title="two")
+    real, builds = downloads.export_html, []
+    monkeypatch.setattr(downloads, "export_html", lambda r: builds.append(r.title) or real(r))
+    first = downloads.save_export(rec, "session-a")
+    assert downloads.save_export(rec, "session-a") == first and builds == ["one"]
+    elsewhere = downloads.save_export(rec, "session-b")
+    assert elsewhere != first and builds == ["one"]
+    assert open(elsewhere, encoding="utf-8").read() == open(first, encoding="utf-8").read()
+    downloads.save_export(other, "session-a")
+    assert builds == ["one", "two"]

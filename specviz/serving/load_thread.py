@@ -23,6 +23,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import functools
+import os
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -36,12 +37,23 @@ _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _ident: int | None = None
 
 
+# The load thread's scheduling priority (a Linux thread's nice value, 0 to 19): the lowest, so that a load takes the
+# cores only where the device thread's runs leave them idle, and a visitor's run beside another's pair switch keeps its
+# pace (the one switching waits for the load, as before).
+LOAD_NICE = 19
+
+
 def _start() -> None:
-    """The load thread's start: one intra-op thread here, the process-wide count left as the device thread has it."""
+    """The load thread's start: the lowest priority where the system gives a thread its own (LOAD_NICE), one
+    intra-op thread here, the process-wide count left as the device thread has it."""
     import torch
 
     global _ident
     _ident = threading.get_ident()
+    try:  # Linux: a thread is a task of its own, niced by its id; elsewhere the load keeps the process's priority
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOAD_NICE)
+    except (AttributeError, OSError):
+        pass
     count = device_thread.run(torch.get_num_threads)  # the device thread's, initialised there before any load
     torch.set_num_threads(1)
     device_thread.run(torch.set_num_threads, count)

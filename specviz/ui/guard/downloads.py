@@ -29,6 +29,8 @@ import signal
 import tempfile
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 
 import gradio as gr
@@ -197,7 +199,9 @@ def save_export(rec: Recording, session: str | None = None, owner: Owner | None 
     back-to-back exports made a 16-token run 4.3x slower (13.8x at Python's switch interval).
 
     The work is bounded before it starts: the parts to render (rounds, drafts and tree nodes) and the
-    page's estimated size are checked from counts alone, and the built page's size once more.
+    page's estimated size are checked from counts alone, and the built page's size once more. The run on screen
+    exported again is built once: its page is kept (EXPORTS_KEPT pages), and the session's file handed back while
+    it lasts.
 
     Raises:
         gr.Error: the run has more than EXPORT_MAX_UNITS rounds, drafts and tree nodes, or its page
@@ -217,10 +221,47 @@ def save_export(rec: Recording, session: str | None = None, owner: Owner | None 
             "Download its JSON instead.",
             title="Too large to export",
         )
-    page = device_thread.run(export_html, rec, owner=owner)
+    kept = _kept_export(rec, session)
+    if isinstance(kept, Path):  # this session's file of this run is still there: Gradio serves it again as it is
+        kept.touch()
+        return str(kept)
+    page = kept if kept is not None else device_thread.run(export_html, rec, owner=owner)
     if len(page) > EXPORT_MAX_BYTES:
         raise mistake(f"This run's page would be over {mb} MB: download its JSON instead.", title="Too large to export")
     path = _name(session, ".html")
     path.write_text(page, encoding="utf-8")
     prune(path)
+    _keep_export(rec, session, page, path)
     return str(path)
+
+
+# The pages last built, by the recording they show: the very object a session's state holds while it shows that run
+# (Gradio hands a job the stored object, not a copy), checked through a weak reference so an id reused by another
+# object never matches. Exporting the run on screen again (a second click, or a flood of them) reuses the page, and
+# the session's file while it lasts, instead of building it again on the device (0.1-0.2 s of Python a page).
+EXPORTS_KEPT = 4  # pages kept, each at most EXPORT_MAX_BYTES
+_exports: OrderedDict[int, tuple[weakref.ref, str, dict[str | None, Path]]] = OrderedDict()
+_exports_lock = threading.Lock()
+
+
+def _kept_export(rec: Recording, session: str | None) -> Path | str | None:
+    """``session``'s file of ``rec``'s page if it is still on disk, else the page if it was built, else None."""
+    with _exports_lock:
+        entry = _exports.get(id(rec))
+        if entry is None or entry[0]() is not rec:
+            return None
+        _exports.move_to_end(id(rec))
+        path = entry[2].get(session)
+        return path if path is not None and path.exists() else entry[1]
+
+
+def _keep_export(rec: Recording, session: str | None, page: str, path: Path) -> None:
+    with _exports_lock:
+        entry = _exports.get(id(rec))
+        if entry is None or entry[0]() is not rec:
+            entry = (weakref.ref(rec), page, {})
+        entry[2][session] = path
+        _exports[id(rec)] = entry
+        _exports.move_to_end(id(rec))
+        while len(_exports) > EXPORTS_KEPT:
+            _exports.popitem(last=False)
