@@ -22,7 +22,7 @@ behind a Space's proxy), and drives it over HTTP as visitors would, from loopbac
    auto tree at a new temperature (a calibration each time), and 1-token Generates switching between the English and the
    cross-tokenizer pairs (the app keeps three pairs resident, ``SPECVIZ_RESIDENT_PAIRS=3``: the victim's is never
    evicted, and its first runs meet the attacker's first two loads). The ratio is the victim's median under the flood
-   over its baseline median, measured minutes apart on the same machine.
+   over its baseline median, measured minutes apart on the same machine; the worst ratio its slowest run's.
 3. **Stop and hang-up.** A heavy batch is stopped by its session's Stop button once it has streamed for a
    second (its stream read all the while); printed: seconds from the Stop request to the batch's last message,
    or "not measured" when the batch ended before the Stop was sent. A comparison's client hangs up once it has
@@ -582,7 +582,8 @@ def main(argv: list[str] | None = None) -> None:
                     wall, mine, theirs = time.monotonic() - w0, cpu_s() - c0, cpu_s(app.proc.pid) - a0
                     d1, r1 = app.disk(), app.rss()
                     m = statistics.median(times) if times else float("inf")
-                    rows.append((name + label, b, m, m / b, d0, d1, r0, r1, theirs / wall, mine / wall))
+                    worst = max(times) if times else float("inf")
+                    rows.append((name + label, b, m, m / b, worst / b, d0, d1, r0, r1, theirs / wall, mine / wall))
                     print(
                         f"{name}{label}: victim {' '.join(f'{t:.2f}' for t in times)} s; CPU cores busy: app "
                         f"{theirs / wall:.2f}, "
@@ -616,20 +617,21 @@ def main(argv: list[str] | None = None) -> None:
                 watched.append(app.rss())
             if watched:
                 print("RSS every 15 s after that, idle: " + " ".join(f"{r:.0f}" for r in watched) + " MB", flush=True)
-            warm = rows[0][6] if rows else rss0
+            warm = rows[0][7] if rows else rss0
         finally:
             app.stop()
         left = sum(1 for p in temp.rglob("*") if p.is_file())
     print()
     print(
-        "| flood | victim baseline s | under flood s | ratio | disk MB (files) before -> after | RSS MB before -> "
-        "after "
+        "| flood | victim baseline s | under flood s | ratio (median) | worst ratio | disk MB (files) before -> after "
+        "| RSS MB before -> after "
         f"| cores busy: app, attack client (of {os.cpu_count()}) |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for name, b, m, ratio, d0, d1, r0, r1, app_cores, client_cores in rows:
+    print("|---|---|---|---|---|---|---|---|")
+    for name, b, m, ratio, worst, d0, d1, r0, r1, app_cores, client_cores in rows:
         print(
-            f"| {name} | {b:.2f} | {m:.2f} | {ratio:.2f}x | {d0[0]:.1f} ({d0[1]}) -> {d1[0]:.1f} ({d1[1]}) | {r0:.0f} "
+            f"| {name} | {b:.2f} | {m:.2f} | {ratio:.2f}x | {worst:.2f}x | {d0[0]:.1f} ({d0[1]}) -> {d1[0]:.1f} "
+            f"({d1[1]}) | {r0:.0f} "
             f"-> {r1:.0f} "
             f"| {app_cores:.2f}, {client_cores:.2f} |"
         )
