@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from specviz.measure.baseline import with_baseline
+from specviz.measure.baseline import with_baseline_stream
 from specviz.drafters import KINDS as ALL_KINDS, make_drafter
 from specviz.engine.schedules import make_schedule
-from specviz.engine.stopping import STOPPED, StopCheck
+from specviz.engine.stopping import STOPPED, StopCheck, asked, mark_stopped
 from specviz.trace import Trace
 
 # the kinds that draft from the pair's own drafter and target
@@ -34,8 +34,10 @@ class Comparison:
 
 def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[str] = KINDS, gamma: int = 4,
                    schedule: str = "constant", ngram_max: int = 3, exit_layer: int | None = None, tree=None,
-                   stop: StopCheck | None = None, drafter_tokenizer=None, **common) -> Iterator[Comparison]:
-    """Run each drafter kind on the same prompt; yield the growing Comparison after each.
+                   stop: StopCheck | None = None, drafter_tokenizer=None, **common) -> Iterator[Comparison | None]:
+    """Run each drafter kind on the same prompt; yield the growing Comparison after each, and None after every step
+    of its runs (each round of the speculative run, each token of the baseline: nothing new to show, but a server's
+    device thread may take another visitor's step there, ``specviz.serving.device_thread``).
 
     Args:
         input_ids, target: as ``speculative_stream``; drafter_model: the pair's drafter (kind "model").
@@ -63,16 +65,18 @@ def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[
             drafter_tokenizer=drafter_tokenizer or common.get("tokenizer"),
             target_tokenizer=common.get("tokenizer"),
         )
-        spec, base = with_baseline(
-            input_ids,
-            drafter,
-            target,
-            gamma=gamma,
-            schedule=make_schedule(schedule, gamma),
-            tree=tree if kind == "tree" else None,
-            stop=stop,
-            **common,
-        )
+        steps = with_baseline_stream(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma),
+                                     tree=tree if kind == "tree" else None, **common)
+        spec = base = None
+        while not asked(stop):
+            step = next(steps, None)
+            if step is None:
+                break
+            spec, base = step
+            yield None  # one step of either run done: a server's device may take another job's step here
+        else:  # stopped: both runs end here, a run not started yet is None (as ``with_baseline``)
+            for trace in (spec, base):
+                mark_stopped(trace, tokenizer=common.get("tokenizer"))
         if spec is not None:
             comparison.runs[kind] = (spec, base)
         comparison.stopped = spec is None or STOPPED in (

@@ -49,7 +49,7 @@ T = TypeVar("T")
 HALF_LIFE_S = 30.0  # device seconds used count half after this long
 # A streaming job asks for its next step only once its caller has handled the last (a page's views drawn and sent):
 # for this long after its step the device keeps its turn for it, when it is the one that would go next.
-ANTICIPATE_S = 0.05
+ANTICIPATE_S = 0.2
 
 
 class Owner:

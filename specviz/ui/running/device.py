@@ -236,8 +236,9 @@ def sweep_on_device(req: RunRequest, stop: StopCheck | None = None):
 
 @gpu_task(duration=lambda req, stop=None: req.duration(runs=len(DRAFTER_KINDS) + (req.tree != "chain")))
 def compare_on_device(req: RunRequest, stop: StopCheck | None = None):
-    """The device half of Compare drafters: yields the growing Comparison (plain data); ``stop`` is asked
-    every round (``specviz.measure.comparison.compare_stream``): the kinds not run then are left out."""
+    """The device half of Compare drafters: yields the growing Comparison (plain data), and None between its runs'
+    steps; ``stop`` is asked every round (``specviz.measure.comparison.compare_stream``): the kinds not run then are
+    left out."""
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
     try:

@@ -86,11 +86,14 @@ def run_compare(
     try:
         # its turn and share of the device (specviz.ui.running.share)
         with state.job(halt.session), halt.device_turn() as turn:
-            for comparison in (
+            for shown in (
                 compare_on_device(req, halt.for_device(), device_owner=state.device_owner(request))
                 if turn.started
                 else ()
             ):
+                if shown is None:  # a step of a run: nothing new to show (the device half asks the stop check)
+                    continue
+                comparison = shown
                 if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                     break
                 yield dict(
