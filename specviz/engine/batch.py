@@ -165,7 +165,7 @@ def _check_prompts(prompts) -> list[list[int]]:
 def _validate_rows(prompts, run: RunSetup) -> None:
     for b, prompt in enumerate(prompts):
         try:
-            validate_inputs(prompt, run.models, run.vocab, run.options.max_new_tokens, run.options.sampling)
+            validate_inputs(prompt, run.models, run.vocab, run.options.max_new_tokens)
         except ValueError as err:
             raise ValueError(f"prompts[{b}]: {err}") from None
 
@@ -324,8 +324,9 @@ def speculative_generate_batch(
                                  candidates=candidates, finals=finals, top_k=top_k)
             host = transfer.fetch()
             t2 = clock.mark()
-            result.draft_ms += clock.ms(t0, t1)
-            result.verify_ms += clock.ms(t1, t2)
+            draft_ms, verify_ms = clock.ms(t0, t1), clock.ms(t1, t2)  # the round's, shared by its rows
+            result.draft_ms += draft_ms
+            result.verify_ms += verify_ms
 
             # 5. Each row settles, rolls back by masking, and records; finished rows leave.
             staying = []
@@ -337,8 +338,8 @@ def speculative_generate_batch(
                 r.seq[r.n + outcome.accepted] = outcome.final
                 r.n += len(outcome.emitted)
                 r.history.extend(outcome.emitted)
-                times = RoundTimes(clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start())
-                r.schedule.observe(g, outcome.accepted, min(g, outcome.accepted + 1), times.draft_ms, times.verify_ms)
+                times = RoundTimes(draft_ms, verify_ms, clock.since_start())
+                r.schedule.observe(g, outcome.accepted, min(g, outcome.accepted + 1), draft_ms, verify_ms)
                 r.trace.rounds.append(round_record(mine, outcome, proposals[i], decode=run.decode, top_k=top_k,
                                                    gamma=r.allowed, times=times))
                 if not extend_trace(r.trace, outcome.emitted, run, clock):

@@ -179,11 +179,12 @@ def chain_rounds(
                 history.extend(outcome.emitted)
                 target_runner.rollback(n - 1)
                 drafter.rollback(n - 1)
-                times = RoundTimes(clock.ms(t0, t1), clock.ms(t1, t2), clock.since_start())
-                schedule.observe(g, outcome.accepted, min(g, outcome.accepted + 1), times.draft_ms, times.verify_ms)
+                draft_ms, verify_ms = clock.ms(t0, t1), clock.ms(t1, t2)
+                schedule.observe(g, outcome.accepted, min(g, outcome.accepted + 1), draft_ms, verify_ms)
 
                 # 6. Record.
                 if options.record:
+                    times = RoundTimes(draft_ms, verify_ms, clock.since_start())
                     trace.rounds.append(round_record(host, outcome, proposal, decode=run.decode, top_k=top_k,
                                                      gamma=allowed, times=times))
                 extend_trace(trace, outcome.emitted, run, clock)

@@ -135,9 +135,9 @@ def _context_limit(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
 
 
-def validate_inputs(input_ids, models, vocab_size: int, max_new_tokens: int, sampling) -> None:
-    if not isinstance(sampling, Sampling):
-        raise TypeError(f"sampling must be a specviz.Sampling, got {type(sampling).__name__}")
+def validate_inputs(input_ids, models, vocab_size: int, max_new_tokens: int) -> None:
+    """Refuse an empty prompt, ids outside the vocabulary, a token budget under 1 and a prompt plus budget past a
+    model's context (ValueError, naming the value). The sampling's type is ``set_up``'s check."""
     if len(input_ids) == 0:
         raise ValueError("the prompt is empty: give at least one token")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -295,7 +295,7 @@ def start_sequence(
         ValueError: as ``validate_inputs``; a seed out of 0..2^63 - 1.
     """
     o = run.options
-    validate_inputs(input_ids, run.models, run.vocab, o.max_new_tokens, o.sampling)
+    validate_inputs(input_ids, run.models, run.vocab, o.max_new_tokens)
     gen = generator(o.seed, run.device)
     recorded = run_settings(run, mode, o.seed, gamma)
     recorded.update(settings)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from specviz.engine.chain import autoregressive_stream, speculative_stream
 from specviz.engine.schedules import GammaSchedule
-from specviz.engine.stopping import StopCheck, asked, mark_stopped
+from specviz.engine.stopping import StopCheck, asked, mark_stopped, run_steps
 from specviz.measure.speedup import interleave
 from specviz.trace import Trace
 
@@ -34,14 +34,15 @@ class Latest:
         return self.latest
 
 
-ENGINE_CACHED = {"dynamic": "dynamic", "re-fed": "re-fed", "static": "static"}  # a trace's engine -> its ``cached``
+# the engines a baseline reruns as named (a trace's engine is the loops' ``cached``); graphs serve one run at a time
+SAME_ENGINE = ("dynamic", "re-fed", "static")
 
 
 def on_the_same_engine(speculative: Latest, input_ids: list[int], target, **common) -> Iterator[Trace]:
     """The autoregressive baseline of ``speculative``, started after its first round, on the engine it ran on
-    (its settings' "engine": graphs stay "auto", the rest as ``ENGINE_CACHED``)."""
+    (its settings' "engine": one of SAME_ENGINE as it is, graphs and anything else "auto")."""
     engine = speculative.latest.settings.get("engine") if speculative.latest is not None else None
-    yield from autoregressive_stream(input_ids, target, cached=ENGINE_CACHED.get(engine, "auto"), **common)
+    yield from autoregressive_stream(input_ids, target, cached=engine if engine in SAME_ENGINE else "auto", **common)
 
 
 def paired(
@@ -95,6 +96,24 @@ def with_baseline(
     ``stop`` (``specviz.engine.stopping``) is asked before each step of either run; when it answers True
     both end there: each unfinished trace is marked "stopped", and a run not started yet is None.
     """
+    return run_steps(
+        with_baseline_steps(input_ids, drafter, target, gamma=gamma, schedule=schedule, tree=tree, stop=stop, **common)
+    )
+
+
+def with_baseline_steps(
+    input_ids: list[int],
+    drafter,
+    target,
+    gamma: int = 4,
+    schedule: str | GammaSchedule = "constant",
+    tree=None,
+    stop: StopCheck | None = None,
+    **common,
+):
+    """``with_baseline`` as steps (``specviz.engine.stopping.run_steps``): a generator yielding None after each step
+    of either run (a server's device thread may take another job's step there), whose value is (speculative trace,
+    baseline trace). Arguments, ``stop`` and errors as ``with_baseline``."""
     steps = with_baseline_stream(input_ids, drafter, target, gamma=gamma, schedule=schedule, tree=tree, **common)
     spec = base = None
     while not asked(stop):
@@ -102,6 +121,7 @@ def with_baseline(
         if step is None:
             return spec, base
         spec, base = step
+        yield None
     for trace in (spec, base):
         mark_stopped(trace, tokenizer=common.get("tokenizer"))
     return spec, base

@@ -72,8 +72,8 @@ from specviz.engine.schedules import make_schedule
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
 CACHE_METHODS = ["autoregressive_eager", "hf_generate_static"]  # added with a static cache or graphs
 WARM_EVERY_PROMPT = ("hf_generate_static",)  # methods warmed up on every prompt before the timed runs
-# --cache: the loops' ``cached`` argument
-CACHES = {"dynamic": "dynamic", "static": "static", "graphs": "graphs", "auto": "auto"}
+# --cache: the loops' ``cached`` argument, as named
+CACHES = ("dynamic", "static", "graphs", "auto")
 # the table's rows, where measured
 SHOWN = ["autoregressive", "autoregressive_fp32", *METHODS[1:], "speculative_argmax"]
 
@@ -327,7 +327,7 @@ def benchmark(
     within this one run. ``tree`` (a TreeSpec) adds a token tree with the same drafter to the
     rotation, reported beside the chain (``specviz.measure.tree_bench``); ``tree="auto"`` first
     calibrates on held-out prompts past the measured ones and adds the auto choice and the predicted
-    best chain (``specviz.engine.tree.auto``). ``cache`` (a key of CACHES) picks
+    best chain (``specviz.engine.tree.auto``). ``cache`` (one of CACHES) picks
     specviz's KV cache ("auto", the default: "graphs" on CUDA, else "dynamic", as the page runs); "static" and
     "graphs" add CACHE_METHODS, and "graphs" captures every model's
     graphs before the timed runs (``capture_ms``). ``pass_costs`` adds the v(n)
@@ -370,7 +370,7 @@ def benchmark(
             pair.vocab_size,
             key=(pair.name, str(pair.device), cache),
             max_new_tokens=max_new_tokens,
-            cached=CACHES[cache],
+            cached=cache,
         )
         print(auto.choice.sentence(), file=sys.stderr)
         tree = None
@@ -381,7 +381,7 @@ def benchmark(
         exit_layer=exit_layer,
         confidence=confidence,
         tree=tree,
-        cached=CACHES[cache],
+        cached=cache,
         auto=auto,
         drafts=drafts,
     )
@@ -487,7 +487,7 @@ def benchmark(
 
         # v(n) over the chosen cache: a pass over the pending token and n drafts / a one-token step.
         report["verify_cost_by_nodes"] = verify_cost_curve(
-            pair.target, prompt_ids[0], [1, 2, 4, 8, 16, 32], pair.vocab_size, cached=CACHES[cache]
+            pair.target, prompt_ids[0], [1, 2, 4, 8, 16, 32], pair.vocab_size, cached=cache
         )
     others = [m for m in ("autoregressive_fp32", "hf_generate") if m in med]
     if others and "speculative" in med:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from specviz.measure.baseline import with_baseline_stream
+from specviz.measure.baseline import with_baseline_steps
 from specviz.drafters import KINDS as ALL_KINDS, make_drafter
 from specviz.engine.schedules import make_schedule
-from specviz.engine.stopping import STOPPED, StopCheck, asked, mark_stopped
+from specviz.engine.stopping import STOPPED, StopCheck
 from specviz.trace import Trace
 
 # the kinds that draft from the pair's own drafter and target
@@ -65,18 +65,10 @@ def compare_stream(input_ids: list[int], drafter_model, target, kinds: Sequence[
             drafter_tokenizer=drafter_tokenizer or common.get("tokenizer"),
             target_tokenizer=common.get("tokenizer"),
         )
-        steps = with_baseline_stream(input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma),
-                                     tree=tree if kind == "tree" else None, **common)
-        spec = base = None
-        while not asked(stop):
-            step = next(steps, None)
-            if step is None:
-                break
-            spec, base = step
-            yield None  # one step of either run done: a server's device may take another job's step here
-        else:  # stopped: both runs end here, a run not started yet is None (as ``with_baseline``)
-            for trace in (spec, base):
-                mark_stopped(trace, tokenizer=common.get("tokenizer"))
+        spec, base = yield from with_baseline_steps(
+            input_ids, drafter, target, gamma=gamma, schedule=make_schedule(schedule, gamma),
+            tree=tree if kind == "tree" else None, stop=stop, **common,
+        )
         if spec is not None:
             comparison.runs[kind] = (spec, base)
         comparison.stopped = spec is None or STOPPED in (

@@ -69,6 +69,7 @@ __all__ = [
     "verify_cost_curve", "walk_chain", "walk_tree",
 ]
 
+
 def calibrate(
     drafter,
     target,
@@ -88,25 +89,9 @@ def calibrate(
 ) -> Calibration:
     """Every input of the choice, teacher-forced where the drafter is a model (``calibrate_forced``), from
     short runs otherwise (``calibrate_by_runs``). Arguments and errors as theirs."""
-    return run_steps(
-        calibrate_steps(
-            drafter,
-            target,
-            prompts,
-            sampling,
-            vocab_size,
-            max_new_tokens,
-            max_depth,
-            max_nodes,
-            seed,
-            cached,
-            refine,
-            stop,
-            partial,
-            keep,
-        ),
-        progress,
-    )
+    steps = calibrate_steps(drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed,
+                            cached, refine, stop, partial, keep)
+    return run_steps(steps, progress)
 
 
 def calibrate_steps(
@@ -128,38 +113,8 @@ def calibrate_steps(
     """``calibrate`` as steps: a generator yielding (parts done, parts in all) between short pieces of work, whose value
     is the Calibration (``calibrate_forced_steps``, ``calibrate_by_runs_steps``). Arguments and errors as
     ``calibrate``."""
+    runs = (drafter, target, prompts, sampling, vocab_size, max_new_tokens, max_depth, max_nodes, seed, cached, refine,
+            stop)
     if _forced_model(drafter) is None:
-        return (
-            yield from calibrate_by_runs_steps(
-                drafter,
-                target,
-                prompts,
-                sampling,
-                vocab_size,
-                max_new_tokens,
-                max_depth,
-                max_nodes,
-                seed,
-                cached,
-                refine,
-                stop,
-            )
-        )
-    return (
-        yield from calibrate_forced_steps(
-            drafter,
-            target,
-            prompts,
-            sampling,
-            vocab_size,
-            max_new_tokens,
-            max_depth,
-            max_nodes,
-            seed,
-            cached,
-            refine,
-            stop,
-            partial,
-            keep,
-        )
-    )
+        return (yield from calibrate_by_runs_steps(*runs))
+    return (yield from calibrate_forced_steps(*runs, partial, keep))
