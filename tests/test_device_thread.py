@@ -4,7 +4,9 @@ crosses back to the caller."""
 from __future__ import annotations
 
 import contextvars
+import sys
 import threading
+import time
 
 import pytest
 
@@ -140,3 +142,71 @@ def test_a_wrapped_function_takes_its_owner_by_keyword_and_passes_the_rest():
     assert list(streamed(1, y=2, device_owner=owner)) == [3] and seen == [(1, 2, True)]
     assert called(3, y=4, device_owner=owner) == 12 and called(2, 5) == 10
     assert device_thread._device.used(owner)[1] > 0  # its steps were charged to it
+
+
+def _python_beside_a_step(deferred: bool) -> tuple[int, int]:
+    """(iterations of a pure-Python loop on another thread that ran while a device step of 0.3 s ran, iterations in
+    all): the loop ``deferring`` for an owner of its own when ``deferred``."""
+    running, started, done = threading.Event(), threading.Event(), threading.Event()
+    counts = [0, 0]
+
+    def step():  # releases the interpreter lock while it waits, as a model pass does between its operations
+        running.set()
+        started.set()
+        done.wait(0.3)
+        running.clear()
+
+    def note():
+        counts[0] += running.is_set()
+        counts[1] += 1
+
+    def loop():
+        while not done.is_set():
+            note()
+
+    def beside():
+        if deferred:
+            with device_thread.deferring(device_thread.Owner("10.9.9.9")):
+                loop()
+        else:
+            loop()
+
+    thread = threading.Thread(target=beside)
+    thread.start()
+    future = device_thread._device.submit(step, device_thread.Owner("10.8.8.8"))
+    started.wait()
+    threading.Timer(0.3, done.set).start()
+    future.result()
+    thread.join()
+    return counts[0], counts[1]
+
+
+def test_python_work_inside_deferring_does_not_run_beside_a_step_and_without_it_does():
+    during, total = _python_beside_a_step(deferred=True)
+    # at most the one call under way when the step began (its hook had found the device idle)
+    assert during <= 1 and total > 0
+    during, total = _python_beside_a_step(deferred=False)  # the control: the same loop, not deferring
+    assert during > 100
+
+
+def test_a_deferring_thread_takes_turns_charged_to_its_owner_and_may_call_the_device_itself():
+    owner = device_thread.Owner("10.7.7.7", "s")
+    stop = threading.Event()
+
+    def stream():  # another visitor's steps, one after another
+        while not stop.is_set():
+            yield device_thread.run(time.sleep, 0.01)
+
+    other = threading.Thread(target=lambda: list(device_thread.stepped(stream(), device_thread.Owner("10.6.6.6"))))
+    other.start()
+    try:
+        with device_thread.deferring(owner):
+            assert isinstance(sys.getprofile(), device_thread._Deferral)
+            n = sum(len(str(i)) for i in range(200_000))  # Python work: its turns are steps of ``owner``
+            assert device_thread.run(lambda: 41) + 1 == 42  # a device call from inside: its own turn ends first
+    finally:
+        stop.set()
+        other.join()
+    assert n > 0 and sys.getprofile() is None
+    assert device_thread._device.used(owner)[0] > 0
+    assert device_thread.run(lambda: device_thread.deferring().__enter__()._mine) is None  # nothing on the device

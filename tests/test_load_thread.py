@@ -1,9 +1,11 @@
 """A pair's load runs on the load thread (specviz.serving.load_thread): the device thread takes other visitors' steps
 while it runs, the load's tensor work uses one intra-op thread there (no second OpenMP team), the device thread keeps
-its own count, and the product kernels' timing is handed back to the device thread."""
+its own count, the product kernels' timing is handed back to the device thread, and the load's Python defers to the
+device thread's steps."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import torch
@@ -21,6 +23,7 @@ def test_a_load_holds_the_visitor_who_asked_and_not_the_device_thread(monkeypatc
         seen["thread"] = threading.get_ident()
         seen["threads"] = torch.get_num_threads()
         seen["timing"] = ids.get("timing")
+        seen["deferral"] = sys.getprofile()  # its Python waits for the device thread's steps, in turns for the visitor
         seen["timed_on"] = ids["timing"](threading.get_ident)  # what the kernels' timing would run on
         started.set()
         assert release.wait(30)
@@ -30,7 +33,9 @@ def test_a_load_holds_the_visitor_who_asked_and_not_the_device_thread(monkeypatc
     monkeypatch.setattr(pairs, "loaded_pair", lambda **ids: None)  # not resident: it loads
     got = {}
     visitor = threading.Thread(
-        target=lambda: got.setdefault("pair", pairs.ensure_pair("embedded", "", "", lambda *a, **k: None))
+        target=lambda: got.setdefault(
+            "pair", pairs.ensure_pair("embedded", "", "", lambda *a, **k: None, owner=device_thread.Owner("10.1.1.1"))
+        )
     )
     visitor.start()
     try:
@@ -47,6 +52,8 @@ def test_a_load_holds_the_visitor_who_asked_and_not_the_device_thread(monkeypatc
     assert seen["timing"] is device_thread.run and seen["timed_on"] == device_thread._device.ident
     assert device_thread.run(torch.get_num_threads) == before  # the device thread's own count is as it was
     assert load_thread.run(threading.get_ident) == seen["thread"]  # one load thread, reused
+    assert isinstance(seen["deferral"], device_thread._Deferral) and seen["deferral"].owner.address == "10.1.1.1"
+    assert load_thread.run(sys.getprofile) is not seen["deferral"]  # each load defers for its own visitor
 
 
 def test_a_resident_pair_is_not_queued_behind_another_pairs_load(monkeypatch):

@@ -28,6 +28,16 @@ newcomer waits at most for the step under way, which is why long jobs (the exact
 into short steps. Each owner counts the seconds its steps waited and whose steps ran meanwhile
 (``Owner.waited_s``, ``Owner.behind``), so a run can say "waited 3.2 s behind 4 other jobs".
 
+**Python work beside the steps defers to them** (``deferring``): a step's passes give up the interpreter lock at
+every torch operation and must take it back when the operation ends, so any other thread running Python meanwhile
+(a pair's load, an export's page) holds the step up at each of its hundreds of operations, whatever the thread's
+scheduling priority: beside one thread looping in pure Python at the lowest priority, a 16-token Generate of the
+embedded pair took 8.2 s instead of 0.2 s, and beside a load of the English pair 1.0 s (2-core CPU, AVX-512 BF16).
+Code run inside ``deferring(owner)`` checks at each of its Python calls whether the device thread has a step; if it
+has, the code asks for a turn of its own, a step for ``owner`` in the queue's order, and runs DEFER_SLICE_S in it
+while the device thread waits. So it runs where the device is idle, or in its owner's fair share, never beside
+another's step.
+
 Errors raised on the device thread are raised again in the caller's thread. This module imports nothing
 of torch.
 """
@@ -39,6 +49,7 @@ import contextvars
 import functools
 import inspect
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +61,12 @@ HALF_LIFE_S = 30.0  # device seconds used count half after this long
 # A streaming job asks for its next step only once its caller has handled the last (a page's views drawn and sent):
 # for this long after its step the device keeps its turn for it, when it is the one that would go next.
 ANTICIPATE_S = 0.2
+# Python work off the device thread, inside ``deferring``: while the device thread has steps, it runs in turns of
+# this long (a step of its own, the device thread waiting meanwhile)
+DEFER_SLICE_S = 0.05
+# the longest the device thread waits in a deferring thread's turn (its slice, and the C call under way at the
+# slice's end)
+DEFER_TURN_MAX_S = 2.0
 
 
 class Owner:
@@ -107,6 +124,10 @@ class _Device:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._running: _Step | None = None
         self.ident: int | None = None
+        self._turns = 0  # turns submitted and not yet ended (each takes a step): 0 when the device thread is idle
+        self.busy = False  # _turns > 0, read without the lock by deferring work
+        self.idle = threading.Event()
+        self.idle.set()
 
     def _level(self, key: str, now: float) -> float:
         seconds, when = self._used.get(key, (0.0, now))
@@ -127,6 +148,9 @@ class _Device:
                 self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-device",
                                                                    initializer=self._mark)
             self._waiting.append(step)
+            self._turns += 1
+            self.busy = True
+            self.idle.clear()
             self._arrived.notify_all()
             if self._running is not None and self._running.owner.key != owner.key:
                 owner.behind.add(_who(self._running.owner))  # it waits for the step under way
@@ -184,6 +208,10 @@ class _Device:
             self._running = None
             self._last = step.owner
             self._charge(step.owner, end - start, end)
+            self._turns -= 1
+            if not self._turns:
+                self.busy = False
+                self.idle.set()
 
     def used(self, owner: Owner) -> tuple[float, float]:
         """(address, session) device seconds of ``owner``, decayed to now."""
@@ -195,6 +223,85 @@ class _Device:
 _device = _Device()
 
 
+# C functions that may block (a sleep, a lock's or a condition's wait): a deferring thread does not hold a turn across
+# them, and does not ask for one to make them
+_BLOCKING = frozenset({"sleep", "acquire", "wait", "select", "poll"})
+
+
+class _Deferral:
+    """A thread's profile function inside ``deferring``: at each Python call while the device thread has a step,
+    the thread asks the device for a turn of its own (a step for its ``owner``, in the queue's order) and waits for it;
+    in that turn the device thread waits while this thread runs DEFER_SLICE_S, then the turn ends, and the next is
+    asked when needed. So this thread's Python never runs beside a step's passes (module docstring)."""
+
+    __slots__ = ("owner", "previous", "slice_end", "held", "paused")
+
+    def __init__(self, owner: Owner, previous):
+        self.owner, self.previous = owner, previous
+        self.slice_end = 0.0
+        self.held: threading.Event | None = None  # set to end the turn held now
+        self.paused = False
+
+    def __call__(self, frame, event, arg):
+        if _device.busy and not self.paused:
+            blocking = event == "c_call" and getattr(arg, "__name__", "") in _BLOCKING
+            if self.held is not None and (blocking or time.monotonic() >= self.slice_end):
+                self.end_turn()  # its slice is over, or it is about to sleep or wait: the device does not wait for it
+            if self.held is None and not blocking:
+                self._take_turn()
+        if self.previous is not None:
+            self.previous(frame, event, arg)
+
+    def _take_turn(self) -> None:
+        started, held = threading.Event(), threading.Event()
+
+        def turn():  # on the device thread: this thread's slice
+            started.set()
+            held.wait(DEFER_TURN_MAX_S)
+
+        self.held = held
+        _device.submit(turn, self.owner)
+        started.wait()
+        self.slice_end = time.monotonic() + DEFER_SLICE_S
+
+    def end_turn(self) -> None:
+        if self.held is not None:
+            self.held.set()
+            self.held = None
+
+
+class deferring:
+    """A context manager (and decorator): the Python work of the calling thread inside it runs only where the device
+    thread has no step, or in turns of its own for ``owner`` (module docstring, "Python work beside the steps defers
+    to them"). On the device thread itself it does nothing; nested, the outer one rules. A profiler already set on the
+    thread keeps being called."""
+
+    def __init__(self, owner: Owner | None = None):
+        self.owner = owner or SERVER
+
+    def __enter__(self):
+        self._previous = sys.getprofile()
+        self._mine = None
+        if not on_device_thread() and not isinstance(self._previous, _Deferral):
+            self._mine = _Deferral(self.owner, self._previous)
+            sys.setprofile(self._mine)
+        return self
+
+    def __exit__(self, *exc):
+        if self._mine is not None:
+            sys.setprofile(self._previous)
+            self._mine.end_turn()
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def deferred(*args, **kwargs):
+            with deferring(self.owner):
+                return fn(*args, **kwargs)
+
+        return deferred
+
+
 def on_device_thread() -> bool:
     """Whether the calling thread is the device thread."""
     return _device.ident is not None and threading.get_ident() == _device.ident
@@ -202,11 +309,20 @@ def on_device_thread() -> bool:
 
 def run(fn: Callable[..., T], *args, owner: Owner | None = None, **kwargs) -> T:
     """``fn(*args, **kwargs)`` on the device thread in its turn (the module docstring's order) for ``owner``
-    (default ``SERVER``); its result, or its error raised here."""
+    (default ``SERVER``); its result, or its error raised here. Called inside ``deferring``, the caller's turn (if it
+    holds one) ends first, and none is asked until this returns."""
     if on_device_thread():
         return fn(*args, **kwargs)
-    context = contextvars.copy_context()
-    return _device.submit(functools.partial(context.run, fn, *args, **kwargs), owner or SERVER).result()
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    deferral = sys.getprofile()
+    if not isinstance(deferral, _Deferral):
+        return _device.submit(call, owner or SERVER).result()
+    deferral.paused = True
+    deferral.end_turn()
+    try:
+        return _device.submit(call, owner or SERVER).result()
+    finally:
+        deferral.paused = False
 
 
 _DONE = object()

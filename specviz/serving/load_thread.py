@@ -15,6 +15,11 @@ thread's (torch keeps it process-wide; the device thread's own count, set when i
 must be measured with the device thread's team, the product kernels' timing a fp32 load makes
 (``specviz.pair.kernels``), is handed back to it as one step (``load_pair``'s ``timing``: ``device_thread.run``).
 
+The operating system's priority does not keep a load from the runs: a load is mostly Python (transformers building
+modules, the tokenizers read), and a run's passes need the interpreter lock back after each torch operation. So a
+load's Python runs only where the device thread has no step, or in turns of its own for the visitor who asked for it
+(``device_thread.deferring``).
+
 Errors raised on the load thread are raised again in the caller's thread. Nothing here builds a UI object.
 """
 
@@ -64,9 +69,10 @@ def on_load_thread() -> bool:
     return _ident is not None and threading.get_ident() == _ident
 
 
-def run(fn: Callable[..., T], *args, **kwargs) -> T:
-    """``fn(*args, **kwargs)`` on the load thread, after the loads asked before it; its result, or its error raised
-    here. A call made on the load thread itself runs inline."""
+def run(fn: Callable[..., T], *args, owner: device_thread.Owner | None = None, **kwargs) -> T:
+    """``fn(*args, **kwargs)`` on the load thread, after the loads asked before it, its Python deferring to the device
+    thread's steps (in turns for ``owner``, default the server's); its result, or its error raised here. A call made on
+    the load thread itself runs inline."""
     global _pool
     if on_load_thread():
         return fn(*args, **kwargs)
@@ -76,4 +82,4 @@ def run(fn: Callable[..., T], *args, **kwargs) -> T:
                 max_workers=1, thread_name_prefix="specviz-load", initializer=_start
             )
     context = contextvars.copy_context()
-    return _pool.submit(functools.partial(context.run, fn, *args, **kwargs)).result()
+    return _pool.submit(functools.partial(context.run, device_thread.deferring(owner)(fn), *args, **kwargs)).result()

@@ -52,13 +52,21 @@ def pair_ids(pair_name, custom_drafter, custom_target) -> dict:
     return dict(drafter=drafter, target=target) if drafter or target else dict(name=pair_name)
 
 
-def ensure_pair(pair_name, custom_drafter, custom_target, progress, doing: str | None = None) -> Pair:
+def ensure_pair(
+    pair_name,
+    custom_drafter,
+    custom_target,
+    progress,
+    doing: str | None = None,
+    owner: device_thread.Owner | None = None,
+) -> Pair:
     """Load (or reuse) the pair outside any GPU call, reporting progress to the page. A model still on
     the hub downloads in the background: the visitor is told so within seconds (``specviz.pair.download``).
     On a CPU the load runs on the load thread (``specviz.serving.load_thread``): the visitor waits for it, and the
     device thread goes on with other visitors' runs meanwhile (only the product kernels' timing, once per machine, is
-    a step of its own there). With CUDA it stays a step of the device thread: weights copied to the GPU from another
-    thread while the device thread captures a CUDA graph would break the capture.
+    a step of its own there), its Python in turns for ``owner`` (the visitor's) where the device thread has steps
+    (``device_thread.deferring``). With CUDA it stays a step of the device thread for ``owner``: weights copied to
+    the GPU from another thread while the device thread captures a CUDA graph would break the capture.
 
     ``doing`` (what the job runs next, in words) then replaces the loader's last message, with no
     bar: a resident pair's "is loaded - 100%" stood for seconds over a sweep, a comparison or a batch
@@ -68,7 +76,7 @@ def ensure_pair(pair_name, custom_drafter, custom_target, progress, doing: str |
         pair = _resident_preset(ids)  # not queued behind another visitor's load of another pair
         if pair is None:
             loads = device_thread.run if torch.cuda.is_available() else load_thread.run
-            pair = loads(_load_in_background, ids, lambda f, m: progress(f, desc=m))
+            pair = loads(_load_in_background, ids, lambda f, m: progress(f, desc=m), owner=owner)
     except PairError as err:
         raise mistake(str(err), title="Model pair unavailable") from err
     if doing:

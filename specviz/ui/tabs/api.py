@@ -79,7 +79,7 @@ def run_api(
     )
     if state.client_gone(request):  # it waited in the queue with nobody reading: the engine never starts
         raise mistake(GONE, title="Stopped")
-    ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None)
+    ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None, owner=state.device_owner(request))
     final = None
     with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree)) as held:
         # asked inside a calibration

@@ -86,7 +86,9 @@ def run_batch(
         f"Decoding {size} row{'s' * (size > 1)} together, then measuring batch sizes {listed} "
         "(speculative and autoregressive in turns)…"
     )
-    pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
+    pair = ensure_pair(
+        req.pair_name, req.custom_drafter, req.custom_target, progress, doing, owner=state.device_owner(request)
+    )
     req, note = sized(req, pair, batch_steps(size), BATCH_SECONDS_MAX)  # on a CPU: the tokens per row that fit its cap
     yield dict(batch_status=doing + note)  # what runs, at once
     halt = Halt(request, BATCH_SECONDS_MAX)

@@ -74,7 +74,9 @@ def run_compare(
         repetition_penalty,
         tree,
     )
-    pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, RUNNING)
+    pair = ensure_pair(
+        req.pair_name, req.custom_drafter, req.custom_target, progress, RUNNING, owner=state.device_owner(request)
+    )
     kinds = len(usable_kinds(pair.target, pair.own_tokenizer)) + (req.tree != "chain") if pair is not None else 1
     asked = req.max_new_tokens
     req, note = sized(req, pair, compare_steps(kinds), COMPARE_SECONDS_MAX)  # on a CPU: the tokens that fit its cap

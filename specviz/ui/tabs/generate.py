@@ -6,6 +6,7 @@ import time
 
 import gradio as gr
 
+from specviz.serving import device_thread
 from specviz.serving.device_thread import Owner
 from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
@@ -84,7 +85,12 @@ def generate(
             if state.client_gone(request):
                 return  # it waited in the queue with nobody reading: the engine never starts
             ensure_pair(
-                req.pair_name, req.custom_drafter, req.custom_target, progress, "Speculative decoding: the first round…"
+                req.pair_name,
+                req.custom_drafter,
+                req.custom_target,
+                progress,
+                "Speculative decoding: the first round…",
+                owner=state.device_owner(request),
             )
             if state.should_stop(session):
                 yield _kept(session, run, stopped_outputs(None))
@@ -103,7 +109,9 @@ def generate(
                         if (halted := _halted(event, request, session, held, run)) is not None:
                             yield from halted
                             return
-                    yield from _shown(event, req, session, owner)
+                    # the page's views are Python: built as a step of the device thread, they hold up nobody's
+                    # passes (``specviz.serving.device_thread``, "Python work beside the steps")
+                    yield from device_thread.run(_updates, event, req, session, owner, owner=owner)
                 if event is None or event[0] != "done":  # the calibration was stopped: nothing ran
                     yield from _halted(event, request, session, held, run) or [
                         dict(status="Stopped before the first round.")
@@ -168,6 +176,11 @@ def _halted(
     if held.over():
         return [stopped_outputs(rec, held.note())]
     return None
+
+
+def _updates(event: tuple, req: RunRequest, session: str | None, owner: Owner) -> list[dict]:
+    """``_shown``'s updates, all built."""
+    return list(_shown(event, req, session, owner))
 
 
 def _shown(event: tuple, req: RunRequest, session: str | None, owner: Owner):

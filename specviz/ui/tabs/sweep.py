@@ -93,7 +93,9 @@ def run_sweep(
         f"Sweep ({label}): measuring the autoregressive baseline, then gamma {SWEEP_GAMMAS[0]}..{SWEEP_GAMMAS[-1]}, "
         "each in turns with a baseline of its own…"
     )
-    pair = ensure_pair(req.pair_name, req.custom_drafter, req.custom_target, progress, doing)
+    pair = ensure_pair(
+        req.pair_name, req.custom_drafter, req.custom_target, progress, doing, owner=state.device_owner(request)
+    )
     # on a CPU: the tokens that fit its cap
     req, note = sized(req, pair, sweep_steps(len(SWEEP_GAMMAS)), SWEEP_SECONDS_MAX)
     yield dict(sweep_status=doing + note)  # what runs, at once (the first point comes after a whole baseline)
