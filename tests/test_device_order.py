@@ -96,7 +96,26 @@ def test_sizes_grow_with_tokens_gamma_and_tree_and_bad_inputs_count_as_largest()
     odd = queued(VICTIM, 8, 0.0, data=["embedded", "x"])
     assert share.job_seconds(odd) is None and share.place(odd) == share.LARGEST_S
     generate = ["embedded", "def f(x):", GAMMA, 0.0, 0, 1.0, 8, 0, True, "", "", "model", "constant", 1.0, "chain"]
-    assert share.job_seconds(queued(VICTIM, 8, 0.0, "generate", generate)) == share.sized(GAMMA, 8)
+    assert share.job_seconds(queued(VICTIM, 8, 0.0, "generate", generate)) == share.sized(
+        GAMMA, 8, pair=("embedded", "", "")
+    )
+
+
+def test_a_job_is_priced_by_its_pair_so_a_short_run_of_a_tiny_pair_does_not_give_way_to_a_larger_pairs_token():
+    """A 16-token run of the embedded pair (0.5 s of the device on 2 cores) gave way to a 1-token Generate of the
+    English pair (0.6 s: two prefills of a 135 M target), priced by tokens alone; each is priced by its pair's target
+    now."""
+    from specviz.ui.running import share, sizing
+
+    tiny, english = ("embedded", "", ""), ("english", "", "")
+    assert share.sized(4, 1, pair=english) > share.sized(4, 16, pair=tiny) / share.YIELD_RATIO
+    assert share.sized(4, 16, pair=english) > share.sized(4, 16, pair=tiny)
+    assert share.sized(4, 16, pair=english) == share.sized(4, 16)  # the English pair's price is the unit
+    # custom ids are priced as the English pair until they load; a name that is no preset too
+    assert sizing.pair_scale("embedded", "someone/model") == sizing.pair_scale("no such pair") == 1.0
+    assert sizing.pair_scale("embedded") == sizing.PAIR_SCALE_MIN
+    generate = ["english", "def f(x):", GAMMA, 0.0, 0, 1.0, 1, 0, True, "", "", "model", "constant", 1.0, "chain"]
+    assert share.job_seconds(queued(VICTIM, 1, 0.0, "generate", generate)) == share.sized(GAMMA, 1, pair=english)
 
 
 def test_a_bad_yields_setting_is_refused_naming_it(monkeypatch):

@@ -210,3 +210,43 @@ def test_a_deferring_thread_takes_turns_charged_to_its_owner_and_may_call_the_de
     assert n > 0 and sys.getprofile() is None
     assert device_thread._device.used(owner)[0] > 0
     assert device_thread.run(lambda: device_thread.deferring().__enter__()._mine) is None  # nothing on the device
+
+
+def test_a_deferring_threads_turn_goes_after_the_visitors_steps_until_it_is_overdue(monkeypatch):
+    """A turn of deferred work (a pair's load) waits behind every visitor's step queued with it, whoever used less,
+    until it has waited DEFER_OVERDUE_S; then it goes in its owner's place like any step."""
+
+    def order_of(overdue_s: float) -> list[str]:
+        monkeypatch.setattr(device_thread, "DEFER_OVERDUE_S", overdue_s)
+        release, order = threading.Event(), []
+        blocker = device_thread._device.submit(lambda: release.wait(10), device_thread.Owner("10.4.4.4"))
+        newcomer = device_thread.Owner(f"10.3.3.{int(overdue_s)}")  # has used nothing: it would go first
+        background = device_thread._device.submit(lambda: order.append("deferred"), newcomer, background=True)
+        visitor = device_thread.Owner("10.4.4.4")  # has used the device (the blocker's step)
+        device_thread._device._charge(visitor, 5.0, time.monotonic())
+        step = device_thread._device.submit(lambda: order.append("visitor"), visitor)
+        time.sleep(0.05)
+        release.set()
+        for future in (blocker, background, step):
+            future.result(10)
+        return order
+
+    assert order_of(10.0) == ["visitor", "deferred"]
+    assert order_of(0.0) == ["deferred", "visitor"]  # overdue: its owner has used less
+
+
+def test_the_device_counts_as_busy_while_a_job_streams_between_its_steps():
+    assert not device_thread._device.busy
+    gate = threading.Event()
+
+    def job():
+        yield 1
+        gate.wait(10)
+        yield 2
+
+    stream = device_thread.stepped(job(), device_thread.Owner("10.2.2.2"))
+    assert next(stream) == 1
+    assert device_thread._device.busy and not device_thread._device.idle.is_set()  # between its steps
+    gate.set()
+    assert list(stream) == [2]
+    assert not device_thread._device.busy and device_thread._device.idle.is_set()

@@ -67,6 +67,12 @@ DEFER_SLICE_S = 0.05
 # the longest the device thread waits in a deferring thread's turn (its slice, and the C call under way at the
 # slice's end)
 DEFER_TURN_MAX_S = 2.0
+# A deferring thread's turn goes after every other waiting step until it has waited this long (then in its owner's
+# place): beside a stream of steps such work runs a slice a second at least, and a step beside it loses a twentieth.
+DEFER_OVERDUE_S = 1.0
+# the longest a deferring thread waits for its turn before it runs a slice anyway: the device's step under way may be
+# waiting for a lock the deferring thread holds
+DEFER_WAIT_MAX_S = 3.0
 
 
 class Owner:
@@ -97,10 +103,10 @@ SERVER = Owner()  # steps no visitor asked for (the start-up warm-up), and any c
 
 
 class _Step:
-    __slots__ = ("call", "future", "owner", "seq", "queued")
+    __slots__ = ("call", "future", "owner", "seq", "queued", "background")
 
-    def __init__(self, call: Callable, owner: Owner, seq: int):
-        self.call, self.owner, self.seq = call, owner, seq
+    def __init__(self, call: Callable, owner: Owner, seq: int, background: bool = False):
+        self.call, self.owner, self.seq, self.background = call, owner, seq, background
         self.future: concurrent.futures.Future = concurrent.futures.Future()
         self.queued = time.monotonic()
 
@@ -124,8 +130,8 @@ class _Device:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._running: _Step | None = None
         self.ident: int | None = None
-        self._turns = 0  # turns submitted and not yet ended (each takes a step): 0 when the device thread is idle
-        self.busy = False  # _turns > 0, read without the lock by deferring work
+        self._turns = 0  # turns submitted and not yet ended (each takes a step)
+        self.busy = False  # a step runs or waits, or a job streams (``_mark_busy``); read without the lock
         self.idle = threading.Event()
         self.idle.set()
 
@@ -139,8 +145,8 @@ class _Device:
         if len(self._used) > 4096:  # forget those whose use has decayed away
             self._used = {k: v for k, v in self._used.items() if self._level(k, now) > 1e-3}
 
-    def submit(self, call: Callable, owner: Owner) -> concurrent.futures.Future:
-        step = _Step(call, owner, next(self._seq))
+    def submit(self, call: Callable, owner: Owner, background: bool = False) -> concurrent.futures.Future:
+        step = _Step(call, owner, next(self._seq), background)
         with self._lock:
             if self._pool is None:
                 # One worker: the device thread. Each step submitted adds one turn to its queue, and each turn runs
@@ -149,8 +155,7 @@ class _Device:
                                                                    initializer=self._mark)
             self._waiting.append(step)
             self._turns += 1
-            self.busy = True
-            self.idle.clear()
+            self._mark_busy()
             self._arrived.notify_all()
             if self._running is not None and self._running.owner.key != owner.key:
                 owner.behind.add(_who(self._running.owner))  # it waits for the step under way
@@ -163,6 +168,12 @@ class _Device:
     def _rank(self, owner: Owner, now: float) -> tuple[float, float]:
         return self._level("a:" + owner.address, now), self._level("s:" + owner.key, now)
 
+    def _key(self, step: _Step, now: float) -> tuple:
+        """A waiting step's place, lowest first: a background step (a deferring thread's turn) after every other until
+        it has waited DEFER_OVERDUE_S, then by its owner's rank (``_rank``), then the oldest."""
+        later = step.background and now - step.queued < DEFER_OVERDUE_S
+        return (int(later), *self._rank(step.owner, now), step.seq)
+
     def streaming(self, owner: Owner, delta: int) -> None:
         """A streaming job of ``owner`` began (+1) or ended (-1)."""
         with self._lock:
@@ -171,6 +182,16 @@ class _Device:
                 self._streams[owner.key] = left
             else:
                 self._streams.pop(owner.key, None)
+            self._mark_busy()
+
+    def _mark_busy(self) -> None:
+        """``busy`` and ``idle`` as the queue stands (held: the lock): busy while a step runs or waits, and while a job
+        streams (between its steps too: its next comes within a moment, ``_anticipate``)."""
+        self.busy = bool(self._turns or self._streams)
+        if self.busy:
+            self.idle.clear()
+        else:
+            self.idle.set()
 
     def _anticipate(self) -> None:
         """Hold the turn up to ANTICIPATE_S for the next step of the owner whose step ran last, when it streams, has
@@ -179,14 +200,14 @@ class _Device:
         if last is None or not self._streams.get(last.key) or any(s.owner.key == last.key for s in self._waiting):
             return
         now = time.monotonic()
-        if all(self._rank(last, now) < self._rank(s.owner, now) for s in self._waiting):
+        if all((0, *self._rank(last, now)) < self._key(s, now)[:3] for s in self._waiting):
             self._arrived.wait_for(lambda: any(s.owner.key == last.key for s in self._waiting), timeout=ANTICIPATE_S)
 
     def _next(self) -> _Step:
         with self._lock:
             self._anticipate()
             now = time.monotonic()
-            step = min(self._waiting, key=lambda s: (*self._rank(s.owner, now), s.seq))
+            step = min(self._waiting, key=lambda s: self._key(s, now))
             self._waiting.remove(step)
             self._running = step
             for other in self._waiting:  # they wait behind this step
@@ -209,9 +230,7 @@ class _Device:
             self._last = step.owner
             self._charge(step.owner, end - start, end)
             self._turns -= 1
-            if not self._turns:
-                self.busy = False
-                self.idle.set()
+            self._mark_busy()
 
     def used(self, owner: Owner) -> tuple[float, float]:
         """(address, session) device seconds of ``owner``, decayed to now."""
@@ -245,23 +264,26 @@ class _Deferral:
     def __call__(self, frame, event, arg):
         if _device.busy and not self.paused:
             blocking = event == "c_call" and getattr(arg, "__name__", "") in _BLOCKING
-            if self.held is not None and (blocking or time.monotonic() >= self.slice_end):
+            if blocking or time.monotonic() >= self.slice_end:
                 self.end_turn()  # its slice is over, or it is about to sleep or wait: the device does not wait for it
-            if self.held is None and not blocking:
-                self._take_turn()
+                if not blocking:
+                    self._take_turn()
         if self.previous is not None:
             self.previous(frame, event, arg)
 
     def _take_turn(self) -> None:
         started, held = threading.Event(), threading.Event()
 
-        def turn():  # on the device thread: this thread's slice
+        def turn():  # on the device thread: this thread's slice (none when it has given up waiting)
             started.set()
             held.wait(DEFER_TURN_MAX_S)
 
         self.held = held
-        _device.submit(turn, self.owner)
-        started.wait()
+        _device.submit(turn, self.owner, background=True)
+        if not started.wait(DEFER_WAIT_MAX_S):
+            # The step under way may be waiting for something this thread holds (a lock, a module being imported):
+            # this slice runs beside it instead, and its turn, when it comes, ends at once.
+            self.end_turn()
         self.slice_end = time.monotonic() + DEFER_SLICE_S
 
     def end_turn(self) -> None:

@@ -200,7 +200,7 @@ VICTIM_TOKENS = [8]  # the victim's Generate, in new tokens (--victim-tokens)
 
 def victim_runs(app: App, n: int) -> list[float]:
     """Wall seconds of ``n`` Generate runs of VICTIM_TOKENS tokens from the victim's page (one session, as a visitor's
-    tab; a failed run counts as inf)."""
+    tab; a failed run, or one stopped to give the device up, counts as inf)."""
     times = []
     data = list(GENERATE)
     data[6] = VICTIM_TOKENS[0]
@@ -208,7 +208,10 @@ def victim_runs(app: App, n: int) -> list[float]:
         for _ in range(n):
             start = time.monotonic()
             done = page_call(http, app, "generate", data, session=app.victim)
-            times.append(time.monotonic() - start if done.get("success") else float("inf"))
+            # a run stopped to give the device up (to a shorter job, or after its share) was not served
+            texts = [d for d in (done.get("output") or {}).get("data", []) if isinstance(d, str)]
+            stopped = any(t.startswith("Stopped after") for t in texts)
+            times.append(time.monotonic() - start if done.get("success") and not stopped else float("inf"))
     return times
 
 

@@ -121,6 +121,12 @@ class RunRequest:
         """The checked token tree as a TreeSpec, or None for a chain."""
         return tree_spec(self.tree)
 
+    @property
+    def sized_pair(self) -> tuple[str, str, str]:
+        """(pair name, custom drafter, custom target): what prices the job's steps
+        (``specviz.ui.running.share.sized``)."""
+        return self.pair_name, self.custom_drafter, self.custom_target
+
     def duration(self, runs: int = 1) -> float:
         """ZeroGPU seconds for ``runs`` speculative runs, each with its baseline (``specviz.serving.gpu_duration``),
         and for the auto tree the cap of the calibration that may come first (``specviz.ui.tabs.tree.resolve``)."""

@@ -117,8 +117,9 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
 
     Yields plain data: ("calibrating", None, status) before an auto tree's calibration, ("calibration", None, status
     or None) between its steps (the status with its progress at most every STREAM_INTERVAL_MS), ("round", spec,
-    title) at most every STREAM_INTERVAL_MS, ("speculative_done", spec, title), then ("done", spec,
-    baseline, title, status, auto): ``auto`` the auto tree's record
+    title) at most every STREAM_INTERVAL_MS and ("step", spec or None, title or None) after each other turn of the
+    two runs (nothing to draw: a step's end, where the caller may stop it), ("speculative_done", spec, title), then
+    ("done", spec, baseline, title, status, auto): ``auto`` the auto tree's record
     (``specviz.engine.tree.auto.AutoTree.record``) or None. Errors leave as gr.Error.
     """
     pair = _pair_of(req)
@@ -173,6 +174,8 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
             if spec is not None and now - last_draw >= STREAM_INTERVAL_MS and not spec.stop_reason:
                 last_draw = now
                 yield "round", spec, title(pair.name, spec)
+            else:  # each turn of the two runs is a device step of its own: another visitor's step waits one turn
+                yield "step", spec, (title(pair.name, spec) if spec is not None else None)
         name = title(pair.name, spec)
         yield "speculative_done", spec, name
     except Exception as err:

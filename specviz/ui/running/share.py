@@ -57,7 +57,7 @@ from collections import deque
 from specviz.ui.guard.address import client_address
 from specviz.ui.guard.checks import number
 from specviz.ui.guard.limits import GAMMA_RANGE, MAX_NEW_TOKENS_RANGE, whole_number
-from specviz.ui.running.sizing import run_seconds
+from specviz.ui.running.sizing import pair_scale, run_seconds
 
 
 SHARE_S = float(os.environ.get("SPECVIZ_SHARE_SECONDS", "10"))  # device seconds a job keeps while another visitor waits
@@ -72,6 +72,8 @@ SHORT_TOKENS = 8
 YIELDS_PER_MINUTE = whole_number("SPECVIZ_YIELDS_PER_MINUTE", 6, 0)
 # The inputs of a device job that size it, by endpoint: (gamma, max new tokens, token tree) positions in its data.
 SIZED_FIELDS = {"generate": (2, 6, 14), "run": (2, 6, 12)}
+# ... and those that name its pair: (pair name, custom drafter, custom target) positions (/run takes presets only).
+PAIR_FIELDS = {"generate": (0, 9, 10), "run": (0,)}
 # a job whose size cannot be read counts as this
 LARGEST_S = run_seconds(MAX_NEW_TOKENS_RANGE[1], GAMMA_RANGE[1], "chain")
 SHORT_S = run_seconds(SHORT_TOKENS)
@@ -107,9 +109,11 @@ def used(address: str) -> float:
         return _used.get(address, 0.0)
 
 
-def sized(gamma, max_new_tokens, tree="chain") -> float | None:
+def sized(gamma, max_new_tokens, tree="chain", pair: tuple = ()) -> float | None:
     """A Generate or /run job's expected device seconds from its controls as sent (None when one is not a
-    gamma, a token count or a token tree the page offers: such a job is refused at its start)."""
+    gamma, a token count or a token tree the page offers: such a job is refused at its start); ``pair``: its
+    (pair name, custom drafter, custom target) as sent, which price its steps (``specviz.ui.running.sizing.pair_scale``;
+    none: the English pair's price)."""
     from specviz.ui.tabs.tree import TREES
 
     if not (number(gamma) and number(max_new_tokens) and gamma == int(gamma) and max_new_tokens == int(max_new_tokens)):
@@ -122,17 +126,19 @@ def sized(gamma, max_new_tokens, tree="chain") -> float | None:
     tree = "chain" if tree in (None, "") else tree
     if not isinstance(tree, str) or tree not in TREES:
         return None
-    return run_seconds(int(max_new_tokens), int(gamma), tree)
+    custom = [c if isinstance(c, str) else "" for c in pair[1:]]
+    return run_seconds(int(max_new_tokens), int(gamma), tree, pair_scale(*pair[:1], *custom))
 
 
 def job_seconds(event) -> float | None:
     """The expected device seconds of a queued Generate or /run job (a Gradio queue event), read from its inputs;
     None for another endpoint or inputs that do not say."""
-    fields = SIZED_FIELDS.get(getattr(getattr(event, "fn", None), "api_name", None))
+    api = getattr(getattr(event, "fn", None), "api_name", None)
+    fields = SIZED_FIELDS.get(api)
     data = getattr(getattr(event, "data", None), "data", None)
-    if fields is None or not isinstance(data, list) or len(data) <= max(fields):
+    if fields is None or not isinstance(data, list) or len(data) <= max(fields + PAIR_FIELDS[api]):
         return None
-    return sized(*(data[i] for i in fields))
+    return sized(*(data[i] for i in fields), pair=tuple(data[i] for i in PAIR_FIELDS[api]))
 
 
 def place(event) -> float:

@@ -110,12 +110,36 @@ def calibration_seconds(tree: str = "chain") -> float:
     return CALIBRATION_SECONDS_MAX if tree == AUTO else 0.0
 
 
-def run_seconds(max_new_tokens: int, gamma: int = 4, tree: str = "chain") -> float:
+# A job's start, in target steps of the English pair: its two prefills (the speculative run's and the baseline's) and
+# the page's updates. Measured on a 2-core CPU with AVX-512 BF16: a 1-token Generate of the English pair held the device
+# 0.6 s (0.4 s of passes, 0.2 s of the page's views), about 15 of its steps.
+START_STEPS = 10
+# The step price of a preset, relative to the English pair's target (CPU_STEP_S): its target's parameters over
+# ENGLISH_TARGET_PARAMS, at least PAIR_SCALE_MIN (a tiny pair's step is mostly Python: the embedded pair's 16-token run
+# took 0.19 s of passes against 0.04 s a token for the English target's steps alone, about 0.3 of them a token).
+ENGLISH_TARGET_PARAMS = 134_515_008
+PAIR_SCALE_MIN = 0.25
+
+
+def pair_scale(pair_name=None, custom_drafter: str = "", custom_target: str = "") -> float:
+    """A job's step price relative to the English pair's (``run_seconds``' ``scale``): a preset's target parameters
+    over ENGLISH_TARGET_PARAMS (at least PAIR_SCALE_MIN); 1.0 for custom ids (their size is read only when they load)
+    and for a name that is no preset."""
+    from specviz.pair.catalogue import PRESETS
+
+    preset = PRESETS.get(pair_name) if isinstance(pair_name, str) else None
+    if (custom_drafter or "").strip() or (custom_target or "").strip() or preset is None:
+        return 1.0
+    return max(PAIR_SCALE_MIN, preset.target_params / ENGLISH_TARGET_PARAMS)
+
+
+def run_seconds(max_new_tokens: int, gamma: int = 4, tree: str = "chain", scale: float = 1.0) -> float:
     """Expected device seconds of a Generate or /run job on a CPU, priced as the long jobs are: per token its
     baseline's step and the speculative run's SPEC_STEPS (measured at gamma 3-4), that part growing with the tokens a
-    round drafts past 4 (a longer chain or a tree); plus the auto tree's calibration (``calibration_seconds``). A size
-    to order jobs by, not a promise. The queue's order (``specviz.ui.running.share.place``) and the rule for giving way
-    (``specviz.ui.running.share.Held``) both read it, through
-    ``specviz.ui.running.share.sized``."""
+    round drafts past 4 (a longer chain or a tree), plus START_STEPS for its prefills and page, all at CPU_STEP_S times
+    ``scale`` (the pair's step price, ``pair_scale``); plus the auto tree's calibration (``calibration_seconds``). A
+    size to order jobs by, not a promise. The queue's order (``specviz.ui.running.share.place``) and the rule for
+    giving way (``specviz.ui.running.share.Held``) both read it, through ``specviz.ui.running.share.sized``."""
     drafted = drafted_per_round(gamma, tree)
-    return max_new_tokens * (1 + SPEC_STEPS * max(1.0, drafted / 4)) * CPU_STEP_S + calibration_seconds(tree)
+    steps = max_new_tokens * (1 + SPEC_STEPS * max(1.0, drafted / 4)) + START_STEPS
+    return steps * CPU_STEP_S * scale + calibration_seconds(tree)

@@ -81,7 +81,7 @@ def run_api(
         raise mistake(GONE, title="Stopped")
     ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None, owner=state.device_owner(request))
     final = None
-    with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree)) as held:
+    with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree, req.sized_pair)) as held:
         # asked inside a calibration
         check = None if on_zerogpu() else lambda: state.client_gone(request) or held.over()
         for final in run_on_device(req, check, device_owner=state.device_owner(request)):

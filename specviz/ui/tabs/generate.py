@@ -6,7 +6,6 @@ import time
 
 import gradio as gr
 
-from specviz.serving import device_thread
 from specviz.serving.device_thread import Owner
 from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
@@ -95,7 +94,7 @@ def generate(
             if state.should_stop(session):
                 yield _kept(session, run, stopped_outputs(None))
                 return
-            with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree)) as held:
+            with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree, req.sized_pair)) as held:
                 # Asked inside the auto tree's calibration, every round (on ZeroGPU the worker cannot read the page's
                 # state).
                 check = (
@@ -109,9 +108,7 @@ def generate(
                         if (halted := _halted(event, request, session, held, run)) is not None:
                             yield from halted
                             return
-                    # the page's views are Python: built as a step of the device thread, they hold up nobody's
-                    # passes (``specviz.serving.device_thread``, "Python work beside the steps")
-                    yield from device_thread.run(_updates, event, req, session, owner, owner=owner)
+                    yield from _shown(event, req, session, owner)
                 if event is None or event[0] != "done":  # the calibration was stopped: nothing ran
                     yield from _halted(event, request, session, held, run) or [
                         dict(status="Stopped before the first round.")
@@ -178,15 +175,12 @@ def _halted(
     return None
 
 
-def _updates(event: tuple, req: RunRequest, session: str | None, owner: Owner) -> list[dict]:
-    """``_shown``'s updates, all built."""
-    return list(_shown(event, req, session, owner))
-
-
 def _shown(event: tuple, req: RunRequest, session: str | None, owner: Owner):
     """The outputs one event of ``run_on_device`` changes (a dict keyed by RUN_OUTPUTS); the last status says how
     long the run waited for the device behind other visitors' jobs, when it did (``owner``)."""
     kind, spec = event[0], event[1]
+    if kind == "step":  # a step's end: nothing changes on the page
+        return
     if kind == "calibrating":
         # The previous run's verdict, export, text, numbers and tree tables are not this run's: cleared while the
         # calibration measures (a calibration stopped or given way leaves no run, and they stayed under its status).
