@@ -32,11 +32,15 @@ into short steps. Each owner counts the seconds its steps waited and whose steps
 every torch operation and must take it back when the operation ends, so any other thread running Python meanwhile
 (a pair's load, an export's page) holds the step up at each of its hundreds of operations, whatever the thread's
 scheduling priority: beside one thread looping in pure Python at the lowest priority, a 16-token Generate of the
-embedded pair took 8.2 s instead of 0.2 s, and beside a load of the English pair 1.0 s (2-core CPU, AVX-512 BF16).
+embedded pair took 8.2 s instead of 0.2 s (Python's default switch interval), and beside a load of the English pair
+4.1x its time alone at the server's 0.05 ms (2-core CPU, AVX-512 BF16, ``python -m specviz.visitors.beside_load``).
 Code run inside ``deferring(owner)`` checks at each of its Python calls whether the device thread has a step; if it
-has, the code asks for a turn of its own, a step for ``owner`` in the queue's order, and runs DEFER_SLICE_S in it
-while the device thread waits. So it runs where the device is idle, or in its owner's fair share, never beside
-another's step.
+has (or a job streams: its next step comes within a moment), the code asks for a turn of its own, a step for
+``owner`` that goes after every visitor's step until it has waited DEFER_OVERDUE_S, and runs DEFER_SLICE_S in it while
+the device thread waits. So it runs where the device is idle, or a slice a second beside a stream of steps, never
+beside another's step but for the C call under way when one starts. Beside the English pair's load a victim's
+back-to-back 16-token runs took 1.4-1.7x their time alone (median; worst 2.6-2.8x, 4.1x and 4.7-5.0x before), and
+the load 6.3-6.8 s instead of 1.4-1.6 s.
 
 Errors raised on the device thread are raised again in the caller's thread. This module imports nothing
 of torch.
