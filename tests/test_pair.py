@@ -652,6 +652,35 @@ def test_resident_pairs_are_configurable_and_least_recently_used_goes_first(hub,
         load_pair(EMBEDDED, device="cpu")
 
 
+def test_the_resident_set_is_bounded_by_memory_too_and_each_pair_let_go_is_logged(hub, monkeypatch, caplog):
+    """Within the count limit, a pair that does not fit in the free memory lets the least recently used pairs go, as
+    many as its weights need and no more, each named in the log with the reason; one that would not fit even with
+    every pair gone is refused and nothing is let go."""
+    from specviz.pair import loading
+
+    monkeypatch.setenv(pairs.ALLOW_CUSTOM_ENV, "1")
+    monkeypatch.setenv(pairs.RESIDENT_PAIRS_ENV, "3")
+    load_pair(SMOL, device="cpu")
+    load_pair(EMBEDDED, device="cpu")
+    assert pairs.resident_pairs() == [SMOL, EMBEDDED]
+    # the free memory as the machine would report it: short while two pairs are loaded
+    free = {2: 0, 1: 10**12, 0: 10**12}
+    fake = lambda dev: free[len(pairs.resident_pairs())]  # noqa: E731 - a stand-in read where it is looked up
+    monkeypatch.setattr(loading, "available_memory_bytes", fake)
+    monkeypatch.setattr(pairs.cache, "available_memory_bytes", fake)
+    with caplog.at_level("WARNING", logger="specviz"):
+        load_pair(drafter="tests/drafter", target="tests/target", device="cpu")
+    assert pairs.resident_pairs() == [EMBEDDED, "tests/drafter -> tests/target"]  # one let go: the least recent
+    let_go = [r.getMessage() for r in caplog.records if "unloaded the pair" in r.getMessage()]
+    assert len(let_go) == 1 and SMOL in let_go[0] and "GB needed on cpu, 0.00 GB free" in let_go[0], let_go
+    # would not fit even with every pair gone: refused, and both stay
+    monkeypatch.setattr(pairs.cache, "_reclaimable_bytes", lambda dev: 0)
+    free[2] = 0
+    with pytest.raises(PairError, match="needs about"):
+        load_pair(SMOL, device="cpu")
+    assert pairs.resident_pairs() == [EMBEDDED, "tests/drafter -> tests/target"]
+
+
 def test_preload_at_start_up(hub, monkeypatch):
     assert list(pairs.preload()) == [pairs.default_pair()]  # the default: the English pair where it loads offline
     monkeypatch.setenv(pairs.PRELOAD_ENV, f"{EMBEDDED}, {SMOL}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -12,8 +13,10 @@ import torch
 from specviz.pair.catalogue import PRESETS, ModelRef, check_drafter_kind, default_pair
 from specviz.pair.errors import PairError
 from specviz.pair.loading import Pair, Progress, load, plan
-from specviz.pair.memory import default_device, free_memory, freeze_long_lived, thaw
+from specviz.pair.memory import available_memory_bytes, default_device, free_memory, freeze_long_lived, thaw
 from specviz.pair.settings import PRELOAD_ENV, RESIDENT_PAIRS_ENV, resident_limit
+
+log = logging.getLogger("specviz")
 
 
 class _Loading:
@@ -122,18 +125,38 @@ def _key(refs: tuple[ModelRef, ModelRef], device: torch.device) -> tuple:
     return (str(refs[0]), str(refs[1]), str(device))
 
 
-def _evict_for_one_more() -> None:
-    """Drop least recently used pairs until one more fits within the resident limit.
+def _weight_bytes(pair: Pair) -> int:
+    """Bytes of ``pair``'s weights (its drafter's and target's parameters; one model counted once)."""
+    models = {id(pair.drafter): pair.drafter, id(pair.target): pair.target}.values()
+    return sum(p.numel() * p.element_size() for model in models for p in model.parameters())
+
+
+def _make_room(need_bytes: int, dev: torch.device) -> None:
+    """Drop least recently used pairs until one more fits: within the resident limit (SPECVIZ_RESIDENT_PAIRS), and,
+    where the free memory on ``dev`` is known, until the weights dropped on ``dev`` cover what the new pair's
+    ``need_bytes`` lack. Each pair dropped is logged once, with the reason.
 
     A visitor still generating with a dropped pair keeps it alive until they finish; its
     memory comes back then.
     """
+    free = available_memory_bytes(dev)
+    short = 0 if free is None else max(0, need_bytes - free)
+    dropped: list[tuple[Pair, str]] = []
     with _state_lock:
-        dropped = []
         while _resident and len(_resident) >= resident_limit():
-            dropped.append(_resident.popitem(last=False)[1])
-    devices = {p.device for p in dropped}
-    _forget_graphs(dropped)
+            limit = f"at most {resident_limit()} pairs stay loaded ({RESIDENT_PAIRS_ENV})"
+            dropped.append((_resident.popitem(last=False)[1], limit))
+        freed = sum(_weight_bytes(p) for p, _ in dropped if p.device == dev)
+        for key in [k for k, p in _resident.items() if p.device == dev]:  # least recently used first
+            if freed >= short:
+                break
+            pair = _resident.pop(key)
+            freed += _weight_bytes(pair)
+            dropped.append((pair, f"{need_bytes / 1e9:.2f} GB needed on {dev.type}, {free / 1e9:.2f} GB free"))
+    for pair, why in dropped:
+        log.warning("unloaded the pair %s, the least recently used, to load another: %s", pair.name, why)
+    devices = {p.device for p, _ in dropped}
+    _forget_graphs([p for p, _ in dropped])
     if dropped:
         thaw()  # a frozen pair's cycles would never be collected
     dropped.clear()
@@ -142,17 +165,9 @@ def _evict_for_one_more() -> None:
 
 
 def _reclaimable_bytes(dev: torch.device) -> int:
-    """Bytes of weights on ``dev`` that ``_evict_for_one_more`` would free now."""
+    """Bytes of weights on ``dev`` that ``_make_room`` could free: every resident pair's there."""
     with _state_lock:
-        pairs = list(_resident.values())
-        drop = max(0, len(pairs) - resident_limit() + 1)
-        return sum(
-            p.numel() * p.element_size()
-            for pair in pairs[:drop]
-            if pair.device == dev
-            for model in {id(pair.drafter): pair.drafter, id(pair.target): pair.target}.values()
-            for p in model.parameters()
-        )
+        return sum(_weight_bytes(pair) for pair in _resident.values() if pair.device == dev)
 
 
 def load_pair(
@@ -169,9 +184,10 @@ def load_pair(
 ) -> Pair:
     """Load a pair once and share it across callers and threads.
 
-    Up to ``SPECVIZ_RESIDENT_PAIRS`` pairs (default 1) stay loaded; loading another frees the least
-    recently used. Threads asking for the same pair share one load; threads asking for
-    different pairs load one after the other, so two loads never need memory at once.
+    Up to ``SPECVIZ_RESIDENT_PAIRS`` pairs (default 1) stay loaded, fewer where memory is short; loading
+    another frees the least recently used, as many as it needs (``_make_room``, which logs each). Threads asking
+    for the same pair share one load; threads asking for different pairs load one after the other, so two loads
+    never need memory at once.
 
     Args:
         name: a key of ``PRESETS`` (default: the embedded pair).
@@ -237,7 +253,7 @@ def load_pair(
                 dev,
                 preset,
                 say,
-                make_room=_evict_for_one_more,
+                make_room=_make_room,
                 reclaimable=_reclaimable_bytes,
                 own_tokenizer=own_tokenizer,
                 timing=timing,

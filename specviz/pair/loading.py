@@ -124,7 +124,7 @@ def load(
     dev: torch.device,
     preset: Preset | None,
     say: Progress,
-    make_room: Callable[[], None] = lambda: None,
+    make_room: Callable[[int, torch.device], None] = lambda need_bytes, dev: None,
     reclaimable: Callable[[torch.device], int] = lambda dev: 0,
     own_tokenizer: bool = False,
     timing: Callable | None = None,
@@ -136,10 +136,11 @@ def load(
     (``own_tokenizer``); then the two must share enough of their vocabularies
     (``check_shared_vocabulary``) and the Pair carries both.
 
-    ``make_room`` is called once the pair has passed every check, the memory check included, and
+    ``make_room(need_bytes, dev)`` is called once the pair has passed every check, the memory check included, and
     before the free memory is measured again (the resident cache frees its least recently used
-    pairs there). ``reclaimable(dev)`` is the bytes ``make_room`` would free on ``dev``: a pair that
-    would not fit even then is refused before anything resident is unloaded. ``timing``: as ``apply_form``'s.
+    pairs there, as many as the count limit and ``need_bytes`` ask). ``reclaimable(dev)`` is the most bytes
+    ``make_room`` could free on ``dev``: a pair that would not fit even then is refused before anything resident is
+    unloaded. ``timing``: as ``apply_form``'s.
 
     Raises:
         PairError: as ``load_pair`` lists.
@@ -216,7 +217,7 @@ def load(
             "freed; pick a smaller pair (the pair loaded now stays loaded)"
         )
     say(0.25, "Making room")
-    make_room()
+    make_room(int(need_gb * 1e9), dev)
     free = available_memory_bytes(dev)
     if free is not None and need_gb * 1e9 > free:
         raise PairError(
