@@ -145,7 +145,7 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
     timed_out = False
     try:
         last_draw = 0.0
-        spec = baseline = None
+        spec = baseline = named = None
         runs = paired(
             speculative_stream(
                 ids,
@@ -175,7 +175,8 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
                 last_draw = now
                 yield "round", spec, title(pair.name, spec)
             else:  # each turn of the two runs is a device step of its own: another visitor's step waits one turn
-                yield "step", spec, (title(pair.name, spec) if spec is not None else None)
+                named = named or (title(pair.name, spec) if spec is not None else None)
+                yield "step", spec, named
         name = title(pair.name, spec)
         yield "speculative_done", spec, name
     except Exception as err:

@@ -164,9 +164,9 @@ def _halted(
     """What to show when the job must end before ``event`` (the last one ``run_on_device`` sent, None: none):
     [] when nobody listens, the rounds done when Stop was pressed or the job has had its device share; None
     when it goes on."""
-    rec = Recording(event[1], title=event[2]) if event is not None and event[1] is not None else None
     if state.client_gone(request):
         return []  # nobody listens: stop within a round, the device goes to the next visitor
+    rec = Recording(event[1], title=event[2]) if event is not None and event[1] is not None else None
     if state.should_stop(session):
         # The Stop button: end here, between rounds, and show the rounds done (a finished run shows as done).
         return [_kept(session, run, stopped_outputs(rec))]
