@@ -250,3 +250,30 @@ def test_the_device_counts_as_busy_while_a_job_streams_between_its_steps():
     gate.set()
     assert list(stream) == [2]
     assert not device_thread._device.busy and device_thread._device.idle.is_set()
+
+
+def test_a_step_waiting_for_a_lock_a_deferring_thread_holds_does_not_hang_the_device(monkeypatch):
+    """The deferring thread, holding a lock, waits for a turn; the step under way waits for that lock: the thread gives
+    up its wait after DEFER_WAIT_MAX_S and goes on, so both end."""
+    monkeypatch.setattr(device_thread, "DEFER_WAIT_MAX_S", 0.2)
+    lock, holding, done = threading.Lock(), threading.Event(), []
+
+    def step():
+        holding.wait(10)
+        with lock:  # held by the deferring thread, which waits for the device
+            done.append("step")
+
+    def beside():
+        with device_thread.deferring(device_thread.Owner("10.1.2.3")):
+            with lock:
+                holding.set()
+                time.sleep(0.05)  # the step is under way and waits for the lock
+                sum(range(10))  # a Python call: the thread asks for a turn, which the blocked step never grants
+            done.append("beside")
+
+    future = device_thread._device.submit(step, device_thread.Owner("10.3.2.1"))
+    thread = threading.Thread(target=beside)
+    thread.start()
+    thread.join(10)
+    future.result(10)
+    assert sorted(done) == ["beside", "step"]

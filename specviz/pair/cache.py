@@ -50,11 +50,17 @@ def loaded_pair(name: str | None = None, drafter: str | None = None, target: str
     """
     _, refs, _ = plan(name, drafter, target, allow_custom=True)
     key = _key(refs, torch.device(device) if device is not None else default_device())
-    with _state_lock:
-        pair = _resident.get(key)
-        if pair is not None:
-            _resident.move_to_end(key)
-        return pair
+    # Read without waiting for the lock: a run's first step on the device thread asks here, and a load holding the lock
+    # may itself be waiting for the device thread's turn (``specviz.serving.device_thread.deferring``). A dict's read
+    # is atomic; the mark as most recently used is skipped while another thread holds the lock.
+    pair = _resident.get(key)
+    if pair is not None and _state_lock.acquire(blocking=False):
+        try:
+            if key in _resident:
+                _resident.move_to_end(key)
+        finally:
+            _state_lock.release()
+    return pair
 
 
 def unload_all() -> None:

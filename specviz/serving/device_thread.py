@@ -76,7 +76,7 @@ DEFER_TURN_MAX_S = 2.0
 DEFER_OVERDUE_S = 1.0
 # the longest a deferring thread waits for its turn before it runs a slice anyway: the device's step under way may be
 # waiting for a lock the deferring thread holds
-DEFER_WAIT_MAX_S = 3.0
+DEFER_WAIT_MAX_S = 2.0
 
 
 class Owner:

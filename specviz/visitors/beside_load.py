@@ -12,6 +12,7 @@ demo command installs it).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--load", default="english", help="the preset another visitor loads (default english)")
     args = parser.parse_args(argv)
     openmp.spin_briefly()
+    os.environ.setdefault("SPECVIZ_RESIDENT_PAIRS", "2")  # the victim's pair stays loaded, as on a server keeping 3
     from specviz.ui.guard.server import GIL_SWITCH_S
 
     sys.setswitchinterval(GIL_SWITCH_S)  # as the server runs
