@@ -146,8 +146,9 @@ def test_a_wrapped_function_takes_its_owner_by_keyword_and_passes_the_rest():
 
 def _python_beside_a_step(deferred: bool) -> tuple[int, int]:
     """(iterations of a pure-Python loop on another thread that ran while a device step of 0.3 s ran, iterations in
-    all): the loop ``deferring`` for an owner of its own when ``deferred``."""
-    running, started, done = threading.Event(), threading.Event(), threading.Event()
+    all): the loop ``deferring`` for an owner of its own when ``deferred``; it goes on until it has run after the
+    step too."""
+    running, started, done, finish = threading.Event(), threading.Event(), threading.Event(), threading.Event()
     counts = [0, 0]
 
     def step():  # releases the interpreter lock while it waits, as a model pass does between its operations
@@ -161,7 +162,7 @@ def _python_beside_a_step(deferred: bool) -> tuple[int, int]:
         counts[1] += 1
 
     def loop():
-        while not done.is_set():
+        while not finish.is_set():
             note()
 
     def beside():
@@ -177,6 +178,11 @@ def _python_beside_a_step(deferred: bool) -> tuple[int, int]:
     started.wait()
     threading.Timer(0.3, done.set).start()
     future.result()
+    after = counts[1]
+    deadline = time.monotonic() + 30
+    while counts[1] <= after + 100 and time.monotonic() < deadline:  # it runs once the step is over
+        time.sleep(0.01)
+    finish.set()
     thread.join()
     return counts[0], counts[1]
 
@@ -236,20 +242,19 @@ def test_a_deferring_threads_turn_goes_after_the_visitors_steps_until_it_is_over
 
 
 def test_the_device_counts_as_busy_while_a_job_streams_between_its_steps():
-    assert not device_thread._device.busy
-    gate = threading.Event()
+    gate, owner = threading.Event(), device_thread.Owner("10.2.2.2")
 
     def job():
         yield 1
         gate.wait(10)
         yield 2
 
-    stream = device_thread.stepped(job(), device_thread.Owner("10.2.2.2"))
+    stream = device_thread.stepped(job(), owner)
     assert next(stream) == 1
     assert device_thread._device.busy and not device_thread._device.idle.is_set()  # between its steps
     gate.set()
     assert list(stream) == [2]
-    assert not device_thread._device.busy and device_thread._device.idle.is_set()
+    assert owner.key not in device_thread._device._streams  # ended: it no longer keeps the device busy
 
 
 def test_a_step_waiting_for_a_lock_a_deferring_thread_holds_does_not_hang_the_device(monkeypatch):
