@@ -784,7 +784,7 @@ def test_the_pages_calibration_takes_device_steps_and_says_how_far_it_got(tmp_pa
     monkeypatch.setattr(pair_auto, "_CACHE", {})
     monkeypatch.setattr(device, "STREAM_INTERVAL_MS", 0.0)  # every step says how far it got
     events = list(device.run_on_device(_run_request(AUTO)))
-    steps = [e for e in events if e[0] == "calibration"]
+    steps = [e for e in events if e is not None and e[0] == "calibration"]
     told = [re.search(r"Measured (\d+) of (\d+) parts in \d+ s", e[2]) for e in steps]
     assert len(steps) > 10 and all(told)
     done = [int(m[1]) for m in told]

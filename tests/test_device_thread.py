@@ -251,7 +251,7 @@ def test_the_device_counts_as_busy_while_a_job_streams_between_its_steps():
 
     stream = device_thread.stepped(job(), owner)
     assert next(stream) == 1
-    assert device_thread._device.busy and not device_thread._device.idle.is_set()  # between its steps
+    assert device_thread._device.busy and owner.key in device_thread._device._streams  # between its steps
     gate.set()
     assert list(stream) == [2]
     assert owner.key not in device_thread._device._streams  # ended: it no longer keeps the device busy

@@ -134,10 +134,7 @@ class _Device:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._running: _Step | None = None
         self.ident: int | None = None
-        self._turns = 0  # turns submitted and not yet ended (each takes a step)
         self.busy = False  # a step runs or waits, or a job streams (``_mark_busy``); read without the lock
-        self.idle = threading.Event()
-        self.idle.set()
 
     def _level(self, key: str, now: float) -> float:
         seconds, when = self._used.get(key, (0.0, now))
@@ -158,7 +155,6 @@ class _Device:
                 self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-device",
                                                                    initializer=self._mark)
             self._waiting.append(step)
-            self._turns += 1
             self._mark_busy()
             self._arrived.notify_all()
             if self._running is not None and self._running.owner.key != owner.key:
@@ -189,13 +185,9 @@ class _Device:
             self._mark_busy()
 
     def _mark_busy(self) -> None:
-        """``busy`` and ``idle`` as the queue stands (held: the lock): busy while a step runs or waits, and while a job
-        streams (between its steps too: its next comes within a moment, ``_anticipate``)."""
-        self.busy = bool(self._turns or self._streams)
-        if self.busy:
-            self.idle.clear()
-        else:
-            self.idle.set()
+        """``busy`` as the queue stands (held: the lock): while a step runs or waits, and while a job streams (between
+        its steps too: its next comes within a moment, ``_anticipate``)."""
+        self.busy = bool(self._waiting or self._running is not None or self._streams)
 
     def _anticipate(self) -> None:
         """Hold the turn up to ANTICIPATE_S for the next step of the owner whose step ran last, when it streams, has
@@ -233,7 +225,6 @@ class _Device:
             self._running = None
             self._last = step.owner
             self._charge(step.owner, end - start, end)
-            self._turns -= 1
             self._mark_busy()
 
     def used(self, owner: Owner) -> tuple[float, float]:

@@ -33,10 +33,9 @@ def main(argv: list[str] | None = None) -> None:
 
     sys.setswitchinterval(GIL_SWITCH_S)  # as the server runs
 
-    from specviz import speculative_stream
     from specviz.drafters import default_kind
     from specviz.engine.sampling import DEFAULT_SAMPLING
-    from specviz.measure.baseline import paired
+    from specviz.measure.baseline import with_baseline_stream
     from specviz.pair import load_pair
     from specviz.pair.drafter import pair_drafter
     from specviz.serving import device_thread, load_thread
@@ -50,8 +49,8 @@ def main(argv: list[str] | None = None) -> None:
 
     def run() -> float:
         start = time.perf_counter()
-        spec = speculative_stream(ids, drafter, pair.target, gamma=4, max_new_tokens=args.tokens, **common)
-        for _ in device_thread.stepped(paired(spec, ids, pair.target, max_new_tokens=args.tokens, **common), victim):
+        turns = with_baseline_stream(ids, drafter, pair.target, gamma=4, max_new_tokens=args.tokens, **common)
+        for _ in device_thread.stepped(turns, victim):
             pass
         return time.perf_counter() - start
 

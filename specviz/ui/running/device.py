@@ -117,8 +117,8 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
 
     Yields plain data: ("calibrating", None, status) before an auto tree's calibration, ("calibration", None, status
     or None) between its steps (the status with its progress at most every STREAM_INTERVAL_MS), ("round", spec,
-    title) at most every STREAM_INTERVAL_MS and ("step", spec or None, title or None) after each other turn of the
-    two runs (nothing to draw: a step's end, where the caller may stop it), ("speculative_done", spec, title), then
+    title) at most every STREAM_INTERVAL_MS and None after each other turn of the two runs (a step's end, nothing to
+    draw: callers skip it, as Compare's stream's), ("speculative_done", spec, title), then
     ("done", spec, baseline, title, status, auto): ``auto`` the auto tree's record
     (``specviz.engine.tree.auto.AutoTree.record``) or None. Errors leave as gr.Error.
     """
@@ -145,7 +145,7 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
     timed_out = False
     try:
         last_draw = 0.0
-        spec = baseline = named = None
+        spec = baseline = None
         runs = paired(
             speculative_stream(
                 ids,
@@ -175,8 +175,7 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
                 last_draw = now
                 yield "round", spec, title(pair.name, spec)
             else:  # each turn of the two runs is a device step of its own: another visitor's step waits one turn
-                named = named or (title(pair.name, spec) if spec is not None else None)
-                yield "step", spec, named
+                yield None
         name = title(pair.name, spec)
         yield "speculative_done", spec, name
     except Exception as err:

@@ -126,8 +126,7 @@ def sized(gamma, max_new_tokens, tree="chain", pair: tuple = ()) -> float | None
     tree = "chain" if tree in (None, "") else tree
     if not isinstance(tree, str) or tree not in TREES:
         return None
-    custom = [c if isinstance(c, str) else "" for c in pair[1:]]
-    return run_seconds(int(max_new_tokens), int(gamma), tree, pair_scale(*pair[:1], *custom))
+    return run_seconds(int(max_new_tokens), int(gamma), tree, pair_scale(*pair))
 
 
 def job_seconds(event) -> float | None:

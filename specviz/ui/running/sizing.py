@@ -114,23 +114,23 @@ def calibration_seconds(tree: str = "chain") -> float:
 # the page's updates. Measured on a 2-core CPU with AVX-512 BF16: a 1-token Generate of the English pair held the device
 # 0.6 s (0.4 s of passes, 0.2 s of the page's views), about 15 of its steps.
 START_STEPS = 10
-# The step price of a preset, relative to the English pair's target (CPU_STEP_S): its target's parameters over
-# ENGLISH_TARGET_PARAMS, at least PAIR_SCALE_MIN (a tiny pair's step is mostly Python: the embedded pair's 16-token run
+# The step price of a preset, relative to the English pair's target (CPU_STEP_S): its target's parameters over the
+# English target's, at least PAIR_SCALE_MIN (a tiny pair's step is mostly Python: the embedded pair's 16-token run
 # took 0.19 s of passes against 0.04 s a token for the English target's steps alone, about 0.3 of them a token).
-ENGLISH_TARGET_PARAMS = 134_515_008
 PAIR_SCALE_MIN = 0.25
 
 
-def pair_scale(pair_name=None, custom_drafter: str = "", custom_target: str = "") -> float:
-    """A job's step price relative to the English pair's (``run_seconds``' ``scale``): a preset's target parameters
-    over ENGLISH_TARGET_PARAMS (at least PAIR_SCALE_MIN); 1.0 for custom ids (their size is read only when they load)
-    and for a name that is no preset."""
-    from specviz.pair.catalogue import PRESETS
+def pair_scale(pair_name=None, custom_drafter="", custom_target="") -> float:
+    """A job's step price relative to the English pair's (``run_seconds``' ``scale``), from its controls as sent: a
+    preset's target parameters over the English target's (at least PAIR_SCALE_MIN); 1.0 for custom ids (their size is
+    read only when they load) and for a name that is no preset."""
+    from specviz.pair.catalogue import ENGLISH, PRESETS
 
     preset = PRESETS.get(pair_name) if isinstance(pair_name, str) else None
-    if (custom_drafter or "").strip() or (custom_target or "").strip() or preset is None:
+    custom = any(isinstance(c, str) and c.strip() for c in (custom_drafter, custom_target))
+    if custom or preset is None:
         return 1.0
-    return max(PAIR_SCALE_MIN, preset.target_params / ENGLISH_TARGET_PARAMS)
+    return max(PAIR_SCALE_MIN, preset.target_params / PRESETS[ENGLISH].target_params)
 
 
 def run_seconds(max_new_tokens: int, gamma: int = 4, tree: str = "chain", scale: float = 1.0) -> float:

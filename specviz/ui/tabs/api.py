@@ -84,7 +84,7 @@ def run_api(
     with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree, req.sized_pair)) as held:
         # asked inside a calibration
         check = None if on_zerogpu() else lambda: state.client_gone(request) or held.over()
-        for final in run_on_device(req, check, device_owner=state.device_owner(request)):
+        for final in filter(None, run_on_device(req, check, device_owner=state.device_owner(request))):
             if final[0] != "done":
                 _go_on(final[1], request, held)
         if final is None or final[0] != "done":  # the auto tree's calibration was stopped

@@ -103,7 +103,7 @@ def generate(
                     else lambda: state.client_gone(request) or state.should_stop(session) or held.over()
                 )
                 event = None
-                for event in run_on_device(req, check, device_owner=owner):
+                for event in filter(None, run_on_device(req, check, device_owner=owner)):  # None: a step's end
                     if event[0] != "done":
                         if (halted := _halted(event, request, session, held, run)) is not None:
                             yield from halted
@@ -164,9 +164,9 @@ def _halted(
     """What to show when the job must end before ``event`` (the last one ``run_on_device`` sent, None: none):
     [] when nobody listens, the rounds done when Stop was pressed or the job has had its device share; None
     when it goes on."""
+    rec = Recording(event[1], title=event[2]) if event is not None and event[1] is not None else None
     if state.client_gone(request):
         return []  # nobody listens: stop within a round, the device goes to the next visitor
-    rec = Recording(event[1], title=event[2]) if event is not None and event[1] is not None else None
     if state.should_stop(session):
         # The Stop button: end here, between rounds, and show the rounds done (a finished run shows as done).
         return [_kept(session, run, stopped_outputs(rec))]
@@ -179,8 +179,6 @@ def _shown(event: tuple, req: RunRequest, session: str | None, owner: Owner):
     """The outputs one event of ``run_on_device`` changes (a dict keyed by RUN_OUTPUTS); the last status says how
     long the run waited for the device behind other visitors' jobs, when it did (``owner``)."""
     kind, spec = event[0], event[1]
-    if kind == "step":  # a step's end: nothing changes on the page
-        return
     if kind == "calibrating":
         # The previous run's verdict, export, text, numbers and tree tables are not this run's: cleared while the
         # calibration measures (a calibration stopped or given way leaves no run, and they stayed under its status).
