@@ -340,3 +340,36 @@ def test_a_batch_checks_every_rows_seed_and_takes_a_schedule_with_its_threshold(
             schedule=make_schedule("confidence", 3, 0.99),
         )
         _same_run(one, batch.traces[b])
+
+
+def test_a_batch_as_steps_yields_after_every_round_and_the_time_between_is_not_its_own(monkeypatch):
+    """The steps form (a device step a round on a server) gives the same rows; a consumer that keeps each yield an
+    hour (a clock moved on by that much) adds nothing to the batch's wall time (the clock is suspended there:
+    ``Clock.hand_over``)."""
+    import time
+
+    from specviz.engine import rounds
+    from specviz.engine.batch import autoregressive_batch_steps, speculative_batch_steps
+
+    hour_s, moved = 3600.0, [0.0]
+    monkeypatch.setattr(rounds.time, "perf_counter", lambda: time.monotonic() + moved[0])
+    drafter, target = models("different")
+    kw = dict(sampling=Sampling(1.0), max_new_tokens=8, seed=3, eos_token_id=EOS)
+    whole = speculative_generate_batch(PROMPTS, drafter, target, gamma=3, **kw)
+    for steps in (
+        speculative_batch_steps(PROMPTS, drafter, target, gamma=3, **kw),
+        autoregressive_batch_steps(PROMPTS, target, **kw),
+    ):
+        yielded = 0
+        while True:
+            try:
+                assert next(steps) is None
+            except StopIteration as end:
+                result = end.value
+                break
+            yielded += 1
+            moved[0] += hour_s
+        assert yielded == len(result.rounds) > 1
+        assert result.total_ms < hour_s * 1000.0  # no hour counted
+        if result.drafter_passes:
+            assert [t.output_ids for t in result.traces] == [t.output_ids for t in whole.traces]

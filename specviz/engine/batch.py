@@ -35,7 +35,7 @@ drafting early (its later draft slots are padding).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import copy
@@ -64,7 +64,7 @@ from specviz.engine.rounds import (
 from specviz.engine.sampling import Sampling, contexts, row_contexts
 from specviz.engine.schedules import GammaSchedule, make_schedule
 from specviz.engine.seeds import check_seed, generator
-from specviz.engine.stopping import StopCheck, asked, mark_stopped
+from specviz.engine.stopping import StopCheck, asked, mark_stopped, run_steps
 from specviz.trace import MAX_GAMMA, Round, Trace
 
 # The most rows one batch may hold (the page offers up to 8).
@@ -206,7 +206,7 @@ def _stopped(active: list[_Row], result: BatchResult, stop: StopCheck | None, cl
     return True
 
 
-def speculative_generate_batch(
+def speculative_batch_steps(
     prompts: Sequence[Sequence[int]],
     drafter,
     target,
@@ -220,8 +220,11 @@ def speculative_generate_batch(
     schedule: str | GammaSchedule = "constant",
     steps: rejection.Steps = rejection.EXACT,
     stop: StopCheck | None = None,
-) -> BatchResult:
-    """Speculative sampling over a batch of prompts of different lengths.
+) -> Generator[None, None, BatchResult]:
+    """Speculative sampling over a batch of prompts of different lengths, as steps: a generator that yields None
+    after each round (a server's device thread runs other jobs' steps there; the time until the next round is asked
+    for is not the batch's, ``Clock.hand_over``) and returns the BatchResult. ``speculative_generate_batch`` runs it
+    to its end.
 
     Args:
         prompts: 1..MAX_BATCH lists of token ids, each of length >= 1.
@@ -236,7 +239,7 @@ def speculative_generate_batch(
         stop: asked before each round (``specviz.engine.stopping``); when it answers True the batch ends
             there, its unfinished rows marked "stopped" and ``BatchResult.stopped`` set.
 
-    Returns:
+    Returns (as the generator's value):
         A BatchResult: one Trace per prompt (row b is the run ``speculative_generate`` gives its
         prompt with seed ``seed + b``) and the batch's totals.
 
@@ -276,8 +279,9 @@ def speculative_generate_batch(
         for r in rows:
             r.trace.prefill_ms = clock.since_start()
 
-        active = list(rows)
-        while active and not _stopped(active, result, stop, clock, run):
+    active = list(rows)
+    while active and not _stopped(active, result, stop, clock, run):
+        with torch.inference_mode():  # per round, left before each yield (``Clock.hand_over``)
             t0 = clock.mark()
             # 1. Draft, for every row at once: up to each row's allowed gamma into its seq.
             for r in active:
@@ -351,14 +355,19 @@ def speculative_generate_batch(
                 target_runner.keep(staying)
                 drafter.keep_rows(staying)
                 active = [active[i] for i in staying]
-
+        yield from clock.hand_over(None)  # the time until the next round is asked for is not the batch's
     result.target_passes = target_runner.passes
     result.drafter_passes = drafter.passes
     result.total_ms = clock.since_start()
     return result
 
 
-def autoregressive_generate_batch(
+def speculative_generate_batch(prompts: Sequence[Sequence[int]], drafter, target, **kwargs) -> BatchResult:
+    """``speculative_batch_steps`` run to its end: its BatchResult (keywords and errors as there)."""
+    return run_steps(speculative_batch_steps(prompts, drafter, target, **kwargs))
+
+
+def autoregressive_batch_steps(
     prompts: Sequence[Sequence[int]],
     target,
     sampling: Sampling = Sampling(),
@@ -368,12 +377,12 @@ def autoregressive_generate_batch(
     tokenizer=None,
     vocab_size: int | None = None,
     stop: StopCheck | None = None,
-) -> BatchResult:
-    """The batched baseline: one target pass per step for every unfinished row.
+) -> Generator[None, None, BatchResult]:
+    """The batched baseline: one target pass per step for every unfinished row, as steps (None yielded after each).
 
-    Arguments, returns and errors as ``speculative_generate_batch`` (``stop`` asked before each step)
+    Arguments, yields, returns and errors as ``speculative_batch_steps`` (``stop`` asked before each step)
     without drafter, gamma and schedule; row b is the run ``autoregressive_generate`` gives its prompt with seed ``seed
-    + b``.
+    + b``. ``autoregressive_generate_batch`` runs it to its end.
     """
     prompts = _check_prompts(prompts)
     options = RunOptions(sampling=sampling, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, seed=seed,
@@ -389,8 +398,10 @@ def autoregressive_generate_batch(
         _prefill(runner, rows, result)
         for r in rows:
             r.trace.prefill_ms = clock.since_start()
-        active = list(rows)
-        while active and not _stopped(active, result, stop, clock, run):
+
+    active = list(rows)
+    while active and not _stopped(active, result, stop, clock, run):
+        with torch.inference_mode():  # per round, left before each yield (``Clock.hand_over``)
             t0 = clock.mark()
             pending = torch.stack([r.seq[r.n - 1] for r in active])[:, None]
             positions = torch.tensor([[r.n - 1] for r in active], device=device)
@@ -434,6 +445,12 @@ def autoregressive_generate_batch(
             if len(staying) < len(active):
                 runner.keep(staying)
                 active = [active[i] for i in staying]
+        yield from clock.hand_over(None)  # the time until the next round is asked for is not the batch's
     result.target_passes = runner.passes
     result.total_ms = clock.since_start()
     return result
+
+
+def autoregressive_generate_batch(prompts: Sequence[Sequence[int]], target, **kwargs) -> BatchResult:
+    """``autoregressive_batch_steps`` run to its end: its BatchResult (keywords and errors as there)."""
+    return run_steps(autoregressive_batch_steps(prompts, target, **kwargs))

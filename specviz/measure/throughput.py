@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specviz.engine.batch import BatchResult, autoregressive_generate_batch, speculative_generate_batch
+from specviz.engine.batch import BatchResult, autoregressive_batch_steps, speculative_batch_steps
 from specviz.engine.stopping import StopCheck
 from specviz.records.batch import BatchPoint  # the points' record lives with the trace (the views read it)
 
@@ -28,21 +28,23 @@ def throughput_stream(
     repeats: int = 2,
     stop: StopCheck | None = None,
     **common,
-) -> Iterator[tuple[BatchResult | None, list[BatchPoint]]]:
+) -> Iterator[tuple[BatchResult | None, list[BatchPoint]] | None]:
     """The Batch tab's measurement: batched speculative and autoregressive decoding at each of
     ``batch_sizes_up_to(batch_size)`` (rows: ``prompts`` cycled), ``repeats`` times each, the two
     methods in turns with the order alternating, so machine noise falls on both.
 
     Yields (the speculative BatchResult at ``batch_size``, or None before it is run; the points
-    so far) after each measurement, the full batch first. ``stop`` (``specviz.engine.stopping``) is asked
+    so far) after each measurement, the full batch first, and None after every round (or step) of every batch
+    between them (``speculative_batch_steps``: a server's device thread runs other jobs' steps there, and the time
+    until the stream is resumed is not the batch's). ``stop`` (``specviz.engine.stopping``) is asked
     before every round of every batch; when it answers True the batch under way ends there and the
     measurement yields once more and ends: a stopped batch is no measurement (its points are left
     out), but the full batch, stopped while it was under way, is yielded so its rows show how far they
     got (``BatchResult.stopped``). ``common``: sampling, max_new_tokens, eos_token_id, seed,
-    tokenizer, as ``speculative_generate_batch`` takes them.
+    tokenizer, as ``speculative_batch_steps`` takes them.
 
     Raises:
-        ValueError: as ``speculative_generate_batch``.
+        ValueError: as ``speculative_batch_steps``.
     """
     sizes = batch_sizes_up_to(batch_size)
     points = {b: BatchPoint(b) for b in sizes}
@@ -54,12 +56,12 @@ def throughput_stream(
             done = {}
             for method in order:
                 if method == "speculative":
-                    done[method] = speculative_generate_batch(
+                    done[method] = yield from speculative_batch_steps(
                         rows, drafter, target, gamma=gamma, schedule=schedule, stop=stop, **common
                     )
                     main = main or (done[method] if b == batch_size else None)
                 else:
-                    done[method] = autoregressive_generate_batch(rows, target, stop=stop, **common)
+                    done[method] = yield from autoregressive_batch_steps(rows, target, stop=stop, **common)
                 if done[method].stopped:
                     yield main, list(points.values())
                     return

@@ -315,8 +315,9 @@ def _batch_seconds(req: RunRequest, prompts: list[str], batch_size: int, stop: S
 
 @gpu_task(duration=_batch_seconds)
 def batch_on_device(req: RunRequest, prompts: list[str], batch_size: int, stop: StopCheck | None = None):
-    """The device half of the Batch tab: yields (BatchResult or None, [BatchPoint]) (plain data); ``stop``
-    is asked every round of every batch (``specviz.measure.throughput.throughput_stream``)."""
+    """The device half of the Batch tab: yields (BatchResult or None, [BatchPoint]) (plain data) after each
+    measurement, and None after every round of every batch (each a device step); ``stop`` is asked every round of
+    every batch (``specviz.measure.throughput.throughput_stream``)."""
     pair = _pair_of(req)
     ids = [encode(pair, p, req.chat) for p in prompts]
     drafter = _drafter(req, pair)

@@ -97,11 +97,12 @@ def run_batch(
     try:
         # its turn and share of the device (specviz.ui.running.share)
         with state.job(halt.session), halt.device_turn() as turn:
-            for main, points in (
+            measured = (
                 batch_on_device(req, prompts, size, halt.for_device(), device_owner=state.device_owner(request))
                 if turn.started
                 else ()
-            ):
+            )
+            for main, points in filter(None, measured):  # None: a round's end (a device step each)
                 if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                     break
                 status = _progress(_measured(points), 2 * len(sizes), listed, time.monotonic() - started)
