@@ -489,7 +489,7 @@ def _record(args) -> int:
             from tqdm.auto import tqdm
 
             with tqdm(total=8, desc="gamma sweep", unit="gamma", file=sys.stderr) as bar:
-                for sweep in sweep_stream(ids, drafter, pair.target, **common):
+                for sweep in filter(None, sweep_stream(ids, drafter, pair.target, **common)):  # None: a step
                     bar.update(len(sweep.points) - bar.n)
     except (ValueError, RuntimeError) as err:  # a PairError is a ValueError
         return _failed(err)

@@ -42,10 +42,13 @@ def _point(gamma: int) -> SweepPoint:
 
 
 def _sweeps(gammas):
-    """What sweep_on_device yields: the growing sweep, first with the baseline alone."""
+    """What sweep_on_device yields: the growing sweep, first with the baseline alone, and None between (a step of a
+    run)."""
     sweep = Sweep(baseline_tokens_per_second=30.0, target_step_ms=30.0, drafter="model", schedule="constant")
+    yield None
     yield sweep
     for g in gammas:
+        yield None
         sweep.points.append(_point(g))
         yield sweep
 
@@ -266,7 +269,8 @@ def test_a_sweep_whose_client_has_gone_stops_after_the_point_under_way(monkeypat
 
     def counted(gammas):
         for sweep in _sweeps(gammas):
-            advanced.append(len(sweep.points))
+            if sweep is not None:
+                advanced.append(len(sweep.points))
             yield sweep
 
     import specviz.ui.tabs.sweep as page

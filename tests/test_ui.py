@@ -27,9 +27,10 @@ def test_the_sweep_runs_the_drafter_kind_and_schedule_it_is_given(models):
     kw = dict(sampling=Sampling(1.0), max_new_tokens=30, seed=3)
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
     ngram = make_drafter("ngram", target=target)
-    sweep = None
-    for sweep in sweep_stream(prompt, ngram, target, gammas=(1, 3), schedule="heuristic", **kw):
-        pass
+    items = list(sweep_stream(prompt, ngram, target, gammas=(1, 3), schedule="heuristic", **kw))
+    sweep = items[-1]
+    # None after every step of every run (a device step each on a server), the sweep after the baseline and each gamma
+    assert [i for i in items if i is not None] == [sweep] * 3 and items.count(None) > 30
     assert (sweep.drafter, sweep.schedule) == ("ngram", "heuristic")
     for point in sweep.points:
         single = speculative_generate(prompt, make_drafter("ngram", target=target), target, gamma=point.gamma,
@@ -47,7 +48,8 @@ def test_a_sweep_naming_markup_is_refused(models):
     drafter_model, target = models
     kw = dict(sampling=Sampling(1.0), max_new_tokens=8, seed=3)
     sweep = None
-    for sweep in sweep_stream([1, 2, 3], make_drafter("model", drafter_model=drafter_model), target, gammas=(2,), **kw):
+    drafter = make_drafter("model", drafter_model=drafter_model)
+    for sweep in filter(None, sweep_stream([1, 2, 3], drafter, target, gammas=(2,), **kw)):
         pass
     single = speculative_generate([1, 2, 3], make_drafter("model", drafter_model=drafter_model), target, gamma=2, **kw)
     d = json.loads(Recording(single, None, sweep).to_json())

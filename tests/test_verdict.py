@@ -30,7 +30,7 @@ def runs():
     spec.prompt_text = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>"  # as a chat template writes it
     base = autoregressive_generate([1, 2, 3], target, **kw)
     sweep = None
-    for sweep in sweep_stream([1, 2, 3], drafter, target, gammas=(1, 2), **kw):
+    for sweep in filter(None, sweep_stream([1, 2, 3], drafter, target, gammas=(1, 2), **kw)):
         pass
     return spec, base, sweep
 

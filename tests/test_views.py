@@ -35,7 +35,7 @@ def runs():
     spec = speculative_generate([1, 2, 3], drafter, target, gamma=4, **kw)
     base = autoregressive_generate([1, 2, 3], target, **kw)
     sweep = None
-    for sweep in sweep_stream([1, 2, 3], drafter, target, gammas=(1, 2, 3), **kw):
+    for sweep in filter(None, sweep_stream([1, 2, 3], drafter, target, gammas=(1, 2, 3), **kw)):
         pass
     return spec, base, sweep
 

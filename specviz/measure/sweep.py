@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from specviz import theory
-from specviz.measure.baseline import with_baseline
+from specviz.measure.baseline import with_baseline_steps
 from specviz.engine.chain import autoregressive_stream
 from specviz.engine.schedules import make_schedule
 from specviz.engine.stopping import STOPPED, StopCheck, asked
@@ -25,7 +25,7 @@ def sweep_stream(
     schedule: str = "constant",
     stop: StopCheck | None = None,
     **common,
-) -> Iterator[Sweep]:
+) -> Iterator[Sweep | None]:
     """Run the baseline once (its target step time), then one speculative run per gamma, each in
     turns with a baseline run of its own (``specviz.measure.baseline.with_baseline``), so machine noise falls on
     both sides of each point's speedup; yield the growing Sweep.
@@ -40,7 +40,9 @@ def sweep_stream(
             so the runs differ in gamma alone.
 
     Yields:
-        The Sweep after the baseline and after each gamma (nothing when stopped during the baseline).
+        The Sweep after the baseline and after each gamma (nothing when stopped during the baseline), and None after
+        every step of every run between them (a server's device thread runs other jobs' steps there; the runs' clocks
+        leave that time out, ``specviz.engine.rounds.Clock``).
 
     Raises:
         ValueError: as ``speculative_stream``.
@@ -49,6 +51,7 @@ def sweep_stream(
     for baseline in autoregressive_stream(input_ids, target, **common):
         if not baseline.stop_reason and asked(stop):
             return
+        yield None
     sweep = Sweep(
         baseline_tokens_per_second=baseline.tokens_per_second or 0.0,
         target_step_ms=theory.target_step_ms(baseline) or 0.0,
@@ -56,7 +59,7 @@ def sweep_stream(
     )
     yield sweep
     for gamma in gammas:
-        spec, base = with_baseline(
+        spec, base = yield from with_baseline_steps(
             input_ids,
             drafter,
             target,

@@ -217,8 +217,9 @@ def sweep_seconds(req: RunRequest, stop: StopCheck | None = None) -> int:
 
 @gpu_task(duration=sweep_seconds)
 def sweep_on_device(req: RunRequest, stop: StopCheck | None = None):
-    """The device half of the gamma sweep: yields the growing Sweep (plain data); ``stop`` is asked every
-    round (``specviz.measure.sweep.sweep_stream``); errors leave as gr.Error."""
+    """The device half of the gamma sweep: yields the growing Sweep (plain data), and None after every step of its
+    runs (each a device step); ``stop`` is asked every round (``specviz.measure.sweep.sweep_stream``); errors leave as
+    gr.Error."""
     pair = _pair_of(req)
     ids = encode(pair, req.prompt, req.chat)
     try:

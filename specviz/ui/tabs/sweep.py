@@ -103,9 +103,10 @@ def run_sweep(
     session = halt.session
     sweep = None
     with state.job(session), halt.device_turn() as turn:  # its turn and share of the device (specviz.ui.running.share)
-        for sweep in (
+        measured = (
             sweep_on_device(req, halt.for_device(), device_owner=state.device_owner(request)) if turn.started else ()
-        ):
+        )
+        for sweep in filter(None, measured):  # None: a step of a run (a device step each)
             if halt():  # asked here too: on ZeroGPU the worker sees only the deadline
                 break
             done = len(sweep.points)
