@@ -194,9 +194,12 @@ def save_for_download(rec: Recording, session: str | None = None) -> str:
 def save_export(rec: Recording, session: str | None = None, owner: Owner | None = None) -> str:
     """Write ``rec`` as one self-contained HTML page (specviz.views.export) in ``session``'s folder; returns its path.
 
-    The page is built as one step of the device thread for ``owner`` (the visitor; None: the server), taking its turn
-    with the runs: built beside them (0.1-0.2 s of Python, much of it in calls that never let the interpreter lock go),
-    back-to-back exports made a 16-token run 4.3x slower (13.8x at Python's switch interval).
+    The page is built in the caller's thread deferring to the device's steps (``device_thread.deferring(owner)``;
+    ``owner``: the visitor, None: the server): in slices between other visitors' steps while they run. Built beside
+    them (0.1-0.2 s of Python, much of it in calls that never let the interpreter lock go), back-to-back exports made a
+    16-token run 4.3x slower (13.8x at Python's switch interval); built as one step of the device thread, a 16-token
+    run that met a recording loaded and exported again and again took 1.9x its time alone (median), 5.4x at worst;
+    deferring, 1.12x and 1.19x (``python -m specviz.visitors.attack --floods exports``, 2-core CPU with AVX-512 BF16).
 
     The work is bounded before it starts: the parts to render (rounds, drafts and tree nodes) and the
     page's estimated size are checked from counts alone, and the built page's size once more. The run on screen
@@ -225,7 +228,7 @@ def save_export(rec: Recording, session: str | None = None, owner: Owner | None 
     if isinstance(kept, Path):  # this session's file of this run is still there: Gradio serves it again as it is
         kept.touch()
         return str(kept)
-    page = kept if kept is not None else device_thread.run(export_html, rec, owner=owner)
+    page = kept if kept is not None else device_thread.deferring(owner)(export_html)(rec)
     if len(page) > EXPORT_MAX_BYTES:
         raise mistake(f"This run's page would be over {mb} MB: download its JSON instead.", title="Too large to export")
     path = _name(session, ".html")
@@ -238,7 +241,7 @@ def save_export(rec: Recording, session: str | None = None, owner: Owner | None 
 # The pages last built, by the recording they show: the very object a session's state holds while it shows that run
 # (Gradio hands a job the stored object, not a copy), checked through a weak reference so an id reused by another
 # object never matches. Exporting the run on screen again (a second click, or a flood of them) reuses the page, and
-# the session's file while it lasts, instead of building it again on the device (0.1-0.2 s of Python a page).
+# the session's file while it lasts, instead of building it again (0.1-0.2 s of Python a page).
 EXPORTS_KEPT = 4  # pages kept, each at most EXPORT_MAX_BYTES
 _exports: OrderedDict[int, tuple[weakref.ref, str, dict[str | None, Path]]] = OrderedDict()
 _exports_lock = threading.Lock()
