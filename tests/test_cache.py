@@ -197,3 +197,33 @@ def test_the_cache_index_moves_outside_inference_mode():
     static.kv.set_length(4)
     assert static.kv.length == 4
     assert all(int(layer.cumulative_length) == 4 for layer in static.kv.cache.layers)
+
+
+def test_a_pass_keeping_fewer_logits_than_it_feeds_passes_their_indices_on_a_cpu(monkeypatch):
+    """``logits_kept``: the last n of a pass's positions as indices on a CPU (an int-sliced view of the hidden states
+    sends torch's CPU matmul down a path that costs about as much as copying the output layer), the int where all
+    are kept or off a CPU; a runner's logits are the same either way (ATOL: the output layer reads the same rows)."""
+    from specviz.engine.runner import logits_kept
+
+    cpu = torch.device("cpu")
+    assert torch.equal(logits_kept(1, 5, cpu), torch.tensor([4])) and torch.equal(
+        logits_kept(2, 5, cpu), torch.tensor([3, 4])
+    )
+    assert logits_kept(5, 5, cpu) == 5 and logits_kept(1, 5, torch.device("cuda")) == 1
+    model = _llama(seed=3)
+    seq = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    seen = []
+    forward = model.forward
+
+    def spied(*args, **kwargs):
+        seen.append(kwargs["logits_to_keep"])
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", spied)
+    for keeps_cache in (True, False):
+        runner = ModelRunner(model, 16, keeps_cache=keeps_cache)
+        runner.prefill(seq, 4)
+        kept = runner.logits(seq, 9, 2)
+        full = ModelRunner(model, 16, keeps_cache=False).logits(seq, 9, 9)[-2:]
+        assert torch.allclose(kept, full, atol=ATOL)
+    assert [k if isinstance(k, int) else k.tolist() for k in seen] == [[3], [3, 4], 9, [7, 8], 9]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from specviz.engine.runner import widen
+from specviz.engine.runner import logits_kept, widen
 from specviz.engine.window import SLIDING, layer_windows
 
 
@@ -54,7 +54,7 @@ class BatchRunner:
         self.mask = torch.cat([self.mask, valid.long()], dim=1)
         extra = {"output_hidden_states": True} if self.keep_features else {}
         out = self.model(input_ids=tokens, attention_mask=self.mask, position_ids=positions, past_key_values=self.cache,
-                         use_cache=True, logits_to_keep=n_last, **extra)
+                         use_cache=True, logits_to_keep=logits_kept(n_last, tokens.shape[1], tokens.device), **extra)
         self.passes += 1
         if self.keep_features:
             self.features = out.hidden_states[-1]

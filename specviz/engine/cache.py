@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, StaticLayer
 
+from specviz.engine.runner import logits_kept
 from specviz.engine.vocab import widen
 from specviz.engine.window import SLIDING, layer_windows, within
 
@@ -192,7 +193,7 @@ class StaticRunner:
             position_ids=positions[None],
             past_key_values=kv.cache,
             use_cache=True,
-            logits_to_keep=n_last,
+            logits_to_keep=logits_kept(n_last, ids.shape[1], ids.device),
         )
         kv.length = start + ids.shape[1]
         return widen(out.logits[0], self.vocab_size)
