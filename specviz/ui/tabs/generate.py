@@ -19,15 +19,9 @@ from specviz.ui.page.outputs import cleared_run, everything, tree_section_cleare
 from specviz.ui.running.pairs import ensure_pair
 from specviz.ui.tabs.replay import streaming
 from specviz.ui.guard.request import RunRequest
-from specviz.views.theory import sweep_note
 from specviz.views.verdict import headline_html
 from specviz.views import (
-    acceptance_figure,
-    accepted_histogram_figure,
-    position_figure,
     stats_html,
-    sweep_figure,
-    timeline_figure,
     tokens_html,
 )
 
@@ -202,18 +196,14 @@ def _shown(event: tuple, req: RunRequest, session: str | None, owner: Owner):
             out.update(tree_section_cleared())  # nor its tree tables ("This run" read the last run's counts)
         yield out
     elif kind == "speculative_done":
+        # The text and counts now; the figures come with "done" a few steps later (the baseline runs in turns beside
+        # it, so it is a round's tokens behind at most): drawn here too, they cost each run 65 ms of Python.
         yield dict(
             tokens=tokens_html(spec),
             stats=stats_html(spec, pending=True),
-            acceptance_plot=acceptance_figure(spec),
-            timeline_plot=timeline_figure(spec),
             status="Finishing…",
             recording=Recording(spec, title=event[2]),
             **streaming(spec, session),
-            histogram_plot=accepted_histogram_figure(spec),
-            position_plot=position_figure(spec),
-            sweep_plot=sweep_figure(None),
-            sweep_status=sweep_note(None),
             headline=headline_html(spec, None, pending=True),
         )
     else:  # "done"
