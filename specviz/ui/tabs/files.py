@@ -11,6 +11,7 @@ import gradio as gr
 from specviz.drafters import KINDS as DRAFTER_KINDS
 from specviz.pair import PRESETS, free_memory
 from specviz.recording import Recording
+from specviz.serving import device_thread
 from specviz.engine.schedules import SCHEDULES
 from specviz.ui.page import state
 from specviz.ui.guard.checks import mistake
@@ -50,14 +51,16 @@ def load_failed_note() -> str:
     )
 
 
-def load_recording(path, copy: bool = False, session: str | None = None) -> dict:
+def load_recording(path, copy: bool = False, session: str | None = None, request: gr.Request = None) -> dict:
     """Show a saved recording without any model. Its download is the uploaded file itself (it lies in
     Gradio's upload folder already); ``copy`` writes a copy to ``session``'s download folder instead (a
-    prepared recording, which lies in the package)."""
+    prepared recording, which lies in the package). Parsed and drawn deferring to the device's steps
+    (``device_thread.deferring``, for the visitor of ``request``): Python beside other visitors' runs."""
     if not isinstance(path, str) or not path:
         raise mistake("Choose a recording first.", title="No file")
     try:
-        with background_step():  # parsing and drawing the largest recording is seconds of Python
+        # parsing and drawing the largest recording is seconds of Python
+        with background_step(), device_thread.deferring(state.device_owner(request) if request else None):
             rec = Recording.load(path)
             return _shown(rec, path, copy, session)
     except (ValueError, OSError) as err:
@@ -115,7 +118,9 @@ def load_example(name, request: gr.Request = None) -> dict:
     folder."""
     if not isinstance(name, str) or name not in examples():
         raise mistake("Pick a prepared recording from the menu.", title="Unknown recording")
-    return load_recording(str(RECORDINGS / f"{name}.json"), copy=True, session=getattr(request, "session_hash", None))
+    return load_recording(
+        str(RECORDINGS / f"{name}.json"), copy=True, session=getattr(request, "session_hash", None), request=request
+    )
 
 
 def examples() -> list[str]:
