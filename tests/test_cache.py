@@ -203,7 +203,7 @@ def test_a_pass_keeping_fewer_logits_than_it_feeds_passes_their_indices_on_a_cpu
     """``logits_kept``: the last n of a pass's positions as indices on a CPU (an int-sliced view of the hidden states
     sends torch's CPU matmul down a path that costs about as much as copying the output layer), the int where all
     are kept or off a CPU; a runner's logits are the same either way (ATOL: the output layer reads the same rows)."""
-    from specviz.engine.runner import logits_kept
+    from specviz.engine.kept_logits import logits_kept
 
     cpu = torch.device("cpu")
     assert torch.equal(logits_kept(1, 5, cpu), torch.tensor([4])) and torch.equal(

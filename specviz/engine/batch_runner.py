@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from specviz.engine.runner import logits_kept, widen
+from specviz.engine.kept_logits import logits_kept
+from specviz.engine.runner import widen
 from specviz.engine.window import SLIDING, layer_windows
 
 

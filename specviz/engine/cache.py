@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, StaticLayer
 
-from specviz.engine.runner import logits_kept
+from specviz.engine.kept_logits import logits_kept
 from specviz.engine.vocab import widen
 from specviz.engine.window import SLIDING, layer_windows, within
 
