@@ -373,3 +373,42 @@ def test_a_batch_as_steps_yields_after_every_round_and_the_time_between_is_not_i
         assert result.total_ms < hour_s * 1000.0  # no hour counted
         if result.drafter_passes:
             assert [t.output_ids for t in result.traces] == [t.output_ids for t in whole.traces]
+
+
+def test_long_prompts_are_prefilled_in_passes_and_each_row_is_still_its_prompts_own_run(monkeypatch):
+    """A batch's prefill feeds at most PREFILL_CHUNK tokens a pass over all rows (64 here, 4 rows: 16 columns), yielding
+    between passes; each row is still its prompt's own run, and a runner keeping features (EAGLE) holds every
+    column's, as one pass gives them (1e-5: the passes' shapes differ)."""
+    from specviz.engine import prefill
+    from specviz.engine.batch import speculative_batch_steps
+    from specviz.engine.batch_runner import BatchRunner
+    from tests.conftest import tiny_lm
+
+    monkeypatch.setattr(prefill, "PREFILL_CHUNK", 64)
+    target = tiny_lm(vocab=8, layers=2, seed=3, init=0.3, n_positions=128)
+    drafter = tiny_lm(vocab=8, layers=1, seed=5, init=0.5, n_positions=128)
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(0, 8, (n,), generator=g).tolist() for n in (40, 25, 3, 33)]
+    assert prefill.prefill_ends(39, len(prompts)) == [16, 32, 39]
+    kw = dict(sampling=Sampling(1.0), max_new_tokens=8, seed=5)
+    steps, yielded = speculative_batch_steps(prompts, drafter, target, gamma=3, **kw), 0
+    while True:
+        try:
+            next(steps)
+            yielded += 1
+        except StopIteration as end:
+            batch = end.value
+            break
+    assert yielded == len(batch.rounds) + 2  # two pauses in the prefill
+    for b, prompt in enumerate(prompts):
+        _same_run(speculative_generate(prompt, drafter, target, gamma=3, **{**kw, "seed": 5 + b}), batch.traces[b])
+    seqs = [torch.tensor(p) for p in prompts]
+    features = []
+    for chunk in (64, 10**6):
+        monkeypatch.setattr(prefill, "PREFILL_CHUNK", chunk)
+        runner = BatchRunner(target, 8, len(prompts), keep_features=True)
+        with torch.inference_mode():
+            runner.prefill(seqs, [len(p) for p in prompts])
+        features.append(runner.features)
+    assert features[0].shape == features[1].shape == (4, 40, target.config.n_embd)
+    assert torch.allclose(features[0], features[1], atol=1e-5)

@@ -227,3 +227,32 @@ def test_a_pass_keeping_fewer_logits_than_it_feeds_passes_their_indices_on_a_cpu
         full = ModelRunner(model, 16, keeps_cache=False).logits(seq, 9, 9)[-2:]
         assert torch.allclose(kept, full, atol=ATOL)
     assert [k if isinstance(k, int) else k.tolist() for k in seen] == [[3], [3, 4], 9, [7, 8], 9]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("cached", ["dynamic", "static"])
+def test_a_long_prompt_is_prefilled_in_passes_giving_the_refed_paths_ids(family, cached, monkeypatch):
+    """A prompt longer than PREFILL_CHUNK (64 here: the tiny models hold 128 positions) is fed in passes of at most
+    that many tokens, the stream yielding its trace (no rounds yet) between them (a server's device thread runs other
+    jobs' steps there); the ids are the re-fed reference's, chain, tree and baseline."""
+    from specviz.engine import prefill
+    from specviz.engine.chain import autoregressive_stream, speculative_stream
+    from specviz.engine.prefill import prefill_ends
+
+    monkeypatch.setattr(prefill, "PREFILL_CHUNK", 64)
+    PREFILL_CHUNK = 64
+    assert prefill_ends(0) == [0] and prefill_ends(PREFILL_CHUNK) == [PREFILL_CHUNK]
+    assert prefill_ends(PREFILL_CHUNK + 1) == [PREFILL_CHUNK, PREFILL_CHUNK + 1]
+    assert prefill_ends(20, rows=PREFILL_CHUNK // 8) == [8, 16, 20]  # at most PREFILL_CHUNK tokens over all rows
+    target, drafter = _model(family, 0), _model(family, 1)
+    prompt = torch.randint(0, 16, (PREFILL_CHUNK + 20,), generator=torch.Generator().manual_seed(2)).tolist()
+    kwargs = dict(sampling=Sampling(1.0), max_new_tokens=16, seed=1, vocab_size=16)
+    for run in (
+        lambda c: speculative_stream(prompt, drafter, target, gamma=3, cached=c, **kwargs),
+        lambda c: speculative_stream(prompt, drafter, target, tree=TreeSpec.static((2, 1)), cached=c, **kwargs),
+        lambda c: autoregressive_stream(prompt, target, cached=c, **kwargs),
+    ):
+        items = [(len(t.rounds), list(t.output_ids)) for t in run(cached)]
+        assert [n for n, _ in items[:2]] == [0, 1]  # one pause between the prefill's two passes, then the rounds
+        ref = [list(t.output_ids) for t in run("re-fed")]
+        assert items[-1][1] == ref[-1] and len(ref[-1]) == 16

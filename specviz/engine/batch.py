@@ -187,12 +187,22 @@ def _start_rows(prompts, run: RunSetup, mode: str, gamma: int | None = None, **e
     return rows
 
 
-def _prefill(runner: BatchRunner, rows: list[_Row], result: BatchResult) -> None:
-    """All but each prompt's last token, left-padded (the last is fed by the first pass); the
-    positions and padding it fed are counted in ``result``."""
-    runner.prefill([r.seq for r in rows], [r.n - 1 for r in rows])
+def _prefill_steps(runner: BatchRunner, rows: list[_Row], result: BatchResult, clock: Clock):
+    """All but each prompt's last token, left-padded (the last is fed by the first pass), in passes of at most
+    PREFILL_CHUNK tokens over all rows (``BatchRunner.prefill_passes``), each inside inference mode, None yielded
+    between them (``Clock.hand_over``); the positions and padding it fed are counted in ``result``."""
+    passes = runner.prefill_passes([r.seq for r in rows], [r.n - 1 for r in rows])
+    while True:
+        with torch.inference_mode():
+            done = next(passes, _DONE) is _DONE
+        if done:
+            break
+        yield from clock.hand_over(None)
     result.positions += runner.columns * len(rows)
     result.padded_positions += int((runner.mask == 0).sum())
+
+
+_DONE = object()
 
 
 def _stopped(active: list[_Row], result: BatchResult, stop: StopCheck | None, clock: Clock, run: RunSetup) -> bool:
@@ -269,8 +279,8 @@ def speculative_batch_steps(
     reads_features = drafter.reads_target_features
     target_runner = BatchRunner(target, vocab, len(rows), keep_features=reads_features)
 
+    yield from _prefill_steps(target_runner, rows, result, clock)
     with torch.inference_mode():
-        _prefill(target_runner, rows, result)
         drafter.start_batch([r.seq for r in rows], [r.n - 1 for r in rows], vocab)
         if reads_features and target_runner.features is not None:  # each row's prompt, left-padded
             valid = target_runner.mask.bool()
@@ -394,10 +404,9 @@ def autoregressive_batch_steps(
     result = BatchResult(traces=[r.trace for r in rows])
     clock = Clock(device)
     runner = BatchRunner(target, vocab, len(rows))
-    with torch.inference_mode():
-        _prefill(runner, rows, result)
-        for r in rows:
-            r.trace.prefill_ms = clock.since_start()
+    yield from _prefill_steps(runner, rows, result, clock)
+    for r in rows:
+        r.trace.prefill_ms = clock.since_start()
 
     active = list(rows)
     while active and not _stopped(active, result, stop, clock, run):

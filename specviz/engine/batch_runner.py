@@ -16,12 +16,13 @@ by a constant).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
 
 from specviz.engine.kept_logits import logits_kept
+from specviz.engine.prefill import prefill_ends
 from specviz.engine.runner import widen
 from specviz.engine.window import SLIDING, layer_windows
 
@@ -62,10 +63,28 @@ class BatchRunner:
         return widen(out.logits, self.vocab)
 
     def prefill(self, seqs: Sequence[torch.Tensor], lengths: Sequence[int]) -> None:
-        """Feed each row's first ``lengths[i]`` tokens of ``seqs[i]``, left-padded (nothing when all are empty)."""
+        """Feed each row's first ``lengths[i]`` tokens of ``seqs[i]``, left-padded (nothing when all are empty), in
+        ``prefill_passes``' passes."""
+        for _ in self.prefill_passes(seqs, lengths):
+            pass
+
+    def prefill_passes(self, seqs: Sequence[torch.Tensor], lengths: Sequence[int]) -> Iterator[None]:
+        """``prefill`` as a generator: the left-padded columns in passes of at most PREFILL_CHUNK tokens over all rows
+        (``specviz.engine.prefill.prefill_ends``), None yielded between them (the caller enters inference mode around
+        each ``next``). ``features`` then holds every column's (the passes' joined)."""
         tokens, valid = left_padded([seq[:n] for seq, n in zip(seqs, lengths)], self.mask.device)
-        if tokens.shape[1]:
-            self.feed(tokens, valid, positions([0] * len(lengths), valid, left=True), 1)
+        width = tokens.shape[1]
+        pos = positions([0] * len(lengths), valid, left=True)
+        start, features = 0, []
+        for stop in prefill_ends(width, len(lengths)) if width else []:
+            self.feed(tokens[:, start:stop], valid[:, start:stop], pos[:, start:stop], 1)
+            if self.keep_features:
+                features.append(self.features)
+            start = stop
+            if stop < width:
+                yield None
+        if len(features) > 1:
+            self.features = torch.cat(features, dim=1)
 
     def forget(self, row: int, columns: Sequence[int]) -> None:
         """Mask out columns of one row (rejected drafts): never attended to again."""

@@ -7,8 +7,8 @@ the first rejected one is replaced by a sample from norm(max(0, p_i - q_i)); whe
 accepted a bonus token comes from p_{gamma+1}. The output is distributed exactly as the
 target's own samples (Leviathan et al. 2023, Theorem 3.5; Appendix A.1).
 
-Both loops know nothing of any UI: they yield a growing ``Trace`` after every round, and the
-``*_generate`` functions return the finished one.
+Both loops know nothing of any UI: they yield a growing ``Trace`` after every round (and between the passes of a long
+prompt's prefill), and the ``*_generate`` functions return the finished one.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from specviz.engine.rounds import (  # noqa: F401  (TOP_TOKENS re-exported)
     extend_trace,
     held,
     open_run,
+    prefill_steps,
     pack_chain_round,
     round_outcome,
     round_record,
@@ -91,7 +92,8 @@ def speculative_stream(
             experiment passes a variant (``specviz.lab.faults``). Chains only.
 
     Yields:
-        The Trace, after each round.
+        The Trace, after each round, and (with no rounds yet) between the prefill passes of a prompt longer than
+        ``specviz.engine.prefill.PREFILL_CHUNK`` tokens (a server's device thread runs other jobs' steps there).
 
     Raises:
         ValueError: empty prompt, ids outside the vocabulary, gamma out of range, max_new_tokens < 1,
@@ -132,7 +134,7 @@ def chain_rounds(
     target_runner = make_runner(target, run.vocab, options.cached, keep_features=reads_features)
     top_k = min(TOP_TOKENS, run.vocab) if options.record else 0
     with held(target_runner, drafter):  # given back when the run ends, however it ends
-        clock = open_run(target_runner, run, trace, seq, n_prompt)
+        clock = yield from open_run(target_runner, run, trace, seq, n_prompt)
         n = n_prompt  # settled sequence length
         while True:
             with torch.inference_mode():  # per round, left before each yield (``Clock.hand_over``)
@@ -218,9 +220,8 @@ def autoregressive_stream(
     runner = make_runner(target, run.vocab, cached)
     with held(runner):  # given back when the run ends, however it ends
         clock = Clock(run.device)
-        with torch.inference_mode():
-            runner.prefill(seq, n_prompt - 1)
-            trace.prefill_ms = clock.since_start()
+        yield from prefill_steps(runner, seq, n_prompt - 1, clock, trace)  # long prompts in a few passes
+        trace.prefill_ms = clock.since_start()
         trace.settings.update(engine_settings(runner))
         for n in range(n_prompt, n_prompt + max_new_tokens):
             with torch.inference_mode():  # per step, left before each yield (``Clock.hand_over``)

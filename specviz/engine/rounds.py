@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import torch
 
+from specviz.engine.prefill import prefill_ends
 from specviz.engine.runner import Cache
 from specviz.engine.model_drafter import as_drafter  # a causal LM given as the drafter becomes a drafter model
 from specviz.engine.drafter import Drafter, Proposal
@@ -317,21 +318,39 @@ def held(runner, drafter: Drafter | None = None):
             drafter.release()
 
 
-def open_run(runner, run: RunSetup, trace: Trace, seq: torch.Tensor, n_prompt: int) -> Clock:
-    """A speculative run's start, shared by the chain and tree loops: the drafter prepared before the clock starts (a
-    capture of its graphs is not the run's time), both sides prefilled with all but the pending last prompt token (an
-    EAGLE drafter handed the target's features), ``trace.prefill_ms`` and the engine (``engine_settings``) recorded.
-    Returns the run's clock."""
+def prefill_steps(runner, seq: torch.Tensor, end: int, clock: Clock, trace: Trace, after=None) -> Iterator[Trace]:
+    """``runner.prefill(seq, end)`` in passes of at most PREFILL_CHUNK tokens (``prefill_ends``), ``after()`` (None:
+    nothing) after each inside inference mode, ``trace`` yielded between passes (``Clock.hand_over``: a server's device
+    thread runs other jobs' steps there, and that time is not the run's)."""
+    ends = prefill_ends(end)
+    for stop in ends:
+        with torch.inference_mode():
+            runner.prefill(seq, stop)
+            if after is not None:
+                after()
+        if stop < end:
+            yield from clock.hand_over(trace)
+
+
+def open_run(runner, run: RunSetup, trace: Trace, seq: torch.Tensor, n_prompt: int):
+    """A speculative run's start, shared by the chain and tree loops, as a generator whose value is the run's clock:
+    the drafter prepared before the clock starts (a capture of its graphs is not the run's time), both sides prefilled
+    with all but the pending last prompt token (the target's in passes of at most PREFILL_CHUNK tokens, ``trace``, with
+    no rounds yet, yielded between them: ``prefill_steps``; an EAGLE drafter handed the target's features of each),
+    ``trace.prefill_ms`` and the engine (``engine_settings``) recorded."""
     drafter, cached = run.drafter, run.options.cached
     drafter.prepare(run.vocab, cached)
     clock = Clock(run.device)
     with torch.inference_mode():
         # The last prompt token stays pending: the first round feeds it to the target.
         drafter.start(seq, n_prompt - 1, run.vocab, cached)
-        runner.prefill(seq, n_prompt - 1)
+
+    def observed():
         if drafter.reads_target_features and runner.features is not None:
             drafter.observe_target(*runner.features)
-        trace.prefill_ms = clock.since_start()
+
+    yield from prefill_steps(runner, seq, n_prompt - 1, clock, trace, observed)
+    trace.prefill_ms = clock.since_start()
     trace.settings.update(engine_settings(runner, drafter))
     return clock
 

@@ -103,7 +103,7 @@ def tree_rounds(
     runner = make_runner(target, run.vocab, options.cached, keep_features=reads_features)
     top_k = min(TOP_TOKENS, run.vocab) if options.record else 0
     with held(runner, drafter):  # given back when the run ends, however it ends
-        clock = open_run(runner, run, trace, seq, n_prompt)
+        clock = yield from open_run(runner, run, trace, seq, n_prompt)
         n = n_prompt
         while True:
             with torch.inference_mode():  # per round, left before each yield (``Clock.hand_over``)

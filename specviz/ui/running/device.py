@@ -117,8 +117,9 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
 
     Yields plain data: ("calibrating", None, status) before an auto tree's calibration, ("calibration", None, status
     or None) between its steps (the status with its progress at most every STREAM_INTERVAL_MS), ("round", spec,
-    title) at most every STREAM_INTERVAL_MS and None after each other turn of the two runs (a step's end, nothing to
-    draw: callers skip it, as Compare's stream's), ("speculative_done", spec, title), then
+    title) at most every STREAM_INTERVAL_MS once the run has a round and None after each other turn of the two runs
+    (a step's end, a long prompt's prefill pass among them: nothing to draw; callers skip it, as Compare's stream's),
+    ("speculative_done", spec, title), then
     ("done", spec, baseline, title, status, auto): ``auto`` the auto tree's record
     (``specviz.engine.tree.auto.AutoTree.record``) or None. Errors leave as gr.Error.
     """
@@ -171,7 +172,7 @@ def run_on_device(req: RunRequest, stop: StopCheck | None = None):
                         t.output_text = pair.tokenizer.decode(t.output_ids)
                 break
             now = time.perf_counter() * 1000
-            if spec is not None and now - last_draw >= STREAM_INTERVAL_MS and not spec.stop_reason:
+            if spec is not None and spec.rounds and now - last_draw >= STREAM_INTERVAL_MS and not spec.stop_reason:
                 last_draw = now
                 yield "round", spec, title(pair.name, spec)
             else:  # each turn of the two runs is a device step of its own: another visitor's step waits one turn
