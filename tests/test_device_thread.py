@@ -282,3 +282,36 @@ def test_a_step_waiting_for_a_lock_a_deferring_thread_holds_does_not_hang_the_de
     thread.join(10)
     future.result(10)
     assert sorted(done) == ["beside", "step"]
+
+
+def test_a_deferring_thread_asking_for_a_turn_inside_another_pools_submit_does_not_hang(monkeypatch):
+    """A thread pool's ``submit`` holds a lock global to every pool while it starts a worker thread; a deferring thread
+    inside it (transformers' loading starts its own pool's threads) asks for its turn there while the device is busy
+    (here at every Python call: a slice of 0 s). The device thread is no pool's worker, so asking takes no such lock
+    (it did, and hung every run)."""
+    import concurrent.futures
+
+    monkeypatch.setattr(device_thread, "DEFER_SLICE_S", 0.0)
+
+    gate, owner, done = threading.Event(), device_thread.Owner("10.4.4.4"), []
+
+    def job():
+        yield 1
+        gate.wait(10)
+        yield 2
+
+    stream = device_thread.stepped(job(), owner)
+    assert next(stream) == 1 and device_thread._device.busy  # a job streams: the device counts as busy
+
+    def beside():
+        with device_thread.deferring(device_thread.Owner("10.5.5.5")):
+            for _ in range(3):  # each submit may start a worker thread inside the global lock
+                with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+                    done.append(sum(pool.submit(sum, range(k)).result() for k in range(4)))
+
+    thread = threading.Thread(target=beside, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive() and done == [4, 4, 4]  # (hung, it would hold the device's lock: checked first)
+    gate.set()
+    assert list(stream) == [2]

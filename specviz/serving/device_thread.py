@@ -131,7 +131,7 @@ class _Device:
         self._waiting: list[_Step] = []
         self._used: dict[str, tuple[float, float]] = {}  # "a:address" or "s:address|session" -> (seconds, when)
         self._seq = itertools.count()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
         self._running: _Step | None = None
         self.ident: int | None = None
         self.busy = False  # a step runs or waits, or a job streams (``_mark_busy``); read without the lock
@@ -149,21 +149,25 @@ class _Device:
     def submit(self, call: Callable, owner: Owner, background: bool = False) -> concurrent.futures.Future:
         step = _Step(call, owner, next(self._seq), background)
         with self._lock:
-            if self._pool is None:
-                # One worker: the device thread. Each step submitted adds one turn to its queue, and each turn runs
-                # the step that goes next (not necessarily the one that added it); the pool joins the thread at exit.
-                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-device",
-                                                                   initializer=self._mark)
+            if self._thread is None:
+                # The device thread: it runs the step that goes next as long as steps wait. Not a thread pool's
+                # worker: a pool's ``submit`` takes a lock global to every pool (``concurrent.futures.thread``), and a
+                # deferring thread asks for its turn here from inside whatever it runs, another pool's ``submit``
+                # included (transformers' loading starts threads there): it waited for that lock, held by itself, and
+                # every visitor's run with it.
+                self._thread = threading.Thread(target=self._serve, name="specviz-device", daemon=True)
+                self._thread.start()
             self._waiting.append(step)
             self._mark_busy()
             self._arrived.notify_all()
             if self._running is not None and self._running.owner.key != owner.key:
                 owner.behind.add(_who(self._running.owner))  # it waits for the step under way
-            self._pool.submit(self._turn)
         return step.future
 
-    def _mark(self) -> None:
+    def _serve(self) -> None:
         self.ident = threading.get_ident()
+        while True:
+            self._turn()
 
     def _rank(self, owner: Owner, now: float) -> tuple[float, float]:
         return self._level("a:" + owner.address, now), self._level("s:" + owner.key, now)
@@ -201,6 +205,7 @@ class _Device:
 
     def _next(self) -> _Step:
         with self._lock:
+            self._arrived.wait_for(lambda: self._waiting)
             self._anticipate()
             now = time.monotonic()
             step = min(self._waiting, key=lambda s: self._key(s, now))
