@@ -709,3 +709,16 @@ def test_settle_leaves_the_objects_alive_now_out_of_later_collections_and_thaw_p
     assert frozen > 0 and gc.collect() >= 0
     thaw()
     assert gc.get_freeze_count() == 0
+
+
+def test_after_a_load_only_the_young_generations_are_collected_before_the_freeze(monkeypatch):
+    """After a pair's load (beside other visitors' runs) the collection before the freeze is a young one: a full one
+    walked the whole unfrozen heap holding the interpreter lock (0.25 s after the English pair's load)."""
+    from specviz.pair import memory
+
+    asked = []
+    monkeypatch.setattr(memory.gc, "collect", lambda *generation: asked.append(generation) or 0)
+    monkeypatch.setattr(memory.gc, "freeze", lambda: asked.append("freeze"))
+    memory.freeze_long_lived(full=False)
+    memory.freeze_long_lived()
+    assert asked == [(1,), "freeze", (), "freeze"]

@@ -266,7 +266,7 @@ def load_pair(
             )
             with _state_lock:  # still under the load lock: no other load evicts in between
                 _resident[key] = job.pair
-            freeze_long_lived()  # the new pair lives on: later collections leave it out
+            freeze_long_lived(full=False)  # the new pair lives on: later collections leave it out
         finally:
             _load_lock.release()
         form = f" in {job.pair.form.name}" if job.pair.form is not None else ""

@@ -75,16 +75,21 @@ def free_memory(device: torch.device | str | None = None) -> None:
         _trim_c_heap()
 
 
-def freeze_long_lived() -> None:
-    """Collect garbage once, then leave every object alive now out of later collections (``gc.freeze``).
+def freeze_long_lived(full: bool = True) -> None:
+    """Collect garbage, then leave every object alive now out of later collections (``gc.freeze``).
 
     A server's heap is mostly what never dies: torch, transformers and the web framework's modules, the loaded
     models, the page. A full collection walks all of it: 0.27 s holding the interpreter lock on a 2-core CPU with
     the English pair loaded, paid after every job (``free_memory``), so each short job of a flood stalled the device
     thread and the server's event loop for that long. Frozen, the same collection takes 1-5 ms. Call it once the
     long-lived objects exist (start-up, after a pair loads); ``thaw`` before letting such objects go.
+
+    ``full``: a full collection first (start-up), else only the young generations (after a pair's load, beside
+    other visitors' runs): the full one walked the half million objects a load leaves unfrozen, 0.25-0.27 s holding
+    the interpreter lock, one C call that no deferral cuts, while the young collection found every cycle there was
+    (after the embedded and English pairs' loads, a full collection of the unfrozen heap then found none).
     """
-    gc.collect()
+    gc.collect() if full else gc.collect(1)
     gc.freeze()
 
 
