@@ -102,16 +102,21 @@ def test_a_newcomer_goes_ahead_of_the_queued_steps_of_an_address_that_used_the_d
     assert "visitor" in lab.behind
 
 
-def test_addresses_share_the_device_whatever_their_count_of_sessions_and_sessions_share_their_address():
-    """A school's address with three sessions gets the device as often as a lone address (max-min fair by
-    address), and among its sessions the one that used least goes first."""
+def test_addresses_share_the_device_whatever_their_count_of_sessions_and_an_addresss_jobs_go_in_their_order():
+    """A school's address with three sessions gets the device as often as a lone address (least attained service by
+    address); among its jobs the one that came first goes first, although it used the device and the later one did
+    not (least-used session first made each new student's run pass the run under way, which waited for every
+    newcomer in turn)."""
     school = [device_thread.Owner("198.51.100.7", f"student {i}") for i in range(3)]
     lone = device_thread.Owner("203.0.113.5", "lone")
     _use(school[0], 0.15)
     _use(lone, 0.1)
-    order = _queue_behind_a_held_step([(school[0], "s0"), (lone, "lone"), (school[1], "s1")])
-    # the lone address used less than the school's: first; then the school's session that used nothing
-    assert order == ["lone", "s1", "s0"]
+    order = _queue_behind_a_held_step([(school[1], "s1"), (lone, "lone"), (school[0], "s0")])
+    # the lone address used less than the school's: first; then the school's jobs in the order they came
+    assert order == ["lone", "s0", "s1"]
+    # and a newcomer of the school, whatever it used, after both
+    newcomer = device_thread.Owner("198.51.100.7", "student 3")
+    assert _queue_behind_a_held_step([(newcomer, "new"), (school[1], "s1")]) == ["s1", "new"]
 
 
 def test_an_owner_counts_its_wait_and_whose_steps_ran_meanwhile():
