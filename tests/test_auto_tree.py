@@ -727,10 +727,10 @@ def test_an_uncached_auto_job_is_never_sized_short_in_the_queue_or_when_giving_w
     assert waiting[0]._id == VICTIM
     request, queue = _served(ATTACKERS[0])  # a running auto job gives way to the victim's 8-token job
     queue.append(queued(VICTIM, 8, 0.0))
-    assert share.shorter_waiting(request, share.sized(4, 1, AUTO)) == VICTIM
+    assert share.shorter_other_job(request, share.sized(4, 1, AUTO)) == VICTIM
     request, queue = _served(VICTIM)  # the victim's running 32-token job does not give way to an auto job
     queue.append(queued(ATTACKERS[1], 1, 0.0, data=run_data(1, tree=AUTO)))
-    assert share.shorter_waiting(request, share.sized(4, 32)) is None
+    assert share.shorter_other_job(request, share.sized(4, 32)) is None
 
 
 def test_while_calibrating_the_page_clears_the_last_verdict_and_says_what_it_measures():

@@ -320,3 +320,47 @@ def test_a_bad_joins_setting_is_refused_naming_it(monkeypatch):
         monkeypatch.setenv("SPECVIZ_JOINS_PER_MINUTE", bad)
         with pytest.raises(ValueError, match="SPECVIZ_JOINS_PER_MINUTE must be a whole number of at least 1"):
             server._per_minute("SPECVIZ_JOINS_PER_MINUTE", 240)
+
+
+def test_beside_a_running_job_only_a_short_job_of_another_address_starts():
+    """With a job of the school's address running, the school's next jobs and another address's long job wait, and
+    another address's short job starts in the free slot (wherever it stands in line); with only those held back
+    waiting nothing starts until the running job ends, they keep their order, and then the first starts."""
+    from specviz.ui.guard.admission import dispatching
+    from specviz.ui.running import share
+
+    school = "198.51.100.7"
+    running = [queued(school, 16, arrived=99.0)]
+    first, second = queued(school, 16, 100.0), queued(school, 16, 101.0)
+    long_job, visitor = queued("203.0.113.9", 128, 102.0), queued("203.0.113.5", 16, 103.0)
+    assert share.job_seconds(visitor) <= share.SHARE_S < share.job_seconds(long_job)
+    queue = fake_queue(running)
+    waiting = [first, second, long_job, visitor]
+    device = SimpleNamespace(queue=waiting, current_concurrency=1, concurrency_limit=2)
+    queue.event_queue_per_concurrency_id["device"] = device
+
+    def get_events():  # Gradio's: the first waiting job of the device queue starts
+        return ([waiting.pop(0)], False, "device") if waiting else None
+
+    dispatch = dispatching(queue, get_events)
+    assert dispatch()[0] == [visitor] and waiting == [first, second, long_job]
+    assert dispatch() is None and waiting == [first, second, long_job]  # the school's job still runs
+    running.clear()  # it ended
+    device.current_concurrency = 0
+    assert dispatch()[0] == [first] and waiting == [second, long_job]
+
+
+def test_a_long_job_gives_way_to_a_much_shorter_job_of_another_address_running_beside_it():
+    """A short run that started beside a long one (``dispatching``) shares the device's steps with it: the long one
+    gives way at its next round, as it would to the run waiting; a job of its own address beside it, or one about as
+    long, does not make it."""
+    from specviz.ui.running import share
+
+    request, _ = _served(ATTACKERS[0])
+    beside = request.request.app.get_blocks()._queue.active_jobs[0]
+    long_s = share.job_seconds(queued(ATTACKERS[0], 256, 0.0))
+    beside.append(queued(ATTACKERS[0], 8, 0.0))  # its own address
+    beside.append(queued(ATTACKERS[1], 200, 0.0))  # about as long
+    assert share.shorter_other_job(request, long_s) is None
+    beside.append(queued(VICTIM, 8, 0.0))
+    assert share.shorter_other_job(request, long_s) == VICTIM

@@ -161,7 +161,9 @@ def test_a_flood_from_one_address_leaves_another_served_after_the_running_job(ap
         r, session = join(b, url, run_data(8))
         assert r.status_code == 200
         addresses = [e.request.client.host for e in device_queue(demo)]
-        assert addresses[:1] == [B], addresses  # ahead of the flood's waiting job
+        # started beside the flood's running job (a short job of another address: ``admission.dispatching``), or,
+        # with one slot (``SPECVIZ_CONCURRENCY=1``), first in line, ahead of the flood's waiting jobs
+        assert B not in addresses or addresses[0] == B, addresses
         seen = listen(b, url, session)
         waited = time.monotonic() - start
         print(f"the other address's 8-token run answered in {waited:.1f} s, after at most the one running job")

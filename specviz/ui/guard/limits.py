@@ -67,8 +67,25 @@ SWEEP_SECONDS_MAX = float(os.environ.get("SPECVIZ_SWEEP_SECONDS", "120"))
 # 3.6 s at T 0.7 on the English pair on a quiet 2-core CPU with AVX-512 BF16, 276 s with that CPU shared at load 7-9;
 # from runs (other drafters) 77.5 s quiet and 145 s busy.
 CALIBRATION_SECONDS_MAX = float(os.environ.get("SPECVIZ_CALIBRATION_SECONDS", "240"))
-# Runs sharing the device at once (generate and sweep share this limit): 1 per GPU.
-CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "1"))
+
+
+def _runs_at_once() -> int:
+    """Generate runs (and /run calls) under way at once, ``SPECVIZ_CONCURRENCY`` (default: 2 on a CPU, 1 with a GPU).
+
+    Their steps take turns on the one device thread either way, the least-served address's first
+    (``specviz.serving.device_thread``), and beside a running job another starts only if it is short and of another
+    address (``specviz.ui.guard.admission.dispatching``). With one slot a short run that came just after another
+    visitor's Generate of a pair not loaded yet waited for that visitor's load and run: a 16-token Generate of the
+    embedded pair took 3.2-4.2x its time alone; with two, 1.06-1.61x, and the visitor who switched waited for their own
+    load (2-core CPU with AVX-512 BF16, ``python -m specviz.visitors.pair_switch``). With a GPU, one: a model's
+    captured graphs and static cache serve one run at a time, and a second run beside it would pass eagerly
+    (``specviz.engine.graphs``)."""
+    from specviz.pair.memory import default_device
+
+    return whole_number("SPECVIZ_CONCURRENCY", 1 if default_device().type == "cuda" else 2, 1)
+
+
+CONCURRENCY = _runs_at_once()
 PACES = ("about 10 s (slow motion, or sped up for a run over 10 s)", "true timing")
 # Redraw the streamed run at most this often (ms), four times a second: each update renders the text, the stats and
 # the round on the decoding path and is serialised to the browser. Every 80 ms, a default Generate on a 2-core CPU

@@ -97,5 +97,7 @@ def caps(max_queue: int) -> str:
         f"{GAMMA_RANGE[0]}–{GAMMA_RANGE[1]} · "
         f"up to {MAX_NEW_TOKENS_RANGE[1]} new tokens · {RUN_SECONDS_MAX:.0f} s per run (and as long again for the "
         "baseline) · "
-        f"{SWEEP_SECONDS_MAX:.0f} s per sweep · {CONCURRENCY} run at a time, up to {max_queue} waiting.</small>"
+        f"{SWEEP_SECONDS_MAX:.0f} s per sweep · {CONCURRENCY} run{'s' if CONCURRENCY != 1 else ''} at a time "
+        "(taking turns on the device), "
+        f"up to {max_queue} waiting.</small>"
     )

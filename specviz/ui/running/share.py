@@ -36,11 +36,11 @@ alone. So a short run's wait is bounded by size, not by who used what:
   job that arrives more than its own size after it goes behind it (aging, with a wait of one second worth one second of
   size);
 - ``Held.over``: a running Generate or /run job also stops at its next round when a job of another address waits
-  that is expected to take at most 1/YIELD_RATIO of its own time, so a short run waits about one round of a long
-  one. A run no longer than SHORT_TOKENS tokens never gives way so (it ends soon anyway), and each address may make
-  others' jobs give way at most YIELDS_PER_MINUTE times a minute (``SPECVIZ_YIELDS_PER_MINUTE``): past it, its
-  short jobs still go first in the queue but wait for the running job (at most SHARE_S). Many short jobs from one
-  address are bounded as before: one running and one waiting.
+  (or runs beside it) that is expected to take at most 1/YIELD_RATIO of its own time, so a short run waits about one
+  round of a long one. A run no longer than SHORT_TOKENS tokens never gives way so (it ends soon anyway), and each
+  address may make others' jobs give way at most YIELDS_PER_MINUTE times a minute (``SPECVIZ_YIELDS_PER_MINUTE``):
+  past it, its short jobs still go first in the queue but wait for the running job (at most SHARE_S). Many short
+  jobs from one address are bounded as before: one running and one waiting.
 
 A job that gives way is stopped, not paused: the Gradio slot stays held until its handler returns, and on ZeroGPU
 the run lives in a GPU worker sized for one uninterrupted call, so a paused run would keep the device it gave up.
@@ -156,11 +156,14 @@ def _may_make_way(address: str, now: float) -> bool:
     return len(log or ()) < YIELDS_PER_MINUTE
 
 
-def shorter_waiting(request, mine_s: float | None) -> str | None:
-    """The address of a job of another address than ``request``'s waiting for the device and expected to take
-    at most ``mine_s`` / YIELD_RATIO seconds, whose address may still make a job give way this minute; None when
-    there is none, outside a served app, or when ``mine_s`` is None or at most SHORT_S (an 8-token run is never
-    stopped this way: many 1-token jobs cannot end every short run)."""
+def shorter_other_job(request, mine_s: float | None) -> str | None:
+    """The address of a job of another address than ``request``'s, waiting for the device or running beside this
+    one (``specviz.ui.guard.admission.dispatching`` starts a short one there), expected to take at most ``mine_s`` /
+    YIELD_RATIO seconds, whose address may still make a job give way this minute; None when there is none, outside a
+    served app, or when ``mine_s`` is None or at most SHORT_S (an 8-token run is never stopped this way: many 1-token
+    jobs cannot end every short run). A short run beside a long one shares the device's steps with it (0.36-1.30 s
+    beside the auto tree's calibrations against 0.33 s alone): the long one gives way, as it would to the run
+    waiting."""
     if mine_s is None or mine_s <= SHORT_S:
         return None
     inner = getattr(request, "request", request)
@@ -168,8 +171,10 @@ def shorter_waiting(request, mine_s: float | None) -> str | None:
     events = queue.event_queue_per_concurrency_id.get(DEVICE) if queue is not None else None
     if events is None:
         return None
+    running = [e for jobs in list(queue.active_jobs) if jobs for e in list(jobs)
+               if e.concurrency_id == DEVICE and e.alive]
     mine, now = client_address(inner), time.monotonic()
-    for event in list(events.queue):
+    for event in list(events.queue) + running:
         address = client_address(event.request)
         expected = job_seconds(event)
         if address != mine and expected is not None and expected * YIELD_RATIO <= mine_s:
@@ -238,8 +243,8 @@ def yielded_note(seconds: float) -> str:
 class Held:
     """One device job's hold, for the handlers that run jobs: ``over()`` once it has had its share while
     another address waits (in the ``waiting`` queues) or runs (in the ``running`` ones), or, for a job of
-    ``expected_s`` seconds, as soon as a job of another address waits that is expected to take at most
-    1/YIELD_RATIO of that (``shorter_waiting``); ``note()`` what it then says, and on leaving the ``with``
+    ``expected_s`` seconds, as soon as a job of another address waits (or runs beside it) that is expected to take at
+    most 1/YIELD_RATIO of that (``shorter_other_job``); ``note()`` what it then says, and on leaving the ``with``
     block its seconds are charged to its address.
 
     Usage: ``with Held(request, expected_s) as held: ... if held.over(): ...``.
@@ -259,7 +264,7 @@ class Held:
     def over(self) -> bool:
         if must_yield(self.request, self.started, waiting=self.waiting, running=self.running):
             return True
-        address = shorter_waiting(self.request, self.expected_s)
+        address = shorter_other_job(self.request, self.expected_s)
         if address is None:
             return False
         made_way(address)
