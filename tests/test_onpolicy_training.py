@@ -132,3 +132,26 @@ def test_the_command_is_dispatched(capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "--chunk-s" in out and "--on-policy-share" in out and "--export" in out
+
+
+def test_a_deepened_drafter_gives_its_starts_logits_and_a_grown_run_keeps_its_layers(
+        tmp_path, pair, corpus_dir, shipped):  # noqa: F811
+    """Layers appended pass their input through at first: the same logits to the bit (they add exact zeros); a new
+    run with grow_layers starts from the grown drafter, says so, and a resumed chunk keeps its layers."""
+    from specviz.pair.small_head import deepened
+
+    start = SmallHeadLM.from_pretrained(shipped, dtype=torch.float32).eval()
+    grown = deepened(start, 2).eval()
+    assert grown.config.num_hidden_layers == 3 and start.config.num_hidden_layers == 1
+    ids = torch.randint(0, start.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(grown(ids).logits, start(ids).logits)
+    with pytest.raises(ValueError, match="extra_layers"):
+        deepened(start, -1)
+    target, tok = pair
+    folder = tmp_path / "grown"
+    _go(target, tok, folder, corpus_dir, shipped, {**RUN, "grow_layers": 1}, max_steps=1)
+    _go(target, tok, folder, corpus_dir, shipped, {}, max_steps=1)
+    index, _ = ckpt.load(folder)
+    assert index["drafter_config"]["num_hidden_layers"] == 2 and index["step"] == 2
+    assert "grown by 1 layer passing" in index["started_from"]

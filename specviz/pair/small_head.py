@@ -93,3 +93,26 @@ class SmallHeadLM(LlamaPreTrainedModel, GenerationMixin):
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         logits = self.scatter(self.head_logits(hidden[:, keep, :]))
         return CausalLMOutputWithPast(logits=logits, past_key_values=out.past_key_values)
+
+
+def deepened(model: SmallHeadLM, extra_layers: int) -> SmallHeadLM:
+    """``model`` with ``extra_layers`` decoder layers appended after its own, each passing its input through unchanged
+    at first (its attention's and MLP's output projections zero, so both add exactly 0 to the residual stream): the
+    new model's logits equal ``model``'s, and training then moves the new layers (function-preserving growth, as in
+    Net2Net: Chen, Goodfellow and Shlens, ICLR 2016). Same dtype as ``model``; ``model`` is left as it was.
+
+    Raises:
+        ValueError: ``extra_layers`` below 0.
+    """
+    if extra_layers < 0:
+        raise ValueError(f"extra_layers must be at least 0, got {extra_layers}")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers += extra_layers
+    grown = SmallHeadLM(config).to(model.dtype)
+    missing, unexpected = grown.load_state_dict(model.state_dict(), strict=False)
+    assert not unexpected and all(".layers." in name for name in missing), (missing, unexpected)
+    with torch.no_grad():
+        for layer in grown.model.layers[model.config.num_hidden_layers:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return grown

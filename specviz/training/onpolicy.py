@@ -79,6 +79,9 @@ class RunSettings:
     continuation_tokens: int = 96
     seed: int = 0
     moments: str = "bfloat16"
+    # a new run's drafter: the starting one with this many decoder layers appended, each passing its input through at
+    # first (``specviz.pair.small_head.deepened``); the checkpoint keeps the grown config, so resuming ignores it
+    grow_layers: int = 0
 
 
 @dataclass
@@ -210,7 +213,7 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, run
         specviz.training.eagle_checkpoint.CheckpointError: a checkpoint that does not fit the drafter.
         ValueError: a batch larger than the prompts or the corpus.
     """
-    from specviz.pair.small_head import SmallHeadConfig, SmallHeadLM
+    from specviz.pair.small_head import SmallHeadConfig, SmallHeadLM, deepened
     from specviz.training import distill, instructions
 
     t_start = time.time()
@@ -232,6 +235,10 @@ def run_chunk(target, tokenizer, chunk: ChunkSettings, checkpoint_dir: Path, run
         run = RunSettings(**overrides)
         drafter = SmallHeadLM.from_pretrained(init_folder, dtype=torch.float32)
         started_from = f"the drafter in {init_folder.name} (fp16 weights as float32), fresh AdamW moments at step 0"
+        if run.grow_layers:
+            drafter = deepened(drafter, run.grow_layers)
+            n = run.grow_layers
+            started_from += f", grown by {n} layer{'s' if n != 1 else ''} passing the input through at first"
         chunk_index, reference = 1, None
     prompts = instructions.build(None, run.seed, exclude=set(held))
     check_disjoint(prompts, held)
