@@ -302,6 +302,36 @@ def test_local_folders_load_and_generate(tmp_path):
     assert trace.output_text == pair.tokenizer.decode(trace.output_ids)
 
 
+def test_pairs_naming_the_same_model_share_it_and_its_tokenizer(tmp_path, monkeypatch):
+    """A second pair loads only what the first does not hold (the cross pair's target is the English pair's): the
+    same target object and tokenizer, its weights read once; once no pair holds it, it is read again."""
+    import gc
+
+    from transformers import AutoModelForCausalLM
+
+    read = []
+    real = AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(
+        AutoModelForCausalLM, "from_pretrained", lambda ref, *a, **k: read.append(ref) or real(ref, *a, **k)
+    )
+    d1 = save_tiny(tmp_path / "d1", WORDS, 32, seed=1)
+    d2 = save_tiny(tmp_path / "d2", WORDS, 32, seed=3)
+    t = save_tiny(tmp_path / "t", WORDS, 40, seed=2, layers=2)
+    first = load_pair(drafter=d1, target=t, device="cpu", allow_custom=True)
+    second = load_pair(drafter=d2, target=t, device="cpu", allow_custom=True)
+    assert second.target is first.target and second.tokenizer is first.tokenizer
+    assert read == [d1, t, d2]
+    ids = second.tokenizer("w1 w2 w3", add_special_tokens=False)["input_ids"]
+    trace = speculative_generate(ids, second.drafter, second.target, gamma=3, sampling=Sampling(0.0),
+                                 max_new_tokens=6, tokenizer=second.tokenizer)
+    assert 1 <= len(trace.output_ids) <= 6
+    del first, second, trace
+    pairs.unload_all()
+    gc.collect()
+    load_pair(drafter=d1, target=t, device="cpu", allow_custom=True)
+    assert read == [d1, t, d2, d1, t]
+
+
 def test_different_tokenizers_are_refused_naming_both(tmp_path):
     d = save_tiny(tmp_path / "d", WORDS, 32, seed=1)
     t = save_tiny(tmp_path / "t", OTHER_WORDS, 32, seed=2)

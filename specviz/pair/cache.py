@@ -12,7 +12,7 @@ import torch
 
 from specviz.pair.catalogue import PRESETS, ModelRef, check_drafter_kind, default_pair
 from specviz.pair.errors import PairError
-from specviz.pair.loading import Pair, Progress, load, plan
+from specviz.pair.loading import Pair, Progress, forget_shared, load, plan
 from specviz.pair.memory import available_memory_bytes, default_device, free_memory, freeze_long_lived, thaw
 from specviz.pair.settings import PRELOAD_ENV, RESIDENT_PAIRS_ENV, resident_limit
 
@@ -64,10 +64,12 @@ def loaded_pair(name: str | None = None, drafter: str | None = None, target: str
 
 
 def unload_all() -> None:
-    """Forget every resident pair (tests; an operator freeing memory)."""
+    """Forget every resident pair, and every model and tokenizer kept to share between pairs (tests; an operator
+    freeing memory): the next load reads all of its pair again."""
     with _state_lock:
         dropped = list(_resident.values())
         _resident.clear()
+    forget_shared()
     devices = {p.device for p in dropped}
     _forget_graphs(dropped)
     dropped.clear()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import threading
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -209,6 +210,10 @@ def load(
     else:
         check_same_tokenizer(str(dref), d_tok, str(tref), t_tok)
 
+    # Models another resident pair already holds are shared, not loaded again: held here, so that making room does
+    # not free them, and left out of what this pair needs.
+    shared = [_models.get(_model_key(ref, src[0], dev, form)) for ref, src in ((dref, dsrc), (tref, tsrc))]
+    need_gb = sum(p or 0 for p, model in zip(params, shared) if model is None) * dtype.itemsize / 1e9
     free = available_memory_bytes(dev)
     if free is not None and need_gb * 1e9 > free + reclaimable(dev):
         raise PairError(
@@ -226,9 +231,9 @@ def load(
         )
 
     say(0.3, f"Loading the drafter {dref.shown}")
-    d_model = _load_model(dref, dsrc[0], dev, dsrc[1], form, timing=timing)
+    d_model = shared[0] if shared[0] is not None else _load_model(dref, dsrc[0], dev, dsrc[1], form, timing=timing)
     say(0.6, f"Loading the target {tref.shown}")
-    t_model = _load_model(tref, tsrc[0], dev, tsrc[1], form, timing=timing)
+    t_model = shared[1] if shared[1] is not None else _load_model(tref, tsrc[0], dev, tsrc[1], form, timing=timing)
     target_id = str(tref)
     if preset is not None and preset.gguf is not None:
         if tref.local:  # traces name the target by this: the packaged file, not a cache path
@@ -293,15 +298,37 @@ def _downloaded(checked: Checked, at: float, say: Progress) -> tuple[str | None,
     return revision, True
 
 
+# Models and tokenizers loaded now, shared by every pair that names them (the cross-tokenizer pair's target is the
+# English pair's, its drafter the embedded pair's), for as long as a pair holds them: a second pair loads only what it
+# does not share. Each read of a tokenizer holds the interpreter lock (the English target's 70-90 ms), and a model's
+# weights are its pair's memory; the cross pair beside the English one loaded both again.
+_models: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_tokenizers: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def forget_shared() -> None:
+    """Share nothing loaded so far with the pairs loaded next (``specviz.pair.cache.unload_all``)."""
+    _models.clear()
+    _tokenizers.clear()
+
+
+def _model_key(ref: ModelRef, revision: str | None, device: torch.device, form: Form) -> tuple:
+    return ref.id, revision, str(device), str(form.dtype)
+
+
 def _load_tokenizer(ref: ModelRef, revision: str | None, local_only: bool):
     from transformers import AutoTokenizer
 
+    if (tokenizer := _tokenizers.get((ref.id, revision))) is not None:
+        return tokenizer
     try:
-        return AutoTokenizer.from_pretrained(
+        tokenizer = AutoTokenizer.from_pretrained(
             ref.id, revision=revision, local_files_only=local_only, trust_remote_code=False
         )
     except Exception as err:  # transformers wraps hub errors in OSError and ValueError
         raise explain(str(ref), root_cause(err)) from err
+    _tokenizers[(ref.id, revision)] = tokenizer
+    return tokenizer
 
 
 def check_same_tokenizer(drafter_id: str, drafter_tok, target_id: str, target_tok) -> None:
@@ -402,7 +429,9 @@ def _load_model(
     try:
         # On ZeroGPU this runs outside @spaces.GPU, as its docs require: the weights are placed
         # on "cuda" once, at load time, and the GPU is attached when a decorated function runs.
-        return apply_form(model.to(device).eval(), form, kernels=kernels, timing=timing)
+        model = apply_form(model.to(device).eval(), form, kernels=kernels, timing=timing)
+        _models[_model_key(ref, revision, device, form)] = model
+        return model
     except OOM_ERRORS as err:
         del model
         raise explain(str(ref), err) from err
