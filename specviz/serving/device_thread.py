@@ -19,7 +19,7 @@ keeps one CUDA stream and one set of captured graphs busy.
 
 **Which step goes next** (least attained service first between addresses, first come first served within one): every
 step is for an ``Owner`` (a job of a visitor's address and page session; a job names it, ``stepped(..., owner=)``);
-the thread remembers the device seconds each address and each session used, decaying with a half-life of
+the thread remembers the device seconds each address used, decaying with a half-life of
 HALF_LIFE_S, and of the steps waiting it runs the one whose address used least, then the one of the job that came
 first (``Owner.arrival``). So a visitor who just arrived goes ahead of every step of a visitor who has held the
 device for a while, and addresses share the device equally whatever the count of sessions behind each. Within one
@@ -138,7 +138,7 @@ class _Device:
         self._streams: dict[str, int] = {}  # owner key -> its streaming jobs under way (``stepped``)
         self._last: Owner | None = None  # whose step ran last
         self._waiting: list[_Step] = []
-        self._used: dict[str, tuple[float, float]] = {}  # "a:address" or "s:address|session" -> (seconds, when)
+        self._used: dict[str, tuple[float, float]] = {}  # address -> (seconds, when)
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._running: _Step | None = None
@@ -150,8 +150,7 @@ class _Device:
         return seconds * 0.5 ** ((now - when) / self.half_life_s)
 
     def _charge(self, owner: Owner, seconds: float, now: float) -> None:
-        for key in ("a:" + owner.address, "s:" + owner.key):
-            self._used[key] = (self._level(key, now) + seconds, now)
+        self._used[owner.address] = (self._level(owner.address, now) + seconds, now)
         if len(self._used) > 4096:  # forget those whose use has decayed away
             self._used = {k: v for k, v in self._used.items() if self._level(k, now) > 1e-3}
 
@@ -179,7 +178,7 @@ class _Device:
             self._turn()
 
     def _rank(self, owner: Owner, now: float) -> tuple[float, int]:
-        return self._level("a:" + owner.address, now), owner.arrival
+        return self._level(owner.address, now), owner.arrival
 
     def _key(self, step: _Step, now: float) -> tuple:
         """A waiting step's place, lowest first: a background step (a deferring thread's turn) after every other until
@@ -241,11 +240,10 @@ class _Device:
             self._charge(step.owner, end - start, end)
             self._mark_busy()
 
-    def used(self, owner: Owner) -> tuple[float, float]:
-        """(address, session) device seconds of ``owner``, decayed to now."""
+    def used(self, owner: Owner) -> float:
+        """The device seconds of ``owner``'s address, decayed to now."""
         with self._lock:
-            now = time.monotonic()
-            return self._level("a:" + owner.address, now), self._level("s:" + owner.key, now)
+            return self._level(owner.address, time.monotonic())
 
 
 _device = _Device()

@@ -68,8 +68,7 @@ def waiting(demo: gr.Blocks, concurrency_id: str) -> int:
 
 
 def _running_addresses(queue, concurrency_id: str) -> set[str]:
-    return {client_address(e.request) for jobs in queue.active_jobs if jobs for e in jobs
-            if e.concurrency_id == concurrency_id and e.alive}
+    return {client_address(e.request) for e in share.running_jobs(queue, (concurrency_id,))}
 
 
 def order(queue, waiting: list, concurrency_id: str) -> None:

@@ -79,9 +79,8 @@ def _runs_at_once() -> int:
     embedded pair took 3.2-4.2x its time alone; with two, 1.06-1.61x, and the visitor who switched waited for their own
     load (2-core CPU with AVX-512 BF16, ``python -m specviz.visitors.pair_switch``; 1.38-1.83x once the cross pair
     shared the English pair's loaded target: the switcher's run then came at once, its steps ahead of a victim that had
-    used the device more). With a GPU, one: a model's
-    captured graphs and static cache serve one run at a time, and a second run beside it would pass eagerly
-    (``specviz.engine.graphs``)."""
+    used the device more). With a GPU, one: a model's captured graphs and static cache serve one run at a time, and a
+    second run beside it would pass eagerly (``specviz.engine.graphs``)."""
     from specviz.pair.memory import default_device
 
     return whole_number("SPECVIZ_CONCURRENCY", 1 if default_device().type == "cuda" else 2, 1)

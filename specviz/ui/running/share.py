@@ -171,10 +171,8 @@ def shorter_other_job(request, mine_s: float | None) -> str | None:
     events = queue.event_queue_per_concurrency_id.get(DEVICE) if queue is not None else None
     if events is None:
         return None
-    running = [e for jobs in list(queue.active_jobs) if jobs for e in list(jobs)
-               if e.concurrency_id == DEVICE and e.alive]
     mine, now = client_address(inner), time.monotonic()
-    for event in list(events.queue) + running:
+    for event in list(events.queue) + running_jobs(queue, (DEVICE,)):
         address = client_address(event.request)
         expected = job_seconds(event)
         if address != mine and expected is not None and expected * YIELD_RATIO <= mine_s:
@@ -210,12 +208,13 @@ def others_waiting(request, waiting: tuple[str, ...] = (DEVICE,), running: tuple
         events = queue.event_queue_per_concurrency_id.get(concurrency_id)
         if events is not None and any(client_address(e.request) != mine for e in list(events.queue)):
             return True
-    return bool(running) and any(
-        e.concurrency_id in running and e.alive and client_address(e.request) != mine
-        for jobs in list(queue.active_jobs)
-        if jobs
-        for e in list(jobs)
-    )
+    return any(client_address(e.request) != mine for e in running_jobs(queue, running))
+
+
+def running_jobs(queue, kinds: tuple[str, ...]) -> list:
+    """The jobs of the ``kinds`` (Gradio concurrency ids) that ``queue`` (Gradio's) runs now, their clients still
+    there."""
+    return [e for jobs in list(queue.active_jobs) if jobs for e in list(jobs) if e.concurrency_id in kinds and e.alive]
 
 
 def must_yield(
