@@ -129,6 +129,13 @@ def sized(gamma, max_new_tokens, tree="chain", pair: tuple = ()) -> float | None
     return run_seconds(int(max_new_tokens), int(gamma), tree, pair_scale(*pair))
 
 
+def short_size(expected_s: float | None) -> float | None:
+    """A job's ``expected_s`` (``sized``) when it is short, at most a job's share (SHARE_S): what its device steps are
+    ordered by (``specviz.serving.device_thread.Owner.size_s``, before those of longer jobs); None for a longer job or
+    one whose size is unknown."""
+    return expected_s if expected_s is not None and expected_s <= SHARE_S else None
+
+
 def job_seconds(event) -> float | None:
     """The expected device seconds of a queued Generate or /run job (a Gradio queue event), read from its inputs;
     None for another endpoint or inputs that do not say."""

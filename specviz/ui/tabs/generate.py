@@ -6,6 +6,7 @@ import time
 
 import gradio as gr
 
+from specviz.serving import device_thread
 from specviz.serving.device_thread import Owner
 from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
@@ -57,7 +58,8 @@ def generate(
     state.following[session] = True
     run = _started(session)
     try:
-        with state.job(session):  # from the start, so a Stop pressed while the pair loads is seen
+        # from the start, so a Stop pressed while the pair loads is seen; its start goes before others' deferred work
+        with state.job(session), device_thread.coming(owner):
             req = RunRequest.checked(
                 pair_name,
                 prompt,
@@ -83,12 +85,14 @@ def generate(
                 req.custom_target,
                 progress,
                 "Speculative decoding: the first round…",
-                owner=state.device_owner(request),
+                owner=owner,
             )
             if state.should_stop(session):
                 yield _kept(session, run, stopped_outputs(None))
                 return
-            with share.Held(request, share.sized(req.gamma, req.max_new_tokens, req.tree, req.sized_pair)) as held:
+            expected = share.sized(req.gamma, req.max_new_tokens, req.tree, req.sized_pair)
+            owner.size_s = share.short_size(expected)  # its steps go before longer jobs' (device_thread)
+            with share.Held(request, expected) as held:
                 # Asked inside the auto tree's calibration, every round (on ZeroGPU the worker cannot read the page's
                 # state).
                 check = (
