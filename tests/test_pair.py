@@ -332,6 +332,29 @@ def test_pairs_naming_the_same_model_share_it_and_its_tokenizer(tmp_path, monkey
     assert read == [d1, t, d2, d1, t]
 
 
+@pytest.mark.skipif(not pairs.english_available(), reason="the English pair's target package is not installed")
+def test_a_tested_presets_drafter_has_its_packaged_targets_vocabulary_token_for_token(monkeypatch):
+    """What lets a load of such a preset (``Preset.tokenizer_tested``) read the target's tokenizer alone and skip the
+    comparison: the drafter's shipped tokenizer and the packaged target's map every token to the same id."""
+    from specviz.pair import loading
+
+    tested = [name for name, p in PRESETS.items() if p.tokenizer_tested]
+    assert tested == [ENGLISH] and all(PRESETS[n].gguf is not None for n in tested)
+    for name in tested:
+        preset = PRESETS[name]
+        target, _ = loading._packaged_target(preset, loading.ModelRef(preset.target, None), lambda *a: None)
+        drafter = AutoTokenizer.from_pretrained(preset.drafter)
+        target_tok = AutoTokenizer.from_pretrained(target.id)
+        loading.check_same_tokenizer(preset.drafter, drafter, target.id, target_tok)  # raises on any difference
+        assert drafter.get_vocab() == target_tok.get_vocab() and len(drafter) == len(target_tok)
+        # the load skips reading the drafter's tokenizer, and the pair's tokenizer is the target's
+        loaded, real = [], loading._load_tokenizer
+        monkeypatch.setattr(loading, "_load_tokenizer", lambda ref, *a: loaded.append(ref.id) or real(ref, *a))
+        pair = load_pair(name, device="cpu")
+        assert loaded == [target.id] and pair.drafter_tokenizer is None
+        assert pair.tokenizer.get_vocab() == drafter.get_vocab()
+
+
 def test_different_tokenizers_are_refused_naming_both(tmp_path):
     d = save_tiny(tmp_path / "d", WORDS, 32, seed=1)
     t = save_tiny(tmp_path / "t", OTHER_WORDS, 32, seed=2)
