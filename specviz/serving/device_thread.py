@@ -20,8 +20,8 @@ keeps one CUDA stream and one set of captured graphs busy.
 **Which step goes next** (short jobs first, the shorter first; then least attained service between addresses; first
 come first served within one): every step is for an ``Owner`` (a job of a visitor's address and page session; a job
 names it, ``stepped(..., owner=)``). A job known to be short (``Owner.size_s``: its expected device seconds, set for a
-Generate or /run job of at most a job's share, ``specviz.ui.running.share.short_size``) goes before every job not
-known to be short, and before longer short jobs: a visitor's 16-token run of the embedded pair beside another's
+Generate or /run job of at most a job's share, ``specviz.ui.running.share.short_size``) of an address that has used
+at most SHORT_FIRST_USED_S goes before every job not known to be short, and before longer short jobs: a visitor's 16-token run of the embedded pair beside another's
 1-token run of the English pair (its prefills: 0.21 s of passes against the victim's 0.17 s) took 1.7-2.1x its time
 alone when the switcher went first for having used the device less, as least attained service would have it. Then the
 thread remembers the device seconds each address used, decaying with a half-life of HALF_LIFE_S, and of the steps
@@ -71,6 +71,11 @@ from typing import TypeVar
 T = TypeVar("T")
 
 HALF_LIFE_S = 30.0  # device seconds used count half after this long
+# A short job goes first only while its address has used at most this many device seconds (decayed): a size is read
+# from a job's controls, and a job can cost more than they say (a prompt of a new length makes the CPU's kernels for
+# every layer): 8-token /run posts with ever longer prompts, all sized short, went before a victim's 16-token run on
+# every step, 18.8x its time alone; an address that floods so soon uses more than this and goes by its use again.
+SHORT_FIRST_USED_S = 2.0
 # A streaming job asks for its next step only once its caller has handled the last (a page's views drawn and sent):
 # for this long after its step the device keeps its turn for it, when it is the one that would go next.
 ANTICIPATE_S = 0.2
@@ -189,10 +194,12 @@ class _Device:
             self._turn()
 
     def _rank(self, head: Owner, now: float) -> tuple:
-        """An address's place, lowest first, by ``head``, its first job waiting: a short job (``Owner.size_s``) before
-        any other, the shorter first; then the address that used the device least; then the job that came first."""
-        short = head.size_s is not None
-        return (0 if short else 1, head.size_s if short else 0.0, self._level(head.address, now), head.arrival)
+        """An address's place, lowest first, by ``head``, its first job waiting: a short job (``Owner.size_s``) of an
+        address that used at most SHORT_FIRST_USED_S before any other, the shorter first; then the address that used
+        the device least; then the job that came first."""
+        level = self._level(head.address, now)
+        short = head.size_s is not None and level <= SHORT_FIRST_USED_S
+        return (0 if short else 1, head.size_s if short else 0.0, level, head.arrival)
 
     def _keys(self, now: float, also: Owner | None = None) -> Callable[[_Step], tuple]:
         """The waiting steps' order (held: the lock), as a key, lowest first: a background step (a deferring thread's
