@@ -144,33 +144,6 @@ def test_a_short_job_goes_first_the_shorter_first_whoever_used_less_and_an_addre
     assert _queue_behind_a_held_step([(first, "a"), (second, "b"), (other, "c")]) == ["c", "a", "b"]
 
 
-def test_a_job_starting_goes_before_other_visitors_deferred_work_until_it_is_overdue(monkeypatch):
-    """From a job's start (``coming``) to its first step, a deferring thread's turn for another owner waits (the job's
-    own Python, before its first step, runs without it), until the turn is overdue; the job's first step ends it."""
-    monkeypatch.setattr(device_thread, "DEFER_OVERDUE_S", 0.6)
-    job, loader, order = device_thread.Owner("10.8.1.1", "job"), device_thread.Owner("10.8.1.2", "load"), []
-    with device_thread.coming(job):
-        assert device_thread._device.busy
-        start = time.monotonic()
-        turn = device_thread._device.submit(lambda: order.append(time.monotonic() - start), loader, background=True)
-        turn.result(10)
-    assert order[0] >= 0.5  # held back until overdue
-    # the job's first step lets it go at once
-    with device_thread.coming(job):
-        start = time.monotonic()
-        turn = device_thread._device.submit(lambda: order.append(time.monotonic() - start), loader, background=True)
-        time.sleep(0.1)
-        device_thread.run(lambda: None, owner=job)
-        turn.result(10)
-        assert order[1] < 0.5
-    # its own deferred work (its pair's load) is not held back by it
-    with device_thread.coming(job):
-        start = time.monotonic()
-        device_thread._device.submit(lambda: order.append(time.monotonic() - start), job, background=True).result(10)
-        assert order[2] < 0.3
-    assert not device_thread._device._coming
-
-
 def test_an_owner_counts_its_wait_and_whose_steps_ran_meanwhile():
     a, b = device_thread.Owner("192.0.2.1", "a"), device_thread.Owner("192.0.2.2", "b")
     _use(a, 0.3)  # a used more: b's queued step runs first, and a's waits behind it

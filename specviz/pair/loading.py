@@ -191,8 +191,9 @@ def load(
     # (specviz.pair.download): this waits seconds at most, so the engine's queue is not held meanwhile.
     dsrc, tsrc = (_downloaded(c, 0.1 + 0.02 * i, say) for i, c in enumerate(checked))
     say(0.15, "Loading the tokenizers")
+    own = (preset is not None and preset.own_tokenizer) or own_tokenizer
     # a preset whose drafter's vocabulary the suite checks against its packaged target reads the target's alone
-    tested = preset is not None and preset.tokenizer_tested and preset.gguf is not None and tref.local
+    tested = not own and preset is not None and preset.tokenizer_tested and preset.gguf is not None and tref.local
     d_tok = None if tested else _load_tokenizer(dref, *dsrc)
     try:
         t_tok = _load_tokenizer(tref, *tsrc)
@@ -205,13 +206,11 @@ def load(
         ) from err
     say(0.2, "Comparing the tokenizers")
     drafter_tok = None
-    if tested:
-        pass
-    elif (preset is not None and preset.own_tokenizer) or own_tokenizer:
+    if own:
         if d_tok.get_vocab() != t_tok.get_vocab():
             check_shared_vocabulary(str(dref), d_tok, str(tref), t_tok)
             drafter_tok = d_tok
-    else:
+    elif not tested:
         check_same_tokenizer(str(dref), d_tok, str(tref), t_tok)
 
     # Models another resident pair already holds are shared, not loaded again: held here, so that making room does

@@ -20,20 +20,20 @@ keeps one CUDA stream and one set of captured graphs busy.
 **Which step goes next** (short jobs first, the shorter first; then least attained service between addresses; first
 come first served within one): every step is for an ``Owner`` (a job of a visitor's address and page session; a job
 names it, ``stepped(..., owner=)``). A job known to be short (``Owner.size_s``: its expected device seconds, set for a
-Generate or /run job of at most a job's share, ``specviz.ui.running.share.short_size``) of an address that has used
-at most SHORT_FIRST_USED_S goes before every job not known to be short, and before longer short jobs: a visitor's 16-token run of the embedded pair beside another's
-1-token run of the English pair (its prefills: 0.21 s of passes against the victim's 0.17 s) took 1.7-2.1x its time
-alone when the switcher went first for having used the device less, as least attained service would have it. Then the
-thread remembers the device seconds each address used, decaying with a half-life of HALF_LIFE_S, and of the steps
-left it runs the one whose address used least, then the one of the job that came first (``Owner.arrival``). So a
-visitor who just arrived goes ahead of every step of a visitor who has held the device for a while, and addresses
-share the device equally whatever the count of sessions behind each. Within one address (a class behind a school's
-router) the jobs go in the order they came, as a queue of their own would serve them, whatever their sizes (an
-address is ranked by its first job waiting): least-used session first there let each new student's run go ahead of
-the run under way, which then waited for every newcomer in turn (with two runs at once, a 16-token run took 4.2 s
-instead of 0.4 s in a class of 40; ``python -m specviz.visitors.classroom``). A step is never interrupted: a
-newcomer waits at most for the step under way, which is why long jobs (the exactness lab) cut their work into short
-steps. Each owner counts the seconds its steps
+Generate or /run job of at most a job's share, ``specviz.ui.running.share.short_size``) of an address that has used at
+most SHORT_FIRST_USED_S goes before every job not known to be short, and before longer short jobs: a visitor's 16-token
+run of the embedded pair beside another's 1-token run of the English pair (its prefills: 0.21 s of passes against the
+victim's 0.17 s) took 1.7-2.1x its time alone when the switcher went first for having used the device less, as least
+attained service would have it. Then the thread remembers the device seconds each address used, decaying with a
+half-life of HALF_LIFE_S, and of the steps left it runs the one whose address used least, then the one of the job
+that came first (``Owner.arrival``). So a visitor who just arrived goes ahead of every step of a visitor who has held
+the device for a while, and addresses share the device equally whatever the count of sessions behind each. Within one
+address (a class behind a school's router) the jobs go in the order they came, as a queue of their own would serve
+them, whatever their sizes (an address is ranked by its first job waiting): least-used session first there let each
+new student's run go ahead of the run under way, which then waited for every newcomer in turn (with two runs at once,
+a 16-token run took 4.2 s instead of 0.4 s in a class of 40; ``python -m specviz.visitors.classroom``). A step is
+never interrupted: a newcomer waits at most for the step under way, which is why long jobs (the exactness lab) cut
+their work into short steps. Each owner counts the seconds its steps
 waited and whose steps ran meanwhile (``Owner.waited_s``, ``Owner.behind``), so a run can say "waited 3.2 s behind 4
 other jobs".
 
@@ -149,7 +149,6 @@ class _Device:
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._streams: dict[str, int] = {}  # owner key -> its streaming jobs under way (``stepped``)
-        self._coming: dict[str, int] = {}  # owner key -> its jobs started but with no step asked yet (``coming``)
         self._last: Owner | None = None  # whose step ran last
         self._waiting: list[_Step] = []
         self._used: dict[str, tuple[float, float]] = {}  # address -> (seconds, when)
@@ -180,8 +179,6 @@ class _Device:
                 self._thread = threading.Thread(target=self._serve, name="specviz-device", daemon=True)
                 self._thread.start()
             self._waiting.append(step)
-            if not background:
-                self._coming.pop(owner.key, None)  # its job has begun its steps
             self._mark_busy()
             self._arrived.notify_all()
             if self._running is not None and self._running.owner.key != owner.key:
@@ -229,21 +226,10 @@ class _Device:
                 self._streams.pop(owner.key, None)
             self._mark_busy()
 
-    def coming(self, owner: Owner, delta: int) -> None:
-        """A job of ``owner`` started and will ask for its first step soon (+1), or ended (-1)."""
-        with self._lock:
-            left = self._coming.get(owner.key, 0) + delta
-            if left > 0:
-                self._coming[owner.key] = left
-            else:
-                self._coming.pop(owner.key, None)
-            self._mark_busy()
-            self._arrived.notify_all()
-
     def _mark_busy(self) -> None:
         """``busy`` as the queue stands (held: the lock): while a step runs or waits, and while a job streams (between
         its steps too: its next comes within a moment, ``_anticipate``)."""
-        self.busy = bool(self._waiting or self._running is not None or self._streams or self._coming)
+        self.busy = bool(self._waiting or self._running is not None or self._streams)
 
     def _anticipate(self) -> None:
         """Hold the turn up to ANTICIPATE_S for the next step of the owner whose step ran last, when it streams, has
@@ -256,24 +242,11 @@ class _Device:
         if all(mine < key(s) for s in self._waiting):
             self._arrived.wait_for(lambda: any(s.owner.key == last.key for s in self._waiting), timeout=ANTICIPATE_S)
 
-    def _held_back(self, step: _Step, now: float) -> float:
-        """How long ``step`` is held back (0: not): a deferring thread's turn, not yet overdue, while a job of another
-        owner has started and not yet asked for its first step (``coming``): that job's start (its Python: checks, its
-        first prompt's tokens) runs before the deferred work, as its steps will (held: the lock)."""
-        if not step.background or not any(key != step.owner.key for key in self._coming):
-            return 0.0
-        return max(0.0, DEFER_OVERDUE_S - (now - step.queued))
-
     def _next(self) -> _Step:
         with self._lock:
-            while True:
-                self._arrived.wait_for(lambda: self._waiting)
-                self._anticipate()
-                now = time.monotonic()
-                step = min(self._waiting, key=self._keys(now))
-                if (hold := self._held_back(step, now)) <= 0:
-                    break
-                self._arrived.wait(hold)
+            self._arrived.wait_for(lambda: self._waiting)
+            self._anticipate()
+            step = min(self._waiting, key=self._keys(time.monotonic()))
             self._waiting.remove(step)
             self._running = step
             for other in self._waiting:  # they wait behind this step
@@ -421,25 +394,6 @@ _DONE = object()
 
 def _next(iterator: Iterator):
     return next(iterator, _DONE)
-
-
-class coming:
-    """A context manager around a job's start: from its entry until the job asks for its first step (or leaves), the
-    device counts as busy and other visitors' deferred Python (``deferring``: a pair's load, an export's page) waits
-    for it as for a step, up to DEFER_OVERDUE_S, so the job's own start (its checks, its prompt's tokens) does not
-    share the interpreter with it. Beside another visitor's load of the English pair, a victim's 16-token run spent
-    0.13 s from its call to its first step instead of about 0.05 s."""
-
-    def __init__(self, owner: Owner | None = None):
-        self.owner = owner or SERVER
-
-    def __enter__(self):
-        _device.coming(self.owner, +1)
-        return self
-
-    def __exit__(self, *exc):
-        _device.coming(self.owner, -1)
-        return False
 
 
 def stepped(iterator: Iterator[T], owner: Owner | None = None) -> Iterator[T]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gradio as gr
 
 from specviz.pair import default_pair
-from specviz.serving import device_thread
 from specviz.serving.gpu import on_zerogpu
 from specviz.ui.running import listening, share
 from specviz.ui.page import state
@@ -83,18 +82,17 @@ def run_api(
     expected = share.sized(req.gamma, req.max_new_tokens, req.tree, req.sized_pair)
     owner = state.device_owner(request)
     owner.size_s = share.short_size(expected)  # its steps go before longer jobs' (device_thread)
-    with device_thread.coming(owner):  # its start goes before other visitors' deferred work
-        ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None, owner=owner)
-        final = None
-        with share.Held(request, expected) as held:
-            # asked inside a calibration
-            check = None if on_zerogpu() else lambda: state.client_gone(request) or held.over()
-            for final in filter(None, run_on_device(req, check, device_owner=owner)):
-                if final[0] != "done":
-                    _go_on(final[1], request, held)
-            if final is None or final[0] != "done":  # the auto tree's calibration was stopped
-                _go_on(None, request, held)
-                raise mistake("The run stopped before its first round.", title="Stopped")
+    ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None, owner=owner)
+    final = None
+    with share.Held(request, expected) as held:
+        # asked inside a calibration
+        check = None if on_zerogpu() else lambda: state.client_gone(request) or held.over()
+        for final in filter(None, run_on_device(req, check, device_owner=owner)):
+            if final[0] != "done":
+                _go_on(final[1], request, held)
+        if final is None or final[0] != "done":  # the auto tree's calibration was stopped
+            _go_on(None, request, held)
+            raise mistake("The run stopped before its first round.", title="Stopped")
     spec, baseline, done = final[1], final[2], final[4]
     return {"summary": summary(spec, baseline), "status": done, "trace": spec.to_dict(), "baseline": baseline.to_dict()}
 

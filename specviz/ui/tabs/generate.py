@@ -6,7 +6,6 @@ import time
 
 import gradio as gr
 
-from specviz.serving import device_thread
 from specviz.serving.device_thread import Owner
 from specviz.serving.gpu import on_zerogpu
 from specviz.pair import free_memory
@@ -58,8 +57,7 @@ def generate(
     state.following[session] = True
     run = _started(session)
     try:
-        # from the start, so a Stop pressed while the pair loads is seen; its start goes before others' deferred work
-        with state.job(session), device_thread.coming(owner):
+        with state.job(session):  # from the start, so a Stop pressed while the pair loads is seen
             req = RunRequest.checked(
                 pair_name,
                 prompt,
