@@ -133,11 +133,18 @@ def test_a_short_job_goes_first_the_shorter_first_whoever_used_less_and_an_addre
     # without sizes the one that used less goes first (the fault the sizes mend)
     plain = [device_thread.Owner("192.0.2.30", "victim"), device_thread.Owner("192.0.2.33", "switcher")]
     assert _queue_behind_a_held_step([(plain[1], "switcher"), (plain[0], "victim")]) == ["switcher", "victim"]
-    # a short job of an address that used more than SHORT_FIRST_USED_S goes by its use: sizes are read from controls,
-    # and a job can cost more than they say (8-token runs with ever longer prompts made a victim 18.8x slower)
+    # a short job of an address that used more than SHORT_FIRST_USED_S lately goes by its use: shorter jobs coming
+    # without a pause held the device from a short one (8-token runs with ever longer prompts: a victim 18.8x slower)
     flooder = device_thread.Owner("192.0.2.34", "flooder", size_s=1.0)
     device_thread._device._charge(flooder, device_thread.SHORT_FIRST_USED_S + 0.5, time.monotonic())
     assert _queue_behind_a_held_step([(flooder, "flooder"), (victim, "victim")]) == ["victim", "flooder"]
+    # ... lately: a visitor whose use is some seconds old (more than the bound over the last half minute) still goes
+    # first with the shorter job (a bound on the half minute caught the victims' own runs)
+    earlier = device_thread.Owner("192.0.2.35", "earlier", size_s=1.0)
+    device_thread._device._charge(earlier, 3.0, time.monotonic() - 4 * device_thread.SHORT_FIRST_HALF_LIFE_S)
+    assert device_thread._device.used(earlier) > device_thread.SHORT_FIRST_USED_S
+    fresh = device_thread.Owner("192.0.2.36", "fresh", size_s=2.0)
+    assert _queue_behind_a_held_step([(fresh, "fresh"), (earlier, "earlier")]) == ["earlier", "fresh"]
     # one address: the first job first, whatever its size; the address ranks by it
     first, second = device_thread.Owner("198.51.100.9", "a", size_s=8.0), device_thread.Owner("198.51.100.9", "b", 0.5)
     other = device_thread.Owner("203.0.113.9", "c", size_s=4.0)

@@ -17,25 +17,24 @@ as its progress bar, is still found). Jobs streaming at once take turns step by 
 the cores between two teams. A call made on the device thread itself runs inline. On a GPU the same thread
 keeps one CUDA stream and one set of captured graphs busy.
 
-**Which step goes next** (short jobs first, the shorter first; then least attained service between addresses; first
-come first served within one): every step is for an ``Owner`` (a job of a visitor's address and page session; a job
-names it, ``stepped(..., owner=)``). A job known to be short (``Owner.size_s``: its expected device seconds, set for a
-Generate or /run job of at most a job's share, ``specviz.ui.running.share.short_size``) of an address that has used at
-most SHORT_FIRST_USED_S goes before every job not known to be short, and before longer short jobs: a visitor's 16-token
-run of the embedded pair beside another's 1-token run of the English pair (its prefills: 0.21 s of passes against the
-victim's 0.17 s) took 1.7-2.1x its time alone when the switcher went first for having used the device less, as least
-attained service would have it. Then the thread remembers the device seconds each address used, decaying with a
-half-life of HALF_LIFE_S, and of the steps left it runs the one whose address used least, then the one of the job
+**Which step goes next** (short jobs first, the shorter first; then least attained service between addresses; first come
+first served within one): every step is for an ``Owner`` (a job of a visitor's address and page session; a job names it,
+``stepped(..., owner=)``). A job known to be short (``Owner.size_s``: its expected device seconds, set for a Generate or
+/run job of at most a job's share, ``specviz.ui.running.share.short_size``) of an address that has used at most
+SHORT_FIRST_USED_S over the last few seconds goes before every job not known to be short, and before longer short jobs:
+a visitor's 16-token run of the embedded pair beside another's 1-token run of the English pair (its prefills: 0.21 s of
+passes against the victim's 0.17 s) took 1.7-2.1x its time alone when the switcher went first for having used the device
+less, as least attained service would have it. Then the thread remembers the device seconds each address used, decaying
+with a half-life of HALF_LIFE_S, and of the steps left it runs the one whose address used least, then the one of the job
 that came first (``Owner.arrival``). So a visitor who just arrived goes ahead of every step of a visitor who has held
 the device for a while, and addresses share the device equally whatever the count of sessions behind each. Within one
-address (a class behind a school's router) the jobs go in the order they came, as a queue of their own would serve
-them, whatever their sizes (an address is ranked by its first job waiting): least-used session first there let each
-new student's run go ahead of the run under way, which then waited for every newcomer in turn (with two runs at once,
-a 16-token run took 4.2 s instead of 0.4 s in a class of 40; ``python -m specviz.visitors.classroom``). A step is
-never interrupted: a newcomer waits at most for the step under way, which is why long jobs (the exactness lab) cut
-their work into short steps. Each owner counts the seconds its steps
-waited and whose steps ran meanwhile (``Owner.waited_s``, ``Owner.behind``), so a run can say "waited 3.2 s behind 4
-other jobs".
+address (a class behind a school's router) the jobs go in the order they came, as a queue of their own would serve them,
+whatever their sizes (an address is ranked by its first job waiting): least-used session first there let each new
+student's run go ahead of the run under way, which then waited for every newcomer in turn (with two runs at once, a
+16-token run took 4.2 s instead of 0.4 s in a class of 40; ``python -m specviz.visitors.classroom``). A step is never
+interrupted: a newcomer waits at most for the step under way, which is why long jobs (the exactness lab) cut their work
+into short steps. Each owner counts the seconds its steps waited and whose steps ran meanwhile (``Owner.waited_s``,
+``Owner.behind``), so a run can say "waited 3.2 s behind 4 other jobs".
 
 **Python work beside the steps defers to them** (``deferring``): a step's passes give up the interpreter lock at
 every torch operation and must take it back when the operation ends, so any other thread running Python meanwhile
@@ -71,11 +70,15 @@ from typing import TypeVar
 T = TypeVar("T")
 
 HALF_LIFE_S = 30.0  # device seconds used count half after this long
-# A short job goes first only while its address has used at most this many device seconds (decayed): a size is read
-# from a job's controls, and a job can cost more than they say (a prompt of a new length makes the CPU's kernels for
-# every layer): 8-token /run posts with ever longer prompts, all sized short, went before a victim's 16-token run on
-# every step, 18.8x its time alone; an address that floods so soon uses more than this and goes by its use again.
-SHORT_FIRST_USED_S = 2.0
+# A short job goes first only while its address has used at most SHORT_FIRST_USED_S device seconds lately (decayed with
+# a half-life of SHORT_FIRST_HALF_LIFE_S): shorter jobs arriving without a pause would otherwise hold the device from a
+# short job for as long as they come. 8-token /run posts with ever longer prompts from one address, each shorter than a
+# victim's 16-token run, went before it on every step: 18.8x its time alone. Such a flood keeps the device busy most
+# of the time and passes the bound within about 2 s; a visitor's own runs, three back to back, stay under it (about
+# 0.9 s). Against HALF_LIFE_S's memory the bound caught the victims themselves: after a few minutes of runs a visitor
+# had used 2 s over the last half minute, and a pair switcher's fresh steps went first again.
+SHORT_FIRST_USED_S = 1.5
+SHORT_FIRST_HALF_LIFE_S = 3.0
 # A streaming job asks for its next step only once its caller has handled the last (a page's views drawn and sent):
 # for this long after its step the device keeps its turn for it, when it is the one that would go next.
 ANTICIPATE_S = 0.2
@@ -151,21 +154,26 @@ class _Device:
         self._streams: dict[str, int] = {}  # owner key -> its streaming jobs under way (``stepped``)
         self._last: Owner | None = None  # whose step ran last
         self._waiting: list[_Step] = []
-        self._used: dict[str, tuple[float, float]] = {}  # address -> (seconds, when)
+        self._used: dict[str, tuple[float, float]] = {}  # address -> (seconds, when), half-life ``half_life_s``
+        self._lately: dict[str, tuple[float, float]] = {}  # the same, half-life SHORT_FIRST_HALF_LIFE_S
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._running: _Step | None = None
         self.ident: int | None = None
         self.busy = False  # a step runs or waits, or a job streams (``_mark_busy``); read without the lock
 
-    def _level(self, key: str, now: float) -> float:
-        seconds, when = self._used.get(key, (0.0, now))
-        return seconds * 0.5 ** ((now - when) / self.half_life_s)
+    def _level(self, key: str, now: float, lately: bool = False) -> float:
+        """The device seconds ``key`` (an address) used, decayed to ``now``: with a half-life of ``half_life_s``, or of
+        SHORT_FIRST_HALF_LIFE_S (``lately``)."""
+        seconds, when = (self._lately if lately else self._used).get(key, (0.0, now))
+        return seconds * 0.5 ** ((now - when) / (SHORT_FIRST_HALF_LIFE_S if lately else self.half_life_s))
 
     def _charge(self, owner: Owner, seconds: float, now: float) -> None:
         self._used[owner.address] = (self._level(owner.address, now) + seconds, now)
+        self._lately[owner.address] = (self._level(owner.address, now, lately=True) + seconds, now)
         if len(self._used) > 4096:  # forget those whose use has decayed away
             self._used = {k: v for k, v in self._used.items() if self._level(k, now) > 1e-3}
+            self._lately = {k: v for k, v in self._lately.items() if k in self._used}
 
     def submit(self, call: Callable, owner: Owner, background: bool = False) -> concurrent.futures.Future:
         step = _Step(call, owner, next(self._seq), background)
@@ -192,11 +200,10 @@ class _Device:
 
     def _rank(self, head: Owner, now: float) -> tuple:
         """An address's place, lowest first, by ``head``, its first job waiting: a short job (``Owner.size_s``) of an
-        address that used at most SHORT_FIRST_USED_S before any other, the shorter first; then the address that used
-        the device least; then the job that came first."""
-        level = self._level(head.address, now)
-        short = head.size_s is not None and level <= SHORT_FIRST_USED_S
-        return (0 if short else 1, head.size_s if short else 0.0, level, head.arrival)
+        address that used at most SHORT_FIRST_USED_S lately before any other, the shorter first; then the address that
+        used the device least; then the job that came first."""
+        short = head.size_s is not None and self._level(head.address, now, lately=True) <= SHORT_FIRST_USED_S
+        return (0 if short else 1, head.size_s if short else 0.0, self._level(head.address, now), head.arrival)
 
     def _keys(self, now: float, also: Owner | None = None) -> Callable[[_Step], tuple]:
         """The waiting steps' order (held: the lock), as a key, lowest first: a background step (a deferring thread's
