@@ -72,15 +72,14 @@ CALIBRATION_SECONDS_MAX = float(os.environ.get("SPECVIZ_CALIBRATION_SECONDS", "2
 def _runs_at_once() -> int:
     """Generate runs (and /run calls) under way at once, ``SPECVIZ_CONCURRENCY`` (default: 2 on a CPU, 1 with a GPU).
 
-    Their steps take turns on the one device thread either way, the least-served address's first
+    Their steps take turns on the one device thread either way, short runs' first, then the least-served address's
     (``specviz.serving.device_thread``), and beside a running job another starts only if it is short and of another
     address (``specviz.ui.guard.admission.dispatching``). With one slot a short run that came just after another
     visitor's Generate of a pair not loaded yet waited for that visitor's load and run: a 16-token Generate of the
     embedded pair took 3.2-4.2x its time alone; with two, 1.06-1.61x, and the visitor who switched waited for their own
-    load (2-core CPU with AVX-512 BF16, ``python -m specviz.visitors.pair_switch``; 1.38-1.83x once the cross pair
-    shared the English pair's loaded target: the switcher's run then came at once, its steps ahead of a victim that had
-    used the device more). With a GPU, one: a model's captured graphs and static cache serve one run at a time, and a
-    second run beside it would pass eagerly (``specviz.engine.graphs``)."""
+    load (2-core CPU with AVX-512 BF16, ``python -m specviz.visitors.pair_switch``); 0.97-1.41x once short runs' steps
+    went first. With a GPU, one: a model's captured graphs and static cache serve one run at a time, and a second run
+    beside it would pass eagerly (``specviz.engine.graphs``)."""
     from specviz.pair.memory import default_device
 
     return whole_number("SPECVIZ_CONCURRENCY", 1 if default_device().type == "cuda" else 2, 1)

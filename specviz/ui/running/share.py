@@ -136,6 +136,14 @@ def short_size(expected_s: float | None) -> float | None:
     return expected_s if expected_s is not None and expected_s <= SHARE_S else None
 
 
+def job_size(req, owner) -> float | None:
+    """A checked Generate or /run request's expected device seconds (``sized``), kept on its device ``owner`` when the
+    job is short (``short_size``: its steps then go before longer jobs')."""
+    expected = sized(req.gamma, req.max_new_tokens, req.tree, req.sized_pair)
+    owner.size_s = short_size(expected)
+    return expected
+
+
 def job_seconds(event) -> float | None:
     """The expected device seconds of a queued Generate or /run job (a Gradio queue event), read from its inputs;
     None for another endpoint or inputs that do not say."""

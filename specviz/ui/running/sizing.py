@@ -138,8 +138,9 @@ def run_seconds(max_new_tokens: int, gamma: int = 4, tree: str = "chain", scale:
     baseline's step and the speculative run's SPEC_STEPS (measured at gamma 3-4), that part growing with the tokens a
     round drafts past 4 (a longer chain or a tree), plus START_STEPS for its prefills and page, all at CPU_STEP_S times
     ``scale`` (the pair's step price, ``pair_scale``); plus the auto tree's calibration (``calibration_seconds``). A
-    size to order jobs by, not a promise. The queue's order (``specviz.ui.running.share.place``) and the rule for
-    giving way (``specviz.ui.running.share.Held``) both read it, through ``specviz.ui.running.share.sized``."""
+    size to order jobs by, not a promise. The queue's order (``specviz.ui.running.share.place``), the rule for giving
+    way (``specviz.ui.running.share.Held``) and the device thread's order of short jobs' steps
+    (``specviz.ui.running.share.short_size``) read it, through ``specviz.ui.running.share.sized``."""
     drafted = drafted_per_round(gamma, tree)
     steps = max_new_tokens * (1 + SPEC_STEPS * max(1.0, drafted / 4)) + START_STEPS
     return steps * CPU_STEP_S * scale + calibration_seconds(tree)

@@ -79,9 +79,8 @@ def run_api(
     )
     if state.client_gone(request):  # it waited in the queue with nobody reading: the engine never starts
         raise mistake(GONE, title="Stopped")
-    expected = share.sized(req.gamma, req.max_new_tokens, req.tree, req.sized_pair)
     owner = state.device_owner(request)
-    owner.size_s = share.short_size(expected)  # its steps go before longer jobs' (device_thread)
+    expected = share.job_size(req, owner)  # its steps go before longer jobs' when short (device_thread)
     ensure_pair(req.pair_name, "", "", lambda *args, **kwargs: None, owner=owner)
     final = None
     with share.Held(request, expected) as held:

@@ -88,9 +88,7 @@ def generate(
             if state.should_stop(session):
                 yield _kept(session, run, stopped_outputs(None))
                 return
-            expected = share.sized(req.gamma, req.max_new_tokens, req.tree, req.sized_pair)
-            owner.size_s = share.short_size(expected)  # its steps go before longer jobs' (device_thread)
-            with share.Held(request, expected) as held:
+            with share.Held(request, share.job_size(req, owner)) as held:
                 # Asked inside the auto tree's calibration, every round (on ZeroGPU the worker cannot read the page's
                 # state).
                 check = (
