@@ -102,14 +102,16 @@ def _add_drafter_args(p: argparse.ArgumentParser, bench: bool = False) -> None:
         "--gamma-schedule",
         choices=SCHEDULES,
         default="constant",
-        help="drafts per round: constant gamma, transformers' heuristic (+2 / -1), a confidence threshold, "
-        "or the theory's best gamma from the run's alpha and c so far",
+        help="drafts per round: constant gamma, transformers' heuristic (+2 / -1), a confidence threshold on each "
+        "draft, a threshold on the path's confidence (the product of the round's), or the theory's best gamma from "
+        "the run's alpha and c so far",
     )
     p.add_argument(
         "--confidence",
         type=float,
-        default=0.4,
-        help="confidence schedule: stop drafting when the drafter's largest q is below this",
+        default=None,
+        help="confidence schedule: stop drafting when the drafter's largest q is below this (default 0.4); path "
+        "schedule: when the product of the round's largest q is below this (default 0.2)",
     )
     tree = p.add_mutually_exclusive_group()
     tree.add_argument(

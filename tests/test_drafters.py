@@ -25,7 +25,7 @@ from specviz.drafters import (
     quantize_target,
 )
 from specviz.lab import ALPHA, chi_square, models
-from specviz.engine.schedules import SCHEDULES, Confidence, Heuristic, Optimal, make_schedule
+from specviz.engine.schedules import SCHEDULES, Confidence, Heuristic, Optimal, PathConfidence, make_schedule
 from tests.conftest import assert_same_greedy
 
 REPEATING = [1, 2, 3, 1, 2]
@@ -387,6 +387,32 @@ def test_confidence_schedule_stops_after_an_unsure_draft():
     assert trace.settings["gamma_schedule"] == {"name": "confidence", "gamma": 8, "threshold": 0.99}
 
 
+def test_path_schedule_stops_once_the_product_of_max_q_falls_below_its_threshold():
+    s = PathConfidence(8, 0.5)
+    q = lambda top: torch.tensor([[top, 1.0 - top]])  # noqa: E731
+    assert s.next_gamma() == 8
+    assert s.keep_drafting(q(0.9)) and s.keep_drafting(q(0.8))  # path 0.9, then 0.72
+    assert not s.keep_drafting(q(0.6))  # 0.432: the draft that crossed is the round's last
+    assert s.next_gamma() == 8 and s.keep_drafting(q(0.6))  # a new round's path starts at 1
+    # a per-draft threshold would have kept drafting at every one of those
+    assert all(Confidence(8, 0.5).keep_drafting(q(x)) for x in (0.9, 0.8, 0.6))
+    drafter, target = models("unlike")
+    trace = speculative_generate(
+        [1, 2, 3], drafter, target, gamma=8, sampling=Sampling(1.0), max_new_tokens=24, seed=0,
+        schedule=PathConfidence(8, 0.5),
+    )
+    lengths = {len(r.drafts) for r in trace.rounds[:-1]}
+    assert min(lengths) < 8 and max(lengths) >= 2
+    assert trace.settings["gamma_schedule"] == {"name": "path", "gamma": 8, "threshold": 0.5}
+
+
+def test_thresholds_default_by_schedule_and_are_checked():
+    assert make_schedule("path", 4).threshold == 0.3 and make_schedule("confidence", 4).threshold == 0.4
+    assert make_schedule("path", 4, 0.25).threshold == 0.25
+    with pytest.raises(ValueError, match="confidence threshold"):
+        make_schedule("path", 4, 1.0)
+
+
 # ---- exactness: every kind and schedule --------------------------------------------------------
 
 
@@ -405,10 +431,13 @@ CASES = [
     ("model", "heuristic", Sampling(temperature=1.0), 1),
     ("model", "optimal", Sampling(temperature=0.7, top_p=0.9), 1),
     ("model", "confidence", Sampling(temperature=1.0, top_k=6), 3),
+    ("model", "path", Sampling(temperature=0.8, top_p=0.9), 4),
 ]
 
 
 def _schedule(name: str):
+    if name == "path":  # a threshold the models' q often crosses within a round, so rounds of every length occur
+        return lambda: PathConfidence(4, 0.3)
     return (lambda: Confidence(3, 0.3)) if name == "confidence" else name
 
 
@@ -465,7 +494,8 @@ def test_greedy_equals_the_targets_greedy_for_every_kind_and_schedule(embedded, 
     )
     ids = embedded.tokenizer(prompt, add_special_tokens=False)["input_ids"]
     drafter = make_drafter(kind, drafter_model=embedded.drafter, target=embedded.target)
-    sched = Confidence(6, 0.5) if schedule == "confidence" else make_schedule(schedule, 4)
+    own = {"confidence": Confidence(6, 0.5), "path": PathConfidence(6, 0.3)}
+    sched = own.get(schedule) or make_schedule(schedule, 4)
     trace = speculative_generate(
         ids,
         drafter,

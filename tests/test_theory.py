@@ -131,6 +131,56 @@ def test_verify_cost_prediction_reduces_to_thm_3_8():
     assert theory.optimal_gamma(0.8, 0.05, v=2.0, gamma_measured=4) < theory.optimal_gamma(0.8, 0.05)
 
 
+def _rounds_z(runs, at) -> tuple[float, list[int], float]:
+    """z of the mean tokens per round against the mean over the rounds of Eq. (1) at ``at(round)`` drafts, alpha
+    pooled from the runs; also each round's drafts and alpha. A run's last round (maybe cut by max_new_tokens) is
+    left out."""
+    rounds = [r for t in runs for r in t.rounds[:-1]]
+    accepted, rejected, _ = pooled(runs)
+    alpha = accepted / (accepted + rejected)
+    tokens = np.array([r.accepted_count + 1 for r in rounds], dtype=float)
+    expected = np.mean([theory.expected_tokens_per_round(alpha, at(r)) for r in rounds])
+    z = (tokens.mean() - expected) / (tokens.std(ddof=1) / math.sqrt(len(tokens)))
+    return z, [len(r.drafts) for r in rounds], alpha
+
+
+def test_rounds_of_varying_length_keep_eq1_round_by_round():
+    """Adaptive schedules draft rounds of their own lengths; under the same i.i.d. acceptance the mean tokens per
+    round matches the mean of Eq. (1) at each round's own drafts (``predicted_speedup_for_rounds``'s numerator),
+    z-tested, for transformers' heuristic (+2 after a round that kept every draft, -1 otherwise: rounds of many
+    lengths) and the path-confidence schedule (here q's largest is about 0.33 everywhere, so every round stops after
+    two drafts). The planted control, Eq. (1) at the gamma the rounds were allowed (8, what a constant gamma 8
+    would give), must miss the path schedule's."""
+    target = constant_lm([1.2, 0.8, 0.3, -0.2, -0.5, -1.0], seed=1)
+    drafter = constant_lm([0.1, 0.9, 1.1, -0.4, -0.8, 0.2], seed=2)
+
+    def runs(schedule, gamma):
+        return [
+            speculative_generate([1, 2], drafter, target, gamma=gamma, schedule=schedule, sampling=Sampling(1.0),
+                                 max_new_tokens=200, seed=s)
+            for s in range(8)
+        ]
+
+    heuristic, path = runs("heuristic", 2), runs("path", 8)
+    z_heuristic, drafts, alpha = _rounds_z(heuristic, lambda r: len(r.drafts))
+    z_path, path_drafts, _ = _rounds_z(path, lambda r: len(r.drafts))
+    z_planted, _, _ = _rounds_z(path, lambda r: r.gamma)
+    print(f"\nheuristic: {len(drafts)} rounds of {sorted(set(drafts))} drafts, alpha {alpha:.3f}: z {z_heuristic:.2f};"
+          f" path: {len(path_drafts)} rounds of {sorted(set(path_drafts))} drafts: z {z_path:.2f}, planted "
+          f"{z_planted:.2f}")
+    assert len(set(drafts)) >= 4 and len(drafts) >= 300 and set(path_drafts) == {2}
+    assert abs(z_heuristic) < Z_MAX and abs(z_path) < Z_MAX
+    assert abs(z_planted) > Z_MAX
+    c, v = 0.1, 1.2
+    assert theory.predicted_speedup_for_rounds(alpha, drafts, c, v) == pytest.approx(
+        np.mean([theory.expected_tokens_per_round(alpha, g) for g in drafts]) / (np.mean(drafts) * c + v)
+    )
+    assert theory.predicted_speedup_for_rounds(alpha, [4] * 5, c, v) == pytest.approx(
+        theory.predicted_speedup_with_verify_cost(alpha, 4, c, v)
+    )
+    assert theory.predicted_speedup_for_rounds(alpha, [], c) is None
+
+
 def test_alpha_and_draft_acceptance_rate_from_the_rounds(traces):
     t = traces[0]
     assert t.rejected == sum(r.final_kind == "correction" for r in t.rounds)

@@ -112,6 +112,28 @@ def test_theory_figures_carry_the_formulas_numbers(runs):
     assert [p.gamma for p in sweep.points] == [1, 2, 3]
 
 
+def test_an_adaptive_schedule_is_predicted_round_by_round_and_drawn_at_its_mean_drafts():
+    """A path-confidence run's rounds draft their own numbers: the stats table predicts from Eq. (1) at each round's
+    drafts and names that formula, and the Theory figure puts the measured point at the mean drafts per round."""
+    drafter, target = tiny_lm(vocab=16, layers=1, seed=1, init=0.3), tiny_lm(vocab=16, layers=2, seed=2, init=0.3)
+    kw = dict(sampling=Sampling(1.0), max_new_tokens=40, seed=3)
+    spec = speculative_generate([1, 2, 3], drafter, target, gamma=6, schedule="path", **kw)
+    base = autoregressive_generate([1, 2, 3], target, **kw)
+    drafts = theory.round_drafts(spec)
+    assert len(set(drafts)) >= 2  # rounds of different lengths
+    s = summary(spec, base)
+    c, v = theory.cost_coefficient(spec, base), theory.verify_cost(spec, base)
+    assert s["varying_gamma"] and s["mean_drafts_per_round"] == pytest.approx(sum(drafts) / len(drafts))
+    assert s["predicted_speedup"] == pytest.approx(theory.predicted_speedup_for_rounds(spec.alpha, drafts, c))
+    assert s["predicted_speedup_verify"] == pytest.approx(theory.predicted_speedup_for_rounds(spec.alpha, drafts, c, v))
+    html = stats_html(spec, base)
+    assert "g each round&#x27;s drafts" in html or "g each round's drafts" in html
+    measured = [t for t in speedup_figure(spec, base).data if str(t.name).startswith("measured speedup")][0]
+    assert measured.x[0] == pytest.approx(s["mean_drafts_per_round"]) and "up to 6" in measured.name
+    # a constant run keeps Thm 3.8 at its gamma
+    assert not summary(speculative_generate([1, 2, 3], drafter, target, gamma=4, **kw), base)["varying_gamma"]
+
+
 def test_figures_before_the_data_exists_say_what_is_missing(runs):
     spec, _, _ = runs
     assert "baseline" in speedup_figure(spec, None).layout.annotations[0].text

@@ -83,12 +83,13 @@ def batch_benchmark(
     ngram_max=3,
     exit_layer=None,
     prompt_set="held-out",
-    confidence=0.4,
+    confidence=None,
 ) -> dict:
     """Run the batch benchmark and return its report (the dict ``--json`` prints); ``pair_name``
     defaults to ``default_pair()``.
 
-    ``confidence``: the threshold of the confidence schedule.
+    ``confidence``: the threshold of the confidence or path schedule (None: the schedule's default,
+    ``specviz.engine.schedules.DEFAULT_THRESHOLDS``).
 
     Raises:
         PairError, ValueError: as load_pair, make_drafter, make_schedule and benchmark_prompts; a
@@ -164,7 +165,7 @@ def batch_benchmark(
             "drafter_kind": kind,
             "gamma_schedule": schedule,
             "prompt_set": prompt_set,
-            "confidence": confidence if schedule == "confidence" else None,
+            "confidence": make_schedule(schedule, gamma, confidence).describe().get("threshold"),
             "sampling": sampling.to_dict(),
             "max_new_tokens": max_new_tokens,
             "repeats": repeats,

@@ -67,7 +67,7 @@ from specviz.drafters import default_exit_layer, default_kind, early_exit_model,
 from specviz.pair import default_pair, load_pair
 from specviz.pair.drafter import pair_drafter
 from specviz.pair.kernels import unrouted_copy
-from specviz.engine.schedules import make_schedule
+from specviz.engine.schedules import DEFAULT_THRESHOLDS, make_schedule
 
 METHODS = ["autoregressive", "speculative", "speculative_untraced", "hf_generate", "hf_assisted"]
 CACHE_METHODS = ["autoregressive_eager", "hf_generate_static"]  # added with a static cache or graphs
@@ -94,7 +94,7 @@ def hf_counterpart(
     gamma: int,
     ngram_max: int = 3,
     exit_layer: int | None = None,
-    confidence: float = 0.4,
+    confidence: float | None = None,
 ) -> tuple[str, dict]:
     """(name, extra ``generate`` arguments) of transformers' counterpart of a drafter kind and schedule.
 
@@ -107,10 +107,11 @@ def hf_counterpart(
             "other schedule for it)",
             dict(prompt_lookup_num_tokens=gamma, max_matching_ngram_size=ngram_max),
         )
-    hf_schedule = {"constant": "constant", "confidence": "constant", "heuristic": "heuristic", "optimal": "heuristic"}[
-        schedule
-    ]
-    threshold = confidence if schedule == "confidence" else 0.0
+    hf_schedule = {"constant": "constant", "confidence": "constant", "path": "constant", "heuristic": "heuristic",
+                   "optimal": "heuristic"}[schedule]
+    # transformers tests each draft's own probability; for the path schedule its default threshold is the nearest
+    threshold = {"confidence": DEFAULT_THRESHOLDS["confidence"] if confidence is None else confidence,
+                 "path": DEFAULT_THRESHOLDS["confidence"]}.get(schedule, 0.0)
     if kind == "early-exit":
         assistant = early_exit_model(pair.target, exit_layer or default_exit_layer(pair.target))
         name = f"assisted generation, assistant = the target's first {assistant.config.num_hidden_layers} layers"
@@ -132,6 +133,8 @@ def hf_counterpart(
     )
     if schedule == "optimal":
         name += " (transformers has no theory-guided schedule: its heuristic is the nearest)"
+    if schedule == "path":
+        name += " (transformers has no path-confidence stop: its per-draft threshold at its default is the nearest)"
     return name, dict(
         assistant_model=assistant,
         num_assistant_tokens=gamma,
@@ -151,7 +154,7 @@ def _runner(
     schedule: str = "constant",
     ngram_max: int = 3,
     exit_layer: int | None = None,
-    confidence: float = 0.4,
+    confidence: float | None = None,
     tree=None,
     cached="dynamic",
     auto=None,
@@ -311,7 +314,7 @@ def benchmark(
     schedule="constant",
     ngram_max=3,
     exit_layer=None,
-    confidence=0.4,
+    confidence=None,
     prompt_set="held-out",
     tree=None,
     cache="auto",

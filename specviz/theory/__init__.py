@@ -37,6 +37,31 @@ def predicted_speedup_with_verify_cost(alpha: float, gamma: int, c: float, v: fl
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + v)
 
 
+def predicted_speedup_for_rounds(alpha: float, drafts: list[int], c: float, v: float = 1.0) -> float | None:
+    """Thm 3.8 for rounds of varying length, as an adaptive gamma schedule drafts them: the mean over the rounds of
+    Eq. (1) at each round's own drafts g, over mean(g) c + v target steps (Leviathan et al. 2023, Eq. (1) and
+    Thm 3.8, each round a chain of its g drafts; a round of no drafts gives one token for v). A constant g gives
+    ``predicted_speedup_with_verify_cost``; v = 1 gives Thm 3.8's own assumption. A stop that reads only the
+    drafter's q (the confidence schedules) leaves Eq. (1)'s model, each tested draft accepted with probability
+    alpha, as it is for a constant gamma. None for no rounds."""
+    if not drafts:
+        return None
+    tokens = sum(expected_tokens_per_round(alpha, g) for g in drafts) / len(drafts)
+    return tokens / (c * sum(drafts) / len(drafts) + v)
+
+
+def varying_gamma(trace: Trace) -> bool:
+    """Whether the run's gamma schedule lets rounds draft different numbers of drafts by design (any schedule but
+    the constant one; a token tree has none)."""
+    schedule = trace.settings.get("gamma_schedule") or {"name": "constant"}
+    return not trace.has_tree and schedule.get("name") not in (None, "constant")
+
+
+def round_drafts(trace: Trace) -> list[int]:
+    """The drafts of each round of a chain run, in order (0 for a round that drafted none)."""
+    return [len(r.drafts) for r in trace.rounds]
+
+
 def verify_cost_at(gamma: int, v: float, gamma_measured: float) -> float:
     """The verify cost at ``gamma`` from one measured at ``gamma_measured`` (in target steps):
     1 + (v - 1) gamma / gamma_measured. Assumes a pass costs a fixed part plus a part linear

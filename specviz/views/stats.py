@@ -47,7 +47,10 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
     ``specviz.records.speedup.estimate``), cost_coefficient c, verify_cost v with verify_passes (the speculative run's
     verify passes, one a round) and baseline_steps (the baseline's target steps) it is the mean of, predicted_speedup
     (Leviathan et al. 2023, Thm 3.8, from alpha, gamma, c) and predicted_speedup_verify (the same with the measured
-    verify cost: E[tokens] / (gamma c + v)). A token tree run has no gamma and Thm 3.8 is a chain's: its
+    verify cost: E[tokens] / (gamma c + v)); varying_gamma (an adaptive gamma schedule: rounds of their own lengths)
+    and mean_drafts_per_round; where gamma varies, both predictions are
+    ``specviz.theory.predicted_speedup_for_rounds`` over each round's drafts (v = 1, and the measured v). A token
+    tree run has no gamma and Thm 3.8 is a chain's: its
     predicted_speedup is None and its predicted_speedup_verify is ``specviz.theory.tree.predicted_speedup`` (E[tokens]
     from the measured acceptance by depth / (drafting + v), in target steps); it also has tree = True, nodes_per_round,
     acceptance_by_depth (list of a_d) and predicted_tokens_per_round.
@@ -94,7 +97,15 @@ def summary(spec: Trace, baseline: Trace | None = None) -> dict:
         "predicted_speedup_verify": theory.predicted_speedup_with_verify_cost(alpha, gamma, c, v)
         if known and v is not None
         else None,
+        "varying_gamma": theory.varying_gamma(spec),
+        "mean_drafts_per_round": theory.mean_gamma(spec) if spec.rounds else None,
     }
+    if out["varying_gamma"]:  # rounds of their own lengths: Thm 3.8 over each round's drafts
+        drafts = theory.round_drafts(spec)
+        out["predicted_speedup"] = theory.predicted_speedup_for_rounds(alpha, drafts, c) if known else None
+        out["predicted_speedup_verify"] = (
+            theory.predicted_speedup_for_rounds(alpha, drafts, c, v) if known and v is not None else None
+        )
     out["measured_speedup"], out["measured_speedup_basis"] = headline_speedup(out)
     return out | _tree_predictions(spec, baseline, v) if spec.has_tree else out
 
@@ -231,6 +242,8 @@ def verify_note(s: dict, tree: bool = False) -> str:
     what = (
         "target pass over the tree's nodes and the pending token / target step"
         if tree
+        else "target pass over a round's drafts + 1 tokens / target step"
+        if s.get("varying_gamma")
         else "target pass over gamma + 1 tokens / target step"
     )
     v = s.get("verify_cost")
@@ -347,9 +360,26 @@ def stats_html(spec: Trace, baseline: Trace | None = None, pending: bool = False
     ]
     if s.get("tree"):
         rows = _tree_rows(s, rows)
+    elif s.get("varying_gamma"):
+        rows = _varying_rows(s, rows)
     if baseline is None and not pending:
         rows = [(k, "–", NO_BASELINE) if k in _NEEDS_BASELINE else (k, v, note) for k, v, note in rows]
     return table_html(rows, "sv-stats", plain=PLAIN)
+
+
+def _varying_rows(s: dict, rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The chain's prediction rows for an adaptive gamma schedule: Eq. (1) at each round's own drafts g."""
+    mean = s.get("mean_drafts_per_round")
+    each = "mean over the rounds of (1 − α^(g+1)) / (1 − α), g each round's drafts" + (
+        f" ({mean:.2f} a round on average)" if mean is not None else ""
+    )
+    notes = {
+        THM_38: f"{each}, over (mean g · c + 1): Thm 3.8 for rounds of varying length, a verify pass taken as one step",
+        WITH_V: "the same tokens / (mean g · c + v)" + (
+            "; needs a measured v" if s.get("verify_cost") is not None and verify_cost_shown(s) is None else ""
+        ),
+    }
+    return [(k, v, notes.get(k, note)) for k, v, note in rows]
 
 
 def _tree_rows(s: dict, rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:

@@ -54,6 +54,8 @@ def run_label(trace) -> str:
         return f"{label}, gamma {gamma}"
     if name == "confidence":
         return f"{label}, gamma up to {gamma} while max q >= {schedule.get('threshold')}"
+    if name == "path":
+        return f"{label}, gamma up to {gamma} while the product of max q >= {schedule.get('threshold')}"
     return f"{label}, {name} gamma from {gamma}"
 
 

@@ -100,7 +100,7 @@ def _verify_curve(fig: go.Figure, alpha: float, c: float, v: float, gamma_measur
             x=gammas,
             y=ys,
             mode="lines+markers",
-            name=f"with measured verify cost v = {v:.2f} at γ {gamma_measured:g}{below}",
+            name=f"with measured verify cost v = {v:.2f} at γ {gamma_measured:.3g}{below}",
             line=dict(color=VERIFY, width=2, dash="dash"),
             marker=dict(size=5),
         )
@@ -122,7 +122,8 @@ def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
     """Predicted walltime speedup over gamma from this run's alpha and c (Leviathan et al. 2023,
     Thm 3.8, which takes a verify pass to cost one target step), the same with the verify cost
     v measured in this run (E[tokens per round] / (gamma c + v), v scaled linearly in gamma),
-    the optimal gamma of each, and the measured speedup at the run's gamma."""
+    the optimal gamma of each, and the measured speedup at the run's gamma (an adaptive gamma schedule's: at its mean
+    drafts per round, beside the curves a constant gamma would follow)."""
     title = "Speedup: theory vs this run"
     alpha = spec.alpha
     c = theory.cost_coefficient(spec, baseline) if baseline is not None else None
@@ -136,26 +137,31 @@ def speedup_figure(spec: Trace, baseline: Trace | None) -> go.Figure:
     fig = go.Figure()
     _curve(fig, alpha, c)
     gamma = theory.typical_gamma(spec)
+    # An adaptive schedule's rounds draft their own numbers: its point stands at its mean drafts per round, and the
+    # curves (a constant gamma's) are what a constant gamma would have given at this alpha and c.
+    varying = s["varying_gamma"] and s["mean_drafts_per_round"]
+    at = s["mean_drafts_per_round"] if varying else gamma
     v = verify_cost_shown(s)  # None where the run made too few passes to measure it (the stats table says so)
     tops = [theory.predicted_speedup(alpha, g, c) for g in range(1, MAX_GAMMA + 1)]
-    if v is not None and gamma:
-        _verify_curve(fig, alpha, c, v, gamma)
+    if v is not None and at:
+        _verify_curve(fig, alpha, c, v, at)
     measured, basis = s["measured_speedup"], s["measured_speedup_basis"]
-    if measured is not None and gamma:
+    if measured is not None and at:
+        what = f"{at:.1f} drafts a round on average (up to {gamma})" if varying else f"gamma {gamma}"
         fig.add_trace(
             go.Scatter(
-                x=[gamma],
+                x=[at],
                 y=[measured],
                 mode="markers",
-                name=f"measured speedup ({basis}), gamma {gamma}",
+                name=f"measured speedup ({basis}), {what}",
                 marker=dict(symbol="diamond", size=13, color=MEASURED),
             )
         )
         # The label points into the plot from the side with more room: right of a gamma in the left half of the axis,
         # left of one in the right half (a label right of gamma 12 of 16 ran past a phone's plot).
-        left_half = gamma <= (1 + MAX_GAMMA) / 2
+        left_half = at <= (1 + MAX_GAMMA) / 2
         fig.add_annotation(
-            x=gamma,
+            x=at,
             y=measured,
             text=f"measured speedup {measured:.2f}×",
             showarrow=True,
