@@ -84,4 +84,4 @@ def test_a_prepared_english_recording_of_the_default_drafter_shows_speculation_p
 
 
 def test_the_english_recordings_of_the_default_drafter_are_checked():
-    assert {p.stem for p in ENGLISH_DEFAULT} >= {"english-greedy-gamma3-sweep", "english-sampled-gamma3"}
+    assert {p.stem for p in ENGLISH_DEFAULT} >= {"english-greedy-gamma3-sweep", "english-page-defaults"}

@@ -13,6 +13,7 @@ import gradio as gr
 
 from specviz import Trace
 from specviz.lab.faults import FAULTS
+from specviz.engine.schedules import DEFAULT_THRESHOLDS
 from specviz.lab.models import KINDS as LAB_KINDS
 from specviz.pair import EMBEDDED, PRESETS, bound_kernel_caches, custom_models_allowed, one_heap, freeze_long_lived
 from specviz.pair.catalogue import target_origin
@@ -450,7 +451,10 @@ def build_demo(preload: bool = True, max_queue: int | None = None) -> gr.Blocks:
                     SCHEDULE_CHOICES,
                     value=DEFAULTS["gamma_schedule"],
                     label="gamma schedule",
-                    info="constant, or gamma set each round (the first round uses the slider's gamma)",
+                    info="constant: gamma drafts every round; path confidence: up to gamma, stopping once the "
+                    "product of the drafter's largest q over the round's drafts falls below "
+                    f"{DEFAULT_THRESHOLDS['path']}; the others set gamma each round (the first round uses the "
+                    "slider's gamma)",
                     elem_id="sv-schedule",
                 )
                 ui["tree"] = gr.Dropdown(
