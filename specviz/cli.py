@@ -67,7 +67,7 @@ def _add_cache_arg(p: argparse.ArgumentParser) -> None:
 
 def _add_drafter_args(p: argparse.ArgumentParser, bench: bool = False) -> None:
     from specviz.drafters import KINDS
-    from specviz.engine.schedules import SCHEDULES
+    from specviz.engine.schedules import DEFAULT_THRESHOLDS, SCHEDULES
 
     p.add_argument(
         "--drafter-kind",
@@ -110,8 +110,9 @@ def _add_drafter_args(p: argparse.ArgumentParser, bench: bool = False) -> None:
         "--confidence",
         type=float,
         default=None,
-        help="confidence schedule: stop drafting when the drafter's largest q is below this (default 0.4); path "
-        "schedule: when the product of the round's largest q is below this (default 0.2)",
+        help="confidence schedule: stop drafting when the drafter's largest q is below this (default "
+        f"{DEFAULT_THRESHOLDS['confidence']}); path schedule: when the product of the round's largest q is below this "
+        f"(default {DEFAULT_THRESHOLDS['path']})",
     )
     tree = p.add_mutually_exclusive_group()
     tree.add_argument(
