@@ -25,9 +25,10 @@ from specviz.ui.guard.limits import (
 
 # The page's gamma schedule: on a CPU, up to gamma drafts while the path's confidence holds (``PathConfidence``): with
 # the English pair in bf16 on a 2-core CPU it ran 1.41-1.54x greedy and 1.30-1.43x at T 0.7 against 1.28-1.36x for a
-# constant gamma 4 and 1.25-1.30x for gamma 3 (docs/drafters.md). On a GPU the constant gamma: its CUDA graphs draft
-# a round without reading the device between drafts, which a confidence stop must do after each, and no GPU has
-# measured the trade.
+# constant gamma 4 and 1.25-1.30x for gamma 3 (docs/drafters.md); on an AVX2-only CPU in fp32, level with them
+# within that machine's spread (1.25x and 1.28x against 1.33x and 1.35x, docs/benchmarks.md). On a GPU the constant
+# gamma: its CUDA graphs draft a round without reading the device between drafts, which a confidence stop must do
+# after each, and no GPU has measured the trade.
 DEFAULT_SCHEDULE = "path" if default_device().type == "cpu" else "constant"
 DEFAULTS = dict(
     gamma=4,
